@@ -1,0 +1,268 @@
+//! Agent backends: the [`AgentBackend`] trait, the [`AgentSession`] handle a
+//! turn drives, the [`AgentEvent`]s a session yields and the [`Responder`]
+//! that answers each request an agent makes exactly once.
+
+pub mod scripted;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+use teloxide::types::ChatId;
+use tokio::sync::{mpsc, oneshot};
+
+pub use scripted::{Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
+
+/// A boxed future, as backends return from [`AgentBackend::open`].
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Opens agent sessions for chats.
+pub trait AgentBackend: Send + Sync + 'static {
+    /// Opens a session for `chat`, resuming `resume` when given.
+    fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>>;
+}
+
+/// What a session is opened for.
+#[derive(Debug, Clone)]
+pub struct OpenSession {
+    /// The chat the session serves.
+    pub chat: ChatId,
+    /// The agent's own session id to resume, when the chat had one.
+    pub resume: Option<String>,
+}
+
+/// Errors at the backend boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The agent could not be started.
+    #[error("could not start the agent: {0}")]
+    Spawn(String),
+    /// The session is gone (its process exited or its task ended).
+    #[error("the agent session is closed")]
+    Closed,
+}
+
+/// The host's side of one agent session: commands in, events out.
+///
+/// Dropping the handle kills the session (the backend sees its command
+/// channel close).
+#[derive(Debug)]
+pub struct AgentSession {
+    /// Commands to the agent, in order.
+    pub commands: mpsc::UnboundedSender<SessionCommand>,
+    /// Everything the agent reports, in order.
+    pub events: mpsc::UnboundedReceiver<AgentEvent>,
+    /// A label for logs: which backend and process this is.
+    pub label: String,
+}
+
+impl AgentSession {
+    /// Sends a command; a closed session is reported as an error.
+    pub fn command(&self, command: SessionCommand) -> Result<(), AgentError> {
+        self.commands.send(command).map_err(|_| AgentError::Closed)
+    }
+}
+
+/// What the host asks of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionCommand {
+    /// Run a turn with this user text.
+    UserTurn(String),
+    /// Stop the running turn (the agent still emits its `result`).
+    Interrupt,
+    /// Finish gracefully: end the session and let the process exit.
+    Close,
+    /// Force-close now (SIGTERM, then SIGKILL to the process group).
+    Kill,
+}
+
+/// Everything a session reports, in order.
+#[derive(Debug)]
+pub enum AgentEvent {
+    /// The agent started a turn in this session.
+    Init {
+        /// The agent's own session id, kept for `--resume`.
+        session_id: String,
+    },
+    /// A text block from the assistant (not delivered by itself).
+    Text(String),
+    /// A sign of life that carries nothing the turn acts on (status lines,
+    /// stream deltas, results of the agent's own tools).
+    Progress,
+    /// The agent calls one of the host's chat tools; answer through `reply`.
+    ToolCall(ToolCall),
+    /// Every tool of one assistant message has resolved (PostToolBatch).
+    BatchResolved(ToolBatch),
+    /// The agent's `result` line.
+    Result(AgentResult),
+    /// The session reported itself idle.
+    Idle,
+    /// The agent process exited or its stream broke.
+    Exited {
+        /// The exit code, when there is one.
+        code: Option<i32>,
+        /// What happened, for logs and the chat.
+        detail: String,
+    },
+    /// An event the backend did not understand (logged and skipped).
+    Unknown(String),
+}
+
+/// A call of a host tool.
+#[derive(Debug)]
+pub struct ToolCall {
+    /// The tool-use id the agent gave the call.
+    pub id: String,
+    /// The tool's name as the agent sent it (possibly MCP-prefixed).
+    pub name: String,
+    /// The tool's input object.
+    pub input: Value,
+    /// Answers the call exactly once.
+    pub reply: Responder<ToolReply>,
+}
+
+/// A tool call as the batch hook reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchCall {
+    /// The tool's name as the agent sent it (possibly MCP-prefixed).
+    pub name: String,
+    /// The tool's input object.
+    pub input: Value,
+}
+
+/// A resolved tool batch, waiting for the hook's answer.
+#[derive(Debug)]
+pub struct ToolBatch {
+    /// The calls of the batch, in order.
+    pub calls: Vec<BatchCall>,
+    /// Answers the hook exactly once.
+    pub reply: Responder<HookReply>,
+}
+
+/// The answer to a tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolReply {
+    /// The tool ran; the text goes back to the model.
+    Ok(String),
+    /// The tool failed; the text goes back to the model as a tool error.
+    Error(String),
+    /// The host is stopping and refuses the call (JSON-RPC -32000).
+    Refused(String),
+}
+
+/// The answer to a PostToolBatch hook.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookReply {
+    /// Let the agent loop go on.
+    Continue,
+    /// End the agent loop; the reason is shown to the model next turn.
+    Stop {
+        /// Worded for the model.
+        reason: String,
+    },
+    /// The host is stopping and refuses the request.
+    Refused(String),
+}
+
+/// The agent's `result` line, as far as the turn needs it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AgentResult {
+    /// `success`, `error_during_execution`, `error_max_turns`, …
+    pub subtype: String,
+    /// Whether the agent counts the turn as failed.
+    #[serde(default)]
+    pub is_error: bool,
+    /// The last API call's stop reason.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// Why the agent loop ended (`completed`, `hook_stopped`, …); unknown
+    /// values are tolerated.
+    #[serde(default)]
+    pub terminal_reason: Option<String>,
+    /// The final text (may be empty).
+    #[serde(default)]
+    pub text: String,
+    /// Model turns the agent ran.
+    #[serde(default)]
+    pub num_turns: u32,
+    /// What the turn cost, in USD.
+    #[serde(default)]
+    pub total_cost_usd: f64,
+}
+
+/// A reply that can be produced without the handler: what a request gets
+/// when its responder is dropped unanswered.
+pub trait Unanswered {
+    /// The answer for a request that nobody answered.
+    fn unanswered(why: &str) -> Self;
+}
+
+impl Unanswered for ToolReply {
+    fn unanswered(why: &str) -> Self {
+        Self::Error(why.to_string())
+    }
+}
+
+impl Unanswered for HookReply {
+    fn unanswered(why: &str) -> Self {
+        Self::Refused(why.to_string())
+    }
+}
+
+/// Answers one agent request exactly once.
+///
+/// [`Responder::answer`] consumes it, so a second answer cannot be written;
+/// a responder dropped unanswered answers with [`Unanswered::unanswered`] and
+/// logs it, so the agent is never left waiting.
+pub struct Responder<T: Unanswered> {
+    /// The agent side's waiting receiver; `None` once answered.
+    tx: Option<oneshot::Sender<T>>,
+    /// Names the request in logs.
+    what: String,
+}
+
+impl<T: Unanswered> Responder<T> {
+    /// A responder and the receiver that gets its answer.
+    pub fn new(what: impl Into<String>) -> (Self, oneshot::Receiver<T>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Self {
+                tx: Some(tx),
+                what: what.into(),
+            },
+            rx,
+        )
+    }
+
+    /// Answers the request. Returns `false` when the asker is gone.
+    pub fn answer(mut self, value: T) -> bool {
+        match self.tx.take() {
+            Some(tx) => tx.send(value).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Names the request.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+}
+
+impl<T: Unanswered> Drop for Responder<T> {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            tracing::warn!(request = %self.what, "request dropped unanswered; refusing it");
+            let _ = tx.send(T::unanswered("the request was dropped unanswered"));
+        }
+    }
+}
+
+impl<T: Unanswered> fmt::Debug for Responder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Responder")
+            .field("what", &self.what)
+            .field("answered", &self.tx.is_none())
+            .finish()
+    }
+}

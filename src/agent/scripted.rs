@@ -1,0 +1,498 @@
+//! The `scripted` backend: an in-process, deterministic agent driven by a
+//! [`Scenario`]. The demo, the tests and the benchmarks use it to walk every
+//! path of the turn contract without spawning processes.
+//!
+//! A scenario picks a [`ScriptTurn`] per user message: the first rule whose
+//! `contains` occurs in the message, else the default (an echo through
+//! `send` and `end_turn`). `{text}` in any string is replaced by the user's
+//! message.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::{
+    AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall, BoxFuture,
+    HookReply, OpenSession, Responder, SessionCommand, ToolBatch, ToolCall,
+};
+
+/// Which turn the agent plays for which message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Tried in order; the first whose `contains` occurs in the message wins.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Played when no rule matches.
+    #[serde(default = "ScriptTurn::echo")]
+    pub default: ScriptTurn,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            rules: Vec::new(),
+            default: ScriptTurn::echo(),
+        }
+    }
+}
+
+/// A scenario rule.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Text the user's message must contain.
+    pub contains: String,
+    /// The turn to play.
+    pub turn: ScriptTurn,
+}
+
+/// What the agent does in one turn.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTurn {
+    /// The steps, in order. Without a `result` step the agent emits a
+    /// completed result with no text once the steps are done.
+    pub steps: Vec<Step>,
+    /// What the agent does after its result.
+    #[serde(default)]
+    pub after_result: AfterResult,
+}
+
+impl ScriptTurn {
+    /// Replies with `echo: <text>` through `send`, then `end_turn`.
+    pub fn echo() -> Self {
+        Self {
+            steps: vec![Step::Tools {
+                calls: vec![
+                    ScriptTool::new("mcp__telegram-tools__send", json!({"text": "echo: {text}"})),
+                    ScriptTool::new("mcp__telegram-tools__end_turn", json!({})),
+                ],
+            }],
+            after_result: AfterResult::Idle,
+        }
+    }
+}
+
+/// One step of a scripted turn.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Think for a while (emits nothing).
+    Wait {
+        /// How long, in milliseconds.
+        ms: u64,
+    },
+    /// An assistant text block (not delivered by itself).
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// One assistant message with tool calls: run one after another, then
+    /// the batch hook.
+    Tools {
+        /// The calls.
+        calls: Vec<ScriptTool>,
+    },
+    /// The result line; the steps after it are not played.
+    Result {
+        /// The result text.
+        #[serde(default)]
+        text: String,
+        /// Result subtype.
+        #[serde(default = "success")]
+        subtype: String,
+        /// Whether the agent counts the turn as failed.
+        #[serde(default)]
+        is_error: bool,
+        /// Terminal reason; absent means `completed`.
+        #[serde(default)]
+        terminal_reason: Option<String>,
+        /// Model turns reported; absent means the calls played so far plus one.
+        #[serde(default)]
+        num_turns: Option<u32>,
+    },
+    /// Go silent before the result; only a kill ends it.
+    HangForever,
+    /// Exit with code 1 before the result.
+    Fail {
+        /// What broke.
+        detail: String,
+    },
+    /// Report idle without running a turn (an idle resume).
+    Idle,
+}
+
+fn success() -> String {
+    "success".into()
+}
+
+/// A scripted tool call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTool {
+    /// The tool name as the agent sends it.
+    pub name: String,
+    /// The input.
+    #[serde(default)]
+    pub input: Value,
+    /// How long the agent takes before the call, in milliseconds.
+    #[serde(default)]
+    pub ms: u64,
+}
+
+impl ScriptTool {
+    /// A call with no delay.
+    pub fn new(name: &str, input: Value) -> Self {
+        Self {
+            name: name.into(),
+            input,
+            ms: 0,
+        }
+    }
+}
+
+/// What the agent does after its result.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum AfterResult {
+    /// Report idle and wait for the next turn (a warm session).
+    #[default]
+    Idle,
+    /// Exit 0.
+    Exit,
+    /// Stay silent and alive until killed: the post-result wedge.
+    Hang,
+}
+
+impl Scenario {
+    /// Reads a scenario file (JSON, or TOML when the name ends in `.toml`).
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let parsed = if path.extension().is_some_and(|e| e == "toml") {
+            toml::from_str(&text).map_err(|e| e.to_string())
+        } else {
+            serde_json::from_str(&text).map_err(|e| e.to_string())
+        };
+        parsed.map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// A scenario with one rule added.
+    pub fn with_rule(mut self, contains: &str, turn: ScriptTurn) -> Self {
+        self.rules.push(Rule {
+            contains: contains.into(),
+            turn,
+        });
+        self
+    }
+
+    fn pick(&self, text: &str) -> &ScriptTurn {
+        self.rules
+            .iter()
+            .find(|r| text.contains(&r.contains))
+            .map(|r| &r.turn)
+            .unwrap_or(&self.default)
+    }
+}
+
+/// The in-process backend.
+#[derive(Debug)]
+pub struct ScriptedBackend {
+    /// The turns it plays.
+    scenario: Arc<Scenario>,
+    /// Numbers the sessions it opens, for their ids.
+    opened: AtomicU64,
+}
+
+impl ScriptedBackend {
+    /// A backend playing `scenario`.
+    pub fn new(scenario: Scenario) -> Self {
+        Self {
+            scenario: Arc::new(scenario),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    /// Sessions opened so far.
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+}
+
+impl AgentBackend for ScriptedBackend {
+    fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
+        let n = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
+        let session_id = request
+            .resume
+            .unwrap_or_else(|| format!("scripted-{}-{n}", request.chat.0));
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let agent = ScriptedAgent {
+            commands: cmd_rx,
+            events: ev_tx,
+            scenario: Arc::clone(&self.scenario),
+            session_id,
+            queued: VecDeque::new(),
+        };
+        tokio::spawn(agent.run());
+        Box::pin(async move {
+            Ok(AgentSession {
+                commands: cmd_tx,
+                events: ev_rx,
+                label: format!("scripted#{n}"),
+            })
+        })
+    }
+}
+
+/// The agent side of a scripted session.
+struct ScriptedAgent {
+    commands: mpsc::UnboundedReceiver<SessionCommand>,
+    events: mpsc::UnboundedSender<AgentEvent>,
+    scenario: Arc<Scenario>,
+    session_id: String,
+    /// User turns that arrived while a turn ran.
+    queued: VecDeque<String>,
+}
+
+/// Whether the session goes on after a turn.
+enum Flow {
+    Next,
+    Exit,
+}
+
+/// What interrupted a wait.
+enum Woken<T> {
+    Done(T),
+    Command(SessionCommand),
+    HostGone,
+}
+
+impl ScriptedAgent {
+    async fn run(mut self) {
+        loop {
+            let text = match self.queued.pop_front() {
+                Some(text) => text,
+                None => match self.commands.recv().await {
+                    None => return,
+                    Some(SessionCommand::UserTurn(text)) => text,
+                    Some(SessionCommand::Interrupt) => continue,
+                    Some(SessionCommand::Close) => return self.exit(Some(0), "closed"),
+                    Some(SessionCommand::Kill) => return self.exit(None, "killed"),
+                },
+            };
+            if let Flow::Exit = self.play(&text).await {
+                return;
+            }
+        }
+    }
+
+    fn emit(&self, event: AgentEvent) {
+        let _ = self.events.send(event);
+    }
+
+    fn exit(&self, code: Option<i32>, detail: &str) {
+        self.emit(AgentEvent::Exited {
+            code,
+            detail: detail.into(),
+        });
+    }
+
+    /// Waits for `fut` while serving commands; a user turn is queued.
+    async fn wait<T>(&mut self, fut: impl Future<Output = T>) -> Woken<T> {
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                out = &mut fut => return Woken::Done(out),
+                cmd = self.commands.recv() => match cmd {
+                    None => return Woken::HostGone,
+                    Some(SessionCommand::UserTurn(text)) => self.queued.push_back(text),
+                    Some(other) => return Woken::Command(other),
+                },
+            }
+        }
+    }
+
+    /// Handles a command that arrived mid-turn.
+    async fn on_command(&mut self, cmd: SessionCommand, turn: &ScriptTurn, calls: u32) -> Flow {
+        match cmd {
+            SessionCommand::Interrupt => {
+                self.emit(AgentEvent::Result(AgentResult {
+                    subtype: "error_during_execution".into(),
+                    is_error: true,
+                    stop_reason: None,
+                    terminal_reason: Some("aborted_streaming".into()),
+                    text: String::new(),
+                    num_turns: calls + 1,
+                    total_cost_usd: 0.0,
+                }));
+                self.after_result(turn.after_result).await
+            }
+            SessionCommand::Close => {
+                self.exit(Some(0), "closed");
+                Flow::Exit
+            }
+            SessionCommand::Kill => {
+                self.exit(None, "killed");
+                Flow::Exit
+            }
+            SessionCommand::UserTurn(text) => {
+                self.queued.push_back(text);
+                Flow::Next
+            }
+        }
+    }
+
+    async fn play(&mut self, user_text: &str) -> Flow {
+        let turn = self.scenario.pick(user_text).clone();
+        let fill = |s: &str| s.replace("{text}", user_text);
+        self.emit(AgentEvent::Init {
+            session_id: self.session_id.clone(),
+        });
+        let mut calls: u32 = 0;
+        for step in &turn.steps {
+            match step {
+                Step::Wait { ms } => {
+                    match self.wait(tokio::time::sleep(Duration::from_millis(*ms))).await {
+                        Woken::Done(()) => {}
+                        Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                        Woken::HostGone => return Flow::Exit,
+                    }
+                }
+                Step::Text { text } => self.emit(AgentEvent::Text(fill(text))),
+                Step::Tools { calls: tools } => {
+                    calls += 1;
+                    let mut batch = Vec::new();
+                    for (i, tool) in tools.iter().enumerate() {
+                        let input = fill_value(&tool.input, user_text);
+                        if tool.ms > 0 {
+                            match self.wait(tokio::time::sleep(Duration::from_millis(tool.ms))).await {
+                                Woken::Done(()) => {}
+                                Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                                Woken::HostGone => return Flow::Exit,
+                            }
+                        }
+                        let (reply, rx) = Responder::new(format!("tool call {}", tool.name));
+                        self.emit(AgentEvent::ToolCall(ToolCall {
+                            id: format!("toolu_{calls}_{i}"),
+                            name: tool.name.clone(),
+                            input: input.clone(),
+                            reply,
+                        }));
+                        match self.wait(rx).await {
+                            Woken::Done(_) => self.emit(AgentEvent::Progress),
+                            Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                            Woken::HostGone => return Flow::Exit,
+                        }
+                        batch.push(BatchCall {
+                            name: tool.name.clone(),
+                            input,
+                        });
+                    }
+                    let (reply, rx) = Responder::new("PostToolBatch hook");
+                    self.emit(AgentEvent::BatchResolved(ToolBatch { calls: batch, reply }));
+                    match self.wait(rx).await {
+                        Woken::Done(Ok(HookReply::Stop { .. })) => {
+                            self.emit(AgentEvent::Result(AgentResult {
+                                subtype: "success".into(),
+                                is_error: false,
+                                stop_reason: Some("tool_use".into()),
+                                terminal_reason: Some("hook_stopped".into()),
+                                text: String::new(),
+                                num_turns: calls,
+                                total_cost_usd: 0.0,
+                            }));
+                            return self.after_result(turn.after_result).await;
+                        }
+                        Woken::Done(_) => {}
+                        Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                        Woken::HostGone => return Flow::Exit,
+                    }
+                }
+                Step::Result {
+                    text,
+                    subtype,
+                    is_error,
+                    terminal_reason,
+                    num_turns,
+                } => {
+                    self.emit(AgentEvent::Result(AgentResult {
+                        subtype: subtype.clone(),
+                        is_error: *is_error,
+                        stop_reason: Some("end_turn".into()),
+                        terminal_reason: Some(terminal_reason.clone().unwrap_or_else(|| "completed".into())),
+                        text: fill(text),
+                        num_turns: num_turns.unwrap_or(calls + 1),
+                        total_cost_usd: 0.0,
+                    }));
+                    return self.after_result(turn.after_result).await;
+                }
+                Step::HangForever => return self.hang().await,
+                Step::Fail { detail } => {
+                    self.exit(Some(1), detail);
+                    return Flow::Exit;
+                }
+                Step::Idle => {
+                    self.emit(AgentEvent::Idle);
+                    return Flow::Next;
+                }
+            }
+        }
+        self.emit(AgentEvent::Result(AgentResult {
+            subtype: "success".into(),
+            stop_reason: Some("end_turn".into()),
+            terminal_reason: Some("completed".into()),
+            num_turns: calls + 1,
+            ..AgentResult::default()
+        }));
+        self.after_result(turn.after_result).await
+    }
+
+    async fn after_result(&mut self, after: AfterResult) -> Flow {
+        match after {
+            AfterResult::Idle => {
+                self.emit(AgentEvent::Idle);
+                Flow::Next
+            }
+            AfterResult::Exit => {
+                self.exit(Some(0), "exited after result");
+                Flow::Exit
+            }
+            AfterResult::Hang => self.hang().await,
+        }
+    }
+
+    /// Wedged: deaf to everything but a kill.
+    async fn hang(&mut self) -> Flow {
+        loop {
+            match self.commands.recv().await {
+                None => return Flow::Exit,
+                Some(SessionCommand::Kill) => {
+                    self.exit(None, "killed");
+                    return Flow::Exit;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// Replaces `{text}` in every string of a JSON value.
+fn fill_value(value: &Value, text: &str) -> Value {
+    match value {
+        Value::String(s) => Value::String(s.replace("{text}", text)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, text)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), fill_value(v, text)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}

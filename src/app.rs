@@ -1,0 +1,150 @@
+//! Wiring: builds the Telegram client, the outbox, the dispatcher and the
+//! intake from a [`Config`], and stops them in order.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Addr};
+use teloxide::Bot;
+
+use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
+use crate::chat::dispatcher::{Dispatcher, RunningTurns, StopDispatching};
+use crate::chat::tools::ToolRegistry;
+use crate::chat::turn::TurnDeps;
+use crate::config::Config;
+use crate::events::{EventBus, Gauges};
+use crate::shutdown::Shutdown;
+use crate::telegram::intake::{Intake, StopIntake};
+use crate::telegram::outbox::{Outbox, RateLimits};
+
+/// Errors that stop the bot from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `telegram.api_url` is not a URL.
+    #[error("telegram.api_url {url:?} is not a valid URL: {reason}")]
+    BadApiUrl {
+        /// The value.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("could not build the HTTP client: {0}")]
+    Client(String),
+    /// The agent backend could not be set up.
+    #[error("agent backend: {0}")]
+    Backend(String),
+}
+
+/// The agent backend named by `agent.backend`.
+pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, StartError> {
+    match config.agent.backend.as_str() {
+        "scripted" => {
+            let scenario = if config.agent.script.as_os_str().is_empty() {
+                Scenario::default()
+            } else {
+                Scenario::from_file(&config.agent.script).map_err(StartError::Backend)?
+            };
+            Ok(Arc::new(ScriptedBackend::new(scenario)))
+        }
+        other => Err(StartError::Backend(format!(
+            "agent.backend = {other:?} is not available in this build (available: \"scripted\")"
+        ))),
+    }
+}
+
+/// A Telegram client for `config`, with an HTTP timeout longer than the long poll.
+pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
+    let url: reqwest::Url = config.telegram.api_url.parse().map_err(|e: url_parse::Error| StartError::BadApiUrl {
+        url: config.telegram.api_url.clone(),
+        reason: e.to_string(),
+    })?;
+    let client = teloxide::net::default_reqwest_settings()
+        .timeout(config.telegram.poll_timeout + Duration::from_secs(15))
+        .build()
+        .map_err(|e| StartError::Client(e.to_string()))?;
+    Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
+}
+
+mod url_parse {
+    pub type Error = <reqwest::Url as std::str::FromStr>::Err;
+}
+
+/// A running bot.
+pub struct Turnstile {
+    /// Routes updates to chats.
+    pub dispatcher: Addr<Dispatcher>,
+    /// Long-polls Telegram.
+    pub intake: Addr<Intake>,
+    /// The way out to Telegram.
+    pub outbox: Addr<Outbox>,
+    /// What the bot reports about itself.
+    pub events: EventBus,
+    /// Live actor counts.
+    pub gauges: Arc<Gauges>,
+    /// Begins the stop.
+    shutdown: Shutdown,
+    /// How long a stop waits for running turns.
+    drain_timeout: Duration,
+}
+
+impl Turnstile {
+    /// Starts the bot inside the current actix system.
+    pub fn start(config: &Config, backend: Arc<dyn AgentBackend>) -> Result<Self, StartError> {
+        Self::start_with_limits(config, backend, RateLimits::default())
+    }
+
+    /// Starts the bot with explicit outbox limits.
+    pub fn start_with_limits(config: &Config, backend: Arc<dyn AgentBackend>, limits: RateLimits) -> Result<Self, StartError> {
+        let bot = telegram_client(config)?;
+        let events = EventBus::new();
+        let gauges = Arc::new(Gauges::default());
+        let shutdown = Shutdown::new();
+        let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
+        let deps = TurnDeps {
+            backend,
+            outbox: outbox.clone(),
+            tools: Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+            config: Arc::new(config.turn.clone()),
+            events: events.clone(),
+            gauges: Arc::clone(&gauges),
+        };
+        let dispatcher = Dispatcher::new(deps, config.access.clone(), config.dispatcher.clone()).start();
+        let intake = Intake::new(bot, config.telegram.poll_timeout, dispatcher.clone().recipient(), shutdown.clone()).start();
+        tracing::info!(
+            api = %config.telegram.api_url,
+            backend = %config.agent.backend,
+            max_concurrent_turns = config.dispatcher.max_concurrent_turns,
+            "turnstile started"
+        );
+        Ok(Self {
+            dispatcher,
+            intake,
+            outbox,
+            events,
+            gauges,
+            shutdown,
+            drain_timeout: config.dispatcher.drain_timeout,
+        })
+    }
+
+    /// Stops in order: intake, then new turns, then waits for running turns
+    /// up to `dispatcher.drain_timeout`. Returns the turns still running.
+    pub async fn stop(&self) -> usize {
+        self.shutdown.trigger();
+        let _ = self.intake.send(StopIntake).await;
+        let deadline = Instant::now() + self.drain_timeout;
+        let mut running = self.dispatcher.send(StopDispatching).await.unwrap_or(0);
+        let mut events = self.events.subscribe();
+        while running > 0 && Instant::now() < deadline {
+            tracing::info!(running, "waiting for {running} in-flight turns");
+            let wait = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
+            let _ = tokio::time::timeout(wait, events.recv()).await;
+            running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
+        }
+        if running > 0 {
+            tracing::warn!(running, "drain timeout passed with turns still running");
+        }
+        running
+    }
+}

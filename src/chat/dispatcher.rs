@@ -1,0 +1,363 @@
+//! Dispatcher: checks access, handles commands, routes chat messages to each
+//! chat's [`ChatSupervisor`] (starting one on demand, evicting idle ones),
+//! caps concurrent turns, and is the last-resort backstop: a chat holding a
+//! turn past `turn.hard_deadline` is force-released.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use actix::{
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, WrapFuture,
+};
+use teloxide::types::{ChatId, UpdateKind};
+use tokio::sync::Semaphore;
+
+use crate::chat::supervisor::{
+    ChatReport, ChatSettings, ChatSupervisor, DescribeChat, Evict, NewSession, StopChat,
+    StopChatForHost, UserMessage,
+};
+use crate::chat::turn::TurnDeps;
+use crate::config::{AccessConfig, DispatcherConfig};
+use crate::events::{BotEvent, EventBus};
+use crate::telegram::intake::UpdateReceived;
+use crate::telegram::outbox::SendText;
+
+/// The longest text handed to an agent; longer input is cut (Telegram itself
+/// caps messages at 4096 characters).
+const MAX_INPUT_CHARS: usize = 16_384;
+
+/// The host is stopping: no new turns; running ones end with `HostStopping`.
+/// Answers how many chats still held a turn.
+#[derive(Message, Debug)]
+#[rtype(result = "usize")]
+pub struct StopDispatching;
+
+/// How many turns are running now.
+#[derive(Message, Debug)]
+#[rtype(result = "usize")]
+pub struct RunningTurns;
+
+/// A chat the dispatcher routes to.
+struct ChatEntry {
+    /// The chat's supervisor.
+    addr: Addr<ChatSupervisor>,
+    /// The turn holding the chat and since when.
+    turn: Option<(u64, Instant)>,
+    /// Last time a message was routed or a turn finished.
+    last_activity: Instant,
+    /// Messages held while an eviction is being asked.
+    held: Option<Vec<UserMessage>>,
+}
+
+/// The actor.
+pub struct Dispatcher {
+    /// What turns need.
+    deps: TurnDeps,
+    /// Who may talk to the bot.
+    access: AccessConfig,
+    /// Queueing and concurrency.
+    config: DispatcherConfig,
+    /// The cap on concurrent turns.
+    permits: Arc<Semaphore>,
+    /// Numbers turns.
+    next_turn: Arc<AtomicU64>,
+    /// Live chats.
+    chats: HashMap<ChatId, ChatEntry>,
+    /// When each refused user was last told so.
+    refused: HashMap<u64, Instant>,
+    /// No new turns once set.
+    stopping: bool,
+    /// Where it reports.
+    events: EventBus,
+}
+
+impl Dispatcher {
+    /// A dispatcher.
+    pub fn new(deps: TurnDeps, access: AccessConfig, config: DispatcherConfig) -> Self {
+        let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
+        let events = deps.events.clone();
+        Self {
+            deps,
+            access,
+            config,
+            permits,
+            next_turn: Arc::new(AtomicU64::new(0)),
+            chats: HashMap::new(),
+            refused: HashMap::new(),
+            stopping: false,
+            events,
+        }
+    }
+
+    fn say(&self, chat: ChatId, text: impl Into<String>) {
+        self.deps.outbox.do_send(SendText {
+            chat,
+            text: text.into(),
+        });
+    }
+
+    fn is_admin(&self, user: u64) -> bool {
+        self.access.admins.iter().any(|&a| a as u64 == user && a >= 0)
+    }
+
+    fn is_allowed(&self, user: u64) -> bool {
+        self.is_admin(user) || self.access.allowed_users.iter().any(|&a| a >= 0 && a as u64 == user)
+    }
+
+    fn supervisor(&mut self, chat: ChatId, ctx: &mut Context<Self>) -> &mut ChatEntry {
+        let deps = self.deps.clone();
+        let settings = ChatSettings {
+            merge_window: self.config.merge_window,
+            queue_limit: self.config.queue_limit,
+        };
+        let permits = Arc::clone(&self.permits);
+        let next_turn = Arc::clone(&self.next_turn);
+        let me = ctx.address().recipient();
+        self.chats.entry(chat).or_insert_with(|| ChatEntry {
+            addr: ChatSupervisor::new(chat, deps, settings, me, permits, next_turn).start(),
+            turn: None,
+            last_activity: Instant::now(),
+            held: None,
+        })
+    }
+
+    fn route(&mut self, chat: ChatId, msg: UserMessage, ctx: &mut Context<Self>) {
+        let entry = self.supervisor(chat, ctx);
+        entry.last_activity = Instant::now();
+        match &mut entry.held {
+            Some(held) => held.push(msg),
+            None => entry.addr.do_send(msg),
+        }
+    }
+
+    fn refuse(&mut self, chat: ChatId, user: u64) {
+        tracing::warn!(user_id = user, chat_id = chat.0, "message from a user not on the allowlist refused");
+        self.events.publish(BotEvent::AccessDenied { chat, user });
+        let now = Instant::now();
+        let due = self
+            .refused
+            .get(&user)
+            .is_none_or(|at| now.duration_since(*at) >= self.access.refusal_cooldown);
+        if due {
+            self.refused.insert(user, now);
+            self.say(chat, "Sorry, this bot only answers the people it was set up for.");
+        }
+    }
+
+    fn command(&mut self, chat: ChatId, user: u64, word: &str, ctx: &mut Context<Self>) -> bool {
+        match word {
+            "stop" => match self.chats.get(&chat) {
+                Some(entry) => entry.addr.do_send(StopChat),
+                None => self.say(chat, "Nothing to stop."),
+            },
+            "new" => {
+                let entry = self.supervisor(chat, ctx);
+                entry.addr.do_send(NewSession);
+            }
+            "status" if self.is_admin(user) => self.status(chat, ctx),
+            "status" => self.say(chat, "Only admins can use /status."),
+            "restart" if self.is_admin(user) => {
+                self.say(chat, "Restarting is not available in this build.");
+            }
+            "restart" => self.say(chat, "Only admins can use /restart."),
+            "start" | "help" => self.say(
+                chat,
+                "Send a message and the agent answers. /stop ends the current turn, /new starts a fresh conversation.",
+            ),
+            _ => return false,
+        }
+        true
+    }
+
+    fn status(&mut self, chat: ChatId, ctx: &mut Context<Self>) {
+        let running = self.chats.values().filter(|e| e.turn.is_some()).count();
+        let header = format!(
+            "{} chat(s), {} turn(s) running, {} permit(s) free",
+            self.chats.len(),
+            running,
+            self.permits.available_permits()
+        );
+        let asks: Vec<_> = self.chats.values().map(|e| e.addr.send(DescribeChat)).collect();
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let lines = futures_util::future::join_all(asks).await;
+                let mut text = header;
+                for line in lines.into_iter().flatten() {
+                    text.push('\n');
+                    text.push_str(&line);
+                }
+                outbox.do_send(SendText { chat, text });
+            }
+            .into_actor(self),
+        );
+    }
+
+    fn backstop(&mut self, _ctx: &mut Context<Self>) {
+        let deadline = self.deps.config.hard_deadline;
+        for (chat, entry) in &mut self.chats {
+            if let Some((turn, since)) = entry.turn
+                && since.elapsed() >= deadline
+            {
+                tracing::error!(chat_id = chat.0, turn, "backstop: chat held past turn.hard_deadline");
+                entry.turn = None;
+                entry.addr.do_send(crate::chat::supervisor::ForceRelease { turn });
+            }
+        }
+    }
+
+    fn evict_idle(&mut self, ctx: &mut Context<Self>) {
+        let idle_for = self.config.idle_eviction;
+        let candidates: Vec<ChatId> = self
+            .chats
+            .iter()
+            .filter(|(_, e)| e.turn.is_none() && e.held.is_none() && e.last_activity.elapsed() >= idle_for)
+            .map(|(chat, _)| *chat)
+            .collect();
+        for chat in candidates {
+            let Some(entry) = self.chats.get_mut(&chat) else {
+                continue;
+            };
+            entry.held = Some(Vec::new());
+            let ask = entry.addr.send(Evict);
+            ctx.spawn(ask.into_actor(self).map(move |answer, act, ctx| {
+                let Some(entry) = act.chats.get_mut(&chat) else {
+                    return;
+                };
+                let held = entry.held.take().unwrap_or_default();
+                if answer.unwrap_or(true) {
+                    tracing::debug!(chat_id = chat.0, "idle chat evicted");
+                    act.chats.remove(&chat);
+                } else {
+                    entry.last_activity = Instant::now();
+                }
+                for msg in held {
+                    act.route(chat, msg, ctx);
+                }
+            }));
+        }
+    }
+}
+
+impl Actor for Dispatcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let backstop_every = (self.deps.config.hard_deadline / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        ctx.run_interval(backstop_every, Self::backstop);
+        let evict_every = (self.config.idle_eviction / 2).clamp(Duration::from_millis(10), Duration::from_secs(30));
+        ctx.run_interval(evict_every, Self::evict_idle);
+    }
+}
+
+impl Handler<UpdateReceived> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, UpdateReceived(update): UpdateReceived, ctx: &mut Self::Context) {
+        let update_id = update.id.0;
+        let message = match update.kind {
+            UpdateKind::Message(message) => message,
+            UpdateKind::Error(raw) => {
+                let shown: String = raw.to_string().chars().take(200).collect();
+                tracing::warn!(update_id, raw = %shown, "update could not be parsed; skipped");
+                return;
+            }
+            other => {
+                tracing::debug!(update_id, kind = ?std::mem::discriminant(&other), "update kind not handled; skipped");
+                return;
+            }
+        };
+        let chat = message.chat.id;
+        let Some(user) = message.from.as_ref().map(|u| u.id.0) else {
+            tracing::debug!(update_id, chat_id = chat.0, "message without a sender; skipped");
+            return;
+        };
+        let Some(text) = message.text().or(message.caption()) else {
+            tracing::debug!(update_id, chat_id = chat.0, "message without text; skipped");
+            return;
+        };
+        if !self.is_allowed(user) {
+            self.refuse(chat, user);
+            return;
+        }
+        let text = text.trim();
+        if text.is_empty() {
+            tracing::debug!(update_id, chat_id = chat.0, "empty message; skipped");
+            return;
+        }
+        if let Some(command) = text.strip_prefix('/') {
+            let word = command
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .split('@')
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if self.command(chat, user, &word, ctx) {
+                return;
+            }
+        }
+        if self.stopping {
+            self.say(chat, "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.");
+            return;
+        }
+        let mut text = text.to_string();
+        if text.chars().count() > MAX_INPUT_CHARS {
+            tracing::warn!(update_id, chat_id = chat.0, "message cut to {MAX_INPUT_CHARS} characters");
+            text = text.chars().take(MAX_INPUT_CHARS).collect();
+        }
+        let msg = UserMessage {
+            text,
+            message_id: message.id,
+            at: Instant::now(),
+        };
+        self.route(chat, msg, ctx);
+    }
+}
+
+impl Handler<ChatReport> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, report: ChatReport, _ctx: &mut Self::Context) {
+        match report {
+            ChatReport::TurnStarted { chat, turn, at } => {
+                if let Some(entry) = self.chats.get_mut(&chat) {
+                    entry.turn = Some((turn, at));
+                    entry.last_activity = Instant::now();
+                }
+            }
+            ChatReport::TurnFinished { chat, turn } => {
+                if let Some(entry) = self.chats.get_mut(&chat) {
+                    if entry.turn.is_some_and(|(t, _)| t == turn) {
+                        entry.turn = None;
+                    }
+                    entry.last_activity = Instant::now();
+                }
+            }
+        }
+    }
+}
+
+impl Handler<StopDispatching> for Dispatcher {
+    type Result = usize;
+
+    fn handle(&mut self, _msg: StopDispatching, _ctx: &mut Self::Context) -> usize {
+        self.stopping = true;
+        self.permits.close();
+        for entry in self.chats.values() {
+            entry.addr.do_send(StopChatForHost);
+        }
+        self.chats.values().filter(|e| e.turn.is_some()).count()
+    }
+}
+
+impl Handler<RunningTurns> for Dispatcher {
+    type Result = usize;
+
+    fn handle(&mut self, _msg: RunningTurns, _ctx: &mut Self::Context) -> usize {
+        self.chats.values().filter(|e| e.turn.is_some()).count()
+    }
+}

@@ -1,0 +1,190 @@
+//! How a turn ends: the [`TurnOutcome`], and the one function that maps a
+//! turn's events to it ([`decide`]), pinned by
+//! `tests/fixtures/turn_outcome_contract.json`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{AgentResult, BatchCall};
+use crate::chat::tools::ToolRegistry;
+
+/// What a turn has seen so far that bears on how it ends, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TurnEvent {
+    /// A tool batch fully resolved (PostToolBatch), by tool name.
+    ToolBatch {
+        /// The batch's tool names, as the agent sent them.
+        tools: Vec<String>,
+        /// The inputs, in the same order (missing means `{}`).
+        #[serde(default)]
+        inputs: Vec<serde_json::Value>,
+    },
+    /// The agent's `result`.
+    Result(AgentResult),
+    /// The host re-prompted after an empty result; the turn goes on.
+    Reprompted,
+    /// The session reported itself idle.
+    Idle,
+    /// The agent process exited (or its stream broke).
+    Exited {
+        /// Exit code, if any.
+        #[serde(default)]
+        code: Option<i32>,
+        /// What happened.
+        #[serde(default)]
+        detail: String,
+    },
+    /// `turn.post_result_grace` passed after `result` without a settle.
+    GraceExpired,
+    /// `turn.no_progress_timeout` passed without an event before `result`.
+    NoProgress,
+    /// `turn.max_duration` passed.
+    BudgetExceeded,
+    /// `/stop` from the chat.
+    Interrupt,
+    /// The host is stopping.
+    HostStopping,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TurnOutcome {
+    /// A tool batch with a terminator resolved.
+    Terminated {
+        /// The terminator's bare name.
+        tool: String,
+    },
+    /// The agent's result says it completed (`completed` or `hook_stopped`).
+    Completed {
+        /// The result's terminal reason.
+        reason: String,
+    },
+    /// The session settled without running a turn.
+    IdleResume,
+    /// `/stop`, or an agent-side abort.
+    Interrupted,
+    /// The agent's result reports an error (`max_turns`, `api_error`, …).
+    AgentError {
+        /// The terminal reason, or the subtype when there is none.
+        reason: String,
+    },
+    /// The result carries a terminal reason this build does not know.
+    Unrecognized {
+        /// The unknown terminal reason.
+        reason: String,
+    },
+    /// The agent emitted its result but never settled.
+    ForceClosedAfterResult,
+    /// The agent went silent before its result.
+    NoProgress,
+    /// The turn ran past `turn.max_duration`.
+    BudgetExceeded,
+    /// The agent process exited or its stream broke before `result`.
+    AgentFailed {
+        /// What happened.
+        detail: String,
+    },
+    /// The host is stopping.
+    HostStopping,
+    /// The dispatcher's backstop released the chat at `turn.hard_deadline`.
+    ForceReleased,
+}
+
+impl TurnOutcome {
+    /// Whether the turn actually ran and completed: only this tells a person
+    /// "done" (the completed-turn counter, a completion reaction).
+    pub fn finished(&self) -> bool {
+        matches!(self, Self::Terminated { .. } | Self::Completed { .. })
+    }
+
+    /// A short name for logs and `/status`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Terminated { .. } => "terminated",
+            Self::Completed { .. } => "completed",
+            Self::IdleResume => "idle_resume",
+            Self::Interrupted => "interrupted",
+            Self::AgentError { .. } => "agent_error",
+            Self::Unrecognized { .. } => "unrecognized",
+            Self::ForceClosedAfterResult => "force_closed_after_result",
+            Self::NoProgress => "no_progress",
+            Self::BudgetExceeded => "budget_exceeded",
+            Self::AgentFailed { .. } => "agent_failed",
+            Self::HostStopping => "host_stopping",
+            Self::ForceReleased => "force_released",
+        }
+    }
+}
+
+/// The outcome of a result that settled.
+fn from_result(result: &AgentResult) -> TurnOutcome {
+    let reason = result.terminal_reason.as_deref();
+    match reason {
+        _ if result.num_turns == 0 && !result.is_error => TurnOutcome::IdleResume,
+        Some("aborted_streaming" | "aborted_tools") => TurnOutcome::Interrupted,
+        _ if result.is_error || result.subtype != "success" => TurnOutcome::AgentError {
+            reason: reason.unwrap_or(&result.subtype).to_string(),
+        },
+        Some(r @ ("completed" | "hook_stopped")) => TurnOutcome::Completed { reason: r.to_string() },
+        None => TurnOutcome::Completed {
+            reason: "completed".into(),
+        },
+        Some(other) => TurnOutcome::Unrecognized {
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Decides whether the events so far end the turn, and how: the earliest
+/// trigger of the turn contract wins. `None` means the turn goes on and the
+/// chat stays held.
+pub fn decide(events: &[TurnEvent], tools: &ToolRegistry) -> Option<TurnOutcome> {
+    let mut result: Option<&AgentResult> = None;
+    for event in events {
+        match event {
+            TurnEvent::ToolBatch { tools: names, inputs } => {
+                let calls: Vec<BatchCall> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| BatchCall {
+                        name: name.clone(),
+                        input: inputs.get(i).cloned().unwrap_or_else(|| serde_json::json!({})),
+                    })
+                    .collect();
+                if let Some(tool) = tools.terminator_in(&calls) {
+                    return Some(TurnOutcome::Terminated { tool: tool.to_string() });
+                }
+            }
+            TurnEvent::Result(r) => result = Some(r),
+            TurnEvent::Reprompted => result = None,
+            TurnEvent::Idle => {
+                return Some(match result {
+                    Some(r) => from_result(r),
+                    None => TurnOutcome::IdleResume,
+                });
+            }
+            TurnEvent::Exited { code, detail } => {
+                return Some(match result {
+                    Some(r) => from_result(r),
+                    None => TurnOutcome::AgentFailed {
+                        detail: match code {
+                            Some(c) if detail.is_empty() => format!("the agent exited with code {c}"),
+                            _ if detail.is_empty() => "the agent exited".to_string(),
+                            _ => detail.clone(),
+                        },
+                    },
+                });
+            }
+            TurnEvent::GraceExpired if result.is_some() => {
+                return Some(TurnOutcome::ForceClosedAfterResult);
+            }
+            TurnEvent::GraceExpired => {}
+            TurnEvent::NoProgress => return Some(TurnOutcome::NoProgress),
+            TurnEvent::BudgetExceeded => return Some(TurnOutcome::BudgetExceeded),
+            TurnEvent::Interrupt => return Some(TurnOutcome::Interrupted),
+            TurnEvent::HostStopping => return Some(TurnOutcome::HostStopping),
+        }
+    }
+    None
+}

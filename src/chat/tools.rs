@@ -1,0 +1,233 @@
+//! The chat tools the host serves (`send`, `end_turn`, `react`), their
+//! schemas, and terminator detection.
+//!
+//! Tool names arrive MCP-prefixed (`mcp__telegram-tools__end_turn`) almost
+//! everywhere; [`bare_tool_name`] strips the prefix and every comparison of a
+//! tool name in turnstile goes through it.
+
+use serde_json::{Value, json};
+
+use crate::agent::BatchCall;
+
+/// The MCP server name under which the host's tools are served.
+pub const TOOL_SERVER: &str = "telegram-tools";
+
+/// Strips an MCP prefix: `mcp__<server>__<tool>` becomes `<tool>`, where the
+/// server part ends at the first `__` after `mcp__`. Any other name is
+/// returned unchanged.
+pub fn bare_tool_name(name: &str) -> &str {
+    let Some(rest) = name.strip_prefix("mcp__") else {
+        return name;
+    };
+    match rest.find("__") {
+        Some(at) if at > 0 && at + 2 < rest.len() => &rest[at + 2..],
+        _ => name,
+    }
+}
+
+/// When a tool ends the turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ends {
+    /// Never.
+    Never,
+    /// Always.
+    Always,
+    /// When its input sets this boolean flag to `true`.
+    WhenFlag(&'static str),
+}
+
+/// One host tool.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// Bare name.
+    pub name: &'static str,
+    /// Shown to the model.
+    pub description: &'static str,
+    /// JSON schema of the input.
+    pub input_schema: Value,
+    /// Whether it ends the turn.
+    pub ends: Ends,
+}
+
+/// The host's tools plus the configured terminator names.
+#[derive(Debug, Clone)]
+pub struct ToolRegistry {
+    /// The tools served to the agent.
+    tools: Vec<ToolSpec>,
+    /// Bare names that end a turn, from `turn.terminator_tools`.
+    terminators: Vec<String>,
+}
+
+impl ToolRegistry {
+    /// The built-in chat tools with the given terminator names.
+    pub fn new(terminators: &[String]) -> Self {
+        let tools = vec![
+            ToolSpec {
+                name: "send",
+                description: "Send a message to the user in this chat. Does not end your turn.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"text": {"type": "string", "description": "The message text (Markdown)."}},
+                    "required": ["text"]
+                }),
+                ends: Ends::Never,
+            },
+            ToolSpec {
+                name: "end_turn",
+                description: "Finish your turn, optionally sending a last message. Call it once you have answered.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"text": {"type": "string", "description": "An optional last message."}}
+                }),
+                ends: Ends::Always,
+            },
+            ToolSpec {
+                name: "react",
+                description: "React to the user's message with an emoji; set end_turn to finish your turn with it.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "emoji": {"type": "string"},
+                        "end_turn": {"type": "boolean"}
+                    },
+                    "required": ["emoji"]
+                }),
+                ends: Ends::WhenFlag("end_turn"),
+            },
+        ];
+        Self {
+            tools,
+            terminators: terminators
+                .iter()
+                .map(|n| bare_tool_name(n).to_string())
+                .collect(),
+        }
+    }
+
+    /// The served tools.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    /// Looks a tool up by any form of its name.
+    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
+        let bare = bare_tool_name(name);
+        self.tools.iter().find(|t| t.name == bare)
+    }
+
+    /// Whether a call of `name` with `input` ends the turn.
+    pub fn ends_turn(&self, name: &str, input: &Value) -> bool {
+        let bare = bare_tool_name(name);
+        if self.terminators.iter().any(|t| t == bare) {
+            return true;
+        }
+        match self.get(bare).map(|t| &t.ends) {
+            Some(Ends::Always) => true,
+            Some(Ends::WhenFlag(flag)) => input.get(flag).and_then(Value::as_bool) == Some(true),
+            Some(Ends::Never) | None => false,
+        }
+    }
+
+    /// The first call of a batch that ends the turn, as its bare name.
+    pub fn terminator_in<'a>(&self, calls: &'a [BatchCall]) -> Option<&'a str> {
+        calls
+            .iter()
+            .find(|c| self.ends_turn(&c.name, &c.input))
+            .map(|c| bare_tool_name(&c.name))
+    }
+
+    /// Bare names of every tool that always ends a turn.
+    pub fn terminator_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.terminators.iter().map(String::as_str).collect();
+        for tool in &self.tools {
+            if tool.ends == Ends::Always && !names.contains(&tool.name) {
+                names.push(tool.name);
+            }
+        }
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> ToolRegistry {
+        ToolRegistry::new(&["end_turn".to_string()])
+    }
+
+    #[test]
+    fn strip_is_noop_on_names_without_a_full_prefix() {
+        for name in [
+            "end_turn",
+            "Read",
+            "mcp__incomplete",
+            "not_mcp__server__tool",
+            "mcp____tool",
+            "mcp__server__",
+        ] {
+            assert_eq!(bare_tool_name(name), name, "{name}");
+        }
+    }
+
+    #[test]
+    fn strip_takes_the_server_up_to_the_first_double_underscore() {
+        assert_eq!(bare_tool_name("mcp__telegram-tools__end_turn"), "end_turn");
+        assert_eq!(bare_tool_name("mcp__a__b__c"), "b__c");
+    }
+
+    #[test]
+    fn terminators_are_found_under_any_server_prefix() {
+        let reg = registry();
+        let names = reg.terminator_names();
+        assert!(!names.is_empty());
+        for bare in names {
+            for name in [
+                format!("mcp__telegram-tools__{bare}"),
+                format!("mcp__teams-tools__{bare}"),
+                format!("mcp__some-server-name__{bare}"),
+                bare.to_string(),
+            ] {
+                assert!(reg.ends_turn(&name, &json!({})), "{name} must end the turn");
+            }
+        }
+    }
+
+    #[test]
+    fn non_terminators_do_not_end_the_turn() {
+        let reg = registry();
+        for name in [
+            "mcp__telegram-tools__send",
+            "mcp__telegram-tools__react",
+            "Read",
+            "mcp__telegram-tools__end_turn_later",
+        ] {
+            assert!(!reg.ends_turn(name, &json!({})), "{name}");
+        }
+    }
+
+    #[test]
+    fn react_ends_the_turn_only_with_its_flag() {
+        let reg = registry();
+        assert!(reg.ends_turn("mcp__telegram-tools__react", &json!({"emoji": "👍", "end_turn": true})));
+        assert!(!reg.ends_turn("mcp__telegram-tools__react", &json!({"emoji": "👍", "end_turn": false})));
+    }
+
+    #[test]
+    fn configured_terminators_are_compared_bare() {
+        let reg = ToolRegistry::new(&["mcp__x__finish".to_string()]);
+        assert!(reg.ends_turn("mcp__telegram-tools__finish", &json!({})));
+        assert!(reg.ends_turn("finish", &json!({})));
+    }
+
+    #[test]
+    fn the_batch_terminator_is_found_beside_other_tools() {
+        let reg = registry();
+        let calls = vec![
+            BatchCall { name: "mcp__telegram-tools__send".into(), input: json!({"text": "a"}) },
+            BatchCall { name: "mcp__telegram-tools__end_turn".into(), input: json!({}) },
+        ];
+        assert_eq!(reg.terminator_in(&calls), Some("end_turn"));
+        assert_eq!(reg.terminator_in(&calls[..1]), None);
+    }
+}

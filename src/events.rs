@@ -1,0 +1,117 @@
+//! What the bot reports about itself as it runs: a broadcast of
+//! [`BotEvent`]s that tests, benchmarks and `/status` can follow without
+//! reaching into actors.
+
+use std::time::Instant;
+
+use teloxide::types::ChatId;
+use tokio::sync::broadcast;
+
+use crate::chat::outcome::TurnOutcome;
+
+/// One thing that happened.
+#[derive(Debug, Clone)]
+pub enum BotEvent {
+    /// A chat's turn started.
+    TurnStarted {
+        /// The chat.
+        chat: ChatId,
+        /// The turn, numbered per process.
+        turn: u64,
+        /// When.
+        at: Instant,
+    },
+    /// A turn ended (sent once per turn, when the turn actor sends TurnEnded).
+    TurnEnded {
+        /// The chat.
+        chat: ChatId,
+        /// The turn.
+        turn: u64,
+        /// How it ended.
+        outcome: TurnOutcome,
+        /// When.
+        at: Instant,
+    },
+    /// The typing actor ended a lease.
+    TypingStopped {
+        /// The chat.
+        chat: ChatId,
+        /// The turn whose lease ended.
+        turn: u64,
+        /// When.
+        at: Instant,
+    },
+    /// The outbox wrote a `sendChatAction` request.
+    ChatActionSent {
+        /// The chat.
+        chat: ChatId,
+        /// When the request left.
+        at: Instant,
+    },
+    /// A message from someone not allowed was refused.
+    AccessDenied {
+        /// The chat.
+        chat: ChatId,
+        /// The sender.
+        user: u64,
+    },
+    /// The agent session of a turn was force-closed.
+    SessionKilled {
+        /// The chat.
+        chat: ChatId,
+        /// The turn.
+        turn: u64,
+    },
+}
+
+/// The broadcast sender everybody publishes on.
+#[derive(Debug, Clone)]
+pub struct EventBus {
+    /// The channel; sends with no subscriber are dropped.
+    tx: broadcast::Sender<BotEvent>,
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EventBus {
+    /// A bus keeping up to 65,536 events for slow subscribers.
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(1 << 16);
+        Self { tx }
+    }
+
+    /// Publishes an event.
+    pub fn publish(&self, event: BotEvent) {
+        if self.tx.receiver_count() > 0 {
+            let _ = self.tx.send(event);
+        }
+    }
+
+    /// Follows the events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<BotEvent> {
+        self.tx.subscribe()
+    }
+}
+
+/// Live actor counts, for tests, benchmarks and `/status`.
+#[derive(Debug, Default)]
+pub struct Gauges {
+    /// Live chat supervisors.
+    pub supervisors: std::sync::atomic::AtomicI64,
+    /// Live turn actors.
+    pub turns: std::sync::atomic::AtomicI64,
+    /// Live typing actors.
+    pub typing: std::sync::atomic::AtomicI64,
+}
+
+impl Gauges {
+    /// Live actors of every kind together.
+    pub fn total(&self) -> i64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.supervisors.load(SeqCst) + self.turns.load(SeqCst) + self.typing.load(SeqCst)
+    }
+}

@@ -1,0 +1,427 @@
+//! The Outbox: the one way out to Telegram.
+//!
+//! Each chat has its own FIFO worker, so a chat's requests leave in order;
+//! all chats share one global rate limit. A 429 waits its `retry_after`;
+//! 5xx answers and connection failures are retried with backoff; a request
+//! that may have reached Telegram is never sent again; text over 4096
+//! characters is split without breaking code blocks; a 400 "can't parse
+//! entities" is retried as plain text; a 403 (bot blocked) is reported and
+//! not retried. Typing requests are sent only while their lease is alive.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Context, Handler, Message, ResponseFuture};
+use teloxide::Bot;
+use teloxide::RequestError;
+use teloxide::payloads::{SendMessageSetters, SetMessageReactionSetters};
+use teloxide::prelude::Requester;
+use teloxide::types::{ChatAction, ChatId, MessageId, ParseMode, ReactionType};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::events::{BotEvent, EventBus};
+use crate::telegram::split::{TELEGRAM_TEXT_LIMIT, split_message};
+
+/// Why a request did not get through.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum OutboxError {
+    /// The user blocked the bot (403); not retried.
+    #[error("the bot was blocked in this chat")]
+    Blocked,
+    /// Telegram refused the request; not retried.
+    #[error("telegram refused the request: {0}")]
+    Refused(String),
+    /// Retries ran out, or the outcome is unknown and a retry could send twice.
+    #[error("telegram could not be reached: {0}")]
+    Unreachable(String),
+    /// The text was empty.
+    #[error("the message text is empty")]
+    EmptyText,
+    /// The outbox has stopped.
+    #[error("the outbox has stopped")]
+    Stopped,
+}
+
+/// Rate limits and retry policy.
+#[derive(Debug, Clone)]
+pub struct RateLimits {
+    /// Messages a chat may burst.
+    pub chat_burst: f64,
+    /// Messages per second a chat refills.
+    pub chat_per_sec: f64,
+    /// Messages all chats may burst.
+    pub global_burst: f64,
+    /// Messages per second all chats refill.
+    pub global_per_sec: f64,
+    /// Retries of a 5xx or connection failure.
+    pub max_retries: u32,
+    /// The first backoff; it doubles per retry.
+    pub backoff: Duration,
+    /// The longest `retry_after` honoured before giving up.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        Self {
+            chat_burst: 5.0,
+            chat_per_sec: 1.0,
+            global_burst: 30.0,
+            global_per_sec: 30.0,
+            max_retries: 4,
+            backoff: Duration::from_millis(500),
+            max_retry_after: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A token bucket that hands out reservations: the wait before the next send.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    burst: f64,
+    per_sec: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(burst: f64, per_sec: f64) -> Self {
+        Self {
+            tokens: burst,
+            burst,
+            per_sec,
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes one token, returning how long to wait before using it.
+    fn reserve(&mut self) -> Duration {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * self.per_sec;
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.at = now;
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 || self.per_sec <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.per_sec)
+        }
+    }
+}
+
+/// Sends text to a chat; answers with the ids of the sent messages.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Vec<MessageId>, OutboxError>")]
+pub struct SendText {
+    /// Where.
+    pub chat: ChatId,
+    /// What; split when longer than Telegram allows.
+    pub text: String,
+}
+
+/// Shows "typing…" in a chat while `lease` is alive.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SendTyping {
+    /// Where.
+    pub chat: ChatId,
+    /// Checked right before the request leaves: a dead lease sends nothing.
+    pub lease: Arc<AtomicBool>,
+}
+
+/// Sets a reaction on a message.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), OutboxError>")]
+pub struct React {
+    /// Where.
+    pub chat: ChatId,
+    /// Which message.
+    pub message_id: MessageId,
+    /// The emoji.
+    pub emoji: String,
+}
+
+/// One queued request of a chat.
+enum Job {
+    Text(String, oneshot::Sender<Result<Vec<MessageId>, OutboxError>>),
+    Typing(Arc<AtomicBool>),
+    React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
+}
+
+/// What every chat worker shares.
+struct Shared {
+    bot: Bot,
+    limits: RateLimits,
+    global: Mutex<Bucket>,
+    events: EventBus,
+}
+
+/// The Outbox actor.
+pub struct Outbox {
+    /// Everything a worker needs.
+    shared: Arc<Shared>,
+    /// Each chat's worker queue.
+    chats: HashMap<ChatId, mpsc::UnboundedSender<Job>>,
+}
+
+/// How long a chat worker waits for work before it ends.
+const WORKER_IDLE: Duration = Duration::from_secs(60);
+
+impl Outbox {
+    /// An outbox sending through `bot`.
+    pub fn new(bot: Bot, limits: RateLimits, events: EventBus) -> Self {
+        let global = Mutex::new(Bucket::new(limits.global_burst, limits.global_per_sec));
+        Self {
+            shared: Arc::new(Shared {
+                bot,
+                limits,
+                global,
+                events,
+            }),
+            chats: HashMap::new(),
+        }
+    }
+
+    /// Queues a job on the chat's worker, starting one when needed.
+    fn enqueue(&mut self, chat: ChatId, job: Job) {
+        let job = match self.chats.get(&chat) {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(job)) => job,
+            },
+            None => job,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(job);
+        self.chats.insert(chat, tx);
+        actix::spawn(chat_worker(Arc::clone(&self.shared), chat, rx));
+    }
+}
+
+impl Actor for Outbox {
+    type Context = Context<Self>;
+}
+
+impl Handler<SendText> for Outbox {
+    type Result = ResponseFuture<Result<Vec<MessageId>, OutboxError>>;
+
+    fn handle(&mut self, msg: SendText, _ctx: &mut Self::Context) -> Self::Result {
+        if msg.text.trim().is_empty() {
+            return Box::pin(async { Err(OutboxError::EmptyText) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(msg.chat, Job::Text(msg.text, tx));
+        Box::pin(async move { rx.await.unwrap_or(Err(OutboxError::Stopped)) })
+    }
+}
+
+impl Handler<SendTyping> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: SendTyping, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::Typing(msg.lease));
+    }
+}
+
+impl Handler<React> for Outbox {
+    type Result = ResponseFuture<Result<(), OutboxError>>;
+
+    fn handle(&mut self, msg: React, _ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, tx));
+        Box::pin(async move { rx.await.unwrap_or(Err(OutboxError::Stopped)) })
+    }
+}
+
+/// Runs a chat's jobs one after another; ends when idle.
+async fn chat_worker(shared: Arc<Shared>, chat: ChatId, mut rx: mpsc::UnboundedReceiver<Job>) {
+    let mut bucket = Bucket::new(shared.limits.chat_burst, shared.limits.chat_per_sec);
+    loop {
+        let job = match tokio::time::timeout(WORKER_IDLE, rx.recv()).await {
+            Ok(Some(job)) => job,
+            Ok(None) => return,
+            Err(_) => {
+                // Refuse new work, then finish what already arrived.
+                rx.close();
+                while let Ok(job) = rx.try_recv() {
+                    run_job(&shared, chat, &mut bucket, job).await;
+                }
+                return;
+            }
+        };
+        run_job(&shared, chat, &mut bucket, job).await;
+    }
+}
+
+async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
+    match job {
+        Job::Typing(lease) => {
+            if !lease.load(Ordering::SeqCst) {
+                return;
+            }
+            shared.events.publish(BotEvent::ChatActionSent {
+                chat,
+                at: Instant::now(),
+            });
+            if let Err(err) = shared.bot.send_chat_action(chat, ChatAction::Typing).await {
+                // Never retried: a failing typing request must not outlive its lease.
+                tracing::debug!(chat_id = chat.0, cause = %err, "sendChatAction failed");
+            }
+        }
+        Job::Text(text, reply) => {
+            let mut ids = Vec::new();
+            let mut outcome = Ok(());
+            for piece in split_message(&text, TELEGRAM_TEXT_LIMIT) {
+                match send_piece(shared, chat, bucket, &piece).await {
+                    Ok(id) => ids.push(id),
+                    Err(err) => {
+                        outcome = Err(err);
+                        break;
+                    }
+                }
+            }
+            let _ = reply.send(outcome.map(|()| ids));
+        }
+        Job::React(message_id, emoji, reply) => {
+            let mut attempt = 0;
+            let result = loop {
+                let request = shared
+                    .bot
+                    .set_message_reaction(chat, message_id)
+                    .reaction(vec![ReactionType::Emoji {
+                        emoji: emoji.clone(),
+                    }]);
+                match classify(request.await.map(|_| ())) {
+                    Sent::Ok(()) => break Ok(()),
+                    // Reactions are idempotent: any retryable failure may retry.
+                    Sent::Retry(wait, why) | Sent::RetryIfUnsent(wait, why) => {
+                        if !retry_allowed(shared, &mut attempt, wait, chat, &why).await {
+                            break Err(OutboxError::Unreachable(why));
+                        }
+                    }
+                    Sent::Plain(why) | Sent::Fail(OutboxError::Refused(why)) => {
+                        break Err(OutboxError::Refused(why));
+                    }
+                    Sent::Fail(err) => break Err(err),
+                }
+            };
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// What a request's answer means for the next step.
+enum Sent<T> {
+    Ok(T),
+    /// Not delivered; safe to send again after the wait.
+    Retry(Duration, String),
+    /// Unknown whether it was delivered; only idempotent requests retry.
+    RetryIfUnsent(Duration, String),
+    /// The formatting was refused; send as plain text.
+    Plain(String),
+    /// Final.
+    Fail(OutboxError),
+}
+
+fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
+    use teloxide::ApiError;
+    match result {
+        Ok(v) => Sent::Ok(v),
+        Err(RequestError::RetryAfter(secs)) => {
+            Sent::Retry(secs.duration(), format!("rate limited for {}s", secs.seconds()))
+        }
+        Err(RequestError::Api(ApiError::CantParseEntities(why))) => Sent::Plain(why),
+        Err(RequestError::Api(
+            ApiError::BotBlocked | ApiError::UserDeactivated | ApiError::BotKicked | ApiError::BotKickedFromSupergroup,
+        )) => Sent::Fail(OutboxError::Blocked),
+        Err(RequestError::Api(ApiError::Unknown(why))) if is_server_error(&why) => Sent::Retry(Duration::ZERO, why),
+        Err(RequestError::Api(api)) => Sent::Fail(OutboxError::Refused(api.to_string())),
+        Err(RequestError::InvalidJson { .. }) => {
+            Sent::RetryIfUnsent(Duration::ZERO, "telegram answered something that is not JSON".into())
+        }
+        Err(RequestError::Network(err)) if err.is_connect() => Sent::Retry(Duration::ZERO, err.to_string()),
+        Err(RequestError::Network(err)) => Sent::RetryIfUnsent(Duration::ZERO, err.to_string()),
+        Err(other) => Sent::Fail(OutboxError::Unreachable(other.to_string())),
+    }
+}
+
+/// Telegram's 5xx descriptions (teloxide keeps only the description).
+fn is_server_error(description: &str) -> bool {
+    [
+        "Internal Server Error",
+        "Bad Gateway",
+        "Service Unavailable",
+        "Gateway Timeout",
+    ]
+    .iter()
+    .any(|s| description.contains(s))
+}
+
+/// Sleeps before a retry when one is allowed; `false` when retries ran out.
+async fn retry_allowed(shared: &Shared, attempt: &mut u32, wait: Duration, chat: ChatId, why: &str) -> bool {
+    *attempt += 1;
+    let limits = &shared.limits;
+    if *attempt > limits.max_retries || wait > limits.max_retry_after {
+        tracing::warn!(chat_id = chat.0, attempts = *attempt, cause = why, "giving up on a telegram request");
+        return false;
+    }
+    let wait = if wait.is_zero() {
+        limits.backoff * 2u32.saturating_pow(*attempt - 1)
+    } else {
+        wait
+    };
+    tracing::info!(chat_id = chat.0, attempt = *attempt, wait_ms = wait.as_millis() as u64, cause = why, "retrying a telegram request");
+    tokio::time::sleep(wait).await;
+    true
+}
+
+async fn send_piece(shared: &Shared, chat: ChatId, bucket: &mut Bucket, piece: &str) -> Result<MessageId, OutboxError> {
+    let mut formatted = true;
+    let mut attempt = 0;
+    loop {
+        let wait = bucket.reserve().max(reserve_global(shared));
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let mut request = shared.bot.send_message(chat, piece);
+        if formatted {
+            // Agents write loose Markdown; the legacy mode accepts most of it
+            // and a refusal falls back to plain text below.
+            #[allow(deprecated)]
+            let mode = ParseMode::Markdown;
+            request = request.parse_mode(mode);
+        }
+        match classify(request.await) {
+            Sent::Ok(message) => return Ok(message.id),
+            Sent::Plain(why) if formatted => {
+                tracing::info!(chat_id = chat.0, cause = %why, "formatting refused; sending as plain text");
+                formatted = false;
+            }
+            Sent::Plain(why) => return Err(OutboxError::Refused(why)),
+            Sent::Retry(wait, why) => {
+                if !retry_allowed(shared, &mut attempt, wait, chat, &why).await {
+                    return Err(OutboxError::Unreachable(why));
+                }
+            }
+            Sent::RetryIfUnsent(_, why) => {
+                // The message may have been delivered: sending it again could duplicate it.
+                tracing::warn!(chat_id = chat.0, cause = %why, "sendMessage outcome unknown; not retried");
+                return Err(OutboxError::Unreachable(why));
+            }
+            Sent::Fail(OutboxError::Blocked) => {
+                tracing::warn!(chat_id = chat.0, "the bot is blocked in this chat; message dropped");
+                return Err(OutboxError::Blocked);
+            }
+            Sent::Fail(err) => return Err(err),
+        }
+    }
+}
+
+fn reserve_global(shared: &Shared) -> Duration {
+    match shared.global.lock() {
+        Ok(mut bucket) => bucket.reserve(),
+        Err(poisoned) => poisoned.into_inner().reserve(),
+    }
+}
