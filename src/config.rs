@@ -42,7 +42,7 @@ const REDACTED: &str = "<redacted>";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The config file could not be read.
-    #[error("cannot read config file `{}`", .path.display())]
+    #[error("cannot read config file `{}`: {source}", .path.display())]
     Read {
         /// The file that was asked for.
         path: PathBuf,
@@ -108,11 +108,11 @@ impl ConfigError {
         }
         let scrub = |text: String| text.replace(token, REDACTED);
         match self {
-            // A path and an I/O error hold nothing read from the file or the
-            // environment's values.
+            // A path and an I/O error hold nothing read from the file or from
+            // the environment's values.
             Self::Read { .. } | Self::MissingToken => self,
             Self::Parse { path, message } => Self::Parse {
-                path: PathBuf::from(scrub(path.to_string_lossy().into_owned())),
+                path,
                 message: scrub(message),
             },
             Self::UnknownKey { key } => Self::UnknownKey { key: scrub(key) },
@@ -1232,7 +1232,9 @@ mod tests {
         let path = dir.path().join("absent.toml");
         let err = Config::load(Some(&path), &env(&[])).expect_err("no file");
         assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
-        assert!(err.to_string().contains("absent.toml"), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("absent.toml"), "{message}");
+        assert!(message.contains("No such file"), "{message}");
     }
 
     #[test]

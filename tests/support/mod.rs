@@ -1,0 +1,188 @@
+//! Shared fakes and a harness that starts the real bot against the fake
+//! Bot API on 127.0.0.1:0 with the scripted backend.
+#![allow(dead_code)]
+
+pub mod bot_api;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use teloxide::types::ChatId;
+use tokio::sync::broadcast;
+use turnstile::agent::{ScriptTool, ScriptTurn, Scenario, ScriptedBackend, Step};
+use turnstile::chat::TurnOutcome;
+use turnstile::events::BotEvent;
+use turnstile::telegram::RateLimits;
+use turnstile::{Config, Turnstile};
+
+#[allow(unused_imports)]
+pub use bot_api::{Call, Fault, FakeBotApi};
+
+/// An allowed user.
+pub const USER: i64 = 1001;
+/// An admin.
+pub const ADMIN: i64 = 9;
+/// Someone not on the allowlist.
+pub const STRANGER: i64 = 666;
+/// A generous upper bound for events that should come quickly.
+pub const SOON: Duration = Duration::from_secs(10);
+
+/// The bot running against the fake Bot API.
+pub struct Harness {
+    /// The fake Telegram.
+    pub api: FakeBotApi,
+    /// The bot.
+    pub bot: Turnstile,
+    /// The agent.
+    pub backend: Arc<ScriptedBackend>,
+    /// The effective configuration.
+    pub config: Config,
+    /// Every event seen so far, in order.
+    pub seen: Vec<BotEvent>,
+    events: broadcast::Receiver<BotEvent>,
+}
+
+impl Harness {
+    /// Starts with test defaults plus `env` overrides (`TURNSTILE_*` names).
+    pub async fn start(scenario: Scenario, env: &[(&str, &str)]) -> Self {
+        let limits = RateLimits {
+            chat_burst: 1000.0,
+            chat_per_sec: 1000.0,
+            global_burst: 1000.0,
+            global_per_sec: 1000.0,
+            backoff: Duration::from_millis(20),
+            ..RateLimits::default()
+        };
+        Self::start_with_limits(scenario, env, limits).await
+    }
+
+    /// Starts with explicit outbox limits.
+    pub async fn start_with_limits(scenario: Scenario, env: &[(&str, &str)], limits: RateLimits) -> Self {
+        let api = FakeBotApi::start().await;
+        let mut vars: BTreeMap<String, String> = [
+            ("TELEGRAM_BOT_TOKEN", bot_api::TOKEN),
+            ("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s"),
+            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001,1002,1003"),
+            ("TURNSTILE_ACCESS_ADMINS", "9"),
+            ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s"),
+            ("TURNSTILE_TURN_TYPING_INTERVAL", "40ms"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        vars.insert("TURNSTILE_TELEGRAM_API_URL".into(), api.url());
+        for (k, v) in env {
+            vars.insert(k.to_string(), v.to_string());
+        }
+        let config = Config::load(None, &vars).expect("test config loads");
+        let backend = Arc::new(ScriptedBackend::new(scenario));
+        let bot = Turnstile::start_with_limits(&config, backend.clone(), limits).expect("bot starts");
+        let events = bot.events.subscribe();
+        Self {
+            api,
+            bot,
+            backend,
+            config,
+            seen: Vec::new(),
+            events,
+        }
+    }
+
+    /// Pushes a text message from `user` in the private chat `chat`.
+    pub fn say(&self, chat: i64, user: i64, text: &str) -> i64 {
+        self.api.push_text(chat, user, text)
+    }
+
+    /// Waits for the next event matching `pred` (keeping every event seen).
+    pub async fn event(&mut self, what: &str, mut pred: impl FnMut(&BotEvent) -> bool) -> BotEvent {
+        if let Some(found) = self.seen.iter().find(|e| pred(e)) {
+            return found.clone();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Ok(event)) => {
+                    self.seen.push(event.clone());
+                    if pred(&event) {
+                        return event;
+                    }
+                }
+                Ok(Err(broadcast::error::RecvError::Lagged(n))) => panic!("event bus lagged by {n}"),
+                Ok(Err(broadcast::error::RecvError::Closed)) => panic!("event bus closed while waiting for {what}"),
+                Err(_) => panic!("timed out waiting for {what}; seen: {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Waits for the `n`-th (1-based) TurnEnded of `chat`; returns (turn, outcome, at).
+    pub async fn turn_ended(&mut self, chat: i64, n: usize) -> (u64, TurnOutcome, Instant) {
+        let mut count = 0;
+        let found = self
+            .event(&format!("TurnEnded #{n} in chat {chat}"), |e| {
+                if matches!(e, BotEvent::TurnEnded { chat: c, .. } if *c == ChatId(chat)) {
+                    count += 1;
+                }
+                count == n
+            })
+            .await;
+        match found {
+            BotEvent::TurnEnded { turn, outcome, at, .. } => (turn, outcome, at),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Events seen so far for `chat` of one kind.
+    pub fn chat_actions_sent(&self, chat: i64) -> Vec<Instant> {
+        self.seen
+            .iter()
+            .filter_map(|e| match e {
+                BotEvent::ChatActionSent { chat: c, at } if *c == ChatId(chat) => Some(*at),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Texts the fake Bot API accepted for `chat`.
+    pub fn texts(&self, chat: i64) -> Vec<String> {
+        self.api.texts_to(chat)
+    }
+
+    /// Chat actions the fake Bot API received for `chat`.
+    pub fn chat_actions_received(&self, chat: i64) -> Vec<Call> {
+        self.api
+            .calls_of("sendChatAction")
+            .into_iter()
+            .filter(|c| c.params["chat_id"] == json!(chat))
+            .collect()
+    }
+}
+
+/// A tool call with no delay.
+pub fn tool(name: &str, input: serde_json::Value) -> ScriptTool {
+    ScriptTool::new(name, input)
+}
+
+/// A tool call the agent takes `ms` to make.
+pub fn slow_tool(name: &str, input: serde_json::Value, ms: u64) -> ScriptTool {
+    ScriptTool { ms, ..ScriptTool::new(name, input) }
+}
+
+/// `send {text}` then `end_turn` in one batch.
+pub fn reply(text: &str) -> ScriptTurn {
+    turn(vec![Step::Tools {
+        calls: vec![
+            tool("mcp__telegram-tools__send", json!({ "text": text })),
+            tool("mcp__telegram-tools__end_turn", json!({})),
+        ],
+    }])
+}
+
+/// A turn of these steps that goes idle after its result.
+pub fn turn(steps: Vec<Step>) -> ScriptTurn {
+    ScriptTurn {
+        steps,
+        after_result: Default::default(),
+    }
+}
