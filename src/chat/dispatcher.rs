@@ -92,10 +92,7 @@ impl Dispatcher {
     }
 
     fn say(&self, chat: ChatId, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText {
-            chat,
-            text: text.into(),
-        });
+        self.deps.outbox.do_send(SendText::new(chat, text));
     }
 
     fn is_admin(&self, user: u64) -> bool {
@@ -189,7 +186,7 @@ impl Dispatcher {
                     text.push('\n');
                     text.push_str(&line);
                 }
-                outbox.do_send(SendText { chat, text });
+                outbox.do_send(SendText::new(chat, text));
             }
             .into_actor(self),
         );

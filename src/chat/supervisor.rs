@@ -194,10 +194,7 @@ impl ChatSupervisor {
     }
 
     fn say(&self, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText {
-            chat: self.chat,
-            text: text.into(),
-        });
+        self.deps.outbox.do_send(SendText::new(self.chat, text));
     }
 
     fn is_idle(&self) -> bool {

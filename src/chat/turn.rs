@@ -344,7 +344,7 @@ impl TurnActor {
                     return;
                 }
                 if !text.trim().is_empty() {
-                    self.deliver(text, ctx);
+                    self.deliver(text);
                     self.arm_grace(ctx);
                 } else if !self.reprompted && num_turns > 0 {
                     tracing::info!(chat_id = self.chat_id(), "the agent ended with nothing delivered; re-prompting once");
@@ -411,17 +411,10 @@ impl TurnActor {
         }
     }
 
-    fn deliver(&mut self, text: String, ctx: &mut Context<Self>) {
+    /// Queues text for the chat; the outbox sends it even if this actor stops.
+    fn deliver(&mut self, text: String) {
         self.delivered = true;
-        let chat = self.spec.chat;
-        let send = self.deps.outbox.send(SendText { chat, text });
-        ctx.spawn(async move { send.await }.into_actor(self).map(move |result, _act, _ctx| {
-            match result {
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => tracing::warn!(chat_id = chat.0, cause = %err, "result text not delivered"),
-                Err(err) => tracing::warn!(chat_id = chat.0, cause = %err, "outbox unavailable"),
-            }
-        }));
+        self.deps.outbox.do_send(SendText::new(self.spec.chat, text));
     }
 
     fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
@@ -447,16 +440,18 @@ impl TurnActor {
                     reply.answer(ToolReply::Error("there is no user message to react to".into()));
                     return;
                 };
-                let react = self.deps.outbox.send(React {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.deps.outbox.do_send(React {
                     chat,
                     message_id,
                     emoji: emoji.to_string(),
+                    reply: tx,
                 });
-                ctx.spawn(async move { react.await }.into_actor(self).map(move |result, _act, _ctx| {
+                ctx.spawn(rx.into_actor(self).map(move |result, _act, _ctx| {
                     reply.answer(match result {
                         Ok(Ok(())) => ToolReply::Ok("reacted".into()),
                         Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(err) => ToolReply::Error(err.to_string()),
+                        Err(_) => ToolReply::Error("the outbox has stopped".into()),
                     });
                 }));
             }
@@ -467,15 +462,16 @@ impl TurnActor {
                 reply.answer(ToolReply::Error("`text` is empty".into()));
             }
             _ => {
-                let send = self.deps.outbox.send(SendText { chat, text });
-                ctx.spawn(async move { send.await }.into_actor(self).map(move |result, act, _ctx| {
+                let (send, rx) = SendText::tracked(chat, text);
+                self.deps.outbox.do_send(send);
+                ctx.spawn(rx.into_actor(self).map(move |result, act, _ctx| {
                     reply.answer(match result {
                         Ok(Ok(ids)) => {
                             act.delivered = true;
                             ToolReply::Ok(format!("delivered as {} message(s)", ids.len()))
                         }
                         Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(err) => ToolReply::Error(err.to_string()),
+                        Err(_) => ToolReply::Error("the outbox has stopped".into()),
                     });
                 }));
             }
@@ -516,7 +512,7 @@ impl TurnActor {
             "turn ended"
         );
         if let Some(notice) = notice_for(&outcome, self.delivered) {
-            self.deliver(notice, ctx);
+            self.deliver(notice);
         }
         match (&outcome, self.settled) {
             (_, Some(_)) => self.release(ctx),

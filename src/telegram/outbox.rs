@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Context, Handler, Message, ResponseFuture};
+use actix::{Actor, Context, Handler, Message};
 use teloxide::Bot;
 use teloxide::RequestError;
 use teloxide::payloads::{SendMessageSetters, SetMessageReactionSetters};
@@ -111,14 +111,41 @@ impl Bucket {
     }
 }
 
-/// Sends text to a chat; answers with the ids of the sent messages.
+/// Sends text to a chat. Always queued, even when the sender goes away;
+/// `reply` (when given) gets the ids of the sent messages.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<Vec<MessageId>, OutboxError>")]
+#[rtype(result = "()")]
 pub struct SendText {
     /// Where.
     pub chat: ChatId,
     /// What; split when longer than Telegram allows.
     pub text: String,
+    /// Who wants to know how it went.
+    pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+}
+
+impl SendText {
+    /// A message nobody waits on.
+    pub fn new(chat: ChatId, text: impl Into<String>) -> Self {
+        Self {
+            chat,
+            text: text.into(),
+            reply: None,
+        }
+    }
+
+    /// A message and the receiver of its outcome.
+    pub fn tracked(chat: ChatId, text: impl Into<String>) -> (Self, oneshot::Receiver<Result<Vec<MessageId>, OutboxError>>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Self {
+                chat,
+                text: text.into(),
+                reply: Some(tx),
+            },
+            rx,
+        )
+    }
 }
 
 /// Shows "typing…" in a chat while `lease` is alive.
@@ -131,9 +158,9 @@ pub struct SendTyping {
     pub lease: Arc<AtomicBool>,
 }
 
-/// Sets a reaction on a message.
+/// Sets a reaction on a message; `reply` gets the outcome.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<(), OutboxError>")]
+#[rtype(result = "()")]
 pub struct React {
     /// Where.
     pub chat: ChatId,
@@ -141,11 +168,13 @@ pub struct React {
     pub message_id: MessageId,
     /// The emoji.
     pub emoji: String,
+    /// Who wants to know how it went.
+    pub reply: oneshot::Sender<Result<(), OutboxError>>,
 }
 
 /// One queued request of a chat.
 enum Job {
-    Text(String, oneshot::Sender<Result<Vec<MessageId>, OutboxError>>),
+    Text(String, Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>),
     Typing(Arc<AtomicBool>),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
 }
@@ -205,15 +234,16 @@ impl Actor for Outbox {
 }
 
 impl Handler<SendText> for Outbox {
-    type Result = ResponseFuture<Result<Vec<MessageId>, OutboxError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: SendText, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: SendText, _ctx: &mut Self::Context) {
         if msg.text.trim().is_empty() {
-            return Box::pin(async { Err(OutboxError::EmptyText) });
+            if let Some(reply) = msg.reply {
+                let _ = reply.send(Err(OutboxError::EmptyText));
+            }
+            return;
         }
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(msg.chat, Job::Text(msg.text, tx));
-        Box::pin(async move { rx.await.unwrap_or(Err(OutboxError::Stopped)) })
+        self.enqueue(msg.chat, Job::Text(msg.text, msg.reply));
     }
 }
 
@@ -226,12 +256,10 @@ impl Handler<SendTyping> for Outbox {
 }
 
 impl Handler<React> for Outbox {
-    type Result = ResponseFuture<Result<(), OutboxError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: React, _ctx: &mut Self::Context) -> Self::Result {
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, tx));
-        Box::pin(async move { rx.await.unwrap_or(Err(OutboxError::Stopped)) })
+    fn handle(&mut self, msg: React, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, msg.reply));
     }
 }
 
@@ -282,7 +310,12 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
                     }
                 }
             }
-            let _ = reply.send(outcome.map(|()| ids));
+            if let Err(err) = &outcome {
+                tracing::warn!(chat_id = chat.0, cause = %err, delivered_pieces = ids.len(), "message not delivered");
+            }
+            if let Some(reply) = reply {
+                let _ = reply.send(outcome.map(|()| ids));
+            }
         }
         Job::React(message_id, emoji, reply) => {
             let mut attempt = 0;

@@ -111,7 +111,9 @@ impl FakeBotApi {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .expect("bind the fake Bot API to 127.0.0.1:0");
-        let addr = listener.local_addr().expect("local address of the fake Bot API");
+        let addr = listener
+            .local_addr()
+            .expect("local address of the fake Bot API");
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             calls_changed: Notify::new(),
@@ -206,7 +208,12 @@ impl FakeBotApi {
     pub fn calls_of(&self, method: &str) -> Vec<Call> {
         let method = method.to_ascii_lowercase();
         let state = self.shared.lock();
-        state.calls.iter().filter(|c| c.method == method).cloned().collect()
+        state
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .cloned()
+            .collect()
     }
 
     /// Texts of successful `sendMessage` calls to `chat_id`, in order.
@@ -264,8 +271,10 @@ impl FakeBotApi {
     pub async fn wait_for_call(&self, method: &str, timeout: Duration) -> Call {
         let method = method.to_ascii_lowercase();
         let what = format!("a {method} call");
-        self.wait_for(timeout, &what, |calls| calls.iter().find(|c| c.method == method).cloned())
-            .await
+        self.wait_for(timeout, &what, |calls| {
+            calls.iter().find(|c| c.method == method).cloned()
+        })
+        .await
     }
 }
 
@@ -279,7 +288,9 @@ impl Drop for FakeBotApi {
 
 /// Locks, ignoring poisoning (a failed assertion must not break later calls).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {
@@ -336,13 +347,24 @@ impl State {
 
     fn answer(&mut self, method: &str, params: &Value) -> Answer {
         match method {
-            "getme" => ok(bot_user()),
+            "getme" => {
+                // teloxide's `Me` requires the bot-only flags real Telegram sends.
+                let mut me = bot_user();
+                me["can_join_groups"] = json!(true);
+                me["can_read_all_group_messages"] = json!(false);
+                me["supports_inline_queries"] = json!(false);
+                me["has_main_web_app"] = json!(false);
+                ok(me)
+            }
             "deletewebhook" | "sendchataction" | "setmessagereaction" | "setmycommands" => {
                 ok(Value::Bool(true))
             }
             "sendmessage" => {
                 let chat_id = params.get("chat_id").and_then(as_i64);
-                let text = params.get("text").and_then(Value::as_str).unwrap_or_default();
+                let text = params
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 match chat_id {
                     None => error(400, "Bad Request: chat not found", None),
                     Some(_) if text.trim().is_empty() => {
@@ -359,8 +381,14 @@ impl State {
             }
             "getupdates" => Answer::Poll {
                 offset: params.get("offset").and_then(as_i64),
-                limit: params.get("limit").and_then(as_i64).unwrap_or(100).clamp(1, 100) as usize,
-                timeout: Duration::from_secs(params.get("timeout").and_then(as_i64).unwrap_or(0).max(0) as u64),
+                limit: params
+                    .get("limit")
+                    .and_then(as_i64)
+                    .unwrap_or(100)
+                    .clamp(1, 100) as usize,
+                timeout: Duration::from_secs(
+                    params.get("timeout").and_then(as_i64).unwrap_or(0).max(0) as u64,
+                ),
             },
             _ => error(404, "Not Found: method not found", None),
         }
@@ -370,16 +398,22 @@ impl State {
     /// `limit` of the rest; a negative offset `-n` returns the last `n`.
     fn take_updates(&mut self, offset: Option<i64>, limit: usize) -> Vec<Value> {
         let skip = match offset {
-            Some(offset) if offset < 0 => {
-                self.updates.len().saturating_sub(offset.unsigned_abs() as usize)
-            }
+            Some(offset) if offset < 0 => self
+                .updates
+                .len()
+                .saturating_sub(offset.unsigned_abs() as usize),
             Some(offset) => {
                 self.updates.retain(|u| update_id(u) >= offset);
                 0
             }
             None => 0,
         };
-        self.updates.iter().skip(skip).take(limit).cloned().collect()
+        self.updates
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .cloned()
+            .collect()
     }
 }
 
@@ -415,7 +449,10 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/x-www-form-urlencoded"));
+        .is_some_and(|v| {
+            v.to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
     let params = match request.into_body().collect().await {
         Ok(body) => parse_params(&body.to_bytes(), form),
         Err(_) => Value::Null,
@@ -434,7 +471,10 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
             offset,
             limit,
             timeout,
-        } => respond(200, &json!({"ok": true, "result": shared.poll(offset, limit, timeout).await})),
+        } => respond(
+            200,
+            &json!({"ok": true, "result": shared.poll(offset, limit, timeout).await}),
+        ),
     }
 }
 
@@ -451,11 +491,17 @@ fn parse_params(body: &[u8], form: bool) -> Value {
     if body.trim_ascii().is_empty() {
         Value::Object(Map::new())
     } else if form {
-        let fields = body.split(|&b| b == b'&').filter(|pair| !pair.is_empty()).map(|pair| {
-            let mut parts = pair.splitn(2, |&b| b == b'=');
-            let key = url_decode(parts.next().unwrap_or_default());
-            (key, Value::String(url_decode(parts.next().unwrap_or_default())))
-        });
+        let fields = body
+            .split(|&b| b == b'&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let mut parts = pair.splitn(2, |&b| b == b'=');
+                let key = url_decode(parts.next().unwrap_or_default());
+                (
+                    key,
+                    Value::String(url_decode(parts.next().unwrap_or_default())),
+                )
+            });
         Value::Object(fields.collect())
     } else {
         serde_json::from_slice(body).unwrap_or(Value::Null)
@@ -467,7 +513,9 @@ fn url_decode(raw: &[u8]) -> String {
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
     while i < raw.len() {
-        let hex = raw.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let hex = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
         match (raw[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
             (b'%', Some(byte)) => {
                 out.push(byte);
@@ -495,7 +543,11 @@ fn fault_answer(fault: Fault) -> Answer {
         ),
         Fault::ServerError(code) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            error(status.as_u16(), status.canonical_reason().unwrap_or("Server Error"), None)
+            error(
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("Server Error"),
+                None,
+            )
         }
         Fault::BadRequest(description) => error(400, &description, None),
         Fault::Forbidden(description) => error(403, &description, None),
@@ -517,8 +569,11 @@ fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
 
 fn respond(status: u16, body: &Value) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -531,7 +586,12 @@ fn texts_in(calls: &[Call], chat_id: i64) -> Vec<String> {
         .iter()
         .filter(|c| c.method == "sendmessage" && c.status == 200)
         .filter(|c| c.params.get("chat_id").and_then(as_i64) == Some(chat_id))
-        .filter_map(|c| c.params.get("text").and_then(Value::as_str).map(str::to_owned))
+        .filter_map(|c| {
+            c.params
+                .get("text")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
         .collect()
 }
 
@@ -545,7 +605,9 @@ fn describe(calls: &[Call]) -> String {
 
 /// An integer from a JSON number or a numeric string (form fields).
 fn as_i64(value: &Value) -> Option<i64> {
-    value.as_i64().or_else(|| value.as_str()?.trim().parse().ok())
+    value
+        .as_i64()
+        .or_else(|| value.as_str()?.trim().parse().ok())
 }
 
 fn update_id(update: &Value) -> i64 {
@@ -553,5 +615,7 @@ fn update_id(update: &Value) -> i64 {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
