@@ -106,9 +106,28 @@ pub struct Gauges {
     pub turns: std::sync::atomic::AtomicI64,
     /// Live typing actors.
     pub typing: std::sync::atomic::AtomicI64,
+    /// Woken whenever an actor stops.
+    changed: tokio::sync::Notify,
 }
 
 impl Gauges {
+    /// Counts an actor of one kind out and wakes waiters.
+    pub fn leave(&self, kind: &std::sync::atomic::AtomicI64) {
+        kind.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves once no actor of any kind is alive.
+    pub async fn all_stopped(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.total() == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Live actors of every kind together.
     pub fn total(&self) -> i64 {
         use std::sync::atomic::Ordering::SeqCst;

@@ -318,7 +318,7 @@ impl Actor for ChatSupervisor {
 
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
-        self.deps.gauges.supervisors.fetch_sub(1, Ordering::SeqCst);
+        self.deps.gauges.leave(&self.deps.gauges.supervisors);
     }
 }
 

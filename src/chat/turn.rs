@@ -634,7 +634,7 @@ impl Actor for TurnActor {
 
 impl Drop for TurnActor {
     fn drop(&mut self) {
-        self.deps.gauges.turns.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.deps.gauges.leave(&self.deps.gauges.turns);
     }
 }
 

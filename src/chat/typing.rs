@@ -106,7 +106,7 @@ impl Actor for TypingActor {
 
 impl Drop for TypingActor {
     fn drop(&mut self) {
-        self.gauges.typing.fetch_sub(1, Ordering::SeqCst);
+        self.gauges.leave(&self.gauges.typing);
     }
 }
 

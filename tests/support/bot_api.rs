@@ -2,12 +2,12 @@
 //!
 //! [`FakeBotApi::start`] serves HTTP/1.1 on an ephemeral port of `127.0.0.1`
 //! from a task on the current tokio runtime. Point teloxide at it with
-//! [`FakeBotApi::bot`] (or `Bot::new(token).set_api_url(fake.url().parse()?)`),
+//! [`FakeBotApi::bot`] or `Bot::new(token).set_api_url(fake.url().parse()?)`,
 //! feed it updates with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`],
 //! make calls fail with [`FakeBotApi::inject`], and check what the bot did
 //! with [`FakeBotApi::calls`] and the sleep-free [`FakeBotApi::wait_for`].
 //!
-//! Answered methods: `getMe`, `getUpdates` (long polling, `offset`
+//! Answered methods: `getMe`, `getUpdates` (long polling; `offset`
 //! acknowledges), `sendMessage`, and `true` for `deleteWebhook`,
 //! `sendChatAction`, `setMessageReaction` and `setMyCommands`; anything else
 //! gets a 404 Bot API error. Method names are matched case-insensitively and
@@ -22,16 +22,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode, body::Incoming, server::conn::http1};
 use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio::{net::TcpListener, sync::Notify, time::timeout_at};
 
 /// Token used by [`FakeBotApi::bot`]; any token works against the fake.
 pub const TOKEN: &str = "123456:fake-token";
@@ -39,32 +35,32 @@ pub const TOKEN: &str = "123456:fake-token";
 /// One request the fake received.
 #[derive(Clone, Debug)]
 pub struct Call {
-    /// Arrival number, from 1, never reset (not even by `clear_calls`).
+    /// Arrival number, from 1; `clear_calls` does not reset it.
     pub seq: u64,
     /// Bot API method, lowercased (`sendmessage`).
     pub method: String,
-    /// JSON body, form fields as an object of strings, `{}` for an empty
-    /// body, `Null` for a body that could not be parsed.
+    /// The JSON body; form fields as an object of strings; `{}` for an empty
+    /// body; `Null` for a body that could not be parsed.
     pub params: Value,
-    /// When the request arrived.
+    /// When the request arrived (calls are recorded on arrival).
     pub at: Instant,
-    /// HTTP status the fake answered with.
+    /// HTTP status of the answer.
     pub status: u16,
 }
 
-/// A one-shot failure for the next call of a method, see [`FakeBotApi::inject`].
+/// A one-shot failure of the next call of a method, see [`FakeBotApi::inject`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
-    /// 429 with `parameters.retry_after` = N seconds.
+    /// 429 `Too Many Requests: retry after N` with `parameters.retry_after`.
     RetryAfter(u32),
-    /// That 5xx status (500 if invalid) with its reason as description.
-    /// teloxide sleeps 10 s after any 5xx before returning the error.
+    /// This 5xx status (500 if invalid), its reason as description.
+    /// Note that teloxide sleeps 10 s after any 5xx before returning.
     ServerError(u16),
     /// 400 with this description, e.g. `"Bad Request: can't parse entities: …"`.
     BadRequest(String),
     /// 403 with this description, e.g. `"Forbidden: bot was blocked by the user"`.
     Forbidden(String),
-    /// Answer normally, but only after this delay.
+    /// Answer normally after this delay (the call is recorded before it).
     Delay(Duration),
 }
 
@@ -75,12 +71,11 @@ pub struct FakeBotApi {
     server: Mutex<Option<JoinHandle<()>>>,
 }
 
+#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
-    /// Woken whenever a call is recorded.
-    calls_changed: Notify,
-    /// Woken whenever an update is pushed.
-    updates_changed: Notify,
+    /// Woken whenever a call is recorded or an update pushed.
+    changed: Notify,
 }
 
 #[derive(Default)]
@@ -95,35 +90,26 @@ struct State {
     faults: HashMap<String, VecDeque<Fault>>,
 }
 
-/// What to answer once the call is recorded.
+/// The answer to a call: a status and body, or a `getUpdates` long poll
+/// (offset, limit, timeout).
 enum Answer {
     Json(u16, Value),
-    Poll {
-        offset: Option<i64>,
-        limit: usize,
-        timeout: Duration,
-    },
+    Poll(Option<i64>, usize, Duration),
 }
 
 impl FakeBotApi {
     /// Binds `127.0.0.1:0` and serves from a task on the current runtime.
     pub async fn start() -> FakeBotApi {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .expect("bind the fake Bot API to 127.0.0.1:0");
-        let addr = listener
-            .local_addr()
-            .expect("local address of the fake Bot API");
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            calls_changed: Notify::new(),
-            updates_changed: Notify::new(),
-        });
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await;
+        let listener = listener.expect("bind the fake Bot API to 127.0.0.1:0");
+        let addr = listener.local_addr().expect("address of the fake Bot API");
+        let shared = Arc::new(Shared::default());
         let server = tokio::spawn(accept_loop(listener, shared.clone()));
+        let server = Mutex::new(Some(server));
         FakeBotApi {
             shared,
             addr,
-            server: Mutex::new(Some(server)),
+            server,
         }
     }
 
@@ -139,10 +125,10 @@ impl FakeBotApi {
 
     /// A teloxide bot with [`TOKEN`] that talks to this fake.
     pub fn bot(&self) -> teloxide::Bot {
-        teloxide::Bot::new(TOKEN).set_api_url(self.url().parse().expect("valid fake URL"))
+        teloxide::Bot::new(TOKEN).set_api_url(self.url().parse().expect("fake URL"))
     }
 
-    /// Stops accepting and drops open connections; waits until the listener is closed.
+    /// Stops accepting, drops open connections and waits until the listener is closed.
     pub async fn shutdown(&self) {
         let server = lock(&self.server).take();
         if let Some(server) = server {
@@ -154,30 +140,25 @@ impl FakeBotApi {
     /// Stores an update (assigning the next `update_id` if it has none),
     /// wakes long-polling `getUpdates` calls and returns the update's id.
     pub fn push_update(&self, mut update: Value) -> i64 {
-        let id = {
-            let mut state = self.shared.lock();
-            let id = match update.get("update_id").and_then(as_i64) {
-                Some(id) => id,
-                None => state.last_update_id + 1,
-            };
-            if let Some(fields) = update.as_object_mut() {
-                fields.insert("update_id".into(), id.into());
-            }
-            state.last_update_id = state.last_update_id.max(id);
-            state.updates.push(update);
-            state.updates.sort_by_key(update_id);
-            id
-        };
-        self.shared.updates_changed.notify_waiters();
+        let mut state = self.shared.lock();
+        let id = update.get("update_id").and_then(as_i64);
+        let id = id.unwrap_or(state.last_update_id + 1);
+        if let Some(fields) = update.as_object_mut() {
+            fields.insert("update_id".into(), id.into());
+        }
+        state.last_update_id = state.last_update_id.max(id);
+        state.updates.push(update);
+        state.updates.sort_by_key(update_id);
+        drop(state);
+        self.shared.changed.notify_waiters();
         id
     }
 
     /// Pushes a private-chat text message from user `user_id`; a text that
     /// starts with `/` gets a `bot_command` entity for its first word.
     pub fn push_text(&self, chat_id: i64, user_id: i64, text: &str) -> i64 {
-        let message_id = self.shared.lock().next_message_id();
         let mut message = json!({
-            "message_id": message_id,
+            "message_id": self.shared.lock().next_message_id(),
             "date": unix_now(),
             "from": {"id": user_id, "is_bot": false, "first_name": format!("u{user_id}")},
             "chat": {"id": chat_id, "type": "private", "first_name": "c"},
@@ -195,8 +176,8 @@ impl FakeBotApi {
     /// faults queued for one method apply in order, one per call.
     pub fn inject(&self, method: &str, fault: Fault) {
         let mut state = self.shared.lock();
-        let queue = state.faults.entry(method.to_ascii_lowercase()).or_default();
-        queue.push_back(fault);
+        let faults = state.faults.entry(method.to_ascii_lowercase()).or_default();
+        faults.push_back(fault);
     }
 
     /// All recorded calls in order of arrival.
@@ -207,12 +188,9 @@ impl FakeBotApi {
     /// Recorded calls of `method` (case-insensitive).
     pub fn calls_of(&self, method: &str) -> Vec<Call> {
         let method = method.to_ascii_lowercase();
-        let state = self.shared.lock();
-        state
-            .calls
-            .iter()
+        self.calls()
+            .into_iter()
             .filter(|c| c.method == method)
-            .cloned()
             .collect()
     }
 
@@ -221,7 +199,7 @@ impl FakeBotApi {
         texts_in(&self.shared.lock().calls, chat_id)
     }
 
-    /// Forgets the recorded calls (`seq` keeps counting).
+    /// Forgets the recorded calls.
     pub fn clear_calls(&self) {
         self.shared.lock().calls.clear();
     }
@@ -237,32 +215,32 @@ impl FakeBotApi {
     ) -> T {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            // Register interest before looking, so no call slips in between.
-            let changed = self.shared.calls_changed.notified();
+            // Created before looking, so a call recorded meanwhile still wakes us.
+            let changed = self.shared.changed.notified();
             let calls = self.calls();
             if let Some(found) = check(&calls) {
                 return found;
             }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            if timeout_at(deadline, changed).await.is_err() {
                 let calls = self.calls();
                 if let Some(found) = check(&calls) {
                     return found;
                 }
+                let list: Vec<String> = calls.iter().map(describe).collect();
+                let n = calls.len();
                 panic!(
-                    "timed out after {timeout:?} waiting for {what}; {} recorded calls:\n{}",
-                    calls.len(),
-                    describe(&calls)
+                    "timed out after {timeout:?} waiting for {what}; {n} recorded calls:\n{}",
+                    list.join("\n")
                 );
             }
         }
     }
 
-    /// Waits until at least `n` texts were sent to `chat_id` and returns them all.
+    /// Waits until at least `n` texts were sent to `chat_id`; returns them all.
     pub async fn wait_for_texts(&self, chat_id: i64, n: usize, timeout: Duration) -> Vec<String> {
         let what = format!("{n} text message(s) to chat {chat_id}");
         self.wait_for(timeout, &what, |calls| {
-            let texts = texts_in(calls, chat_id);
-            (texts.len() >= n).then_some(texts)
+            Some(texts_in(calls, chat_id)).filter(|t| t.len() >= n)
         })
         .await
     }
@@ -286,7 +264,7 @@ impl Drop for FakeBotApi {
     }
 }
 
-/// Locks, ignoring poisoning (a failed assertion must not break later calls).
+/// Locks, ignoring poisoning: a failed assertion must not break later calls.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -298,20 +276,19 @@ impl Shared {
         lock(&self.state)
     }
 
-    /// Records the call and decides the answer, applying a queued fault.
-    fn dispatch(&self, method: String, params: Value, at: Instant) -> (Answer, Option<Duration>) {
+    /// Decides the answer (applying a queued fault) and records the call.
+    fn dispatch(&self, method: String, params: Value, at: Instant) -> (Answer, Duration) {
         let mut state = self.lock();
-        let fault = state.faults.get_mut(&method).and_then(VecDeque::pop_front);
-        let (answer, delay) = match fault {
-            None => (state.answer(&method, &params), None),
-            Some(Fault::Delay(delay)) => (state.answer(&method, &params), Some(delay)),
-            Some(fault) => (fault_answer(fault), None),
+        let (answer, delay) = match state.faults.get_mut(&method).and_then(VecDeque::pop_front) {
+            None => (state.answer(&method, &params), Duration::ZERO),
+            Some(Fault::Delay(delay)) => (state.answer(&method, &params), delay),
+            Some(fault) => (fault_answer(fault), Duration::ZERO),
+        };
+        let status = match answer {
+            Answer::Json(status, _) => status,
+            Answer::Poll(..) => 200,
         };
         state.last_seq += 1;
-        let status = match &answer {
-            Answer::Json(status, _) => *status,
-            Answer::Poll { .. } => 200,
-        };
         let seq = state.last_seq;
         state.calls.push(Call {
             seq,
@@ -321,7 +298,7 @@ impl Shared {
             status,
         });
         drop(state);
-        self.calls_changed.notify_waiters();
+        self.changed.notify_waiters();
         (answer, delay)
     }
 
@@ -329,12 +306,12 @@ impl Shared {
     async fn poll(&self, offset: Option<i64>, limit: usize, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let pushed = self.updates_changed.notified();
+            let changed = self.changed.notified();
             let batch = self.lock().take_updates(offset, limit);
             if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Value::Array(batch);
             }
-            let _ = tokio::time::timeout_at(deadline, pushed).await;
+            let _ = timeout_at(deadline, changed).await;
         }
     }
 }
@@ -346,26 +323,23 @@ impl State {
     }
 
     fn answer(&mut self, method: &str, params: &Value) -> Answer {
+        let int = |name: &str| params.get(name).and_then(as_i64);
         match method {
-            "getme" => {
-                // teloxide's `Me` requires the bot-only flags real Telegram sends.
-                let mut me = bot_user();
-                me["can_join_groups"] = json!(true);
-                me["can_read_all_group_messages"] = json!(false);
-                me["supports_inline_queries"] = json!(false);
-                me["has_main_web_app"] = json!(false);
-                ok(me)
-            }
+            // teloxide's `Me` needs the bot-only flags that Telegram sends.
+            "getme" => ok(json!({
+                "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
+                "can_join_groups": true, "can_read_all_group_messages": false,
+                "supports_inline_queries": false, "has_main_web_app": false,
+            })),
             "deletewebhook" | "sendchataction" | "setmessagereaction" | "setmycommands" => {
-                ok(Value::Bool(true))
+                ok(json!(true))
             }
             "sendmessage" => {
-                let chat_id = params.get("chat_id").and_then(as_i64);
                 let text = params
                     .get("text")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                match chat_id {
+                match int("chat_id") {
                     None => error(400, "Bad Request: chat not found", None),
                     Some(_) if text.trim().is_empty() => {
                         error(400, "Bad Request: message text is empty", None)
@@ -374,22 +348,16 @@ impl State {
                         "message_id": self.next_message_id(),
                         "date": unix_now(),
                         "chat": {"id": chat_id, "type": "private", "first_name": "user"},
-                        "from": bot_user(),
+                        "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
                         "text": text,
                     })),
                 }
             }
-            "getupdates" => Answer::Poll {
-                offset: params.get("offset").and_then(as_i64),
-                limit: params
-                    .get("limit")
-                    .and_then(as_i64)
-                    .unwrap_or(100)
-                    .clamp(1, 100) as usize,
-                timeout: Duration::from_secs(
-                    params.get("timeout").and_then(as_i64).unwrap_or(0).max(0) as u64,
-                ),
-            },
+            "getupdates" => {
+                let limit = int("limit").unwrap_or(100).clamp(1, 100) as usize;
+                let timeout = Duration::from_secs(int("timeout").unwrap_or(0).max(0) as u64);
+                Answer::Poll(int("offset"), limit, timeout)
+            }
             _ => error(404, "Not Found: method not found", None),
         }
     }
@@ -418,7 +386,7 @@ impl State {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    // Dropping the set (when this task is aborted) aborts every connection.
+    // Aborting this task drops the set, which aborts every connection.
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -428,14 +396,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     continue;
                 };
                 let shared = shared.clone();
-                connections.spawn(async move {
-                    let service = service_fn(move |request| {
-                        let shared = shared.clone();
-                        async move { Ok::<_, Infallible>(handle(&shared, request).await) }
-                    });
-                    let io = TokioIo::new(stream);
-                    let _ = http1::Builder::new().keep_alive(true).serve_connection(io, service).await;
+                let service = hyper::service::service_fn(move |request| {
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(handle(&shared, request).await) }
                 });
+                let connection = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service);
+                connections.spawn(async move { let _ = connection.await; });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -444,71 +410,63 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 
 async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let at = Instant::now();
-    let (method, known_path) = method_of(request.uri().path());
-    let form = request
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
-        });
+    let headers = request.headers();
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let form = content_type
+        .unwrap_or_default()
+        .contains("x-www-form-urlencoded");
+    // `/bot<TOKEN>/<Method>`; any other path is recorded as `?<path>` and gets a 404.
+    let path = request.uri().path();
+    let method = match path.trim_start_matches('/').split_once('/') {
+        Some((bot, method)) if bot.starts_with("bot") && !method.contains('/') => {
+            method.to_ascii_lowercase()
+        }
+        _ => format!("?{path}"),
+    };
     let params = match request.into_body().collect().await {
         Ok(body) => parse_params(&body.to_bytes(), form),
         Err(_) => Value::Null,
     };
-    let (answer, delay) = if known_path {
-        shared.dispatch(method, params, at)
-    } else {
-        shared.dispatch(format!("?{method}"), params, at)
-    };
-    if let Some(delay) = delay {
+    let (answer, delay) = shared.dispatch(method, params, at);
+    if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    match answer {
-        Answer::Json(status, body) => respond(status, &body),
-        Answer::Poll {
-            offset,
-            limit,
-            timeout,
-        } => respond(
+    let (status, body) = match answer {
+        Answer::Json(status, body) => (status, body),
+        Answer::Poll(offset, limit, timeout) => (
             200,
-            &json!({"ok": true, "result": shared.poll(offset, limit, timeout).await}),
+            json!({"ok": true, "result": shared.poll(offset, limit, timeout).await}),
         ),
-    }
-}
-
-/// Method of a `/bot<TOKEN>/<Method>` path, lowercased; `false` for other paths.
-fn method_of(path: &str) -> (String, bool) {
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match segments.as_slice() {
-        [bot, method] if bot.starts_with("bot") => (method.to_ascii_lowercase(), true),
-        _ => (path.to_ascii_lowercase(), false),
-    }
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
+    let json = HeaderValue::from_static("application/json");
+    response.headers_mut().insert(CONTENT_TYPE, json);
+    response
 }
 
 fn parse_params(body: &[u8], form: bool) -> Value {
     if body.trim_ascii().is_empty() {
-        Value::Object(Map::new())
-    } else if form {
-        let fields = body
-            .split(|&b| b == b'&')
-            .filter(|pair| !pair.is_empty())
-            .map(|pair| {
-                let mut parts = pair.splitn(2, |&b| b == b'=');
-                let key = url_decode(parts.next().unwrap_or_default());
-                (
-                    key,
-                    Value::String(url_decode(parts.next().unwrap_or_default())),
-                )
-            });
-        Value::Object(fields.collect())
-    } else {
-        serde_json::from_slice(body).unwrap_or(Value::Null)
+        return Value::Object(Map::new());
     }
+    if !form {
+        return serde_json::from_slice(body).unwrap_or(Value::Null);
+    }
+    let fields = body
+        .split(|&b| b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let mut parts = pair.splitn(2, |&b| b == b'=');
+            let key = url_decode(parts.next().unwrap_or_default());
+            (
+                key,
+                Value::String(url_decode(parts.next().unwrap_or_default())),
+            )
+        });
+    Value::Object(fields.collect())
 }
 
-/// Decodes `+` and `%XX` escapes of a form field.
+/// Decodes the `+` and `%XX` escapes of a form field.
 fn url_decode(raw: &[u8]) -> String {
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
@@ -516,31 +474,23 @@ fn url_decode(raw: &[u8]) -> String {
         let hex = raw
             .get(i + 1..i + 3)
             .and_then(|h| std::str::from_utf8(h).ok());
-        match (raw[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
+        let (byte, used) = match (raw[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => (byte, 3),
+            (b'+', _) => (b' ', 1),
+            (byte, _) => (byte, 1),
+        };
+        out.push(byte);
+        i += used;
     }
     String::from_utf8_lossy(&out).into_owned()
 }
 
 fn fault_answer(fault: Fault) -> Answer {
     match fault {
-        Fault::RetryAfter(secs) => error(
-            429,
-            &format!("Too Many Requests: retry after {secs}"),
-            Some(json!({"retry_after": secs})),
-        ),
+        Fault::RetryAfter(secs) => {
+            let description = format!("Too Many Requests: retry after {secs}");
+            error(429, &description, Some(json!({"retry_after": secs})))
+        }
         Fault::ServerError(code) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             error(
@@ -551,7 +501,7 @@ fn fault_answer(fault: Fault) -> Answer {
         }
         Fault::BadRequest(description) => error(400, &description, None),
         Fault::Forbidden(description) => error(403, &description, None),
-        Fault::Delay(_) => unreachable!("delays are applied by dispatch"),
+        Fault::Delay(_) => unreachable!("dispatch applies delays"),
     }
 }
 
@@ -567,40 +517,21 @@ fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
     Answer::Json(code, body)
 }
 
-fn respond(status: u16, body: &Value) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    *response.status_mut() =
-        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-fn bot_user() -> Value {
-    json!({"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"})
-}
-
 fn texts_in(calls: &[Call], chat_id: i64) -> Vec<String> {
-    calls
+    let sent = calls
         .iter()
-        .filter(|c| c.method == "sendmessage" && c.status == 200)
-        .filter(|c| c.params.get("chat_id").and_then(as_i64) == Some(chat_id))
-        .filter_map(|c| {
-            c.params
-                .get("text")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+        .filter(|c| c.method == "sendmessage" && c.status == 200);
+    let to_chat = sent.filter(|c| c.params.get("chat_id").and_then(as_i64) == Some(chat_id));
+    to_chat
+        .filter_map(|c| Some(c.params.get("text")?.as_str()?.to_owned()))
         .collect()
 }
 
-fn describe(calls: &[Call]) -> String {
-    let lines: Vec<String> = calls
-        .iter()
-        .map(|c| format!("  #{} {} -> {} {}", c.seq, c.method, c.status, c.params))
-        .collect();
-    lines.join("\n")
+fn describe(call: &Call) -> String {
+    format!(
+        "  #{} {} -> {} {}",
+        call.seq, call.method, call.status, call.params
+    )
 }
 
 /// An integer from a JSON number or a numeric string (form fields).

@@ -1,0 +1,228 @@
+//! The real binary refuses a bad configuration before anything starts, with
+//! exit code 2 and a message naming the key (or variable) and the value, and
+//! never shows the bot token.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+/// A token no message may ever contain.
+const TOKEN: &str = "424242:TOKEN-Do-Not-Leak-zq9Xv7";
+/// Its distinctive part, should only that leak.
+const TOKEN_SECRET: &str = "Do-Not-Leak-zq9Xv7";
+/// A run that does not stop by itself means the config was accepted.
+const EXIT_WITHIN: Duration = Duration::from_secs(30);
+
+/// What a run of the binary left behind.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A scratch directory for config files; the binary runs inside it.
+fn scratch() -> TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn write(dir: &TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write config file");
+    path
+}
+
+/// Runs `turnstile args` in `dir` with only PATH and `env`; kills it and
+/// fails if it has not exited within [`EXIT_WITHIN`]. Whenever the token was
+/// given, checks that neither output shows it.
+fn turnstile(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let child = command.spawn().expect("start the turnstile binary");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output: Output = match rx.recv_timeout(EXIT_WITHIN) {
+        Ok(output) => output.expect("wait for turnstile"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            panic!("turnstile {args:?} did not exit within {EXIT_WITHIN:?}: the config was accepted");
+        }
+    };
+    let run = Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    if env.iter().any(|(_, value)| value.contains(TOKEN)) {
+        for leaked in [TOKEN, TOKEN_SECRET] {
+            assert!(
+                !run.stdout.contains(leaked) && !run.stderr.contains(leaked),
+                "the token leaked:\n{run:?}"
+            );
+        }
+    }
+    run
+}
+
+/// Asserts a configuration error: exit code 2 and every one of `named` in stderr.
+fn assert_config_error(run: &Run, named: &[&str]) {
+    assert_eq!(run.code, Some(2), "{run:?}");
+    for name in named {
+        assert!(run.stderr.contains(name), "stderr lacks {name:?}:\n{run:?}");
+    }
+}
+
+#[test]
+fn unknown_key_in_the_file_is_named() {
+    let dir = scratch();
+    let file = write(&dir, "turnstile.toml", "[turn]\npost_result_grce = \"5s\"\n");
+    let run = turnstile(
+        dir.path(),
+        &["--config", file.to_str().expect("utf-8 path")],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_config_error(&run, &["turn.post_result_grce"]);
+}
+
+#[test]
+fn bad_duration_from_the_environment_names_the_key_and_the_value() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &[],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_TURN_POST_RESULT_GRACE", "5 parsecs"),
+        ],
+    );
+    assert_config_error(
+        &run,
+        &[
+            "turn.post_result_grace",
+            "5 parsecs",
+            "TURNSTILE_TURN_POST_RESULT_GRACE",
+        ],
+    );
+}
+
+#[test]
+fn bad_duration_in_the_file_names_the_key_and_the_value() {
+    let dir = scratch();
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        "[dispatcher]\nmerge_window = \"12 lightyears\"\n",
+    );
+    let run = turnstile(
+        dir.path(),
+        &["--config", file.to_str().expect("utf-8 path")],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_config_error(&run, &["dispatcher.merge_window", "12 lightyears"]);
+}
+
+#[test]
+fn a_bad_value_equal_to_the_token_is_redacted() {
+    let dir = scratch();
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        &format!("[turn]\nmax_duration = \"{TOKEN}\"\n"),
+    );
+    let run = turnstile(
+        dir.path(),
+        &["--config", file.to_str().expect("utf-8 path")],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_config_error(&run, &["turn.max_duration", "<redacted>"]);
+}
+
+#[test]
+fn missing_token_is_named() {
+    let dir = scratch();
+    let run = turnstile(dir.path(), &[], &[]);
+    assert_config_error(&run, &["TELEGRAM_BOT_TOKEN"]);
+    let run = turnstile(dir.path(), &[], &[("TELEGRAM_BOT_TOKEN", "  ")]);
+    assert_config_error(&run, &["TELEGRAM_BOT_TOKEN"]);
+}
+
+#[test]
+fn unknown_turnstile_variable_is_named() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &[],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_TURN_POST_RESULT_GRCE", "5s"),
+        ],
+    );
+    assert_config_error(&run, &["TURNSTILE_TURN_POST_RESULT_GRCE"]);
+}
+
+#[test]
+fn check_config_prints_the_effective_config_with_the_token_redacted() {
+    let dir = scratch();
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        "[turn]\npost_result_grace = \"7s\"\n\n[dispatcher]\nqueue_limit = 3\n",
+    );
+    let run = turnstile(
+        dir.path(),
+        &["check-config", "--config", file.to_str().expect("utf-8 path")],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_TURN_POST_RESULT_GRACE", "2s 500ms"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("post_result_grace"), "{run:?}");
+    assert!(run.stdout.contains("<redacted>"), "{run:?}");
+    let printed: toml::Table = run.stdout.parse().expect("check-config prints TOML");
+    let turn = &printed["turn"];
+    assert_eq!(
+        turn["post_result_grace"].as_str(),
+        Some("2s 500ms"),
+        "the environment overrides the file:\n{run:?}"
+    );
+    assert_eq!(printed["dispatcher"]["queue_limit"].as_integer(), Some(3));
+    assert_eq!(printed["telegram"]["token"].as_str(), Some("<redacted>"));
+}
+
+#[test]
+fn unexpected_argument_prints_usage() {
+    let dir = scratch();
+    let run = turnstile(dir.path(), &["--frobnicate"], &[("TELEGRAM_BOT_TOKEN", TOKEN)]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("--frobnicate"), "{run:?}");
+    assert!(run.stderr.contains("usage:"), "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+}

@@ -1,0 +1,253 @@
+//! The Outbox against a misbehaving Telegram: 429s, 5xx, refused
+//! formatting, a blocked chat, long replies and the per-chat rate limit.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+use turnstile::agent::{Scenario, Step};
+use turnstile::telegram::RateLimits;
+
+/// Upper bound for a reply that waits out teloxide's 10 s pause after a 5xx.
+const AFTER_5XX: Duration = Duration::from_secs(30);
+
+/// `sendMessage` calls to `chat` carrying `text`, in order of arrival.
+fn send_attempts(h: &Harness, chat: i64, text: &str) -> Vec<Call> {
+    h.api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == json!(chat) && c.params["text"] == json!(text))
+        .collect()
+}
+
+/// Statuses of `calls`, for assertions that show what happened.
+fn statuses(calls: &[Call]) -> Vec<u16> {
+    calls.iter().map(|c| c.status).collect()
+}
+
+/// Length as Telegram counts it.
+fn utf16_len(s: &str) -> usize {
+    s.encode_utf16().count()
+}
+
+/// `s` without any whitespace.
+fn non_whitespace(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+#[actix_rt::test]
+async fn retry_after_is_honoured() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject("sendMessage", Fault::RetryAfter(1));
+    h.say(1, USER, "hello");
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, vec!["echo: hello"]);
+    h.turn_ended(1, 1).await;
+
+    let attempts = send_attempts(&h, 1, "echo: hello");
+    assert_eq!(statuses(&attempts), vec![429, 200], "{attempts:#?}");
+    let waited = attempts[1].at.duration_since(attempts[0].at);
+    assert!(
+        waited >= Duration::from_millis(900),
+        "the retry came {waited:?} after a 429 with retry_after = 1 s"
+    );
+    assert_eq!(h.texts(1), vec!["echo: hello"], "delivered exactly once");
+}
+
+/// A ~5,000-character reply whose fenced block straddles UTF-16 offset 4096,
+/// so a naive cut at the limit would split the block. Returns the text and
+/// the block.
+fn long_reply() -> (String, String) {
+    let mut before = String::new();
+    let mut n = 0;
+    while utf16_len(&before) < 3850 {
+        before.push_str(&format!(
+            "Paragraph {n} 🦀: the outbox cuts long replies at a paragraph boundary.\n\n"
+        ));
+        n += 1;
+    }
+    let mut block = String::from("```rust\n");
+    for i in 0..6 {
+        block.push_str(&format!(
+            "    let total_{i} = items.iter().map(|x| x * {i}).sum::<u64>();\n"
+        ));
+    }
+    block.push_str("```");
+    let mut text = format!("{before}Here is the code:\n\n{block}\n\n");
+    let mut n = 0;
+    while utf16_len(&text) < 5000 {
+        text.push_str(&format!(
+            "Afterword {n}: and the rest of the reply follows the code.\n\n"
+        ));
+        n += 1;
+    }
+    let text = text.trim_end().to_owned();
+    let start = utf16_len(&text[..text.find(&block).expect("block in text")]);
+    let end = start + utf16_len(&block);
+    assert!(
+        start < 4096 && end > 4096,
+        "fixture: the block spans {start}..{end} and must straddle 4096"
+    );
+    assert!((4900..5200).contains(&utf16_len(&text)), "fixture length");
+    (text, block)
+}
+
+#[actix_rt::test]
+async fn a_5000_character_reply_arrives_as_two_messages_with_its_code_block_intact() {
+    let (text, block) = long_reply();
+    let scenario = Scenario::default().with_rule(
+        "long",
+        reply(&text), // `send` then `end_turn`
+    );
+    let mut h = Harness::start(scenario, &[]).await;
+    h.say(1, USER, "a long answer please");
+    h.api.wait_for_texts(1, 2, SOON).await;
+    // Every `send` is answered before `end_turn` is called: nothing follows.
+    h.turn_ended(1, 1).await;
+
+    let texts = h.texts(1);
+    assert_eq!(texts.len(), 2, "{texts:#?}");
+    for (i, piece) in texts.iter().enumerate() {
+        assert!(
+            utf16_len(piece) <= 4096,
+            "piece {i} has {} UTF-16 units",
+            utf16_len(piece)
+        );
+    }
+    assert_eq!(
+        texts.iter().filter(|t| t.contains(&block)).count(),
+        1,
+        "the code block must arrive whole in one message: {texts:#?}"
+    );
+    assert_eq!(
+        non_whitespace(&texts.concat()),
+        non_whitespace(&text),
+        "the pieces must keep all the content and add none"
+    );
+}
+
+#[actix_rt::test]
+async fn cant_parse_entities_falls_back_to_plain_text() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject(
+        "sendMessage",
+        Fault::BadRequest(
+            "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 3"
+                .into(),
+        ),
+    );
+    h.say(1, USER, "a_b *c");
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, vec!["echo: a_b *c"]);
+    h.turn_ended(1, 1).await;
+
+    let attempts = send_attempts(&h, 1, "echo: a_b *c");
+    assert_eq!(statuses(&attempts), vec![400, 200], "{attempts:#?}");
+    assert!(
+        attempts[0].params.get("parse_mode").is_some_and(|m| !m.is_null()),
+        "the first attempt is formatted: {}",
+        attempts[0].params
+    );
+    assert_eq!(
+        attempts[1].params.get("parse_mode").unwrap_or(&Value::Null),
+        &Value::Null,
+        "the retry is plain text: {}",
+        attempts[1].params
+    );
+    assert_eq!(h.texts(1), vec!["echo: a_b *c"], "delivered exactly once");
+}
+
+#[actix_rt::test]
+async fn blocked_chat_is_not_retried() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject(
+        "sendMessage",
+        Fault::Forbidden("Forbidden: bot was blocked by the user".into()),
+    );
+    h.say(1, USER, "hi");
+    h.turn_ended(1, 1).await;
+
+    let attempts = send_attempts(&h, 1, "echo: hi");
+    assert_eq!(statuses(&attempts), vec![403], "{attempts:#?}");
+    assert!(h.texts(1).is_empty(), "{:#?}", h.texts(1));
+
+    // Another chat is still served, and chat 1's message was not retried
+    // meanwhile.
+    h.say(2, USER, "anyone there?");
+    let texts = h.api.wait_for_texts(2, 1, SOON).await;
+    assert_eq!(texts, vec!["echo: anyone there?"]);
+    h.turn_ended(2, 1).await;
+    assert_eq!(statuses(&send_attempts(&h, 1, "echo: hi")), vec![403]);
+}
+
+#[actix_rt::test]
+async fn server_error_is_retried_without_sending_twice() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject("sendMessage", Fault::ServerError(500));
+    h.say(1, USER, "hello");
+    let texts = h.api.wait_for_texts(1, 1, AFTER_5XX).await;
+    assert_eq!(texts, vec!["echo: hello"]);
+    h.turn_ended(1, 1).await;
+
+    let attempts = send_attempts(&h, 1, "echo: hello");
+    assert_eq!(statuses(&attempts), vec![500, 200], "{attempts:#?}");
+    assert!(attempts[0].seq < attempts[1].seq);
+    assert_eq!(h.texts(1), vec!["echo: hello"], "delivered exactly once");
+}
+
+#[actix_rt::test]
+async fn replies_within_a_chat_keep_their_order_under_rate_limits() {
+    let want: Vec<String> = (1..=6).map(|i| format!("m{i}")).collect();
+    let mut calls: Vec<_> = want
+        .iter()
+        .map(|t| tool("mcp__telegram-tools__send", json!({ "text": t })))
+        .collect();
+    calls.push(tool("mcp__telegram-tools__end_turn", json!({})));
+    let scenario = Scenario::default().with_rule("six", turn(vec![Step::Tools { calls }]));
+    let limits = RateLimits {
+        chat_burst: 2.0,
+        chat_per_sec: 20.0,
+        ..Default::default()
+    };
+    let mut h = Harness::start_with_limits(scenario, &[], limits).await;
+    h.say(1, USER, "six please");
+    let texts = h.api.wait_for_texts(1, 6, SOON).await;
+    assert_eq!(texts, want);
+    h.turn_ended(1, 1).await;
+    assert_eq!(h.texts(1), want, "nothing more was sent");
+
+    let sent: Vec<Call> = h
+        .api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == json!(1) && c.status == 200)
+        .collect();
+    let span = sent[5].at.duration_since(sent[0].at);
+    // A burst of 2 then 20/s: the last of 6 leaves >= (6 - 2) / 20 s = 200 ms
+    // after the first was reserved; the first request's own trip to the
+    // fake is allowed 20 ms.
+    assert!(
+        span >= Duration::from_millis(180),
+        "6 messages within {span:?}: the per-chat limit did not hold"
+    );
+}
+
+#[actix_rt::test]
+async fn zz_scratch_typing_burst() {
+    let sc = Scenario::default().with_rule("burst", turn(vec![
+        Step::Tools { calls: vec![tool("mcp__telegram-tools__send", json!({"text": "x"}))] },
+        Step::Wait { ms: 300 },
+        Step::Tools { calls: vec![tool("mcp__telegram-tools__end_turn", json!({}))] },
+    ]));
+    let mut h = Harness::start(sc, &[]).await;
+    h.api.inject("sendMessage", Fault::RetryAfter(2));
+    h.say(1, USER, "burst");
+    h.api.wait_for_texts(1, 1, SOON).await;
+    h.turn_ended(1, 1).await;
+    let ok = send_attempts(&h, 1, "x")[1].clone();
+    let actions = h.chat_actions_received(1);
+    let within_20ms = actions.iter().filter(|c| c.at > ok.at && c.at.duration_since(ok.at) < Duration::from_millis(20)).count();
+    eprintln!("actions total {} ; in the 20 ms after the delayed message: {}", actions.len(), within_20ms);
+}
