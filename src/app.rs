@@ -55,10 +55,14 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
 
 /// A Telegram client for `config`, with an HTTP timeout longer than the long poll.
 pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
-    let url: reqwest::Url = config.telegram.api_url.parse().map_err(|e: url_parse::Error| StartError::BadApiUrl {
-        url: config.telegram.api_url.clone(),
-        reason: e.to_string(),
-    })?;
+    let url: reqwest::Url = config
+        .telegram
+        .api_url
+        .parse()
+        .map_err(|e: url_parse::Error| StartError::BadApiUrl {
+            url: config.telegram.api_url.clone(),
+            reason: e.to_string(),
+        })?;
     let client = teloxide::net::default_reqwest_settings()
         .timeout(config.telegram.poll_timeout + Duration::from_secs(15))
         .build()
@@ -95,7 +99,11 @@ impl Turnstile {
     }
 
     /// Starts the bot with explicit outbox limits.
-    pub fn start_with_limits(config: &Config, backend: Arc<dyn AgentBackend>, limits: RateLimits) -> Result<Self, StartError> {
+    pub fn start_with_limits(
+        config: &Config,
+        backend: Arc<dyn AgentBackend>,
+        limits: RateLimits,
+    ) -> Result<Self, StartError> {
         let bot = telegram_client(config)?;
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
@@ -109,8 +117,15 @@ impl Turnstile {
             events: events.clone(),
             gauges: Arc::clone(&gauges),
         };
-        let dispatcher = Dispatcher::new(deps, config.access.clone(), config.dispatcher.clone()).start();
-        let intake = Intake::new(bot, config.telegram.poll_timeout, dispatcher.clone().recipient(), shutdown.clone()).start();
+        let dispatcher =
+            Dispatcher::new(deps, config.access.clone(), config.dispatcher.clone()).start();
+        let intake = Intake::new(
+            bot,
+            config.telegram.poll_timeout,
+            dispatcher.clone().recipient(),
+            shutdown.clone(),
+        )
+        .start();
         tracing::info!(
             api = %config.telegram.api_url,
             backend = %config.agent.backend,
@@ -138,7 +153,9 @@ impl Turnstile {
         let mut events = self.events.subscribe();
         while running > 0 && Instant::now() < deadline {
             tracing::info!(running, "waiting for {running} in-flight turns");
-            let wait = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(1));
             let _ = tokio::time::timeout(wait, events.recv()).await;
             running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
         }

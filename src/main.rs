@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use turnstile::{Config, Turnstile};
 
-const USAGE: &str = "usage: turnstile [--config PATH]\n       turnstile check-config [--config PATH]";
+const USAGE: &str =
+    "usage: turnstile [--config PATH]\n       turnstile check-config [--config PATH]";
 
 /// What the command line asks for.
 enum Command {
@@ -84,7 +85,8 @@ fn main() -> ExitCode {
 fn run(config: Config) -> anyhow::Result<()> {
     let system = actix_rt::System::new();
     system.block_on(async move {
-        let backend = turnstile::app::backend_from_config(&config).context("starting the agent backend")?;
+        let backend =
+            turnstile::app::backend_from_config(&config).context("starting the agent backend")?;
         let bot = Turnstile::start(&config, backend).context("starting turnstile")?;
         wait_for_signal().await;
         tracing::info!("stopping");

@@ -2,7 +2,6 @@
 
 mod support;
 
-
 use support::*;
 use turnstile::agent::{Scenario, Step};
 use turnstile::events::BotEvent;
@@ -25,15 +24,27 @@ async fn a_user_not_on_the_allowlist_never_reaches_the_agent() {
     // An allowed user afterwards proves both updates were processed.
     h.say(1, USER, "hi");
     h.turn_ended(1, 1).await;
-    assert_eq!(h.backend.opened(), 1, "only the allowed user's turn opened a session");
+    assert_eq!(
+        h.backend.opened(),
+        1,
+        "only the allowed user's turn opened a session"
+    );
     let refusals = h.api.wait_for_texts(50, 1, SOON).await;
     assert_eq!(refusals.len(), 1, "one refusal per cooldown: {refusals:?}");
-    assert!(h.seen.iter().all(|e| !matches!(e, BotEvent::TurnStarted { chat, .. } if chat.0 == 50)));
+    assert!(
+        h.seen
+            .iter()
+            .all(|e| !matches!(e, BotEvent::TurnStarted { chat, .. } if chat.0 == 50))
+    );
 }
 
 #[actix_rt::test]
 async fn refusals_repeat_after_the_cooldown() {
-    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_ACCESS_REFUSAL_COOLDOWN", "1ms")]).await;
+    let h = Harness::start(
+        Scenario::default(),
+        &[("TURNSTILE_ACCESS_REFUSAL_COOLDOWN", "1ms")],
+    )
+    .await;
     h.say(50, STRANGER, "one");
     h.api.wait_for_texts(50, 1, SOON).await;
     h.say(50, STRANGER, "two");
@@ -47,7 +58,8 @@ async fn status_is_for_admins_only() {
     let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
     let mut h = Harness::start(scenario, &[]).await;
     h.say(1, USER, "slow");
-    h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. })).await;
+    h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. }))
+        .await;
     h.say(1, USER, "/status");
     let refused = h.api.wait_for_texts(1, 1, SOON).await;
     assert_eq!(refused, vec!["Only admins can use /status."]);
@@ -61,9 +73,11 @@ async fn status_is_for_admins_only() {
 async fn updates_it_cannot_use_are_skipped_without_harm() {
     let mut h = Harness::start(Scenario::default(), &[]).await;
     // Unknown update kind, a message without text, a malformed message, an empty text.
-    h.api.push_update(serde_json::json!({"some_future_update": {"x": 1}}));
+    h.api
+        .push_update(serde_json::json!({"some_future_update": {"x": 1}}));
     h.api.push_update(serde_json::json!({"message": {"message_id": 77, "date": 0, "chat": {"id": 1, "type": "private"}, "from": {"id": 1001, "is_bot": false, "first_name": "u"}, "sticker": {"bogus": true}}}));
-    h.api.push_update(serde_json::json!({"message": "not an object"}));
+    h.api
+        .push_update(serde_json::json!({"message": "not an object"}));
     h.say(1, USER, "   ");
     h.say(1, USER, &"x".repeat(100_000));
     h.say(1, USER, "still alive?");

@@ -71,8 +71,12 @@ fn turnstile(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let output: Output = match rx.recv_timeout(EXIT_WITHIN) {
         Ok(output) => output.expect("wait for turnstile"),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            panic!("turnstile {args:?} did not exit within {EXIT_WITHIN:?}: the config was accepted");
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!(
+                "turnstile {args:?} did not exit within {EXIT_WITHIN:?}: the config was accepted"
+            );
         }
     };
     let run = Run {
@@ -102,7 +106,11 @@ fn assert_config_error(run: &Run, named: &[&str]) {
 #[test]
 fn unknown_key_in_the_file_is_named() {
     let dir = scratch();
-    let file = write(&dir, "turnstile.toml", "[turn]\npost_result_grce = \"5s\"\n");
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        "[turn]\npost_result_grce = \"5s\"\n",
+    );
     let run = turnstile(
         dir.path(),
         &["--config", file.to_str().expect("utf-8 path")],
@@ -197,7 +205,11 @@ fn check_config_prints_the_effective_config_with_the_token_redacted() {
     );
     let run = turnstile(
         dir.path(),
-        &["check-config", "--config", file.to_str().expect("utf-8 path")],
+        &[
+            "check-config",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
         &[
             ("TELEGRAM_BOT_TOKEN", TOKEN),
             ("TURNSTILE_TURN_POST_RESULT_GRACE", "2s 500ms"),
@@ -220,9 +232,27 @@ fn check_config_prints_the_effective_config_with_the_token_redacted() {
 #[test]
 fn unexpected_argument_prints_usage() {
     let dir = scratch();
-    let run = turnstile(dir.path(), &["--frobnicate"], &[("TELEGRAM_BOT_TOKEN", TOKEN)]);
+    let run = turnstile(
+        dir.path(),
+        &["--frobnicate"],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(run.stderr.contains("--frobnicate"), "{run:?}");
     assert!(run.stderr.contains("usage:"), "{run:?}");
     assert!(run.stdout.is_empty(), "{run:?}");
+}
+
+/// `TURNSTILE_LOG` is the binary's log filter (src/main.rs), not a config
+/// key, but the config loader rejects every unknown `TURNSTILE_*` variable.
+#[test]
+#[ignore = "bug in src: TURNSTILE_LOG is refused as an unknown config variable"]
+fn the_log_filter_variable_is_not_a_config_error() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN), ("TURNSTILE_LOG", "debug")],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
 }

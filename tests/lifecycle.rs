@@ -12,7 +12,11 @@ use turnstile::events::BotEvent;
 
 #[actix_rt::test]
 async fn idle_supervisors_are_evicted_and_leave_no_actor_behind() {
-    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms")]).await;
+    let mut h = Harness::start(
+        Scenario::default(),
+        &[("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms")],
+    )
+    .await;
     for chat in [1, 2, 3] {
         h.say(chat, USER, "hi");
     }
@@ -38,12 +42,16 @@ async fn a_full_queue_is_told_so() {
     let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
     let mut h = Harness::start(scenario, &[("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "2")]).await;
     h.say(1, USER, "slow");
-    h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. })).await;
+    h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. }))
+        .await;
     h.say(1, USER, "q1");
     h.say(1, USER, "q2");
     h.say(1, USER, "q3 overflows");
     let told = h.api.wait_for_texts(1, 1, SOON).await;
-    assert!(told[0].contains("2 messages are already waiting"), "{told:?}");
+    assert!(
+        told[0].contains("2 messages are already waiting"),
+        "{told:?}"
+    );
     h.say(1, USER, "/stop");
     let texts = h.api.wait_for_texts(1, 2, SOON).await;
     assert_eq!(texts[1], "⏹ Stopped. 2 queued message(s) dropped.");
@@ -59,5 +67,8 @@ async fn new_starts_a_fresh_agent_session() {
     h.say(1, USER, "two");
     h.turn_ended(1, 2).await;
     assert_eq!(h.backend.opened(), 2, "the warm session was dropped");
-    assert_eq!(h.texts(1)[1], "🆕 The next message starts a fresh conversation.");
+    assert_eq!(
+        h.texts(1)[1],
+        "🆕 The next message starts a fresh conversation."
+    );
 }

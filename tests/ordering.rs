@@ -47,7 +47,18 @@ fn spans(h: &Harness) -> Vec<(i64, Instant, Instant)> {
 #[actix_rt::test]
 async fn ten_messages_from_three_chats_keep_order_within_each_chat_and_run_chats_in_parallel() {
     let mut h = Harness::start(slow_echo(), &[]).await;
-    let plan: Vec<(i64, i64)> = vec![(1, 1001), (2, 1002), (3, 1003), (1, 1001), (2, 1002), (1, 1001), (3, 1003), (2, 1002), (1, 1001), (3, 1003)];
+    let plan: Vec<(i64, i64)> = vec![
+        (1, 1001),
+        (2, 1002),
+        (3, 1003),
+        (1, 1001),
+        (2, 1002),
+        (1, 1001),
+        (3, 1003),
+        (2, 1002),
+        (1, 1001),
+        (3, 1003),
+    ];
     for (i, (chat, user)) in plan.iter().enumerate() {
         h.say(*chat, *user, &format!("m{i}"));
     }
@@ -69,17 +80,26 @@ async fn ten_messages_from_three_chats_keep_order_within_each_chat_and_run_chats
     for chat in [1, 2, 3] {
         let mine: Vec<_> = spans.iter().filter(|s| s.0 == chat).collect();
         for pair in mine.windows(2) {
-            assert!(pair[1].1 >= pair[0].2, "chat {chat}: a turn started before the previous ended");
+            assert!(
+                pair[1].1 >= pair[0].2,
+                "chat {chat}: a turn started before the previous ended"
+            );
         }
     }
     // Across chats, some turns overlapped.
-    let overlapping = spans.iter().any(|a| spans.iter().any(|b| a.0 != b.0 && a.1 < b.2 && b.1 < a.2));
+    let overlapping = spans
+        .iter()
+        .any(|a| spans.iter().any(|b| a.0 != b.0 && a.1 < b.2 && b.1 < a.2));
     assert!(overlapping, "chats ran in parallel");
 }
 
 #[actix_rt::test]
 async fn max_concurrent_turns_caps_parallel_chats() {
-    let mut h = Harness::start(slow_echo(), &[("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "1")]).await;
+    let mut h = Harness::start(
+        slow_echo(),
+        &[("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "1")],
+    )
+    .await;
     for chat in [1, 2, 3] {
         h.say(chat, USER, "hi");
     }
@@ -90,7 +110,12 @@ async fn max_concurrent_turns_caps_parallel_chats() {
     for a in &spans {
         for b in &spans {
             if a.0 != b.0 {
-                assert!(a.2 <= b.1 || b.2 <= a.1, "turns of chats {} and {} overlapped under a cap of 1", a.0, b.0);
+                assert!(
+                    a.2 <= b.1 || b.2 <= a.1,
+                    "turns of chats {} and {} overlapped under a cap of 1",
+                    a.0,
+                    b.0
+                );
             }
         }
     }
@@ -98,12 +123,20 @@ async fn max_concurrent_turns_caps_parallel_chats() {
 
 #[actix_rt::test]
 async fn a_burst_inside_the_merge_window_becomes_one_turn() {
-    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_DISPATCHER_MERGE_WINDOW", "400ms")]).await;
+    let mut h = Harness::start(
+        Scenario::default(),
+        &[("TURNSTILE_DISPATCHER_MERGE_WINDOW", "400ms")],
+    )
+    .await;
     h.say(1, USER, "part one");
     h.say(1, USER, "part two");
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert!(outcome.finished());
     assert_eq!(h.texts(1), vec!["echo: part one\n\npart two"]);
-    let turns = h.seen.iter().filter(|e| matches!(e, BotEvent::TurnStarted { .. })).count();
+    let turns = h
+        .seen
+        .iter()
+        .filter(|e| matches!(e, BotEvent::TurnStarted { .. }))
+        .count();
     assert_eq!(turns, 1);
 }

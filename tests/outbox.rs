@@ -146,7 +146,10 @@ async fn cant_parse_entities_falls_back_to_plain_text() {
     let attempts = send_attempts(&h, 1, "echo: a_b *c");
     assert_eq!(statuses(&attempts), vec![400, 200], "{attempts:#?}");
     assert!(
-        attempts[0].params.get("parse_mode").is_some_and(|m| !m.is_null()),
+        attempts[0]
+            .params
+            .get("parse_mode")
+            .is_some_and(|m| !m.is_null()),
         "the first attempt is formatted: {}",
         attempts[0].params
     );
@@ -232,22 +235,4 @@ async fn replies_within_a_chat_keep_their_order_under_rate_limits() {
         span >= Duration::from_millis(180),
         "6 messages within {span:?}: the per-chat limit did not hold"
     );
-}
-
-#[actix_rt::test]
-async fn zz_scratch_typing_burst() {
-    let sc = Scenario::default().with_rule("burst", turn(vec![
-        Step::Tools { calls: vec![tool("mcp__telegram-tools__send", json!({"text": "x"}))] },
-        Step::Wait { ms: 300 },
-        Step::Tools { calls: vec![tool("mcp__telegram-tools__end_turn", json!({}))] },
-    ]));
-    let mut h = Harness::start(sc, &[]).await;
-    h.api.inject("sendMessage", Fault::RetryAfter(2));
-    h.say(1, USER, "burst");
-    h.api.wait_for_texts(1, 1, SOON).await;
-    h.turn_ended(1, 1).await;
-    let ok = send_attempts(&h, 1, "x")[1].clone();
-    let actions = h.chat_actions_received(1);
-    let within_20ms = actions.iter().filter(|c| c.at > ok.at && c.at.duration_since(ok.at) < Duration::from_millis(20)).count();
-    eprintln!("actions total {} ; in the 20 ms after the delayed message: {}", actions.len(), within_20ms);
 }

@@ -28,7 +28,10 @@ fn every_row_of_the_golden_fixture_holds() {
         let got = decide(&row.events, &tools);
         let finished = got.as_ref().is_some_and(TurnOutcome::finished);
         let releases = got.is_some();
-        if got != row.expect.outcome || finished != row.expect.finished || releases != row.expect.releases_chat {
+        if got != row.expect.outcome
+            || finished != row.expect.finished
+            || releases != row.expect.releases_chat
+        {
             failures.push(format!(
                 "{}: got {got:?} (finished {finished}, releases {releases}), expected {:?} (finished {}, releases {})",
                 row.name, row.expect.outcome, row.expect.finished, row.expect.releases_chat
@@ -40,7 +43,8 @@ fn every_row_of_the_golden_fixture_holds() {
 
 #[test]
 fn the_fixture_covers_every_outcome_but_the_backstop() {
-    let rows: Vec<Row> = serde_json::from_str(include_str!("fixtures/turn_outcome_contract.json")).unwrap();
+    let rows: Vec<Row> =
+        serde_json::from_str(include_str!("fixtures/turn_outcome_contract.json")).unwrap();
     let kinds: std::collections::BTreeSet<&str> = rows
         .iter()
         .filter_map(|r| r.expect.outcome.as_ref().map(TurnOutcome::label))

@@ -12,25 +12,46 @@ use turnstile::events::BotEvent;
 /// intervals), chat A's typing must stay silent after A's TurnEnded.
 fn scenario() -> Scenario {
     Scenario::default()
-        .with_rule("long", turn(vec![Step::Wait { ms: 400 }, Step::Tools {
-            calls: vec![
-                tool("mcp__telegram-tools__send", json!({"text": "done thinking"})),
-                tool("mcp__telegram-tools__end_turn", json!({})),
-            ],
-        }]))
-        .with_rule("wedge", ScriptTurn {
-            steps: vec![Step::Result {
-                text: "here you go".into(),
-                subtype: "success".into(),
-                is_error: false,
-                terminal_reason: None,
-                num_turns: None,
-            }],
-            after_result: AfterResult::Hang,
-        })
-        .with_rule("think", turn(vec![Step::Wait { ms: 300 }, Step::Tools {
-            calls: vec![tool("mcp__telegram-tools__end_turn", json!({"text": "thought"}))],
-        }]))
+        .with_rule(
+            "long",
+            turn(vec![
+                Step::Wait { ms: 400 },
+                Step::Tools {
+                    calls: vec![
+                        tool(
+                            "mcp__telegram-tools__send",
+                            json!({"text": "done thinking"}),
+                        ),
+                        tool("mcp__telegram-tools__end_turn", json!({})),
+                    ],
+                },
+            ]),
+        )
+        .with_rule(
+            "wedge",
+            ScriptTurn {
+                steps: vec![Step::Result {
+                    text: "here you go".into(),
+                    subtype: "success".into(),
+                    is_error: false,
+                    terminal_reason: None,
+                    num_turns: None,
+                }],
+                after_result: AfterResult::Hang,
+            },
+        )
+        .with_rule(
+            "think",
+            turn(vec![
+                Step::Wait { ms: 300 },
+                Step::Tools {
+                    calls: vec![tool(
+                        "mcp__telegram-tools__end_turn",
+                        json!({"text": "thought"}),
+                    )],
+                },
+            ]),
+        )
 }
 
 /// Asserts that chat `a` sent no typing after `ended`, witnessed by chat
@@ -38,20 +59,35 @@ fn scenario() -> Scenario {
 /// the outbox dispatched before `ended`.
 async fn assert_typing_silent_after(h: &mut Harness, a: i64, ended: std::time::Instant, b: i64) {
     let (_, _, witness) = h.turn_ended(b, 1).await;
-    assert!(witness > ended, "the witness turn must end after chat {a}'s turn");
+    assert!(
+        witness > ended,
+        "the witness turn must end after chat {a}'s turn"
+    );
     let sent = h.chat_actions_sent(a);
     assert!(!sent.is_empty(), "typing was shown at least once");
     assert!(
         sent.iter().all(|at| *at < ended),
         "a sendChatAction left after TurnEnded: {:?} after",
-        sent.iter().filter(|at| **at >= ended).map(|at| at.duration_since(ended)).collect::<Vec<_>>()
+        sent.iter()
+            .filter(|at| **at >= ended)
+            .map(|at| at.duration_since(ended))
+            .collect::<Vec<_>>()
     );
     let received = h.chat_actions_received(a);
-    assert_eq!(received.len(), sent.len(), "every chat action the server got was dispatched before TurnEnded");
+    assert_eq!(
+        received.len(),
+        sent.len(),
+        "every chat action the server got was dispatched before TurnEnded"
+    );
     let stopped = h
-        .event("typing stopped in chat A", |e| matches!(e, BotEvent::TypingStopped { chat, .. } if chat.0 == a))
+        .event(
+            "typing stopped in chat A",
+            |e| matches!(e, BotEvent::TypingStopped { chat, .. } if chat.0 == a),
+        )
         .await;
-    let BotEvent::TypingStopped { at, .. } = stopped else { unreachable!() };
+    let BotEvent::TypingStopped { at, .. } = stopped else {
+        unreachable!()
+    };
     assert!(at >= ended && at < witness);
 }
 
@@ -60,10 +96,19 @@ async fn typing_pulses_while_a_turn_runs() {
     let mut h = Harness::start(scenario(), &[]).await;
     h.say(1, USER, "think about it");
     let (_, outcome, ended) = h.turn_ended(1, 1).await;
-    assert_eq!(outcome, TurnOutcome::Terminated { tool: "end_turn".into() });
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        }
+    );
     // 300 ms of thinking at a 40 ms interval: the first pulse plus renewals.
     let sent = h.chat_actions_sent(1);
-    assert!(sent.len() >= 3, "expected renewals during a 300 ms turn, got {}", sent.len());
+    assert!(
+        sent.len() >= 3,
+        "expected renewals during a 300 ms turn, got {}",
+        sent.len()
+    );
     assert!(sent.iter().all(|at| *at < ended));
     assert_eq!(h.texts(1), vec!["thought"]);
 }
@@ -73,7 +118,12 @@ async fn no_typing_after_a_terminator_batch() {
     let mut h = Harness::start(scenario(), &[]).await;
     h.say(1, USER, "hello");
     let (_, outcome, ended) = h.turn_ended(1, 1).await;
-    assert_eq!(outcome, TurnOutcome::Terminated { tool: "end_turn".into() });
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        }
+    );
     h.say(2, USER, "long one");
     assert_typing_silent_after(&mut h, 1, ended, 2).await;
 }
@@ -84,7 +134,11 @@ async fn no_typing_after_a_post_result_wedge_is_released() {
     h.say(1, USER, "wedge");
     let (_, outcome, ended) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, TurnOutcome::ForceClosedAfterResult);
-    assert_eq!(h.texts(1), vec!["here you go"], "the result text is delivered once");
+    assert_eq!(
+        h.texts(1),
+        vec!["here you go"],
+        "the result text is delivered once"
+    );
     h.say(2, USER, "long one");
     assert_typing_silent_after(&mut h, 1, ended, 2).await;
 }

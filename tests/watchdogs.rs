@@ -16,13 +16,20 @@ fn hanging() -> Scenario {
         // Stays busy (a sign of life every 50 ms) but never finishes.
         .with_rule(
             "busy",
-            turn((0..400).flat_map(|_| [Step::Wait { ms: 50 }, Step::Text { text: "…".into() }]).collect()),
+            turn(
+                (0..400)
+                    .flat_map(|_| [Step::Wait { ms: 50 }, Step::Text { text: "…".into() }])
+                    .collect(),
+            ),
         )
 }
 
 async fn started_at(h: &mut Harness, chat: i64) -> std::time::Instant {
     match h
-        .event("turn start", |e| matches!(e, BotEvent::TurnStarted { chat: c, .. } if c.0 == chat))
+        .event(
+            "turn start",
+            |e| matches!(e, BotEvent::TurnStarted { chat: c, .. } if c.0 == chat),
+        )
         .await
     {
         BotEvent::TurnStarted { at, .. } => at,
@@ -32,16 +39,26 @@ async fn started_at(h: &mut Harness, chat: i64) -> std::time::Instant {
 
 #[actix_rt::test]
 async fn a_silent_agent_is_ended_by_the_no_progress_watchdog() {
-    let mut h = Harness::start(hanging(), &[("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "300ms")]).await;
+    let mut h = Harness::start(
+        hanging(),
+        &[("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "300ms")],
+    )
+    .await;
     h.say(1, USER, "hang");
     let start = started_at(&mut h, 1).await;
     let (_, outcome, ended) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, TurnOutcome::NoProgress);
     assert!(ended.duration_since(start) >= Duration::from_millis(300));
-    h.event("hung session killed", |e| matches!(e, BotEvent::SessionKilled { chat, .. } if chat.0 == 1))
-        .await;
+    h.event(
+        "hung session killed",
+        |e| matches!(e, BotEvent::SessionKilled { chat, .. } if chat.0 == 1),
+    )
+    .await;
     let told = h.api.wait_for_texts(1, 1, SOON).await;
-    assert!(told[0].contains("stopped responding"), "the chat is told: {told:?}");
+    assert!(
+        told[0].contains("stopped responding"),
+        "the chat is told: {told:?}"
+    );
     // The chat is free again.
     h.say(1, USER, "hello");
     h.turn_ended(1, 2).await;

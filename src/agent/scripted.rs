@@ -359,7 +359,10 @@ impl ScriptedAgent {
         for step in &turn.steps {
             match step {
                 Step::Wait { ms } => {
-                    match self.wait(tokio::time::sleep(Duration::from_millis(*ms))).await {
+                    match self
+                        .wait(tokio::time::sleep(Duration::from_millis(*ms)))
+                        .await
+                    {
                         Woken::Done(()) => {}
                         Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
                         Woken::HostGone => return Flow::Exit,
@@ -372,9 +375,14 @@ impl ScriptedAgent {
                     for (i, tool) in tools.iter().enumerate() {
                         let input = fill_value(&tool.input, user_text);
                         if tool.ms > 0 {
-                            match self.wait(tokio::time::sleep(Duration::from_millis(tool.ms))).await {
+                            match self
+                                .wait(tokio::time::sleep(Duration::from_millis(tool.ms)))
+                                .await
+                            {
                                 Woken::Done(()) => {}
-                                Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                                Woken::Command(cmd) => {
+                                    return self.on_command(cmd, &turn, calls).await;
+                                }
                                 Woken::HostGone => return Flow::Exit,
                             }
                         }
@@ -396,7 +404,10 @@ impl ScriptedAgent {
                         });
                     }
                     let (reply, rx) = Responder::new("PostToolBatch hook");
-                    self.emit(AgentEvent::BatchResolved(ToolBatch { calls: batch, reply }));
+                    self.emit(AgentEvent::BatchResolved(ToolBatch {
+                        calls: batch,
+                        reply,
+                    }));
                     match self.wait(rx).await {
                         Woken::Done(Ok(HookReply::Stop { .. })) => {
                             self.emit(AgentEvent::Result(AgentResult {
@@ -426,7 +437,11 @@ impl ScriptedAgent {
                         subtype: subtype.clone(),
                         is_error: *is_error,
                         stop_reason: Some("end_turn".into()),
-                        terminal_reason: Some(terminal_reason.clone().unwrap_or_else(|| "completed".into())),
+                        terminal_reason: Some(
+                            terminal_reason
+                                .clone()
+                                .unwrap_or_else(|| "completed".into()),
+                        ),
                         text: fill(text),
                         num_turns: num_turns.unwrap_or(calls + 1),
                         total_cost_usd: 0.0,

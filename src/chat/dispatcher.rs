@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, WrapFuture,
-};
+use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, WrapFuture};
 use teloxide::types::{ChatId, UpdateKind};
 use tokio::sync::Semaphore;
 
@@ -96,11 +94,19 @@ impl Dispatcher {
     }
 
     fn is_admin(&self, user: u64) -> bool {
-        self.access.admins.iter().any(|&a| a as u64 == user && a >= 0)
+        self.access
+            .admins
+            .iter()
+            .any(|&a| a as u64 == user && a >= 0)
     }
 
     fn is_allowed(&self, user: u64) -> bool {
-        self.is_admin(user) || self.access.allowed_users.iter().any(|&a| a >= 0 && a as u64 == user)
+        self.is_admin(user)
+            || self
+                .access
+                .allowed_users
+                .iter()
+                .any(|&a| a >= 0 && a as u64 == user)
     }
 
     fn supervisor(&mut self, chat: ChatId, ctx: &mut Context<Self>) -> &mut ChatEntry {
@@ -130,7 +136,11 @@ impl Dispatcher {
     }
 
     fn refuse(&mut self, chat: ChatId, user: u64) {
-        tracing::warn!(user_id = user, chat_id = chat.0, "message from a user not on the allowlist refused");
+        tracing::warn!(
+            user_id = user,
+            chat_id = chat.0,
+            "message from a user not on the allowlist refused"
+        );
         self.events.publish(BotEvent::AccessDenied { chat, user });
         let now = Instant::now();
         let due = self
@@ -139,7 +149,10 @@ impl Dispatcher {
             .is_none_or(|at| now.duration_since(*at) >= self.access.refusal_cooldown);
         if due {
             self.refused.insert(user, now);
-            self.say(chat, "Sorry, this bot only answers the people it was set up for.");
+            self.say(
+                chat,
+                "Sorry, this bot only answers the people it was set up for.",
+            );
         }
     }
 
@@ -176,7 +189,11 @@ impl Dispatcher {
             running,
             self.permits.available_permits()
         );
-        let asks: Vec<_> = self.chats.values().map(|e| e.addr.send(DescribeChat)).collect();
+        let asks: Vec<_> = self
+            .chats
+            .values()
+            .map(|e| e.addr.send(DescribeChat))
+            .collect();
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
             async move {
@@ -198,9 +215,15 @@ impl Dispatcher {
             if let Some((turn, since)) = entry.turn
                 && since.elapsed() >= deadline
             {
-                tracing::error!(chat_id = chat.0, turn, "backstop: chat held past turn.hard_deadline");
+                tracing::error!(
+                    chat_id = chat.0,
+                    turn,
+                    "backstop: chat held past turn.hard_deadline"
+                );
                 entry.turn = None;
-                entry.addr.do_send(crate::chat::supervisor::ForceRelease { turn });
+                entry
+                    .addr
+                    .do_send(crate::chat::supervisor::ForceRelease { turn });
             }
         }
     }
@@ -210,7 +233,9 @@ impl Dispatcher {
         let candidates: Vec<ChatId> = self
             .chats
             .iter()
-            .filter(|(_, e)| e.turn.is_none() && e.held.is_none() && e.last_activity.elapsed() >= idle_for)
+            .filter(|(_, e)| {
+                e.turn.is_none() && e.held.is_none() && e.last_activity.elapsed() >= idle_for
+            })
             .map(|(chat, _)| *chat)
             .collect();
         for chat in candidates {
@@ -242,9 +267,11 @@ impl Actor for Dispatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let backstop_every = (self.deps.config.hard_deadline / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let backstop_every = (self.deps.config.hard_deadline / 4)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
         ctx.run_interval(backstop_every, Self::backstop);
-        let evict_every = (self.config.idle_eviction / 2).clamp(Duration::from_millis(10), Duration::from_secs(30));
+        let evict_every = (self.config.idle_eviction / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(30));
         ctx.run_interval(evict_every, Self::evict_idle);
     }
 }
@@ -268,7 +295,11 @@ impl Handler<UpdateReceived> for Dispatcher {
         };
         let chat = message.chat.id;
         let Some(user) = message.from.as_ref().map(|u| u.id.0) else {
-            tracing::debug!(update_id, chat_id = chat.0, "message without a sender; skipped");
+            tracing::debug!(
+                update_id,
+                chat_id = chat.0,
+                "message without a sender; skipped"
+            );
             return;
         };
         let Some(text) = message.text().or(message.caption()) else {
@@ -298,12 +329,19 @@ impl Handler<UpdateReceived> for Dispatcher {
             }
         }
         if self.stopping {
-            self.say(chat, "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.");
+            self.say(
+                chat,
+                "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
+            );
             return;
         }
         let mut text = text.to_string();
         if text.chars().count() > MAX_INPUT_CHARS {
-            tracing::warn!(update_id, chat_id = chat.0, "message cut to {MAX_INPUT_CHARS} characters");
+            tracing::warn!(
+                update_id,
+                chat_id = chat.0,
+                "message cut to {MAX_INPUT_CHARS} characters"
+            );
             text = text.chars().take(MAX_INPUT_CHARS).collect();
         }
         let msg = UserMessage {

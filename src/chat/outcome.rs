@@ -126,7 +126,9 @@ fn from_result(result: &AgentResult) -> TurnOutcome {
         _ if result.is_error || result.subtype != "success" => TurnOutcome::AgentError {
             reason: reason.unwrap_or(&result.subtype).to_string(),
         },
-        Some(r @ ("completed" | "hook_stopped")) => TurnOutcome::Completed { reason: r.to_string() },
+        Some(r @ ("completed" | "hook_stopped")) => TurnOutcome::Completed {
+            reason: r.to_string(),
+        },
         None => TurnOutcome::Completed {
             reason: "completed".into(),
         },
@@ -143,17 +145,25 @@ pub fn decide(events: &[TurnEvent], tools: &ToolRegistry) -> Option<TurnOutcome>
     let mut result: Option<&AgentResult> = None;
     for event in events {
         match event {
-            TurnEvent::ToolBatch { tools: names, inputs } => {
+            TurnEvent::ToolBatch {
+                tools: names,
+                inputs,
+            } => {
                 let calls: Vec<BatchCall> = names
                     .iter()
                     .enumerate()
                     .map(|(i, name)| BatchCall {
                         name: name.clone(),
-                        input: inputs.get(i).cloned().unwrap_or_else(|| serde_json::json!({})),
+                        input: inputs
+                            .get(i)
+                            .cloned()
+                            .unwrap_or_else(|| serde_json::json!({})),
                     })
                     .collect();
                 if let Some(tool) = tools.terminator_in(&calls) {
-                    return Some(TurnOutcome::Terminated { tool: tool.to_string() });
+                    return Some(TurnOutcome::Terminated {
+                        tool: tool.to_string(),
+                    });
                 }
             }
             TurnEvent::Result(r) => result = Some(r),
@@ -169,7 +179,9 @@ pub fn decide(events: &[TurnEvent], tools: &ToolRegistry) -> Option<TurnOutcome>
                     Some(r) => from_result(r),
                     None => TurnOutcome::AgentFailed {
                         detail: match code {
-                            Some(c) if detail.is_empty() => format!("the agent exited with code {c}"),
+                            Some(c) if detail.is_empty() => {
+                                format!("the agent exited with code {c}")
+                            }
                             _ if detail.is_empty() => "the agent exited".to_string(),
                             _ => detail.clone(),
                         },

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
-    WrapFuture,
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
+    SpawnHandle, WrapFuture,
 };
 use teloxide::types::{ChatId, MessageId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -198,12 +198,19 @@ impl ChatSupervisor {
     }
 
     fn is_idle(&self) -> bool {
-        self.running.is_none() && self.settling.is_none() && self.queue.is_empty() && matches!(self.gate, Gate::Open)
+        self.running.is_none()
+            && self.settling.is_none()
+            && self.queue.is_empty()
+            && matches!(self.gate, Gate::Open)
     }
 
     /// Starts the next turn when the chat is free.
     fn try_start(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping || self.running.is_some() || self.settling.is_some() || !matches!(self.gate, Gate::Open) {
+        if self.stopping
+            || self.running.is_some()
+            || self.settling.is_some()
+            || !matches!(self.gate, Gate::Open)
+        {
             return;
         }
         let Some(front) = self.queue.front() else {
@@ -220,13 +227,21 @@ impl ChatSupervisor {
         }
         self.gate = Gate::Acquiring;
         let permits = Arc::clone(&self.permits);
-        ctx.spawn(permits.acquire_owned().into_actor(self).map(|permit, act, ctx| {
-            act.gate = Gate::Open;
-            match permit {
-                Ok(permit) => act.start_turn(permit, ctx),
-                Err(_) => tracing::debug!(chat_id = act.chat.0, "no more turns: the host is stopping"),
-            }
-        }));
+        ctx.spawn(
+            permits
+                .acquire_owned()
+                .into_actor(self)
+                .map(|permit, act, ctx| {
+                    act.gate = Gate::Open;
+                    match permit {
+                        Ok(permit) => act.start_turn(permit, ctx),
+                        Err(_) => tracing::debug!(
+                            chat_id = act.chat.0,
+                            "no more turns: the host is stopping"
+                        ),
+                    }
+                }),
+        );
     }
 
     fn start_turn(&mut self, permit: OwnedSemaphorePermit, ctx: &mut Context<Self>) {
@@ -327,11 +342,17 @@ impl Handler<UserMessage> for ChatSupervisor {
 
     fn handle(&mut self, msg: UserMessage, ctx: &mut Self::Context) {
         if self.stopping {
-            self.say("⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.");
+            self.say(
+                "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
+            );
             return;
         }
         if self.queue.len() >= self.settings.queue_limit {
-            tracing::warn!(chat_id = self.chat.0, queued = self.queue.len(), "queue full; message refused");
+            tracing::warn!(
+                chat_id = self.chat.0,
+                queued = self.queue.len(),
+                "queue full; message refused"
+            );
             self.say(format!(
                 "⚠️ {} messages are already waiting; this one was not queued. Send it again once I have answered.",
                 self.queue.len()
@@ -352,7 +373,11 @@ impl Handler<TurnEnded> for ChatSupervisor {
 
     fn handle(&mut self, msg: TurnEnded, _ctx: &mut Self::Context) {
         if self.running.as_ref().map(|r| r.turn) != Some(msg.turn) {
-            tracing::debug!(chat_id = self.chat.0, turn = msg.turn, "TurnEnded for a turn no longer held; ignored");
+            tracing::debug!(
+                chat_id = self.chat.0,
+                turn = msg.turn,
+                "TurnEnded for a turn no longer held; ignored"
+            );
             return;
         }
         // Dropping the running turn releases its permit: the chat is free.
@@ -434,7 +459,12 @@ impl Handler<ForceRelease> for ChatSupervisor {
             return;
         };
         let at = Instant::now();
-        tracing::error!(chat_id = self.chat.0, turn = msg.turn, held_ms = running.started.elapsed().as_millis() as u64, "turn past its hard deadline; chat force-released");
+        tracing::error!(
+            chat_id = self.chat.0,
+            turn = msg.turn,
+            held_ms = running.started.elapsed().as_millis() as u64,
+            "turn past its hard deadline; chat force-released"
+        );
         running.addr.do_send(AbortTurn);
         let ended = TurnEnded {
             chat: self.chat,
@@ -493,7 +523,11 @@ impl Handler<DescribeChat> for ChatSupervisor {
 
     fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
         let state = match (&self.running, self.settling) {
-            (Some(r), _) => format!("turn {} running for {:.1}s", r.turn, r.started.elapsed().as_secs_f64()),
+            (Some(r), _) => format!(
+                "turn {} running for {:.1}s",
+                r.turn,
+                r.started.elapsed().as_secs_f64()
+            ),
             (None, Some(turn)) => format!("turn {turn} ended, session closing"),
             (None, None) => "idle".to_string(),
         };

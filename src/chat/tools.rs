@@ -209,8 +209,14 @@ mod tests {
     #[test]
     fn react_ends_the_turn_only_with_its_flag() {
         let reg = registry();
-        assert!(reg.ends_turn("mcp__telegram-tools__react", &json!({"emoji": "👍", "end_turn": true})));
-        assert!(!reg.ends_turn("mcp__telegram-tools__react", &json!({"emoji": "👍", "end_turn": false})));
+        assert!(reg.ends_turn(
+            "mcp__telegram-tools__react",
+            &json!({"emoji": "👍", "end_turn": true})
+        ));
+        assert!(!reg.ends_turn(
+            "mcp__telegram-tools__react",
+            &json!({"emoji": "👍", "end_turn": false})
+        ));
     }
 
     #[test]
@@ -224,8 +230,14 @@ mod tests {
     fn the_batch_terminator_is_found_beside_other_tools() {
         let reg = registry();
         let calls = vec![
-            BatchCall { name: "mcp__telegram-tools__send".into(), input: json!({"text": "a"}) },
-            BatchCall { name: "mcp__telegram-tools__end_turn".into(), input: json!({}) },
+            BatchCall {
+                name: "mcp__telegram-tools__send".into(),
+                input: json!({"text": "a"}),
+            },
+            BatchCall {
+                name: "mcp__telegram-tools__end_turn".into(),
+                input: json!({}),
+            },
         ];
         assert_eq!(reg.terminator_in(&calls), Some("end_turn"));
         assert_eq!(reg.terminator_in(&calls[..1]), None);

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
-    WrapFuture,
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
+    SpawnHandle, WrapFuture,
 };
 use serde_json::Value;
 use teloxide::types::{ChatId, MessageId};
@@ -119,7 +119,8 @@ pub const REPROMPT: &str = "[turnstile] Your last turn ended without a reply to 
 
 /// The stop reason given to the agent after a terminator (it reads it at the
 /// start of its next turn).
-pub const STOP_REASON: &str = "You ended the previous turn with end_turn; the user has seen your reply.";
+pub const STOP_REASON: &str =
+    "You ended the previous turn with end_turn; the user has seen your reply.";
 
 /// The actor.
 pub struct TurnActor {
@@ -183,7 +184,9 @@ impl TurnActor {
         ended_to: Vec<Recipient<TurnEnded>>,
         released_to: Recipient<SessionReleased>,
     ) -> Self {
-        deps.gauges.turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        deps.gauges
+            .turns
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Self {
             spec,
             deps,
@@ -310,7 +313,11 @@ impl TurnActor {
         match event {
             AgentEvent::Init { session_id } => self.session_id = Some(session_id),
             AgentEvent::Text(text) => {
-                tracing::debug!(chat_id = self.chat_id(), chars = text.len(), "assistant text");
+                tracing::debug!(
+                    chat_id = self.chat_id(),
+                    chars = text.len(),
+                    "assistant text"
+                );
             }
             AgentEvent::Progress => {}
             AgentEvent::ToolCall(call) => self.serve_tool(call, ctx),
@@ -337,7 +344,8 @@ impl TurnActor {
                 let text = result.text.clone();
                 let num_turns = result.num_turns;
                 self.record(TurnEvent::Result(result), ctx);
-                if self.outcome.is_some() || self.delivered || self.ended_explicitly || !deliverable {
+                if self.outcome.is_some() || self.delivered || self.ended_explicitly || !deliverable
+                {
                     if self.outcome.is_none() {
                         self.arm_grace(ctx);
                     }
@@ -347,7 +355,10 @@ impl TurnActor {
                     self.deliver(text);
                     self.arm_grace(ctx);
                 } else if !self.reprompted && num_turns > 0 {
-                    tracing::info!(chat_id = self.chat_id(), "the agent ended with nothing delivered; re-prompting once");
+                    tracing::info!(
+                        chat_id = self.chat_id(),
+                        "the agent ended with nothing delivered; re-prompting once"
+                    );
                     self.reprompted = true;
                     self.result_seen = false;
                     self.log.push(TurnEvent::Reprompted);
@@ -358,7 +369,10 @@ impl TurnActor {
                 }
             }
             AgentEvent::Idle => {
-                if self.reprompted && !self.result_seen && matches!(self.log.last(), Some(TurnEvent::Reprompted)) {
+                if self.reprompted
+                    && !self.result_seen
+                    && matches!(self.log.last(), Some(TurnEvent::Reprompted))
+                {
                     // The idle that closed the first prompt; the re-prompt runs next.
                     return;
                 }
@@ -382,7 +396,8 @@ impl TurnActor {
         match event {
             AgentEvent::ToolCall(call) => {
                 tracing::warn!(chat_id = self.chat_id(), call_id = %call.id, tool = %call.name, "tool call after the turn ended; refused and dropped");
-                call.reply.answer(ToolReply::Error("the turn has already ended".into()));
+                call.reply
+                    .answer(ToolReply::Error("the turn has already ended".into()));
             }
             AgentEvent::BatchResolved(batch) => {
                 batch.reply.answer(HookReply::Stop {
@@ -414,11 +429,18 @@ impl TurnActor {
     /// Queues text for the chat; the outbox sends it even if this actor stops.
     fn deliver(&mut self, text: String) {
         self.delivered = true;
-        self.deps.outbox.do_send(SendText::new(self.spec.chat, text));
+        self.deps
+            .outbox
+            .do_send(SendText::new(self.spec.chat, text));
     }
 
     fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
-        let ToolCall { id, name, input, reply } = call;
+        let ToolCall {
+            id,
+            name,
+            input,
+            reply,
+        } = call;
         let bare = bare_tool_name(&name).to_string();
         if self.deps.tools.get(&bare).is_none() {
             tracing::warn!(chat_id = self.chat_id(), call_id = %id, tool = %name, "unknown tool called");
@@ -428,16 +450,26 @@ impl TurnActor {
         if self.deps.tools.ends_turn(&bare, &input) {
             self.ended_explicitly = true;
         }
-        let text = input.get("text").and_then(Value::as_str).unwrap_or("").to_string();
+        let text = input
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         let chat = self.spec.chat;
         match bare.as_str() {
             "react" => {
-                let Some(emoji) = input.get("emoji").and_then(Value::as_str).filter(|e| !e.is_empty()) else {
+                let Some(emoji) = input
+                    .get("emoji")
+                    .and_then(Value::as_str)
+                    .filter(|e| !e.is_empty())
+                else {
                     reply.answer(ToolReply::Error("`emoji` is required".into()));
                     return;
                 };
                 let Some(message_id) = self.spec.reply_to else {
-                    reply.answer(ToolReply::Error("there is no user message to react to".into()));
+                    reply.answer(ToolReply::Error(
+                        "there is no user message to react to".into(),
+                    ));
                     return;
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -456,7 +488,9 @@ impl TurnActor {
                 }));
             }
             "end_turn" if text.trim().is_empty() => {
-                reply.answer(ToolReply::Ok("the turn will end once this batch is done".into()));
+                reply.answer(ToolReply::Ok(
+                    "the turn will end once this batch is done".into(),
+                ));
             }
             _ if text.trim().is_empty() => {
                 reply.answer(ToolReply::Error("`text` is empty".into()));
@@ -481,7 +515,10 @@ impl TurnActor {
     /// Sends TurnEnded and starts closing the session.
     fn finish(&mut self, outcome: TurnOutcome, ctx: &mut Context<Self>) {
         let at = Instant::now();
-        for h in [self.no_progress.take(), self.budget.take()].into_iter().flatten() {
+        for h in [self.no_progress.take(), self.budget.take()]
+            .into_iter()
+            .flatten()
+        {
             ctx.cancel_future(h);
         }
         self.outcome = Some(outcome.clone());
@@ -662,7 +699,11 @@ impl Handler<AbortTurn> for TurnActor {
     type Result = ();
 
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
-        tracing::warn!(chat_id = self.chat_id(), turn = self.spec.turn, "turn aborted by the backstop");
+        tracing::warn!(
+            chat_id = self.chat_id(),
+            turn = self.spec.turn,
+            "turn aborted by the backstop"
+        );
         if self.outcome.is_none() {
             self.outcome = Some(TurnOutcome::ForceReleased);
         }

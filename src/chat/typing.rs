@@ -58,7 +58,14 @@ pub struct TypingActor {
 
 impl TypingActor {
     /// A typing actor for `chat`.
-    pub fn new(chat: ChatId, outbox: Addr<Outbox>, interval: Duration, hard_deadline: Duration, events: EventBus, gauges: Arc<Gauges>) -> Self {
+    pub fn new(
+        chat: ChatId,
+        outbox: Addr<Outbox>,
+        interval: Duration,
+        hard_deadline: Duration,
+        events: EventBus,
+        gauges: Arc<Gauges>,
+    ) -> Self {
         gauges.typing.fetch_add(1, Ordering::SeqCst);
         Self {
             chat,
@@ -127,7 +134,11 @@ impl Handler<StartTyping> for TypingActor {
         let pulse = ctx.run_interval(self.interval, Self::pulse);
         let deadline = ctx.run_later(self.hard_deadline, move |act, ctx| {
             if act.lease.as_ref().is_some_and(|l| l.turn == msg.turn) {
-                tracing::warn!(chat_id = act.chat.0, turn = msg.turn, "typing lease reached the hard deadline");
+                tracing::warn!(
+                    chat_id = act.chat.0,
+                    turn = msg.turn,
+                    "typing lease reached the hard deadline"
+                );
                 act.end_lease(ctx);
             }
         });

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
+    WrapFuture,
+};
 use teloxide::Bot;
 use teloxide::RequestError;
 use teloxide::payloads::GetUpdatesSetters;
@@ -39,7 +42,12 @@ pub struct Intake {
 
 impl Intake {
     /// An intake handing updates to `to`.
-    pub fn new(bot: Bot, poll_timeout: Duration, to: Recipient<UpdateReceived>, shutdown: Shutdown) -> Self {
+    pub fn new(
+        bot: Bot,
+        poll_timeout: Duration,
+        to: Recipient<UpdateReceived>,
+        shutdown: Shutdown,
+    ) -> Self {
         Self {
             bot,
             poll_timeout,

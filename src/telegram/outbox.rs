@@ -135,7 +135,10 @@ impl SendText {
     }
 
     /// A message and the receiver of its outcome.
-    pub fn tracked(chat: ChatId, text: impl Into<String>) -> (Self, oneshot::Receiver<Result<Vec<MessageId>, OutboxError>>) {
+    pub fn tracked(
+        chat: ChatId,
+        text: impl Into<String>,
+    ) -> (Self, oneshot::Receiver<Result<Vec<MessageId>, OutboxError>>) {
         let (tx, rx) = oneshot::channel();
         (
             Self {
@@ -174,7 +177,10 @@ pub struct React {
 
 /// One queued request of a chat.
 enum Job {
-    Text(String, Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>),
+    Text(
+        String,
+        Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+    ),
     Typing(Arc<AtomicBool>),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
 }
@@ -362,19 +368,28 @@ fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
     use teloxide::ApiError;
     match result {
         Ok(v) => Sent::Ok(v),
-        Err(RequestError::RetryAfter(secs)) => {
-            Sent::Retry(secs.duration(), format!("rate limited for {}s", secs.seconds()))
-        }
+        Err(RequestError::RetryAfter(secs)) => Sent::Retry(
+            secs.duration(),
+            format!("rate limited for {}s", secs.seconds()),
+        ),
         Err(RequestError::Api(ApiError::CantParseEntities(why))) => Sent::Plain(why),
         Err(RequestError::Api(
-            ApiError::BotBlocked | ApiError::UserDeactivated | ApiError::BotKicked | ApiError::BotKickedFromSupergroup,
+            ApiError::BotBlocked
+            | ApiError::UserDeactivated
+            | ApiError::BotKicked
+            | ApiError::BotKickedFromSupergroup,
         )) => Sent::Fail(OutboxError::Blocked),
-        Err(RequestError::Api(ApiError::Unknown(why))) if is_server_error(&why) => Sent::Retry(Duration::ZERO, why),
-        Err(RequestError::Api(api)) => Sent::Fail(OutboxError::Refused(api.to_string())),
-        Err(RequestError::InvalidJson { .. }) => {
-            Sent::RetryIfUnsent(Duration::ZERO, "telegram answered something that is not JSON".into())
+        Err(RequestError::Api(ApiError::Unknown(why))) if is_server_error(&why) => {
+            Sent::Retry(Duration::ZERO, why)
         }
-        Err(RequestError::Network(err)) if err.is_connect() => Sent::Retry(Duration::ZERO, err.to_string()),
+        Err(RequestError::Api(api)) => Sent::Fail(OutboxError::Refused(api.to_string())),
+        Err(RequestError::InvalidJson { .. }) => Sent::RetryIfUnsent(
+            Duration::ZERO,
+            "telegram answered something that is not JSON".into(),
+        ),
+        Err(RequestError::Network(err)) if err.is_connect() => {
+            Sent::Retry(Duration::ZERO, err.to_string())
+        }
         Err(RequestError::Network(err)) => Sent::RetryIfUnsent(Duration::ZERO, err.to_string()),
         Err(other) => Sent::Fail(OutboxError::Unreachable(other.to_string())),
     }
@@ -393,11 +408,22 @@ fn is_server_error(description: &str) -> bool {
 }
 
 /// Sleeps before a retry when one is allowed; `false` when retries ran out.
-async fn retry_allowed(shared: &Shared, attempt: &mut u32, wait: Duration, chat: ChatId, why: &str) -> bool {
+async fn retry_allowed(
+    shared: &Shared,
+    attempt: &mut u32,
+    wait: Duration,
+    chat: ChatId,
+    why: &str,
+) -> bool {
     *attempt += 1;
     let limits = &shared.limits;
     if *attempt > limits.max_retries || wait > limits.max_retry_after {
-        tracing::warn!(chat_id = chat.0, attempts = *attempt, cause = why, "giving up on a telegram request");
+        tracing::warn!(
+            chat_id = chat.0,
+            attempts = *attempt,
+            cause = why,
+            "giving up on a telegram request"
+        );
         return false;
     }
     let wait = if wait.is_zero() {
@@ -405,12 +431,23 @@ async fn retry_allowed(shared: &Shared, attempt: &mut u32, wait: Duration, chat:
     } else {
         wait
     };
-    tracing::info!(chat_id = chat.0, attempt = *attempt, wait_ms = wait.as_millis() as u64, cause = why, "retrying a telegram request");
+    tracing::info!(
+        chat_id = chat.0,
+        attempt = *attempt,
+        wait_ms = wait.as_millis() as u64,
+        cause = why,
+        "retrying a telegram request"
+    );
     tokio::time::sleep(wait).await;
     true
 }
 
-async fn send_piece(shared: &Shared, chat: ChatId, bucket: &mut Bucket, piece: &str) -> Result<MessageId, OutboxError> {
+async fn send_piece(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    piece: &str,
+) -> Result<MessageId, OutboxError> {
     let mut formatted = true;
     let mut attempt = 0;
     loop {
@@ -444,7 +481,10 @@ async fn send_piece(shared: &Shared, chat: ChatId, bucket: &mut Bucket, piece: &
                 return Err(OutboxError::Unreachable(why));
             }
             Sent::Fail(OutboxError::Blocked) => {
-                tracing::warn!(chat_id = chat.0, "the bot is blocked in this chat; message dropped");
+                tracing::warn!(
+                    chat_id = chat.0,
+                    "the bot is blocked in this chat; message dropped"
+                );
                 return Err(OutboxError::Blocked);
             }
             Sent::Fail(err) => return Err(err),

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use teloxide::types::ChatId;
 use tokio::sync::broadcast;
-use turnstile::agent::{ScriptTool, ScriptTurn, Scenario, ScriptedBackend, Step};
+use turnstile::agent::{Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 use turnstile::telegram::RateLimits;
 use turnstile::{Config, Turnstile};
 
 #[allow(unused_imports)]
-pub use bot_api::{Call, Fault, FakeBotApi};
+pub use bot_api::{Call, FakeBotApi, Fault};
 
 /// An allowed user.
 pub const USER: i64 = 1001;
@@ -59,7 +59,11 @@ impl Harness {
     }
 
     /// Starts with explicit outbox limits.
-    pub async fn start_with_limits(scenario: Scenario, env: &[(&str, &str)], limits: RateLimits) -> Self {
+    pub async fn start_with_limits(
+        scenario: Scenario,
+        env: &[(&str, &str)],
+        limits: RateLimits,
+    ) -> Self {
         let api = FakeBotApi::start().await;
         let mut vars: BTreeMap<String, String> = [
             ("TELEGRAM_BOT_TOKEN", bot_api::TOKEN),
@@ -78,7 +82,8 @@ impl Harness {
         }
         let config = Config::load(None, &vars).expect("test config loads");
         let backend = Arc::new(ScriptedBackend::new(scenario));
-        let bot = Turnstile::start_with_limits(&config, backend.clone(), limits).expect("bot starts");
+        let bot =
+            Turnstile::start_with_limits(&config, backend.clone(), limits).expect("bot starts");
         let events = bot.events.subscribe();
         Self {
             api,
@@ -109,8 +114,12 @@ impl Harness {
                         return event;
                     }
                 }
-                Ok(Err(broadcast::error::RecvError::Lagged(n))) => panic!("event bus lagged by {n}"),
-                Ok(Err(broadcast::error::RecvError::Closed)) => panic!("event bus closed while waiting for {what}"),
+                Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
+                    panic!("event bus lagged by {n}")
+                }
+                Ok(Err(broadcast::error::RecvError::Closed)) => {
+                    panic!("event bus closed while waiting for {what}")
+                }
                 Err(_) => panic!("timed out waiting for {what}; seen: {:#?}", self.seen),
             }
         }
@@ -128,7 +137,9 @@ impl Harness {
             })
             .await;
         match found {
-            BotEvent::TurnEnded { turn, outcome, at, .. } => (turn, outcome, at),
+            BotEvent::TurnEnded {
+                turn, outcome, at, ..
+            } => (turn, outcome, at),
             _ => unreachable!(),
         }
     }
@@ -166,7 +177,10 @@ pub fn tool(name: &str, input: serde_json::Value) -> ScriptTool {
 
 /// A tool call the agent takes `ms` to make.
 pub fn slow_tool(name: &str, input: serde_json::Value, ms: u64) -> ScriptTool {
-    ScriptTool { ms, ..ScriptTool::new(name, input) }
+    ScriptTool {
+        ms,
+        ..ScriptTool::new(name, input)
+    }
 }
 
 /// `send {text}` then `end_turn` in one batch.
