@@ -205,3 +205,29 @@ async fn unknown_tools_and_empty_sends_are_tool_errors_not_crashes() {
     );
     assert_eq!(h.texts(1), vec!["still fine"]);
 }
+
+#[actix_rt::test]
+async fn no_re_prompt_after_end_turn_even_without_the_batch_hook() {
+    // Without the hook the terminator batch is never reported; the agent's
+    // own end_turn call still rules out a re-prompt.
+    let scenario = Scenario::default()
+        .with_rule(
+            "no hook",
+            turn(vec![Step::ToolsWithoutHook {
+                calls: vec![tool("mcp__telegram-tools__end_turn", json!({}))],
+            }]),
+        )
+        .with_rule("[turnstile]", reply("re-prompted!"));
+    let mut h = Harness::start(scenario, &[]).await;
+    h.say(1, USER, "no hook");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(
+        outcome,
+        TurnOutcome::Completed {
+            reason: "completed".into()
+        }
+    );
+    h.say(1, USER, "next");
+    h.turn_ended(1, 2).await;
+    assert_eq!(h.texts(1), vec!["echo: next"]);
+}

@@ -100,6 +100,12 @@ pub enum Step {
         /// The calls.
         calls: Vec<ScriptTool>,
     },
+    /// Like `tools`, but no batch hook fires (an agent started without the
+    /// PostToolBatch hook): the calls run and the loop goes on.
+    ToolsWithoutHook {
+        /// The calls.
+        calls: Vec<ScriptTool>,
+    },
     /// The result line; the steps after it are not played.
     Result {
         /// The result text.
@@ -369,7 +375,8 @@ impl ScriptedAgent {
                     }
                 }
                 Step::Text { text } => self.emit(AgentEvent::Text(fill(text))),
-                Step::Tools { calls: tools } => {
+                Step::Tools { calls: tools } | Step::ToolsWithoutHook { calls: tools } => {
+                    let hook = matches!(step, Step::Tools { .. });
                     calls += 1;
                     let mut batch = Vec::new();
                     for (i, tool) in tools.iter().enumerate() {
@@ -402,6 +409,9 @@ impl ScriptedAgent {
                             name: tool.name.clone(),
                             input,
                         });
+                    }
+                    if !hook {
+                        continue;
                     }
                     let (reply, rx) = Responder::new("PostToolBatch hook");
                     self.emit(AgentEvent::BatchResolved(ToolBatch {
