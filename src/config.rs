@@ -33,6 +33,10 @@ pub const TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
 /// `TURNSTILE_<SECTION>_<KEY>`.
 pub const ENV_PREFIX: &str = "TURNSTILE_";
 
+/// `TURNSTILE_*` variables that are not config keys: `TURNSTILE_LOG` is the
+/// log filter read by the binary.
+pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG"];
+
 /// What a secret is shown as.
 const REDACTED: &str = "<redacted>";
 
@@ -575,7 +579,10 @@ fn apply_env(
     env: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut origins = BTreeMap::new();
-    for (var, raw) in env.iter().filter(|(var, _)| var.starts_with(ENV_PREFIX)) {
+    for (var, raw) in env
+        .iter()
+        .filter(|(var, _)| var.starts_with(ENV_PREFIX) && !NOT_CONFIG_VARS.contains(&var.as_str()))
+    {
         let Some(target) = env_target(var, defaults) else {
             return Err(ConfigError::UnknownEnv { var: var.clone() });
         };

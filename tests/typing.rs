@@ -142,3 +142,46 @@ async fn no_typing_after_a_post_result_wedge_is_released() {
     h.say(2, USER, "long one");
     assert_typing_silent_after(&mut h, 1, ended, 2).await;
 }
+
+#[actix_rt::test]
+async fn typing_does_not_pile_up_behind_a_rate_limited_message() {
+    let scenario = Scenario::default().with_rule(
+        "slow reply",
+        turn(vec![
+            Step::Tools {
+                calls: vec![tool("mcp__telegram-tools__send", json!({"text": "first"}))],
+            },
+            Step::Wait { ms: 300 },
+            Step::Tools {
+                calls: vec![tool(
+                    "mcp__telegram-tools__end_turn",
+                    json!({"text": "second"}),
+                )],
+            },
+        ]),
+    );
+    let mut h = Harness::start(scenario, &[]).await;
+    h.api.inject("sendMessage", Fault::RetryAfter(1));
+    h.say(1, USER, "slow reply");
+    h.turn_ended(1, 1).await;
+    let delivered = h
+        .api
+        .calls_of("sendMessage")
+        .into_iter()
+        .find(|c| c.status == 200)
+        .expect("the delayed message was delivered");
+    // During the 1 s wait the typing actor pulsed ~25 times (every 40 ms);
+    // coalesced, at most one request was waiting behind the message.
+    let burst = h
+        .chat_actions_received(1)
+        .iter()
+        .filter(|c| {
+            c.at >= delivered.at
+                && c.at.duration_since(delivered.at) < std::time::Duration::from_millis(30)
+        })
+        .count();
+    assert!(
+        burst <= 2,
+        "{burst} typing requests burst out after the delayed message"
+    );
+}

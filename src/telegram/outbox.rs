@@ -9,11 +9,11 @@
 //! not retried. Typing requests are sent only while their lease is alive.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Context, Handler, Message};
+use actix::{Actor, AsyncContext, Context, Handler, Message};
 use teloxide::Bot;
 use teloxide::RequestError;
 use teloxide::payloads::{SendMessageSetters, SetMessageReactionSetters};
@@ -193,16 +193,30 @@ struct Shared {
     events: EventBus,
 }
 
+/// A chat's queue and its worker's bookkeeping.
+struct Lane {
+    /// The worker's queue.
+    tx: mpsc::UnboundedSender<Job>,
+    /// Jobs queued or running; the lane is dropped only at zero, so a
+    /// chat never has two workers at once.
+    pending: Arc<AtomicUsize>,
+    /// Whether a typing request is already queued (typing is coalesced, so
+    /// a slow message never builds a backlog of them).
+    typing_queued: Arc<AtomicBool>,
+    /// When a job was last queued.
+    last_used: Instant,
+}
+
 /// The Outbox actor.
 pub struct Outbox {
     /// Everything a worker needs.
     shared: Arc<Shared>,
-    /// Each chat's worker queue.
-    chats: HashMap<ChatId, mpsc::UnboundedSender<Job>>,
+    /// Each chat's lane.
+    lanes: HashMap<ChatId, Lane>,
 }
 
-/// How long a chat worker waits for work before it ends.
-const WORKER_IDLE: Duration = Duration::from_secs(60);
+/// A lane unused for this long (and empty) is dropped and its worker ends.
+const LANE_IDLE: Duration = Duration::from_secs(60);
 
 impl Outbox {
     /// An outbox sending through `bot`.
@@ -215,28 +229,64 @@ impl Outbox {
                 global,
                 events,
             }),
-            chats: HashMap::new(),
+            lanes: HashMap::new(),
         }
     }
 
-    /// Queues a job on the chat's worker, starting one when needed.
+    /// The chat's lane, starting its worker when needed.
+    fn lane(&mut self, chat: ChatId) -> &mut Lane {
+        let shared = &self.shared;
+        let lane = self.lanes.entry(chat).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let pending = Arc::new(AtomicUsize::new(0));
+            let typing_queued = Arc::new(AtomicBool::new(false));
+            actix::spawn(chat_worker(
+                Arc::clone(shared),
+                chat,
+                rx,
+                Arc::clone(&pending),
+                Arc::clone(&typing_queued),
+            ));
+            Lane {
+                tx,
+                pending,
+                typing_queued,
+                last_used: Instant::now(),
+            }
+        });
+        lane.last_used = Instant::now();
+        lane
+    }
+
+    /// Queues a job on the chat's lane.
     fn enqueue(&mut self, chat: ChatId, job: Job) {
-        let job = match self.chats.get(&chat) {
-            Some(tx) => match tx.send(job) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(job)) => job,
-            },
-            None => job,
-        };
-        let (tx, rx) = mpsc::unbounded_channel();
-        let _ = tx.send(job);
-        self.chats.insert(chat, tx);
-        actix::spawn(chat_worker(Arc::clone(&self.shared), chat, rx));
+        let lane = self.lane(chat);
+        lane.pending.fetch_add(1, Ordering::SeqCst);
+        if let Err(mpsc::error::SendError(job)) = lane.tx.send(job) {
+            // The worker is gone (it cannot be while the lane exists, but a
+            // job must never vanish): replace the lane and queue again.
+            tracing::warn!(chat_id = chat.0, "outbox worker missing; restarting it");
+            self.lanes.remove(&chat);
+            let lane = self.lane(chat);
+            lane.pending.fetch_add(1, Ordering::SeqCst);
+            let _ = lane.tx.send(job);
+        }
+    }
+
+    /// Drops idle, empty lanes; their workers end.
+    fn sweep(&mut self, _ctx: &mut Context<Self>) {
+        self.lanes.retain(|_, lane| {
+            lane.pending.load(Ordering::SeqCst) > 0 || lane.last_used.elapsed() < LANE_IDLE
+        });
     }
 }
 
 impl Actor for Outbox {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(LANE_IDLE / 2, Self::sweep);
+    }
 }
 
 impl Handler<SendText> for Outbox {
@@ -257,6 +307,13 @@ impl Handler<SendTyping> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendTyping, _ctx: &mut Self::Context) {
+        if self
+            .lane(msg.chat)
+            .typing_queued
+            .swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
         self.enqueue(msg.chat, Job::Typing(msg.lease));
     }
 }
@@ -269,23 +326,21 @@ impl Handler<React> for Outbox {
     }
 }
 
-/// Runs a chat's jobs one after another; ends when idle.
-async fn chat_worker(shared: Arc<Shared>, chat: ChatId, mut rx: mpsc::UnboundedReceiver<Job>) {
+/// Runs a chat's jobs one after another, until its lane is dropped.
+async fn chat_worker(
+    shared: Arc<Shared>,
+    chat: ChatId,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    pending: Arc<AtomicUsize>,
+    typing_queued: Arc<AtomicBool>,
+) {
     let mut bucket = Bucket::new(shared.limits.chat_burst, shared.limits.chat_per_sec);
-    loop {
-        let job = match tokio::time::timeout(WORKER_IDLE, rx.recv()).await {
-            Ok(Some(job)) => job,
-            Ok(None) => return,
-            Err(_) => {
-                // Refuse new work, then finish what already arrived.
-                rx.close();
-                while let Ok(job) = rx.try_recv() {
-                    run_job(&shared, chat, &mut bucket, job).await;
-                }
-                return;
-            }
-        };
+    while let Some(job) = rx.recv().await {
+        if matches!(job, Job::Typing(_)) {
+            typing_queued.store(false, Ordering::SeqCst);
+        }
         run_job(&shared, chat, &mut bucket, job).await;
+        pending.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
