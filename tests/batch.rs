@@ -47,16 +47,7 @@ async fn end_turn_beside_a_slower_send_delivers_both_in_order_then_ends() {
 #[actix_rt::test]
 async fn result_text_is_sent_only_when_nothing_was_delivered() {
     let scenario = Scenario::default()
-        .with_rule(
-            "plain",
-            turn(vec![Step::Result {
-                text: "from the result".into(),
-                subtype: "success".into(),
-                is_error: false,
-                terminal_reason: None,
-                num_turns: None,
-            }]),
-        )
+        .with_rule("plain", turn(vec![result("from the result")]))
         .with_rule(
             "both",
             turn(vec![
@@ -66,13 +57,7 @@ async fn result_text_is_sent_only_when_nothing_was_delivered() {
                         json!({"text": "via send"}),
                     )],
                 },
-                Step::Result {
-                    text: "via send".into(),
-                    subtype: "success".into(),
-                    is_error: false,
-                    terminal_reason: None,
-                    num_turns: None,
-                },
+                result("via send"),
             ]),
         );
     let mut h = Harness::start(scenario, &[]).await;

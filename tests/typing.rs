@@ -30,13 +30,7 @@ fn scenario() -> Scenario {
         .with_rule(
             "wedge",
             ScriptTurn {
-                steps: vec![Step::Result {
-                    text: "here you go".into(),
-                    subtype: "success".into(),
-                    is_error: false,
-                    terminal_reason: None,
-                    num_turns: None,
-                }],
+                steps: vec![result("here you go")],
                 after_result: AfterResult::Hang,
             },
         )

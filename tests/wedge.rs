@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
+use turnstile::agent::{AfterResult, Scenario, ScriptTurn};
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 
@@ -14,13 +14,7 @@ fn wedging() -> Scenario {
     Scenario::default().with_rule(
         "wedge",
         ScriptTurn {
-            steps: vec![Step::Result {
-                text: "answered, then wedged".into(),
-                subtype: "success".into(),
-                is_error: false,
-                terminal_reason: None,
-                num_turns: None,
-            }],
+            steps: vec![result("answered, then wedged")],
             after_result: AfterResult::Hang,
         },
     )

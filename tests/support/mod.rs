@@ -200,3 +200,14 @@ pub fn turn(steps: Vec<Step>) -> ScriptTurn {
         after_result: Default::default(),
     }
 }
+
+/// A successful `result` step with this text.
+pub fn result(text: &str) -> Step {
+    Step::Result {
+        text: text.into(),
+        subtype: "success".into(),
+        is_error: false,
+        terminal_reason: None,
+        num_turns: None,
+    }
+}
