@@ -148,7 +148,10 @@ impl Turnstile {
     pub async fn stop(&self) -> usize {
         self.shutdown.trigger();
         let _ = self.intake.send(StopIntake).await;
-        let deadline = Instant::now() + self.drain_timeout;
+        let start = Instant::now();
+        let deadline = start
+            .checked_add(self.drain_timeout)
+            .unwrap_or(start + Duration::from_secs(86_400 * 365));
         let mut running = self.dispatcher.send(StopDispatching).await.unwrap_or(0);
         let mut events = self.events.subscribe();
         while running > 0 && Instant::now() < deadline {

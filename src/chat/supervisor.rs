@@ -251,10 +251,15 @@ impl ChatSupervisor {
         let Some(front) = self.queue.pop_front() else {
             return;
         };
-        let window_end = front.at + self.settings.merge_window;
+        // A window too large to add to an Instant merges everything queued.
+        let window_end = front.at.checked_add(self.settings.merge_window);
         let mut texts = vec![front.text];
         let mut reply_to = front.message_id;
-        while self.queue.front().is_some_and(|p| p.at <= window_end) {
+        while self
+            .queue
+            .front()
+            .is_some_and(|p| window_end.is_none_or(|end| p.at <= end))
+        {
             if let Some(next) = self.queue.pop_front() {
                 texts.push(next.text);
                 reply_to = next.message_id;
