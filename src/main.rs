@@ -23,7 +23,7 @@ fn parse_args() -> Result<Command, String> {
     let mut config = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "check-config" if !check && config.is_none() => check = true,
+            "check-config" if !check => check = true,
             "--config" | "-c" => match args.next() {
                 Some(path) => config = Some(PathBuf::from(path)),
                 None => return Err("--config needs a path".into()),
@@ -46,6 +46,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let command = match parse_args() {
         Ok(command) => command,
