@@ -2,6 +2,7 @@
 //! turn drives, the [`AgentEvent`]s a session yields and the [`Responder`]
 //! that answers each request an agent makes exactly once.
 
+pub mod claude;
 pub mod scripted;
 
 use std::fmt;

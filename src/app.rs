@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use actix::{Actor, Addr};
 use teloxide::Bot;
 
+use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, RunningTurns, StopDispatching};
 use crate::chat::tools::ToolRegistry;
@@ -47,8 +48,12 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             };
             Ok(Arc::new(ScriptedBackend::new(scenario)))
         }
+        "claude" => Ok(Arc::new(ClaudeBackend::new(
+            ClaudeSettings::from_config(config),
+            Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+        ))),
         other => Err(StartError::Backend(format!(
-            "agent.backend = {other:?} is not available in this build (available: \"scripted\")"
+            "agent.backend = {other:?} is not known (use \"scripted\" or \"claude\")"
         ))),
     }
 }
@@ -117,8 +122,13 @@ impl Turnstile {
             events: events.clone(),
             gauges: Arc::clone(&gauges),
         };
-        let dispatcher =
-            Dispatcher::new(deps, config.access.clone(), config.dispatcher.clone()).start();
+        let dispatcher = Dispatcher::new(
+            deps,
+            config.access.clone(),
+            config.dispatcher.clone(),
+            config.agent.keep_warm,
+        )
+        .start();
         let intake = Intake::new(
             bot,
             config.telegram.poll_timeout,

@@ -226,7 +226,26 @@ pub struct AgentConfig {
     pub workdir: PathBuf,
     /// Scenario file for the `scripted` backend; empty means the built-in echo.
     pub script: PathBuf,
+    /// The system prompt given to the agent (`claude`).
+    pub system_prompt: String,
+    /// Tools besides the chat tools the agent may use without asking
+    /// (`claude`; any other tool is denied with a message the model reads).
+    pub allowed_tools: Vec<String>,
+    /// The model (`claude`); empty means the CLI's default.
+    pub model: String,
+    /// Model turns per user turn (`claude`); 0 means no limit.
+    pub max_turns: u32,
+    /// How long a chat's agent process stays warm between turns; `0s`
+    /// closes it after every turn.
+    #[serde(with = "humantime_serde")]
+    pub keep_warm: Duration,
+    /// Whether turns end through the PostToolBatch hook (`claude`); off only
+    /// to compare API calls with and without it.
+    pub batch_hook: bool,
 }
+
+/// The default `agent.system_prompt`.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user.";
 
 /// `[turn]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -307,6 +326,12 @@ impl Default for AgentConfig {
             env: BTreeMap::new(),
             workdir: PathBuf::new(),
             script: PathBuf::new(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+            allowed_tools: Vec::new(),
+            model: String::new(),
+            max_turns: 0,
+            keep_warm: Duration::from_secs(600),
+            batch_hook: true,
         }
     }
 }
@@ -697,7 +722,12 @@ fn coerce(
         Value::Table(_) => Err(bad(format!(
             "a table cannot be set whole; set its entries with {var}_<NAME>"
         ))),
-        Value::Float(_) | Value::Boolean(_) | Value::Datetime(_) => Err(bad(
+        Value::Boolean(_) => match raw.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(Value::Boolean(true)),
+            "false" | "0" | "no" | "off" => Ok(Value::Boolean(false)),
+            _ => Err(bad("expected true or false".to_owned())),
+        },
+        Value::Float(_) | Value::Datetime(_) => Err(bad(
             "this kind of value cannot be set from the environment".to_owned(),
         )),
     }
@@ -1058,6 +1088,17 @@ mod tests {
             let err = Config::load(None, &vars).expect_err("empty token");
             assert!(matches!(err, ConfigError::MissingToken), "{err:?}");
         }
+    }
+
+    #[test]
+    fn boolean_env() {
+        let off =
+            Config::load(None, &env(&[("TURNSTILE_AGENT_BATCH_HOOK", "false")])).expect("loads");
+        assert!(!off.agent.batch_hook);
+        let on = Config::load(None, &env(&[("TURNSTILE_AGENT_BATCH_HOOK", "1")])).expect("loads");
+        assert!(on.agent.batch_hook);
+        let err = Config::load(None, &env(&[("TURNSTILE_AGENT_BATCH_HOOK", "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("agent.batch_hook"), "{err}");
     }
 
     #[test]

@@ -67,13 +67,20 @@ pub struct Dispatcher {
     refused: HashMap<u64, Instant>,
     /// No new turns once set.
     stopping: bool,
+    /// `agent.keep_warm`, handed to each supervisor.
+    keep_warm: Duration,
     /// Where it reports.
     events: EventBus,
 }
 
 impl Dispatcher {
     /// A dispatcher.
-    pub fn new(deps: TurnDeps, access: AccessConfig, config: DispatcherConfig) -> Self {
+    pub fn new(
+        deps: TurnDeps,
+        access: AccessConfig,
+        config: DispatcherConfig,
+        keep_warm: Duration,
+    ) -> Self {
         let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
         let events = deps.events.clone();
         Self {
@@ -85,6 +92,7 @@ impl Dispatcher {
             chats: HashMap::new(),
             refused: HashMap::new(),
             stopping: false,
+            keep_warm,
             events,
         }
     }
@@ -114,6 +122,7 @@ impl Dispatcher {
         let settings = ChatSettings {
             merge_window: self.config.merge_window,
             queue_limit: self.config.queue_limit,
+            keep_warm: self.keep_warm,
         };
         let permits = Arc::clone(&self.permits);
         let next_turn = Arc::clone(&self.next_turn);

@@ -127,6 +127,8 @@ pub struct ChatSettings {
     pub merge_window: Duration,
     /// `dispatcher.queue_limit`.
     pub queue_limit: usize,
+    /// `agent.keep_warm`.
+    pub keep_warm: Duration,
 }
 
 /// The actor.
@@ -153,6 +155,8 @@ pub struct ChatSupervisor {
     settling: Option<u64>,
     /// A settled session kept for the next turn.
     warm: Option<AgentSession>,
+    /// Counts sessions kept warm, so a keep-warm timer closes only its own.
+    warm_generation: u64,
     /// The agent session id to resume.
     session_id: Option<String>,
     /// Turns up to this one must not hand back their session (after `/new`).
@@ -186,6 +190,7 @@ impl ChatSupervisor {
             running: None,
             settling: None,
             warm: None,
+            warm_generation: 0,
             session_id: None,
             forget_through: 0,
             typing: None,
@@ -266,11 +271,9 @@ impl ChatSupervisor {
             }
         }
         let turn = self.next_turn.fetch_add(1, Ordering::SeqCst) + 1;
-        let source = match self.warm.take() {
-            Some(session) => SessionSource::Warm(session),
-            None => SessionSource::Open {
-                resume: self.session_id.clone(),
-            },
+        let source = SessionSource {
+            warm: self.warm.take(),
+            resume: self.session_id.clone(),
         };
         let typing = self.typing_actor();
         typing.do_send(StartTyping { turn });
@@ -300,6 +303,28 @@ impl ChatSupervisor {
             chat: self.chat,
             turn,
             at: started,
+        });
+    }
+
+    /// Keeps a settled session for `agent.keep_warm`; dropping it closes it.
+    fn keep_warm(&mut self, session: Option<AgentSession>, ctx: &mut Context<Self>) {
+        let Some(session) = session else {
+            return;
+        };
+        if self.settings.keep_warm.is_zero() {
+            drop(session);
+            return;
+        }
+        self.warm = Some(session);
+        self.warm_generation += 1;
+        let generation = self.warm_generation;
+        ctx.run_later(self.settings.keep_warm, move |act, _ctx| {
+            if act.warm_generation == generation && act.warm.take().is_some() {
+                tracing::debug!(
+                    chat_id = act.chat.0,
+                    "warm session closed after agent.keep_warm"
+                );
+            }
         });
     }
 
@@ -409,7 +434,7 @@ impl Handler<SessionReleased> for ChatSupervisor {
         }
         self.settling = None;
         if msg.turn > self.forget_through && !self.stopping {
-            self.warm = msg.session;
+            self.keep_warm(msg.session, ctx);
         }
         self.try_start(ctx);
     }

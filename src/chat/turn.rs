@@ -104,14 +104,12 @@ pub struct TurnDeps {
 
 /// Where the turn's session comes from.
 #[derive(Debug)]
-pub enum SessionSource {
-    /// A settled session the chat kept warm.
-    Warm(AgentSession),
-    /// A new session, resuming the chat's agent session id when given.
-    Open {
-        /// The agent session id to resume.
-        resume: Option<String>,
-    },
+pub struct SessionSource {
+    /// A settled session the chat kept warm, if any.
+    pub warm: Option<AgentSession>,
+    /// The agent session id to resume when a new session is opened (also
+    /// when the warm one turns out to be dead).
+    pub resume: Option<String>,
 }
 
 /// The text sent when an agent ends with nothing delivered and no text.
@@ -130,6 +128,10 @@ pub struct TurnActor {
     deps: TurnDeps,
     /// Where the session comes from; taken at start.
     source: Option<SessionSource>,
+    /// The session id to resume if a warm session turns out dead.
+    resume: Option<String>,
+    /// Whether the session in use is a warm one that has not yet shown life.
+    warm_unproven: bool,
     /// Who gets TurnEnded.
     ended_to: Vec<Recipient<TurnEnded>>,
     /// Who gets the session back.
@@ -190,6 +192,8 @@ impl TurnActor {
         Self {
             spec,
             deps,
+            resume: source.resume.clone(),
+            warm_unproven: false,
             source: Some(source),
             ended_to,
             released_to,
@@ -214,6 +218,28 @@ impl TurnActor {
 
     fn chat_id(&self) -> i64 {
         self.spec.chat.0
+    }
+
+    /// Opens a fresh session (resuming the chat's agent session id).
+    fn open(&mut self, ctx: &mut Context<Self>) {
+        let open = self.deps.backend.open(OpenSession {
+            chat: self.spec.chat,
+            resume: self.resume.clone(),
+        });
+        ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
+            Ok(session) if act.outcome.is_none() => act.attach(session, ctx),
+            Ok(session) => drop(session),
+            Err(err) => {
+                act.settled = Some(Settled::Gone);
+                act.record(
+                    TurnEvent::Exited {
+                        code: None,
+                        detail: err.to_string(),
+                    },
+                    ctx,
+                );
+            }
+        }));
     }
 
     fn attach(&mut self, session: AgentSession, ctx: &mut Context<Self>) {
@@ -310,6 +336,22 @@ impl TurnActor {
             return self.on_late_event(event, ctx);
         }
         self.arm_no_progress(ctx);
+        if self.warm_unproven {
+            match &event {
+                AgentEvent::Exited { detail, .. } => {
+                    tracing::info!(chat_id = self.chat_id(), session = %self.label, cause = %detail, "warm session was dead; opening a fresh one");
+                    self.warm_unproven = false;
+                    self.commands = None;
+                    self.events = None;
+                    self.open(ctx);
+                    return;
+                }
+                AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
+                    self.warm_unproven = false
+                }
+                _ => {}
+            }
+        }
         match event {
             AgentEvent::Init { session_id } => self.session_id = Some(session_id),
             AgentEvent::Text(text) => {
@@ -642,29 +684,12 @@ impl Actor for TurnActor {
             act.record(TurnEvent::BudgetExceeded, ctx);
         }));
         self.arm_no_progress(ctx);
-        match self.source.take() {
-            Some(SessionSource::Warm(session)) => self.attach(session, ctx),
-            Some(SessionSource::Open { resume }) => {
-                let open = self.deps.backend.open(OpenSession {
-                    chat: self.spec.chat,
-                    resume,
-                });
-                ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
-                    Ok(session) if act.outcome.is_none() => act.attach(session, ctx),
-                    Ok(session) => drop(session),
-                    Err(err) => {
-                        act.settled = Some(Settled::Gone);
-                        act.record(
-                            TurnEvent::Exited {
-                                code: None,
-                                detail: err.to_string(),
-                            },
-                            ctx,
-                        );
-                    }
-                }));
+        match self.source.take().and_then(|s| s.warm) {
+            Some(session) => {
+                self.warm_unproven = true;
+                self.attach(session, ctx);
             }
-            None => {}
+            None => self.open(ctx),
         }
     }
 }
