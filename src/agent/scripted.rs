@@ -133,6 +133,23 @@ pub enum Step {
     },
     /// Report idle without running a turn (an idle resume).
     Idle,
+    /// Fake CLI only: write this raw line (for malformed input).
+    Raw {
+        /// The line, written as it is.
+        line: String,
+    },
+    /// Fake CLI only: write an assistant text line of about this many bytes.
+    Big {
+        /// Size of the line.
+        bytes: usize,
+    },
+    /// Fake CLI only: send this control request and wait for its answer.
+    /// After a batch the hook stopped, only these steps still run (a late,
+    /// misbehaving request).
+    Control {
+        /// The `request` object.
+        request: Value,
+    },
 }
 
 fn success() -> String {
@@ -466,6 +483,9 @@ impl ScriptedAgent {
                 Step::Idle => {
                     self.emit(AgentEvent::Idle);
                     return Flow::Next;
+                }
+                Step::Raw { .. } | Step::Big { .. } | Step::Control { .. } => {
+                    self.emit(AgentEvent::Progress);
                 }
             }
         }

@@ -1,0 +1,329 @@
+//! fake-claude: a stand-in for the Claude Code CLI that speaks its
+//! stream-json protocol and plays a [`Scenario`] (the scripted backend's
+//! format) from the file named by `FAKE_CLAUDE_SCENARIO`. Test-only.
+//!
+//! - `FAKE_CLAUDE_LOG`: a file to append what happened to (JSON lines:
+//!   `{"pid"}` at start, every line from the host, every answer to the
+//!   fake's own requests, `{"grandchild"}` pids).
+//! - `FAKE_CLAUDE_GRANDCHILD=1`: start a `sleep` child in the same process
+//!   group, to prove the whole group is killed.
+//!
+//! The protocol: `initialize` is answered; each user line plays the first
+//! scenario rule its text matches; tool calls go out as `mcp_message`
+//! `tools/call`; a batch ends with a `hook_callback` when the hook was
+//! registered; `interrupt` ends the turn with `aborted_streaming`;
+//! `end_session` or the end of stdin exits 0 (unless wedged).
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
+
+/// Shared by the stdin reader and the player.
+struct Fake {
+    out: Mutex<std::io::Stdout>,
+    log: Option<Mutex<std::fs::File>>,
+    pending: Mutex<HashMap<String, Sender<Value>>>,
+    interrupted: AtomicBool,
+    hook: AtomicBool,
+    next_id: AtomicU64,
+    session_id: String,
+}
+
+impl Fake {
+    fn write(&self, line: &Value) {
+        self.write_raw(&line.to_string());
+    }
+
+    fn write_raw(&self, line: &str) {
+        if let Ok(mut out) = self.out.lock() {
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+
+    fn log(&self, entry: Value) {
+        if let Some(log) = &self.log
+            && let Ok(mut file) = log.lock()
+        {
+            let _ = writeln!(file, "{entry}");
+        }
+    }
+
+    /// Sends a control request and waits for its answer (None: stdin gone).
+    fn ask(&self, request: Value) -> Option<Value> {
+        let id = format!("fake_{}", self.next_id.fetch_add(1, Ordering::SeqCst));
+        let (tx, rx) = mpsc::channel();
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.insert(id.clone(), tx);
+        }
+        self.write(&json!({"type": "control_request", "request_id": id, "request": request}));
+        let answer = rx.recv().ok();
+        self.log(json!({"asked": request, "answer": answer}));
+        answer
+    }
+}
+
+fn main() {
+    let scenario = match std::env::var("FAKE_CLAUDE_SCENARIO") {
+        Ok(path) => match Scenario::from_file(std::path::Path::new(&path)) {
+            Ok(s) => s,
+            Err(err) => {
+                eprintln!("fake-claude: {err}");
+                std::process::exit(3);
+            }
+        },
+        Err(_) => Scenario::default(),
+    };
+    let args: Vec<String> = std::env::args().collect();
+    let resume = args.iter().position(|a| a == "--resume").and_then(|i| args.get(i + 1)).cloned();
+    let pid = std::process::id();
+    let fake = Arc::new(Fake {
+        out: Mutex::new(std::io::stdout()),
+        log: std::env::var("FAKE_CLAUDE_LOG").ok().and_then(|p| {
+            std::fs::OpenOptions::new().create(true).append(true).open(p).ok().map(Mutex::new)
+        }),
+        pending: Mutex::new(HashMap::new()),
+        interrupted: AtomicBool::new(false),
+        hook: AtomicBool::new(false),
+        next_id: AtomicU64::new(1),
+        session_id: resume.clone().unwrap_or_else(|| format!("fake-session-{pid}")),
+    });
+    fake.log(json!({"pid": pid, "args": args[1..]}));
+    if std::env::var("FAKE_CLAUDE_GRANDCHILD").is_ok_and(|v| v == "1")
+        && let Ok(child) = std::process::Command::new("sleep").arg("1000").spawn()
+    {
+        fake.log(json!({"grandchild": child.id()}));
+    }
+    eprintln!("fake-claude {pid} started");
+
+    let (turns_tx, turns_rx) = mpsc::channel::<String>();
+    let player = {
+        let fake = Arc::clone(&fake);
+        std::thread::spawn(move || play(&fake, &scenario, turns_rx))
+    };
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(value) = serde_json::from_str::<Value>(&line) else {
+            fake.log(json!({"unparsed": line}));
+            continue;
+        };
+        fake.log(json!({"from_host": value}));
+        match value.get("type").and_then(Value::as_str) {
+            Some("user") => {
+                let text = value
+                    .pointer("/message/content/0/text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                let _ = turns_tx.send(text);
+            }
+            Some("control_request") => {
+                let id = value.get("request_id").and_then(Value::as_str).unwrap_or("");
+                let subtype = value.pointer("/request/subtype").and_then(Value::as_str).unwrap_or("");
+                match subtype {
+                    "initialize" => {
+                        fake.hook.store(value.pointer("/request/hooks/PostToolBatch").is_some(), Ordering::SeqCst);
+                        fake.write(&json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {"pid": pid}}}));
+                    }
+                    "interrupt" => {
+                        fake.interrupted.store(true, Ordering::SeqCst);
+                        fake.write(&json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {"still_queued": []}}}));
+                    }
+                    "end_session" => {
+                        fake.write(&json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {}}}));
+                        if !WEDGED.load(Ordering::SeqCst) {
+                            std::process::exit(0);
+                        }
+                    }
+                    other => {
+                        fake.write(&json!({"type": "control_response", "response": {"subtype": "error", "request_id": id, "error": format!("unknown {other}")}}));
+                    }
+                }
+            }
+            Some("control_response") => {
+                let id = value.pointer("/response/request_id").and_then(Value::as_str).unwrap_or("").to_string();
+                let waiter = fake.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                match waiter {
+                    Some(tx) => {
+                        let _ = tx.send(value.get("response").cloned().unwrap_or(Value::Null));
+                    }
+                    None => fake.log(json!({"unexpected_answer": value})),
+                }
+            }
+            _ => {}
+        }
+    }
+    // stdin closed.
+    fake.log(json!({"stdin": "closed"}));
+    drop(turns_tx);
+    if WEDGED.load(Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    // Unblock anyone waiting for an answer: the host is gone.
+    if let Ok(mut pending) = fake.pending.lock() {
+        pending.clear();
+    }
+    let _ = player.join();
+    std::process::exit(0);
+}
+
+/// Set once the fake is wedged: it ignores everything until killed.
+static WEDGED: AtomicBool = AtomicBool::new(false);
+
+fn play(fake: &Fake, scenario: &Scenario, turns: Receiver<String>) {
+    while let Ok(text) = turns.recv() {
+        let turn = scenario
+            .rules
+            .iter()
+            .find(|r| text.contains(&r.contains))
+            .map(|r| r.turn.clone())
+            .unwrap_or_else(|| scenario.default.clone());
+        fake.interrupted.store(false, Ordering::SeqCst);
+        play_turn(fake, &turn, &text);
+    }
+}
+
+fn state(fake: &Fake, state: &str) {
+    fake.write(&json!({"type": "system", "subtype": "session_state_changed", "state": state, "session_id": fake.session_id}));
+}
+
+/// Sleeps, unless interrupted; returns false on interrupt.
+fn pause(fake: &Fake, ms: u64) -> bool {
+    let until = Instant::now() + Duration::from_millis(ms);
+    let (_tx, rx) = mpsc::channel::<()>();
+    while Instant::now() < until {
+        if fake.interrupted.load(Ordering::SeqCst) {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now()).min(Duration::from_millis(10));
+        if let Err(RecvTimeoutError::Disconnected) = rx.recv_timeout(left) {
+            break;
+        }
+    }
+    !fake.interrupted.load(Ordering::SeqCst)
+}
+
+fn result(fake: &Fake, subtype: &str, is_error: bool, stop: &str, terminal: &str, text: &str, turns: u32) {
+    fake.write(&json!({
+        "type": "result", "subtype": subtype, "is_error": is_error, "num_turns": turns,
+        "stop_reason": stop, "terminal_reason": terminal, "result": text,
+        "session_id": fake.session_id, "total_cost_usd": 0.001, "duration_ms": 5, "usage": {}
+    }));
+}
+
+fn after(fake: &Fake, after: AfterResult) {
+    match after {
+        AfterResult::Idle => state(fake, "idle"),
+        AfterResult::Exit => std::process::exit(0),
+        AfterResult::Hang => {
+            WEDGED.store(true, Ordering::SeqCst);
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+}
+
+fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
+    let fill = |s: &str| s.replace("{text}", user_text);
+    fake.write(&json!({"type": "system", "subtype": "init", "session_id": fake.session_id, "tools": [], "mcp_servers": [{"name": "telegram-tools", "status": "connected", "source": "sdk"}], "model": "fake"}));
+    state(fake, "running");
+    let mut calls: u32 = 0;
+    let mut stopped = false;
+    for step in &turn.steps {
+        if stopped && !matches!(step, Step::Control { .. }) {
+            continue;
+        }
+        match step {
+            Step::Wait { ms } => {
+                if !pause(fake, *ms) {
+                    result(fake, "error_during_execution", true, "", "aborted_streaming", "", calls + 1);
+                    return after(fake, turn.after_result);
+                }
+            }
+            Step::Text { text } => fake.write(&json!({"type": "assistant", "message": {"id": format!("msg_{calls}"), "role": "assistant", "content": [{"type": "text", "text": fill(text)}], "stop_reason": null}, "parent_tool_use_id": null, "session_id": fake.session_id})),
+            Step::Tools { calls: tools } | Step::ToolsWithoutHook { calls: tools } => {
+                calls += 1;
+                let mut batch = Vec::new();
+                for (i, tool) in tools.iter().enumerate() {
+                    if tool.ms > 0 && !pause(fake, tool.ms) {
+                        result(fake, "error_during_execution", true, "", "aborted_tools", "", calls);
+                        return after(fake, turn.after_result);
+                    }
+                    let id = format!("toolu_{calls}_{i}");
+                    let input = fill_value(&tool.input, user_text);
+                    fake.write(&json!({"type": "assistant", "message": {"id": format!("msg_{calls}"), "role": "assistant", "content": [{"type": "tool_use", "id": id, "name": tool.name, "input": input}], "stop_reason": null}, "parent_tool_use_id": null, "session_id": fake.session_id}));
+                    let response = match tool.name.strip_prefix("mcp__telegram-tools__") {
+                        Some(bare) => fake.ask(json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {
+                            "jsonrpc": "2.0", "id": calls * 100 + i as u32, "method": "tools/call",
+                            "params": {"name": bare, "arguments": input, "_meta": {"claudecode/toolUseId": id}}
+                        }})),
+                        None => fake.ask(json!({"subtype": "can_use_tool", "tool_name": tool.name, "input": input, "tool_use_id": id})),
+                    };
+                    let Some(response) = response else { return };
+                    fake.write(&json!({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": response.to_string()}]}]}, "session_id": fake.session_id}));
+                    batch.push(json!({"tool_name": tool.name, "tool_input": input, "tool_use_id": id, "tool_response": []}));
+                }
+                if matches!(step, Step::Tools { .. }) && fake.hook.load(Ordering::SeqCst) {
+                    let answer = fake.ask(json!({"subtype": "hook_callback", "callback_id": "hook_0", "input": {
+                        "hook_event_name": "PostToolBatch", "session_id": fake.session_id, "tool_calls": batch
+                    }}));
+                    let Some(answer) = answer else { return };
+                    if answer.pointer("/response/continue") == Some(&json!(false)) {
+                        stopped = true;
+                    }
+                }
+            }
+            Step::Result { text, subtype, is_error, terminal_reason, num_turns } => {
+                result(fake, subtype, *is_error, "end_turn", terminal_reason.as_deref().unwrap_or("completed"), &fill(text), num_turns.unwrap_or(calls + 1));
+                return after(fake, turn.after_result);
+            }
+            Step::HangForever => {
+                WEDGED.store(true, Ordering::SeqCst);
+                loop {
+                    std::thread::park();
+                }
+            }
+            Step::Fail { detail } => {
+                eprintln!("fake-claude: {detail}");
+                std::process::exit(1);
+            }
+            Step::Idle => {
+                state(fake, "idle");
+                return;
+            }
+            Step::Raw { line } => fake.write_raw(line),
+            Step::Big { bytes } => {
+                let text = "x".repeat(*bytes);
+                fake.write(&json!({"type": "assistant", "message": {"id": "msg_big", "role": "assistant", "content": [{"type": "text", "text": text}]}, "session_id": fake.session_id}));
+            }
+            Step::Control { request } => {
+                let _ = fake.ask(request.clone());
+            }
+        }
+    }
+    if stopped {
+        result(fake, "success", false, "tool_use", "hook_stopped", "", calls);
+    } else {
+        result(fake, "success", false, "end_turn", "completed", "", calls + 1);
+    }
+    after(fake, turn.after_result);
+}
+
+fn fill_value(value: &Value, text: &str) -> Value {
+    match value {
+        Value::String(s) => Value::String(s.replace("{text}", text)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, text)).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), fill_value(v, text))).collect()),
+        other => other.clone(),
+    }
+}
