@@ -81,18 +81,29 @@ fn main() {
         Err(_) => Scenario::default(),
     };
     let args: Vec<String> = std::env::args().collect();
-    let resume = args.iter().position(|a| a == "--resume").and_then(|i| args.get(i + 1)).cloned();
+    let resume = args
+        .iter()
+        .position(|a| a == "--resume")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let pid = std::process::id();
     let fake = Arc::new(Fake {
         out: Mutex::new(std::io::stdout()),
         log: std::env::var("FAKE_CLAUDE_LOG").ok().and_then(|p| {
-            std::fs::OpenOptions::new().create(true).append(true).open(p).ok().map(Mutex::new)
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+                .map(Mutex::new)
         }),
         pending: Mutex::new(HashMap::new()),
         interrupted: AtomicBool::new(false),
         hook: AtomicBool::new(false),
         next_id: AtomicU64::new(1),
-        session_id: resume.clone().unwrap_or_else(|| format!("fake-session-{pid}")),
+        session_id: resume
+            .clone()
+            .unwrap_or_else(|| format!("fake-session-{pid}")),
     });
     fake.log(json!({"pid": pid, "args": args[1..]}));
     if std::env::var("FAKE_CLAUDE_GRANDCHILD").is_ok_and(|v| v == "1")
@@ -125,11 +136,20 @@ fn main() {
                 let _ = turns_tx.send(text);
             }
             Some("control_request") => {
-                let id = value.get("request_id").and_then(Value::as_str).unwrap_or("");
-                let subtype = value.pointer("/request/subtype").and_then(Value::as_str).unwrap_or("");
+                let id = value
+                    .get("request_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let subtype = value
+                    .pointer("/request/subtype")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 match subtype {
                     "initialize" => {
-                        fake.hook.store(value.pointer("/request/hooks/PostToolBatch").is_some(), Ordering::SeqCst);
+                        fake.hook.store(
+                            value.pointer("/request/hooks/PostToolBatch").is_some(),
+                            Ordering::SeqCst,
+                        );
                         fake.write(&json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {"pid": pid}}}));
                     }
                     "interrupt" => {
@@ -148,7 +168,11 @@ fn main() {
                 }
             }
             Some("control_response") => {
-                let id = value.pointer("/response/request_id").and_then(Value::as_str).unwrap_or("").to_string();
+                let id = value
+                    .pointer("/response/request_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 let waiter = fake.pending.lock().ok().and_then(|mut p| p.remove(&id));
                 match waiter {
                     Some(tx) => {
@@ -204,7 +228,9 @@ fn pause(fake: &Fake, ms: u64) -> bool {
         if fake.interrupted.load(Ordering::SeqCst) {
             return false;
         }
-        let left = until.saturating_duration_since(Instant::now()).min(Duration::from_millis(10));
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(10));
         if let Err(RecvTimeoutError::Disconnected) = rx.recv_timeout(left) {
             break;
         }
@@ -212,7 +238,15 @@ fn pause(fake: &Fake, ms: u64) -> bool {
     !fake.interrupted.load(Ordering::SeqCst)
 }
 
-fn result(fake: &Fake, subtype: &str, is_error: bool, stop: &str, terminal: &str, text: &str, turns: u32) {
+fn result(
+    fake: &Fake,
+    subtype: &str,
+    is_error: bool,
+    stop: &str,
+    terminal: &str,
+    text: &str,
+    turns: u32,
+) {
     fake.write(&json!({
         "type": "result", "subtype": subtype, "is_error": is_error, "num_turns": turns,
         "stop_reason": stop, "terminal_reason": terminal, "result": text,
@@ -312,9 +346,25 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
         }
     }
     if stopped {
-        result(fake, "success", false, "tool_use", "hook_stopped", "", calls);
+        result(
+            fake,
+            "success",
+            false,
+            "tool_use",
+            "hook_stopped",
+            "",
+            calls,
+        );
     } else {
-        result(fake, "success", false, "end_turn", "completed", "", calls + 1);
+        result(
+            fake,
+            "success",
+            false,
+            "end_turn",
+            "completed",
+            "",
+            calls + 1,
+        );
     }
     after(fake, turn.after_result);
 }
@@ -323,7 +373,11 @@ fn fill_value(value: &Value, text: &str) -> Value {
     match value {
         Value::String(s) => Value::String(s.replace("{text}", text)),
         Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, text)).collect()),
-        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), fill_value(v, text))).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), fill_value(v, text)))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }

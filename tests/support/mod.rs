@@ -2,7 +2,9 @@
 //! Bot API on 127.0.0.1:0 with the scripted backend.
 #![allow(dead_code)]
 
+pub mod anthropic;
 pub mod bot_api;
+pub mod fake_cli;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use teloxide::types::ChatId;
 use tokio::sync::broadcast;
-use turnstile::agent::{Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
+use turnstile::agent::{AgentBackend, Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 use turnstile::telegram::RateLimits;
@@ -35,7 +37,7 @@ pub struct Harness {
     pub api: FakeBotApi,
     /// The bot.
     pub bot: Turnstile,
-    /// The agent.
+    /// The scripted agent (an unused one when another backend runs).
     pub backend: Arc<ScriptedBackend>,
     /// The effective configuration.
     pub config: Config,
@@ -47,15 +49,7 @@ pub struct Harness {
 impl Harness {
     /// Starts with test defaults plus `env` overrides (`TURNSTILE_*` names).
     pub async fn start(scenario: Scenario, env: &[(&str, &str)]) -> Self {
-        let limits = RateLimits {
-            chat_burst: 1000.0,
-            chat_per_sec: 1000.0,
-            global_burst: 1000.0,
-            global_per_sec: 1000.0,
-            backoff: Duration::from_millis(20),
-            ..RateLimits::default()
-        };
-        Self::start_with_limits(scenario, env, limits).await
+        Self::start_with_limits(scenario, env, Self::fast_limits()).await
     }
 
     /// Starts with explicit outbox limits.
@@ -63,6 +57,19 @@ impl Harness {
         scenario: Scenario,
         env: &[(&str, &str)],
         limits: RateLimits,
+    ) -> Self {
+        let backend = Arc::new(ScriptedBackend::new(scenario));
+        let scripted = Arc::clone(&backend);
+        Self::launch(env, limits, move |_| scripted)
+            .await
+            .with_scripted(backend)
+    }
+
+    /// Starts with the backend `make` builds from the effective config.
+    pub async fn launch(
+        env: &[(&str, &str)],
+        limits: RateLimits,
+        make: impl FnOnce(&Config) -> Arc<dyn AgentBackend>,
     ) -> Self {
         let api = FakeBotApi::start().await;
         let mut vars: BTreeMap<String, String> = [
@@ -81,17 +88,33 @@ impl Harness {
             vars.insert(k.to_string(), v.to_string());
         }
         let config = Config::load(None, &vars).expect("test config loads");
-        let backend = Arc::new(ScriptedBackend::new(scenario));
-        let bot =
-            Turnstile::start_with_limits(&config, backend.clone(), limits).expect("bot starts");
+        let backend = make(&config);
+        let bot = Turnstile::start_with_limits(&config, backend, limits).expect("bot starts");
         let events = bot.events.subscribe();
         Self {
             api,
             bot,
-            backend,
+            backend: Arc::new(ScriptedBackend::new(Scenario::default())),
             config,
             seen: Vec::new(),
             events,
+        }
+    }
+
+    fn with_scripted(mut self, backend: Arc<ScriptedBackend>) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Test defaults with no backend-specific limits.
+    pub fn fast_limits() -> RateLimits {
+        RateLimits {
+            chat_burst: 1000.0,
+            chat_per_sec: 1000.0,
+            global_burst: 1000.0,
+            global_per_sec: 1000.0,
+            backoff: Duration::from_millis(20),
+            ..RateLimits::default()
         }
     }
 

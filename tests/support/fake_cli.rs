@@ -1,0 +1,136 @@
+//! The `claude` backend driving the `fake-claude` binary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+use turnstile::agent::Scenario;
+use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+use turnstile::chat::ToolRegistry;
+
+use super::Harness;
+
+/// The fake CLI's files.
+pub struct FakeCli {
+    /// Holds the scenario and the log.
+    pub dir: TempDir,
+    /// Where the fake appends what happened.
+    pub log: PathBuf,
+    /// The backend under test.
+    pub backend: Arc<ClaudeBackend>,
+}
+
+impl FakeCli {
+    /// Starts the bot with the `claude` backend on `fake-claude` playing `scenario`.
+    pub async fn start(scenario: &Scenario, env: &[(&str, &str)]) -> (Harness, FakeCli) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = dir.path().join("scenario.json");
+        std::fs::write(
+            &script,
+            serde_json::to_string(scenario).expect("scenario serializes"),
+        )
+        .expect("scenario written");
+        let log = dir.path().join("fake.log");
+        let mut vars: Vec<(String, String)> = vec![
+            ("TURNSTILE_AGENT_BACKEND".into(), "claude".into()),
+            (
+                "TURNSTILE_AGENT_COMMAND".into(),
+                env!("CARGO_BIN_EXE_fake-claude").into(),
+            ),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_SCENARIO".into(),
+                script.display().to_string(),
+            ),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_LOG".into(),
+                log.display().to_string(),
+            ),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_GRANDCHILD".into(),
+                "1".into(),
+            ),
+            ("TURNSTILE_AGENT_KEEP_WARM".into(), "0s".into()),
+        ];
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut slot = None;
+        let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
+            let backend = Arc::new(ClaudeBackend::new(
+                ClaudeSettings::from_config(config),
+                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+            ));
+            slot = Some(Arc::clone(&backend));
+            backend
+        })
+        .await;
+        let backend = slot.expect("backend built");
+        (harness, FakeCli { dir, log, backend })
+    }
+
+    /// Everything the fakes logged, in order.
+    pub fn entries(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Pids of every fake process started, with their arguments.
+    pub fn processes(&self) -> Vec<(u32, Vec<String>)> {
+        self.entries()
+            .iter()
+            .filter_map(|e| {
+                let pid = e.get("pid")?.as_u64()? as u32;
+                let args = e
+                    .get("args")?
+                    .as_array()?
+                    .iter()
+                    .filter_map(|a| a.as_str().map(String::from))
+                    .collect();
+                Some((pid, args))
+            })
+            .collect()
+    }
+
+    /// Answers the fakes got to their own control requests.
+    pub fn answers(&self) -> Vec<(Value, Value)> {
+        self.entries()
+            .into_iter()
+            .filter_map(|e| Some((e.get("asked")?.clone(), e.get("answer")?.clone())))
+            .collect()
+    }
+
+    /// Waits until every fake process and its grandchildren are gone (not
+    /// even a zombie), polling /proc with an upper bound.
+    pub async fn assert_no_process_left(&self) {
+        let mut pids: Vec<u32> = self.processes().into_iter().map(|(p, _)| p).collect();
+        pids.extend(self.entries().iter().filter_map(|e| {
+            e.get("grandchild")
+                .and_then(Value::as_u64)
+                .map(|p| p as u32)
+        }));
+        assert!(!pids.is_empty(), "no fake process was started");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let alive: Vec<u32> = pids
+                .iter()
+                .copied()
+                .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                .collect();
+            if alive.is_empty() {
+                return;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let states: Vec<String> = alive
+                    .iter()
+                    .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())
+                    .collect();
+                panic!("processes left behind: {states:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
