@@ -29,6 +29,8 @@ pub enum BotEvent {
         turn: u64,
         /// How it ended.
         outcome: TurnOutcome,
+        /// The agent's session id, when it reported one.
+        session_id: Option<String>,
         /// When.
         at: Instant,
     },

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -122,6 +122,8 @@ pub struct ClaudeBackend {
     tools: Arc<ToolRegistry>,
     /// Processes spawned so far.
     spawned: AtomicU64,
+    /// Processes not yet reaped.
+    live: Arc<AtomicI64>,
 }
 
 impl ClaudeBackend {
@@ -131,7 +133,13 @@ impl ClaudeBackend {
             settings: Arc::new(settings),
             tools,
             spawned: AtomicU64::new(0),
+            live: Arc::new(AtomicI64::new(0)),
         }
+    }
+
+    /// Processes started and not yet reaped.
+    pub fn live(&self) -> i64 {
+        self.live.load(Ordering::SeqCst)
     }
 
     /// Processes spawned so far.
@@ -144,7 +152,7 @@ impl AgentBackend for ClaudeBackend {
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let settings = Arc::clone(&self.settings);
         let tools = Arc::clone(&self.tools);
-        let result = spawn(&settings, &tools, request);
+        let result = spawn(&settings, &tools, request, Arc::clone(&self.live));
         if result.is_ok() {
             self.spawned.fetch_add(1, Ordering::Relaxed);
         }
@@ -156,6 +164,7 @@ fn spawn(
     settings: &Arc<ClaudeSettings>,
     tools: &Arc<ToolRegistry>,
     request: OpenSession,
+    live: Arc<AtomicI64>,
 ) -> Result<AgentSession, AgentError> {
     let argv = settings.argv(tools, request.resume.as_deref());
     let mut command = Command::new(&settings.command);
@@ -206,7 +215,9 @@ fn spawn(
         settings.batch_hook,
         &settings.system_prompt,
     ));
+    live.fetch_add(1, Ordering::SeqCst);
     let driver = Driver {
+        live,
         settings: Arc::clone(settings),
         tools: Arc::clone(tools),
         child,
@@ -336,6 +347,8 @@ async fn log_stderr(
 
 /// Owns one CLI process.
 struct Driver {
+    /// Decremented once the process is reaped.
+    live: Arc<AtomicI64>,
     settings: Arc<ClaudeSettings>,
     tools: Arc<ToolRegistry>,
     child: Child,
@@ -417,6 +430,7 @@ impl Driver {
 
     fn finish(mut self, code: Option<i32>, detail: String) {
         kill_group(self.pid, libc::SIGKILL);
+        self.live.fetch_sub(1, Ordering::SeqCst);
         self.out = None;
         tracing::info!(pid = self.pid, ?code, "agent process ended");
         self.emit(AgentEvent::Exited { code, detail });

@@ -511,6 +511,7 @@ impl Handler<ForceRelease> for ChatSupervisor {
             chat: self.chat,
             turn: msg.turn,
             outcome: TurnOutcome::ForceReleased,
+            session_id: None,
             at,
         });
         self.dispatcher.do_send(ChatReport::TurnFinished {

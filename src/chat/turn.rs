@@ -579,6 +579,7 @@ impl TurnActor {
             chat: self.spec.chat,
             turn: self.spec.turn,
             outcome: outcome.clone(),
+            session_id: self.session_id.clone(),
             at,
         });
         tracing::info!(
