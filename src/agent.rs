@@ -22,6 +22,12 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 pub trait AgentBackend: Send + Sync + 'static {
     /// Opens a session for `chat`, resuming `resume` when given.
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>>;
+
+    /// Resolves once every session this backend opened has ended (bounded
+    /// by the backend's own grace); the host awaits it before exiting.
+    fn closed(&self) -> BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 /// What a session is opened for.

@@ -95,6 +95,8 @@ pub struct Turnstile {
     shutdown: Shutdown,
     /// How long a stop waits for running turns.
     drain_timeout: Duration,
+    /// Awaited last, so no agent process outlives the stop.
+    backend: Arc<dyn AgentBackend>,
 }
 
 impl Turnstile {
@@ -115,7 +117,7 @@ impl Turnstile {
         let shutdown = Shutdown::new();
         let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
         let deps = TurnDeps {
-            backend,
+            backend: Arc::clone(&backend),
             outbox: outbox.clone(),
             tools: Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
             config: Arc::new(config.turn.clone()),
@@ -150,6 +152,7 @@ impl Turnstile {
             gauges,
             shutdown,
             drain_timeout: config.dispatcher.drain_timeout,
+            backend,
         })
     }
 
@@ -175,6 +178,7 @@ impl Turnstile {
         if running > 0 {
             tracing::warn!(running, "drain timeout passed with turns still running");
         }
+        self.backend.closed().await;
         running
     }
 }

@@ -288,3 +288,71 @@ async fn stop_sends_interrupt_and_the_session_settles() {
             .any(|e| e.pointer("/from_host/request/subtype") == Some(&json!("interrupt")))
     );
 }
+
+/// Sends `signal` to the fake process that served the first turn.
+fn signal_first_process(cli: &FakeCli, signal: i32) -> u32 {
+    let pid = cli.processes()[0].0;
+    // SAFETY: a plain kill(2) on a child of this test.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    pid
+}
+
+#[actix_rt::test]
+async fn a_warm_process_that_died_is_replaced_without_the_user_noticing() {
+    let (mut h, cli) = FakeCli::start(
+        &Scenario::default(),
+        &[("TURNSTILE_AGENT_KEEP_WARM", "10m")],
+    )
+    .await;
+    h.say(1, USER, "one");
+    h.turn_ended(1, 1).await;
+    cli.wait_for_entries(1, |e| e["state"] == "idle").await;
+    signal_first_process(&cli, libc::SIGKILL);
+    h.say(1, USER, "two");
+    let (_, outcome, _) = h.turn_ended(1, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(
+        h.texts(1),
+        vec!["echo: one", "echo: two"],
+        "nothing about the dead process reached the chat"
+    );
+    let procs = cli.processes();
+    assert_eq!(procs.len(), 2);
+    let resume_at = procs[1]
+        .1
+        .iter()
+        .position(|a| a == "--resume")
+        .expect("resumed");
+    assert_eq!(
+        procs[1].1[resume_at + 1],
+        format!("fake-session-{}", procs[0].0)
+    );
+}
+
+#[actix_rt::test]
+async fn a_warm_process_that_does_not_answer_is_replaced() {
+    let (mut h, cli) = FakeCli::start(
+        &Scenario::default(),
+        &[
+            ("TURNSTILE_AGENT_KEEP_WARM", "10m"),
+            ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "1s"),
+            ("TURNSTILE_TURN_POST_RESULT_GRACE", "300ms"),
+        ],
+    )
+    .await;
+    h.say(1, USER, "one");
+    h.turn_ended(1, 1).await;
+    // Freeze it only once it has reported idle: it is then a warm session.
+    cli.wait_for_entries(1, |e| e["state"] == "idle").await;
+    let frozen = signal_first_process(&cli, libc::SIGSTOP);
+    h.say(1, USER, "two");
+    let (_, outcome, _) = h.turn_ended(1, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(h.texts(1), vec!["echo: one", "echo: two"]);
+    assert_eq!(cli.processes().len(), 2, "{:#?}", cli.entries());
+    // The frozen process was force-closed (SIGKILL works on a stopped process).
+    h.say(1, USER, "/new");
+    h.api.wait_for_texts(1, 3, SOON).await;
+    cli.assert_no_process_left().await;
+    assert!(!std::path::Path::new(&format!("/proc/{frozen}")).exists());
+}

@@ -149,6 +149,17 @@ impl ClaudeBackend {
 }
 
 impl AgentBackend for ClaudeBackend {
+    fn closed(&self) -> BoxFuture<()> {
+        let live = Arc::clone(&self.live);
+        let wait = self.settings.kill_grace * 2 + Duration::from_secs(1);
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + wait;
+            while live.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    }
+
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let settings = Arc::clone(&self.settings);
         let tools = Arc::clone(&self.tools);
@@ -217,6 +228,7 @@ fn spawn(
     ));
     live.fetch_add(1, Ordering::SeqCst);
     let driver = Driver {
+        reaped: false,
         live,
         settings: Arc::clone(settings),
         tools: Arc::clone(tools),
@@ -347,6 +359,8 @@ async fn log_stderr(
 
 /// Owns one CLI process.
 struct Driver {
+    /// Set once the process is reaped and its group killed.
+    reaped: bool,
     /// Decremented once the process is reaped.
     live: Arc<AtomicI64>,
     settings: Arc<ClaudeSettings>,
@@ -430,6 +444,7 @@ impl Driver {
 
     fn finish(mut self, code: Option<i32>, detail: String) {
         kill_group(self.pid, libc::SIGKILL);
+        self.reaped = true;
         self.live.fetch_sub(1, Ordering::SeqCst);
         self.out = None;
         tracing::info!(pid = self.pid, ?code, "agent process ended");
@@ -664,6 +679,17 @@ impl Driver {
                     &format!("unsupported request `{other}`"),
                 ));
             }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // The runtime is going away mid-session (turnstile is exiting):
+            // take the whole group down now; the child is reaped by tokio.
+            kill_group(self.pid, libc::SIGKILL);
+            self.live.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

@@ -42,7 +42,7 @@ impl Fake {
 
     fn write_raw(&self, line: &str) {
         if let Ok(mut out) = self.out.lock() {
-            let _ = writeln!(out, "{line}");
+            let _ = out.write_all(format!("{line}\n").as_bytes());
             let _ = out.flush();
         }
     }
@@ -51,7 +51,8 @@ impl Fake {
         if let Some(log) = &self.log
             && let Ok(mut file) = log.lock()
         {
-            let _ = writeln!(file, "{entry}");
+            // One write per line, so lines of concurrent fakes never interleave.
+            let _ = file.write_all(format!("{entry}\n").as_bytes());
         }
     }
 
@@ -217,6 +218,7 @@ fn play(fake: &Fake, scenario: &Scenario, turns: Receiver<String>) {
 }
 
 fn state(fake: &Fake, state: &str) {
+    fake.log(json!({"state": state}));
     fake.write(&json!({"type": "system", "subtype": "session_state_changed", "state": state, "session_id": fake.session_id}));
 }
 

@@ -112,6 +112,9 @@ pub struct SessionSource {
     pub resume: Option<String>,
 }
 
+/// The longest wait for a warm session's first sign of life.
+const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The text sent when an agent ends with nothing delivered and no text.
 pub const REPROMPT: &str = "[turnstile] Your last turn ended without a reply to the user. Reply with the `send` tool, then call `end_turn`.";
 
@@ -132,6 +135,10 @@ pub struct TurnActor {
     resume: Option<String>,
     /// Whether the session in use is a warm one that has not yet shown life.
     warm_unproven: bool,
+    /// The pending read of the session's next event.
+    pump: Option<SpawnHandle>,
+    /// Counts sessions attached, so a read from a replaced one is ignored.
+    generation: u64,
     /// Who gets TurnEnded.
     ended_to: Vec<Recipient<TurnEnded>>,
     /// Who gets the session back.
@@ -194,6 +201,8 @@ impl TurnActor {
             deps,
             resume: source.resume.clone(),
             warm_unproven: false,
+            pump: None,
+            generation: 0,
             source: Some(source),
             ended_to,
             released_to,
@@ -218,6 +227,18 @@ impl TurnActor {
 
     fn chat_id(&self) -> i64 {
         self.spec.chat.0
+    }
+
+    /// Drops a warm session that is dead or silent and opens a fresh one.
+    fn replace_warm(&mut self, ctx: &mut Context<Self>) {
+        self.warm_unproven = false;
+        self.send(SessionCommand::Kill);
+        if let Some(pump) = self.pump.take() {
+            ctx.cancel_future(pump);
+        }
+        self.commands = None;
+        self.events = None;
+        self.open(ctx);
     }
 
     /// Opens a fresh session (resuming the chat's agent session id).
@@ -249,6 +270,7 @@ impl TurnActor {
             label,
         } = session;
         self.label = label;
+        self.generation += 1;
         if commands
             .send(SessionCommand::UserTurn(self.spec.text.clone()))
             .is_err()
@@ -265,21 +287,28 @@ impl TurnActor {
         let Some(mut rx) = self.events.take() else {
             return;
         };
+        let generation = self.generation;
         let fut = async move {
             let event = rx.recv().await;
             (rx, event)
         };
-        ctx.spawn(fut.into_actor(self).map(|(rx, event), act, ctx| {
-            act.events = Some(rx);
-            let event = event.unwrap_or_else(|| AgentEvent::Exited {
-                code: None,
-                detail: "the agent's event stream closed".into(),
-            });
-            act.on_event(event, ctx);
-            if act.settled != Some(Settled::Gone) && !act.released {
-                act.pump(ctx);
-            }
-        }));
+        self.pump = Some(
+            ctx.spawn(fut.into_actor(self).map(move |(rx, event), act, ctx| {
+                act.pump = None;
+                if act.generation != generation {
+                    return;
+                }
+                act.events = Some(rx);
+                let event = event.unwrap_or_else(|| AgentEvent::Exited {
+                    code: None,
+                    detail: "the agent's event stream closed".into(),
+                });
+                act.on_event(event, ctx);
+                if act.settled != Some(Settled::Gone) && !act.released {
+                    act.pump(ctx);
+                }
+            })),
+        );
     }
 
     fn send(&self, command: SessionCommand) {
@@ -340,10 +369,7 @@ impl TurnActor {
             match &event {
                 AgentEvent::Exited { detail, .. } => {
                     tracing::info!(chat_id = self.chat_id(), session = %self.label, cause = %detail, "warm session was dead; opening a fresh one");
-                    self.warm_unproven = false;
-                    self.commands = None;
-                    self.events = None;
-                    self.open(ctx);
+                    self.replace_warm(ctx);
                     return;
                 }
                 AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
@@ -689,6 +715,15 @@ impl Actor for TurnActor {
             Some(session) => {
                 self.warm_unproven = true;
                 self.attach(session, ctx);
+                // A warm process answers a user line within milliseconds; one
+                // that stays silent is replaced rather than waited out.
+                let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
+                ctx.run_later(patience, |act, ctx| {
+                    if act.warm_unproven && act.outcome.is_none() {
+                        tracing::warn!(chat_id = act.chat_id(), session = %act.label, "warm session did not answer; replacing it");
+                        act.replace_warm(ctx);
+                    }
+                });
             }
             None => self.open(ctx),
         }

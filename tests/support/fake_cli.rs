@@ -103,6 +103,19 @@ impl FakeCli {
             .collect()
     }
 
+    /// Waits (bounded) until the fakes logged `n` entries matching `pred`.
+    pub async fn wait_for_entries(&self, n: usize, pred: impl Fn(&Value) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while self.entries().iter().filter(|e| pred(e)).count() < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out; log: {:#?}",
+                self.entries()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits until every fake process and its grandchildren are gone (not
     /// even a zombie), polling /proc with an upper bound.
     pub async fn assert_no_process_left(&self) {
