@@ -12,47 +12,60 @@ use turnstile::chat::ToolRegistry;
 
 use super::Harness;
 
-/// The fake CLI's files.
-pub struct FakeCli {
+/// The fake CLI's scenario and log.
+pub struct FakeLog {
     /// Holds the scenario and the log.
     pub dir: TempDir,
     /// Where the fake appends what happened.
     pub log: PathBuf,
+    /// The scenario file.
+    pub script: PathBuf,
+}
+
+/// The `claude` backend under test, on `fake-claude`.
+pub struct FakeCli {
+    /// The fake's files.
+    pub files: FakeLog,
     /// The backend under test.
     pub backend: Arc<ClaudeBackend>,
+}
+
+impl std::ops::Deref for FakeCli {
+    type Target = FakeLog;
+
+    fn deref(&self) -> &FakeLog {
+        &self.files
+    }
+}
+
+impl FakeLog {
+    /// Writes `scenario` to a fresh temp dir.
+    pub fn new(scenario: &Scenario) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = dir.path().join("scenario.json");
+        std::fs::write(&script, serde_json::to_string(scenario).expect("scenario serializes")).expect("scenario written");
+        let log = dir.path().join("fake.log");
+        Self { dir, log, script }
+    }
+
+    /// The `TURNSTILE_*` variables that run the `claude` backend on this fake.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("TURNSTILE_AGENT_BACKEND".into(), "claude".into()),
+            ("TURNSTILE_AGENT_COMMAND".into(), env!("CARGO_BIN_EXE_fake-claude").into()),
+            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_SCENARIO".into(), self.script.display().to_string()),
+            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_LOG".into(), self.log.display().to_string()),
+            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_GRANDCHILD".into(), "1".into()),
+            ("TURNSTILE_AGENT_KEEP_WARM".into(), "0s".into()),
+        ]
+    }
 }
 
 impl FakeCli {
     /// Starts the bot with the `claude` backend on `fake-claude` playing `scenario`.
     pub async fn start(scenario: &Scenario, env: &[(&str, &str)]) -> (Harness, FakeCli) {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let script = dir.path().join("scenario.json");
-        std::fs::write(
-            &script,
-            serde_json::to_string(scenario).expect("scenario serializes"),
-        )
-        .expect("scenario written");
-        let log = dir.path().join("fake.log");
-        let mut vars: Vec<(String, String)> = vec![
-            ("TURNSTILE_AGENT_BACKEND".into(), "claude".into()),
-            (
-                "TURNSTILE_AGENT_COMMAND".into(),
-                env!("CARGO_BIN_EXE_fake-claude").into(),
-            ),
-            (
-                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_SCENARIO".into(),
-                script.display().to_string(),
-            ),
-            (
-                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_LOG".into(),
-                log.display().to_string(),
-            ),
-            (
-                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_GRANDCHILD".into(),
-                "1".into(),
-            ),
-            ("TURNSTILE_AGENT_KEEP_WARM".into(), "0s".into()),
-        ];
+        let files = FakeLog::new(scenario);
+        let mut vars = files.env();
         vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let mut slot = None;
@@ -66,9 +79,11 @@ impl FakeCli {
         })
         .await;
         let backend = slot.expect("backend built");
-        (harness, FakeCli { dir, log, backend })
+        (harness, FakeCli { files, backend })
     }
+}
 
+impl FakeLog {
     /// Everything the fakes logged, in order.
     pub fn entries(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)

@@ -1,0 +1,58 @@
+//! The real binary stopped with work in flight: SIGTERM drains, ends the
+//! running turn, and leaves no agent process (nor its children) behind.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use support::fake_cli::FakeLog;
+use support::*;
+use turnstile::agent::{Scenario, Step};
+
+#[tokio::test]
+async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
+    let api = FakeBotApi::start().await;
+    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let fake = FakeLog::new(&scenario);
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("TELEGRAM_BOT_TOKEN", bot_api::TOKEN)
+        .env("TURNSTILE_TELEGRAM_API_URL", api.url())
+        .env("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
+        .env("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string())
+        .env("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s")
+        .env("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "500ms")
+        .env("TURNSTILE_TURN_POST_RESULT_GRACE", "500ms")
+        .envs(fake.env())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut bot = command.spawn().expect("turnstile starts");
+    api.push_text(1, USER, "slow please");
+    // The agent is running the turn: its process and grandchild are up.
+    fake.wait_for_entries(1, |e| e.pointer("/from_host/type") == Some(&json!("user"))).await;
+    assert_eq!(fake.processes().len(), 1);
+    let pid = bot.id().expect("running") as i32;
+    // SAFETY: a plain kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(30), bot.wait())
+        .await
+        .expect("turnstile exits after SIGTERM")
+        .expect("waited");
+    let mut stderr = String::new();
+    if let Some(mut err) = bot.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = err.read_to_string(&mut stderr).await;
+    }
+    assert!(status.success(), "exit status {status}; stderr:\n{stderr}");
+    assert!(stderr.contains("waiting for 1 in-flight turns"), "{stderr}");
+    fake.assert_no_process_left().await;
+    assert!(
+        fake.entries().iter().any(|e| e.pointer("/from_host/request/subtype") == Some(&json!("end_session"))),
+        "the session was closed with end_session"
+    );
+}
