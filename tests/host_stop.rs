@@ -11,10 +11,11 @@ use support::fake_cli::FakeLog;
 use support::*;
 use turnstile::agent::{Scenario, Step};
 
-#[tokio::test]
-async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
+/// Runs the binary with a turn in flight on `step`, sends SIGTERM, and
+/// returns its stderr once it exited 0 with no agent process left.
+async fn stop_with_a_turn_in_flight(step: Step) -> (FakeLog, String) {
     let api = FakeBotApi::start().await;
-    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let scenario = Scenario::default().with_rule("slow", turn(vec![step]));
     let fake = FakeLog::new(&scenario);
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
     command
@@ -34,7 +35,8 @@ async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
     let mut bot = command.spawn().expect("turnstile starts");
     api.push_text(1, USER, "slow please");
     // The agent is running the turn: its process and grandchild are up.
-    fake.wait_for_entries(1, |e| e.pointer("/from_host/type") == Some(&json!("user"))).await;
+    fake.wait_for_entries(1, |e| e.pointer("/from_host/type") == Some(&json!("user")))
+        .await;
     assert_eq!(fake.processes().len(), 1);
     let pid = bot.id().expect("running") as i32;
     // SAFETY: a plain kill(2) on our own child.
@@ -51,8 +53,31 @@ async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
     assert!(status.success(), "exit status {status}; stderr:\n{stderr}");
     assert!(stderr.contains("waiting for 1 in-flight turns"), "{stderr}");
     fake.assert_no_process_left().await;
+    (fake, stderr)
+}
+
+#[tokio::test]
+async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
+    let (fake, stderr) = stop_with_a_turn_in_flight(Step::Wait { ms: 60_000 }).await;
+    assert!(stderr.contains("agent process ended"), "{stderr}");
     assert!(
-        fake.entries().iter().any(|e| e.pointer("/from_host/request/subtype") == Some(&json!("end_session"))),
+        fake.entries()
+            .iter()
+            .any(|e| e.pointer("/from_host/request/subtype") == Some(&json!("end_session"))),
         "the session was closed with end_session"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_with_a_wedged_agent_kills_its_whole_group_before_exiting() {
+    // The agent ignores end_session and stdin: only signals end it.
+    let (_fake, stderr) = stop_with_a_turn_in_flight(Step::HangForever).await;
+    assert!(
+        stderr.contains("did not exit after end_session"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("agent process ended"),
+        "the host waited for the agent: {stderr}"
     );
 }

@@ -43,7 +43,11 @@ impl FakeLog {
     pub fn new(scenario: &Scenario) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let script = dir.path().join("scenario.json");
-        std::fs::write(&script, serde_json::to_string(scenario).expect("scenario serializes")).expect("scenario written");
+        std::fs::write(
+            &script,
+            serde_json::to_string(scenario).expect("scenario serializes"),
+        )
+        .expect("scenario written");
         let log = dir.path().join("fake.log");
         Self { dir, log, script }
     }
@@ -52,10 +56,22 @@ impl FakeLog {
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("TURNSTILE_AGENT_BACKEND".into(), "claude".into()),
-            ("TURNSTILE_AGENT_COMMAND".into(), env!("CARGO_BIN_EXE_fake-claude").into()),
-            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_SCENARIO".into(), self.script.display().to_string()),
-            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_LOG".into(), self.log.display().to_string()),
-            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_GRANDCHILD".into(), "1".into()),
+            (
+                "TURNSTILE_AGENT_COMMAND".into(),
+                env!("CARGO_BIN_EXE_fake-claude").into(),
+            ),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_SCENARIO".into(),
+                self.script.display().to_string(),
+            ),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_LOG".into(),
+                self.log.display().to_string(),
+            ),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_GRANDCHILD".into(),
+                "1".into(),
+            ),
             ("TURNSTILE_AGENT_KEEP_WARM".into(), "0s".into()),
         ]
     }
