@@ -1,0 +1,2 @@
+//! Placeholder; see scripts/bench.sh.
+fn main() {}
