@@ -34,8 +34,11 @@ pub const TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
 pub const ENV_PREFIX: &str = "TURNSTILE_";
 
 /// `TURNSTILE_*` variables that are not config keys: `TURNSTILE_LOG` is the
-/// log filter read by the binary.
-pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG"];
+/// log filter read by the binary; the other marks a restarted process.
+pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG", RESTARTED_FROM_ENV];
+
+/// Set by `/restart` for the new process: the chat to tell it is back.
+pub const RESTARTED_FROM_ENV: &str = "TURNSTILE_RESTARTED_FROM_CHAT";
 
 /// What a secret is shown as.
 const REDACTED: &str = "<redacted>";
@@ -287,6 +290,10 @@ pub struct DispatcherConfig {
     /// A chat supervisor with nothing to do for this long is evicted.
     #[serde(with = "humantime_serde")]
     pub idle_eviction: Duration,
+    /// What happens after a restart or crash to a message whose turn was
+    /// interrupted before it replied: `report` (tell the chat) or `retry`
+    /// (run it again). One that had replied is always reported.
+    pub on_interrupted: String,
 }
 
 /// `[state]`
@@ -357,6 +364,7 @@ impl Default for DispatcherConfig {
             merge_window: Duration::from_millis(1500),
             drain_timeout: Duration::from_secs(30),
             idle_eviction: Duration::from_secs(600),
+            on_interrupted: "report".into(),
         }
     }
 }
@@ -456,6 +464,14 @@ impl Config {
                 "agent.backend",
                 &Value::from(backend),
                 "expected \"scripted\" or \"claude\"",
+            ));
+        }
+        let on_interrupted = self.dispatcher.on_interrupted.as_str();
+        if !matches!(on_interrupted, "report" | "retry") {
+            return Err(bad_value(
+                "dispatcher.on_interrupted",
+                &Value::from(on_interrupted),
+                "expected \"report\" or \"retry\"",
             ));
         }
         let api_url = self.telegram.api_url.as_str();
@@ -1088,6 +1104,25 @@ mod tests {
             let err = Config::load(None, &vars).expect_err("empty token");
             assert!(matches!(err, ConfigError::MissingToken), "{err:?}");
         }
+    }
+
+    #[test]
+    fn on_interrupted_must_be_report_or_retry() {
+        let ok = Config::load(
+            None,
+            &env(&[("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "retry")]),
+        )
+        .expect("loads");
+        assert_eq!(ok.dispatcher.on_interrupted, "retry");
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "shrug")]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("dispatcher.on_interrupted"),
+            "{err}"
+        );
     }
 
     #[test]

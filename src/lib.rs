@@ -33,6 +33,7 @@ pub mod chat;
 pub mod config;
 pub mod events;
 pub mod shutdown;
+pub mod state;
 pub mod telegram;
 
 pub use app::{StartError, Turnstile};

@@ -1,0 +1,590 @@
+//! The state store: one SQLite file (WAL) holding the inbox of accepted
+//! updates, each chat's agent session id, turn records and the update
+//! offset. Versioned migrations run at open; a corrupt or unreadable file
+//! is an error, never a silent new database.
+//!
+//! Inbox states: `queued` (accepted, waiting) → `running` (its turn
+//! started) → `replied` (something reached the chat) → `done`; or
+//! `reported` (told interrupted), `dropped` (refused, or cleared by /stop).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
+const MIGRATIONS: &[&str] = &[
+    // 0 → 1: inbox, sessions, offset.
+    "CREATE TABLE inbox (
+        update_id  INTEGER PRIMARY KEY,
+        chat_id    INTEGER NOT NULL,
+        user_id    INTEGER NOT NULL,
+        message_id INTEGER NOT NULL,
+        text       TEXT NOT NULL,
+        date       INTEGER NOT NULL,
+        state      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+     );
+     CREATE INDEX inbox_open ON inbox(state) WHERE state IN ('queued', 'running', 'replied');
+     CREATE TABLE sessions (
+        chat_id    INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+     );
+     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 1 → 2: turn records; which turn took an inbox message.
+    "CREATE TABLE turns (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id     INTEGER NOT NULL,
+        turn        INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL,
+        ended_at    INTEGER NOT NULL,
+        outcome     TEXT NOT NULL,
+        finished    INTEGER NOT NULL,
+        api_calls   INTEGER NOT NULL,
+        cost_usd    REAL NOT NULL
+     );
+     ALTER TABLE inbox ADD COLUMN turn INTEGER;",
+];
+
+/// Errors at the store boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file could not be opened (permissions, a directory, …).
+    #[error("state file {path}: cannot open: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// The file is not a usable SQLite database.
+    #[error(
+        "state file {path} is corrupt or not a turnstile database ({detail}); move it aside to start with a new one"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        detail: String,
+    },
+    /// The file was written by a newer turnstile.
+    #[error("state file {path} has schema version {found}, newer than this build's {supported}")]
+    Newer {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: i64,
+        /// This build's.
+        supported: i64,
+    },
+    /// A statement failed.
+    #[error("state store: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+/// Where an inbox message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxState {
+    /// Accepted, waiting for its turn.
+    Queued,
+    /// Its turn started.
+    Running,
+    /// Its turn delivered something to the chat.
+    Replied,
+    /// Its turn ended.
+    Done,
+    /// Its chat was told it was interrupted.
+    Reported,
+    /// Refused or cleared; the chat was told.
+    Dropped,
+}
+
+impl InboxState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Replied => "replied",
+            Self::Done => "done",
+            Self::Reported => "reported",
+            Self::Dropped => "dropped",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "queued" => Self::Queued,
+            "running" => Self::Running,
+            "replied" => Self::Replied,
+            "reported" => Self::Reported,
+            "dropped" => Self::Dropped,
+            _ => Self::Done,
+        }
+    }
+}
+
+/// An accepted message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxMessage {
+    /// Telegram's update id (the key).
+    pub update_id: i64,
+    /// The chat.
+    pub chat_id: i64,
+    /// The sender.
+    pub user_id: i64,
+    /// The message, for replies and reactions.
+    pub message_id: i64,
+    /// The text.
+    pub text: String,
+    /// Telegram's date of the message (unix seconds).
+    pub date: i64,
+}
+
+/// An inbox row with its state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxRow {
+    /// The message.
+    pub message: InboxMessage,
+    /// Where it is.
+    pub state: InboxState,
+}
+
+/// One finished turn, for the record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRecord {
+    /// The chat.
+    pub chat_id: i64,
+    /// The turn number in its process.
+    pub turn: u64,
+    /// Unix milliseconds.
+    pub started_at: i64,
+    /// Unix milliseconds.
+    pub ended_at: i64,
+    /// The outcome's label.
+    pub outcome: String,
+    /// Whether it counts as finished.
+    pub finished: bool,
+    /// Model turns the agent reported.
+    pub api_calls: u32,
+    /// What it cost.
+    pub cost_usd: f64,
+}
+
+/// The store. Statements are short; callers on the actor thread use it
+/// directly.
+pub struct Store {
+    /// The one connection.
+    conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (creating when missing) and migrates the store at `path`;
+    /// `:memory:` keeps it in memory.
+    pub fn open(path: &Path) -> Result<Self, StateError> {
+        let conn = Connection::open(path).map_err(|source| StateError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let corrupt = |e: rusqlite::Error| StateError::Corrupt {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        };
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(corrupt)?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(corrupt)?;
+        if check != "ok" {
+            return Err(StateError::Corrupt {
+                path: path.to_path_buf(),
+                detail: check,
+            });
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(corrupt)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(corrupt)?;
+        let store = Self {
+            conn: Mutex::new(conn),
+        };
+        store.migrate(path, SCHEMA_VERSION)?;
+        Ok(store)
+    }
+
+    /// An in-memory store (tests and benchmarks).
+    pub fn in_memory() -> Result<Self, StateError> {
+        Self::open(Path::new(":memory:"))
+    }
+
+    /// Creates a store at an older schema version (for migration tests).
+    #[doc(hidden)]
+    pub fn create_at_version(path: &Path, version: i64) -> Result<Self, StateError> {
+        let conn = Connection::open(path)?;
+        let store = Self {
+            conn: Mutex::new(conn),
+        };
+        store.migrate(path, version)?;
+        Ok(store)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn migrate(&self, path: &Path, target: i64) -> Result<(), StateError> {
+        let mut conn = self.lock();
+        let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if found > SCHEMA_VERSION {
+            return Err(StateError::Newer {
+                path: path.to_path_buf(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for version in found..target {
+            let tx = conn.transaction()?;
+            tx.execute_batch(MIGRATIONS[usize::try_from(version).unwrap_or(0)])?;
+            tx.pragma_update(None, "user_version", version + 1)?;
+            tx.commit()?;
+            tracing::info!(path = %path.display(), from = version, to = version + 1, "state store migrated");
+        }
+        Ok(())
+    }
+
+    /// The schema version of the open file.
+    pub fn schema_version(&self) -> Result<i64, StateError> {
+        Ok(self
+            .lock()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    /// Records an accepted message; `false` when its update id was already
+    /// there (a redelivery), which must not be handled again.
+    pub fn accept(&self, m: &InboxMessage) -> Result<bool, StateError> {
+        let n = self.lock().execute(
+            "INSERT OR IGNORE INTO inbox (update_id, chat_id, user_id, message_id, text, date, state, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7)",
+            params![m.update_id, m.chat_id, m.user_id, m.message_id, m.text, m.date, now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Moves messages to `state`.
+    pub fn mark(&self, update_ids: &[i64], state: InboxState) -> Result<(), StateError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached("UPDATE inbox SET state = ?1, updated_at = ?2 WHERE update_id = ?3")?;
+        let now = now_ms();
+        for id in update_ids {
+            stmt.execute(params![state.as_str(), now, id])?;
+        }
+        Ok(())
+    }
+
+    /// Moves messages to `Running` and records their turn.
+    pub fn start_turn(&self, update_ids: &[i64], turn: u64) -> Result<(), StateError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "UPDATE inbox SET state = 'running', turn = ?1, updated_at = ?2 WHERE update_id = ?3",
+        )?;
+        let now = now_ms();
+        for id in update_ids {
+            stmt.execute(params![i64::try_from(turn).unwrap_or(i64::MAX), now, id])?;
+        }
+        Ok(())
+    }
+
+    /// Messages whose handling was not finished, oldest first.
+    pub fn unfinished(&self) -> Result<Vec<InboxRow>, StateError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT update_id, chat_id, user_id, message_id, text, date, state FROM inbox
+             WHERE state IN ('queued', 'running', 'replied') ORDER BY update_id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(InboxRow {
+                message: InboxMessage {
+                    update_id: r.get(0)?,
+                    chat_id: r.get(1)?,
+                    user_id: r.get(2)?,
+                    message_id: r.get(3)?,
+                    text: r.get(4)?,
+                    date: r.get(5)?,
+                },
+                state: InboxState::parse(&r.get::<_, String>(6)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How many messages are in each state.
+    pub fn counts(&self) -> Result<Vec<(String, i64)>, StateError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT state, COUNT(*) FROM inbox GROUP BY state ORDER BY state")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The next update id wanted from Telegram.
+    pub fn offset(&self) -> Result<i64, StateError> {
+        let value: Option<String> = self
+            .lock()
+            .query_row("SELECT value FROM meta WHERE key = 'offset'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+
+    /// Stores the next update id wanted (never moves backwards).
+    pub fn set_offset(&self, offset: i64) -> Result<(), StateError> {
+        self.lock().execute(
+            "INSERT INTO meta (key, value) VALUES ('offset', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value
+             WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+            params![offset.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// The chat's agent session id.
+    pub fn session(&self, chat_id: i64) -> Result<Option<String>, StateError> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT session_id FROM sessions WHERE chat_id = ?1",
+                params![chat_id],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Sets (or, with `None`, forgets) the chat's agent session id.
+    pub fn set_session(&self, chat_id: i64, session_id: Option<&str>) -> Result<(), StateError> {
+        let conn = self.lock();
+        match session_id {
+            Some(id) => conn.execute(
+                "INSERT INTO sessions (chat_id, session_id, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(chat_id) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                params![chat_id, id, now_ms()],
+            )?,
+            None => conn.execute("DELETE FROM sessions WHERE chat_id = ?1", params![chat_id])?,
+        };
+        Ok(())
+    }
+
+    /// Records a finished turn.
+    pub fn record_turn(&self, t: &TurnRecord) -> Result<(), StateError> {
+        self.lock().execute(
+            "INSERT INTO turns (chat_id, turn, started_at, ended_at, outcome, finished, api_calls, cost_usd)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                t.chat_id,
+                i64::try_from(t.turn).unwrap_or(i64::MAX),
+                t.started_at,
+                t.ended_at,
+                t.outcome,
+                t.finished,
+                t.api_calls,
+                t.cost_usd
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Turn records of a chat, oldest first: (outcome, finished).
+    pub fn turns_of(&self, chat_id: i64) -> Result<Vec<(String, bool)>, StateError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT outcome, finished FROM turns WHERE chat_id = ?1 ORDER BY id")?;
+        let rows = stmt.query_map(params![chat_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Logs a store failure; the host keeps running on what it has in memory.
+pub fn log_failure<T>(result: Result<T, StateError>, what: &str) -> Option<T> {
+    match result {
+        Ok(v) => Some(v),
+        Err(err) => {
+            tracing::error!(cause = %err, "state store: {what} failed");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(update_id: i64, chat_id: i64) -> InboxMessage {
+        InboxMessage {
+            update_id,
+            chat_id,
+            user_id: 7,
+            message_id: update_id * 10,
+            text: format!("m{update_id}"),
+            date: 1,
+        }
+    }
+
+    #[test]
+    fn an_update_is_accepted_once() {
+        let store = Store::in_memory().unwrap();
+        assert!(store.accept(&msg(1, 5)).unwrap());
+        assert!(
+            !store.accept(&msg(1, 5)).unwrap(),
+            "a redelivery is not new"
+        );
+        assert_eq!(store.unfinished().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn states_move_and_finished_rows_leave_the_open_set() {
+        let store = Store::in_memory().unwrap();
+        for id in 1..=4 {
+            store.accept(&msg(id, 5)).unwrap();
+        }
+        store.start_turn(&[1, 2], 1).unwrap();
+        store.mark(&[2], InboxState::Replied).unwrap();
+        store.mark(&[3], InboxState::Done).unwrap();
+        let open: Vec<(i64, InboxState)> = store
+            .unfinished()
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.message.update_id, r.state))
+            .collect();
+        assert_eq!(
+            open,
+            vec![
+                (1, InboxState::Running),
+                (2, InboxState::Replied),
+                (4, InboxState::Queued)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_offset_never_moves_backwards() {
+        let store = Store::in_memory().unwrap();
+        assert_eq!(store.offset().unwrap(), 0);
+        store.set_offset(10).unwrap();
+        store.set_offset(4).unwrap();
+        assert_eq!(store.offset().unwrap(), 10);
+        store.set_offset(11).unwrap();
+        assert_eq!(store.offset().unwrap(), 11);
+    }
+
+    #[test]
+    fn sessions_are_kept_and_forgotten() {
+        let store = Store::in_memory().unwrap();
+        store.set_session(5, Some("s1")).unwrap();
+        store.set_session(5, Some("s2")).unwrap();
+        assert_eq!(store.session(5).unwrap().as_deref(), Some("s2"));
+        store.set_session(5, None).unwrap();
+        assert_eq!(store.session(5).unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_written_by_the_previous_schema_is_migrated_with_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let old = Store::create_at_version(&path, 1).unwrap();
+            assert_eq!(old.schema_version().unwrap(), 1);
+            old.accept(&msg(3, 9)).unwrap();
+            old.set_session(9, Some("kept")).unwrap();
+            old.set_offset(4).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.unfinished().unwrap()[0].message.text, "m3");
+        assert_eq!(store.session(9).unwrap().as_deref(), Some("kept"));
+        assert_eq!(store.offset().unwrap(), 4);
+        store.start_turn(&[3], 1).unwrap();
+        store
+            .record_turn(&TurnRecord {
+                chat_id: 9,
+                turn: 1,
+                started_at: 1,
+                ended_at: 2,
+                outcome: "completed".into(),
+                finished: true,
+                api_calls: 1,
+                cost_usd: 0.0,
+            })
+            .unwrap();
+        assert_eq!(
+            store.turns_of(9).unwrap(),
+            vec![("completed".to_string(), true)]
+        );
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_not_a_new_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("junk.db");
+        std::fs::write(
+            &path,
+            b"this is not a database, it is a shopping list\n".repeat(200),
+        )
+        .unwrap();
+        let err = Store::open(&path).unwrap_err();
+        assert!(matches!(err, StateError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("junk.db"), "{err}");
+        assert!(
+            std::fs::read(&path)
+                .unwrap()
+                .starts_with(b"this is not a database"),
+            "the file is left as it was"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_path_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(err, StateError::Open { .. } | StateError::Corrupt { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+                .unwrap();
+        }
+        assert!(matches!(
+            Store::open(&path).unwrap_err(),
+            StateError::Newer { .. }
+        ));
+    }
+}
