@@ -37,6 +37,9 @@ pub struct OpenSession {
     pub chat: ChatId,
     /// The agent's own session id to resume, when the chat had one.
     pub resume: Option<String>,
+    /// Set once the host is stopping: the backend then refuses the agent's
+    /// requests through its protocol.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 /// Errors at the backend boundary.
@@ -156,6 +159,8 @@ pub enum ToolReply {
     Error(String),
     /// The host is stopping and refuses the call (JSON-RPC -32000).
     Refused(String),
+    /// The host's handler failed (JSON-RPC -32603 with this message).
+    Failed(String),
 }
 
 /// The answer to a PostToolBatch hook.
@@ -201,18 +206,30 @@ pub struct AgentResult {
 /// A reply that can be produced without the handler: what a request gets
 /// when its responder is dropped unanswered.
 pub trait Unanswered {
-    /// The answer for a request that nobody answered.
+    /// The answer for a request that nobody answered (a failed handler).
     fn unanswered(why: &str) -> Self;
+
+    /// The answer for a request refused on purpose (the host is stopping,
+    /// the turn has ended).
+    fn refused(why: &str) -> Self;
 }
 
 impl Unanswered for ToolReply {
     fn unanswered(why: &str) -> Self {
-        Self::Error(why.to_string())
+        Self::Failed(why.to_string())
+    }
+
+    fn refused(why: &str) -> Self {
+        Self::Refused(why.to_string())
     }
 }
 
 impl Unanswered for HookReply {
     fn unanswered(why: &str) -> Self {
+        Self::Refused(why.to_string())
+    }
+
+    fn refused(why: &str) -> Self {
         Self::Refused(why.to_string())
     }
 }
@@ -246,6 +263,14 @@ impl<T: Unanswered> Responder<T> {
     pub fn answer(mut self, value: T) -> bool {
         match self.tx.take() {
             Some(tx) => tx.send(value).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Refuses the request on purpose (quietly: the caller logged why).
+    pub fn refuse(mut self, why: &str) -> bool {
+        match self.tx.take() {
+            Some(tx) => tx.send(T::refused(why)).is_ok(),
             None => false,
         }
     }

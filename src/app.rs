@@ -6,17 +6,19 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr};
 use teloxide::Bot;
+use tokio::sync::mpsc;
 
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
-use crate::chat::dispatcher::{Dispatcher, RunningTurns, StopDispatching};
+use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, RunningTurns, StopDispatching};
 use crate::chat::tools::ToolRegistry;
 use crate::chat::turn::TurnDeps;
 use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
+use crate::state::Store;
 use crate::telegram::intake::{Intake, StopIntake};
-use crate::telegram::outbox::{Outbox, RateLimits};
+use crate::telegram::outbox::{Flush, Outbox, RateLimits, StopOutbox};
 
 /// Errors that stop the bot from starting.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,9 @@ pub enum StartError {
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
     Backend(String),
+    /// The state store could not be opened.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
 }
 
 /// The agent backend named by `agent.backend`.
@@ -91,6 +96,12 @@ pub struct Turnstile {
     pub events: EventBus,
     /// Live actor counts.
     pub gauges: Arc<Gauges>,
+    /// The durable state.
+    pub store: Arc<Store>,
+    /// The Telegram client (for the offset confirmation at stop).
+    bot: Bot,
+    /// `/restart` and other requests for the host process.
+    host_requests: tokio::sync::Mutex<mpsc::UnboundedReceiver<HostRequest>>,
     /// Begins the stop.
     shutdown: Shutdown,
     /// How long a stop waits for running turns.
@@ -111,6 +122,17 @@ impl Turnstile {
         backend: Arc<dyn AgentBackend>,
         limits: RateLimits,
     ) -> Result<Self, StartError> {
+        let store = Arc::new(Store::open(&config.state.path)?);
+        Self::start_with_store(config, backend, limits, store)
+    }
+
+    /// Starts the bot on an open state store.
+    pub fn start_with_store(
+        config: &Config,
+        backend: Arc<dyn AgentBackend>,
+        limits: RateLimits,
+        store: Arc<Store>,
+    ) -> Result<Self, StartError> {
         let bot = telegram_client(config)?;
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
@@ -123,24 +145,33 @@ impl Turnstile {
             config: Arc::new(config.turn.clone()),
             events: events.clone(),
             gauges: Arc::clone(&gauges),
+            store: Arc::clone(&store),
+            shutdown: shutdown.clone(),
+            retry_interrupted: config.dispatcher.on_interrupted == "retry",
         };
+        let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             deps,
             config.access.clone(),
             config.dispatcher.clone(),
             config.agent.keep_warm,
+            host_tx,
         )
         .start();
+        // Before any new update: what the previous process left unfinished.
+        dispatcher.do_send(Recover);
         let intake = Intake::new(
-            bot,
+            bot.clone(),
             config.telegram.poll_timeout,
             dispatcher.clone().recipient(),
             shutdown.clone(),
+            Arc::clone(&store),
         )
         .start();
         tracing::info!(
             api = %config.telegram.api_url,
             backend = %config.agent.backend,
+            state = %config.state.path.display(),
             max_concurrent_turns = config.dispatcher.max_concurrent_turns,
             "turnstile started"
         );
@@ -150,22 +181,38 @@ impl Turnstile {
             outbox,
             events,
             gauges,
+            store,
+            bot,
+            host_requests: tokio::sync::Mutex::new(host_rx),
             shutdown,
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
         })
     }
 
-    /// Stops in order: intake, then new turns, then waits for running turns
-    /// up to `dispatcher.drain_timeout`. Returns the turns still running.
+    /// The next request from a chat to the host process (`/restart`).
+    pub async fn host_request(&self) -> Option<HostRequest> {
+        self.host_requests.lock().await.recv().await
+    }
+
+    /// Stops in order: intake (confirming the offset with Telegram), then
+    /// new turns; waits for running turns up to `dispatcher.drain_timeout`
+    /// ("waiting for N in-flight turns"), ends the rest with `HostStopping`
+    /// (their chats are told), flushes the outbox and waits for the agent
+    /// processes. Returns how many turns had to be cut short.
     pub async fn stop(&self) -> usize {
         self.shutdown.trigger();
         let _ = self.intake.send(StopIntake).await;
+        self.confirm_offset().await;
         let start = Instant::now();
         let deadline = start
             .checked_add(self.drain_timeout)
             .unwrap_or(start + Duration::from_secs(86_400 * 365));
-        let mut running = self.dispatcher.send(StopDispatching).await.unwrap_or(0);
+        let mut running = self
+            .dispatcher
+            .send(StopDispatching { end_running: false })
+            .await
+            .unwrap_or(0);
         let mut events = self.events.subscribe();
         while running > 0 && Instant::now() < deadline {
             tracing::info!(running, "waiting for {running} in-flight turns");
@@ -175,10 +222,52 @@ impl Turnstile {
             let _ = tokio::time::timeout(wait, events.recv()).await;
             running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
         }
+        let cut = running;
         if running > 0 {
-            tracing::warn!(running, "drain timeout passed with turns still running");
+            tracing::warn!(
+                running,
+                "drain timeout passed; ending the turns still running"
+            );
+            let _ = self
+                .dispatcher
+                .send(StopDispatching { end_running: true })
+                .await;
+            let until = Instant::now() + Duration::from_secs(5);
+            while running > 0 && Instant::now() < until {
+                let _ = tokio::time::timeout(Duration::from_millis(200), events.recv()).await;
+                running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
+            }
         }
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
+        let _ = self.outbox.send(StopOutbox).await;
         self.backend.closed().await;
-        running
+        tracing::info!(cut_short = cut, "stopped");
+        cut
+    }
+
+    /// Tells Telegram every update below the stored offset was handled, so
+    /// none (a `/restart` above all) is delivered again to the next process.
+    async fn confirm_offset(&self) {
+        use teloxide::payloads::GetUpdatesSetters;
+        use teloxide::prelude::Requester;
+        use teloxide::requests::Request;
+        let Some(offset) = crate::state::log_failure(self.store.offset(), "reading the offset")
+        else {
+            return;
+        };
+        let request = self
+            .bot
+            .get_updates()
+            .offset(i32::try_from(offset).unwrap_or(i32::MAX))
+            .timeout(0)
+            .limit(1)
+            .send();
+        match tokio::time::timeout(Duration::from_secs(5), request).await {
+            Ok(Ok(_)) => tracing::debug!(offset, "update offset confirmed"),
+            Ok(Err(err)) => {
+                tracing::warn!(offset, cause = %err, "could not confirm the update offset")
+            }
+            Err(_) => tracing::warn!(offset, "confirming the update offset timed out"),
+        }
     }
 }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use turnstile::chat::dispatcher::HostRequest;
+use turnstile::config::RESTARTED_FROM_ENV;
 use turnstile::{Config, Turnstile};
 
 const USAGE: &str =
@@ -70,6 +72,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A state file that cannot be used is a start-up error like bad config.
+    if !check && let Err(err) = turnstile::state::Store::open(&config.state.path) {
+        eprintln!("turnstile: {err}");
+        return ExitCode::from(2);
+    }
     if check {
         print!("{}", config.to_redacted_toml());
         return ExitCode::SUCCESS;
@@ -83,20 +90,62 @@ fn main() -> ExitCode {
     }
 }
 
+/// Why the bot stopped.
+enum Exit {
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// `/restart` from this chat: re-execute.
+    Restart(i64),
+}
+
 fn run(config: Config) -> anyhow::Result<()> {
     let system = actix_rt::System::new();
-    system.block_on(async move {
+    let exit = system.block_on(async move {
         let backend =
             turnstile::app::backend_from_config(&config).context("starting the agent backend")?;
         let bot = Turnstile::start(&config, backend).context("starting turnstile")?;
-        wait_for_signal().await;
-        tracing::info!("stopping");
-        let left = bot.stop().await;
-        if left > 0 {
-            tracing::warn!(left, "stopped with turns still running");
+        if let Some(chat) = std::env::var(RESTARTED_FROM_ENV)
+            .ok()
+            .and_then(|c| c.parse::<i64>().ok())
+        {
+            bot.outbox.do_send(turnstile::telegram::SendText::new(
+                teloxide::types::ChatId(chat),
+                "✅ Restarted.",
+            ));
         }
-        anyhow::Ok(())
-    })
+        let exit = tokio::select! {
+            () = wait_for_signal() => Exit::Signal,
+            request = bot.host_request() => match request {
+                Some(HostRequest::Restart { chat }) => Exit::Restart(chat.0),
+                None => Exit::Signal,
+            },
+        };
+        tracing::info!("stopping");
+        let cut = bot.stop().await;
+        if cut > 0 {
+            tracing::warn!(cut, "stopped with turns cut short");
+        }
+        anyhow::Ok(exit)
+    })?;
+    match exit {
+        Exit::Signal => Ok(()),
+        Exit::Restart(chat) => Err(restart(chat)),
+    }
+}
+
+/// Re-executes this binary with the same arguments; returns only on failure.
+fn restart(chat: i64) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => return anyhow::anyhow!("cannot find this binary to restart: {err}"),
+    };
+    tracing::warn!(exe = %exe.display(), "re-executing for /restart");
+    let err = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .env(RESTARTED_FROM_ENV, chat.to_string())
+        .exec();
+    anyhow::anyhow!("restart failed: could not execute {}: {err}", exe.display())
 }
 
 async fn wait_for_signal() {

@@ -6,4 +6,4 @@ pub mod outbox;
 pub mod split;
 
 pub use intake::Intake;
-pub use outbox::{Outbox, OutboxError, RateLimits, React, SendText, SendTyping};
+pub use outbox::{Flush, Outbox, OutboxError, RateLimits, React, SendText, SendTyping, StopOutbox};

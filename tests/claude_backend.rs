@@ -270,7 +270,8 @@ async fn stop_sends_interrupt_and_the_session_settles() {
     h.say(1, USER, "slow");
     h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. }))
         .await;
-    // Wait until the fake has the user message, then stop.
+    // Wait until the fake is running the turn, then stop.
+    cli.wait_for_entries(1, |e| e["state"] == "running").await;
     h.say(1, USER, "/stop");
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, TurnOutcome::Interrupted);

@@ -28,6 +28,7 @@ async fn stop_with_a_turn_in_flight(step: Step) -> (FakeLog, String) {
         .env("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s")
         .env("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "500ms")
         .env("TURNSTILE_TURN_POST_RESULT_GRACE", "500ms")
+        .env("TURNSTILE_STATE_PATH", fake.dir.path().join("state.db"))
         .envs(fake.env())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

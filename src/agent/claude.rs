@@ -227,14 +227,16 @@ fn spawn(
         &settings.system_prompt,
     ));
     live.fetch_add(1, Ordering::SeqCst);
+    let answers = Answers::new(out_tx, pid);
     let driver = Driver {
+        shutdown: request.shutdown.clone(),
         reaped: false,
         live,
         settings: Arc::clone(settings),
         tools: Arc::clone(tools),
         child,
         pid,
-        out: Some(out_tx),
+        answers,
         events: ev_tx,
         next_request: 1,
         stderr_tail,
@@ -357,8 +359,102 @@ async fn log_stderr(
     }
 }
 
+/// The way into the CLI's stdin, and the requests from the CLI still
+/// waiting for an answer: each is answered at most once, and one whose
+/// answer could not be written stays pending, so the close path answers it.
+#[derive(Clone)]
+struct Answers {
+    inner: Arc<std::sync::Mutex<AnswersInner>>,
+    pid: u32,
+}
+
+struct AnswersInner {
+    /// Lines to stdin; `None` once stdin is closed.
+    out: Option<mpsc::UnboundedSender<Value>>,
+    /// Request ids from the CLI not yet answered.
+    pending: std::collections::HashSet<String>,
+}
+
+impl Answers {
+    fn new(out: mpsc::UnboundedSender<Value>, pid: u32) -> Self {
+        Self {
+            inner: Arc::new(std::sync::Mutex::new(AnswersInner {
+                out: Some(out),
+                pending: std::collections::HashSet::new(),
+            })),
+            pid,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AnswersInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes a host line; `false` when stdin is closed.
+    fn write(&self, line: Value) -> bool {
+        match &self.lock().out {
+            Some(out) => out.send(line).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Notes a request from the CLI that needs an answer.
+    fn expect(&self, id: &str) {
+        if !self.lock().pending.insert(id.to_string()) {
+            tracing::warn!(
+                pid = self.pid,
+                request_id = id,
+                "the agent reused a pending request id"
+            );
+        }
+    }
+
+    /// Answers a request once; a second answer is refused and logged.
+    fn answer(&self, id: &str, line: Value) -> bool {
+        let mut inner = self.lock();
+        if !inner.pending.remove(id) {
+            tracing::warn!(
+                pid = self.pid,
+                request_id = id,
+                "second answer to a request refused"
+            );
+            return false;
+        }
+        let sent = inner.out.as_ref().is_some_and(|out| out.send(line).is_ok());
+        if !sent {
+            // Still unanswered: the close path refuses it.
+            inner.pending.insert(id.to_string());
+            tracing::debug!(
+                pid = self.pid,
+                request_id = id,
+                "answer not written; request left pending"
+            );
+        }
+        sent
+    }
+
+    /// Refuses every pending request (before closing stdin).
+    fn refuse_pending(&self, why: &str) {
+        let mut inner = self.lock();
+        let ids: Vec<String> = inner.pending.drain().collect();
+        for id in ids {
+            tracing::info!(pid = self.pid, request_id = %id, "pending agent request refused: {why}");
+            if let Some(out) = &inner.out {
+                let _ = out.send(protocol::control_error(&id, why));
+            }
+        }
+    }
+
+    /// Closes stdin.
+    fn close(&self) {
+        self.lock().out = None;
+    }
+}
+
 /// Owns one CLI process.
 struct Driver {
+    /// Set once the host stops: requests are then refused.
+    shutdown: crate::shutdown::Shutdown,
     /// Set once the process is reaped and its group killed.
     reaped: bool,
     /// Decremented once the process is reaped.
@@ -367,8 +463,8 @@ struct Driver {
     tools: Arc<ToolRegistry>,
     child: Child,
     pid: u32,
-    /// Lines to stdin; `None` once stdin is closed.
-    out: Option<mpsc::UnboundedSender<Value>>,
+    /// Stdin and the pending requests.
+    answers: Answers,
     events: mpsc::UnboundedSender<AgentEvent>,
     next_request: u64,
     stderr_tail: Arc<std::sync::Mutex<VecDeque<String>>>,
@@ -376,9 +472,8 @@ struct Driver {
 
 impl Driver {
     fn write(&self, line: Value) {
-        match &self.out {
-            Some(out) if out.send(line).is_ok() => {}
-            _ => tracing::debug!(pid = self.pid, "agent stdin closed; line dropped"),
+        if !self.answers.write(line) {
+            tracing::debug!(pid = self.pid, "agent stdin closed; line dropped");
         }
     }
 
@@ -446,17 +541,18 @@ impl Driver {
         kill_group(self.pid, libc::SIGKILL);
         self.reaped = true;
         self.live.fetch_sub(1, Ordering::SeqCst);
-        self.out = None;
+        self.answers.close();
         tracing::info!(pid = self.pid, ?code, "agent process ended");
         self.emit(AgentEvent::Exited { code, detail });
     }
 
     /// `end_session`, close stdin, wait; then kill.
     async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Line>) {
+        self.answers.refuse_pending("the host is stopping");
         self.request(
             serde_json::json!({"subtype": "end_session", "reason": "turnstile closed the session"}),
         );
-        self.out = None;
+        self.answers.close();
         let grace = self.settings.kill_grace;
         let waited = tokio::time::timeout(grace, async {
             loop {
@@ -488,7 +584,7 @@ impl Driver {
 
     /// SIGTERM to the group, SIGKILL after the grace.
     async fn kill(mut self, why: &str) {
-        self.out = None;
+        self.answers.close();
         kill_group(self.pid, libc::SIGTERM);
         let status = match tokio::time::timeout(self.settings.kill_grace, self.child.wait()).await {
             Ok(status) => status.ok(),
@@ -574,6 +670,7 @@ impl Driver {
     }
 
     /// Answers a request from the CLI, exactly once.
+    /// Answers a request from the CLI, exactly once.
     fn on_request(&mut self, value: &Value) {
         let Some(request_id) = value
             .get("request_id")
@@ -583,8 +680,19 @@ impl Driver {
             tracing::warn!(pid = self.pid, "control request without an id skipped");
             return;
         };
+        self.answers.expect(&request_id);
         let request = value.get("request").cloned().unwrap_or(Value::Null);
         let subtype = request.get("subtype").and_then(Value::as_str).unwrap_or("");
+        let stopping = self.shutdown.is_stopping();
+        let answers = self.answers.clone();
+        let reply = move |line: Value| {
+            answers.answer(&request_id, line);
+        };
+        let id = value
+            .get("request_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         match subtype {
             "mcp_message" => {
                 let server = request
@@ -593,17 +701,28 @@ impl Driver {
                     .unwrap_or("");
                 let message = request.get("message").cloned().unwrap_or(Value::Null);
                 if server != TOOL_SERVER {
-                    return self.write(protocol::control_error(
-                        &request_id,
+                    return reply(protocol::control_error(
+                        &id,
                         &format!("unknown MCP server `{server}`"),
                     ));
                 }
+                let mcp = |answer: Value| {
+                    protocol::control_success(&id, serde_json::json!({"mcp_response": answer}))
+                };
                 match protocol::mcp(&message, &self.tools) {
-                    McpRequest::Answer(answer) => {
-                        self.write(protocol::control_success(
-                            &request_id,
-                            serde_json::json!({"mcp_response": answer}),
-                        ));
+                    McpRequest::Answer(answer) => reply(mcp(answer)),
+                    McpRequest::Call {
+                        rpc_id,
+                        tool,
+                        tool_use_id,
+                        ..
+                    } if stopping => {
+                        tracing::info!(pid = self.pid, call_id = %tool_use_id, tool = %tool, "tools/call refused: the host is stopping");
+                        reply(mcp(protocol::rpc_error(
+                            &rpc_id,
+                            protocol::RPC_HOST_STOPPING,
+                            "the host is stopping",
+                        )));
                     }
                     McpRequest::Call {
                         rpc_id,
@@ -611,61 +730,61 @@ impl Driver {
                         tool_use_id,
                         input,
                     } => {
-                        let (reply, rx) =
+                        let (responder, rx) =
                             Responder::new(format!("tools/call {tool} ({tool_use_id})"));
                         self.emit(AgentEvent::ToolCall(ToolCall {
                             id: tool_use_id,
                             name: format!("mcp__{TOOL_SERVER}__{tool}"),
                             input,
-                            reply,
+                            reply: responder,
                         }));
-                        let out = self.out.clone();
                         tokio::spawn(async move {
                             let answer = match rx.await {
-                                Ok(reply) => protocol::tool_reply(&rpc_id, &reply),
+                                Ok(value) => protocol::tool_reply(&rpc_id, &value),
                                 Err(_) => protocol::rpc_error(
                                     &rpc_id,
                                     protocol::RPC_INTERNAL,
                                     "the host dropped the call",
                                 ),
                             };
-                            send_line(
-                                out,
-                                protocol::control_success(
-                                    &request_id,
-                                    serde_json::json!({"mcp_response": answer}),
-                                ),
-                            );
+                            reply(protocol::control_success(
+                                &id,
+                                serde_json::json!({"mcp_response": answer}),
+                            ));
                         });
                     }
                 }
             }
+            "can_use_tool" | "hook_callback" if stopping => {
+                tracing::info!(
+                    pid = self.pid,
+                    subtype,
+                    "agent request refused: the host is stopping"
+                );
+                reply(protocol::control_error(&id, "the host is stopping"));
+            }
             "can_use_tool" => {
-                let answer =
-                    protocol::permission(&request, &self.tools, &self.settings.allowed_tools);
-                self.write(protocol::control_success(&request_id, answer));
+                reply(protocol::control_success(
+                    &id,
+                    protocol::permission(&request, &self.tools, &self.settings.allowed_tools),
+                ));
             }
             "hook_callback" => {
                 let input = request.get("input").cloned().unwrap_or(Value::Null);
                 if input.get("hook_event_name").and_then(Value::as_str) != Some("PostToolBatch") {
-                    return self.write(protocol::control_success(
-                        &request_id,
-                        serde_json::json!({}),
-                    ));
+                    return reply(protocol::control_success(&id, serde_json::json!({})));
                 }
-                let (reply, rx) = Responder::new("PostToolBatch hook");
+                let (responder, rx) = Responder::new("PostToolBatch hook");
                 self.emit(AgentEvent::BatchResolved(ToolBatch {
                     calls: protocol::batch_calls(&input),
-                    reply,
+                    reply: responder,
                 }));
-                let out = self.out.clone();
                 tokio::spawn(async move {
-                    let line = match rx.await.map(|r| protocol::hook_output(&r)) {
-                        Ok(Ok(output)) => protocol::control_success(&request_id, output),
-                        Ok(Err(why)) => protocol::control_error(&request_id, &why),
-                        Err(_) => protocol::control_error(&request_id, "the host dropped the hook"),
-                    };
-                    send_line(out, line);
+                    reply(match rx.await.map(|r| protocol::hook_output(&r)) {
+                        Ok(Ok(output)) => protocol::control_success(&id, output),
+                        Ok(Err(why)) => protocol::control_error(&id, &why),
+                        Err(_) => protocol::control_error(&id, "the host dropped the hook"),
+                    });
                 });
             }
             other => {
@@ -674,8 +793,8 @@ impl Driver {
                     subtype = other,
                     "unknown control request refused"
                 );
-                self.write(protocol::control_error(
-                    &request_id,
+                reply(protocol::control_error(
+                    &id,
                     &format!("unsupported request `{other}`"),
                 ));
             }
@@ -694,13 +813,6 @@ impl Drop for Driver {
     }
 }
 
-fn send_line(out: Option<mpsc::UnboundedSender<Value>>, line: Value) {
-    match out {
-        Some(out) if out.send(line).is_ok() => {}
-        _ => tracing::debug!("agent stdin closed; answer dropped"),
-    }
-}
-
 /// Signals the agent's process group (the child leads it).
 fn kill_group(pid: u32, signal: libc::c_int) {
     let Ok(pgid) = libc::pid_t::try_from(pid) else {
@@ -712,5 +824,59 @@ fn kill_group(pid: u32, signal: libc::c_int) {
     // SAFETY: killpg only sends a signal; the group is the child's own.
     unsafe {
         libc::killpg(pgid, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers() -> (Answers, mpsc::UnboundedReceiver<Value>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Answers::new(tx, 1), rx)
+    }
+
+    #[test]
+    fn a_request_is_answered_at_most_once() {
+        let (answers, mut rx) = answers();
+        answers.expect("r1");
+        assert!(answers.answer("r1", serde_json::json!({"n": 1})));
+        assert!(
+            !answers.answer("r1", serde_json::json!({"n": 2})),
+            "the second answer is refused"
+        );
+        assert_eq!(rx.try_recv().unwrap()["n"], 1);
+        assert!(rx.try_recv().is_err(), "only one answer was written");
+        assert!(!answers.answer("never-asked", serde_json::json!({})));
+    }
+
+    #[test]
+    fn an_answer_that_could_not_be_written_stays_pending_and_the_close_path_refuses_it() {
+        let (answers, rx) = answers();
+        answers.expect("r1");
+        drop(rx);
+        assert!(
+            !answers.answer("r1", serde_json::json!({})),
+            "stdin is gone"
+        );
+        assert_eq!(answers.lock().pending.len(), 1, "still unanswered");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        answers.lock().out = Some(tx);
+        answers.refuse_pending("the host is stopping");
+        let line = rx.try_recv().unwrap();
+        assert_eq!(line["response"]["subtype"], "error");
+        assert_eq!(line["response"]["request_id"], "r1");
+        assert!(answers.lock().pending.is_empty());
+    }
+
+    #[test]
+    fn an_error_message_that_is_not_plain_text_still_makes_valid_json() {
+        let nasty = "line\nbreak \u{0}nul \"quote\" \u{202e}rtl 🚀";
+        let line = protocol::control_error("r", nasty);
+        let text = line.to_string();
+        let back: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["response"]["error"], nasty);
+        let rpc = protocol::rpc_error(&Value::Null, protocol::RPC_INTERNAL, nasty);
+        assert_eq!(rpc["error"]["message"], nasty);
     }
 }

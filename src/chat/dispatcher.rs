@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, WrapFuture};
 use teloxide::types::{ChatId, UpdateKind};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::chat::supervisor::{
     ChatReport, ChatSettings, ChatSupervisor, DescribeChat, Evict, NewSession, StopChat,
@@ -19,6 +19,7 @@ use crate::chat::supervisor::{
 use crate::chat::turn::TurnDeps;
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
+use crate::state::{InboxState, log_failure, now_ms};
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::SendText;
 
@@ -26,11 +27,24 @@ use crate::telegram::outbox::SendText;
 /// caps messages at 4096 characters).
 const MAX_INPUT_CHARS: usize = 16_384;
 
-/// The host is stopping: no new turns; running ones end with `HostStopping`.
-/// Answers how many chats still held a turn.
+/// The host is stopping: no new turns; with `end_running`, running ones end
+/// with `HostStopping`. Answers how many chats hold a turn.
 #[derive(Message, Debug)]
 #[rtype(result = "usize")]
-pub struct StopDispatching;
+pub struct StopDispatching {
+    /// End the running turns now (the drain is over).
+    pub end_running: bool,
+}
+
+/// What the dispatcher asks of the host process.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostRequest {
+    /// `/restart`: drain, then re-execute; tell `chat` once back.
+    Restart {
+        /// Where the command came from.
+        chat: ChatId,
+    },
+}
 
 /// How many turns are running now.
 #[derive(Message, Debug)]
@@ -69,6 +83,10 @@ pub struct Dispatcher {
     stopping: bool,
     /// `agent.keep_warm`, handed to each supervisor.
     keep_warm: Duration,
+    /// Where `/restart` goes.
+    host: mpsc::UnboundedSender<HostRequest>,
+    /// This process's start (unix seconds): older `/restart`s are ignored.
+    started_at: i64,
     /// Where it reports.
     events: EventBus,
 }
@@ -80,6 +98,7 @@ impl Dispatcher {
         access: AccessConfig,
         config: DispatcherConfig,
         keep_warm: Duration,
+        host: mpsc::UnboundedSender<HostRequest>,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
         let events = deps.events.clone();
@@ -93,6 +112,8 @@ impl Dispatcher {
             refused: HashMap::new(),
             stopping: false,
             keep_warm,
+            host,
+            started_at: now_ms() / 1000,
             events,
         }
     }
@@ -165,7 +186,14 @@ impl Dispatcher {
         }
     }
 
-    fn command(&mut self, chat: ChatId, user: u64, word: &str, ctx: &mut Context<Self>) -> bool {
+    fn command(
+        &mut self,
+        chat: ChatId,
+        user: u64,
+        word: &str,
+        date: i64,
+        ctx: &mut Context<Self>,
+    ) -> bool {
         match word {
             "stop" => match self.chats.get(&chat) {
                 Some(entry) => entry.addr.do_send(StopChat),
@@ -177,9 +205,7 @@ impl Dispatcher {
             }
             "status" if self.is_admin(user) => self.status(chat, ctx),
             "status" => self.say(chat, "Only admins can use /status."),
-            "restart" if self.is_admin(user) => {
-                self.say(chat, "Restarting is not available in this build.");
-            }
+            "restart" if self.is_admin(user) => self.restart(chat, user, date),
             "restart" => self.say(chat, "Only admins can use /restart."),
             "start" | "help" => self.say(
                 chat,
@@ -188,6 +214,39 @@ impl Dispatcher {
             _ => return false,
         }
         true
+    }
+
+    /// `/restart` from an admin: ignored when older than this process,
+    /// otherwise told and handed to the host, which drains and re-executes.
+    fn restart(&mut self, chat: ChatId, user: u64, date: i64) {
+        if date < self.started_at {
+            tracing::warn!(
+                chat_id = chat.0,
+                user_id = user,
+                date,
+                started_at = self.started_at,
+                "/restart older than this process ignored"
+            );
+            return;
+        }
+        if self.stopping {
+            self.say(chat, "Already stopping.");
+            return;
+        }
+        let running = self.chats.values().filter(|e| e.turn.is_some()).count();
+        tracing::warn!(
+            chat_id = chat.0,
+            user_id = user,
+            running,
+            "/restart requested"
+        );
+        self.say(
+            chat,
+            format!("🔄 Restarting; waiting for {running} running turn(s) first."),
+        );
+        if self.host.send(HostRequest::Restart { chat }).is_err() {
+            tracing::error!("no host is listening for /restart");
+        }
     }
 
     fn status(&mut self, chat: ChatId, ctx: &mut Context<Self>) {
@@ -289,7 +348,7 @@ impl Handler<UpdateReceived> for Dispatcher {
     type Result = ();
 
     fn handle(&mut self, UpdateReceived(update): UpdateReceived, ctx: &mut Self::Context) {
-        let update_id = update.id.0;
+        let update_id = i64::from(update.id.0);
         let message = match update.kind {
             UpdateKind::Message(message) => message,
             UpdateKind::Error(raw) => {
@@ -303,25 +362,33 @@ impl Handler<UpdateReceived> for Dispatcher {
             }
         };
         let chat = message.chat.id;
+        let store = std::sync::Arc::clone(&self.deps.store);
+        let done = move |state: InboxState| {
+            log_failure(store.mark(&[update_id], state), "marking a message")
+        };
         let Some(user) = message.from.as_ref().map(|u| u.id.0) else {
             tracing::debug!(
                 update_id,
                 chat_id = chat.0,
                 "message without a sender; skipped"
             );
+            done(InboxState::Done);
             return;
         };
         let Some(text) = message.text().or(message.caption()) else {
             tracing::debug!(update_id, chat_id = chat.0, "message without text; skipped");
+            done(InboxState::Done);
             return;
         };
         if !self.is_allowed(user) {
+            done(InboxState::Dropped);
             self.refuse(chat, user);
             return;
         }
         let text = text.trim();
         if text.is_empty() {
             tracing::debug!(update_id, chat_id = chat.0, "empty message; skipped");
+            done(InboxState::Done);
             return;
         }
         if let Some(command) = text.strip_prefix('/') {
@@ -333,11 +400,13 @@ impl Handler<UpdateReceived> for Dispatcher {
                 .next()
                 .unwrap_or("")
                 .to_ascii_lowercase();
-            if self.command(chat, user, &word, ctx) {
+            if self.command(chat, user, &word, message.date.timestamp(), ctx) {
+                done(InboxState::Done);
                 return;
             }
         }
         if self.stopping {
+            done(InboxState::Dropped);
             self.say(
                 chat,
                 "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
@@ -356,9 +425,77 @@ impl Handler<UpdateReceived> for Dispatcher {
         let msg = UserMessage {
             text,
             message_id: message.id,
+            update_id,
             at: Instant::now(),
         };
         self.route(chat, msg, ctx);
+    }
+}
+
+/// Sent once at start: picks up the inbox rows a previous process left.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Recover;
+
+impl Handler<Recover> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Recover, ctx: &mut Self::Context) {
+        let Some(rows) = log_failure(self.deps.store.unfinished(), "reading the inbox") else {
+            return;
+        };
+        let (mut requeued, mut retried, mut reported) = (0, 0, 0);
+        for row in rows {
+            let m = row.message;
+            let chat = ChatId(m.chat_id);
+            let retry = match row.state {
+                InboxState::Queued => {
+                    requeued += 1;
+                    true
+                }
+                InboxState::Running if self.deps.retry_interrupted => {
+                    retried += 1;
+                    true
+                }
+                _ => false,
+            };
+            if retry {
+                let msg = UserMessage {
+                    text: m.text,
+                    message_id: teloxide::types::MessageId(
+                        i32::try_from(m.message_id).unwrap_or(0),
+                    ),
+                    update_id: m.update_id,
+                    at: Instant::now(),
+                };
+                self.route(chat, msg, ctx);
+                continue;
+            }
+            reported += 1;
+            let excerpt = crate::chat::turn::bounded(&m.text, 80);
+            let text = if row.state == InboxState::Replied {
+                format!(
+                    "⚠️ turnstile restarted while answering “{excerpt}”; the answer above may be incomplete. Send it again if you need more."
+                )
+            } else {
+                format!(
+                    "⚠️ turnstile restarted before it could answer “{excerpt}”. Send it again if you still need an answer."
+                )
+            };
+            self.say(chat, text);
+            log_failure(
+                self.deps.store.mark(&[m.update_id], InboxState::Reported),
+                "marking a message reported",
+            );
+        }
+        if requeued + retried + reported > 0 {
+            tracing::info!(
+                requeued,
+                retried,
+                reported,
+                "recovered the inbox of the previous process"
+            );
+        }
     }
 }
 
@@ -388,11 +525,13 @@ impl Handler<ChatReport> for Dispatcher {
 impl Handler<StopDispatching> for Dispatcher {
     type Result = usize;
 
-    fn handle(&mut self, _msg: StopDispatching, _ctx: &mut Self::Context) -> usize {
+    fn handle(&mut self, msg: StopDispatching, _ctx: &mut Self::Context) -> usize {
         self.stopping = true;
         self.permits.close();
         for entry in self.chats.values() {
-            entry.addr.do_send(StopChatForHost);
+            entry.addr.do_send(StopChatForHost {
+                end_running: msg.end_running,
+            });
         }
         self.chats.values().filter(|e| e.turn.is_some()).count()
     }

@@ -24,6 +24,7 @@ use crate::chat::turn::{
 };
 use crate::chat::typing::{RetireTyping, StartTyping, TypingActor};
 use crate::events::BotEvent;
+use crate::state::{InboxState, TurnRecord, log_failure, now_ms};
 use crate::telegram::outbox::SendText;
 
 /// A user's message for the chat's agent.
@@ -34,6 +35,8 @@ pub struct UserMessage {
     pub text: String,
     /// The Telegram message, for reactions.
     pub message_id: MessageId,
+    /// Its inbox row.
+    pub update_id: i64,
     /// When it was accepted.
     pub at: Instant,
 }
@@ -61,10 +64,14 @@ pub struct ForceRelease {
 #[rtype(result = "bool")]
 pub struct Evict;
 
-/// The host is stopping: end the running turn and take no new ones.
+/// The host is stopping: take no new turns; with `end_running`, also end
+/// the running one (`HostStopping`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct StopChatForHost;
+pub struct StopChatForHost {
+    /// End the running turn now (the drain is over).
+    pub end_running: bool,
+}
 
 /// A line for `/status`.
 #[derive(Message, Debug)]
@@ -98,12 +105,14 @@ pub enum ChatReport {
 struct Pending {
     text: String,
     message_id: MessageId,
+    update_id: i64,
     at: Instant,
 }
 
 /// The turn holding the chat.
 struct Running {
     turn: u64,
+    update_ids: Vec<i64>,
     addr: Addr<TurnActor>,
     started: Instant,
     /// Released (dropped) when the turn ends.
@@ -178,6 +187,8 @@ impl ChatSupervisor {
         next_turn: Arc<AtomicU64>,
     ) -> Self {
         deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
+        let session_id =
+            log_failure(deps.store.session(chat.0), "loading the session id").flatten();
         Self {
             chat,
             deps,
@@ -191,7 +202,7 @@ impl ChatSupervisor {
             settling: None,
             warm: None,
             warm_generation: 0,
-            session_id: None,
+            session_id,
             forget_through: 0,
             typing: None,
             stopping: false,
@@ -260,6 +271,7 @@ impl ChatSupervisor {
         let window_end = front.at.checked_add(self.settings.merge_window);
         let mut texts = vec![front.text];
         let mut reply_to = front.message_id;
+        let mut update_ids = vec![front.update_id];
         while self
             .queue
             .front()
@@ -268,9 +280,14 @@ impl ChatSupervisor {
             if let Some(next) = self.queue.pop_front() {
                 texts.push(next.text);
                 reply_to = next.message_id;
+                update_ids.push(next.update_id);
             }
         }
         let turn = self.next_turn.fetch_add(1, Ordering::SeqCst) + 1;
+        log_failure(
+            self.deps.store.start_turn(&update_ids, turn),
+            "marking messages running",
+        );
         let source = SessionSource {
             warm: self.warm.take(),
             resume: self.session_id.clone(),
@@ -283,6 +300,7 @@ impl ChatSupervisor {
             turn,
             text: texts.join("\n\n"),
             reply_to: Some(reply_to),
+            update_ids: update_ids.clone(),
         };
         let addr = TurnActor::new(
             spec,
@@ -295,6 +313,7 @@ impl ChatSupervisor {
         let started = Instant::now();
         self.running = Some(Running {
             turn,
+            update_ids,
             addr,
             started,
             _permit: permit,
@@ -383,6 +402,10 @@ impl Handler<UserMessage> for ChatSupervisor {
                 queued = self.queue.len(),
                 "queue full; message refused"
             );
+            log_failure(
+                self.deps.store.mark(&[msg.update_id], InboxState::Dropped),
+                "dropping a message",
+            );
             self.say(format!(
                 "⚠️ {} messages are already waiting; this one was not queued. Send it again once I have answered.",
                 self.queue.len()
@@ -392,6 +415,7 @@ impl Handler<UserMessage> for ChatSupervisor {
         self.queue.push_back(Pending {
             text: msg.text,
             message_id: msg.message_id,
+            update_id: msg.update_id,
             at: msg.at,
         });
         self.try_start(ctx);
@@ -411,11 +435,45 @@ impl Handler<TurnEnded> for ChatSupervisor {
             return;
         }
         // Dropping the running turn releases its permit: the chat is free.
-        self.running = None;
+        let update_ids = self
+            .running
+            .take()
+            .map(|r| r.update_ids)
+            .unwrap_or_default();
         self.settling = Some(msg.turn);
+        let store = &self.deps.store;
+        let state = match msg.outcome {
+            // Retried after the restart, unless it already replied.
+            TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.delivered => {
+                InboxState::Queued
+            }
+            TurnOutcome::HostStopping => InboxState::Reported,
+            _ => InboxState::Done,
+        };
+        log_failure(store.mark(&update_ids, state), "marking messages answered");
+        let now = now_ms();
+        let took =
+            i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
+        log_failure(
+            store.record_turn(&TurnRecord {
+                chat_id: self.chat.0,
+                turn: msg.turn,
+                started_at: now.saturating_sub(took),
+                ended_at: now,
+                outcome: msg.outcome.label().to_string(),
+                finished: msg.outcome.finished(),
+                api_calls: msg.api_calls,
+                cost_usd: msg.cost_usd,
+            }),
+            "recording a turn",
+        );
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {
+            log_failure(
+                store.set_session(self.chat.0, Some(&id)),
+                "saving the session id",
+            );
             self.session_id = Some(id);
         }
         self.dispatcher.do_send(ChatReport::TurnFinished {
@@ -445,7 +503,11 @@ impl Handler<StopChat> for ChatSupervisor {
 
     fn handle(&mut self, _msg: StopChat, ctx: &mut Self::Context) {
         let dropped = self.queue.len();
-        self.queue.clear();
+        let ids: Vec<i64> = self.queue.drain(..).map(|p| p.update_id).collect();
+        log_failure(
+            self.deps.store.mark(&ids, InboxState::Dropped),
+            "dropping queued messages",
+        );
         // A pending permit stays pending: with the queue empty it starts nothing.
         if matches!(self.gate, Gate::Merging(_))
             && let Gate::Merging(handle) = std::mem::replace(&mut self.gate, Gate::Open)
@@ -472,6 +534,10 @@ impl Handler<NewSession> for ChatSupervisor {
 
     fn handle(&mut self, _msg: NewSession, _ctx: &mut Self::Context) {
         self.session_id = None;
+        log_failure(
+            self.deps.store.set_session(self.chat.0, None),
+            "forgetting the session id",
+        );
         self.warm = None;
         self.forget_through = self.next_turn.load(Ordering::SeqCst);
         self.say("🆕 The next message starts a fresh conversation.");
@@ -496,12 +562,19 @@ impl Handler<ForceRelease> for ChatSupervisor {
             "turn past its hard deadline; chat force-released"
         );
         running.addr.do_send(AbortTurn);
+        log_failure(
+            self.deps.store.mark(&running.update_ids, InboxState::Done),
+            "marking messages answered",
+        );
         let ended = TurnEnded {
             chat: self.chat,
             turn: msg.turn,
             outcome: TurnOutcome::ForceReleased,
             session_id: None,
             delivered: false,
+            api_calls: 0,
+            cost_usd: 0.0,
+            started: running.started,
             at,
         };
         if let Some(typing) = &self.typing {
@@ -540,12 +613,15 @@ impl Handler<Evict> for ChatSupervisor {
 impl Handler<StopChatForHost> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, _msg: StopChatForHost, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: StopChatForHost, _ctx: &mut Self::Context) {
+        // Queued messages stay queued in the inbox: the next process runs them.
         self.stopping = true;
-        if let Some(running) = &self.running {
+        self.warm = None;
+        if msg.end_running
+            && let Some(running) = &self.running
+        {
             running.addr.do_send(StopForHost);
         }
-        self.warm = None;
     }
 }
 

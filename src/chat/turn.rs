@@ -18,13 +18,15 @@ use teloxide::types::{ChatId, MessageId};
 use tokio::sync::mpsc;
 
 use crate::agent::{
-    AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, SessionCommand, ToolCall,
-    ToolReply,
+    AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, Responder, SessionCommand,
+    ToolCall, ToolReply,
 };
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
 use crate::chat::tools::{ToolRegistry, bare_tool_name};
 use crate::config::TurnConfig;
 use crate::events::{BotEvent, EventBus, Gauges};
+use crate::shutdown::Shutdown;
+use crate::state::{InboxState, Store, log_failure};
 use crate::telegram::outbox::{Outbox, React, SendText};
 
 /// Sent once per turn, to the supervisor and to the typing actor, when the
@@ -42,6 +44,12 @@ pub struct TurnEnded {
     pub session_id: Option<String>,
     /// Whether anything reached the chat during the turn.
     pub delivered: bool,
+    /// Model turns the agent reported (0 without a result).
+    pub api_calls: u32,
+    /// What the turn cost, as the agent reported it.
+    pub cost_usd: f64,
+    /// When the turn started.
+    pub started: Instant,
     /// When the turn ended.
     pub at: Instant,
 }
@@ -83,6 +91,8 @@ pub struct TurnSpec {
     pub text: String,
     /// The user's last message, for reactions.
     pub reply_to: Option<MessageId>,
+    /// The inbox rows (update ids) this turn answers.
+    pub update_ids: Vec<i64>,
 }
 
 /// What every turn of every chat shares.
@@ -100,6 +110,12 @@ pub struct TurnDeps {
     pub events: EventBus,
     /// Live actor counts.
     pub gauges: Arc<Gauges>,
+    /// The durable inbox.
+    pub store: Arc<Store>,
+    /// Set once the host is stopping: agent requests are then refused.
+    pub shutdown: Shutdown,
+    /// `dispatcher.on_interrupted == "retry"`.
+    pub retry_interrupted: bool,
 }
 
 /// Where the turn's session comes from.
@@ -246,6 +262,7 @@ impl TurnActor {
         let open = self.deps.backend.open(OpenSession {
             chat: self.spec.chat,
             resume: self.resume.clone(),
+            shutdown: self.deps.shutdown.clone(),
         });
         ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
             Ok(session) if act.outcome.is_none() => act.attach(session, ctx),
@@ -394,7 +411,9 @@ impl TurnActor {
                 let inputs = batch.calls.iter().map(|c| c.input.clone()).collect();
                 let reply = batch.reply;
                 self.record(TurnEvent::ToolBatch { tools, inputs }, ctx);
-                let answer = if matches!(self.outcome, Some(TurnOutcome::Terminated { .. })) {
+                let answer = if self.deps.shutdown.is_stopping() {
+                    HookReply::Refused("the host is stopping".into())
+                } else if matches!(self.outcome, Some(TurnOutcome::Terminated { .. })) {
                     HookReply::Stop {
                         reason: STOP_REASON.into(),
                     }
@@ -496,10 +515,52 @@ impl TurnActor {
 
     /// Queues text for the chat; the outbox sends it even if this actor stops.
     fn deliver(&mut self, text: String) {
-        self.delivered = true;
+        self.mark_delivered();
         self.deps
             .outbox
             .do_send(SendText::new(self.spec.chat, text));
+    }
+
+    /// Records that the chat got something from this turn (once).
+    fn mark_delivered(&mut self) {
+        if !self.delivered {
+            self.delivered = true;
+            log_failure(
+                self.deps
+                    .store
+                    .mark(&self.spec.update_ids, InboxState::Replied),
+                "marking a message replied",
+            );
+        }
+    }
+
+    /// Whether a result for this turn's agent can still be used.
+    fn live(&self) -> bool {
+        self.outcome.is_none() && !self.deps.shutdown.is_stopping()
+    }
+
+    /// Answers a tool call whose work finished; a result that arrives after
+    /// the turn ended or the host began stopping is logged and dropped.
+    fn answer_tool(&self, id: &str, tool: &str, reply: Responder<ToolReply>, value: ToolReply) {
+        if self.live() {
+            reply.answer(value);
+            return;
+        }
+        let (ok, error) = match &value {
+            ToolReply::Ok(_) => (true, String::new()),
+            ToolReply::Error(e) | ToolReply::Refused(e) | ToolReply::Failed(e) => {
+                (false, bounded(e, 500))
+            }
+        };
+        tracing::warn!(
+            chat_id = self.chat_id(),
+            call_id = %id,
+            tool = %tool,
+            ok,
+            error = %error,
+            "tool result arrived after the turn ended; dropped (the agent may run it again)"
+        );
+        reply.refuse("the turn has ended");
     }
 
     fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
@@ -509,6 +570,11 @@ impl TurnActor {
             input,
             reply,
         } = call;
+        if self.deps.shutdown.is_stopping() {
+            tracing::info!(chat_id = self.chat_id(), call_id = %id, tool = %name, "tool call refused: the host is stopping");
+            reply.answer(ToolReply::Refused("the host is stopping".into()));
+            return;
+        }
         let bare = bare_tool_name(&name).to_string();
         if self.deps.tools.get(&bare).is_none() {
             tracing::warn!(chat_id = self.chat_id(), call_id = %id, tool = %name, "unknown tool called");
@@ -547,12 +613,14 @@ impl TurnActor {
                     emoji: emoji.to_string(),
                     reply: tx,
                 });
-                ctx.spawn(rx.into_actor(self).map(move |result, _act, _ctx| {
-                    reply.answer(match result {
+                let tool = bare.clone();
+                ctx.spawn(rx.into_actor(self).map(move |result, act, _ctx| {
+                    let reply_value = match result {
                         Ok(Ok(())) => ToolReply::Ok("reacted".into()),
                         Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(_) => ToolReply::Error("the outbox has stopped".into()),
-                    });
+                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                    };
+                    act.answer_tool(&id, &tool, reply, reply_value);
                 }));
             }
             "end_turn" if text.trim().is_empty() => {
@@ -566,15 +634,17 @@ impl TurnActor {
             _ => {
                 let (send, rx) = SendText::tracked(chat, text);
                 self.deps.outbox.do_send(send);
+                let tool = bare.clone();
                 ctx.spawn(rx.into_actor(self).map(move |result, act, _ctx| {
-                    reply.answer(match result {
+                    let reply_value = match result {
                         Ok(Ok(ids)) => {
-                            act.delivered = true;
+                            act.mark_delivered();
                             ToolReply::Ok(format!("delivered as {} message(s)", ids.len()))
                         }
                         Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(_) => ToolReply::Error("the outbox has stopped".into()),
-                    });
+                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                    };
+                    act.answer_tool(&id, &tool, reply, reply_value);
                 }));
             }
         }
@@ -590,12 +660,23 @@ impl TurnActor {
             ctx.cancel_future(h);
         }
         self.outcome = Some(outcome.clone());
+        let (api_calls, cost_usd) = self
+            .log
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::Result(r) => Some((r.num_turns, r.total_cost_usd)),
+                _ => None,
+            })
+            .fold((0, 0.0), |(n, c), (dn, dc)| (n + dn, c + dc));
         let ended = TurnEnded {
             chat: self.spec.chat,
             turn: self.spec.turn,
             outcome: outcome.clone(),
             session_id: self.session_id.clone(),
             delivered: self.delivered,
+            api_calls,
+            cost_usd,
+            started: self.started,
             at,
         };
         for to in &self.ended_to {
@@ -617,7 +698,7 @@ impl TurnActor {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );
-        if let Some(notice) = notice_for(&outcome, self.delivered) {
+        if let Some(notice) = notice_for(&outcome, self.delivered, self.deps.retry_interrupted) {
             self.deliver(notice);
         }
         match (&outcome, self.settled) {
@@ -671,7 +752,14 @@ impl TurnActor {
 }
 
 /// What the chat is told when a turn ends without a reply.
-fn notice_for(outcome: &TurnOutcome, delivered: bool) -> Option<String> {
+fn notice_for(outcome: &TurnOutcome, delivered: bool, retry: bool) -> Option<String> {
+    if let TurnOutcome::HostStopping = outcome {
+        return Some(if retry && !delivered {
+            "⏸ The bot is restarting; your message will be answered once it is back.".to_string()
+        } else {
+            "⚠️ The bot is restarting and this turn was cut short. Send your message again if you still need an answer.".to_string()
+        });
+    }
     if delivered {
         return None;
     }

@@ -1,6 +1,7 @@
 //! Intake: long-polls `getUpdates` and hands each update to the dispatcher,
 //! advancing the offset only past updates it has handed over.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{
@@ -12,9 +13,10 @@ use teloxide::RequestError;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
 use teloxide::requests::Request;
-use teloxide::types::Update;
+use teloxide::types::{Update, UpdateKind};
 
 use crate::shutdown::Shutdown;
+use crate::state::{InboxMessage, Store, log_failure};
 
 /// An update received from Telegram, in order.
 #[derive(Message, Debug)]
@@ -38,6 +40,9 @@ pub struct Intake {
     shutdown: Shutdown,
     /// The next update id wanted; everything below it has been handed over.
     offset: i32,
+    /// The durable inbox: an update is written there before the offset
+    /// moves past it.
+    store: Arc<Store>,
 }
 
 impl Intake {
@@ -47,14 +52,39 @@ impl Intake {
         poll_timeout: Duration,
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
+        store: Arc<Store>,
     ) -> Self {
+        let offset = log_failure(store.offset(), "reading the update offset").unwrap_or(0);
         Self {
             bot,
             poll_timeout,
             to,
             shutdown,
-            offset: 0,
+            offset: i32::try_from(offset).unwrap_or(0),
+            store,
         }
+    }
+
+    /// Writes a message update to the inbox; `false` for one already there.
+    fn accept(&self, update: &Update) -> bool {
+        let UpdateKind::Message(message) = &update.kind else {
+            return true;
+        };
+        let (Some(text), Some(user)) =
+            (message.text().or(message.caption()), message.from.as_ref())
+        else {
+            return true;
+        };
+        let row = InboxMessage {
+            update_id: i64::from(update.id.0),
+            chat_id: message.chat.id.0,
+            user_id: i64::try_from(user.id.0).unwrap_or(i64::MAX),
+            message_id: i64::from(message.id.0),
+            text: text.to_string(),
+            date: message.date.timestamp(),
+        };
+        // A store failure must not lose the message: hand it over anyway.
+        log_failure(self.store.accept(&row), "writing the inbox").unwrap_or(true)
     }
 
     /// One long poll, then the next.
@@ -84,9 +114,14 @@ impl Intake {
                 Ok(updates) => {
                     for update in updates {
                         let id = update.id.0;
-                        // Hand over first, then advance past it.
-                        act.to.do_send(UpdateReceived(update));
+                        // Inbox first, then hand over, then advance past it.
+                        if act.accept(&update) {
+                            act.to.do_send(UpdateReceived(update));
+                        } else {
+                            tracing::info!(update_id = id, "update already in the inbox; not handled again");
+                        }
                         act.offset = act.offset.max(i32::try_from(id).unwrap_or(i32::MAX).saturating_add(1));
+                        log_failure(act.store.set_offset(i64::from(act.offset)), "saving the update offset");
                     }
                     act.poll(ctx, Duration::ZERO);
                 }

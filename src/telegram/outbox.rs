@@ -185,8 +185,20 @@ enum Job {
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
 }
 
+/// Resolves once every queued request has been sent or has failed.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+/// Refuses every later request (after a flush, at the end of a stop).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct StopOutbox;
+
 /// What every chat worker shares.
 struct Shared {
+    /// Requests queued or running across all chats.
+    pending: AtomicUsize,
     bot: Bot,
     limits: RateLimits,
     global: Mutex<Bucket>,
@@ -213,6 +225,8 @@ pub struct Outbox {
     shared: Arc<Shared>,
     /// Each chat's lane.
     lanes: HashMap<ChatId, Lane>,
+    /// Set by [`StopOutbox`]: later requests are refused.
+    stopped: bool,
 }
 
 /// A lane unused for this long (and empty) is dropped and its worker ends.
@@ -224,12 +238,14 @@ impl Outbox {
         let global = Mutex::new(Bucket::new(limits.global_burst, limits.global_per_sec));
         Self {
             shared: Arc::new(Shared {
+                pending: AtomicUsize::new(0),
                 bot,
                 limits,
                 global,
                 events,
             }),
             lanes: HashMap::new(),
+            stopped: false,
         }
     }
 
@@ -258,8 +274,25 @@ impl Outbox {
         lane
     }
 
-    /// Queues a job on the chat's lane.
+    /// Queues a job on the chat's lane (or refuses it once stopped).
     fn enqueue(&mut self, chat: ChatId, job: Job) {
+        if self.stopped {
+            tracing::warn!(
+                chat_id = chat.0,
+                "request after the outbox stopped; refused"
+            );
+            match job {
+                Job::Text(_, Some(reply)) => {
+                    let _ = reply.send(Err(OutboxError::Stopped));
+                }
+                Job::React(_, _, reply) => {
+                    let _ = reply.send(Err(OutboxError::Stopped));
+                }
+                Job::Text(_, None) | Job::Typing(_) => {}
+            }
+            return;
+        }
+        self.shared.pending.fetch_add(1, Ordering::SeqCst);
         let lane = self.lane(chat);
         lane.pending.fetch_add(1, Ordering::SeqCst);
         if let Err(mpsc::error::SendError(job)) = lane.tx.send(job) {
@@ -303,6 +336,27 @@ impl Handler<SendText> for Outbox {
     }
 }
 
+impl Handler<Flush> for Outbox {
+    type Result = actix::ResponseFuture<()>;
+
+    fn handle(&mut self, _msg: Flush, _ctx: &mut Self::Context) -> Self::Result {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move {
+            while shared.pending.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    }
+}
+
+impl Handler<StopOutbox> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopOutbox, _ctx: &mut Self::Context) {
+        self.stopped = true;
+    }
+}
+
 impl Handler<SendTyping> for Outbox {
     type Result = ();
 
@@ -341,6 +395,7 @@ async fn chat_worker(
         }
         run_job(&shared, chat, &mut bucket, job).await;
         pending.fetch_sub(1, Ordering::SeqCst);
+        shared.pending.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

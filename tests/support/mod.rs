@@ -79,6 +79,7 @@ impl Harness {
             ("TURNSTILE_ACCESS_ADMINS", "9"),
             ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s"),
             ("TURNSTILE_TURN_TYPING_INTERVAL", "40ms"),
+            ("TURNSTILE_STATE_PATH", ":memory:"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -94,6 +94,7 @@ pub fn tool_reply(id: &Value, reply: &ToolReply) -> Value {
             json!({"content": [{"type": "text", "text": text}], "isError": true}),
         ),
         ToolReply::Refused(text) => rpc_error(id, RPC_HOST_STOPPING, text),
+        ToolReply::Failed(text) => rpc_error(id, RPC_INTERNAL, text),
     }
 }
 
