@@ -7,6 +7,7 @@
 //! are logged and dropped, never delivered to the chat.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use actix::{
@@ -128,6 +129,64 @@ pub struct SessionSource {
     pub resume: Option<String>,
 }
 
+/// A delivery from the turn reached Telegram.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct Delivered;
+
+impl Handler<Delivered> for TurnActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Delivered, _ctx: &mut Self::Context) {
+        self.mark_delivered();
+    }
+}
+
+/// A tool call waiting for its work (a Telegram request) to finish.
+struct PendingTool {
+    chat: ChatId,
+    id: String,
+    tool: String,
+    reply: Responder<ToolReply>,
+    /// False once the turn has ended.
+    live: Arc<AtomicBool>,
+    shutdown: Shutdown,
+    store: Arc<Store>,
+    update_ids: Vec<i64>,
+}
+
+impl PendingTool {
+    /// Answers the agent, or, when the turn ended or the host began stopping
+    /// meanwhile, logs the result and drops it.
+    fn finish(self, value: ToolReply) {
+        if matches!(value, ToolReply::Ok(_)) && self.tool != "react" {
+            log_failure(
+                self.store.mark(&self.update_ids, InboxState::Replied),
+                "marking a message replied",
+            );
+        }
+        if self.live.load(Ordering::SeqCst) && !self.shutdown.is_stopping() {
+            self.reply.answer(value);
+            return;
+        }
+        let (ok, error) = match &value {
+            ToolReply::Ok(_) => (true, String::new()),
+            ToolReply::Error(e) | ToolReply::Refused(e) | ToolReply::Failed(e) => {
+                (false, bounded(e, 500))
+            }
+        };
+        tracing::warn!(
+            chat_id = self.chat.0,
+            call_id = %self.id,
+            tool = %self.tool,
+            ok,
+            error = %error,
+            "tool result arrived after the turn ended; dropped (the agent may run it again)"
+        );
+        self.reply.refuse("the turn has ended");
+    }
+}
+
 /// The longest wait for a warm session's first sign of life.
 const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -155,6 +214,8 @@ pub struct TurnActor {
     pump: Option<SpawnHandle>,
     /// Counts sessions attached, so a read from a replaced one is ignored.
     generation: u64,
+    /// True until TurnEnded; read by tool work finishing outside the actor.
+    live_flag: Arc<AtomicBool>,
     /// Who gets TurnEnded.
     ended_to: Vec<Recipient<TurnEnded>>,
     /// Who gets the session back.
@@ -219,6 +280,7 @@ impl TurnActor {
             warm_unproven: false,
             pump: None,
             generation: 0,
+            live_flag: Arc::new(AtomicBool::new(true)),
             source: Some(source),
             ended_to,
             released_to,
@@ -534,33 +596,19 @@ impl TurnActor {
         }
     }
 
-    /// Whether a result for this turn's agent can still be used.
-    fn live(&self) -> bool {
-        self.outcome.is_none() && !self.deps.shutdown.is_stopping()
-    }
-
-    /// Answers a tool call whose work finished; a result that arrives after
-    /// the turn ended or the host began stopping is logged and dropped.
-    fn answer_tool(&self, id: &str, tool: &str, reply: Responder<ToolReply>, value: ToolReply) {
-        if self.live() {
-            reply.answer(value);
-            return;
+    /// A tool call whose work runs outside the actor (so its result is
+    /// seen even when the turn has ended by then).
+    fn pending_tool(&self, id: String, tool: String, reply: Responder<ToolReply>) -> PendingTool {
+        PendingTool {
+            chat: self.spec.chat,
+            id,
+            tool,
+            reply,
+            live: Arc::clone(&self.live_flag),
+            shutdown: self.deps.shutdown.clone(),
+            store: Arc::clone(&self.deps.store),
+            update_ids: self.spec.update_ids.clone(),
         }
-        let (ok, error) = match &value {
-            ToolReply::Ok(_) => (true, String::new()),
-            ToolReply::Error(e) | ToolReply::Refused(e) | ToolReply::Failed(e) => {
-                (false, bounded(e, 500))
-            }
-        };
-        tracing::warn!(
-            chat_id = self.chat_id(),
-            call_id = %id,
-            tool = %tool,
-            ok,
-            error = %error,
-            "tool result arrived after the turn ended; dropped (the agent may run it again)"
-        );
-        reply.refuse("the turn has ended");
     }
 
     fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
@@ -613,15 +661,14 @@ impl TurnActor {
                     emoji: emoji.to_string(),
                     reply: tx,
                 });
-                let tool = bare.clone();
-                ctx.spawn(rx.into_actor(self).map(move |result, act, _ctx| {
-                    let reply_value = match result {
+                let pending = self.pending_tool(id, bare.clone(), reply);
+                actix::spawn(async move {
+                    pending.finish(match rx.await {
                         Ok(Ok(())) => ToolReply::Ok("reacted".into()),
                         Ok(Err(err)) => ToolReply::Error(err.to_string()),
                         Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                    };
-                    act.answer_tool(&id, &tool, reply, reply_value);
-                }));
+                    });
+                });
             }
             "end_turn" if text.trim().is_empty() => {
                 reply.answer(ToolReply::Ok(
@@ -634,18 +681,20 @@ impl TurnActor {
             _ => {
                 let (send, rx) = SendText::tracked(chat, text);
                 self.deps.outbox.do_send(send);
-                let tool = bare.clone();
-                ctx.spawn(rx.into_actor(self).map(move |result, act, _ctx| {
-                    let reply_value = match result {
+                let pending = self.pending_tool(id, bare.clone(), reply);
+                let addr = ctx.address();
+                actix::spawn(async move {
+                    pending.finish(match rx.await {
                         Ok(Ok(ids)) => {
-                            act.mark_delivered();
+                            // Recorded before the agent hears back, so the
+                            // result text is never sent again.
+                            addr.do_send(Delivered);
                             ToolReply::Ok(format!("delivered as {} message(s)", ids.len()))
                         }
                         Ok(Err(err)) => ToolReply::Error(err.to_string()),
                         Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                    };
-                    act.answer_tool(&id, &tool, reply, reply_value);
-                }));
+                    });
+                });
             }
         }
     }
@@ -660,6 +709,7 @@ impl TurnActor {
             ctx.cancel_future(h);
         }
         self.outcome = Some(outcome.clone());
+        self.live_flag.store(false, Ordering::SeqCst);
         let (api_calls, cost_usd) = self
             .log
             .iter()
@@ -856,6 +906,7 @@ impl Handler<AbortTurn> for TurnActor {
         if self.outcome.is_none() {
             self.outcome = Some(TurnOutcome::ForceReleased);
         }
+        self.live_flag.store(false, Ordering::SeqCst);
         self.kill(ctx);
     }
 }

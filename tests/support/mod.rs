@@ -235,3 +235,48 @@ pub fn result(text: &str) -> Step {
         num_turns: None,
     }
 }
+
+/// Captures this thread's log lines (the actix test runtime is one thread).
+pub struct LogCapture {
+    lines: Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+/// A writer appending to the capture.
+struct CaptureWriter(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogCapture {
+    /// Starts capturing (info and above) until dropped.
+    pub fn start() -> Self {
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = Arc::clone(&lines);
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || CaptureWriter(Arc::clone(&writer)))
+            .finish();
+        Self {
+            lines,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.lines.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}

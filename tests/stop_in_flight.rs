@@ -1,0 +1,113 @@
+//! Stopping with work in flight: late tool results are logged and dropped,
+//! agent requests during the stop are refused through the protocol, and a
+//! stopped component refuses fresh input visibly.
+
+mod support;
+
+use serde_json::json;
+use support::fake_cli::FakeCli;
+use support::*;
+use turnstile::agent::{Scenario, Step};
+use turnstile::chat::TurnOutcome;
+use turnstile::telegram::{OutboxError, SendText};
+
+#[actix_rt::test]
+async fn a_tool_still_running_at_stop_has_its_result_dropped_with_a_log_line() {
+    let logs = LogCapture::start();
+    let scenario = Scenario::default().with_rule(
+        "slow send",
+        turn(vec![Step::Tools {
+            calls: vec![tool(
+                "mcp__telegram-tools__send",
+                json!({"text": "slow to deliver"}),
+            )],
+        }]),
+    );
+    let (mut h, cli) = FakeCli::start(
+        &scenario,
+        &[("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "200ms")],
+    )
+    .await;
+    h.api.inject(
+        "sendMessage",
+        Fault::Delay(std::time::Duration::from_millis(1500)),
+    );
+    h.say(1, USER, "slow send");
+    // The send is in flight at Telegram: stop now.
+    h.api.wait_for_call("sendMessage", SOON).await;
+    let cut = h.bot.stop().await;
+    assert_eq!(cut, 1, "the drain timed out on the running turn");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, TurnOutcome::HostStopping);
+    cli.assert_no_process_left().await;
+    let log = logs.text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("tool result arrived after the turn ended"))
+        .unwrap_or_else(|| panic!("no late-result line in:\n{log}"));
+    assert!(line.contains("call_id=toolu_1_0"), "{line}");
+    assert!(line.contains("tool=send"), "{line}");
+    assert!(line.contains("ok=true"), "{line}");
+}
+
+#[actix_rt::test]
+async fn agent_requests_after_stop_began_are_refused_and_never_run() {
+    let scenario = Scenario::default().with_rule(
+        "late requests",
+        turn(vec![
+            Step::Wait { ms: 400 },
+            Step::Control {
+                request: json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {"name": "send", "arguments": {"text": "after stop"}, "_meta": {"claudecode/toolUseId": "toolu_after"}}}}),
+            },
+            Step::Control {
+                request: json!({"subtype": "hook_callback", "callback_id": "hook_0", "input": {"hook_event_name": "PostToolBatch", "tool_calls": []}}),
+            },
+            Step::Control {
+                request: json!({"subtype": "can_use_tool", "tool_name": "Read", "input": {}, "tool_use_id": "toolu_read"}),
+            },
+        ]),
+    );
+    let (mut h, cli) = FakeCli::start(
+        &scenario,
+        &[
+            ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "10s"),
+            ("TURNSTILE_AGENT_ALLOWED_TOOLS", "Read"),
+        ],
+    )
+    .await;
+    h.say(1, USER, "late requests");
+    cli.wait_for_entries(1, |e| e["state"] == "running").await;
+    // Stop while the agent thinks; it asks after the stop began.
+    h.bot.stop().await;
+    h.turn_ended(1, 1).await;
+    cli.assert_no_process_left().await;
+    let answers = cli.answers();
+    let find = |subtype: &str| {
+        answers
+            .iter()
+            .find(|(asked, _)| asked["subtype"] == subtype)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_else(|| panic!("no answer to {subtype}: {answers:#?}"))
+    };
+    let call = find("mcp_message");
+    assert_eq!(call["response"]["mcp_response"]["error"]["code"], -32000);
+    assert_eq!(
+        call["response"]["mcp_response"]["error"]["message"],
+        "the host is stopping"
+    );
+    assert_eq!(find("hook_callback")["subtype"], "error");
+    assert_eq!(find("can_use_tool")["subtype"], "error");
+    assert!(
+        h.texts(1).iter().all(|t| t != "after stop"),
+        "the refused tool never ran"
+    );
+}
+
+#[actix_rt::test]
+async fn a_stopped_outbox_refuses_fresh_input_visibly() {
+    let h = Harness::start(Scenario::default(), &[]).await;
+    h.bot.stop().await;
+    let (send, rx) = SendText::tracked(teloxide::types::ChatId(1), "too late");
+    h.bot.outbox.do_send(send);
+    assert_eq!(rx.await.expect("answered"), Err(OutboxError::Stopped));
+}
