@@ -223,6 +223,7 @@ impl Turnstile {
             running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
         }
         let cut = running;
+        self.shutdown.begin_closing();
         if running > 0 {
             tracing::warn!(
                 running,

@@ -3,8 +3,14 @@
 use tokio::sync::watch;
 
 /// Signals "stop" to every clone; cheap to clone and to check.
+///
+/// A stop has two phases: *stopping* (no new input; running turns may
+/// finish) and *closing* (the drain is over: agent requests are refused and
+/// late tool results dropped).
 #[derive(Debug, Clone)]
 pub struct Shutdown {
+    /// Set once the drain is over.
+    closing: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Shared flag; `true` once stop has begun.
     rx: watch::Receiver<bool>,
     /// Kept so any holder can begin the stop.
@@ -22,6 +28,7 @@ impl Shutdown {
     pub fn new() -> Self {
         let (tx, rx) = watch::channel(false);
         Self {
+            closing: Default::default(),
             rx,
             tx: std::sync::Arc::new(tx),
         }
@@ -30,6 +37,18 @@ impl Shutdown {
     /// Begins the stop (idempotent).
     pub fn trigger(&self) {
         self.tx.send_replace(true);
+    }
+
+    /// Ends the drain: from now on agent requests are refused (implies stop).
+    pub fn begin_closing(&self) {
+        self.trigger();
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the drain is over.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether stop has begun.

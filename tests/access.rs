@@ -86,3 +86,28 @@ async fn updates_it_cannot_use_are_skipped_without_harm() {
     assert_eq!(texts.last().unwrap(), "echo: still alive?");
     assert_eq!(h.backend.opened(), 1);
 }
+
+#[actix_rt::test]
+async fn restart_is_for_admins_only_and_a_stale_one_is_ignored() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.say(1, USER, "/restart");
+    assert_eq!(
+        h.api.wait_for_texts(1, 1, SOON).await,
+        vec!["Only admins can use /restart."]
+    );
+    // An admin's /restart dated before this process started.
+    let stale = serde_json::json!({"message": {
+        "message_id": 500, "date": 1_000_000_000,
+        "chat": {"id": ADMIN, "type": "private", "first_name": "a"},
+        "from": {"id": ADMIN, "is_bot": false, "first_name": "a"},
+        "text": "/restart", "entities": [{"type": "bot_command", "offset": 0, "length": 8}]
+    }});
+    h.api.push_update(stale);
+    h.say(ADMIN, ADMIN, "after the stale restart");
+    h.turn_ended(ADMIN, 1).await;
+    assert_eq!(
+        h.texts(ADMIN),
+        vec!["echo: after the stale restart"],
+        "the stale /restart was ignored"
+    );
+}

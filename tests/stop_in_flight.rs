@@ -55,7 +55,7 @@ async fn agent_requests_after_stop_began_are_refused_and_never_run() {
     let scenario = Scenario::default().with_rule(
         "late requests",
         turn(vec![
-            Step::Wait { ms: 400 },
+            Step::Wait { ms: 800 },
             Step::Control {
                 request: json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {"name": "send", "arguments": {"text": "after stop"}, "_meta": {"claudecode/toolUseId": "toolu_after"}}}}),
             },
@@ -70,8 +70,11 @@ async fn agent_requests_after_stop_began_are_refused_and_never_run() {
     let (mut h, cli) = FakeCli::start(
         &scenario,
         &[
-            ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "10s"),
+            // The drain ends while the agent still thinks; it asks afterwards.
+            ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "200ms"),
+            ("TURNSTILE_TURN_POST_RESULT_GRACE", "5s"),
             ("TURNSTILE_AGENT_ALLOWED_TOOLS", "Read"),
+            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_FINISH_TURN_FIRST", "1"),
         ],
     )
     .await;

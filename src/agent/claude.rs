@@ -547,39 +547,45 @@ impl Driver {
     }
 
     /// `end_session`, close stdin, wait; then kill.
+    /// `end_session` (stdin stays open, so requests the agent still makes
+    /// are answered), then close stdin, then signals, each after part of
+    /// the grace.
     async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Line>) {
         self.answers.refuse_pending("the host is stopping");
         self.request(
             serde_json::json!({"subtype": "end_session", "reason": "turnstile closed the session"}),
         );
-        self.answers.close();
         let grace = self.settings.kill_grace;
-        let waited = tokio::time::timeout(grace, async {
-            loop {
-                tokio::select! {
-                    line = lines.recv() => match line {
-                        Some(line) => self.on_line(line),
-                        None => return self.child.wait().await,
-                    },
-                    status = self.child.wait() => return status,
+        for (step, wait) in [
+            ("end_session", grace / 2),
+            ("closing stdin", grace - grace / 2),
+        ] {
+            if step == "closing stdin" {
+                self.answers.close();
+            }
+            let waited = tokio::time::timeout(wait, async {
+                loop {
+                    tokio::select! {
+                        line = lines.recv() => match line {
+                            Some(line) => self.on_line(line),
+                            None => return self.child.wait().await,
+                        },
+                        status = self.child.wait() => return status,
+                    }
                 }
-            }
-        })
-        .await;
-        match waited {
-            Ok(status) => {
+            })
+            .await;
+            if let Ok(status) = waited {
                 let detail = self.exit_detail(status.as_ref().ok().copied());
-                self.finish(status.ok().and_then(|s| s.code()), detail);
-            }
-            Err(_) => {
-                tracing::warn!(
-                    pid = self.pid,
-                    ?grace,
-                    "agent did not exit after end_session; killing"
-                );
-                self.kill("did not exit after end_session").await;
+                return self.finish(status.ok().and_then(|s| s.code()), detail);
             }
         }
+        tracing::warn!(
+            pid = self.pid,
+            ?grace,
+            "agent did not exit after end_session; killing"
+        );
+        self.kill("did not exit after end_session").await;
     }
 
     /// SIGTERM to the group, SIGKILL after the grace.
@@ -683,7 +689,7 @@ impl Driver {
         self.answers.expect(&request_id);
         let request = value.get("request").cloned().unwrap_or(Value::Null);
         let subtype = request.get("subtype").and_then(Value::as_str).unwrap_or("");
-        let stopping = self.shutdown.is_stopping();
+        let stopping = self.shutdown.is_closing();
         let answers = self.answers.clone();
         let reply = move |line: Value| {
             answers.answer(&request_id, line);

@@ -7,6 +7,8 @@
 //!   fake's own requests, `{"grandchild"}` pids).
 //! - `FAKE_CLAUDE_GRANDCHILD=1`: start a `sleep` child in the same process
 //!   group, to prove the whole group is killed.
+//! - `FAKE_CLAUDE_FINISH_TURN_FIRST=1`: `end_session` during a turn lets the
+//!   turn finish (its requests still come) before exiting.
 //!
 //! The protocol: `initialize` is answered; each user line plays the first
 //! scenario rule its text matches; tool calls go out as `mcp_message`
@@ -112,6 +114,10 @@ fn main() {
     {
         fake.log(json!({"grandchild": child.id()}));
     }
+    FINISH_TURN_FIRST.store(
+        std::env::var("FAKE_CLAUDE_FINISH_TURN_FIRST").is_ok_and(|v| v == "1"),
+        Ordering::SeqCst,
+    );
     eprintln!("fake-claude {pid} started");
 
     let (turns_tx, turns_rx) = mpsc::channel::<String>();
@@ -159,7 +165,10 @@ fn main() {
                     }
                     "end_session" => {
                         fake.write(&json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {}}}));
-                        if !WEDGED.load(Ordering::SeqCst) {
+                        if FINISH_TURN_FIRST.load(Ordering::SeqCst) {
+                            // Like a CLI mid-turn: finish the turn, then exit.
+                            END_AFTER_TURN.store(true, Ordering::SeqCst);
+                        } else if !WEDGED.load(Ordering::SeqCst) {
                             std::process::exit(0);
                         }
                     }
@@ -203,6 +212,10 @@ fn main() {
 
 /// Set once the fake is wedged: it ignores everything until killed.
 static WEDGED: AtomicBool = AtomicBool::new(false);
+/// `FAKE_CLAUDE_FINISH_TURN_FIRST=1`: `end_session` waits for the turn.
+static FINISH_TURN_FIRST: AtomicBool = AtomicBool::new(false);
+/// Set by a deferred `end_session`: exit once the turn is over.
+static END_AFTER_TURN: AtomicBool = AtomicBool::new(false);
 
 fn play(fake: &Fake, scenario: &Scenario, turns: Receiver<String>) {
     while let Ok(text) = turns.recv() {
@@ -214,6 +227,9 @@ fn play(fake: &Fake, scenario: &Scenario, turns: Receiver<String>) {
             .unwrap_or_else(|| scenario.default.clone());
         fake.interrupted.store(false, Ordering::SeqCst);
         play_turn(fake, &turn, &text);
+        if END_AFTER_TURN.load(Ordering::SeqCst) {
+            std::process::exit(0);
+        }
     }
 }
 

@@ -151,21 +151,13 @@ struct PendingTool {
     /// False once the turn has ended.
     live: Arc<AtomicBool>,
     shutdown: Shutdown,
-    store: Arc<Store>,
-    update_ids: Vec<i64>,
 }
 
 impl PendingTool {
     /// Answers the agent, or, when the turn ended or the host began stopping
     /// meanwhile, logs the result and drops it.
     fn finish(self, value: ToolReply) {
-        if matches!(value, ToolReply::Ok(_)) && self.tool != "react" {
-            log_failure(
-                self.store.mark(&self.update_ids, InboxState::Replied),
-                "marking a message replied",
-            );
-        }
-        if self.live.load(Ordering::SeqCst) && !self.shutdown.is_stopping() {
+        if self.live.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
             self.reply.answer(value);
             return;
         }
@@ -234,6 +226,8 @@ pub struct TurnActor {
     outcome: Option<TurnOutcome>,
     /// Whether any text reached the chat.
     delivered: bool,
+    /// Whether the inbox rows were marked replied (before the first send).
+    replying: bool,
     /// Whether the agent called a terminator tool (its batch may still run).
     ended_explicitly: bool,
     /// Whether the one re-prompt was used.
@@ -291,6 +285,7 @@ impl TurnActor {
             log: Vec::new(),
             outcome: None,
             delivered: false,
+            replying: false,
             ended_explicitly: false,
             reprompted: false,
             result_seen: false,
@@ -473,7 +468,7 @@ impl TurnActor {
                 let inputs = batch.calls.iter().map(|c| c.input.clone()).collect();
                 let reply = batch.reply;
                 self.record(TurnEvent::ToolBatch { tools, inputs }, ctx);
-                let answer = if self.deps.shutdown.is_stopping() {
+                let answer = if self.deps.shutdown.is_closing() {
                     HookReply::Refused("the host is stopping".into())
                 } else if matches!(self.outcome, Some(TurnOutcome::Terminated { .. })) {
                     HookReply::Stop {
@@ -583,10 +578,17 @@ impl TurnActor {
             .do_send(SendText::new(self.spec.chat, text));
     }
 
-    /// Records that the chat got something from this turn (once).
+    /// Records that the chat got something from this turn.
     fn mark_delivered(&mut self) {
-        if !self.delivered {
-            self.delivered = true;
+        self.mark_replying();
+        self.delivered = true;
+    }
+
+    /// Records durably, before a reply leaves, that this turn's messages may
+    /// have been answered: after a crash they are reported, never run again.
+    fn mark_replying(&mut self) {
+        if !self.replying {
+            self.replying = true;
             log_failure(
                 self.deps
                     .store
@@ -606,8 +608,6 @@ impl TurnActor {
             reply,
             live: Arc::clone(&self.live_flag),
             shutdown: self.deps.shutdown.clone(),
-            store: Arc::clone(&self.deps.store),
-            update_ids: self.spec.update_ids.clone(),
         }
     }
 
@@ -618,7 +618,7 @@ impl TurnActor {
             input,
             reply,
         } = call;
-        if self.deps.shutdown.is_stopping() {
+        if self.deps.shutdown.is_closing() {
             tracing::info!(chat_id = self.chat_id(), call_id = %id, tool = %name, "tool call refused: the host is stopping");
             reply.answer(ToolReply::Refused("the host is stopping".into()));
             return;
@@ -679,6 +679,7 @@ impl TurnActor {
                 reply.answer(ToolReply::Error("`text` is empty".into()));
             }
             _ => {
+                self.mark_replying();
                 let (send, rx) = SendText::tracked(chat, text);
                 self.deps.outbox.do_send(send);
                 let pending = self.pending_tool(id, bare.clone(), reply);

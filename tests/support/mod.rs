@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod bot_api;
 pub mod fake_cli;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

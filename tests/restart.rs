@@ -1,0 +1,225 @@
+//! Crash safety and `/restart` with the real binary: kill -9 at different
+//! moments of a turn loses no accepted message and answers none twice;
+//! `/restart` drains, re-executes, and is not repeated.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::process::BotProcess;
+use support::*;
+use turnstile::agent::{Scenario, Step};
+
+const MESSAGES: [&str; 3] = ["slow A", "slow B", "slow C"];
+
+fn scenario() -> Scenario {
+    Scenario::default().with_rule(
+        "slow",
+        turn(vec![
+            Step::Wait { ms: 300 },
+            Step::Tools {
+                calls: vec![tool(
+                    "mcp__telegram-tools__send",
+                    json!({"text": "part 1: {text}"}),
+                )],
+            },
+            Step::Wait { ms: 300 },
+            Step::Tools {
+                calls: vec![tool(
+                    "mcp__telegram-tools__end_turn",
+                    json!({"text": "part 2: {text}"}),
+                )],
+            },
+        ]),
+    )
+}
+
+struct Setup {
+    api: FakeBotApi,
+    dir: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+}
+
+async fn setup(on_interrupted: &str) -> Setup {
+    let api = FakeBotApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("scenario.json");
+    std::fs::write(&script, serde_json::to_string(&scenario()).unwrap()).unwrap();
+    let env = vec![
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.path().join("state.db").display().to_string(),
+        ),
+        ("TURNSTILE_AGENT_SCRIPT", script.display().to_string()),
+        (
+            "TURNSTILE_DISPATCHER_ON_INTERRUPTED",
+            on_interrupted.to_string(),
+        ),
+        ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "10s".to_string()),
+    ];
+    Setup { api, dir, env }
+}
+
+/// What happened to the accepted messages.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    accepted: usize,
+    answered: usize,
+    reported: usize,
+    duplicated: usize,
+}
+
+fn tally(texts: &[String]) -> Tally {
+    let count = |s: &str| texts.iter().filter(|t| t.as_str() == s).count();
+    let mut t = Tally {
+        accepted: MESSAGES.len(),
+        ..Tally::default()
+    };
+    for m in MESSAGES {
+        let part1 = count(&format!("part 1: {m}"));
+        let part2 = count(&format!("part 2: {m}"));
+        let reports = texts
+            .iter()
+            .filter(|x| x.contains("restarted") && x.contains(m))
+            .count();
+        if part2 == 1 && reports == 0 {
+            t.answered += 1;
+        } else if reports == 1 {
+            t.reported += 1;
+        }
+        if part1 > 1 || part2 > 1 || reports > 1 {
+            t.duplicated += 1;
+        }
+    }
+    t
+}
+
+fn resolved(texts: &[String]) -> bool {
+    MESSAGES.iter().all(|m| {
+        texts
+            .iter()
+            .any(|t| t == &format!("part 2: {m}") || (t.contains("restarted") && t.contains(m)))
+    })
+}
+
+/// Kills the bot with SIGKILL once `moment` holds, restarts it on the same
+/// state file, and tallies what the chat got.
+async fn crash_at(on_interrupted: &str, moment: impl Fn(&FakeBotApi) -> bool) -> Tally {
+    let s = setup(on_interrupted).await;
+    let log = s.dir.path().join("bot.log");
+    let mut first = BotProcess::spawn(&s.api, &log, &s.env);
+    for m in MESSAGES {
+        s.api.push_text(1, USER, m);
+    }
+    s.api
+        .wait_for(Duration::from_secs(20), "the crash moment", |_| {
+            moment(&s.api).then_some(())
+        })
+        .await;
+    first.signal(libc::SIGKILL);
+    first.exit().await;
+    let mut second = BotProcess::spawn(&s.api, &log, &s.env);
+    let texts = s
+        .api
+        .wait_for(
+            Duration::from_secs(30),
+            "every message answered or reported",
+            |_| {
+                let texts = s.api.texts_to(1);
+                resolved(&texts).then_some(texts)
+            },
+        )
+        .await;
+    second.signal(libc::SIGTERM);
+    assert!(second.exit().await.success(), "{}", second.log_text());
+    let t = tally(&texts);
+    println!("TALLY on_interrupted={on_interrupted}: {t:?}\n  texts: {texts:?}");
+    assert_eq!(t.duplicated, 0, "nothing answered twice: {texts:?}");
+    assert_eq!(
+        t.answered + t.reported,
+        t.accepted,
+        "nothing lost: {texts:?}"
+    );
+    t
+}
+
+#[tokio::test]
+async fn kill_9_while_the_first_turn_thinks_reports_it_and_answers_the_queue() {
+    let t = crash_at("report", |api| !api.calls_of("sendChatAction").is_empty()).await;
+    assert!(t.reported >= 1);
+}
+
+#[tokio::test]
+async fn kill_9_after_a_partial_reply_reports_it_and_answers_the_queue() {
+    let t = crash_at("report", |api| {
+        api.texts_to(1).iter().any(|t| t == "part 1: slow A")
+    })
+    .await;
+    assert!(
+        t.reported >= 1,
+        "the partly answered message is reported, not re-run"
+    );
+}
+
+#[tokio::test]
+async fn kill_9_after_the_final_reply_answers_nothing_twice() {
+    crash_at("report", |api| {
+        api.texts_to(1).iter().any(|t| t == "part 2: slow A")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kill_9_with_retry_runs_the_interrupted_message_again() {
+    // Killed before the first turn replied: with "retry" it runs again and
+    // every message is answered.
+    let t = crash_at("retry", |api| !api.calls_of("sendChatAction").is_empty()).await;
+    assert_eq!(t.answered, MESSAGES.len(), "{t:?}");
+}
+
+#[tokio::test]
+async fn restart_drains_re_executes_and_is_not_repeated() {
+    let s = setup("report").await;
+    let log = s.dir.path().join("bot.log");
+    let mut bot = BotProcess::spawn(&s.api, &log, &s.env);
+    s.api.push_text(1, USER, "slow A");
+    s.api.wait_for_call("sendChatAction", SOON).await;
+    s.api.push_text(ADMIN, ADMIN, "/restart");
+    let told = s
+        .api
+        .wait_for_texts(ADMIN, 2, Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        told,
+        vec![
+            "🔄 Restarting; waiting for 1 running turn(s) first.",
+            "✅ Restarted."
+        ]
+    );
+    // The turn in flight finished during the drain.
+    assert_eq!(
+        s.api.texts_to(1),
+        vec!["part 1: slow A", "part 2: slow A"],
+        "{}",
+        bot.log_text()
+    );
+    // The new process answers.
+    s.api.push_text(1, USER, "hello");
+    let texts = s.api.wait_for_texts(1, 3, SOON).await;
+    assert_eq!(texts[2], "echo: hello");
+    let text = bot.log_text();
+    assert_eq!(
+        text.matches("turnstile started").count(),
+        2,
+        "exactly one re-exec:\n{text}"
+    );
+    assert!(text.contains("waiting for 1 in-flight turns"), "{text}");
+    assert_eq!(
+        s.api.texts_to(ADMIN).len(),
+        2,
+        "no second restart from a redelivered command"
+    );
+    bot.signal(libc::SIGTERM);
+    assert!(bot.exit().await.success());
+}

@@ -1,0 +1,68 @@
+//! The real `turnstile` binary as a child process, against the fake Bot API.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use super::bot_api::{FakeBotApi, TOKEN};
+
+/// A running `turnstile` process.
+pub struct BotProcess {
+    /// The child.
+    pub child: Child,
+    /// Its stderr (the log), appended across restarts.
+    pub log: PathBuf,
+}
+
+impl BotProcess {
+    /// Starts the binary with test defaults, `env` on top; the log goes to `log`.
+    pub fn spawn(api: &FakeBotApi, log: &Path, env: &[(&str, String)]) -> Self {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("TELEGRAM_BOT_TOKEN", TOKEN)
+            .env("TURNSTILE_LOG", "info")
+            .env("TURNSTILE_TELEGRAM_API_URL", api.url())
+            .env("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
+            .env("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")
+            .env("TURNSTILE_ACCESS_ADMINS", "9")
+            .env("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s")
+            .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true);
+        let child = command.spawn().expect("turnstile starts");
+        Self {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: a plain kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Waits (bounded) for the exit; returns the status.
+    pub async fn exit(&mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("turnstile exits")
+            .expect("waited")
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
