@@ -25,15 +25,23 @@ async fn a_redelivered_update_is_not_handled_twice() {
         .execute("UPDATE meta SET value = '0' WHERE key = 'offset'", [])
         .unwrap();
     let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
-    h.api.push_update(serde_json::json!({"update_id": first_id, "message": {
-        "message_id": 1, "date": 0,
-        "chat": {"id": 1, "type": "private", "first_name": "c"},
-        "from": {"id": USER, "is_bot": false, "first_name": "u"},
-        "text": "hello"
-    }}));
+    h.api
+        .push_update(serde_json::json!({"update_id": first_id, "message": {
+            "message_id": 1, "date": 0,
+            "chat": {"id": 1, "type": "private", "first_name": "c"},
+            "from": {"id": USER, "is_bot": false, "first_name": "u"},
+            "text": "hello"
+        }}));
     h.say(1, USER, "next");
     h.turn_ended(1, 1).await;
-    assert_eq!(h.texts(1), vec!["echo: next"], "the redelivered update was skipped");
+    assert_eq!(
+        h.texts(1),
+        vec!["echo: next"],
+        "the redelivered update was skipped"
+    );
     let counts = h.bot.store.counts().unwrap();
-    assert!(counts.iter().all(|(state, _)| state == "done"), "{counts:?}");
+    assert!(
+        counts.iter().all(|(state, _)| state == "done"),
+        "{counts:?}"
+    );
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
-use turnstile::chat::{ToolRegistry, TurnOutcome};
+use turnstile::agent::claude::ClaudeBackend;
+use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 
 const INNER: &[&str] = &[
@@ -101,18 +101,7 @@ async fn start(
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let mut slot = None;
-    let h = Harness::launch(&pairs, Harness::fast_limits(), |config| {
-        let backend = Arc::new(ClaudeBackend::new(
-            ClaudeSettings::from_config(config),
-            Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-        ));
-        slot = Some(Arc::clone(&backend));
-        backend
-    })
-    .await;
-    (h, slot.expect("backend built"))
+    Harness::launch_claude(&vars).await
 }
 
 /// Waits (bounded) until every CLI process has exited and been reaped.

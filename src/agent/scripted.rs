@@ -529,7 +529,7 @@ impl ScriptedAgent {
 }
 
 /// Replaces `{text}` in every string of a JSON value.
-fn fill_value(value: &Value, text: &str) -> Value {
+pub fn fill_value(value: &Value, text: &str) -> Value {
     match value {
         Value::String(s) => Value::String(s.replace("{text}", text)),
         Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, text)).collect()),

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use turnstile::agent::scripted::fill_value;
 use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
 
 /// Shared by the stdin reader and the player.
@@ -385,17 +386,4 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
         );
     }
     after(fake, turn.after_result);
-}
-
-fn fill_value(value: &Value, text: &str) -> Value {
-    match value {
-        Value::String(s) => Value::String(s.replace("{text}", text)),
-        Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, text)).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), fill_value(v, text)))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
 }

@@ -7,8 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tempfile::TempDir;
 use turnstile::agent::Scenario;
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
-use turnstile::chat::ToolRegistry;
+use turnstile::agent::claude::ClaudeBackend;
 
 use super::Harness;
 
@@ -83,18 +82,7 @@ impl FakeCli {
         let files = FakeLog::new(scenario);
         let mut vars = files.env();
         vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut slot = None;
-        let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
-            let backend = Arc::new(ClaudeBackend::new(
-                ClaudeSettings::from_config(config),
-                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-            ));
-            slot = Some(Arc::clone(&backend));
-            backend
-        })
-        .await;
-        let backend = slot.expect("backend built");
+        let (harness, backend) = Harness::launch_claude(&vars).await;
         (harness, FakeCli { files, backend })
     }
 }

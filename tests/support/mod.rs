@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use teloxide::types::ChatId;
 use tokio::sync::broadcast;
+use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{AgentBackend, Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
-use turnstile::chat::TurnOutcome;
+use turnstile::chat::{ToolRegistry, TurnOutcome};
 use turnstile::events::BotEvent;
 use turnstile::telegram::RateLimits;
 use turnstile::{Config, Turnstile};
@@ -101,6 +102,22 @@ impl Harness {
             seen: Vec::new(),
             events,
         }
+    }
+
+    /// Starts with the `claude` backend configured by `env`.
+    pub async fn launch_claude(env: &[(String, String)]) -> (Self, Arc<ClaudeBackend>) {
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut slot = None;
+        let harness = Self::launch(&pairs, Self::fast_limits(), |config| {
+            let backend = Arc::new(ClaudeBackend::new(
+                ClaudeSettings::from_config(config),
+                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+            ));
+            slot = Some(Arc::clone(&backend));
+            backend
+        })
+        .await;
+        (harness, slot.expect("backend built"))
     }
 
     fn with_scripted(mut self, backend: Arc<ScriptedBackend>) -> Self {
