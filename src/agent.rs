@@ -298,3 +298,38 @@ impl<T: Unanswered> fmt::Debug for Responder<T> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_consumes_the_responder() {
+        let (responder, mut rx) = Responder::<ToolReply>::new("t");
+        assert!(responder.answer(ToolReply::Ok("done".into())));
+        assert_eq!(rx.try_recv().unwrap(), ToolReply::Ok("done".into()));
+    }
+
+    #[test]
+    fn a_handler_that_fails_to_answer_still_answers_failed() {
+        let (responder, mut rx) = Responder::<ToolReply>::new("tools/call send");
+        drop(responder);
+        assert!(
+            matches!(rx.try_recv().unwrap(), ToolReply::Failed(_)),
+            "maps to JSON-RPC -32603"
+        );
+        let (hook, mut rx) = Responder::<HookReply>::new("hook");
+        drop(hook);
+        assert!(matches!(rx.try_recv().unwrap(), HookReply::Refused(_)));
+    }
+
+    #[test]
+    fn a_refusal_is_an_answer() {
+        let (responder, mut rx) = Responder::<ToolReply>::new("t");
+        assert!(responder.refuse("the turn has ended"));
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            ToolReply::Refused("the turn has ended".into())
+        );
+    }
+}
