@@ -74,7 +74,12 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
             reason: e.to_string(),
         })?;
     let client = teloxide::net::default_reqwest_settings()
-        .timeout(config.telegram.poll_timeout + Duration::from_secs(15))
+        .timeout(
+            config
+                .telegram
+                .poll_timeout
+                .saturating_add(Duration::from_secs(15)),
+        )
         .build()
         .map_err(|e| StartError::Client(e.to_string()))?;
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
@@ -154,7 +159,7 @@ impl Turnstile {
             deps,
             config.access.clone(),
             config.dispatcher.clone(),
-            config.agent.keep_warm,
+            (config.agent.keep_warm, config.agent.max_warm),
             host_tx,
         )
         .start();

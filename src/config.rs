@@ -242,10 +242,20 @@ pub struct AgentConfig {
     /// closes it after every turn.
     #[serde(with = "humantime_serde")]
     pub keep_warm: Duration,
+    /// At most this many agent processes are kept warm across all chats;
+    /// past it, a process is closed after its turn.
+    pub max_warm: usize,
     /// Whether turns end through the PostToolBatch hook (`claude`); off only
     /// to compare API calls with and without it.
     pub batch_hook: bool,
 }
+
+/// The longest duration any key accepts (longer ones are surely typos, and
+/// would overflow clock arithmetic).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The largest count any key accepts.
+pub const MAX_COUNT: usize = 1_000_000;
 
 /// The default `agent.system_prompt`.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user.";
@@ -338,6 +348,7 @@ impl Default for AgentConfig {
             model: String::new(),
             max_turns: 0,
             keep_warm: Duration::from_secs(600),
+            max_warm: 32,
             batch_hook: true,
         }
     }
@@ -452,10 +463,38 @@ impl Config {
                 dispatcher.max_concurrent_turns,
             ),
             ("dispatcher.queue_limit", dispatcher.queue_limit),
+            ("agent.max_warm", self.agent.max_warm.max(1)),
         ];
         for (key, count) in counts {
             if count == 0 {
                 return Err(bad_value(key, &Value::Integer(0), "must be at least 1"));
+            }
+            if count > MAX_COUNT {
+                let shown = Value::Integer(i64::try_from(count).unwrap_or(i64::MAX));
+                return Err(bad_value(
+                    key,
+                    &shown,
+                    &format!("must be at most {MAX_COUNT}"),
+                ));
+            }
+        }
+        let durations = [
+            ("telegram.poll_timeout", self.telegram.poll_timeout),
+            ("access.refusal_cooldown", self.access.refusal_cooldown),
+            ("agent.keep_warm", self.agent.keep_warm),
+            ("turn.typing_interval", turn.typing_interval),
+            ("turn.post_result_grace", turn.post_result_grace),
+            ("turn.no_progress_timeout", turn.no_progress_timeout),
+            ("turn.max_duration", turn.max_duration),
+            ("turn.hard_deadline", turn.hard_deadline),
+            ("dispatcher.merge_window", dispatcher.merge_window),
+            ("dispatcher.drain_timeout", dispatcher.drain_timeout),
+            ("dispatcher.idle_eviction", dispatcher.idle_eviction),
+        ];
+        for (key, duration) in durations {
+            if duration > MAX_DURATION {
+                let shown = Value::from(humantime::format_duration(duration).to_string());
+                return Err(bad_value(key, &shown, "must be at most 365 days"));
             }
         }
         let backend = self.agent.backend.as_str();
@@ -1121,6 +1160,34 @@ mod tests {
         .unwrap_err();
         assert!(
             err.to_string().contains("dispatcher.on_interrupted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn absurd_durations_and_counts_are_rejected() {
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "18446744073709551615s")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("telegram.poll_timeout"), "{err}");
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_TURN_POST_RESULT_GRACE", "400days")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("turn.post_result_grace"), "{err}");
+        let err = Config::load(
+            None,
+            &env(&[(
+                "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
+                "9000000000000000000",
+            )]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("dispatcher.max_concurrent_turns"),
             "{err}"
         );
     }

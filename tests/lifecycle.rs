@@ -14,7 +14,10 @@ use turnstile::events::BotEvent;
 async fn idle_supervisors_are_evicted_and_leave_no_actor_behind() {
     let mut h = Harness::start(
         Scenario::default(),
-        &[("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms")],
+        &[
+            ("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms"),
+            ("TURNSTILE_AGENT_KEEP_WARM", "150ms"),
+        ],
     )
     .await;
     for chat in [1, 2, 3] {
@@ -70,5 +73,24 @@ async fn new_starts_a_fresh_agent_session() {
     assert_eq!(
         h.texts(1)[1],
         "🆕 The next message starts a fresh conversation."
+    );
+}
+
+#[actix_rt::test]
+async fn warm_sessions_are_capped_across_chats() {
+    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_AGENT_MAX_WARM", "1")]).await;
+    h.say(1, USER, "one");
+    h.turn_ended(1, 1).await;
+    h.say(2, USER, "two");
+    h.turn_ended(2, 1).await;
+    // Chat 1 holds the only warm slot; chat 2's session was closed.
+    h.say(1, USER, "again");
+    h.turn_ended(1, 2).await;
+    h.say(2, USER, "again");
+    h.turn_ended(2, 2).await;
+    assert_eq!(
+        h.backend.opened(),
+        3,
+        "chat 1 reused its session, chat 2 opened a new one"
     );
 }

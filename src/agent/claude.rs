@@ -151,9 +151,14 @@ impl ClaudeBackend {
 impl AgentBackend for ClaudeBackend {
     fn closed(&self) -> BoxFuture<()> {
         let live = Arc::clone(&self.live);
-        let wait = self.settings.kill_grace * 2 + Duration::from_secs(1);
+        let wait = self
+            .settings
+            .kill_grace
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(1));
         Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + wait;
+            let now = tokio::time::Instant::now();
+            let deadline = now.checked_add(wait).unwrap_or(now);
             while live.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -51,6 +51,14 @@ pub enum HostRequest {
 #[rtype(result = "usize")]
 pub struct RunningTurns;
 
+/// What the dispatcher hands a chat's supervisor.
+#[derive(Debug)]
+enum ForChat {
+    Message(UserMessage),
+    Stop,
+    New,
+}
+
 /// A chat the dispatcher routes to.
 struct ChatEntry {
     /// The chat's supervisor.
@@ -59,8 +67,8 @@ struct ChatEntry {
     turn: Option<(u64, Instant)>,
     /// Last time a message was routed or a turn finished.
     last_activity: Instant,
-    /// Messages held while an eviction is being asked.
-    held: Option<Vec<UserMessage>>,
+    /// What arrived for the chat while its eviction was being asked.
+    held: Option<Vec<ForChat>>,
 }
 
 /// The actor.
@@ -83,6 +91,8 @@ pub struct Dispatcher {
     stopping: bool,
     /// `agent.keep_warm`, handed to each supervisor.
     keep_warm: Duration,
+    /// `agent.max_warm` slots, shared by every supervisor.
+    warm_slots: Arc<Semaphore>,
     /// Where `/restart` goes.
     host: mpsc::UnboundedSender<HostRequest>,
     /// This process's start (unix seconds): older `/restart`s are ignored.
@@ -97,7 +107,7 @@ impl Dispatcher {
         deps: TurnDeps,
         access: AccessConfig,
         config: DispatcherConfig,
-        keep_warm: Duration,
+        (keep_warm, max_warm): (Duration, usize),
         host: mpsc::UnboundedSender<HostRequest>,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
@@ -112,6 +122,7 @@ impl Dispatcher {
             refused: HashMap::new(),
             stopping: false,
             keep_warm,
+            warm_slots: Arc::new(Semaphore::new(max_warm)),
             host,
             started_at: now_ms() / 1000,
             events,
@@ -144,6 +155,7 @@ impl Dispatcher {
             merge_window: self.config.merge_window,
             queue_limit: self.config.queue_limit,
             keep_warm: self.keep_warm,
+            warm_slots: Arc::clone(&self.warm_slots),
         };
         let permits = Arc::clone(&self.permits);
         let next_turn = Arc::clone(&self.next_turn);
@@ -157,11 +169,22 @@ impl Dispatcher {
     }
 
     fn route(&mut self, chat: ChatId, msg: UserMessage, ctx: &mut Context<Self>) {
+        self.deliver(chat, ForChat::Message(msg), ctx);
+    }
+
+    /// Hands something to the chat's supervisor, or holds it while the
+    /// supervisor is being asked to stop (so nothing lands in a mailbox that
+    /// is about to be dropped).
+    fn deliver(&mut self, chat: ChatId, item: ForChat, ctx: &mut Context<Self>) {
         let entry = self.supervisor(chat, ctx);
         entry.last_activity = Instant::now();
         match &mut entry.held {
-            Some(held) => held.push(msg),
-            None => entry.addr.do_send(msg),
+            Some(held) => held.push(item),
+            None => match item {
+                ForChat::Message(msg) => entry.addr.do_send(msg),
+                ForChat::Stop => entry.addr.do_send(StopChat),
+                ForChat::New => entry.addr.do_send(NewSession),
+            },
         }
     }
 
@@ -195,14 +218,9 @@ impl Dispatcher {
         ctx: &mut Context<Self>,
     ) -> bool {
         match word {
-            "stop" => match self.chats.get(&chat) {
-                Some(entry) => entry.addr.do_send(StopChat),
-                None => self.say(chat, "Nothing to stop."),
-            },
-            "new" => {
-                let entry = self.supervisor(chat, ctx);
-                entry.addr.do_send(NewSession);
-            }
+            "stop" if self.chats.contains_key(&chat) => self.deliver(chat, ForChat::Stop, ctx),
+            "stop" => self.say(chat, "Nothing to stop."),
+            "new" => self.deliver(chat, ForChat::New, ctx),
             "status" if self.is_admin(user) => self.status(chat, ctx),
             "status" => self.say(chat, "Only admins can use /status."),
             "restart" if self.is_admin(user) => self.restart(chat, user, date),
@@ -297,6 +315,8 @@ impl Dispatcher {
     }
 
     fn evict_idle(&mut self, ctx: &mut Context<Self>) {
+        let cooldown = self.access.refusal_cooldown;
+        self.refused.retain(|_, at| at.elapsed() < cooldown);
         let idle_for = self.config.idle_eviction;
         let candidates: Vec<ChatId> = self
             .chats
@@ -323,8 +343,8 @@ impl Dispatcher {
                 } else {
                     entry.last_activity = Instant::now();
                 }
-                for msg in held {
-                    act.route(chat, msg, ctx);
+                for item in held {
+                    act.deliver(chat, item, ctx);
                 }
             }));
         }

@@ -138,6 +138,8 @@ pub struct ChatSettings {
     pub queue_limit: usize,
     /// `agent.keep_warm`.
     pub keep_warm: Duration,
+    /// `agent.max_warm` slots shared by all chats.
+    pub warm_slots: Arc<Semaphore>,
 }
 
 /// The actor.
@@ -162,8 +164,8 @@ pub struct ChatSupervisor {
     running: Option<Running>,
     /// A turn that ended but is still closing its session.
     settling: Option<u64>,
-    /// A settled session kept for the next turn.
-    warm: Option<AgentSession>,
+    /// A settled session kept for the next turn, with its warm slot.
+    warm: Option<(AgentSession, OwnedSemaphorePermit)>,
     /// Counts sessions kept warm, so a keep-warm timer closes only its own.
     warm_generation: u64,
     /// The agent session id to resume.
@@ -214,7 +216,9 @@ impl ChatSupervisor {
     }
 
     fn is_idle(&self) -> bool {
-        self.running.is_none()
+        // A warm session keeps the chat until `agent.keep_warm` drops it.
+        self.warm.is_none()
+            && self.running.is_none()
             && self.settling.is_none()
             && self.queue.is_empty()
             && matches!(self.gate, Gate::Open)
@@ -289,7 +293,7 @@ impl ChatSupervisor {
             "marking messages running",
         );
         let source = SessionSource {
-            warm: self.warm.take(),
+            warm: self.warm.take().map(|(session, _slot)| session),
             resume: self.session_id.clone(),
         };
         let typing = self.typing_actor();
@@ -334,7 +338,14 @@ impl ChatSupervisor {
             drop(session);
             return;
         }
-        self.warm = Some(session);
+        let Ok(slot) = Arc::clone(&self.settings.warm_slots).try_acquire_owned() else {
+            tracing::debug!(
+                chat_id = self.chat.0,
+                "agent.max_warm reached; session closed"
+            );
+            return;
+        };
+        self.warm = Some((session, slot));
         self.warm_generation += 1;
         let generation = self.warm_generation;
         ctx.run_later(self.settings.keep_warm, move |act, _ctx| {
@@ -444,7 +455,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         let store = &self.deps.store;
         let state = match msg.outcome {
             // Retried after the restart, unless it already replied.
-            TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.delivered => {
+            TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.replied => {
                 InboxState::Queued
             }
             TurnOutcome::HostStopping => InboxState::Reported,
@@ -572,6 +583,7 @@ impl Handler<ForceRelease> for ChatSupervisor {
             outcome: TurnOutcome::ForceReleased,
             session_id: None,
             delivered: false,
+            replied: false,
             api_calls: 0,
             cost_usd: 0.0,
             started: running.started,

@@ -45,6 +45,9 @@ pub struct TurnEnded {
     pub session_id: Option<String>,
     /// Whether anything reached the chat during the turn.
     pub delivered: bool,
+    /// Whether a reply may have left (sent or still on its way): such a
+    /// turn is never run again.
+    pub replied: bool,
     /// Model turns the agent reported (0 without a result).
     pub api_calls: u32,
     /// What the turn cost, as the agent reported it.
@@ -718,13 +721,16 @@ impl TurnActor {
                 TurnEvent::Result(r) => Some((r.num_turns, r.total_cost_usd)),
                 _ => None,
             })
-            .fold((0, 0.0), |(n, c), (dn, dc)| (n + dn, c + dc));
+            .fold((0u32, 0.0), |(n, c), (dn, dc)| {
+                (n.saturating_add(dn), c + dc)
+            });
         let ended = TurnEnded {
             chat: self.spec.chat,
             turn: self.spec.turn,
             outcome: outcome.clone(),
             session_id: self.session_id.clone(),
             delivered: self.delivered,
+            replied: self.delivered || self.replying,
             api_calls,
             cost_usd,
             started: self.started,
@@ -749,7 +755,11 @@ impl TurnActor {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );
-        if let Some(notice) = notice_for(&outcome, self.delivered, self.deps.retry_interrupted) {
+        if let Some(notice) = notice_for(
+            &outcome,
+            self.delivered || self.replying,
+            self.deps.retry_interrupted,
+        ) {
             self.deliver(notice);
         }
         match (&outcome, self.settled) {
