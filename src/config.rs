@@ -474,7 +474,7 @@ impl Config {
                 return Err(bad_value(
                     key,
                     &shown,
-                    &format!("must be at most {MAX_COUNT}"),
+                    format!("must be at most {MAX_COUNT}"),
                 ));
             }
         }
