@@ -114,3 +114,39 @@ async fn a_stopped_outbox_refuses_fresh_input_visibly() {
     h.bot.outbox.do_send(send);
     assert_eq!(rx.await.expect("answered"), Err(OutboxError::Stopped));
 }
+
+#[actix_rt::test]
+async fn with_retry_a_turn_whose_reply_was_on_its_way_is_not_queued_again() {
+    let scenario = Scenario::default().with_rule(
+        "slow send",
+        turn(vec![Step::Tools {
+            calls: vec![tool(
+                "mcp__telegram-tools__send",
+                json!({"text": "on its way"}),
+            )],
+        }]),
+    );
+    let h = Harness::start(
+        scenario,
+        &[
+            ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "200ms"),
+            ("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "retry"),
+        ],
+    )
+    .await;
+    h.api.inject(
+        "sendMessage",
+        Fault::Delay(std::time::Duration::from_millis(800)),
+    );
+    h.say(1, USER, "slow send");
+    h.api.wait_for_call("sendMessage", SOON).await;
+    h.bot.stop().await;
+    assert!(
+        h.texts(1).contains(&"on its way".to_string()),
+        "the flush delivered it"
+    );
+    let open = h.bot.store.unfinished().unwrap();
+    assert!(open.is_empty(), "nothing left to run again: {open:?}");
+    let told = h.texts(1);
+    assert!(told.iter().any(|t| t.contains("cut short")), "{told:?}");
+}
