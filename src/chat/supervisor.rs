@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::{
@@ -113,6 +113,8 @@ struct Pending {
 struct Running {
     turn: u64,
     update_ids: Vec<i64>,
+    /// Cleared by the backstop at once, like the turn actor does at its end.
+    typing_lease: Arc<AtomicBool>,
     addr: Addr<TurnActor>,
     started: Instant,
     /// Released (dropped) when the turn ends.
@@ -168,6 +170,8 @@ pub struct ChatSupervisor {
     warm: Option<(AgentSession, OwnedSemaphorePermit)>,
     /// Counts sessions kept warm, so a keep-warm timer closes only its own.
     warm_generation: u64,
+    /// The keep-warm timer of the current warm session.
+    warm_timer: Option<SpawnHandle>,
     /// The agent session id to resume.
     session_id: Option<String>,
     /// Turns up to this one must not hand back their session (after `/new`).
@@ -204,6 +208,7 @@ impl ChatSupervisor {
             settling: None,
             warm: None,
             warm_generation: 0,
+            warm_timer: None,
             session_id,
             forget_through: 0,
             typing: None,
@@ -297,7 +302,11 @@ impl ChatSupervisor {
             resume: self.session_id.clone(),
         };
         let typing = self.typing_actor();
-        typing.do_send(StartTyping { turn });
+        let typing_lease = Arc::new(AtomicBool::new(true));
+        typing.do_send(StartTyping {
+            turn,
+            alive: Arc::clone(&typing_lease),
+        });
         let me = ctx.address();
         let spec = TurnSpec {
             chat: self.chat,
@@ -305,6 +314,7 @@ impl ChatSupervisor {
             text: texts.join("\n\n"),
             reply_to: Some(reply_to),
             update_ids: update_ids.clone(),
+            typing_lease: Arc::clone(&typing_lease),
         };
         let addr = TurnActor::new(
             spec,
@@ -318,6 +328,7 @@ impl ChatSupervisor {
         self.running = Some(Running {
             turn,
             update_ids,
+            typing_lease,
             addr,
             started,
             _permit: permit,
@@ -348,14 +359,17 @@ impl ChatSupervisor {
         self.warm = Some((session, slot));
         self.warm_generation += 1;
         let generation = self.warm_generation;
-        ctx.run_later(self.settings.keep_warm, move |act, _ctx| {
+        if let Some(timer) = self.warm_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.warm_timer = Some(ctx.run_later(self.settings.keep_warm, move |act, _ctx| {
             if act.warm_generation == generation && act.warm.take().is_some() {
                 tracing::debug!(
                     chat_id = act.chat.0,
                     "warm session closed after agent.keep_warm"
                 );
             }
-        });
+        }));
     }
 
     fn typing_actor(&mut self) -> Addr<TypingActor> {
@@ -385,6 +399,7 @@ impl Actor for ChatSupervisor {
             typing.do_send(RetireTyping);
         }
         if let Some(running) = self.running.take() {
+            running.typing_lease.store(false, Ordering::SeqCst);
             running.addr.do_send(AbortTurn);
         }
         self.warm = None;
@@ -572,6 +587,7 @@ impl Handler<ForceRelease> for ChatSupervisor {
             held_ms = running.started.elapsed().as_millis() as u64,
             "turn past its hard deadline; chat force-released"
         );
+        running.typing_lease.store(false, Ordering::SeqCst);
         running.addr.do_send(AbortTurn);
         log_failure(
             self.deps.store.mark(&running.update_ids, InboxState::Done),

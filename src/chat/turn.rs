@@ -97,6 +97,8 @@ pub struct TurnSpec {
     pub reply_to: Option<MessageId>,
     /// The inbox rows (update ids) this turn answers.
     pub update_ids: Vec<i64>,
+    /// The chat's typing lease for this turn, cleared at TurnEnded.
+    pub typing_lease: Arc<AtomicBool>,
 }
 
 /// What every turn of every chat shares.
@@ -714,6 +716,8 @@ impl TurnActor {
         }
         self.outcome = Some(outcome.clone());
         self.live_flag.store(false, Ordering::SeqCst);
+        // Typing stops now, not when TurnEnded reaches the typing actor.
+        self.spec.typing_lease.store(false, Ordering::SeqCst);
         let (api_calls, cost_usd) = self
             .log
             .iter()
@@ -918,6 +922,7 @@ impl Handler<AbortTurn> for TurnActor {
             self.outcome = Some(TurnOutcome::ForceReleased);
         }
         self.live_flag.store(false, Ordering::SeqCst);
+        self.spec.typing_lease.store(false, Ordering::SeqCst);
         self.kill(ctx);
     }
 }

@@ -19,6 +19,10 @@ use crate::telegram::outbox::{Outbox, SendTyping};
 pub struct StartTyping {
     /// The turn the lease belongs to.
     pub turn: u64,
+    /// The lease flag, shared with the turn actor, which clears it the
+    /// moment the turn ends (before TurnEnded reaches this actor's mailbox),
+    /// so the outbox never sends typing for an ended turn.
+    pub alive: Arc<AtomicBool>,
 }
 
 /// Ends any lease and stops the actor (the chat is being evicted).
@@ -144,7 +148,7 @@ impl Handler<StartTyping> for TypingActor {
         });
         self.lease = Some(Lease {
             turn: msg.turn,
-            alive: Arc::new(AtomicBool::new(true)),
+            alive: msg.alive,
             pulse,
             deadline,
         });
