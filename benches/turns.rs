@@ -1,2 +1,1095 @@
-//! Placeholder; see scripts/bench.sh.
-fn main() {}
+//! In-process benchmarks of the whole bot (issue 5, benchmarks 1–3): the
+//! real actors (`Turnstile::start_with_limits`) on the scripted backend,
+//! talking HTTP to a fake Telegram on 127.0.0.1 served from its own thread.
+//!
+//! - `typing`: from a terminator batch resolving to the typing actor
+//!   stopping, and to the last `sendChatAction` the fake receives, at 1, 100
+//!   and 10,000 concurrent chats; no `sendChatAction` may leave after
+//!   TurnEnded.
+//! - `wedge`: an agent that hangs after its result; from the result to the
+//!   chat's release, minus the grace, at 1 and 1,000 concurrent chats.
+//! - `scale`: 10,000 chats at once, turns per second, resident memory per
+//!   idle chat, and RSS after 100,000 turns against after 10,000.
+//!
+//! `cargo bench --bench turns [-- --quick] [--report PATH]` runs each in a
+//! child process of its own (a fresh heap for the memory figures) and prints
+//! the markdown report; `--only NAME` runs one here. It exits non-zero only
+//! when a run is broken (an error, a timeout, lost events, or a broken
+//! invariant such as a `sendChatAction` after TurnEnded: the report then
+//! lists it), never because a figure missed its target.
+
+mod support;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use turnstile::Turnstile;
+use turnstile::agent::{Scenario, ScriptedBackend};
+
+use support::collect::{Collector, Ev, TypingCheck, check_typing};
+use support::stats::{Summary, bytes, ms_between, ratio, table, verdict};
+use support::telegram::{FakeTelegram, Log};
+use support::timed::{Mark, MarkKind, Timed};
+use support::{Args, Fakes, USER};
+
+#[global_allocator]
+static GLOBAL: support::alloc::Counting = support::alloc::Counting;
+
+const BENCHES: &[&str] = &["typing", "wedge", "scale"];
+
+/// What a benchmark hands back: its report section, and the invariants a
+/// run broke (which fail the run).
+struct Outcome {
+    fragment: String,
+    broken: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if args.only.as_deref() == Some("scale") {
+        support::alloc::start();
+    }
+    support::init_logging();
+    support::raise_fd_limit();
+    let Some(name) = args.only.clone() else {
+        return run_all(&args);
+    };
+    let result = match name.as_str() {
+        "typing" => typing(&args),
+        "wedge" => wedge(&args),
+        "scale" => scale(&args),
+        other => Err(format!("unknown benchmark `{other}` (use {BENCHES:?})")),
+    };
+    match result {
+        Ok(outcome) => support::finish(&name, &outcome.fragment, &outcome.broken),
+        Err(e) => {
+            eprintln!("{name}: FAILED: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs every benchmark in a child process of its own, in order.
+fn run_all(args: &Args) {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => panic!("the bench binary's path: {e}"),
+    };
+    let mut report = String::new();
+    let mut failed = Vec::new();
+    for name in BENCHES {
+        let started = Instant::now();
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--only", name]).args(args.mode_flag());
+        match support::run_child(&mut cmd) {
+            Ok(out) if out.code == Some(0) => report.push_str(&out.stdout),
+            Ok(out) if out.code == Some(support::BROKEN) => {
+                failed.push(*name);
+                report.push_str(&out.stdout);
+            }
+            Ok(out) => {
+                failed.push(*name);
+                let _ = write!(
+                    report,
+                    "### `{name}`: FAILED (exit {:?}; see its output)\n\n{}\n",
+                    out.code, out.stdout
+                );
+            }
+            Err(e) => {
+                failed.push(*name);
+                let _ = write!(report, "### `{name}`: FAILED\n\n{e}\n\n");
+            }
+        }
+        eprintln!("{name}: {:.1} s", started.elapsed().as_secs_f64());
+    }
+    support::write_report(args.report.as_deref(), &report);
+    print!("{report}");
+    if !failed.is_empty() {
+        eprintln!("failed: {failed:?}");
+        std::process::exit(1);
+    }
+}
+
+/// Runs `f` in a fresh actix system on a thread of its own; everything it
+/// started is dropped with the system.
+fn in_system<T, F, Fut>(f: F) -> Result<T, String>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, String>>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || actix::System::new().block_on(f()))
+        .join()
+        .map_err(|_| "the benchmark thread panicked".to_string())?
+}
+
+// ---------------------------------------------------------------------------
+// The driver: chats that each run their turns one after another.
+
+/// How many chats, turns and when.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    chats: usize,
+    /// Turns per chat, one after another: a chat's next message is pushed
+    /// once its previous turn ended and its typing stopped.
+    turns: usize,
+    /// Each chat's first message arrives at a uniform random moment in
+    /// `[0, spread)` (seeded), so many chats overlap without one
+    /// synchronised burst.
+    spread: Duration,
+    /// Waited after the last turn, to catch a stray `sendChatAction`.
+    settle: Duration,
+    /// The run fails past this.
+    deadline: Duration,
+}
+
+/// What one run recorded.
+struct Run {
+    /// When each message of each chat was pushed into the fake Telegram.
+    pushes: HashMap<i64, Vec<Instant>>,
+    events: Vec<Ev>,
+    lagged: u64,
+    marks: Vec<Mark>,
+    log: Log,
+    /// From the first push to the last turn being over.
+    wall: Duration,
+}
+
+/// Starts the bot on `scenario` (with `env` overrides) against a recording
+/// fake Telegram and runs `plan`.
+async fn drive(
+    scenario: Scenario,
+    env: Vec<(&'static str, String)>,
+    plan: Plan,
+) -> Result<Run, String> {
+    let fakes = Fakes::new();
+    let tg = FakeTelegram::start(&fakes, true).await;
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let mut extra = vec![(
+        "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
+        (plan.chats * 2 + 16).to_string(),
+    )];
+    extra.extend(env);
+    let config = support::config(&tg.url(), dir.path(), &extra);
+    let timed = Arc::new(Timed::new(
+        Arc::new(ScriptedBackend::new(scenario)),
+        &config.turn.terminator_tools,
+    ));
+    let bot = Turnstile::start_with_limits(&config, timed.clone(), support::generous_limits())
+        .map_err(|e| format!("the bot did not start: {e}"))?;
+    let (collector, mut over) = Collector::start(&bot.events);
+
+    let mut rng = support::Rng::new(0x5eed);
+    let mut schedule: Vec<(Duration, i64)> = (1..=plan.chats as i64)
+        .map(|chat| (plan.spread.mul_f64(rng.next_f64()), chat))
+        .collect();
+    schedule.sort();
+    let mut pushes: HashMap<i64, Vec<Instant>> = HashMap::new();
+    let mut push = |chat: i64| {
+        let at = tg.push_text(chat, USER, &format!("message for chat {chat}"));
+        pushes.entry(chat).or_default().push(at);
+    };
+    let start = tokio::time::Instant::now();
+    let started = Instant::now();
+    let deadline = start + plan.deadline;
+    let mut next = 0;
+    let mut done: HashMap<i64, usize> = HashMap::new();
+    let mut finished = 0;
+    let mut turns_over = 0;
+    while finished < plan.chats {
+        let next_at = schedule.get(next).map(|(d, _)| start + *d);
+        tokio::select! {
+            () = tokio::time::sleep_until(next_at.unwrap_or(deadline)), if next_at.is_some() => {
+                let now = tokio::time::Instant::now();
+                while let Some((d, chat)) = schedule.get(next)
+                    && start + *d <= now
+                {
+                    push(*chat);
+                    next += 1;
+                }
+            }
+            turn = over.recv() => {
+                let Some(turn) = turn else {
+                    return Err("the event collector stopped".into());
+                };
+                turns_over += 1;
+                let n = done.entry(turn.chat).or_insert(0);
+                *n += 1;
+                if *n < plan.turns {
+                    push(turn.chat);
+                } else {
+                    finished += 1;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(format!(
+                    "timed out after {:?}: {turns_over} of {} turns over, {finished} of {} chats done",
+                    plan.deadline, plan.chats * plan.turns, plan.chats
+                ));
+            }
+        }
+    }
+    let wall = started.elapsed();
+    tokio::time::sleep(plan.settle).await;
+    let collected = collector.finish();
+    let marks = timed.marks();
+    let log = tg.log();
+    drop(bot);
+    Ok(Run {
+        pushes,
+        events: collected.events,
+        lagged: collected.lagged,
+        marks,
+        log,
+        wall,
+    })
+}
+
+/// Per chat, in turn order: (turn, outcome, TurnEnded at).
+fn ended_by_chat(run: &Run) -> HashMap<i64, Vec<(u64, &'static str, Instant)>> {
+    let mut by_chat: HashMap<i64, Vec<(u64, &'static str, Instant)>> = HashMap::new();
+    for ev in &run.events {
+        if let Ev::Ended {
+            chat,
+            turn,
+            outcome,
+            at,
+        } = *ev
+        {
+            by_chat.entry(chat).or_default().push((turn, outcome, at));
+        }
+    }
+    for turns in by_chat.values_mut() {
+        turns.sort_by_key(|t| t.0);
+    }
+    by_chat
+}
+
+/// TypingStopped by turn.
+fn typing_stopped(run: &Run) -> HashMap<u64, Instant> {
+    run.events
+        .iter()
+        .filter_map(|ev| match *ev {
+            Ev::TypingStopped { turn, at, .. } => Some((turn, at)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Per chat, in order: the stamps of one kind.
+fn marks_by_chat(run: &Run, kind: MarkKind) -> HashMap<i64, Vec<Instant>> {
+    let mut by_chat: HashMap<i64, Vec<Instant>> = HashMap::new();
+    for m in run.marks.iter().filter(|m| m.kind == kind) {
+        by_chat.entry(m.chat).or_default().push(m.at);
+    }
+    by_chat
+}
+
+/// One turn of one chat, as [`turn_table`] lists it.
+struct TurnRow {
+    chat: i64,
+    /// The turn's place among its chat's turns, from 0.
+    k: usize,
+    /// The stamp taken as the agent's event left it.
+    stamp: Instant,
+    turn: u64,
+    ended: Instant,
+}
+
+/// Checks that every chat ran `turns` turns, each stamped once with `kind`
+/// and ending with `outcome`; yields (chat, k, stamp, turn, TurnEnded at).
+fn turn_table(
+    run: &Run,
+    turns: usize,
+    kind: MarkKind,
+    outcome: &str,
+) -> Result<Vec<TurnRow>, String> {
+    let ended = ended_by_chat(run);
+    let marks = marks_by_chat(run, kind);
+    let mut rows = Vec::new();
+    let mut chats: Vec<&i64> = run.pushes.keys().collect();
+    chats.sort();
+    for chat in chats {
+        let e = ended.get(chat).map_or(&[][..], |v| &v[..]);
+        let m = marks.get(chat).map_or(&[][..], |v| &v[..]);
+        if e.len() != turns || m.len() != turns {
+            return Err(format!(
+                "chat {chat}: {} TurnEnded and {} {kind:?} stamps for {turns} turns",
+                e.len(),
+                m.len()
+            ));
+        }
+        for (k, ((turn, got, at), mark)) in e.iter().zip(m).enumerate() {
+            if *got != outcome {
+                return Err(format!(
+                    "chat {chat} turn {turn}: outcome {got}, expected {outcome}"
+                ));
+            }
+            rows.push(TurnRow {
+                chat: *chat,
+                k,
+                stamp: *mark,
+                turn: *turn,
+                ended: *at,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn typing_check(run: &Run) -> TypingCheck {
+    check_typing(&run.events, &run.pushes, &run.log.chat_actions)
+}
+
+fn scenario(value: serde_json::Value) -> Result<Scenario, String> {
+    serde_json::from_value(value).map_err(|e| format!("bench scenario: {e}"))
+}
+
+fn summary_cells(values: &[f64]) -> [String; 3] {
+    Summary::of(values).map_or_else(|| ["–".into(), "–".into(), "–".into()], |s| s.ms3())
+}
+
+fn human_ms(ms: u64) -> String {
+    if ms >= 1_000 && ms.is_multiple_of(1_000) {
+        format!("{} s", ms / 1_000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// 1. Typing stop.
+
+#[derive(Debug, Clone, Copy)]
+struct TypingLevel {
+    chats: usize,
+    turns: usize,
+    think_ms: u64,
+    typing_ms: u64,
+    spread_ms: u64,
+}
+
+fn typing(args: &Args) -> Result<Outcome, String> {
+    let levels: &[TypingLevel] = if args.quick {
+        &[
+            TypingLevel {
+                chats: 1,
+                turns: 100,
+                think_ms: 10,
+                typing_ms: 4,
+                spread_ms: 0,
+            },
+            TypingLevel {
+                chats: 100,
+                turns: 3,
+                think_ms: 50,
+                typing_ms: 20,
+                spread_ms: 50,
+            },
+            TypingLevel {
+                chats: 1_000,
+                turns: 1,
+                think_ms: 1_000,
+                typing_ms: 400,
+                spread_ms: 500,
+            },
+        ]
+    } else {
+        &[
+            TypingLevel {
+                chats: 1,
+                turns: 1_000,
+                think_ms: 10,
+                typing_ms: 4,
+                spread_ms: 0,
+            },
+            TypingLevel {
+                chats: 100,
+                turns: 10,
+                think_ms: 50,
+                typing_ms: 20,
+                spread_ms: 50,
+            },
+            TypingLevel {
+                chats: 10_000,
+                turns: 1,
+                think_ms: 2_000,
+                typing_ms: 800,
+                spread_ms: 1_000,
+            },
+            TypingLevel {
+                chats: 10_000,
+                turns: 1,
+                think_ms: 10_000,
+                typing_ms: 4_000,
+                spread_ms: 8_000,
+            },
+        ]
+    };
+    let mut rows = Vec::new();
+    let mut checks = Vec::new();
+    let mut broken = Vec::new();
+    for level in levels.iter().copied() {
+        eprintln!(
+            "typing: {} chat(s) × {} turn(s), think {} ms, typing every {} ms",
+            level.chats, level.turns, level.think_ms, level.typing_ms
+        );
+        let scenario = scenario(json!({"default": {"steps": [
+            {"do": "wait", "ms": level.think_ms},
+            {"do": "tools", "calls": [
+                {"name": "mcp__telegram-tools__send", "input": {"text": "echo: {text}"}},
+                {"name": "mcp__telegram-tools__end_turn", "input": {}},
+            ]},
+        ]}}))?;
+        let plan = Plan {
+            chats: level.chats,
+            turns: level.turns,
+            spread: Duration::from_millis(level.spread_ms),
+            settle: Duration::from_millis(level.typing_ms + 200),
+            deadline: Duration::from_secs(120)
+                + Duration::from_millis(level.think_ms * 4 * level.turns as u64),
+        };
+        let env = vec![(
+            "TURNSTILE_TURN_TYPING_INTERVAL",
+            format!("{}ms", level.typing_ms),
+        )];
+        let run = in_system(move || drive(scenario, env, plan))?;
+        if run.lagged > 0 {
+            broken.push(format!(
+                "{} chats: the collector lost {} events",
+                level.chats, run.lagged
+            ));
+        }
+        let table_rows = turn_table(
+            &run,
+            level.turns,
+            MarkKind::TerminatorResolved,
+            "terminated",
+        )?;
+        let stopped = typing_stopped(&run);
+        let mut arrivals: HashMap<i64, Vec<Instant>> = HashMap::new();
+        for (chat, at) in &run.log.chat_actions {
+            arrivals.entry(*chat).or_default().push(*at);
+        }
+        for v in arrivals.values_mut() {
+            v.sort();
+        }
+        let (mut to_stop, mut end_to_stop, mut to_end, mut to_last) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for row in &table_rows {
+            let TurnRow {
+                chat,
+                k,
+                stamp: resolved,
+                turn,
+                ended,
+            } = row;
+            let Some(stop) = stopped.get(turn) else {
+                return Err(format!("chat {chat} turn {turn}: no TypingStopped"));
+            };
+            to_stop.push(ms_between(*resolved, *stop));
+            end_to_stop.push(ms_between(*ended, *stop));
+            to_end.push(ms_between(*resolved, *ended));
+            let pushes = &run.pushes[chat];
+            let from = pushes[*k];
+            let until = pushes.get(k + 1).copied();
+            let last = arrivals.get(chat).and_then(|a| {
+                a.iter()
+                    .rev()
+                    .find(|at| **at >= from && until.is_none_or(|u| **at < u))
+            });
+            if let Some(last) = last {
+                to_last.push(ms_between(*resolved, *last));
+            }
+        }
+        let check = typing_check(&run);
+        if check.dispatched_after_end > 0 {
+            broken.push(format!(
+                "{} chats: {} sendChatAction dispatched after TurnEnded",
+                level.chats, check.dispatched_after_end
+            ));
+        }
+        let turns = table_rows.len();
+        let who = format!("{} × {}", thousands(level.chats), thousands(level.turns));
+        let setup = if level.spread_ms > 0 {
+            format!(
+                "{} / {}; arrivals over {}",
+                human_ms(level.think_ms),
+                human_ms(level.typing_ms),
+                human_ms(level.spread_ms)
+            )
+        } else {
+            format!(
+                "{} / {}",
+                human_ms(level.think_ms),
+                human_ms(level.typing_ms)
+            )
+        };
+        let p99_ok = Summary::of(&to_stop).is_some_and(|s| s.p99 < 1.0);
+        let [a, b, c] = summary_cells(&to_stop);
+        rows.push(vec![
+            who.clone(),
+            setup.clone(),
+            "**batch resolved → typing actor stopped**".into(),
+            a,
+            b,
+            c,
+            format!("p99 < 1 ms: {}", verdict(p99_ok)),
+        ]);
+        let [a, b, c] = summary_cells(&to_end);
+        rows.push(vec![
+            who.clone(),
+            setup.clone(),
+            "batch resolved → TurnEnded".into(),
+            a,
+            b,
+            c,
+            String::new(),
+        ]);
+        let [a, b, c] = summary_cells(&end_to_stop);
+        rows.push(vec![
+            who.clone(),
+            setup.clone(),
+            "TurnEnded → typing actor stopped".into(),
+            a,
+            b,
+            c,
+            String::new(),
+        ]);
+        let [a, b, c] = summary_cells(&to_last);
+        rows.push(vec![
+            who.clone(),
+            setup,
+            "batch resolved → last sendChatAction received by the fake (negative: before)".into(),
+            a,
+            b,
+            c,
+            String::new(),
+        ]);
+        checks.push(vec![
+            who,
+            thousands(turns),
+            format!("{:.1} s", run.wall.as_secs_f64()),
+            format!(
+                "{} ({} before the typing actor stopped)",
+                check.dispatched_after_end, check.dispatched_before_stop
+            ),
+            check.landed_after_end.to_string(),
+            verdict(check.dispatched_after_end == 0).to_string(),
+        ]);
+    }
+    let mut fragment = String::new();
+    let _ = writeln!(fragment, "### 1. Typing stop\n");
+    let _ = writeln!(
+        fragment,
+        "Scripted backend. Each chat runs its turns one after another (its next message is queued once \
+         the previous turn ended and its typing stopped); a turn thinks, then calls `send` and `end_turn` \
+         in one batch, while typing renews at the interval shown. Each chat's first message is queued at a \
+         seeded random moment within the arrival window shown: with 10,000 chats arriving over 1 s the bot \
+         gets more turns per second than it can serve (benchmark 3 measures its throughput), over 8 s it \
+         does not, and in both all 10,000 turns are in flight together. \"Batch resolved\" is stamped as \
+         the batch's PostToolBatch event leaves the agent (`benches/support/timed.rs`); TurnEnded and \
+         \"typing actor stopped\" are the bot's own event timestamps; \"received\" is the arrival at the \
+         fake Telegram (HTTP on 127.0.0.1, served from its own thread). Every turn is counted \
+         (nearest-rank percentiles). {}.\n",
+        support::build_profile()
+    );
+    fragment.push_str(&table(
+        &[
+            "chats × turns each",
+            "think / typing interval; arrivals",
+            "measure",
+            "p50",
+            "p99",
+            "max",
+            "target",
+        ],
+        &rows,
+    ));
+    let _ = writeln!(
+        fragment,
+        "\nNo `sendChatAction` after TurnEnded: for each turn, the requests the outbox dispatched (its own \
+         event, taken as the request leaves) and those the fake received between TurnEnded and the chat's \
+         next message. A received one was already on the wire when the turn ended.\n"
+    );
+    fragment.push_str(&table(
+        &[
+            "chats × turns each",
+            "turns",
+            "wall time",
+            "dispatched after TurnEnded",
+            "received after TurnEnded",
+            "none dispatched",
+        ],
+        &checks,
+    ));
+    fragment.push('\n');
+    Ok(Outcome { fragment, broken })
+}
+
+// ---------------------------------------------------------------------------
+// 2. Wedge release.
+
+#[derive(Debug, Clone, Copy)]
+struct WedgeLevel {
+    chats: usize,
+    wedges: usize,
+    grace_ms: u64,
+    spread_ms: u64,
+}
+
+fn wedge(args: &Args) -> Result<Outcome, String> {
+    let levels: &[WedgeLevel] = if args.quick {
+        &[
+            WedgeLevel {
+                chats: 1,
+                wedges: 50,
+                grace_ms: 20,
+                spread_ms: 0,
+            },
+            WedgeLevel {
+                chats: 1_000,
+                wedges: 1,
+                grace_ms: 500,
+                spread_ms: 100,
+            },
+        ]
+    } else {
+        &[
+            WedgeLevel {
+                chats: 1,
+                wedges: 1_000,
+                grace_ms: 20,
+                spread_ms: 0,
+            },
+            WedgeLevel {
+                chats: 1_000,
+                wedges: 1,
+                grace_ms: 500,
+                spread_ms: 100,
+            },
+        ]
+    };
+    let mut rows = Vec::new();
+    let mut broken = Vec::new();
+    for level in levels.iter().copied() {
+        eprintln!(
+            "wedge: {} chat(s) × {} wedge(s), grace {} ms",
+            level.chats, level.wedges, level.grace_ms
+        );
+        let scenario = scenario(json!({"default": {
+            "steps": [{"do": "result", "text": "answered, then wedged"}],
+            "after_result": "hang",
+        }}))?;
+        let plan = Plan {
+            chats: level.chats,
+            turns: level.wedges,
+            spread: Duration::from_millis(level.spread_ms),
+            settle: Duration::from_millis(100),
+            deadline: Duration::from_secs(120)
+                + Duration::from_millis(level.grace_ms * 4 * level.wedges as u64),
+        };
+        let env = vec![
+            (
+                "TURNSTILE_TURN_POST_RESULT_GRACE",
+                format!("{}ms", level.grace_ms),
+            ),
+            ("TURNSTILE_TURN_TYPING_INTERVAL", "1s".to_string()),
+        ];
+        let run = in_system(move || drive(scenario, env, plan))?;
+        if run.lagged > 0 {
+            broken.push(format!(
+                "{} chats: the collector lost {} events",
+                level.chats, run.lagged
+            ));
+        }
+        let table_rows = turn_table(
+            &run,
+            level.wedges,
+            MarkKind::Result,
+            "force_closed_after_result",
+        )?;
+        let grace = level.grace_ms as f64;
+        let over: Vec<f64> = table_rows
+            .iter()
+            .map(|row| ms_between(row.stamp, row.ended) - grace)
+            .collect();
+        let killed = run
+            .events
+            .iter()
+            .filter(|e| matches!(e, Ev::Killed { .. }))
+            .count();
+        if killed != table_rows.len() {
+            broken.push(format!(
+                "{} chats: {killed} sessions killed for {} wedges",
+                level.chats,
+                table_rows.len()
+            ));
+        }
+        let check = typing_check(&run);
+        if check.dispatched_after_end > 0 {
+            broken.push(format!(
+                "{} chats: {} sendChatAction dispatched after TurnEnded",
+                level.chats, check.dispatched_after_end
+            ));
+        }
+        let ok = Summary::of(&over).is_some_and(|s| s.p99 < 50.0);
+        let [a, b, c] = summary_cells(&over);
+        rows.push(vec![
+            thousands(level.chats),
+            thousands(table_rows.len()),
+            format!("{} ms", level.grace_ms),
+            a,
+            b,
+            c,
+            format!("p99 < 50 ms: {}", verdict(ok)),
+            format!(
+                "{killed} killed; {} sendChatAction after TurnEnded",
+                check.dispatched_after_end
+            ),
+        ]);
+    }
+    let mut fragment = String::new();
+    let _ = writeln!(fragment, "### 2. Wedge release\n");
+    let _ = writeln!(
+        fragment,
+        "Scripted backend; every turn answers with a `result`, then hangs (deaf to everything but a kill). \
+         Measured: from the `result` leaving the agent to the chat's release (TurnEnded with \
+         `force_closed_after_result`), minus the configured `turn.post_result_grace`. One chat runs its \
+         wedges one after another; 1,000 chats each wedge once, arriving within 100 ms, so all are \
+         wedged at the same time. Every wedge is counted (nearest-rank). {}.\n",
+        support::build_profile()
+    );
+    fragment.push_str(&table(
+        &[
+            "concurrent chats",
+            "wedges",
+            "grace",
+            "p50 past the grace",
+            "p99",
+            "max",
+            "target",
+            "checks",
+        ],
+        &rows,
+    ));
+    fragment.push('\n');
+    Ok(Outcome { fragment, broken })
+}
+
+// ---------------------------------------------------------------------------
+// 3. Scale.
+
+/// Process figures at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    rss: u64,
+    heap: i64,
+    fds: usize,
+    supervisors: i64,
+}
+
+fn snapshot(bot: &Turnstile) -> Snapshot {
+    Snapshot {
+        rss: support::rss_bytes(),
+        heap: support::alloc::live(),
+        fds: support::open_fds(),
+        supervisors: bot.gauges.supervisors.load(Ordering::SeqCst),
+    }
+}
+
+/// One round: one message to each chat of `chats`, all pushed at once.
+/// Returns (wall time until every turn actor stopped, peak live turn actors).
+async fn round(
+    tg: &FakeTelegram,
+    bot: &Turnstile,
+    chats: std::ops::RangeInclusive<i64>,
+) -> Result<(Duration, i64), String> {
+    let before = tg.counts();
+    let count = (chats.end() - chats.start() + 1) as u64;
+    let started = tg.push_many(chats.map(|chat| (chat, USER, "hello".to_string())));
+    let deadline = started + Duration::from_secs(300);
+    let mut peak = 0;
+    loop {
+        let counts = tg.counts();
+        let live = bot.gauges.turns.load(Ordering::SeqCst);
+        peak = peak.max(live);
+        if counts.messages >= before.messages + count && live == 0 {
+            let took = started.elapsed();
+            if counts.notices > before.notices || counts.errors > before.errors {
+                return Err(format!(
+                    "{} notices and {} errors in a round of {count} turns",
+                    counts.notices - before.notices,
+                    counts.errors - before.errors
+                ));
+            }
+            if counts.messages != before.messages + count {
+                return Err(format!(
+                    "{} messages for {count} turns",
+                    counts.messages - before.messages
+                ));
+            }
+            return Ok((took, peak));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "round timed out: {} of {count} replies, {live} turns live",
+                counts.messages - before.messages
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+struct ScaleFigures {
+    chats: usize,
+    keep_warm: &'static str,
+    /// Per round on the same chats: (wall time, peak live turn actors).
+    rounds: Vec<(Duration, i64)>,
+    /// Snapshots at rest: at start, then after each round.
+    rest: Vec<Snapshot>,
+    /// The round of as many new chats, and the snapshot after it.
+    extra_round: (Duration, i64),
+    after_extra: Snapshot,
+}
+
+/// The fake Telegram closes connections idle this long; snapshots are
+/// taken twice that after a round, when no HTTP connection is left, so the
+/// figures at rest hold the bot's state and not the connection pools.
+const IDLE_CLOSE: Duration = Duration::from_millis(500);
+
+async fn scale_run(
+    chats: usize,
+    rounds: usize,
+    keep_warm: &'static str,
+) -> Result<ScaleFigures, String> {
+    let fakes = Fakes::new();
+    let tg = FakeTelegram::start_with(&fakes, false, Some(IDLE_CLOSE)).await;
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let config = support::config(
+        &tg.url(),
+        dir.path(),
+        &[
+            (
+                "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
+                (chats * 2 + 16).to_string(),
+            ),
+            ("TURNSTILE_AGENT_KEEP_WARM", keep_warm.to_string()),
+        ],
+    );
+    let backend = Arc::new(ScriptedBackend::new(Scenario::default()));
+    let bot = Turnstile::start_with_limits(&config, backend, support::generous_limits())
+        .map_err(|e| format!("the bot did not start: {e}"))?;
+    let settle = IDLE_CLOSE * 2;
+    tokio::time::sleep(settle).await;
+    let mut rest = vec![snapshot(&bot)];
+    let n = chats as i64;
+    let mut times = Vec::new();
+    for r in 1..=rounds {
+        let t = round(&tg, &bot, 1..=n).await?;
+        times.push(t);
+        tokio::time::sleep(settle).await;
+        let s = snapshot(&bot);
+        eprintln!(
+            "scale (keep_warm {keep_warm}): round {r} of {rounds}: {chats} turns in {:.2} s; at rest: RSS {}, live heap {}, {} fds",
+            t.0.as_secs_f64(),
+            bytes(s.rss as f64),
+            bytes(s.heap as f64),
+            s.fds
+        );
+        rest.push(s);
+    }
+    let extra_round = round(&tg, &bot, n + 1..=2 * n).await?;
+    tokio::time::sleep(settle).await;
+    let after_extra = snapshot(&bot);
+    eprintln!(
+        "scale (keep_warm {keep_warm}): {chats} more chats: {:.2} s; at rest: RSS {}, live heap {}",
+        extra_round.0.as_secs_f64(),
+        bytes(after_extra.rss as f64),
+        bytes(after_extra.heap as f64),
+    );
+    drop(bot);
+    Ok(ScaleFigures {
+        chats,
+        keep_warm,
+        rounds: times,
+        rest,
+        extra_round,
+        after_extra,
+    })
+}
+
+/// Sizes: (chats, rounds).
+fn scale_sizes(args: &Args) -> (usize, usize) {
+    if args.quick { (1_000, 3) } else { (10_000, 10) }
+}
+
+/// The memory rows every scale run reports.
+fn memory_rows(f: &ScaleFigures) -> (Vec<Vec<String>>, f64, bool) {
+    let n = f.chats as f64;
+    let first = f.rest[1];
+    let last = f.rest[f.rest.len() - 1];
+    let rss_per_chat = (f.after_extra.rss as f64 - last.rss as f64) / n;
+    let heap_per_chat = (f.after_extra.heap - last.heap) as f64 / n;
+    let rss_growth = last.rss as f64 - first.rss as f64;
+    let heap_growth = (last.heap - first.heap) as f64;
+    let turns_first = f.chats;
+    let turns_all = f.chats * f.rounds.len();
+    let rss_ok = rss_growth <= 0.01 * first.rss as f64;
+    let later_turns = (turns_all - turns_first) as f64;
+    let rows = vec![
+        vec![
+            "**RSS per idle chat**".into(),
+            format!(
+                "{} (target < 4 KiB: {})",
+                bytes(rss_per_chat),
+                verdict(rss_per_chat < 4096.0)
+            ),
+            format!(
+                "(RSS after {} more chats each ran one turn − RSS before) / {}, both at rest",
+                thousands(f.chats),
+                thousands(f.chats)
+            ),
+        ],
+        vec![
+            "live heap per idle chat".into(),
+            bytes(heap_per_chat),
+            "the same difference of live heap bytes (counting allocator)".into(),
+        ],
+        vec![
+            format!(
+                "**RSS after {} turns → after {} turns**",
+                thousands(turns_first),
+                thousands(turns_all)
+            ),
+            format!(
+                "{} → {} ({:+.2} %; no growth, 1 % allowed: {})",
+                bytes(first.rss as f64),
+                bytes(last.rss as f64),
+                100.0 * rss_growth / first.rss as f64,
+                verdict(rss_ok)
+            ),
+            "the same chats each round; at rest after the round".into(),
+        ],
+        vec![
+            format!(
+                "live heap after {} turns → after {} turns",
+                thousands(turns_first),
+                thousands(turns_all)
+            ),
+            format!(
+                "{} → {} ({:+.0} bytes per later turn)",
+                bytes(first.heap as f64),
+                bytes(last.heap as f64),
+                heap_growth / later_turns.max(1.0)
+            ),
+            format!(
+                "after each round: {}",
+                f.rest[1..]
+                    .iter()
+                    .map(|s| format!("{:.1}", s.heap as f64 / 1_048_576.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + " MiB"
+            ),
+        ],
+    ];
+    (rows, rss_per_chat, rss_ok)
+}
+
+fn scale(args: &Args) -> Result<Outcome, String> {
+    let (chats, rounds) = scale_sizes(args);
+    let f = in_system(move || scale_run(chats, rounds, "10m"))?;
+    let n = f.chats as f64;
+    let per_sec = |t: &(Duration, i64)| n / t.0.as_secs_f64();
+    let first = per_sec(&f.rounds[0]);
+    let warm: Vec<f64> = f.rounds[1..].iter().map(per_sec).collect();
+    let peak = f.rounds.iter().map(|r| r.1).max().unwrap_or(0);
+    let mut rows = vec![
+        vec![
+            "**turns per second**, first round (every chat new)".into(),
+            format!("{first:.0}/s"),
+            format!(
+                "{} turns in {:.2} s",
+                thousands(f.chats),
+                f.rounds[0].0.as_secs_f64()
+            ),
+        ],
+        vec![
+            format!("turns per second, rounds 2–{} (warm chats)", f.rounds.len()),
+            Summary::of(&warm).map_or("–".into(), |s| {
+                format!("p50 {:.0}/s (min {:.0}, max {:.0})", s.p50, s.min, s.max)
+            }),
+            format!(
+                "{} rounds; ratio of p50 to the first round {}",
+                warm.len(),
+                Summary::of(&warm).map_or("–".into(), |s| ratio(s.p50, first))
+            ),
+        ],
+        vec![
+            "peak live turn actors".into(),
+            peak.to_string(),
+            "sampled every 1 ms; all messages are queued at once, the intake hands them over 100 per `getUpdates`"
+                .into(),
+        ],
+    ];
+    rows.push(vec![
+        format!("turns per second, {} more new chats", thousands(f.chats)),
+        format!("{:.0}/s", per_sec(&f.extra_round)),
+        format!(
+            "after the rounds above; {} chat supervisors alive at rest afterwards",
+            thousands(usize::try_from(f.after_extra.supervisors).unwrap_or(0))
+        ),
+    ]);
+    let (memory, _, _) = memory_rows(&f);
+    rows.extend(memory);
+    rows.push(vec![
+        "RSS at start (no chat yet)".into(),
+        bytes(f.rest[0].rss as f64),
+        "after the bot started and the intake's first long poll".into(),
+    ]);
+    let mut fragment = String::new();
+    let _ = writeln!(fragment, "### 3. Scale\n");
+    let _ = writeln!(
+        fragment,
+        "{} chats through the full actor path with the default `agent.keep_warm` ({}): each round the fake \
+         Telegram (in process, its own thread, HTTP on 127.0.0.1, counters only) queues one message for \
+         every chat at once; the intake long-polls them, each chat's scripted agent answers with `send` and \
+         `end_turn`; a round ends when every reply arrived and no turn actor is alive (polled every 1 ms). \
+         {} rounds on the same chats ({} turns), then one round on as many new chats. Memory is read at \
+         rest, 1 s after a round: RSS from `/proc/self/statm` (this process also holds the fake Telegram), \
+         live heap from a counting global allocator; the fake closes a connection idle for {} ms, so no \
+         HTTP connection is open at rest. An idle chat holds its supervisor and typing actor, its \
+         dispatcher entry and outbox lane (and a warm agent session, for as many chats as \
+         `agent.max_warm` allows). {}.\n",
+        thousands(f.chats),
+        f.keep_warm,
+        f.rounds.len(),
+        thousands(f.chats * f.rounds.len()),
+        IDLE_CLOSE.as_millis(),
+        support::build_profile()
+    );
+    fragment.push_str(&table(&["measure", "value", "how"], &rows));
+    fragment.push('\n');
+    Ok(Outcome {
+        fragment,
+        broken: Vec::new(),
+    })
+}

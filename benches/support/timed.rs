@@ -1,0 +1,101 @@
+//! [`Timed`]: an agent backend that wraps another and stamps, as each event
+//! leaves the agent, the moments the benchmarks start their clocks from: a
+//! tool batch holding a terminator has resolved, and a `result` arrived.
+//!
+//! Each session's events pass through one forwarding task (commands go
+//! straight to the inner session), so the stamp is taken before the turn
+//! actor sees the event and everything after it (delivery to the actor,
+//! deciding the outcome, TurnEnded, the typing actor) is inside the measure.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use turnstile::agent::{
+    AgentBackend, AgentError, AgentEvent, AgentSession, BoxFuture, OpenSession,
+};
+use turnstile::chat::ToolRegistry;
+
+/// What was stamped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkKind {
+    /// A batch holding a terminator resolved (PostToolBatch).
+    TerminatorResolved,
+    /// The agent's `result`.
+    Result,
+}
+
+/// One stamp.
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    /// The session's chat.
+    pub chat: i64,
+    /// What.
+    pub kind: MarkKind,
+    /// When the event left the agent.
+    pub at: Instant,
+}
+
+/// The wrapper.
+pub struct Timed {
+    inner: Arc<dyn AgentBackend>,
+    tools: Arc<ToolRegistry>,
+    marks: Arc<Mutex<Vec<Mark>>>,
+}
+
+impl Timed {
+    /// Wraps `inner`; `terminators` as in `turn.terminator_tools`.
+    pub fn new(inner: Arc<dyn AgentBackend>, terminators: &[String]) -> Self {
+        Self {
+            inner,
+            tools: Arc::new(ToolRegistry::new(terminators)),
+            marks: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Every stamp so far, in order.
+    pub fn marks(&self) -> Vec<Mark> {
+        self.marks.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+impl AgentBackend for Timed {
+    fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
+        let chat = request.chat.0;
+        let opening = self.inner.open(request);
+        let tools = Arc::clone(&self.tools);
+        let marks = Arc::clone(&self.marks);
+        Box::pin(async move {
+            let mut session = opening.await?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let mut from_agent = std::mem::replace(&mut session.events, rx);
+            tokio::spawn(async move {
+                while let Some(event) = from_agent.recv().await {
+                    let kind = match &event {
+                        AgentEvent::BatchResolved(batch)
+                            if tools.terminator_in(&batch.calls).is_some() =>
+                        {
+                            Some(MarkKind::TerminatorResolved)
+                        }
+                        AgentEvent::Result(_) => Some(MarkKind::Result),
+                        _ => None,
+                    };
+                    if let Some(kind) = kind {
+                        let at = Instant::now();
+                        if let Ok(mut m) = marks.lock() {
+                            m.push(Mark { chat, kind, at });
+                        }
+                    }
+                    if tx.send(event).is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(session)
+        })
+    }
+
+    fn closed(&self) -> BoxFuture<()> {
+        self.inner.closed()
+    }
+}
