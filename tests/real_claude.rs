@@ -106,11 +106,10 @@ async fn start(
 
 /// Waits (bounded) until every CLI process has exited and been reaped.
 async fn all_exited(backend: &ClaudeBackend) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while backend.live() > 0 {
-        assert!(Instant::now() < deadline, "the CLI did not exit");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the CLI to exit", Duration::from_secs(30), || {
+        backend.live() == 0
+    })
+    .await;
 }
 
 #[actix_rt::test]

@@ -298,3 +298,17 @@ impl LogCapture {
         String::from_utf8_lossy(&self.lines.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
     }
 }
+
+/// Waits until `done()` holds, checking every 10 ms, for state that sends
+/// no notification (a process count, a file): panics naming `what` after
+/// `timeout`.
+pub async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
