@@ -256,6 +256,12 @@ impl Store {
     fn migrate(&self, path: &Path, target: i64) -> Result<(), StateError> {
         let mut conn = self.lock();
         let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if found < 0 {
+            return Err(StateError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("schema version {found}"),
+            });
+        }
         if found > SCHEMA_VERSION {
             return Err(StateError::Newer {
                 path: path.to_path_buf(),
@@ -571,6 +577,20 @@ mod tests {
             matches!(err, StateError::Open { .. } | StateError::Corrupt { .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_negative_schema_version_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("odd.db");
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", -3)
+            .unwrap();
+        assert!(matches!(
+            Store::open(&path).unwrap_err(),
+            StateError::Corrupt { .. }
+        ));
     }
 
     #[test]
