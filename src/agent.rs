@@ -48,9 +48,6 @@ pub enum AgentError {
     /// The agent could not be started.
     #[error("could not start the agent: {0}")]
     Spawn(String),
-    /// The session is gone (its process exited or its task ended).
-    #[error("the agent session is closed")]
-    Closed,
 }
 
 /// The host's side of one agent session: commands in, events out.
@@ -65,13 +62,6 @@ pub struct AgentSession {
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
     /// A label for logs: which backend and process this is.
     pub label: String,
-}
-
-impl AgentSession {
-    /// Sends a command; a closed session is reported as an error.
-    pub fn command(&self, command: SessionCommand) -> Result<(), AgentError> {
-        self.commands.send(command).map_err(|_| AgentError::Closed)
-    }
 }
 
 /// What the host asks of a session.
@@ -273,11 +263,6 @@ impl<T: Unanswered> Responder<T> {
             Some(tx) => tx.send(T::refused(why)).is_ok(),
             None => false,
         }
-    }
-
-    /// Names the request.
-    pub fn what(&self) -> &str {
-        &self.what
     }
 }
 
