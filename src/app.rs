@@ -10,13 +10,14 @@ use tokio::sync::mpsc;
 
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
-use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, RunningTurns, StopDispatching};
+use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
+use crate::chat::slots::TurnSlots;
 use crate::chat::tools::ToolRegistry;
 use crate::chat::turn::TurnDeps;
 use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
-use crate::state::Store;
+use crate::state::{Inbox, Store};
 use crate::telegram::intake::{Intake, StopIntake};
 use crate::telegram::outbox::{Flush, Outbox, RateLimits, StopOutbox};
 
@@ -101,8 +102,10 @@ pub struct Turnstile {
     pub events: EventBus,
     /// Live actor counts.
     pub gauges: Arc<Gauges>,
-    /// The durable state.
-    pub store: Arc<Store>,
+    /// The durable inbox and the rest of the state, on the store's thread.
+    pub inbox: Inbox,
+    /// The running turns.
+    slots: TurnSlots,
     /// The Telegram client (for the offset confirmation at stop).
     bot: Bot,
     /// `/restart` and other requests for the host process.
@@ -143,6 +146,11 @@ impl Turnstile {
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
         let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
+        let inbox = Inbox::start(store);
+        // Asked of the store thread before the intake writes anything: what
+        // the previous process left unfinished.
+        let recovered = Box::pin(inbox.recover());
+        let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -150,7 +158,7 @@ impl Turnstile {
             config: Arc::new(config.turn.clone()),
             events: events.clone(),
             gauges: Arc::clone(&gauges),
-            store: Arc::clone(&store),
+            inbox: inbox.clone(),
             shutdown: shutdown.clone(),
             retry_interrupted: config.dispatcher.on_interrupted == "retry",
         };
@@ -161,16 +169,17 @@ impl Turnstile {
             config.dispatcher.clone(),
             (config.agent.keep_warm, config.agent.max_warm),
             host_tx,
+            slots.clone(),
         )
         .start();
         // Before any new update: what the previous process left unfinished.
-        dispatcher.do_send(Recover);
+        dispatcher.do_send(Recover(recovered));
         let intake = Intake::new(
             bot.clone(),
             config.telegram.poll_timeout,
             dispatcher.clone().recipient(),
             shutdown.clone(),
-            Arc::clone(&store),
+            inbox.clone(),
         )
         .start();
         tracing::info!(
@@ -186,7 +195,8 @@ impl Turnstile {
             outbox,
             events,
             gauges,
-            store,
+            inbox,
+            slots,
             bot,
             host_requests: tokio::sync::Mutex::new(host_rx),
             shutdown,
@@ -213,37 +223,31 @@ impl Turnstile {
         let deadline = start
             .checked_add(self.drain_timeout)
             .unwrap_or(start + Duration::from_secs(86_400 * 365));
-        let mut running = self
+        let running = self
             .dispatcher
             .send(StopDispatching { end_running: false })
             .await
             .unwrap_or(0);
-        let mut events = self.events.subscribe();
-        while running > 0 && Instant::now() < deadline {
-            tracing::info!(running, "waiting for {running} in-flight turns");
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_secs(1));
-            let _ = tokio::time::timeout(wait, events.recv()).await;
-            running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
-        }
-        let cut = running;
-        self.shutdown.begin_closing();
         if running > 0 {
+            tracing::info!(running, "waiting for {running} in-flight turns");
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(wait, self.slots.all_free()).await;
+        let cut = self.slots.running();
+        self.shutdown.begin_closing();
+        if cut > 0 {
             tracing::warn!(
-                running,
+                running = cut,
                 "drain timeout passed; ending the turns still running"
             );
             let _ = self
                 .dispatcher
                 .send(StopDispatching { end_running: true })
                 .await;
-            let until = Instant::now() + Duration::from_secs(5);
-            while running > 0 && Instant::now() < until {
-                let _ = tokio::time::timeout(Duration::from_millis(200), events.recv()).await;
-                running = self.dispatcher.send(RunningTurns).await.unwrap_or(0);
-            }
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.slots.all_free()).await;
         }
+        // Every store write asked so far lands before the offset is final.
+        self.inbox.flushed().await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
         let _ = self.outbox.send(StopOutbox).await;
         self.backend.closed().await;
@@ -257,8 +261,7 @@ impl Turnstile {
         use teloxide::payloads::GetUpdatesSetters;
         use teloxide::prelude::Requester;
         use teloxide::requests::Request;
-        let Some(offset) = crate::state::log_failure(self.store.offset(), "reading the offset")
-        else {
+        let Some(offset) = self.inbox.offset().await else {
             return;
         };
         let request = self

@@ -4,10 +4,11 @@
 
 use std::time::Instant;
 
-use teloxide::types::ChatId;
+use teloxide::types::{ChatId, UserId};
 use tokio::sync::broadcast;
 
 use crate::chat::outcome::TurnOutcome;
+use crate::ids::TurnId;
 
 /// One thing that happened.
 #[derive(Debug, Clone)]
@@ -17,7 +18,7 @@ pub enum BotEvent {
         /// The chat.
         chat: ChatId,
         /// The turn, numbered per process.
-        turn: u64,
+        turn: TurnId,
         /// When.
         at: Instant,
     },
@@ -26,7 +27,7 @@ pub enum BotEvent {
         /// The chat.
         chat: ChatId,
         /// The turn.
-        turn: u64,
+        turn: TurnId,
         /// How it ended.
         outcome: TurnOutcome,
         /// The agent's session id, when it reported one.
@@ -39,7 +40,7 @@ pub enum BotEvent {
         /// The chat.
         chat: ChatId,
         /// The turn whose lease ended.
-        turn: u64,
+        turn: TurnId,
         /// When.
         at: Instant,
     },
@@ -55,14 +56,14 @@ pub enum BotEvent {
         /// The chat.
         chat: ChatId,
         /// The sender.
-        user: u64,
+        user: UserId,
     },
     /// The agent session of a turn was force-closed.
     SessionKilled {
         /// The chat.
         chat: ChatId,
         /// The turn.
-        turn: u64,
+        turn: TurnId,
     },
 }
 

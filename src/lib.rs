@@ -32,6 +32,7 @@ pub mod app;
 pub mod chat;
 pub mod config;
 pub mod events;
+pub mod ids;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;

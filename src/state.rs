@@ -3,15 +3,18 @@
 //! offset. Versioned migrations run at open; a corrupt or unreadable file
 //! is an error, never a silent new database.
 //!
-//! Inbox states: `queued` (accepted, waiting) → `running` (its turn
-//! started) → `replied` (something reached the chat) → `done`; or
-//! `reported` (told interrupted), `dropped` (refused, or cleared by /stop).
+//! [`Store`] is the SQL, synchronous; [`Inbox`] runs it on the store's own
+//! thread and documents the states of a message (`inbox.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+mod inbox;
+
+pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -421,6 +424,12 @@ impl Store {
         Ok(())
     }
 
+    /// Makes every later inbox statement fail (for tests of error paths).
+    #[cfg(test)]
+    pub(crate) fn break_for_tests(&self) {
+        let _ = self.lock().execute_batch("DROP TABLE inbox");
+    }
+
     /// Turn records of a chat, oldest first: (outcome, finished).
     pub fn turns_of(&self, chat_id: i64) -> Result<Vec<(String, bool)>, StateError> {
         let conn = self.lock();
@@ -428,17 +437,6 @@ impl Store {
             conn.prepare("SELECT outcome, finished FROM turns WHERE chat_id = ?1 ORDER BY id")?;
         let rows = stmt.query_map(params![chat_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
-    }
-}
-
-/// Logs a store failure; the host keeps running on what it has in memory.
-pub fn log_failure<T>(result: Result<T, StateError>, what: &str) -> Option<T> {
-    match result {
-        Ok(v) => Some(v),
-        Err(err) => {
-            tracing::error!(cause = %err, "state store: {what} failed");
-            None
-        }
     }
 }
 

@@ -14,7 +14,13 @@ async fn a_user_not_on_the_allowlist_never_reaches_the_agent() {
     h.event("second refusal", {
         let mut n = 0;
         move |e| {
-            if matches!(e, BotEvent::AccessDenied { user: 666, .. }) {
+            if matches!(
+                e,
+                BotEvent::AccessDenied {
+                    user: teloxide::types::UserId(666),
+                    ..
+                }
+            ) {
                 n += 1;
             }
             n == 2

@@ -30,7 +30,7 @@ async fn a_clean_terminator_turn_delivers_once_and_closes_the_process() {
         .expect("the hook was asked");
     assert_eq!(
         hook.1["response"],
-        json!({"continue": false, "stopReason": turnstile::chat::turn::STOP_REASON})
+        json!({"continue": false, "stopReason": turnstile::chat::STOP_REASON})
     );
     let init = cli
         .entries()

@@ -39,7 +39,7 @@ async fn a_redelivered_update_is_not_handled_twice() {
         vec!["echo: next"],
         "the redelivered update was skipped"
     );
-    let counts = h.bot.store.counts().unwrap();
+    let counts = h.bot.inbox.counts().await;
     assert!(
         counts.iter().all(|(state, _)| state == "done"),
         "{counts:?}"

@@ -118,7 +118,7 @@ impl Collector {
     pub fn finish(mut self) -> Collected {
         self.bus.publish(BotEvent::AccessDenied {
             chat: ChatId(SENTINEL),
-            user: 0,
+            user: teloxide::types::UserId(0),
         });
         self.thread
             .take()
@@ -147,8 +147,8 @@ fn drain(
         let ev = match event {
             BotEvent::AccessDenied { chat, .. } if chat.0 == SENTINEL => return out,
             BotEvent::TurnStarted { chat, turn, at } => Ev::Started {
+                turn: turn.get(),
                 chat: chat.0,
-                turn,
                 at,
             },
             BotEvent::TurnEnded {
@@ -159,6 +159,7 @@ fn drain(
                 ..
             } => {
                 let outcome = outcome.label();
+                let turn = turn.get();
                 match stopped.remove(&turn) {
                     Some(typing_stopped) => {
                         let _ = over.send(TurnOver {
@@ -181,6 +182,7 @@ fn drain(
                 }
             }
             BotEvent::TypingStopped { chat, turn, at } => {
+                let turn = turn.get();
                 match ended.remove(&turn) {
                     Some((chat, outcome, ended)) => {
                         let _ = over.send(TurnOver {
@@ -202,7 +204,10 @@ fn drain(
                 }
             }
             BotEvent::ChatActionSent { chat, at } => Ev::ChatAction { chat: chat.0, at },
-            BotEvent::SessionKilled { chat, turn } => Ev::Killed { chat: chat.0, turn },
+            BotEvent::SessionKilled { chat, turn } => Ev::Killed {
+                chat: chat.0,
+                turn: turn.get(),
+            },
             _ => continue,
         };
         out.events.push(ev);

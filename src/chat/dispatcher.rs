@@ -1,25 +1,27 @@
-//! Dispatcher: checks access, handles commands, routes chat messages to each
-//! chat's [`ChatSupervisor`] (starting one on demand, evicting idle ones),
-//! caps concurrent turns, and is the last-resort backstop: a chat holding a
-//! turn past `turn.hard_deadline` is force-released.
+//! Dispatcher: checks access, handles commands, and routes chat messages to
+//! each chat's [`ChatSupervisor`], starting one on demand and retiring one
+//! that reports itself idle. It owns the [`TurnSlots`] that cap concurrent
+//! turns; each chat runs its own hard deadline.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, WrapFuture};
-use teloxide::types::{ChatId, UpdateKind};
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
+use teloxide::types::{ChatId, UpdateKind, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::chat::notices::bounded;
+use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
-    ChatReport, ChatSettings, ChatSupervisor, DescribeChat, Evict, NewSession, StopChat,
+    ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
     StopChatForHost, UserMessage,
 };
 use crate::chat::turn::TurnDeps;
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
-use crate::state::{InboxState, log_failure, now_ms};
+use crate::state::{InboxRow, InboxState, now_ms};
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::SendText;
 
@@ -62,13 +64,10 @@ enum ForChat {
 /// A chat the dispatcher routes to.
 struct ChatEntry {
     /// The chat's supervisor.
-    addr: Addr<ChatSupervisor>,
-    /// The turn holding the chat and since when.
-    turn: Option<(u64, Instant)>,
-    /// Last time a message was routed or a turn finished.
-    last_activity: Instant,
-    /// What arrived for the chat while its eviction was being asked.
-    held: Option<Vec<ForChat>>,
+    addr: actix::Addr<ChatSupervisor>,
+    /// Items routed to it: it is retired only when it reports idle having
+    /// received all of them, so nothing lands in a stopping mailbox.
+    routed: u64,
 }
 
 /// The actor.
@@ -80,13 +79,13 @@ pub struct Dispatcher {
     /// Queueing and concurrency.
     config: DispatcherConfig,
     /// The cap on concurrent turns.
-    permits: Arc<Semaphore>,
+    slots: TurnSlots,
     /// Numbers turns.
     next_turn: Arc<AtomicU64>,
     /// Live chats.
     chats: HashMap<ChatId, ChatEntry>,
     /// When each refused user was last told so.
-    refused: HashMap<u64, Instant>,
+    refused: HashMap<UserId, Instant>,
     /// No new turns once set.
     stopping: bool,
     /// `agent.keep_warm`, handed to each supervisor.
@@ -109,14 +108,14 @@ impl Dispatcher {
         config: DispatcherConfig,
         (keep_warm, max_warm): (Duration, usize),
         host: mpsc::UnboundedSender<HostRequest>,
+        slots: TurnSlots,
     ) -> Self {
-        let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
         let events = deps.events.clone();
         Self {
             deps,
             access,
             config,
-            permits,
+            slots,
             next_turn: Arc::new(AtomicU64::new(0)),
             chats: HashMap::new(),
             refused: HashMap::new(),
@@ -133,20 +132,20 @@ impl Dispatcher {
         self.deps.outbox.do_send(SendText::new(chat, text));
     }
 
-    fn is_admin(&self, user: u64) -> bool {
+    fn is_admin(&self, user: UserId) -> bool {
         self.access
             .admins
             .iter()
-            .any(|&a| a as u64 == user && a >= 0)
+            .any(|&a| a >= 0 && a as u64 == user.0)
     }
 
-    fn is_allowed(&self, user: u64) -> bool {
+    fn is_allowed(&self, user: UserId) -> bool {
         self.is_admin(user)
             || self
                 .access
                 .allowed_users
                 .iter()
-                .any(|&a| a >= 0 && a as u64 == user)
+                .any(|&a| a >= 0 && a as u64 == user.0)
     }
 
     fn supervisor(&mut self, chat: ChatId, ctx: &mut Context<Self>) -> &mut ChatEntry {
@@ -154,17 +153,16 @@ impl Dispatcher {
         let settings = ChatSettings {
             merge_window: self.config.merge_window,
             queue_limit: self.config.queue_limit,
+            idle_eviction: self.config.idle_eviction,
             keep_warm: self.keep_warm,
             warm_slots: Arc::clone(&self.warm_slots),
         };
-        let permits = Arc::clone(&self.permits);
+        let slots = self.slots.clone();
         let next_turn = Arc::clone(&self.next_turn);
         let me = ctx.address().recipient();
         self.chats.entry(chat).or_insert_with(|| ChatEntry {
-            addr: ChatSupervisor::new(chat, deps, settings, me, permits, next_turn).start(),
-            turn: None,
-            last_activity: Instant::now(),
-            held: None,
+            addr: ChatSupervisor::new(chat, deps, settings, me, slots, next_turn).start(),
+            routed: 0,
         })
     }
 
@@ -172,35 +170,34 @@ impl Dispatcher {
         self.deliver(chat, ForChat::Message(msg), ctx);
     }
 
-    /// Hands something to the chat's supervisor, or holds it while the
-    /// supervisor is being asked to stop (so nothing lands in a mailbox that
-    /// is about to be dropped).
+    /// Hands something to the chat's supervisor, counting it.
     fn deliver(&mut self, chat: ChatId, item: ForChat, ctx: &mut Context<Self>) {
         let entry = self.supervisor(chat, ctx);
-        entry.last_activity = Instant::now();
-        match &mut entry.held {
-            Some(held) => held.push(item),
-            None => match item {
-                ForChat::Message(msg) => entry.addr.do_send(msg),
-                ForChat::Stop => entry.addr.do_send(StopChat),
-                ForChat::New => entry.addr.do_send(NewSession),
-            },
+        entry.routed += 1;
+        match item {
+            ForChat::Message(msg) => entry.addr.do_send(msg),
+            ForChat::Stop => entry.addr.do_send(StopChat),
+            ForChat::New => entry.addr.do_send(NewSession),
         }
     }
 
-    fn refuse(&mut self, chat: ChatId, user: u64) {
+    fn refuse(&mut self, chat: ChatId, user: UserId) {
         tracing::warn!(
-            user_id = user,
+            user_id = user.0,
             chat_id = chat.0,
             "message from a user not on the allowlist refused"
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
         let now = Instant::now();
+        let cooldown = self.access.refusal_cooldown;
         let due = self
             .refused
             .get(&user)
-            .is_none_or(|at| now.duration_since(*at) >= self.access.refusal_cooldown);
+            .is_none_or(|at| now.duration_since(*at) >= cooldown);
         if due {
+            // Entries past the cooldown say nothing any more.
+            self.refused
+                .retain(|_, at| now.duration_since(*at) < cooldown);
             self.refused.insert(user, now);
             self.say(
                 chat,
@@ -212,7 +209,7 @@ impl Dispatcher {
     fn command(
         &mut self,
         chat: ChatId,
-        user: u64,
+        user: UserId,
         word: &str,
         date: i64,
         ctx: &mut Context<Self>,
@@ -236,11 +233,11 @@ impl Dispatcher {
 
     /// `/restart` from an admin: ignored when older than this process,
     /// otherwise told and handed to the host, which drains and re-executes.
-    fn restart(&mut self, chat: ChatId, user: u64, date: i64) {
+    fn restart(&mut self, chat: ChatId, user: UserId, date: i64) {
         if date < self.started_at {
             tracing::warn!(
                 chat_id = chat.0,
-                user_id = user,
+                user_id = user.0,
                 date,
                 started_at = self.started_at,
                 "/restart older than this process ignored"
@@ -251,10 +248,10 @@ impl Dispatcher {
             self.say(chat, "Already stopping.");
             return;
         }
-        let running = self.chats.values().filter(|e| e.turn.is_some()).count();
+        let running = self.slots.running();
         tracing::warn!(
             chat_id = chat.0,
-            user_id = user,
+            user_id = user.0,
             running,
             "/restart requested"
         );
@@ -268,12 +265,11 @@ impl Dispatcher {
     }
 
     fn status(&mut self, chat: ChatId, ctx: &mut Context<Self>) {
-        let running = self.chats.values().filter(|e| e.turn.is_some()).count();
         let header = format!(
             "{} chat(s), {} turn(s) running, {} permit(s) free",
             self.chats.len(),
-            running,
-            self.permits.available_permits()
+            self.slots.running(),
+            self.slots.free()
         );
         let asks: Vec<_> = self
             .chats
@@ -294,74 +290,10 @@ impl Dispatcher {
             .into_actor(self),
         );
     }
-
-    fn backstop(&mut self, _ctx: &mut Context<Self>) {
-        let deadline = self.deps.config.hard_deadline;
-        for (chat, entry) in &mut self.chats {
-            if let Some((turn, since)) = entry.turn
-                && since.elapsed() >= deadline
-            {
-                tracing::error!(
-                    chat_id = chat.0,
-                    turn,
-                    "backstop: chat held past turn.hard_deadline"
-                );
-                entry.turn = None;
-                entry
-                    .addr
-                    .do_send(crate::chat::supervisor::ForceRelease { turn });
-            }
-        }
-    }
-
-    fn evict_idle(&mut self, ctx: &mut Context<Self>) {
-        let cooldown = self.access.refusal_cooldown;
-        self.refused.retain(|_, at| at.elapsed() < cooldown);
-        let idle_for = self.config.idle_eviction;
-        let candidates: Vec<ChatId> = self
-            .chats
-            .iter()
-            .filter(|(_, e)| {
-                e.turn.is_none() && e.held.is_none() && e.last_activity.elapsed() >= idle_for
-            })
-            .map(|(chat, _)| *chat)
-            .collect();
-        for chat in candidates {
-            let Some(entry) = self.chats.get_mut(&chat) else {
-                continue;
-            };
-            entry.held = Some(Vec::new());
-            let ask = entry.addr.send(Evict);
-            ctx.spawn(ask.into_actor(self).map(move |answer, act, ctx| {
-                let Some(entry) = act.chats.get_mut(&chat) else {
-                    return;
-                };
-                let held = entry.held.take().unwrap_or_default();
-                if answer.unwrap_or(true) {
-                    tracing::debug!(chat_id = chat.0, "idle chat evicted");
-                    act.chats.remove(&chat);
-                } else {
-                    entry.last_activity = Instant::now();
-                }
-                for item in held {
-                    act.deliver(chat, item, ctx);
-                }
-            }));
-        }
-    }
 }
 
 impl Actor for Dispatcher {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        let backstop_every = (self.deps.config.hard_deadline / 4)
-            .clamp(Duration::from_millis(10), Duration::from_secs(1));
-        ctx.run_interval(backstop_every, Self::backstop);
-        let evict_every = (self.config.idle_eviction / 2)
-            .clamp(Duration::from_millis(10), Duration::from_secs(30));
-        ctx.run_interval(evict_every, Self::evict_idle);
-    }
 }
 
 impl Handler<UpdateReceived> for Dispatcher {
@@ -382,11 +314,12 @@ impl Handler<UpdateReceived> for Dispatcher {
             }
         };
         let chat = message.chat.id;
-        let store = std::sync::Arc::clone(&self.deps.store);
-        let done = move |state: InboxState| {
-            log_failure(store.mark(&[update_id], state), "marking a message")
+        let inbox = self.deps.inbox.clone();
+        let done = move |state: InboxState| match state {
+            InboxState::Dropped => inbox.dropped(vec![update_id]),
+            _ => inbox.handled(update_id),
         };
-        let Some(user) = message.from.as_ref().map(|u| u.id.0) else {
+        let Some(user) = message.from.as_ref().map(|u| u.id) else {
             tracing::debug!(
                 update_id,
                 chat_id = chat.0,
@@ -452,18 +385,27 @@ impl Handler<UpdateReceived> for Dispatcher {
     }
 }
 
-/// Sent once at start: picks up the inbox rows a previous process left.
-#[derive(Message, Debug)]
+/// Sent once at start, before any update: the inbox rows a previous
+/// process left (read on the store thread before the intake wrote anything).
+#[derive(Message)]
 #[rtype(result = "()")]
-pub struct Recover;
+pub struct Recover(pub std::pin::Pin<Box<dyn std::future::Future<Output = Vec<InboxRow>> + Send>>);
 
 impl Handler<Recover> for Dispatcher {
     type Result = ();
 
-    fn handle(&mut self, _msg: Recover, ctx: &mut Self::Context) {
-        let Some(rows) = log_failure(self.deps.store.unfinished(), "reading the inbox") else {
-            return;
-        };
+    fn handle(&mut self, Recover(rows): Recover, ctx: &mut Self::Context) {
+        // Nothing else is handled until the rows are routed, so a new message
+        // never overtakes a recovered one.
+        ctx.wait(
+            rows.into_actor(self)
+                .map(|rows, act, ctx| act.recover(rows, ctx)),
+        );
+    }
+}
+
+impl Dispatcher {
+    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
         let (mut requeued, mut retried, mut reported) = (0, 0, 0);
         for row in rows {
             let m = row.message;
@@ -492,7 +434,7 @@ impl Handler<Recover> for Dispatcher {
                 continue;
             }
             reported += 1;
-            let excerpt = crate::chat::turn::bounded(&m.text, 80);
+            let excerpt = bounded(&m.text, 80);
             let text = if row.state == InboxState::Replied {
                 format!(
                     "⚠️ turnstile restarted while answering “{excerpt}”; the answer above may be incomplete. Send it again if you need more."
@@ -503,10 +445,7 @@ impl Handler<Recover> for Dispatcher {
                 )
             };
             self.say(chat, text);
-            log_failure(
-                self.deps.store.mark(&[m.update_id], InboxState::Reported),
-                "marking a message reported",
-            );
+            self.deps.inbox.reported(m.update_id);
         }
         if requeued + retried + reported > 0 {
             tracing::info!(
@@ -524,18 +463,17 @@ impl Handler<ChatReport> for Dispatcher {
 
     fn handle(&mut self, report: ChatReport, _ctx: &mut Self::Context) {
         match report {
-            ChatReport::TurnStarted { chat, turn, at } => {
-                if let Some(entry) = self.chats.get_mut(&chat) {
-                    entry.turn = Some((turn, at));
-                    entry.last_activity = Instant::now();
+            ChatReport::Idle { chat, received } => {
+                let Some(entry) = self.chats.get(&chat) else {
+                    return;
+                };
+                if entry.routed != received {
+                    // Something is on its way to it: it is not idle.
+                    return;
                 }
-            }
-            ChatReport::TurnFinished { chat, turn } => {
-                if let Some(entry) = self.chats.get_mut(&chat) {
-                    if entry.turn.is_some_and(|(t, _)| t == turn) {
-                        entry.turn = None;
-                    }
-                    entry.last_activity = Instant::now();
+                if let Some(entry) = self.chats.remove(&chat) {
+                    tracing::debug!(chat_id = chat.0, "idle chat evicted");
+                    entry.addr.do_send(RetireChat);
                 }
             }
         }
@@ -547,13 +485,13 @@ impl Handler<StopDispatching> for Dispatcher {
 
     fn handle(&mut self, msg: StopDispatching, _ctx: &mut Self::Context) -> usize {
         self.stopping = true;
-        self.permits.close();
+        self.slots.close();
         for entry in self.chats.values() {
             entry.addr.do_send(StopChatForHost {
                 end_running: msg.end_running,
             });
         }
-        self.chats.values().filter(|e| e.turn.is_some()).count()
+        self.slots.running()
     }
 }
 
@@ -561,6 +499,6 @@ impl Handler<RunningTurns> for Dispatcher {
     type Result = usize;
 
     fn handle(&mut self, _msg: RunningTurns, _ctx: &mut Self::Context) -> usize {
-        self.chats.values().filter(|e| e.turn.is_some()).count()
+        self.slots.running()
     }
 }

@@ -1,12 +1,20 @@
 //! ChatSupervisor: one per chat. Owns the chat's FIFO of pending messages
 //! (a burst inside `dispatcher.merge_window` becomes one turn), starts a
-//! [`TurnActor`] per turn once a concurrency permit is free, owns the chat's
+//! [`TurnActor`] per turn once a concurrency slot is free, owns the chat's
 //! [`TypingActor`], and starts the next turn only after the current one has
 //! ended and its session has settled or gone.
+//!
+//! It is also the chat's backstop: each turn runs under a hard-deadline
+//! timer (`turn.hard_deadline`), armed when the turn starts and cancelled at
+//! TurnEnded, that releases the chat whatever its actors do. When the chat
+//! has been idle for `dispatcher.idle_eviction` it tells the dispatcher,
+//! which retires it.
+
+mod state;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::{
@@ -16,15 +24,19 @@ use actix::{
 use teloxide::types::{ChatId, MessageId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
+use crate::chat::notices::FORCE_RELEASED;
 use crate::chat::outcome::TurnOutcome;
+use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{
-    AbortTurn, InterruptTurn, SessionReleased, SessionSource, StopForHost, TurnActor, TurnDeps,
-    TurnEnded, TurnSpec,
+    AbortTurn, InterruptTurn, SessionReleased, StopForHost, TurnActor, TurnDeps, TurnEnded,
+    TurnSpec,
 };
-use crate::chat::typing::{RetireTyping, StartTyping, TypingActor};
+use crate::chat::typing::{RetireTyping, StartTyping, TypingActor, TypingLease};
 use crate::events::BotEvent;
-use crate::state::{InboxState, TurnRecord, log_failure, now_ms};
+use crate::ids::TurnId;
+use crate::state::{Disposition, TurnRecord, now_ms};
 use crate::telegram::outbox::SendText;
 
 /// A user's message for the chat's agent.
@@ -51,18 +63,10 @@ pub struct StopChat;
 #[rtype(result = "()")]
 pub struct NewSession;
 
-/// The backstop: release the chat from `turn` now, whatever its actors say.
+/// The dispatcher retires an idle chat (after [`ChatReport::Idle`]).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct ForceRelease {
-    /// The turn past its hard deadline.
-    pub turn: u64,
-}
-
-/// Asks an idle supervisor to stop; answers whether it did.
-#[derive(Message, Debug)]
-#[rtype(result = "bool")]
-pub struct Evict;
+pub struct RetireChat;
 
 /// The host is stopping: take no new turns; with `end_running`, also end
 /// the running one (`HostStopping`).
@@ -82,21 +86,14 @@ pub struct DescribeChat;
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub enum ChatReport {
-    /// A turn took the chat.
-    TurnStarted {
+    /// The chat has been idle for `dispatcher.idle_eviction` and may be
+    /// retired, provided nothing was routed to it after the `received`-th
+    /// item.
+    Idle {
         /// The chat.
         chat: ChatId,
-        /// The turn.
-        turn: u64,
-        /// When.
-        at: Instant,
-    },
-    /// The chat's turn ended; the chat is released.
-    TurnFinished {
-        /// The chat.
-        chat: ChatId,
-        /// The turn.
-        turn: u64,
+        /// How many items (messages and commands) it had received.
+        received: u64,
     },
 }
 
@@ -111,24 +108,31 @@ struct Pending {
 
 /// The turn holding the chat.
 struct Running {
-    turn: u64,
+    turn: TurnId,
     update_ids: Vec<i64>,
-    /// Cleared by the backstop at once, like the turn actor does at its end.
-    typing_lease: Arc<AtomicBool>,
+    /// Ended by the hard deadline at once, like the turn actor does at its end.
+    typing: TypingLease,
     addr: Addr<TurnActor>,
     started: Instant,
-    /// Released (dropped) when the turn ends.
-    _permit: OwnedSemaphorePermit,
+    /// The hard-deadline timer, cancelled at TurnEnded.
+    deadline: SpawnHandle,
+    /// Given back (dropped) when the turn ends.
+    _slot: TurnSlot,
 }
 
-/// Why no turn is starting right now.
-enum Gate {
-    /// Free to start.
-    Open,
-    /// Waiting for the merge window of the front message to close.
-    Merging(SpawnHandle),
-    /// Waiting for a concurrency permit.
-    Acquiring,
+impl HoldsTurn for Running {
+    fn turn(&self) -> TurnId {
+        self.turn
+    }
+}
+
+/// A settled session kept for the chat's next turn.
+struct Warm {
+    session: AgentSession,
+    /// One of `agent.max_warm`.
+    _slot: OwnedSemaphorePermit,
+    /// `agent.keep_warm`: closes the session when it fires.
+    timer: SpawnHandle,
 }
 
 /// Settings a supervisor needs from `[dispatcher]` and `[turn]`.
@@ -138,6 +142,8 @@ pub struct ChatSettings {
     pub merge_window: Duration,
     /// `dispatcher.queue_limit`.
     pub queue_limit: usize,
+    /// `dispatcher.idle_eviction`.
+    pub idle_eviction: Duration,
     /// `agent.keep_warm`.
     pub keep_warm: Duration,
     /// `agent.max_warm` slots shared by all chats.
@@ -155,31 +161,25 @@ pub struct ChatSupervisor {
     /// Where reports go.
     dispatcher: Recipient<ChatReport>,
     /// The global cap on concurrent turns.
-    permits: Arc<Semaphore>,
+    slots: TurnSlots,
     /// Numbers turns across the process.
     next_turn: Arc<AtomicU64>,
+    /// Where the chat is.
+    state: ChatState<Running>,
     /// Messages waiting, oldest first.
     queue: VecDeque<Pending>,
-    /// Why nothing is starting.
-    gate: Gate,
-    /// The turn holding the chat.
-    running: Option<Running>,
-    /// A turn that ended but is still closing its session.
-    settling: Option<u64>,
-    /// A settled session kept for the next turn, with its warm slot.
-    warm: Option<(AgentSession, OwnedSemaphorePermit)>,
-    /// Counts sessions kept warm, so a keep-warm timer closes only its own.
-    warm_generation: u64,
-    /// The keep-warm timer of the current warm session.
-    warm_timer: Option<SpawnHandle>,
-    /// The agent session id to resume.
-    session_id: Option<String>,
-    /// Turns up to this one must not hand back their session (after `/new`).
-    forget_through: u64,
+    /// A settled session kept for the next turn.
+    warm: Option<Warm>,
+    /// Turns up to this one must not keep their session (after `/new`).
+    forget_through: TurnId,
     /// The chat's typing actor.
     typing: Option<Addr<TypingActor>>,
     /// No new turns once the host is stopping.
     stopping: bool,
+    /// Items received from the dispatcher, for [`ChatReport::Idle`].
+    received: u64,
+    /// Fires `dispatcher.idle_eviction` after the chat became idle.
+    idle_timer: Option<SpawnHandle>,
 }
 
 impl ChatSupervisor {
@@ -189,30 +189,25 @@ impl ChatSupervisor {
         deps: TurnDeps,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
-        permits: Arc<Semaphore>,
+        slots: TurnSlots,
         next_turn: Arc<AtomicU64>,
     ) -> Self {
         deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
-        let session_id =
-            log_failure(deps.store.session(chat.0), "loading the session id").flatten();
         Self {
             chat,
             deps,
             settings,
             dispatcher,
-            permits,
+            slots,
             next_turn,
+            state: ChatState::Idle,
             queue: VecDeque::new(),
-            gate: Gate::Open,
-            running: None,
-            settling: None,
             warm: None,
-            warm_generation: 0,
-            warm_timer: None,
-            session_id,
-            forget_through: 0,
+            forget_through: TurnId(0),
             typing: None,
             stopping: false,
+            received: 0,
+            idle_timer: None,
         }
     }
 
@@ -220,58 +215,81 @@ impl ChatSupervisor {
         self.deps.outbox.do_send(SendText::new(self.chat, text));
     }
 
-    fn is_idle(&self) -> bool {
-        // A warm session keeps the chat until `agent.keep_warm` drops it.
-        self.warm.is_none()
-            && self.running.is_none()
-            && self.settling.is_none()
-            && self.queue.is_empty()
-            && matches!(self.gate, Gate::Open)
+    fn step(&mut self, step: ChatStep<Running>) -> Option<Running> {
+        let (state, left) = std::mem::replace(&mut self.state, ChatState::Idle).after(step);
+        self.state = state;
+        left
+    }
+
+    /// Something arrived from the dispatcher: the chat is not idle.
+    fn touched(&mut self, ctx: &mut Context<Self>) {
+        self.received += 1;
+        if let Some(timer) = self.idle_timer.take() {
+            ctx.cancel_future(timer);
+        }
+    }
+
+    /// Arms the idle timer when nothing is queued, running or kept warm.
+    fn watch_idle(&mut self, ctx: &mut Context<Self>) {
+        if !self.state.is_idle() || !self.queue.is_empty() || self.warm.is_some() {
+            return;
+        }
+        if let Some(timer) = self.idle_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        let received = self.received;
+        self.idle_timer = Some(
+            ctx.run_later(self.settings.idle_eviction, move |act, _ctx| {
+                act.idle_timer = None;
+                act.dispatcher.do_send(ChatReport::Idle {
+                    chat: act.chat,
+                    received,
+                });
+            }),
+        );
     }
 
     /// Starts the next turn when the chat is free.
     fn try_start(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping
-            || self.running.is_some()
-            || self.settling.is_some()
-            || !matches!(self.gate, Gate::Open)
-        {
+        if self.stopping || !self.state.is_idle() {
             return;
         }
         let Some(front) = self.queue.front() else {
-            return;
+            return self.watch_idle(ctx);
         };
         let open_for = front.at.elapsed();
         if open_for < self.settings.merge_window {
             let handle = ctx.run_later(self.settings.merge_window - open_for, |act, ctx| {
-                act.gate = Gate::Open;
+                act.step(ChatStep::WindowClosed);
                 act.try_start(ctx);
             });
-            self.gate = Gate::Merging(handle);
+            self.step(ChatStep::Merge(handle));
             return;
         }
-        self.gate = Gate::Acquiring;
-        let permits = Arc::clone(&self.permits);
+        self.step(ChatStep::Acquire);
+        let slots = self.slots.clone();
         ctx.spawn(
-            permits
-                .acquire_owned()
-                .into_actor(self)
-                .map(|permit, act, ctx| {
-                    act.gate = Gate::Open;
-                    match permit {
-                        Ok(permit) => act.start_turn(permit, ctx),
-                        Err(_) => tracing::debug!(
+            async move { slots.acquire().await }.into_actor(self).map(
+                |slot, act, ctx| match slot {
+                    Some(slot) => act.start_turn(slot, ctx),
+                    None => {
+                        act.step(ChatStep::NoSlot);
+                        tracing::debug!(
                             chat_id = act.chat.0,
                             "no more turns: the host is stopping"
-                        ),
+                        );
                     }
-                }),
+                },
+            ),
         );
     }
 
-    fn start_turn(&mut self, permit: OwnedSemaphorePermit, ctx: &mut Context<Self>) {
-        if self.stopping || self.running.is_some() || self.settling.is_some() {
-            return;
+    fn start_turn(&mut self, slot: TurnSlot, ctx: &mut Context<Self>) {
+        if self.stopping || self.queue.is_empty() {
+            // `/stop` cleared the queue, or the host began stopping, while
+            // the slot was on its way: it goes back unused.
+            self.step(ChatStep::NoSlot);
+            return self.watch_idle(ctx);
         }
         let Some(front) = self.queue.pop_front() else {
             return;
@@ -281,31 +299,25 @@ impl ChatSupervisor {
         let mut texts = vec![front.text];
         let mut reply_to = front.message_id;
         let mut update_ids = vec![front.update_id];
-        while self
+        while let Some(next) = self
             .queue
-            .front()
-            .is_some_and(|p| window_end.is_none_or(|end| p.at <= end))
+            .pop_front_if(|p| window_end.is_none_or(|end| p.at <= end))
         {
-            if let Some(next) = self.queue.pop_front() {
-                texts.push(next.text);
-                reply_to = next.message_id;
-                update_ids.push(next.update_id);
-            }
+            texts.push(next.text);
+            reply_to = next.message_id;
+            update_ids.push(next.update_id);
         }
-        let turn = self.next_turn.fetch_add(1, Ordering::SeqCst) + 1;
-        log_failure(
-            self.deps.store.start_turn(&update_ids, turn),
-            "marking messages running",
-        );
-        let source = SessionSource {
-            warm: self.warm.take().map(|(session, _slot)| session),
-            resume: self.session_id.clone(),
-        };
+        let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
+        self.deps.inbox.turn_started(update_ids.clone(), turn);
+        let warm = self.warm.take().map(|warm| {
+            ctx.cancel_future(warm.timer);
+            warm.session
+        });
         let typing = self.typing_actor();
-        let typing_lease = Arc::new(AtomicBool::new(true));
+        let lease = TypingLease::new();
         typing.do_send(StartTyping {
             turn,
-            alive: Arc::clone(&typing_lease),
+            lease: lease.clone(),
         });
         let me = ctx.address();
         let spec = TurnSpec {
@@ -314,30 +326,74 @@ impl ChatSupervisor {
             text: texts.join("\n\n"),
             reply_to: Some(reply_to),
             update_ids: update_ids.clone(),
-            typing_lease: Arc::clone(&typing_lease),
+            typing: lease.clone(),
         };
         let addr = TurnActor::new(
             spec,
             self.deps.clone(),
-            source,
+            warm,
             vec![me.clone().recipient(), typing.recipient()],
             me.recipient(),
         )
         .start();
-        let started = Instant::now();
-        self.running = Some(Running {
+        let deadline = ctx.run_later(self.deps.config.hard_deadline, move |act, ctx| {
+            act.force_release(turn, ctx);
+        });
+        self.step(ChatStep::Start(Running {
             turn,
             update_ids,
-            typing_lease,
+            typing: lease,
             addr,
-            started,
-            _permit: permit,
-        });
-        self.dispatcher.do_send(ChatReport::TurnStarted {
+            started: Instant::now(),
+            deadline,
+            _slot: slot,
+        }));
+    }
+
+    /// The hard deadline: releases the chat from `turn` now, whatever its
+    /// actors say; the session is killed and the chat told.
+    fn force_release(&mut self, turn: TurnId, ctx: &mut Context<Self>) {
+        let Some(running) = self.step(ChatStep::ForceReleased(turn)) else {
+            return;
+        };
+        let at = Instant::now();
+        tracing::error!(
+            chat_id = self.chat.0,
+            turn = turn.get(),
+            held_ms = running.started.elapsed().as_millis() as u64,
+            "turn past its hard deadline; chat force-released"
+        );
+        running.typing.end();
+        running.addr.do_send(AbortTurn);
+        self.deps
+            .inbox
+            .turn_finished(running.update_ids.clone(), Disposition::Done);
+        let ended = TurnEnded {
             chat: self.chat,
             turn,
-            at: started,
+            outcome: TurnOutcome::ForceReleased,
+            session_id: None,
+            delivered: false,
+            replied: false,
+            api_calls: 0,
+            cost_usd: 0.0,
+            started: running.started,
+            at,
+        };
+        if let Some(typing) = &self.typing {
+            typing.do_send(ended);
+        }
+        self.deps.events.publish(BotEvent::TurnEnded {
+            chat: self.chat,
+            turn,
+            outcome: TurnOutcome::ForceReleased,
+            session_id: None,
+            at,
         });
+        self.warm = None;
+        self.say(FORCE_RELEASED);
+        drop(running);
+        self.try_start(ctx);
     }
 
     /// Keeps a settled session for `agent.keep_warm`; dropping it closes it.
@@ -346,7 +402,6 @@ impl ChatSupervisor {
             return;
         };
         if self.settings.keep_warm.is_zero() {
-            drop(session);
             return;
         }
         let Ok(slot) = Arc::clone(&self.settings.warm_slots).try_acquire_owned() else {
@@ -356,20 +411,23 @@ impl ChatSupervisor {
             );
             return;
         };
-        self.warm = Some((session, slot));
-        self.warm_generation += 1;
-        let generation = self.warm_generation;
-        if let Some(timer) = self.warm_timer.take() {
-            ctx.cancel_future(timer);
+        if let Some(old) = self.warm.take() {
+            ctx.cancel_future(old.timer);
         }
-        self.warm_timer = Some(ctx.run_later(self.settings.keep_warm, move |act, _ctx| {
-            if act.warm_generation == generation && act.warm.take().is_some() {
+        let timer = ctx.run_later(self.settings.keep_warm, |act, ctx| {
+            if act.warm.take().is_some() {
                 tracing::debug!(
                     chat_id = act.chat.0,
                     "warm session closed after agent.keep_warm"
                 );
             }
-        }));
+            act.watch_idle(ctx);
+        });
+        self.warm = Some(Warm {
+            session,
+            _slot: slot,
+            timer,
+        });
     }
 
     fn typing_actor(&mut self) -> Addr<TypingActor> {
@@ -394,12 +452,16 @@ impl ChatSupervisor {
 impl Actor for ChatSupervisor {
     type Context = Context<Self>;
 
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.watch_idle(ctx);
+    }
+
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         if let Some(typing) = self.typing.take() {
             typing.do_send(RetireTyping);
         }
-        if let Some(running) = self.running.take() {
-            running.typing_lease.store(false, Ordering::SeqCst);
+        if let ChatState::Running(running) = std::mem::replace(&mut self.state, ChatState::Idle) {
+            running.typing.end();
             running.addr.do_send(AbortTurn);
         }
         self.warm = None;
@@ -416,6 +478,7 @@ impl Handler<UserMessage> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: UserMessage, ctx: &mut Self::Context) {
+        self.touched(ctx);
         if self.stopping {
             self.say(
                 "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
@@ -428,10 +491,7 @@ impl Handler<UserMessage> for ChatSupervisor {
                 queued = self.queue.len(),
                 "queue full; message refused"
             );
-            log_failure(
-                self.deps.store.mark(&[msg.update_id], InboxState::Dropped),
-                "dropping a message",
-            );
+            self.deps.inbox.dropped(vec![msg.update_id]);
             self.say(format!(
                 "⚠️ {} messages are already waiting; this one was not queued. Send it again once I have answered.",
                 self.queue.len()
@@ -451,61 +511,45 @@ impl Handler<UserMessage> for ChatSupervisor {
 impl Handler<TurnEnded> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: TurnEnded, _ctx: &mut Self::Context) {
-        if self.running.as_ref().map(|r| r.turn) != Some(msg.turn) {
+    fn handle(&mut self, msg: TurnEnded, ctx: &mut Self::Context) {
+        // Dropping the running turn gives its slot back: the chat is free.
+        let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
             tracing::debug!(
                 chat_id = self.chat.0,
-                turn = msg.turn,
+                turn = msg.turn.get(),
                 "TurnEnded for a turn no longer held; ignored"
             );
             return;
-        }
-        // Dropping the running turn releases its permit: the chat is free.
-        let update_ids = self
-            .running
-            .take()
-            .map(|r| r.update_ids)
-            .unwrap_or_default();
-        self.settling = Some(msg.turn);
-        let store = &self.deps.store;
-        let state = match msg.outcome {
+        };
+        ctx.cancel_future(running.deadline);
+        let how = match msg.outcome {
             // Retried after the restart, unless it already replied.
             TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.replied => {
-                InboxState::Queued
+                Disposition::Requeue
             }
-            TurnOutcome::HostStopping => InboxState::Reported,
-            _ => InboxState::Done,
+            TurnOutcome::HostStopping => Disposition::Report,
+            _ => Disposition::Done,
         };
-        log_failure(store.mark(&update_ids, state), "marking messages answered");
+        let inbox = &self.deps.inbox;
+        inbox.turn_finished(running.update_ids.clone(), how);
         let now = now_ms();
         let took =
             i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
-        log_failure(
-            store.record_turn(&TurnRecord {
-                chat_id: self.chat.0,
-                turn: msg.turn,
-                started_at: now.saturating_sub(took),
-                ended_at: now,
-                outcome: msg.outcome.label().to_string(),
-                finished: msg.outcome.finished(),
-                api_calls: msg.api_calls,
-                cost_usd: msg.cost_usd,
-            }),
-            "recording a turn",
-        );
+        inbox.record_turn(TurnRecord {
+            chat_id: self.chat.0,
+            turn: msg.turn.get(),
+            started_at: now.saturating_sub(took),
+            ended_at: now,
+            outcome: msg.outcome.label().to_string(),
+            finished: msg.outcome.finished(),
+            api_calls: msg.api_calls,
+            cost_usd: msg.cost_usd,
+        });
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {
-            log_failure(
-                store.set_session(self.chat.0, Some(&id)),
-                "saving the session id",
-            );
-            self.session_id = Some(id);
+            inbox.set_session(self.chat.0, Some(id));
         }
-        self.dispatcher.do_send(ChatReport::TurnFinished {
-            chat: self.chat,
-            turn: msg.turn,
-        });
     }
 }
 
@@ -513,10 +557,10 @@ impl Handler<SessionReleased> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: SessionReleased, ctx: &mut Self::Context) {
-        if self.settling != Some(msg.turn) {
+        if !matches!(self.state, ChatState::Settling(turn) if turn == msg.turn) {
             return;
         }
-        self.settling = None;
+        self.step(ChatStep::Released(msg.turn));
         if msg.turn > self.forget_through && !self.stopping {
             self.keep_warm(msg.session, ctx);
         }
@@ -528,19 +572,17 @@ impl Handler<StopChat> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, _msg: StopChat, ctx: &mut Self::Context) {
+        self.touched(ctx);
         let dropped = self.queue.len();
         let ids: Vec<i64> = self.queue.drain(..).map(|p| p.update_id).collect();
-        log_failure(
-            self.deps.store.mark(&ids, InboxState::Dropped),
-            "dropping queued messages",
-        );
-        // A pending permit stays pending: with the queue empty it starts nothing.
-        if matches!(self.gate, Gate::Merging(_))
-            && let Gate::Merging(handle) = std::mem::replace(&mut self.gate, Gate::Open)
-        {
+        self.deps.inbox.dropped(ids);
+        // A slot on its way stays on its way: with the queue empty it
+        // starts nothing.
+        if let ChatState::Merging(handle) = self.state {
             ctx.cancel_future(handle);
+            self.step(ChatStep::WindowClosed);
         }
-        match &self.running {
+        match self.state.running() {
             Some(running) => {
                 running.addr.do_send(InterruptTurn);
                 self.say(if dropped > 0 {
@@ -552,101 +594,45 @@ impl Handler<StopChat> for ChatSupervisor {
             None if dropped > 0 => self.say(format!("⏹ {dropped} queued message(s) dropped.")),
             None => self.say("Nothing to stop."),
         }
+        self.watch_idle(ctx);
     }
 }
 
 impl Handler<NewSession> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, _msg: NewSession, _ctx: &mut Self::Context) {
-        self.session_id = None;
-        log_failure(
-            self.deps.store.set_session(self.chat.0, None),
-            "forgetting the session id",
-        );
-        self.warm = None;
-        self.forget_through = self.next_turn.load(Ordering::SeqCst);
+    fn handle(&mut self, _msg: NewSession, ctx: &mut Self::Context) {
+        self.touched(ctx);
+        self.deps.inbox.set_session(self.chat.0, None);
+        if let Some(warm) = self.warm.take() {
+            ctx.cancel_future(warm.timer);
+        }
+        self.forget_through = TurnId(self.next_turn.load(Ordering::SeqCst));
         self.say("🆕 The next message starts a fresh conversation.");
+        self.watch_idle(ctx);
     }
 }
 
-impl Handler<ForceRelease> for ChatSupervisor {
+impl Handler<RetireChat> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: ForceRelease, ctx: &mut Self::Context) {
-        if self.running.as_ref().map(|r| r.turn) != Some(msg.turn) {
-            return;
-        }
-        let Some(running) = self.running.take() else {
-            return;
-        };
-        let at = Instant::now();
-        tracing::error!(
-            chat_id = self.chat.0,
-            turn = msg.turn,
-            held_ms = running.started.elapsed().as_millis() as u64,
-            "turn past its hard deadline; chat force-released"
-        );
-        running.typing_lease.store(false, Ordering::SeqCst);
-        running.addr.do_send(AbortTurn);
-        log_failure(
-            self.deps.store.mark(&running.update_ids, InboxState::Done),
-            "marking messages answered",
-        );
-        let ended = TurnEnded {
-            chat: self.chat,
-            turn: msg.turn,
-            outcome: TurnOutcome::ForceReleased,
-            session_id: None,
-            delivered: false,
-            replied: false,
-            api_calls: 0,
-            cost_usd: 0.0,
-            started: running.started,
-            at,
-        };
-        if let Some(typing) = &self.typing {
-            typing.do_send(ended);
-        }
-        self.deps.events.publish(BotEvent::TurnEnded {
-            chat: self.chat,
-            turn: msg.turn,
-            outcome: TurnOutcome::ForceReleased,
-            session_id: None,
-            at,
-        });
-        self.dispatcher.do_send(ChatReport::TurnFinished {
-            chat: self.chat,
-            turn: msg.turn,
-        });
-        self.settling = None;
-        self.warm = None;
-        self.say("⚠️ This turn took too long and was ended.");
-        self.try_start(ctx);
-    }
-}
-
-impl Handler<Evict> for ChatSupervisor {
-    type Result = bool;
-
-    fn handle(&mut self, _msg: Evict, ctx: &mut Self::Context) -> bool {
-        if !self.is_idle() {
-            return false;
-        }
+    fn handle(&mut self, _msg: RetireChat, ctx: &mut Self::Context) {
+        tracing::debug!(chat_id = self.chat.0, "idle chat retired");
         ctx.stop();
-        true
     }
 }
 
 impl Handler<StopChatForHost> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: StopChatForHost, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: StopChatForHost, ctx: &mut Self::Context) {
         // Queued messages stay queued in the inbox: the next process runs them.
         self.stopping = true;
-        self.warm = None;
+        if let Some(warm) = self.warm.take() {
+            ctx.cancel_future(warm.timer);
+        }
         if msg.end_running
-            && let Some(running) = &self.running
+            && let Some(running) = self.state.running()
         {
             running.addr.do_send(StopForHost);
         }
@@ -657,14 +643,16 @@ impl Handler<DescribeChat> for ChatSupervisor {
     type Result = String;
 
     fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
-        let state = match (&self.running, self.settling) {
-            (Some(r), _) => format!(
+        let state = match &self.state {
+            ChatState::Running(r) => format!(
                 "turn {} running for {:.1}s",
                 r.turn,
                 r.started.elapsed().as_secs_f64()
             ),
-            (None, Some(turn)) => format!("turn {turn} ended, session closing"),
-            (None, None) => "idle".to_string(),
+            ChatState::Settling(turn) => format!("turn {turn} ended, session closing"),
+            ChatState::Idle | ChatState::Merging(_) | ChatState::WaitingForSlot => {
+                "idle".to_string()
+            }
         };
         format!("chat {}: {state}, {} queued", self.chat.0, self.queue.len())
     }

@@ -25,6 +25,77 @@ pub fn bare_tool_name(name: &str) -> &str {
     }
 }
 
+/// A call of one of the chat tools, parsed from its bare name and input:
+/// the turn actor serves these, never names compared as strings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatTool {
+    /// `send {text}`: a message to the chat; does not end the turn.
+    Send {
+        /// The message (Markdown); never empty.
+        text: String,
+    },
+    /// `end_turn {text?}`: ends the turn once its batch resolved, with an
+    /// optional last message.
+    EndTurn {
+        /// The last message, when there is one.
+        text: Option<String>,
+    },
+    /// `react {emoji, end_turn?}`: a reaction to the user's last message.
+    React {
+        /// The emoji; never empty.
+        emoji: String,
+    },
+}
+
+/// Why a call of a chat tool cannot be served; the agent sees the text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolInputError {
+    /// Not one of the chat tools.
+    #[error("unknown tool `{0}`")]
+    Unknown(String),
+    /// `send` without text.
+    #[error("`text` is empty")]
+    EmptyText,
+    /// `react` without an emoji.
+    #[error("`emoji` is required")]
+    NoEmoji,
+}
+
+impl ChatTool {
+    /// Parses a call by any form of its name (`send`, `mcp__telegram-tools__send`).
+    pub fn parse(name: &str, input: &Value) -> Result<Self, ToolInputError> {
+        let text = input
+            .get("text")
+            .and_then(Value::as_str)
+            .filter(|t| !t.trim().is_empty())
+            .map(str::to_string);
+        match bare_tool_name(name) {
+            "send" => text
+                .map(|text| Self::Send { text })
+                .ok_or(ToolInputError::EmptyText),
+            "end_turn" => Ok(Self::EndTurn { text }),
+            "react" => input
+                .get("emoji")
+                .and_then(Value::as_str)
+                .filter(|e| !e.is_empty())
+                .map(|emoji| Self::React {
+                    emoji: emoji.to_string(),
+                })
+                .ok_or(ToolInputError::NoEmoji),
+            _ => Err(ToolInputError::Unknown(name.to_string())),
+        }
+    }
+
+    /// The bare name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Send { .. } => "send",
+            Self::EndTurn { .. } => "end_turn",
+            Self::React { .. } => "react",
+        }
+    }
+}
+
 /// When a tool ends the turn.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ends {
@@ -154,6 +225,56 @@ mod tests {
 
     fn registry() -> ToolRegistry {
         ToolRegistry::new(&["end_turn".to_string()])
+    }
+
+    #[test]
+    fn calls_parse_into_chat_tools() {
+        let cases = [
+            (
+                "send",
+                json!({"text": "hi"}),
+                Ok(ChatTool::Send { text: "hi".into() }),
+            ),
+            (
+                "mcp__telegram-tools__send",
+                json!({"text": " "}),
+                Err(ToolInputError::EmptyText),
+            ),
+            ("send", json!({"text": 5}), Err(ToolInputError::EmptyText)),
+            ("end_turn", json!({}), Ok(ChatTool::EndTurn { text: None })),
+            (
+                "mcp__telegram-tools__end_turn",
+                json!({"text": "bye"}),
+                Ok(ChatTool::EndTurn {
+                    text: Some("bye".into()),
+                }),
+            ),
+            ("react", json!({"emoji": ""}), Err(ToolInputError::NoEmoji)),
+            (
+                "react",
+                json!({"emoji": "👍", "end_turn": true}),
+                Ok(ChatTool::React {
+                    emoji: "👍".into()
+                }),
+            ),
+            (
+                "finish",
+                json!({}),
+                Err(ToolInputError::Unknown("finish".into())),
+            ),
+        ];
+        for (name, input, expect) in cases {
+            assert_eq!(ChatTool::parse(name, &input), expect, "{name} {input}");
+        }
+    }
+
+    #[test]
+    fn every_registered_tool_parses() {
+        for spec in registry().tools() {
+            let input = json!({"text": "t", "emoji": "👍"});
+            let tool = ChatTool::parse(spec.name, &input).expect("served");
+            assert_eq!(tool.name(), spec.name);
+        }
     }
 
     #[test]

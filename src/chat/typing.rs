@@ -11,18 +11,52 @@ use teloxide::types::ChatId;
 
 use crate::chat::turn::TurnEnded;
 use crate::events::{BotEvent, EventBus, Gauges};
+use crate::ids::TurnId;
 use crate::telegram::outbox::{Outbox, SendTyping};
+
+/// One turn's claim on its chat's typing indicator.
+///
+/// The supervisor makes one per turn and hands clones to the turn actor and
+/// the typing actor. It is *ended*, once and for good, by whichever comes
+/// first: the turn actor at TurnEnded (before that message reaches any
+/// mailbox), the supervisor at the hard deadline or when the chat is
+/// retired, the typing actor when its lease ends. The outbox checks it right
+/// before each `sendChatAction` leaves, so no typing goes out for a turn
+/// that is over, whatever is still queued.
+#[derive(Debug, Clone)]
+pub struct TypingLease(Arc<AtomicBool>);
+
+impl Default for TypingLease {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TypingLease {
+    /// A live lease.
+    pub fn new() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// Ends the lease (idempotent; it never comes back).
+    pub fn end(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether typing may still be shown for its turn.
+    pub fn is_live(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// Starts a lease for a turn (ending any earlier one).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct StartTyping {
     /// The turn the lease belongs to.
-    pub turn: u64,
-    /// The lease flag, shared with the turn actor, which clears it the
-    /// moment the turn ends (before TurnEnded reaches this actor's mailbox),
-    /// so the outbox never sends typing for an ended turn.
-    pub alive: Arc<AtomicBool>,
+    pub turn: TurnId,
+    /// The turn's lease (see [`TypingLease`]).
+    pub lease: TypingLease,
 }
 
 /// Ends any lease and stops the actor (the chat is being evicted).
@@ -33,9 +67,9 @@ pub struct RetireTyping;
 /// One live lease.
 struct Lease {
     /// Whose.
-    turn: u64,
+    turn: TurnId,
     /// Read by the outbox right before each request leaves.
-    alive: Arc<AtomicBool>,
+    alive: TypingLease,
     /// The renewal timer.
     pulse: SpawnHandle,
     /// The hard deadline.
@@ -84,18 +118,18 @@ impl TypingActor {
 
     fn pulse(&mut self, _ctx: &mut Context<Self>) {
         if let Some(lease) = &self.lease
-            && lease.alive.load(Ordering::SeqCst)
+            && lease.alive.is_live()
         {
             self.outbox.do_send(SendTyping {
                 chat: self.chat,
-                lease: Arc::clone(&lease.alive),
+                lease: lease.alive.clone(),
             });
         }
     }
 
     fn end_lease(&mut self, ctx: &mut Context<Self>) {
         if let Some(lease) = self.lease.take() {
-            lease.alive.store(false, Ordering::SeqCst);
+            lease.alive.end();
             ctx.cancel_future(lease.pulse);
             ctx.cancel_future(lease.deadline);
             self.events.publish(BotEvent::TypingStopped {
@@ -140,7 +174,7 @@ impl Handler<StartTyping> for TypingActor {
             if act.lease.as_ref().is_some_and(|l| l.turn == msg.turn) {
                 tracing::warn!(
                     chat_id = act.chat.0,
-                    turn = msg.turn,
+                    turn = msg.turn.get(),
                     "typing lease reached the hard deadline"
                 );
                 act.end_lease(ctx);
@@ -148,7 +182,7 @@ impl Handler<StartTyping> for TypingActor {
         });
         self.lease = Some(Lease {
             turn: msg.turn,
-            alive: msg.alive,
+            alive: msg.lease,
             pulse,
             deadline,
         });

@@ -1,7 +1,6 @@
 //! Intake: long-polls `getUpdates` and hands each update to the dispatcher,
 //! advancing the offset only past updates it has handed over.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{
@@ -16,7 +15,7 @@ use teloxide::requests::Request;
 use teloxide::types::{Update, UpdateKind};
 
 use crate::shutdown::Shutdown;
-use crate::state::{InboxMessage, Store, log_failure};
+use crate::state::{Inbox, InboxMessage};
 
 /// An update received from Telegram, in order.
 #[derive(Message, Debug)]
@@ -42,7 +41,7 @@ pub struct Intake {
     offset: i32,
     /// The durable inbox: an update is written there before the offset
     /// moves past it.
-    store: Arc<Store>,
+    inbox: Inbox,
 }
 
 impl Intake {
@@ -52,39 +51,64 @@ impl Intake {
         poll_timeout: Duration,
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
-        store: Arc<Store>,
+        inbox: Inbox,
     ) -> Self {
-        let offset = log_failure(store.offset(), "reading the update offset").unwrap_or(0);
         Self {
             bot,
             poll_timeout,
             to,
             shutdown,
-            offset: i32::try_from(offset).unwrap_or(0),
-            store,
+            offset: 0,
+            inbox,
         }
     }
 
-    /// Writes a message update to the inbox; `false` for one already there.
-    fn accept(&self, update: &Update) -> bool {
+    /// The inbox row of an update that carries a message to answer.
+    fn row(update: &Update) -> Option<InboxMessage> {
         let UpdateKind::Message(message) = &update.kind else {
-            return true;
+            return None;
         };
         let (Some(text), Some(user)) =
             (message.text().or(message.caption()), message.from.as_ref())
         else {
-            return true;
+            return None;
         };
-        let row = InboxMessage {
+        Some(InboxMessage {
             update_id: i64::from(update.id.0),
             chat_id: message.chat.id.0,
             user_id: i64::try_from(user.id.0).unwrap_or(i64::MAX),
             message_id: i64::from(message.id.0),
             text: text.to_string(),
             date: message.date.timestamp(),
-        };
-        // A store failure must not lose the message: hand it over anyway.
-        log_failure(self.store.accept(&row), "writing the inbox").unwrap_or(true)
+        })
+    }
+
+    /// Writes a batch to the inbox (moving the offset past it), then hands
+    /// over, in order, each update that was not there already; then polls
+    /// again. Nothing else is handled meanwhile.
+    fn accept(&mut self, updates: Vec<Update>, ctx: &mut Context<Self>) {
+        let rows: Vec<InboxMessage> = updates.iter().filter_map(Self::row).collect();
+        let next = updates.iter().fold(self.offset, |offset, u| {
+            offset.max(i32::try_from(u.id.0).unwrap_or(i32::MAX).saturating_add(1))
+        });
+        let written = self.inbox.accept(rows, i64::from(next));
+        ctx.wait(written.into_actor(self).map(move |fresh, act, ctx| {
+            let mut fresh = fresh.into_iter();
+            for update in updates {
+                // A store failure must not lose the message: hand it over anyway.
+                let new = Self::row(&update).is_none() || fresh.next().unwrap_or(true);
+                if new {
+                    act.to.do_send(UpdateReceived(update));
+                } else {
+                    tracing::info!(
+                        update_id = update.id.0,
+                        "update already in the inbox; not handled again"
+                    );
+                }
+            }
+            act.offset = next;
+            act.poll(ctx, Duration::ZERO);
+        }));
     }
 
     /// One long poll, then the next.
@@ -111,20 +135,8 @@ impl Intake {
                 return;
             };
             match result {
-                Ok(updates) => {
-                    for update in updates {
-                        let id = update.id.0;
-                        // Inbox first, then hand over, then advance past it.
-                        if act.accept(&update) {
-                            act.to.do_send(UpdateReceived(update));
-                        } else {
-                            tracing::info!(update_id = id, "update already in the inbox; not handled again");
-                        }
-                        act.offset = act.offset.max(i32::try_from(id).unwrap_or(i32::MAX).saturating_add(1));
-                        log_failure(act.store.set_offset(i64::from(act.offset)), "saving the update offset");
-                    }
-                    act.poll(ctx, Duration::ZERO);
-                }
+                // Inbox first, then hand over, then advance past it.
+                Ok(updates) => act.accept(updates, ctx),
                 Err(RequestError::RetryAfter(secs)) => {
                     tracing::warn!(retry_after = secs.seconds(), "getUpdates rate limited");
                     ctx.run_later(secs.duration(), |act, ctx| act.poll(ctx, Duration::ZERO));
@@ -143,7 +155,11 @@ impl Actor for Intake {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.poll(ctx, Duration::ZERO);
+        let offset = self.inbox.offset();
+        ctx.wait(offset.into_actor(self).map(|offset, act, ctx| {
+            act.offset = i32::try_from(offset.unwrap_or(0)).unwrap_or(0);
+            act.poll(ctx, Duration::ZERO);
+        }));
     }
 }
 

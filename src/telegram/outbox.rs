@@ -158,7 +158,7 @@ pub struct SendTyping {
     /// Where.
     pub chat: ChatId,
     /// Checked right before the request leaves: a dead lease sends nothing.
-    pub lease: Arc<AtomicBool>,
+    pub lease: crate::chat::typing::TypingLease,
 }
 
 /// Sets a reaction on a message; `reply` gets the outcome.
@@ -181,7 +181,7 @@ enum Job {
         String,
         Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
     ),
-    Typing(Arc<AtomicBool>),
+    Typing(crate::chat::typing::TypingLease),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
 }
 
@@ -199,6 +199,8 @@ pub struct StopOutbox;
 struct Shared {
     /// Requests queued or running across all chats.
     pending: AtomicUsize,
+    /// Woken each time `pending` drops to zero ([`Flush`] waits on it).
+    drained: tokio::sync::Notify,
     bot: Bot,
     limits: RateLimits,
     global: Mutex<Bucket>,
@@ -239,6 +241,7 @@ impl Outbox {
         Self {
             shared: Arc::new(Shared {
                 pending: AtomicUsize::new(0),
+                drained: tokio::sync::Notify::new(),
                 bot,
                 limits,
                 global,
@@ -342,8 +345,13 @@ impl Handler<Flush> for Outbox {
     fn handle(&mut self, _msg: Flush, _ctx: &mut Self::Context) -> Self::Result {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            while shared.pending.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            loop {
+                // Registered before the check, so a drain in between is seen.
+                let drained = shared.drained.notified();
+                if shared.pending.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                drained.await;
             }
         })
     }
@@ -395,14 +403,16 @@ async fn chat_worker(
         }
         run_job(&shared, chat, &mut bucket, job).await;
         pending.fetch_sub(1, Ordering::SeqCst);
-        shared.pending.fetch_sub(1, Ordering::SeqCst);
+        if shared.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            shared.drained.notify_waiters();
+        }
     }
 }
 
 async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
     match job {
         Job::Typing(lease) => {
-            if !lease.load(Ordering::SeqCst) {
+            if !lease.is_live() {
                 return;
             }
             shared.events.publish(BotEvent::ChatActionSent {

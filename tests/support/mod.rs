@@ -181,7 +181,7 @@ impl Harness {
         match found {
             BotEvent::TurnEnded {
                 turn, outcome, at, ..
-            } => (turn, outcome, at),
+            } => (turn.get(), outcome, at),
             _ => unreachable!(),
         }
     }

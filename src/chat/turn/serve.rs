@@ -1,0 +1,221 @@
+//! How a turn serves the chat tools and gets its replies out: every text of
+//! a turn leaves through one [`ReplyLane`], which first records durably that
+//! the turn's messages were replied to, then hands the texts to the outbox
+//! in order.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actix::{AsyncContext, Context, Handler, Message};
+use teloxide::types::ChatId;
+use tokio::sync::mpsc;
+
+use super::TurnActor;
+use crate::agent::{Responder, ToolCall, ToolReply};
+use crate::chat::notices::bounded;
+use crate::chat::tools::ChatTool;
+use crate::state::Inbox;
+use crate::telegram::outbox::{Outbox, React, SendText};
+
+/// The way a turn's texts leave: opened at the first reply, it writes
+/// "replied" for the turn's messages and only then forwards each text to the
+/// outbox, in the order given. It outlives the turn actor, so nothing queued
+/// is lost when the actor stops.
+pub(super) struct ReplyLane {
+    /// Texts to forward; closed when the turn actor drops it.
+    tx: mpsc::UnboundedSender<SendText>,
+}
+
+impl ReplyLane {
+    /// Opens the lane: the "replied" write is asked now.
+    pub(super) fn open(inbox: &Inbox, update_ids: Vec<i64>, outbox: actix::Addr<Outbox>) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<SendText>();
+        let durable = inbox.replying(update_ids);
+        actix::spawn(async move {
+            durable.await;
+            while let Some(send) = rx.recv().await {
+                outbox.do_send(send);
+            }
+        });
+        Self { tx }
+    }
+
+    /// Queues a text behind the "replied" write.
+    pub(super) fn send(&self, send: SendText) {
+        if let Err(mpsc::error::SendError(send)) = self.tx.send(send) {
+            // Not reachable while the lane's task lives (it ends only after
+            // the lane is dropped); fall back to dropping loudly.
+            tracing::error!(chat_id = send.chat.0, "reply lane closed; text dropped");
+        }
+    }
+}
+
+/// A delivery from the turn reached Telegram.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(super) struct Delivered;
+
+impl Handler<Delivered> for TurnActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Delivered, _ctx: &mut Self::Context) {
+        self.delivered = true;
+    }
+}
+
+/// A tool call waiting for its work (a Telegram request) to finish.
+pub(super) struct PendingTool {
+    chat: ChatId,
+    id: String,
+    tool: &'static str,
+    reply: Responder<ToolReply>,
+    /// False once the turn has ended.
+    live: Arc<AtomicBool>,
+    shutdown: crate::shutdown::Shutdown,
+}
+
+impl PendingTool {
+    /// Answers the agent, or, when the turn ended or the host began stopping
+    /// meanwhile, logs the result and drops it.
+    fn finish(self, value: ToolReply) {
+        if self.live.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
+            self.reply.answer(value);
+            return;
+        }
+        let (ok, error) = match &value {
+            ToolReply::Ok(_) => (true, String::new()),
+            ToolReply::Error(e) | ToolReply::Refused(e) | ToolReply::Failed(e) => {
+                (false, bounded(e, 500))
+            }
+        };
+        tracing::warn!(
+            chat_id = self.chat.0,
+            call_id = %self.id,
+            tool = %self.tool,
+            ok,
+            error = %error,
+            "tool result arrived after the turn ended; dropped (the agent may run it again)"
+        );
+        self.reply.refuse("the turn has ended");
+    }
+}
+
+impl TurnActor {
+    /// A tool call whose work runs outside the actor (so its result is
+    /// seen even when the turn has ended by then).
+    fn pending_tool(
+        &self,
+        id: String,
+        tool: &'static str,
+        reply: Responder<ToolReply>,
+    ) -> PendingTool {
+        PendingTool {
+            chat: self.spec.chat,
+            id,
+            tool,
+            reply,
+            live: Arc::clone(&self.live),
+            shutdown: self.deps.shutdown.clone(),
+        }
+    }
+
+    /// Serves one call of a chat tool.
+    pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
+        let ToolCall {
+            id,
+            name,
+            input,
+            reply,
+        } = call;
+        if self.deps.shutdown.is_closing() {
+            tracing::info!(chat_id = self.chat_id(), call_id = %id, tool = %name, "tool call refused: the host is stopping");
+            reply.answer(ToolReply::Refused("the host is stopping".into()));
+            return;
+        }
+        if self.deps.tools.get(&name).is_none() {
+            tracing::warn!(chat_id = self.chat_id(), call_id = %id, tool = %name, "unknown tool called");
+            reply.answer(ToolReply::Error(format!("unknown tool `{name}`")));
+            return;
+        }
+        if self.deps.tools.ends_turn(&name, &input) {
+            self.ended_explicitly = true;
+        }
+        let tool = match ChatTool::parse(&name, &input) {
+            Ok(tool) => tool,
+            Err(err) => {
+                reply.answer(ToolReply::Error(err.to_string()));
+                return;
+            }
+        };
+        let chat = self.spec.chat;
+        let tool_name = tool.name();
+        match tool {
+            ChatTool::React { emoji } => {
+                let Some(message_id) = self.spec.reply_to else {
+                    reply.answer(ToolReply::Error(
+                        "there is no user message to react to".into(),
+                    ));
+                    return;
+                };
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.deps.outbox.do_send(React {
+                    chat,
+                    message_id,
+                    emoji,
+                    reply: tx,
+                });
+                let pending = self.pending_tool(id, tool_name, reply);
+                actix::spawn(async move {
+                    pending.finish(match rx.await {
+                        Ok(Ok(())) => ToolReply::Ok("reacted".into()),
+                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                    });
+                });
+            }
+            ChatTool::EndTurn { text: None } => {
+                reply.answer(ToolReply::Ok(
+                    "the turn will end once this batch is done".into(),
+                ));
+            }
+            ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
+                let (send, rx) = SendText::tracked(chat, text);
+                self.reply(send);
+                let pending = self.pending_tool(id, tool_name, reply);
+                let addr = ctx.address();
+                actix::spawn(async move {
+                    pending.finish(match rx.await {
+                        Ok(Ok(ids)) => {
+                            // Recorded before the agent hears back, so the
+                            // result text is never sent again.
+                            addr.do_send(Delivered);
+                            ToolReply::Ok(format!("delivered as {} message(s)", ids.len()))
+                        }
+                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                    });
+                });
+            }
+        }
+    }
+
+    /// Queues a text for the chat through the turn's reply lane (opening it,
+    /// and so recording "replied", at the first text).
+    pub(super) fn reply(&mut self, send: SendText) {
+        let lane = self.lane.get_or_insert_with(|| {
+            ReplyLane::open(
+                &self.deps.inbox,
+                self.spec.update_ids.clone(),
+                self.deps.outbox.clone(),
+            )
+        });
+        lane.send(send);
+    }
+
+    /// Queues an untracked text (the result text, a notice); it counts as
+    /// delivered at once.
+    pub(super) fn deliver(&mut self, text: String) {
+        self.delivered = true;
+        self.reply(SendText::new(self.spec.chat, text));
+    }
+}

@@ -1,0 +1,378 @@
+//! The [`Inbox`]: what happens to an accepted message, in one place, and the
+//! store's own thread, so no SQLite call ever runs on the actor thread.
+//!
+//! # The states of a message
+//!
+//! ```text
+//!            accept                turn_started           replying
+//! (update) ─────────▶ queued ─────────────────▶ running ─────────────▶ replied
+//!                       │  ▲                       │                      │
+//!              dropped  │  │ turn_finished(Requeue)│ turn_finished        │ turn_finished
+//!   (refused, /stop,    ▼  └───────────────────────┤ (Done | Report)      │ (Done | Report)
+//!    queue full)     dropped                       ▼                      ▼
+//!                                           done / reported        done / reported
+//! ```
+//!
+//! - **queued**: written by the intake before the update offset moves past
+//!   it; a message already in the inbox (same update id) is not handed over
+//!   again.
+//! - **running**: its turn started ([`Inbox::turn_started`]).
+//! - **replied**: something of its turn may have reached the chat; written
+//!   *before* the first reply leaves ([`Inbox::replying`] resolves once it
+//!   is on disk), so after a crash it is reported, never run twice.
+//! - **done**: its turn ended; **reported**: its chat was told it was
+//!   interrupted; **dropped**: refused or cleared, and the chat was told.
+//!
+//! At start, [`Inbox::recover`] returns every queued, running and replied
+//! message of the previous process: queued ones run again, running ones run
+//! again with `dispatcher.on_interrupted = "retry"`, the rest are reported.
+//!
+//! Every call is a job for the store thread, run in the order it was asked.
+//! A failed statement is logged and counted ([`Inbox::errors`]); the bot
+//! goes on with what it has in memory.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::{InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord};
+use crate::ids::TurnId;
+
+/// A job for the store thread.
+type Job = Box<dyn FnOnce(&Store) + Send>;
+
+/// How a turn leaves the messages it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Answered (or ended in a way already told to the chat).
+    Done,
+    /// Cut short by a stop before anything was sent, with retry on: the
+    /// next process runs them again.
+    Requeue,
+    /// Cut short by a stop; the chat was told.
+    Report,
+}
+
+impl Disposition {
+    fn state(self) -> InboxState {
+        match self {
+            Self::Done => InboxState::Done,
+            Self::Requeue => InboxState::Queued,
+            Self::Report => InboxState::Reported,
+        }
+    }
+}
+
+/// The shared part: the way to the store thread and the error count.
+struct Shared {
+    /// Jobs, in order; the thread ends when the last sender is dropped.
+    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    /// Failed statements since start (a metric, not only a log line).
+    errors: AtomicU64,
+    /// Test hook: the next job sleeps this long first (milliseconds).
+    stall_next_ms: AtomicU64,
+}
+
+/// The durable inbox and the rest of the state store, driven from the
+/// store's own thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Inbox {
+    /// The thread and the counters.
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox")
+            .field("errors", &self.errors())
+            .finish()
+    }
+}
+
+impl Inbox {
+    /// Starts the store thread over `store`.
+    pub fn start(store: Arc<Store>) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("turnstile-store".into())
+            .spawn(move || {
+                for job in rx {
+                    job(&store);
+                }
+            });
+        if let Err(err) = spawned {
+            // Without a thread every job is dropped unanswered and counted.
+            tracing::error!(cause = %err, "could not start the state store thread");
+        }
+        Self {
+            shared: Arc::new(Shared {
+                jobs: std::sync::Mutex::new(tx),
+                errors: AtomicU64::new(0),
+                stall_next_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Failed store statements since start.
+    pub fn errors(&self) -> u64 {
+        self.shared.errors.load(Ordering::Relaxed)
+    }
+
+    /// Test hook: makes the next store job take `stall` longer, as a slow
+    /// disk or a locked file would.
+    #[doc(hidden)]
+    pub fn stall_next_write(&self, stall: Duration) {
+        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.shared.stall_next_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Runs `f` on the store thread; resolves with its value, or `None`
+    /// when it failed (logged and counted).
+    fn ask<T, F>(
+        &self,
+        what: &'static str,
+        f: F,
+    ) -> impl Future<Output = Option<T>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StateError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let shared = Arc::clone(&self.shared);
+        self.submit(
+            what,
+            Box::new(move |store| {
+                let stall = shared.stall_next_ms.swap(0, Ordering::SeqCst);
+                if stall > 0 {
+                    std::thread::sleep(Duration::from_millis(stall));
+                }
+                let value = match f(store) {
+                    Ok(v) => Some(v),
+                    Err(err) => {
+                        shared.errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(cause = %err, "state store: {what} failed");
+                        None
+                    }
+                };
+                let _ = tx.send(value);
+            }),
+        );
+        async move { rx.await.ok().flatten() }
+    }
+
+    /// Runs `f` on the store thread without waiting for it.
+    fn tell<F>(&self, what: &'static str, f: F)
+    where
+        F: FnOnce(&Store) -> Result<(), StateError> + Send + 'static,
+    {
+        drop(self.ask(what, f));
+    }
+
+    fn submit(&self, what: &'static str, job: Job) {
+        let sent = self
+            .shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .send(job);
+        if sent.is_err() {
+            self.shared.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("state store: {what} failed: the store thread is gone");
+        }
+    }
+
+    /// **accept**: writes newly received messages (queued) and then moves
+    /// the update offset to `offset`, in one job. Resolves, per message,
+    /// whether it is new (`false`: already in the inbox, a redelivery that
+    /// must not be handled again). A failed write counts as new, so a store
+    /// failure never loses a message.
+    pub fn accept(
+        &self,
+        messages: Vec<InboxMessage>,
+        offset: i64,
+    ) -> impl Future<Output = Vec<bool>> + Send + 'static {
+        let count = messages.len();
+        let ask = self.ask("writing the inbox", move |store| {
+            let mut fresh = Vec::with_capacity(messages.len());
+            for m in &messages {
+                fresh.push(store.accept(m).unwrap_or_else(|err| {
+                    tracing::error!(update_id = m.update_id, cause = %err, "state store: writing the inbox failed");
+                    true
+                }));
+            }
+            store.set_offset(offset)?;
+            Ok(fresh)
+        });
+        async move { ask.await.unwrap_or_else(|| vec![true; count]) }
+    }
+
+    /// **turn_started**: the messages' turn started (running).
+    pub fn turn_started(&self, update_ids: Vec<i64>, turn: TurnId) {
+        self.tell("marking messages running", move |store| {
+            store.start_turn(&update_ids, turn.0)
+        });
+    }
+
+    /// **replying**: something of the turn is about to reach the chat.
+    /// Resolves once that is on disk (or failed, which is counted): only
+    /// then may the reply leave.
+    pub fn replying(&self, update_ids: Vec<i64>) -> impl Future<Output = ()> + Send + 'static {
+        let ask = self.ask("marking a message replied", move |store| {
+            store.mark(&update_ids, InboxState::Replied)
+        });
+        async move {
+            ask.await;
+        }
+    }
+
+    /// **turn_finished**: the messages' turn ended.
+    pub fn turn_finished(&self, update_ids: Vec<i64>, how: Disposition) {
+        self.tell("marking messages answered", move |store| {
+            store.mark(&update_ids, how.state())
+        });
+    }
+
+    /// **dropped**: refused (not allowed, queue full, stopping) or cleared
+    /// by `/stop`; the chat was told. Also used for updates that carry
+    /// nothing to answer (no sender, no text), which are simply done.
+    pub fn dropped(&self, update_ids: Vec<i64>) {
+        if update_ids.is_empty() {
+            return;
+        }
+        self.tell("dropping messages", move |store| {
+            store.mark(&update_ids, InboxState::Dropped)
+        });
+    }
+
+    /// **done** without a turn: a command, or an update with nothing to
+    /// answer.
+    pub fn handled(&self, update_id: i64) {
+        self.tell("marking a message handled", move |store| {
+            store.mark(&[update_id], InboxState::Done)
+        });
+    }
+
+    /// **reported**: the chat was told the message was interrupted.
+    pub fn reported(&self, update_id: i64) {
+        self.tell("marking a message reported", move |store| {
+            store.mark(&[update_id], InboxState::Reported)
+        });
+    }
+
+    /// **recover**: the messages a previous process left unfinished, oldest
+    /// first.
+    pub fn recover(&self) -> impl Future<Output = Vec<InboxRow>> + Send + 'static {
+        let ask = self.ask("reading the inbox", |store| store.unfinished());
+        async move { ask.await.unwrap_or_default() }
+    }
+
+    /// How many messages are in each state, after every job asked before.
+    pub fn counts(&self) -> impl Future<Output = Vec<(String, i64)>> + Send + 'static {
+        let ask = self.ask("counting the inbox", |store| store.counts());
+        async move { ask.await.unwrap_or_default() }
+    }
+
+    /// Messages not yet finished, after every job asked before.
+    pub fn unfinished(&self) -> impl Future<Output = Vec<InboxRow>> + Send + 'static {
+        self.recover()
+    }
+
+    /// The chat's agent session id, after every job asked before.
+    pub fn session(&self, chat_id: i64) -> impl Future<Output = Option<String>> + Send + 'static {
+        let ask = self.ask("loading the session id", move |store| {
+            store.session(chat_id)
+        });
+        async move { ask.await.flatten() }
+    }
+
+    /// Keeps (or, with `None`, forgets) the chat's agent session id.
+    pub fn set_session(&self, chat_id: i64, session_id: Option<String>) {
+        self.tell("saving the session id", move |store| {
+            store.set_session(chat_id, session_id.as_deref())
+        });
+    }
+
+    /// Records a finished turn.
+    pub fn record_turn(&self, record: TurnRecord) {
+        self.tell("recording a turn", move |store| store.record_turn(&record));
+    }
+
+    /// The next update id wanted from Telegram, after every job asked before.
+    pub fn offset(&self) -> impl Future<Output = Option<i64>> + Send + 'static {
+        self.ask("reading the offset", |store| store.offset())
+    }
+
+    /// Resolves once every job asked before has run.
+    pub fn flushed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let ask = self.ask("flushing", |_| Ok(()));
+        async move {
+            ask.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(update_id: i64) -> InboxMessage {
+        InboxMessage {
+            update_id,
+            chat_id: 1,
+            user_id: 2,
+            message_id: 3,
+            text: "hi".into(),
+            date: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_run_in_the_order_they_were_asked() {
+        let inbox = Inbox::start(Arc::new(Store::in_memory().unwrap()));
+        assert_eq!(
+            inbox.accept(vec![msg(1), msg(2)], 3).await,
+            vec![true, true]
+        );
+        inbox.turn_started(vec![1, 2], TurnId(1));
+        inbox.turn_finished(vec![1], Disposition::Done);
+        inbox.turn_finished(vec![2], Disposition::Requeue);
+        assert_eq!(
+            inbox.counts().await,
+            vec![("done".to_string(), 1), ("queued".to_string(), 1)]
+        );
+        assert_eq!(inbox.offset().await, Some(3));
+        assert_eq!(
+            inbox.accept(vec![msg(1)], 3).await,
+            vec![false],
+            "a redelivery"
+        );
+        assert_eq!(inbox.errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_statement_is_counted() {
+        let store = Arc::new(Store::in_memory().unwrap());
+        let inbox = Inbox::start(Arc::clone(&store));
+        inbox.tell("breaking", |s| {
+            s.break_for_tests();
+            Ok(())
+        });
+        inbox.turn_finished(vec![1], Disposition::Done);
+        inbox.flushed().await;
+        assert_eq!(inbox.errors(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_job_does_not_block_the_caller() {
+        let inbox = Inbox::start(Arc::new(Store::in_memory().unwrap()));
+        inbox.stall_next_write(Duration::from_millis(300));
+        let asked = std::time::Instant::now();
+        inbox.turn_started(vec![1], TurnId(1));
+        assert!(asked.elapsed() < Duration::from_millis(300));
+        inbox.flushed().await;
+        assert!(asked.elapsed() >= Duration::from_millis(300));
+    }
+}
