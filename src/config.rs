@@ -1443,6 +1443,76 @@ mod tests {
     }
 
     #[test]
+    fn bad_backend_names_the_key_and_the_value() {
+        let err = load_err("[agent]\nbackend = \"gpt\"\n", &[]);
+        assert_bad_value(&err, "agent.backend");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `agent.backend`: \"gpt\": expected \"scripted\" or \"claude\""
+        );
+        let err = Config::load(None, &env(&[("TURNSTILE_AGENT_BACKEND", "gpt")]))
+            .expect_err("bad backend");
+        assert_bad_value(&err, "agent.backend");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `agent.backend`: \"gpt\": expected \"scripted\" or \"claude\" \
+             (set by TURNSTILE_AGENT_BACKEND)"
+        );
+    }
+
+    #[test]
+    fn bad_on_interrupted_names_the_key_and_the_value() {
+        let err = load_err("[dispatcher]\non_interrupted = \"shrug\"\n", &[]);
+        assert_bad_value(&err, "dispatcher.on_interrupted");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `dispatcher.on_interrupted`: \"shrug\": expected \"report\" or \"retry\""
+        );
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "shrug")]),
+        )
+        .expect_err("bad on_interrupted");
+        assert_bad_value(&err, "dispatcher.on_interrupted");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `dispatcher.on_interrupted`: \"shrug\": expected \"report\" or \"retry\" \
+             (set by TURNSTILE_DISPATCHER_ON_INTERRUPTED)"
+        );
+    }
+
+    #[test]
+    fn choices_load_from_file_and_env() {
+        let config = load_text(
+            "[agent]\nbackend = \"claude\"\n[dispatcher]\non_interrupted = \"retry\"\n",
+            &[],
+        )
+        .expect("loads");
+        assert_eq!(config.agent.backend, "claude");
+        assert_eq!(config.dispatcher.on_interrupted, "retry");
+        let config = Config::load(
+            None,
+            &env(&[
+                ("TURNSTILE_AGENT_BACKEND", "claude"),
+                ("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "report"),
+            ]),
+        )
+        .expect("loads");
+        assert_eq!(config.agent.backend, "claude");
+        assert_eq!(config.dispatcher.on_interrupted, "report");
+    }
+
+    #[test]
+    fn choice_of_the_wrong_type_names_the_key() {
+        let err = load_err("[agent]\nbackend = 1\n", &[]);
+        let message = assert_bad_value(&err, "agent.backend");
+        assert!(message.contains(": 1: "), "{message}");
+        let err = load_err("[dispatcher]\non_interrupted = true\n", &[]);
+        let message = assert_bad_value(&err, "dispatcher.on_interrupted");
+        assert!(message.contains(": true: "), "{message}");
+    }
+
+    #[test]
     fn api_url_must_be_http() {
         for url in [
             "ftp://api.telegram.org",
