@@ -13,7 +13,7 @@ use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, RunningTurns, StopDispatching};
 use crate::chat::tools::ToolRegistry;
 use crate::chat::turn::TurnDeps;
-use crate::config::Config;
+use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
 use crate::state::Store;
@@ -44,8 +44,8 @@ pub enum StartError {
 
 /// The agent backend named by `agent.backend`.
 pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, StartError> {
-    match config.agent.backend.as_str() {
-        "scripted" => {
+    match config.agent.backend {
+        Backend::Scripted => {
             let scenario = if config.agent.script.as_os_str().is_empty() {
                 Scenario::default()
             } else {
@@ -53,12 +53,9 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             };
             Ok(Arc::new(ScriptedBackend::new(scenario)))
         }
-        "claude" => Ok(Arc::new(ClaudeBackend::new(
+        Backend::Claude => Ok(Arc::new(ClaudeBackend::new(
             ClaudeSettings::from_config(config),
             Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-        ))),
-        other => Err(StartError::Backend(format!(
-            "agent.backend = {other:?} is not known (use \"scripted\" or \"claude\")"
         ))),
     }
 }
@@ -152,7 +149,7 @@ impl Turnstile {
             gauges: Arc::clone(&gauges),
             store: Arc::clone(&store),
             shutdown: shutdown.clone(),
-            retry_interrupted: config.dispatcher.on_interrupted == "retry",
+            retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(

@@ -31,26 +31,22 @@ mod redact;
 mod validate;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::{Table, Value};
 
 use self::env::apply_env;
+pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
+pub use self::validate::{MAX_COUNT, MAX_DURATION};
 
 /// The environment variable the bot token is read from (and the only place
 /// it is read from).
 pub const TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
-
-/// The prefix of the environment variables that override config keys:
-/// `TURNSTILE_<SECTION>_<KEY>`.
-pub const ENV_PREFIX: &str = "TURNSTILE_";
-
-/// `TURNSTILE_*` variables that are not config keys: `TURNSTILE_LOG` is the
-/// log filter read by the binary; the other marks a restarted process.
-pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG", RESTARTED_FROM_ENV];
 
 /// Set by `/restart` for the new process: the chat to tell it is back.
 pub const RESTARTED_FROM_ENV: &str = "TURNSTILE_RESTARTED_FROM_CHAT";
@@ -205,8 +201,8 @@ pub struct AccessConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
-    /// `"scripted"` or `"claude"`.
-    pub backend: String,
+    /// Which agent answers.
+    pub backend: Backend,
     /// The agent executable (for `claude`).
     pub command: String,
     /// Extra arguments for the agent executable.
@@ -237,13 +233,6 @@ pub struct AgentConfig {
     /// to compare API calls with and without it.
     pub batch_hook: bool,
 }
-
-/// The longest duration any key accepts (longer ones are surely typos, and
-/// would overflow clock arithmetic).
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The largest count any key accepts.
-pub const MAX_COUNT: usize = 1_000_000;
 
 /// The default `agent.system_prompt`.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user.";
@@ -289,10 +278,106 @@ pub struct DispatcherConfig {
     #[serde(with = "humantime_serde")]
     pub idle_eviction: Duration,
     /// What happens after a restart or crash to a message whose turn was
-    /// interrupted before it replied: `report` (tell the chat) or `retry`
-    /// (run it again). One that had replied is always reported.
-    pub on_interrupted: String,
+    /// interrupted before it replied. One that had replied is always reported.
+    pub on_interrupted: OnInterrupted,
 }
+
+/// `agent.backend`: which agent answers. Written in the config as its
+/// [`as_str`](Self::as_str) name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `"scripted"`: the in-process agent playing `agent.script`.
+    Scripted,
+    /// `"claude"`: the Claude Code CLI, `agent.command`.
+    Claude,
+}
+
+impl Backend {
+    /// The name in the config (and in logs).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Scripted => "scripted",
+            Self::Claude => "claude",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        match String::deserialize(deserializer)?.as_str() {
+            "scripted" => Ok(Self::Scripted),
+            "claude" => Ok(Self::Claude),
+            _ => Err(D::Error::custom("expected \"scripted\" or \"claude\"")),
+        }
+    }
+}
+
+/// `dispatcher.on_interrupted`: what happens after a restart or crash to a
+/// message whose turn was cut off before it replied. Written in the config
+/// as its [`as_str`](Self::as_str) name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnInterrupted {
+    /// `"report"`: tell the chat.
+    Report,
+    /// `"retry"`: run the turn again.
+    Retry,
+}
+
+impl OnInterrupted {
+    /// The name in the config (and in logs).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Report => "report",
+            Self::Retry => "retry",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OnInterrupted {
+    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        match String::deserialize(deserializer)?.as_str() {
+            "report" => Ok(Self::Report),
+            "retry" => Ok(Self::Retry),
+            _ => Err(D::Error::custom("expected \"report\" or \"retry\"")),
+        }
+    }
+}
+
+/// Serialize, `Display` and comparison with a name, for both choices.
+macro_rules! choice_by_name {
+    ($($choice:ty),*) => {$(
+        impl Serialize for $choice {
+            fn serialize<S>(&self, serializer: S) -> Result<S::Ok, S::Error>
+            where
+                S: Serializer,
+            {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl fmt::Display for $choice {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $choice {
+            fn eq(&self, name: &&str) -> bool {
+                self.as_str() == *name
+            }
+        }
+    )*};
+}
+
+choice_by_name!(Backend, OnInterrupted);
 
 /// `[state]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -325,7 +410,7 @@ impl Default for AccessConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
-            backend: "scripted".into(),
+            backend: Backend::Scripted,
             command: "claude".into(),
             args: Vec::new(),
             env: BTreeMap::new(),
@@ -363,7 +448,7 @@ impl Default for DispatcherConfig {
             merge_window: Duration::from_millis(1500),
             drain_timeout: Duration::from_secs(30),
             idle_eviction: Duration::from_secs(600),
-            on_interrupted: "report".into(),
+            on_interrupted: OnInterrupted::Report,
         }
     }
 }
@@ -395,24 +480,6 @@ impl Config {
         };
         file.and_then(|file| Self::from_table(file, env, token))
             .map_err(|err| err.redact(token))
-    }
-
-    /// [`Config::load`] with this process's environment. A variable whose
-    /// name or value is not UTF-8 is read lossily.
-    ///
-    /// # Errors
-    ///
-    /// As [`Config::load`].
-    pub fn from_env_and_file(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let env: BTreeMap<String, String> = std::env::vars_os()
-            .map(|(name, value)| {
-                (
-                    name.to_string_lossy().into_owned(),
-                    value.to_string_lossy().into_owned(),
-                )
-            })
-            .collect();
-        Self::load(path, &env)
     }
 
     /// Steps 1 to 4 of the module docs, on a parsed file.

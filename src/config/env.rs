@@ -6,7 +6,37 @@ use std::collections::BTreeMap;
 
 use toml::{Table, Value};
 
-use super::{ConfigError, ENV_PREFIX, NOT_CONFIG_VARS, Sections, bad_value, probe};
+use std::path::Path;
+
+use super::{Config, ConfigError, RESTARTED_FROM_ENV, Sections, bad_value, probe};
+
+/// The prefix of the environment variables that override config keys:
+/// `TURNSTILE_<SECTION>_<KEY>`.
+pub const ENV_PREFIX: &str = "TURNSTILE_";
+
+/// `TURNSTILE_*` variables that are not config keys: `TURNSTILE_LOG` is the
+/// log filter read by the binary; the other marks a restarted process.
+pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG", RESTARTED_FROM_ENV];
+
+impl Config {
+    /// [`Config::load`] with this process's environment. A variable whose
+    /// name or value is not UTF-8 is read lossily.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::load`].
+    pub fn from_env_and_file(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let env: BTreeMap<String, String> = std::env::vars_os()
+            .map(|(name, value)| {
+                (
+                    name.to_string_lossy().into_owned(),
+                    value.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        Self::load(path, &env)
+    }
+}
 
 /// Where a `TURNSTILE_*` variable points.
 enum EnvTarget<'d> {
