@@ -24,16 +24,16 @@ use crate::telegram::outbox::{Flush, Outbox, RateLimits, StopOutbox};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// `telegram.api_url` is not a URL.
-    #[error("telegram.api_url {url:?} is not a valid URL: {reason}")]
+    #[error("telegram.api_url {url:?} is not a valid URL: {source}")]
     BadApiUrl {
         /// The value.
         url: String,
-        /// Why.
-        reason: String,
+        /// Why it does not parse.
+        source: url_parse::Error,
     },
     /// The HTTP client could not be built.
     #[error("could not build the HTTP client: {0}")]
-    Client(String),
+    Client(#[source] reqwest::Error),
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
     Backend(String),
@@ -62,13 +62,10 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
 
 /// A Telegram client for `config`, with an HTTP timeout longer than the long poll.
 pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
-    let url: reqwest::Url = config
-        .telegram
-        .api_url
-        .parse()
-        .map_err(|e: url_parse::Error| StartError::BadApiUrl {
+    let url =
+        reqwest::Url::parse(&config.telegram.api_url).map_err(|source| StartError::BadApiUrl {
             url: config.telegram.api_url.clone(),
-            reason: e.to_string(),
+            source,
         })?;
     let client = teloxide::net::default_reqwest_settings()
         .timeout(
@@ -78,7 +75,7 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
                 .saturating_add(Duration::from_secs(15)),
         )
         .build()
-        .map_err(|e| StartError::Client(e.to_string()))?;
+        .map_err(StartError::Client)?;
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
 }
 
