@@ -12,7 +12,8 @@
 //!    integer, or comma-separated list). `TURNSTILE_AGENT_ENV_<NAME>` sets the
 //!    entry `agent.env.<NAME>`. A variable that names no key is an error.
 //! 3. The merged table is deserialized; a bad value is located key by key so
-//!    the error names `section.key` and the offending value.
+//!    the error names `section.key` and the offending value. A key that is a
+//!    choice ([`Backend`], [`OnInterrupted`]) is checked here.
 //! 4. The result is validated ([`Config::validate`]) and the token is read.
 //!
 //! No error message ever contains the token: every message is scrubbed of it.
@@ -21,8 +22,10 @@
 //!
 //! - this file: the schema and its defaults, [`Config::load`] (steps 1, 3
 //!   and 4) and the error type;
-//! - `env`: step 2, the `TURNSTILE_<SECTION>_<KEY>` overlay;
-//! - `validate`: [`Config::validate`], the bounds and cross-key checks;
+//! - `env`: step 2, the `TURNSTILE_<SECTION>_<KEY>` overlay, and
+//!   [`Config::from_env_and_file`], which reads this process's environment;
+//! - `validate`: [`Config::validate`], the bounds ([`MAX_DURATION`],
+//!   [`MAX_COUNT`]) and cross-key checks;
 //! - `redact`: what may be shown: [`Config::to_redacted_toml`] (printed by
 //!   `check-config`) and the scrubbing of the token from errors.
 
@@ -69,7 +72,8 @@ pub enum ConfigError {
     Parse {
         /// The file that was read.
         path: PathBuf,
-        /// The TOML parser's message, with line and column.
+        /// The TOML parser's message, with line and column. Text rather than
+        /// the parser's error, which may quote the token: this is scrubbed.
         message: String,
     },
     /// The config file has a section or key that turnstile does not know.

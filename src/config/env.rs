@@ -3,10 +3,9 @@
 //! defaults) and its text is coerced by the type of the key's default.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use toml::{Table, Value};
-
-use std::path::Path;
 
 use super::{Config, ConfigError, RESTARTED_FROM_ENV, Sections, bad_value, probe};
 

@@ -7,7 +7,7 @@ use toml::{Table, Value};
 use super::{Config, ConfigError};
 
 /// What a secret is shown as.
-pub(super) const REDACTED: &str = "<redacted>";
+const REDACTED: &str = "<redacted>";
 
 impl ConfigError {
     /// Replaces every occurrence of `token` in the error's text.
