@@ -14,7 +14,7 @@ use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching}
 use crate::chat::slots::TurnSlots;
 use crate::chat::tools::ToolRegistry;
 use crate::chat::turn::TurnDeps;
-use crate::config::Config;
+use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, Store};
@@ -25,16 +25,16 @@ use crate::telegram::outbox::{Flush, Outbox, RateLimits, StopOutbox};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// `telegram.api_url` is not a URL.
-    #[error("telegram.api_url {url:?} is not a valid URL: {reason}")]
+    #[error("telegram.api_url {url:?} is not a valid URL: {source}")]
     BadApiUrl {
         /// The value.
         url: String,
-        /// Why.
-        reason: String,
+        /// Why it does not parse.
+        source: url_parse::Error,
     },
     /// The HTTP client could not be built.
     #[error("could not build the HTTP client: {0}")]
-    Client(String),
+    Client(#[source] reqwest::Error),
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
     Backend(String),
@@ -45,8 +45,8 @@ pub enum StartError {
 
 /// The agent backend named by `agent.backend`.
 pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, StartError> {
-    match config.agent.backend.as_str() {
-        "scripted" => {
+    match config.agent.backend {
+        Backend::Scripted => {
             let scenario = if config.agent.script.as_os_str().is_empty() {
                 Scenario::default()
             } else {
@@ -54,25 +54,19 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             };
             Ok(Arc::new(ScriptedBackend::new(scenario)))
         }
-        "claude" => Ok(Arc::new(ClaudeBackend::new(
+        Backend::Claude => Ok(Arc::new(ClaudeBackend::new(
             ClaudeSettings::from_config(config),
             Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-        ))),
-        other => Err(StartError::Backend(format!(
-            "agent.backend = {other:?} is not known (use \"scripted\" or \"claude\")"
         ))),
     }
 }
 
 /// A Telegram client for `config`, with an HTTP timeout longer than the long poll.
 pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
-    let url: reqwest::Url = config
-        .telegram
-        .api_url
-        .parse()
-        .map_err(|e: url_parse::Error| StartError::BadApiUrl {
+    let url =
+        reqwest::Url::parse(&config.telegram.api_url).map_err(|source| StartError::BadApiUrl {
             url: config.telegram.api_url.clone(),
-            reason: e.to_string(),
+            source,
         })?;
     let client = teloxide::net::default_reqwest_settings()
         .timeout(
@@ -82,7 +76,7 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
                 .saturating_add(Duration::from_secs(15)),
         )
         .build()
-        .map_err(|e| StartError::Client(e.to_string()))?;
+        .map_err(StartError::Client)?;
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
 }
 
@@ -160,7 +154,7 @@ impl Turnstile {
             gauges: Arc::clone(&gauges),
             inbox: inbox.clone(),
             shutdown: shutdown.clone(),
-            retry_interrupted: config.dispatcher.on_interrupted == "retry",
+            retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(

@@ -12,36 +12,47 @@
 //!    integer, or comma-separated list). `TURNSTILE_AGENT_ENV_<NAME>` sets the
 //!    entry `agent.env.<NAME>`. A variable that names no key is an error.
 //! 3. The merged table is deserialized; a bad value is located key by key so
-//!    the error names `section.key` and the offending value.
+//!    the error names `section.key` and the offending value. A key that is a
+//!    choice ([`Backend`], [`OnInterrupted`]) is checked here.
 //! 4. The result is validated ([`Config::validate`]) and the token is read.
 //!
 //! No error message ever contains the token: every message is scrubbed of it.
+//!
+//! # Layout
+//!
+//! - this file: the schema and its defaults, [`Config::load`] (steps 1, 3
+//!   and 4) and the error type;
+//! - `env`: step 2, the `TURNSTILE_<SECTION>_<KEY>` overlay, and
+//!   [`Config::from_env_and_file`], which reads this process's environment;
+//! - `validate`: [`Config::validate`], the bounds ([`MAX_DURATION`],
+//!   [`MAX_COUNT`]) and cross-key checks;
+//! - `redact`: what may be shown: [`Config::to_redacted_toml`] (printed by
+//!   `check-config`) and the scrubbing of the token from errors.
+
+mod env;
+mod redact;
+mod validate;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::{Table, Value};
+
+use self::env::apply_env;
+pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
+pub use self::validate::{MAX_COUNT, MAX_DURATION};
 
 /// The environment variable the bot token is read from (and the only place
 /// it is read from).
 pub const TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
 
-/// The prefix of the environment variables that override config keys:
-/// `TURNSTILE_<SECTION>_<KEY>`.
-pub const ENV_PREFIX: &str = "TURNSTILE_";
-
-/// `TURNSTILE_*` variables that are not config keys: `TURNSTILE_LOG` is the
-/// log filter read by the binary; the other marks a restarted process.
-pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG", RESTARTED_FROM_ENV];
-
 /// Set by `/restart` for the new process: the chat to tell it is back.
 pub const RESTARTED_FROM_ENV: &str = "TURNSTILE_RESTARTED_FROM_CHAT";
-
-/// What a secret is shown as.
-const REDACTED: &str = "<redacted>";
 
 /// Why a configuration could not be loaded. Every message names the key (or
 /// the file, or the variable) and the offending value, and never contains the
@@ -61,7 +72,8 @@ pub enum ConfigError {
     Parse {
         /// The file that was read.
         path: PathBuf,
-        /// The TOML parser's message, with line and column.
+        /// The TOML parser's message, with line and column. Text rather than
+        /// the parser's error, which may quote the token: this is scrubbed.
         message: String,
     },
     /// The config file has a section or key that turnstile does not know.
@@ -108,30 +120,6 @@ fn token_hint(is_token: bool) -> &'static str {
 }
 
 impl ConfigError {
-    /// Replaces every occurrence of `token` in the error's text.
-    fn redact(self, token: &str) -> Self {
-        if token.is_empty() {
-            return self;
-        }
-        let scrub = |text: String| text.replace(token, REDACTED);
-        match self {
-            // A path and an I/O error hold nothing read from the file or from
-            // the environment's values.
-            Self::Read { .. } | Self::MissingToken => self,
-            Self::Parse { path, message } => Self::Parse {
-                path,
-                message: scrub(message),
-            },
-            Self::UnknownKey { key } => Self::UnknownKey { key: scrub(key) },
-            Self::UnknownEnv { var } => Self::UnknownEnv { var: scrub(var) },
-            Self::BadValue { key, value, reason } => Self::BadValue {
-                key: scrub(key),
-                value: scrub(value),
-                reason: scrub(reason),
-            },
-        }
-    }
-
     /// Says which environment variable set a bad value, if one did.
     fn set_by(self, origins: &BTreeMap<String, String>) -> Self {
         match self {
@@ -217,8 +205,8 @@ pub struct AccessConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
-    /// `"scripted"` or `"claude"`.
-    pub backend: String,
+    /// Which agent answers.
+    pub backend: Backend,
     /// The agent executable (for `claude`).
     pub command: String,
     /// Extra arguments for the agent executable.
@@ -249,13 +237,6 @@ pub struct AgentConfig {
     /// to compare API calls with and without it.
     pub batch_hook: bool,
 }
-
-/// The longest duration any key accepts (longer ones are surely typos, and
-/// would overflow clock arithmetic).
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The largest count any key accepts.
-pub const MAX_COUNT: usize = 1_000_000;
 
 /// The default `agent.system_prompt`.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user.";
@@ -301,10 +282,106 @@ pub struct DispatcherConfig {
     #[serde(with = "humantime_serde")]
     pub idle_eviction: Duration,
     /// What happens after a restart or crash to a message whose turn was
-    /// interrupted before it replied: `report` (tell the chat) or `retry`
-    /// (run it again). One that had replied is always reported.
-    pub on_interrupted: String,
+    /// interrupted before it replied. One that had replied is always reported.
+    pub on_interrupted: OnInterrupted,
 }
+
+/// `agent.backend`: which agent answers. Written in the config as its
+/// [`as_str`](Self::as_str) name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `"scripted"`: the in-process agent playing `agent.script`.
+    Scripted,
+    /// `"claude"`: the Claude Code CLI, `agent.command`.
+    Claude,
+}
+
+impl Backend {
+    /// The name in the config (and in logs).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Scripted => "scripted",
+            Self::Claude => "claude",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        match String::deserialize(deserializer)?.as_str() {
+            "scripted" => Ok(Self::Scripted),
+            "claude" => Ok(Self::Claude),
+            _ => Err(D::Error::custom("expected \"scripted\" or \"claude\"")),
+        }
+    }
+}
+
+/// `dispatcher.on_interrupted`: what happens after a restart or crash to a
+/// message whose turn was cut off before it replied. Written in the config
+/// as its [`as_str`](Self::as_str) name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnInterrupted {
+    /// `"report"`: tell the chat.
+    Report,
+    /// `"retry"`: run the turn again.
+    Retry,
+}
+
+impl OnInterrupted {
+    /// The name in the config (and in logs).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Report => "report",
+            Self::Retry => "retry",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OnInterrupted {
+    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        match String::deserialize(deserializer)?.as_str() {
+            "report" => Ok(Self::Report),
+            "retry" => Ok(Self::Retry),
+            _ => Err(D::Error::custom("expected \"report\" or \"retry\"")),
+        }
+    }
+}
+
+/// Serialize, `Display` and comparison with a name, for both choices.
+macro_rules! choice_by_name {
+    ($($choice:ty),*) => {$(
+        impl Serialize for $choice {
+            fn serialize<S>(&self, serializer: S) -> Result<S::Ok, S::Error>
+            where
+                S: Serializer,
+            {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl fmt::Display for $choice {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $choice {
+            fn eq(&self, name: &&str) -> bool {
+                self.as_str() == *name
+            }
+        }
+    )*};
+}
+
+choice_by_name!(Backend, OnInterrupted);
 
 /// `[state]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -337,7 +414,7 @@ impl Default for AccessConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
-            backend: "scripted".into(),
+            backend: Backend::Scripted,
             command: "claude".into(),
             args: Vec::new(),
             env: BTreeMap::new(),
@@ -375,7 +452,7 @@ impl Default for DispatcherConfig {
             merge_window: Duration::from_millis(1500),
             drain_timeout: Duration::from_secs(30),
             idle_eviction: Duration::from_secs(600),
-            on_interrupted: "report".into(),
+            on_interrupted: OnInterrupted::Report,
         }
     }
 }
@@ -409,144 +486,6 @@ impl Config {
             .map_err(|err| err.redact(token))
     }
 
-    /// [`Config::load`] with this process's environment. A variable whose
-    /// name or value is not UTF-8 is read lossily.
-    ///
-    /// # Errors
-    ///
-    /// As [`Config::load`].
-    pub fn from_env_and_file(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let env: BTreeMap<String, String> = std::env::vars_os()
-            .map(|(name, value)| {
-                (
-                    name.to_string_lossy().into_owned(),
-                    value.to_string_lossy().into_owned(),
-                )
-            })
-            .collect();
-        Self::load(path, &env)
-    }
-
-    /// Checks the values that parse but cannot work: zero clocks, no
-    /// terminator tool, no turn slot or queue room, an unknown backend, an API
-    /// URL that is not http(s). The token is not checked here.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::BadValue`] naming the first offending key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let turn = &self.turn;
-        let clocks = [
-            ("turn.typing_interval", turn.typing_interval),
-            ("turn.post_result_grace", turn.post_result_grace),
-            ("turn.no_progress_timeout", turn.no_progress_timeout),
-            ("turn.max_duration", turn.max_duration),
-            ("turn.hard_deadline", turn.hard_deadline),
-        ];
-        for (key, clock) in clocks {
-            if clock.is_zero() {
-                let shown = Value::from(humantime::format_duration(clock).to_string());
-                return Err(bad_value(key, &shown, "must be greater than zero"));
-            }
-        }
-        if turn.terminator_tools.is_empty() {
-            return Err(bad_value(
-                "turn.terminator_tools",
-                &Value::Array(Vec::new()),
-                "must name at least one tool",
-            ));
-        }
-        let dispatcher = &self.dispatcher;
-        let counts = [
-            (
-                "dispatcher.max_concurrent_turns",
-                dispatcher.max_concurrent_turns,
-            ),
-            ("dispatcher.queue_limit", dispatcher.queue_limit),
-            ("agent.max_warm", self.agent.max_warm.max(1)),
-        ];
-        for (key, count) in counts {
-            if count == 0 {
-                return Err(bad_value(key, &Value::Integer(0), "must be at least 1"));
-            }
-            if count > MAX_COUNT {
-                let shown = Value::Integer(i64::try_from(count).unwrap_or(i64::MAX));
-                return Err(bad_value(
-                    key,
-                    &shown,
-                    format!("must be at most {MAX_COUNT}"),
-                ));
-            }
-        }
-        let durations = [
-            ("telegram.poll_timeout", self.telegram.poll_timeout),
-            ("access.refusal_cooldown", self.access.refusal_cooldown),
-            ("agent.keep_warm", self.agent.keep_warm),
-            ("turn.typing_interval", turn.typing_interval),
-            ("turn.post_result_grace", turn.post_result_grace),
-            ("turn.no_progress_timeout", turn.no_progress_timeout),
-            ("turn.max_duration", turn.max_duration),
-            ("turn.hard_deadline", turn.hard_deadline),
-            ("dispatcher.merge_window", dispatcher.merge_window),
-            ("dispatcher.drain_timeout", dispatcher.drain_timeout),
-            ("dispatcher.idle_eviction", dispatcher.idle_eviction),
-        ];
-        for (key, duration) in durations {
-            if duration > MAX_DURATION {
-                let shown = Value::from(humantime::format_duration(duration).to_string());
-                return Err(bad_value(key, &shown, "must be at most 365 days"));
-            }
-        }
-        let backend = self.agent.backend.as_str();
-        if !matches!(backend, "scripted" | "claude") {
-            return Err(bad_value(
-                "agent.backend",
-                &Value::from(backend),
-                "expected \"scripted\" or \"claude\"",
-            ));
-        }
-        let on_interrupted = self.dispatcher.on_interrupted.as_str();
-        if !matches!(on_interrupted, "report" | "retry") {
-            return Err(bad_value(
-                "dispatcher.on_interrupted",
-                &Value::from(on_interrupted),
-                "expected \"report\" or \"retry\"",
-            ));
-        }
-        let api_url = self.telegram.api_url.as_str();
-        let host = api_url
-            .strip_prefix("https://")
-            .or_else(|| api_url.strip_prefix("http://"));
-        match host {
-            Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
-            _ => Err(bad_value(
-                "telegram.api_url",
-                &Value::from(api_url),
-                "expected an http:// or https:// URL",
-            )),
-        }
-    }
-
-    /// The effective configuration as TOML, durations as humantime strings.
-    /// The token, when set, is shown as `token = "<redacted>"` under
-    /// `[telegram]`; the text never contains the token itself.
-    #[must_use]
-    pub fn to_redacted_toml(&self) -> String {
-        let mut table = match Table::try_from(self) {
-            Ok(table) => table,
-            Err(err) => return format!("# cannot render the config: {err}\n"),
-        };
-        let token = self.telegram.token.0.as_str();
-        if !token.is_empty() {
-            // Should the token have been copied into another value too.
-            table = scrub_table(table, token);
-            if let Some(Value::Table(telegram)) = table.get_mut("telegram") {
-                telegram.insert("token".into(), Value::from(REDACTED));
-            }
-        }
-        toml::to_string(&table).unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
-    }
-
     /// Steps 1 to 4 of the module docs, on a parsed file.
     fn from_table(
         file: Table,
@@ -563,30 +502,6 @@ impl Config {
         }
         config.telegram.token = Secret(token.to_owned());
         Ok(config)
-    }
-}
-
-/// `table` with every occurrence of the (non-empty) `token` in its keys and
-/// strings replaced.
-fn scrub_table(table: Table, token: &str) -> Table {
-    table
-        .into_iter()
-        .map(|(key, value)| (key.replace(token, REDACTED), scrub_value(value, token)))
-        .collect()
-}
-
-/// `value` with every occurrence of the (non-empty) `token` replaced.
-fn scrub_value(value: Value, token: &str) -> Value {
-    match value {
-        Value::String(text) => Value::String(text.replace(token, REDACTED)),
-        Value::Array(items) => Value::Array(
-            items
-                .into_iter()
-                .map(|item| scrub_value(item, token))
-                .collect(),
-        ),
-        Value::Table(table) => Value::Table(scrub_table(table, token)),
-        other => other,
     }
 }
 
@@ -633,159 +548,6 @@ fn check_keys(file: Table, defaults: &Table) -> Result<Sections, ConfigError> {
         sections.insert(section, entries);
     }
     Ok(sections)
-}
-
-/// Where a `TURNSTILE_*` variable points.
-enum EnvTarget<'d> {
-    /// A key: `TURNSTILE_TURN_POST_RESULT_GRACE`.
-    Key {
-        section: &'d str,
-        key: &'d str,
-        default: &'d Value,
-    },
-    /// An entry of a free-form table: `TURNSTILE_AGENT_ENV_<NAME>`.
-    Entry {
-        section: &'d str,
-        key: &'d str,
-        name: &'d str,
-    },
-}
-
-/// Step 2: applies every `TURNSTILE_*` variable of `env` to `sections`, and
-/// returns which variable set which dotted key.
-fn apply_env(
-    sections: &mut Sections,
-    defaults: &Table,
-    env: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, String>, ConfigError> {
-    let mut origins = BTreeMap::new();
-    for (var, raw) in env
-        .iter()
-        .filter(|(var, _)| var.starts_with(ENV_PREFIX) && !NOT_CONFIG_VARS.contains(&var.as_str()))
-    {
-        let Some(target) = env_target(var, defaults) else {
-            return Err(ConfigError::UnknownEnv { var: var.clone() });
-        };
-        match target {
-            EnvTarget::Key {
-                section,
-                key,
-                default,
-            } => {
-                let value = coerce(raw, default, section, key, var)?;
-                let section_table = sections.entry(section.to_owned()).or_default();
-                section_table.insert(key.to_owned(), value);
-                origins.insert(format!("{section}.{key}"), var.clone());
-            }
-            EnvTarget::Entry { section, key, name } => {
-                let section_table = sections.entry(section.to_owned()).or_default();
-                let slot = section_table
-                    .entry(key)
-                    .or_insert_with(|| Value::Table(Table::new()));
-                let Value::Table(entries) = slot else {
-                    return Err(bad_value(
-                        &format!("{section}.{key}"),
-                        slot,
-                        "expected a table",
-                    ));
-                };
-                entries.insert(name.to_owned(), Value::from(raw.as_str()));
-                origins.insert(format!("{section}.{key}.{name}"), var.clone());
-            }
-        }
-    }
-    Ok(origins)
-}
-
-/// Matches `TURNSTILE_<SECTION>_<KEY>` (or `TURNSTILE_<SECTION>_<KEY>_<NAME>`
-/// for a free-form table) against the known keys.
-fn env_target<'d>(var: &'d str, defaults: &'d Table) -> Option<EnvTarget<'d>> {
-    let rest = var.strip_prefix(ENV_PREFIX)?;
-    for (section, known) in defaults {
-        let (Value::Table(known), Some(rest)) = (known, strip_word(rest, section)) else {
-            continue;
-        };
-        if let Some((key, default)) = known.iter().find(|(key, _)| rest == key.to_uppercase()) {
-            return Some(EnvTarget::Key {
-                section,
-                key,
-                default,
-            });
-        }
-        for (key, default) in known {
-            if let (Value::Table(_), Some(name)) = (default, strip_word(rest, key))
-                && !name.is_empty()
-            {
-                return Some(EnvTarget::Entry { section, key, name });
-            }
-        }
-    }
-    None
-}
-
-/// `text` without a leading `WORD_` (`word` uppercased).
-fn strip_word<'t>(text: &'t str, word: &str) -> Option<&'t str> {
-    text.strip_prefix(&word.to_uppercase())?.strip_prefix('_')
-}
-
-/// Turns the text of an environment variable into a value of the same type
-/// as the key's default.
-fn coerce(
-    raw: &str,
-    default: &Value,
-    section: &str,
-    key: &str,
-    var: &str,
-) -> Result<Value, ConfigError> {
-    let dotted = format!("{section}.{key}");
-    let bad = |reason: String| {
-        bad_value(
-            &dotted,
-            &Value::from(raw),
-            format!("{reason} (set by {var})"),
-        )
-    };
-    match default {
-        Value::String(_) => Ok(Value::from(raw)),
-        Value::Integer(_) => raw
-            .trim()
-            .parse::<i64>()
-            .map(Value::Integer)
-            .map_err(|err| bad(format!("expected an integer: {err}"))),
-        Value::Array(_) => {
-            let items: Vec<&str> = match raw.trim() {
-                "" => Vec::new(),
-                list => list.split(',').map(str::trim).collect(),
-            };
-            // An empty default says nothing of the element type: ask serde.
-            let integers = probe(section, key, Value::Array(vec![Value::Integer(0)])).is_ok();
-            if !integers {
-                return Ok(Value::Array(items.into_iter().map(Value::from).collect()));
-            }
-            items
-                .into_iter()
-                .map(|item| {
-                    item.parse::<i64>().map(Value::Integer).map_err(|_| {
-                        bad(format!(
-                            "expected a comma-separated list of integers; `{item}` is not one"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Value::Array)
-        }
-        Value::Table(_) => Err(bad(format!(
-            "a table cannot be set whole; set its entries with {var}_<NAME>"
-        ))),
-        Value::Boolean(_) => match raw.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(Value::Boolean(true)),
-            "false" | "0" | "no" | "off" => Ok(Value::Boolean(false)),
-            _ => Err(bad("expected true or false".to_owned())),
-        },
-        Value::Float(_) | Value::Datetime(_) => Err(bad(
-            "this kind of value cannot be set from the environment".to_owned(),
-        )),
-    }
 }
 
 /// Deserializes a config holding only `section.key = value`.
@@ -862,28 +624,28 @@ mod tests {
 
     use super::*;
 
-    const TOKEN: &str = "123456:SECRET-token-value";
+    pub(super) const TOKEN: &str = "123456:SECRET-token-value";
 
     /// An environment holding the token and `vars`.
-    fn env(vars: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pub(super) fn env(vars: &[(&str, &str)]) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([(TOKEN_ENV.to_owned(), TOKEN.to_owned())]);
         env.extend(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         env
     }
 
     /// A temporary config file holding `text`.
-    fn file(text: &str) -> tempfile::NamedTempFile {
+    pub(super) fn file(text: &str) -> tempfile::NamedTempFile {
         let mut file = tempfile::NamedTempFile::new().expect("temp file");
         file.write_all(text.as_bytes()).expect("write temp file");
         file
     }
 
-    fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    pub(super) fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let file = file(text);
         Config::load(Some(file.path()), &env(vars))
     }
 
-    fn load_err(text: &str, vars: &[(&str, &str)]) -> ConfigError {
+    pub(super) fn load_err(text: &str, vars: &[(&str, &str)]) -> ConfigError {
         match load_text(text, vars) {
             Ok(config) => panic!("expected an error, loaded {config:?}"),
             Err(err) => err,
@@ -891,7 +653,7 @@ mod tests {
     }
 
     /// Asserts `err` is a `BadValue` for `key` and returns its message.
-    fn assert_bad_value(err: &ConfigError, want_key: &str) -> String {
+    pub(super) fn assert_bad_value(err: &ConfigError, want_key: &str) -> String {
         match err {
             ConfigError::BadValue { key, .. } => assert_eq!(key, want_key, "{err}"),
             other => panic!("expected BadValue for `{want_key}`, got {other:?}"),
@@ -901,7 +663,7 @@ mod tests {
         message
     }
 
-    fn default_with_token() -> Config {
+    pub(super) fn default_with_token() -> Config {
         let mut config = Config::default();
         config.telegram.token = Secret(TOKEN.to_owned());
         config
@@ -973,36 +735,6 @@ mod tests {
     }
 
     #[test]
-    fn env_override_beats_file() {
-        let config = load_text(
-            "[turn]\npost_result_grace = \"9s\"\n",
-            &[
-                ("TURNSTILE_TURN_POST_RESULT_GRACE", "2s"),
-                ("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "4"),
-                ("TURNSTILE_TELEGRAM_API_URL", "http://localhost:9"),
-            ],
-        )
-        .expect("loads");
-        assert_eq!(config.turn.post_result_grace, Duration::from_secs(2));
-        assert_eq!(config.dispatcher.max_concurrent_turns, 4);
-        assert_eq!(config.telegram.api_url, "http://localhost:9");
-    }
-
-    #[test]
-    fn env_overrides_apply_without_a_file() {
-        let config =
-            Config::load(None, &env(&[("TURNSTILE_STATE_PATH", "/tmp/x.db")])).expect("loads");
-        assert_eq!(config.state.path, PathBuf::from("/tmp/x.db"));
-    }
-
-    #[test]
-    fn other_env_vars_are_ignored() {
-        let config =
-            Config::load(None, &env(&[("HOME", "/root"), ("TURNSTILEX", "1")])).expect("loads");
-        assert_eq!(config, default_with_token());
-    }
-
-    #[test]
     fn unknown_key_in_file_names_the_dotted_key() {
         let err = load_err("[turn]\npost_result_grce = \"5s\"\n", &[]);
         assert!(
@@ -1041,44 +773,6 @@ mod tests {
     }
 
     #[test]
-    fn unknown_env_var_is_rejected() {
-        let err = Config::load(None, &env(&[("TURNSTILE_TURN_POST_RESULT_GRCE", "2s")]))
-            .expect_err("unknown variable");
-        assert!(
-            matches!(&err, ConfigError::UnknownEnv { var } if var == "TURNSTILE_TURN_POST_RESULT_GRCE"),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains("TURNSTILE_TURN_POST_RESULT_GRCE"));
-    }
-
-    #[test]
-    fn env_var_names_are_matched_exactly() {
-        for var in [
-            "TURNSTILE_",
-            "TURNSTILE_TURN",
-            "TURNSTILE_TURN_",
-            "TURNSTILE_turn_post_result_grace",
-            "TURNSTILE_TURNPOST_RESULT_GRACE",
-            "TURNSTILE_AGENT_ENV_",
-            "TURNSTILE_TURN_POST_RESULT_GRACE_X",
-        ] {
-            let err = Config::load(None, &env(&[(var, "2s")])).expect_err(var);
-            assert!(
-                matches!(&err, ConfigError::UnknownEnv { var: got } if got == var),
-                "{var}: {err:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn token_env_var_under_the_prefix_gets_a_hint() {
-        let err = Config::load(None, &env(&[("TURNSTILE_TELEGRAM_TOKEN", "abc")]))
-            .expect_err("not a key");
-        assert!(matches!(err, ConfigError::UnknownEnv { .. }), "{err:?}");
-        assert!(err.to_string().contains(TOKEN_ENV), "{err}");
-    }
-
-    #[test]
     fn bad_duration_names_the_key_and_the_value() {
         let err = load_err("[turn]\npost_result_grace = \"5 parsecs\"\n", &[]);
         let message = assert_bad_value(&err, "turn.post_result_grace");
@@ -1101,36 +795,12 @@ mod tests {
     }
 
     #[test]
-    fn bad_duration_from_env_names_the_variable() {
-        let err = Config::load(None, &env(&[("TURNSTILE_TURN_MAX_DURATION", "forever")]))
-            .expect_err("bad duration");
-        let message = assert_bad_value(&err, "turn.max_duration");
-        assert!(message.contains("\"forever\""), "{message}");
-        assert!(message.contains("TURNSTILE_TURN_MAX_DURATION"), "{message}");
-    }
-
-    #[test]
     fn bad_type_in_file_names_the_key() {
         let err = load_err("[dispatcher]\nqueue_limit = \"many\"\n", &[]);
         let message = assert_bad_value(&err, "dispatcher.queue_limit");
         assert!(message.contains("\"many\""), "{message}");
         let err = load_err("[dispatcher]\nqueue_limit = -1\n", &[]);
         assert_bad_value(&err, "dispatcher.queue_limit");
-    }
-
-    #[test]
-    fn bad_integer_from_env_names_the_key() {
-        let err = Config::load(None, &env(&[("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "lots")]))
-            .expect_err("bad integer");
-        let message = assert_bad_value(&err, "dispatcher.queue_limit");
-        assert!(
-            message.contains("\"lots\": expected an integer"),
-            "{message}"
-        );
-        assert!(
-            message.contains("TURNSTILE_DISPATCHER_QUEUE_LIMIT"),
-            "{message}"
-        );
     }
 
     #[test]
@@ -1165,202 +835,10 @@ mod tests {
     }
 
     #[test]
-    fn absurd_durations_and_counts_are_rejected() {
-        let err = Config::load(
-            None,
-            &env(&[("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "18446744073709551615s")]),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("telegram.poll_timeout"), "{err}");
-        let err = Config::load(
-            None,
-            &env(&[("TURNSTILE_TURN_POST_RESULT_GRACE", "400days")]),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("turn.post_result_grace"), "{err}");
-        let err = Config::load(
-            None,
-            &env(&[(
-                "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
-                "9000000000000000000",
-            )]),
-        )
-        .unwrap_err();
-        assert!(
-            err.to_string().contains("dispatcher.max_concurrent_turns"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn boolean_env() {
-        let off =
-            Config::load(None, &env(&[("TURNSTILE_AGENT_BATCH_HOOK", "false")])).expect("loads");
-        assert!(!off.agent.batch_hook);
-        let on = Config::load(None, &env(&[("TURNSTILE_AGENT_BATCH_HOOK", "1")])).expect("loads");
-        assert!(on.agent.batch_hook);
-        let err = Config::load(None, &env(&[("TURNSTILE_AGENT_BATCH_HOOK", "maybe")])).unwrap_err();
-        assert!(err.to_string().contains("agent.batch_hook"), "{err}");
-    }
-
-    #[test]
-    fn comma_list_env() {
-        let config = Config::load(
-            None,
-            &env(&[
-                ("TURNSTILE_ACCESS_ALLOWED_USERS", "1, 2,3"),
-                ("TURNSTILE_AGENT_ARGS", "--model,opus"),
-                ("TURNSTILE_TURN_TERMINATOR_TOOLS", "end_turn,reply"),
-            ]),
-        )
-        .expect("loads");
-        assert_eq!(config.access.allowed_users, vec![1, 2, 3]);
-        assert_eq!(config.agent.args, vec!["--model", "opus"]);
-        assert_eq!(config.turn.terminator_tools, vec!["end_turn", "reply"]);
-    }
-
-    #[test]
-    fn empty_env_list_is_an_empty_list() {
-        let config = load_text(
-            "[access]\nadmins = [7]\n",
-            &[("TURNSTILE_ACCESS_ADMINS", "")],
-        )
-        .expect("loads");
-        assert!(config.access.admins.is_empty());
-    }
-
-    #[test]
-    fn bad_integer_in_env_list_is_named() {
-        let err = Config::load(None, &env(&[("TURNSTILE_ACCESS_ALLOWED_USERS", "1,bob")]))
-            .expect_err("bad list");
-        let message = assert_bad_value(&err, "access.allowed_users");
-        assert!(message.contains("\"1,bob\""), "{message}");
-        assert!(message.contains("`bob`"), "{message}");
-    }
-
-    #[test]
-    fn agent_env_from_file_and_env() {
-        let config = load_text(
-            "[agent.env]\nHTTPS_PROXY = \"http://proxy:3128\"\nLANG = \"C\"\n",
-            &[
-                ("TURNSTILE_AGENT_ENV_LANG", "C.UTF-8"),
-                ("TURNSTILE_AGENT_ENV_NO_PROXY", "localhost"),
-            ],
-        )
-        .expect("loads");
-        let want = BTreeMap::from([
-            ("HTTPS_PROXY".to_owned(), "http://proxy:3128".to_owned()),
-            ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            ("NO_PROXY".to_owned(), "localhost".to_owned()),
-        ]);
-        assert_eq!(config.agent.env, want);
-    }
-
-    #[test]
     fn agent_env_entry_must_be_a_string() {
         let err = load_err("[agent.env]\nDEBUG = 1\n", &[]);
         let message = assert_bad_value(&err, "agent.env.DEBUG");
         assert!(message.contains(": 1: "), "{message}");
-    }
-
-    #[test]
-    fn agent_env_set_whole_is_rejected() {
-        let err = Config::load(None, &env(&[("TURNSTILE_AGENT_ENV", "A=1")]))
-            .expect_err("table set whole");
-        let message = assert_bad_value(&err, "agent.env");
-        assert!(message.contains("TURNSTILE_AGENT_ENV_<NAME>"), "{message}");
-    }
-
-    #[test]
-    fn agent_env_entry_over_a_non_table_is_rejected() {
-        let err = load_err(
-            "[agent]\nenv = \"A=1\"\n",
-            &[("TURNSTILE_AGENT_ENV_B", "2")],
-        );
-        assert_bad_value(&err, "agent.env");
-    }
-
-    #[test]
-    fn debug_never_contains_the_token() {
-        let config = Config::load(None, &env(&[])).expect("loads");
-        let debug = format!("{config:?} {config:#?}");
-        assert!(!debug.contains(TOKEN), "{debug}");
-        assert!(debug.contains(REDACTED), "{debug}");
-    }
-
-    #[test]
-    fn redacted_toml_never_contains_the_token() {
-        let config = load_text(
-            "[agent.env]\nA = \"1\"\n",
-            &[("TURNSTILE_DISPATCHER_MERGE_WINDOW", "1500ms")],
-        )
-        .expect("loads");
-        let text = config.to_redacted_toml();
-        assert!(!text.contains(TOKEN), "{text}");
-        assert!(text.contains("token = \"<redacted>\""), "{text}");
-        assert!(text.contains("merge_window = \"1s 500ms\""), "{text}");
-        // Apart from the token line, it loads back to the same config.
-        let mut table: Table = text.parse().expect("valid TOML");
-        if let Some(Value::Table(telegram)) = table.get_mut("telegram") {
-            assert_eq!(telegram.remove("token"), Some(Value::from(REDACTED)));
-        }
-        let reloaded = Config::from_table(table, &env(&[]), TOKEN).expect("reloads");
-        assert_eq!(reloaded, config);
-    }
-
-    #[test]
-    fn redacted_toml_scrubs_a_token_stored_elsewhere() {
-        let mut config = default_with_token();
-        config.telegram.api_url = format!("https://api.telegram.org/bot{TOKEN}");
-        let text = config.to_redacted_toml();
-        assert!(!text.contains(TOKEN), "{text}");
-    }
-
-    #[test]
-    fn redacted_toml_keeps_its_token_line_with_a_short_token() {
-        let mut config = Config::default();
-        config.telegram.token = Secret("tok".to_owned());
-        config
-            .agent
-            .env
-            .insert("tok".to_owned(), "tok tok".to_owned());
-        config.agent.args = vec!["--tok".to_owned()];
-        let text = config.to_redacted_toml();
-        assert!(text.contains("\ntoken = \"<redacted>\"\n"), "{text}");
-        assert!(text.contains("<redacted> <redacted>"), "{text}");
-        assert!(text.contains("--<redacted>"), "{text}");
-        assert!(!text.replace("token", "").contains("tok"), "{text}");
-    }
-
-    #[test]
-    fn redacted_toml_without_a_token_has_no_token_line() {
-        let text = Config::default().to_redacted_toml();
-        assert!(!text.contains("token"), "{text}");
-    }
-
-    #[test]
-    fn errors_never_contain_the_token() {
-        let err = load_err(&format!("[turn]\nmax_duration = \"{TOKEN}\"\n"), &[]);
-        assert_bad_value(&err, "turn.max_duration");
-        let message = format!("{err} {err:?}");
-        assert!(!message.contains(TOKEN), "{message}");
-        assert!(message.contains(REDACTED), "{message}");
-
-        let err = load_err(&format!("[telegram]\n\"{TOKEN}\" = 1\n"), &[]);
-        assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err:?}");
-        let message = format!("{err} {err:?}");
-        assert!(!message.contains(TOKEN), "{message}");
-
-        let var = format!("TURNSTILE_{TOKEN}");
-        let err = Config::load(None, &env(&[(&var, "1")])).expect_err("unknown variable");
-        assert!(matches!(err, ConfigError::UnknownEnv { .. }), "{err:?}");
-        let message = format!("{err} {err:?}");
-        assert!(!message.contains(TOKEN), "{message}");
-
-        let err = load_err(&format!("[turn]\nx = \"{TOKEN}\" junk\n"), &[]);
-        assert!(matches!(err, ConfigError::Parse { .. }), "{err:?}");
-        let message = format!("{err} {err:?}");
-        assert!(!message.contains(TOKEN), "{message}");
     }
 
     #[test]
@@ -1388,54 +866,6 @@ mod tests {
     }
 
     #[test]
-    fn zero_typing_interval_is_rejected() {
-        let err = load_err("[turn]\ntyping_interval = \"0s\"\n", &[]);
-        let message = assert_bad_value(&err, "turn.typing_interval");
-        assert!(message.contains("\"0s\""), "{message}");
-        assert!(message.contains("greater than zero"), "{message}");
-    }
-
-    #[test]
-    fn every_turn_clock_must_be_non_zero() {
-        for key in [
-            "typing_interval",
-            "post_result_grace",
-            "no_progress_timeout",
-            "max_duration",
-            "hard_deadline",
-        ] {
-            let err = load_err(&format!("[turn]\n{key} = \"0ms\"\n"), &[]);
-            assert_bad_value(&err, &format!("turn.{key}"));
-        }
-    }
-
-    #[test]
-    fn validation_names_env_variable() {
-        let err =
-            Config::load(None, &env(&[("TURNSTILE_TURN_HARD_DEADLINE", "0s")])).expect_err("zero");
-        let message = assert_bad_value(&err, "turn.hard_deadline");
-        assert!(
-            message.contains("TURNSTILE_TURN_HARD_DEADLINE"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn terminator_tools_must_not_be_empty() {
-        let err = load_err("[turn]\nterminator_tools = []\n", &[]);
-        assert_bad_value(&err, "turn.terminator_tools");
-    }
-
-    #[test]
-    fn dispatcher_counts_must_be_at_least_one() {
-        for key in ["max_concurrent_turns", "queue_limit"] {
-            let err = load_err(&format!("[dispatcher]\n{key} = 0\n"), &[]);
-            let message = assert_bad_value(&err, &format!("dispatcher.{key}"));
-            assert!(message.contains(": 0: "), "{message}");
-        }
-    }
-
-    #[test]
     fn unknown_backend_is_rejected() {
         let err = load_err("[agent]\nbackend = \"gpt\"\n", &[]);
         let message = assert_bad_value(&err, "agent.backend");
@@ -1443,19 +873,73 @@ mod tests {
     }
 
     #[test]
-    fn api_url_must_be_http() {
-        for url in [
-            "ftp://api.telegram.org",
-            "api.telegram.org",
-            "https://",
-            "http:// x",
-        ] {
-            let err = load_err(&format!("[telegram]\napi_url = \"{url}\"\n"), &[]);
-            assert_bad_value(&err, "telegram.api_url");
-        }
-        for url in ["http://127.0.0.1:1234", "https://api.telegram.org"] {
-            load_text(&format!("[telegram]\napi_url = \"{url}\"\n"), &[]).expect(url);
-        }
+    fn bad_backend_names_the_key_and_the_value() {
+        let err = load_err("[agent]\nbackend = \"gpt\"\n", &[]);
+        assert_bad_value(&err, "agent.backend");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `agent.backend`: \"gpt\": expected \"scripted\" or \"claude\""
+        );
+        let err = Config::load(None, &env(&[("TURNSTILE_AGENT_BACKEND", "gpt")]))
+            .expect_err("bad backend");
+        assert_bad_value(&err, "agent.backend");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `agent.backend`: \"gpt\": expected \"scripted\" or \"claude\" \
+             (set by TURNSTILE_AGENT_BACKEND)"
+        );
+    }
+
+    #[test]
+    fn bad_on_interrupted_names_the_key_and_the_value() {
+        let err = load_err("[dispatcher]\non_interrupted = \"shrug\"\n", &[]);
+        assert_bad_value(&err, "dispatcher.on_interrupted");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `dispatcher.on_interrupted`: \"shrug\": expected \"report\" or \"retry\""
+        );
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "shrug")]),
+        )
+        .expect_err("bad on_interrupted");
+        assert_bad_value(&err, "dispatcher.on_interrupted");
+        assert_eq!(
+            err.to_string(),
+            "bad value for `dispatcher.on_interrupted`: \"shrug\": expected \"report\" or \"retry\" \
+             (set by TURNSTILE_DISPATCHER_ON_INTERRUPTED)"
+        );
+    }
+
+    #[test]
+    fn choices_load_from_file_and_env() {
+        let config = load_text(
+            "[agent]\nbackend = \"claude\"\n[dispatcher]\non_interrupted = \"retry\"\n",
+            &[],
+        )
+        .expect("loads");
+        assert_eq!(config.agent.backend, "claude");
+        assert_eq!(config.dispatcher.on_interrupted, "retry");
+        let config = Config::load(
+            None,
+            &env(&[
+                ("TURNSTILE_AGENT_BACKEND", "claude"),
+                ("TURNSTILE_DISPATCHER_ON_INTERRUPTED", "report"),
+            ]),
+        )
+        .expect("loads");
+        assert_eq!(config.agent.backend, "claude");
+        assert_eq!(config.dispatcher.on_interrupted, "report");
+    }
+
+    #[test]
+    fn choice_of_the_wrong_type_names_the_key() {
+        let err = load_err("[agent]\nbackend = 1\n", &[]);
+        let message = assert_bad_value(&err, "agent.backend");
+        assert!(message.contains(": 1: "), "{message}");
+        let err = load_err("[dispatcher]\non_interrupted = true\n", &[]);
+        let message = assert_bad_value(&err, "dispatcher.on_interrupted");
+        assert!(message.contains(": true: "), "{message}");
     }
 
     const EXAMPLE: &str = include_str!("../config.example.toml");

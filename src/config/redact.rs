@@ -1,0 +1,174 @@
+//! What may be shown of a configuration: [`Config::to_redacted_toml`], which
+//! `check-config` prints, and the scrubbing of the token from every
+//! [`ConfigError`].
+
+use toml::{Table, Value};
+
+use super::{Config, ConfigError};
+
+/// What a secret is shown as.
+const REDACTED: &str = "<redacted>";
+
+impl ConfigError {
+    /// Replaces every occurrence of `token` in the error's text.
+    pub(super) fn redact(self, token: &str) -> Self {
+        if token.is_empty() {
+            return self;
+        }
+        let scrub = |text: String| text.replace(token, REDACTED);
+        match self {
+            // A path and an I/O error hold nothing read from the file or from
+            // the environment's values.
+            Self::Read { .. } | Self::MissingToken => self,
+            Self::Parse { path, message } => Self::Parse {
+                path,
+                message: scrub(message),
+            },
+            Self::UnknownKey { key } => Self::UnknownKey { key: scrub(key) },
+            Self::UnknownEnv { var } => Self::UnknownEnv { var: scrub(var) },
+            Self::BadValue { key, value, reason } => Self::BadValue {
+                key: scrub(key),
+                value: scrub(value),
+                reason: scrub(reason),
+            },
+        }
+    }
+}
+
+impl Config {
+    /// The effective configuration as TOML, durations as humantime strings.
+    /// The token, when set, is shown as `token = "<redacted>"` under
+    /// `[telegram]`; the text never contains the token itself.
+    #[must_use]
+    pub fn to_redacted_toml(&self) -> String {
+        let mut table = match Table::try_from(self) {
+            Ok(table) => table,
+            Err(err) => return format!("# cannot render the config: {err}\n"),
+        };
+        let token = self.telegram.token.0.as_str();
+        if !token.is_empty() {
+            // Should the token have been copied into another value too.
+            table = scrub_table(table, token);
+            if let Some(Value::Table(telegram)) = table.get_mut("telegram") {
+                telegram.insert("token".into(), Value::from(REDACTED));
+            }
+        }
+        toml::to_string(&table).unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
+    }
+}
+
+/// `table` with every occurrence of the (non-empty) `token` in its keys and
+/// strings replaced.
+fn scrub_table(table: Table, token: &str) -> Table {
+    table
+        .into_iter()
+        .map(|(key, value)| (key.replace(token, REDACTED), scrub_value(value, token)))
+        .collect()
+}
+
+/// `value` with every occurrence of the (non-empty) `token` replaced.
+fn scrub_value(value: Value, token: &str) -> Value {
+    match value {
+        Value::String(text) => Value::String(text.replace(token, REDACTED)),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| scrub_value(item, token))
+                .collect(),
+        ),
+        Value::Table(table) => Value::Table(scrub_table(table, token)),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+    use crate::config::tests::{
+        TOKEN, assert_bad_value, default_with_token, env, load_err, load_text,
+    };
+
+    #[test]
+    fn debug_never_contains_the_token() {
+        let config = Config::load(None, &env(&[])).expect("loads");
+        let debug = format!("{config:?} {config:#?}");
+        assert!(!debug.contains(TOKEN), "{debug}");
+        assert!(debug.contains(REDACTED), "{debug}");
+    }
+
+    #[test]
+    fn redacted_toml_never_contains_the_token() {
+        let config = load_text(
+            "[agent.env]\nA = \"1\"\n",
+            &[("TURNSTILE_DISPATCHER_MERGE_WINDOW", "1500ms")],
+        )
+        .expect("loads");
+        let text = config.to_redacted_toml();
+        assert!(!text.contains(TOKEN), "{text}");
+        assert!(text.contains("token = \"<redacted>\""), "{text}");
+        assert!(text.contains("merge_window = \"1s 500ms\""), "{text}");
+        // Apart from the token line, it loads back to the same config.
+        let mut table: Table = text.parse().expect("valid TOML");
+        if let Some(Value::Table(telegram)) = table.get_mut("telegram") {
+            assert_eq!(telegram.remove("token"), Some(Value::from(REDACTED)));
+        }
+        let reloaded = Config::from_table(table, &env(&[]), TOKEN).expect("reloads");
+        assert_eq!(reloaded, config);
+    }
+
+    #[test]
+    fn redacted_toml_scrubs_a_token_stored_elsewhere() {
+        let mut config = default_with_token();
+        config.telegram.api_url = format!("https://api.telegram.org/bot{TOKEN}");
+        let text = config.to_redacted_toml();
+        assert!(!text.contains(TOKEN), "{text}");
+    }
+
+    #[test]
+    fn redacted_toml_keeps_its_token_line_with_a_short_token() {
+        let mut config = Config::default();
+        config.telegram.token = Secret("tok".to_owned());
+        config
+            .agent
+            .env
+            .insert("tok".to_owned(), "tok tok".to_owned());
+        config.agent.args = vec!["--tok".to_owned()];
+        let text = config.to_redacted_toml();
+        assert!(text.contains("\ntoken = \"<redacted>\"\n"), "{text}");
+        assert!(text.contains("<redacted> <redacted>"), "{text}");
+        assert!(text.contains("--<redacted>"), "{text}");
+        assert!(!text.replace("token", "").contains("tok"), "{text}");
+    }
+
+    #[test]
+    fn redacted_toml_without_a_token_has_no_token_line() {
+        let text = Config::default().to_redacted_toml();
+        assert!(!text.contains("token"), "{text}");
+    }
+
+    #[test]
+    fn errors_never_contain_the_token() {
+        let err = load_err(&format!("[turn]\nmax_duration = \"{TOKEN}\"\n"), &[]);
+        assert_bad_value(&err, "turn.max_duration");
+        let message = format!("{err} {err:?}");
+        assert!(!message.contains(TOKEN), "{message}");
+        assert!(message.contains(REDACTED), "{message}");
+
+        let err = load_err(&format!("[telegram]\n\"{TOKEN}\" = 1\n"), &[]);
+        assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err:?}");
+        let message = format!("{err} {err:?}");
+        assert!(!message.contains(TOKEN), "{message}");
+
+        let var = format!("TURNSTILE_{TOKEN}");
+        let err = Config::load(None, &env(&[(&var, "1")])).expect_err("unknown variable");
+        assert!(matches!(err, ConfigError::UnknownEnv { .. }), "{err:?}");
+        let message = format!("{err} {err:?}");
+        assert!(!message.contains(TOKEN), "{message}");
+
+        let err = load_err(&format!("[turn]\nx = \"{TOKEN}\" junk\n"), &[]);
+        assert!(matches!(err, ConfigError::Parse { .. }), "{err:?}");
+        let message = format!("{err} {err:?}");
+        assert!(!message.contains(TOKEN), "{message}");
+    }
+}

@@ -1,0 +1,199 @@
+//! [`Config::validate`]: the values that parse but cannot work, and the
+//! bounds every duration and count must keep.
+
+use std::time::Duration;
+
+use toml::Value;
+
+use super::{Config, ConfigError, bad_value};
+
+/// The longest duration any key accepts (longer ones are surely typos, and
+/// would overflow clock arithmetic).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The largest count any key accepts.
+pub const MAX_COUNT: usize = 1_000_000;
+
+impl Config {
+    /// Checks the values that parse but cannot work: zero clocks, no
+    /// terminator tool, no turn slot or queue room, an API URL that is not
+    /// http(s), a duration or count too large. The token is not checked here.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::BadValue`] naming the first offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let turn = &self.turn;
+        let clocks = [
+            ("turn.typing_interval", turn.typing_interval),
+            ("turn.post_result_grace", turn.post_result_grace),
+            ("turn.no_progress_timeout", turn.no_progress_timeout),
+            ("turn.max_duration", turn.max_duration),
+            ("turn.hard_deadline", turn.hard_deadline),
+        ];
+        for (key, clock) in clocks {
+            if clock.is_zero() {
+                let shown = Value::from(humantime::format_duration(clock).to_string());
+                return Err(bad_value(key, &shown, "must be greater than zero"));
+            }
+        }
+        if turn.terminator_tools.is_empty() {
+            return Err(bad_value(
+                "turn.terminator_tools",
+                &Value::Array(Vec::new()),
+                "must name at least one tool",
+            ));
+        }
+        let dispatcher = &self.dispatcher;
+        let counts = [
+            (
+                "dispatcher.max_concurrent_turns",
+                dispatcher.max_concurrent_turns,
+            ),
+            ("dispatcher.queue_limit", dispatcher.queue_limit),
+            ("agent.max_warm", self.agent.max_warm.max(1)),
+        ];
+        for (key, count) in counts {
+            if count == 0 {
+                return Err(bad_value(key, &Value::Integer(0), "must be at least 1"));
+            }
+            if count > MAX_COUNT {
+                let shown = Value::Integer(i64::try_from(count).unwrap_or(i64::MAX));
+                return Err(bad_value(
+                    key,
+                    &shown,
+                    format!("must be at most {MAX_COUNT}"),
+                ));
+            }
+        }
+        let durations = [
+            ("telegram.poll_timeout", self.telegram.poll_timeout),
+            ("access.refusal_cooldown", self.access.refusal_cooldown),
+            ("agent.keep_warm", self.agent.keep_warm),
+            ("turn.typing_interval", turn.typing_interval),
+            ("turn.post_result_grace", turn.post_result_grace),
+            ("turn.no_progress_timeout", turn.no_progress_timeout),
+            ("turn.max_duration", turn.max_duration),
+            ("turn.hard_deadline", turn.hard_deadline),
+            ("dispatcher.merge_window", dispatcher.merge_window),
+            ("dispatcher.drain_timeout", dispatcher.drain_timeout),
+            ("dispatcher.idle_eviction", dispatcher.idle_eviction),
+        ];
+        for (key, duration) in durations {
+            if duration > MAX_DURATION {
+                let shown = Value::from(humantime::format_duration(duration).to_string());
+                return Err(bad_value(key, &shown, "must be at most 365 days"));
+            }
+        }
+        let api_url = self.telegram.api_url.as_str();
+        let host = api_url
+            .strip_prefix("https://")
+            .or_else(|| api_url.strip_prefix("http://"));
+        match host {
+            Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
+            _ => Err(bad_value(
+                "telegram.api_url",
+                &Value::from(api_url),
+                "expected an http:// or https:// URL",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::{assert_bad_value, env, load_err, load_text};
+
+    #[test]
+    fn absurd_durations_and_counts_are_rejected() {
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "18446744073709551615s")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("telegram.poll_timeout"), "{err}");
+        let err = Config::load(
+            None,
+            &env(&[("TURNSTILE_TURN_POST_RESULT_GRACE", "400days")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("turn.post_result_grace"), "{err}");
+        let err = Config::load(
+            None,
+            &env(&[(
+                "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
+                "9000000000000000000",
+            )]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("dispatcher.max_concurrent_turns"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zero_typing_interval_is_rejected() {
+        let err = load_err("[turn]\ntyping_interval = \"0s\"\n", &[]);
+        let message = assert_bad_value(&err, "turn.typing_interval");
+        assert!(message.contains("\"0s\""), "{message}");
+        assert!(message.contains("greater than zero"), "{message}");
+    }
+
+    #[test]
+    fn every_turn_clock_must_be_non_zero() {
+        for key in [
+            "typing_interval",
+            "post_result_grace",
+            "no_progress_timeout",
+            "max_duration",
+            "hard_deadline",
+        ] {
+            let err = load_err(&format!("[turn]\n{key} = \"0ms\"\n"), &[]);
+            assert_bad_value(&err, &format!("turn.{key}"));
+        }
+    }
+
+    #[test]
+    fn validation_names_env_variable() {
+        let err =
+            Config::load(None, &env(&[("TURNSTILE_TURN_HARD_DEADLINE", "0s")])).expect_err("zero");
+        let message = assert_bad_value(&err, "turn.hard_deadline");
+        assert!(
+            message.contains("TURNSTILE_TURN_HARD_DEADLINE"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn terminator_tools_must_not_be_empty() {
+        let err = load_err("[turn]\nterminator_tools = []\n", &[]);
+        assert_bad_value(&err, "turn.terminator_tools");
+    }
+
+    #[test]
+    fn dispatcher_counts_must_be_at_least_one() {
+        for key in ["max_concurrent_turns", "queue_limit"] {
+            let err = load_err(&format!("[dispatcher]\n{key} = 0\n"), &[]);
+            let message = assert_bad_value(&err, &format!("dispatcher.{key}"));
+            assert!(message.contains(": 0: "), "{message}");
+        }
+    }
+
+    #[test]
+    fn api_url_must_be_http() {
+        for url in [
+            "ftp://api.telegram.org",
+            "api.telegram.org",
+            "https://",
+            "http:// x",
+        ] {
+            let err = load_err(&format!("[telegram]\napi_url = \"{url}\"\n"), &[]);
+            assert_bad_value(&err, "telegram.api_url");
+        }
+        for url in ["http://127.0.0.1:1234", "https://api.telegram.org"] {
+            load_text(&format!("[telegram]\napi_url = \"{url}\"\n"), &[]).expect(url);
+        }
+    }
+}
