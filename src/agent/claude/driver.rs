@@ -553,9 +553,10 @@ impl Driver {
                 ..
             }) => reply(protocol::control_success(&id, serde_json::json!({}))),
             ControlRequest::Unknown { subtype } => {
+                let shown: String = subtype.chars().take(protocol::SHOWN_CHARS).collect();
                 tracing::warn!(
                     pid = self.pid,
-                    subtype = %subtype,
+                    subtype = %shown,
                     "unknown control request refused"
                 );
                 reply(protocol::control_error(

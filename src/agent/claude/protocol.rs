@@ -7,7 +7,8 @@
 //! read tolerantly (a missing or mistyped field takes its default) and an
 //! unknown `type` or `subtype` becomes an `Unknown` or `Other` variant, so
 //! nothing the CLI writes is an error that ends a turn. The lines the host
-//! writes are built by plain functions over `serde_json::Value`. All of it is
+//! writes are built by plain functions over `serde_json::Value`. The MCP
+//! side (`protocol/mcp_server.rs`) is re-exported here. All of it is
 //! unit-tested without a process.
 
 use serde::Deserialize;
@@ -377,15 +378,20 @@ impl<'de> Deserialize<'de> for ControlRequest {
         #[derive(Deserialize)]
         #[serde(tag = "subtype", rename_all = "snake_case")]
         enum Known {
+            /// `can_use_tool`.
             CanUseTool(PermissionAsk),
+            /// `hook_callback`.
             HookCallback(HookCallback),
+            /// `mcp_message`.
             McpMessage(McpMessage),
+            /// Any other subtype.
             #[serde(other)]
             Other,
         }
         /// Only the subtype, to name an unknown request.
         #[derive(Deserialize)]
         struct Subtype {
+            /// The subtype as sent.
             #[serde(default, deserialize_with = "lenient")]
             subtype: String,
         }

@@ -122,16 +122,20 @@ impl<'de> Deserialize<'de> for RpcRequest {
         /// The JSON-RPC envelope; params are read by method.
         #[derive(Deserialize)]
         struct Envelope {
+            /// The id to answer with.
             #[serde(default)]
             id: Value,
+            /// The method's name.
             #[serde(default, deserialize_with = "lenient")]
             method: String,
+            /// The method's params, read once the method is known.
             #[serde(default = "empty_object")]
             params: Value,
         }
         /// `initialize` params.
         #[derive(Deserialize)]
         struct InitializeParams {
+            /// The client's protocol version.
             #[serde(rename = "protocolVersion", default = "default_mcp_version")]
             protocol_version: Value,
         }
