@@ -43,11 +43,23 @@ pub struct OpenSession {
 }
 
 /// Errors at the backend boundary.
+///
+/// The messages name their cause too, since the turn shows only the
+/// top-level message to the chat.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The agent could not be started.
-    #[error("could not start the agent: {0}")]
-    Spawn(String),
+    /// The agent's executable could not be started.
+    #[error("could not start the agent: {command}: {source}")]
+    Spawn {
+        /// The executable.
+        command: String,
+        /// Why it could not be started.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent started without the pipes its protocol runs over.
+    #[error("could not start the agent: the agent's pipes are missing")]
+    MissingPipes,
 }
 
 /// The host's side of one agent session: commands in, events out.

@@ -1,0 +1,626 @@
+//! The session driver: one task per CLI process that reads its lines,
+//! answers its requests exactly once, writes the host's commands and closes
+//! the session step by step.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::mpsc;
+
+use super::ClaudeSettings;
+use super::process::AgentProcess;
+use super::protocol::{
+    self, CliLine, ControlRequest, ControlResponse, HookCallback, HookInput, Line, McpMessage,
+    McpRequest, SessionState, SystemLine,
+};
+use crate::agent::{AgentEvent, AgentSession, Responder, SessionCommand, ToolBatch, ToolCall};
+use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
+use crate::shutdown::Shutdown;
+
+/// A line longer than this is dropped (logged), never buffered whole.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+
+/// What a session's driver is started with.
+pub(super) struct Start {
+    /// How the CLI was started (the grace, the allowed tools).
+    pub(super) settings: Arc<ClaudeSettings>,
+    /// The chat tools.
+    pub(super) tools: Arc<ToolRegistry>,
+    /// Set once the host stops: requests are then refused.
+    pub(super) shutdown: Shutdown,
+    /// The process.
+    pub(super) process: AgentProcess,
+    /// Its stdin.
+    pub(super) stdin: ChildStdin,
+    /// Its stdout.
+    pub(super) stdout: ChildStdout,
+    /// For logs.
+    pub(super) label: String,
+}
+
+/// Starts the driver of a freshly spawned process: sends `initialize` and
+/// hands back the session handle.
+pub(super) fn start(start: Start) -> AgentSession {
+    let Start {
+        settings,
+        tools,
+        shutdown,
+        process,
+        stdin,
+        stdout,
+        label,
+    } = start;
+    let pid = process.pid();
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Value>();
+    let (line_tx, line_rx) = mpsc::unbounded_channel();
+    tokio::spawn(write_lines(stdin, out_rx, pid));
+    tokio::spawn(read_lines(stdout, line_tx, pid));
+    let _ = out_tx.send(protocol::initialize(
+        "init_1",
+        settings.batch_hook,
+        &settings.system_prompt,
+    ));
+    let driver = Driver {
+        shutdown,
+        settings,
+        tools,
+        process,
+        pid,
+        answers: Answers::new(out_tx, pid),
+        events: ev_tx,
+        next_request: 1,
+    };
+    tokio::spawn(driver.run(cmd_rx, line_rx));
+    AgentSession {
+        commands: cmd_tx,
+        events: ev_rx,
+        label,
+    }
+}
+
+/// Writes lines to the CLI's stdin; closing the channel closes stdin.
+async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Value>, pid: u32) {
+    while let Some(line) = rx.recv().await {
+        let mut bytes = line.to_string().into_bytes();
+        bytes.push(b'\n');
+        if let Err(err) = stdin.write_all(&bytes).await {
+            tracing::debug!(pid, cause = %err, "agent stdin closed");
+            return;
+        }
+        let _ = stdin.flush().await;
+    }
+}
+
+/// Reads stdout line by line without ever buffering more than
+/// [`MAX_LINE_BYTES`] of one line, parsing each.
+async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Line>, pid: u32) {
+    let mut reader = BufReader::with_capacity(64 << 10, stdout);
+    let mut line = Vec::new();
+    let mut dropped = 0usize;
+    loop {
+        let (done, used) = match reader.fill_buf().await {
+            Ok([]) => return,
+            Ok(buf) => match buf.iter().position(|b| *b == b'\n') {
+                Some(at) => {
+                    if dropped == 0 {
+                        line.extend_from_slice(&buf[..at]);
+                    }
+                    (true, at + 1)
+                }
+                None => {
+                    if dropped == 0 && line.len() + buf.len() <= MAX_LINE_BYTES {
+                        line.extend_from_slice(buf);
+                    } else {
+                        dropped += line.len() + buf.len();
+                        line.clear();
+                    }
+                    (false, buf.len())
+                }
+            },
+            Err(err) => {
+                tracing::warn!(pid, cause = %err, "agent stdout broke");
+                return;
+            }
+        };
+        reader.consume(used);
+        if !done {
+            continue;
+        }
+        let parsed = if dropped > 0 {
+            Line::Oversized(dropped)
+        } else if line.iter().all(u8::is_ascii_whitespace) {
+            line.clear();
+            continue;
+        } else {
+            Line::parse(&line)
+        };
+        line.clear();
+        dropped = 0;
+        if tx.send(parsed).is_err() {
+            return;
+        }
+    }
+}
+
+/// The way into the CLI's stdin, and the requests from the CLI still
+/// waiting for an answer: each is answered at most once, and one whose
+/// answer could not be written stays pending, so the close path answers it.
+#[derive(Clone)]
+struct Answers {
+    /// Shared with the tasks waiting for the host's answers.
+    inner: Arc<Mutex<AnswersInner>>,
+    /// For logs.
+    pid: u32,
+}
+
+struct AnswersInner {
+    /// Lines to stdin; `None` once stdin is closed.
+    out: Option<mpsc::UnboundedSender<Value>>,
+    /// Request ids from the CLI not yet answered.
+    pending: HashSet<String>,
+}
+
+impl Answers {
+    fn new(out: mpsc::UnboundedSender<Value>, pid: u32) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(AnswersInner {
+                out: Some(out),
+                pending: HashSet::new(),
+            })),
+            pid,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, AnswersInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes a host line; `false` when stdin is closed.
+    fn write(&self, line: Value) -> bool {
+        match &self.lock().out {
+            Some(out) => out.send(line).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Notes a request from the CLI that needs an answer.
+    fn expect(&self, id: &str) {
+        if !self.lock().pending.insert(id.to_string()) {
+            tracing::warn!(
+                pid = self.pid,
+                request_id = id,
+                "the agent reused a pending request id"
+            );
+        }
+    }
+
+    /// Answers a request once; a second answer is refused and logged.
+    fn answer(&self, id: &str, line: Value) -> bool {
+        let mut inner = self.lock();
+        if !inner.pending.remove(id) {
+            tracing::warn!(
+                pid = self.pid,
+                request_id = id,
+                "second answer to a request refused"
+            );
+            return false;
+        }
+        let sent = inner.out.as_ref().is_some_and(|out| out.send(line).is_ok());
+        if !sent {
+            // Still unanswered: the close path refuses it.
+            inner.pending.insert(id.to_string());
+            tracing::debug!(
+                pid = self.pid,
+                request_id = id,
+                "answer not written; request left pending"
+            );
+        }
+        sent
+    }
+
+    /// Refuses every pending request (before closing stdin).
+    fn refuse_pending(&self, why: &str) {
+        let mut inner = self.lock();
+        let ids: Vec<String> = inner.pending.drain().collect();
+        for id in ids {
+            tracing::info!(pid = self.pid, request_id = %id, "pending agent request refused: {why}");
+            if let Some(out) = &inner.out {
+                let _ = out.send(protocol::control_error(&id, why));
+            }
+        }
+    }
+
+    /// Closes stdin.
+    fn close(&self) {
+        self.lock().out = None;
+    }
+}
+
+/// The steps of a graceful close, in order; each waits out its share of
+/// the grace for the process to exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CloseStep {
+    /// Refuse what is pending and send `end_session`; stdin stays open, so
+    /// requests the agent still makes are answered.
+    EndSession,
+    /// Close stdin.
+    CloseStdin,
+}
+
+impl CloseStep {
+    /// Every step, in order.
+    const ALL: [Self; 2] = [Self::EndSession, Self::CloseStdin];
+
+    /// This step's share of the grace.
+    fn wait(self, grace: std::time::Duration) -> std::time::Duration {
+        match self {
+            Self::EndSession => grace / 2,
+            Self::CloseStdin => grace - grace / 2,
+        }
+    }
+}
+
+/// Owns one CLI process.
+struct Driver {
+    /// Set once the host stops: requests are then refused.
+    shutdown: Shutdown,
+    /// The grace and the allowed tools.
+    settings: Arc<ClaudeSettings>,
+    /// The chat tools, served over MCP.
+    tools: Arc<ToolRegistry>,
+    /// The process.
+    process: AgentProcess,
+    /// For logs.
+    pid: u32,
+    /// Stdin and the pending requests.
+    answers: Answers,
+    /// Everything the session reports.
+    events: mpsc::UnboundedSender<AgentEvent>,
+    /// The last host request id used.
+    next_request: u64,
+}
+
+impl Driver {
+    fn write(&self, line: Value) {
+        if !self.answers.write(line) {
+            tracing::debug!(pid = self.pid, "agent stdin closed; line dropped");
+        }
+    }
+
+    fn emit(&self, event: AgentEvent) {
+        let _ = self.events.send(event);
+    }
+
+    fn request(&mut self, request: Value) {
+        self.next_request += 1;
+        let id = format!("req_{}", self.next_request);
+        self.write(protocol::control_request(&id, request));
+    }
+
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<SessionCommand>,
+        mut lines: mpsc::UnboundedReceiver<Line>,
+    ) {
+        let mut stdout_open = true;
+        loop {
+            tokio::select! {
+                line = lines.recv(), if stdout_open => match line {
+                    Some(line) => self.on_line(line),
+                    None => stdout_open = false,
+                },
+                command = commands.recv() => match command {
+                    Some(SessionCommand::UserTurn(text)) => self.write(protocol::user_message(&text)),
+                    Some(SessionCommand::Interrupt) => self.request(protocol::interrupt()),
+                    Some(SessionCommand::Close) => return self.close(lines).await,
+                    Some(SessionCommand::Kill) => return self.kill("killed").await,
+                    // The host dropped the session: close it gracefully.
+                    None => return self.close(lines).await,
+                },
+                status = self.process.wait() => {
+                    // Drain what the process wrote before it exited.
+                    while let Ok(line) = lines.try_recv() {
+                        self.on_line(line);
+                    }
+                    let status = status.ok();
+                    let detail = self.process.exit_detail(status);
+                    return self.finish(status.and_then(|s| s.code()), detail);
+                }
+            }
+        }
+    }
+
+    fn finish(mut self, code: Option<i32>, detail: String) {
+        self.process.reaped();
+        self.answers.close();
+        tracing::info!(pid = self.pid, ?code, "agent process ended");
+        self.emit(AgentEvent::Exited { code, detail });
+    }
+
+    /// Closes step by step ([`CloseStep`]), each after its share of the
+    /// grace; then kills.
+    async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Line>) {
+        let grace = self.settings.kill_grace;
+        for step in CloseStep::ALL {
+            match step {
+                CloseStep::EndSession => {
+                    self.answers.refuse_pending("the host is stopping");
+                    self.request(protocol::end_session("turnstile closed the session"));
+                }
+                CloseStep::CloseStdin => self.answers.close(),
+            }
+            let waited = tokio::time::timeout(step.wait(grace), async {
+                loop {
+                    tokio::select! {
+                        line = lines.recv() => match line {
+                            Some(line) => self.on_line(line),
+                            None => return self.process.wait().await,
+                        },
+                        status = self.process.wait() => return status,
+                    }
+                }
+            })
+            .await;
+            if let Ok(status) = waited {
+                let detail = self.process.exit_detail(status.as_ref().ok().copied());
+                return self.finish(status.ok().and_then(|s| s.code()), detail);
+            }
+        }
+        tracing::warn!(
+            pid = self.pid,
+            ?grace,
+            "agent did not exit after end_session; killing"
+        );
+        self.kill("did not exit after end_session").await;
+    }
+
+    /// SIGTERM to the group, SIGKILL after the grace.
+    async fn kill(mut self, why: &str) {
+        self.answers.close();
+        let status = self.process.terminate(self.settings.kill_grace).await;
+        self.finish(
+            status.and_then(|s| s.code()),
+            format!("the agent was force-closed ({why})"),
+        );
+    }
+
+    fn on_line(&mut self, line: Line) {
+        let line = match line {
+            Line::Cli(line) => line,
+            Line::Unknown(shown) => {
+                tracing::debug!(pid = self.pid, line = %shown, "line of an unknown type from the agent skipped");
+                return self.emit(AgentEvent::Unknown(shown));
+            }
+            Line::Malformed(start) => {
+                tracing::warn!(pid = self.pid, line = %start, "malformed line from the agent skipped");
+                return self.emit(AgentEvent::Unknown(start));
+            }
+            Line::Oversized(bytes) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    bytes,
+                    "oversized line from the agent skipped"
+                );
+                return self.emit(AgentEvent::Unknown(format!("a line of {bytes} bytes")));
+            }
+        };
+        match line {
+            CliLine::System(SystemLine::Init { session_id }) => {
+                self.emit(AgentEvent::Init { session_id });
+            }
+            CliLine::System(SystemLine::SessionStateChanged {
+                state: SessionState::Idle,
+            }) => self.emit(AgentEvent::Idle),
+            CliLine::System(_) => self.emit(AgentEvent::Progress),
+            CliLine::Assistant { message } => match message.text() {
+                Some(text) => self.emit(AgentEvent::Text(text)),
+                None => self.emit(AgentEvent::Progress),
+            },
+            CliLine::User {} | CliLine::StreamEvent {} | CliLine::RateLimitEvent {} => {
+                self.emit(AgentEvent::Progress);
+            }
+            CliLine::Result(result) => self.emit(AgentEvent::Result(result.into())),
+            CliLine::ControlRequest {
+                request_id,
+                request,
+            } => self.on_request(request_id, request),
+            CliLine::ControlResponse { response } => {
+                if let ControlResponse::Error { request_id, error } = response {
+                    tracing::warn!(
+                        pid = self.pid,
+                        request_id = request_id.as_deref().unwrap_or_default(),
+                        %error,
+                        "the agent refused a host request"
+                    );
+                }
+                self.emit(AgentEvent::Progress);
+            }
+            // `Line::parse` never yields it; skipped all the same.
+            CliLine::Unknown => self.emit(AgentEvent::Unknown(String::new())),
+        }
+    }
+
+    /// Answers a request from the CLI, exactly once.
+    fn on_request(&mut self, request_id: Option<String>, request: ControlRequest) {
+        let Some(id) = request_id else {
+            tracing::warn!(pid = self.pid, "control request without an id skipped");
+            return;
+        };
+        self.answers.expect(&id);
+        let stopping = self.shutdown.is_closing();
+        let answers = self.answers.clone();
+        let reply = {
+            let id = id.clone();
+            move |line: Value| {
+                answers.answer(&id, line);
+            }
+        };
+        match request {
+            ControlRequest::McpMessage(McpMessage {
+                server_name,
+                message,
+            }) => {
+                if server_name != TOOL_SERVER {
+                    return reply(protocol::control_error(
+                        &id,
+                        &format!("unknown MCP server `{server_name}`"),
+                    ));
+                }
+                match message.serve(&self.tools) {
+                    McpRequest::Answer(answer) => reply(protocol::mcp_response(&id, answer)),
+                    McpRequest::Call {
+                        rpc_id,
+                        tool,
+                        tool_use_id,
+                        ..
+                    } if stopping => {
+                        tracing::info!(pid = self.pid, call_id = %tool_use_id, tool = %tool, "tools/call refused: the host is stopping");
+                        reply(protocol::mcp_response(
+                            &id,
+                            protocol::rpc_error(
+                                &rpc_id,
+                                protocol::RPC_HOST_STOPPING,
+                                "the host is stopping",
+                            ),
+                        ));
+                    }
+                    McpRequest::Call {
+                        rpc_id,
+                        tool,
+                        tool_use_id,
+                        input,
+                    } => {
+                        let (responder, rx) =
+                            Responder::new(format!("tools/call {tool} ({tool_use_id})"));
+                        self.emit(AgentEvent::ToolCall(ToolCall {
+                            id: tool_use_id,
+                            name: format!("mcp__{TOOL_SERVER}__{tool}"),
+                            input,
+                            reply: responder,
+                        }));
+                        tokio::spawn(async move {
+                            let answer = match rx.await {
+                                Ok(value) => protocol::tool_reply(&rpc_id, &value),
+                                Err(_) => protocol::rpc_error(
+                                    &rpc_id,
+                                    protocol::RPC_INTERNAL,
+                                    "the host dropped the call",
+                                ),
+                            };
+                            reply(protocol::mcp_response(&id, answer));
+                        });
+                    }
+                }
+            }
+            ControlRequest::CanUseTool(_) | ControlRequest::HookCallback(_) if stopping => {
+                tracing::info!(
+                    pid = self.pid,
+                    subtype = request.subtype(),
+                    "agent request refused: the host is stopping"
+                );
+                reply(protocol::control_error(&id, "the host is stopping"));
+            }
+            ControlRequest::CanUseTool(ask) => {
+                reply(protocol::control_success(
+                    &id,
+                    ask.answer(&self.tools, &self.settings.allowed_tools),
+                ));
+            }
+            ControlRequest::HookCallback(HookCallback {
+                input: HookInput::PostToolBatch(batch),
+                ..
+            }) => {
+                let (responder, rx) = Responder::new("PostToolBatch hook");
+                self.emit(AgentEvent::BatchResolved(ToolBatch {
+                    calls: batch.calls(),
+                    reply: responder,
+                }));
+                tokio::spawn(async move {
+                    reply(match rx.await.map(|r| protocol::hook_output(&r)) {
+                        Ok(Ok(output)) => protocol::control_success(&id, output),
+                        Ok(Err(why)) => protocol::control_error(&id, &why),
+                        Err(_) => protocol::control_error(&id, "the host dropped the hook"),
+                    });
+                });
+            }
+            ControlRequest::HookCallback(HookCallback {
+                input: HookInput::Other,
+                ..
+            }) => reply(protocol::control_success(&id, serde_json::json!({}))),
+            ControlRequest::Unknown { subtype } => {
+                let shown: String = subtype.chars().take(protocol::SHOWN_CHARS).collect();
+                tracing::warn!(
+                    pid = self.pid,
+                    subtype = %shown,
+                    "unknown control request refused"
+                );
+                reply(protocol::control_error(
+                    &id,
+                    &format!("unsupported request `{subtype}`"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers() -> (Answers, mpsc::UnboundedReceiver<Value>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Answers::new(tx, 1), rx)
+    }
+
+    #[test]
+    fn a_request_is_answered_at_most_once() {
+        let (answers, mut rx) = answers();
+        answers.expect("r1");
+        assert!(answers.answer("r1", serde_json::json!({"n": 1})));
+        assert!(
+            !answers.answer("r1", serde_json::json!({"n": 2})),
+            "the second answer is refused"
+        );
+        assert_eq!(rx.try_recv().unwrap()["n"], 1);
+        assert!(rx.try_recv().is_err(), "only one answer was written");
+        assert!(!answers.answer("never-asked", serde_json::json!({})));
+    }
+
+    #[test]
+    fn an_answer_that_could_not_be_written_stays_pending_and_the_close_path_refuses_it() {
+        let (answers, rx) = answers();
+        answers.expect("r1");
+        drop(rx);
+        assert!(
+            !answers.answer("r1", serde_json::json!({})),
+            "stdin is gone"
+        );
+        assert_eq!(answers.lock().pending.len(), 1, "still unanswered");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        answers.lock().out = Some(tx);
+        answers.refuse_pending("the host is stopping");
+        let line = rx.try_recv().unwrap();
+        assert_eq!(line["response"]["subtype"], "error");
+        assert_eq!(line["response"]["request_id"], "r1");
+        assert!(answers.lock().pending.is_empty());
+    }
+
+    #[test]
+    fn the_close_steps_split_the_grace_in_order() {
+        let grace = std::time::Duration::from_nanos(3);
+        assert_eq!(
+            CloseStep::ALL,
+            [CloseStep::EndSession, CloseStep::CloseStdin]
+        );
+        let waits: Vec<u128> = CloseStep::ALL
+            .iter()
+            .map(|s| s.wait(grace).as_nanos())
+            .collect();
+        assert_eq!(waits, vec![1, 2], "end_session gets half, stdin the rest");
+    }
+}

@@ -1,0 +1,271 @@
+//! The CLI's process: spawned in its own process group, signalled as a
+//! group, reaped once, and counted while it lives so the backend knows when
+//! every process it started is gone.
+
+use std::collections::VecDeque;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::watch;
+
+use super::ClaudeSettings;
+use crate::agent::AgentError;
+
+/// Stderr lines logged per session before the rest are only counted.
+const STDERR_LINES_LOGGED: usize = 200;
+/// Characters of one stderr line kept.
+const STDERR_LINE_CHARS: usize = 500;
+/// Stderr lines kept for the exit report.
+const STDERR_TAIL_LINES: usize = 5;
+
+/// How many processes are started and not yet reaped; a completion signal,
+/// so nothing polls for zero.
+#[derive(Debug, Clone)]
+pub(super) struct LiveProcesses {
+    /// The count; every change wakes [`Self::all_reaped`].
+    count: Arc<watch::Sender<i64>>,
+}
+
+impl LiveProcesses {
+    /// No process yet.
+    pub(super) fn new() -> Self {
+        Self {
+            count: Arc::new(watch::Sender::new(0)),
+        }
+    }
+
+    /// Processes started and not yet reaped.
+    pub(super) fn get(&self) -> i64 {
+        *self.count.borrow()
+    }
+
+    fn started(&self) {
+        self.count.send_modify(|n| *n += 1);
+    }
+
+    fn reaped(&self) {
+        self.count.send_modify(|n| *n -= 1);
+    }
+
+    /// Resolves once no process is left.
+    pub(super) async fn all_reaped(&self) {
+        let mut rx = self.count.subscribe();
+        // Cannot fail: `self` holds the sender.
+        let _ = rx.wait_for(|n| *n <= 0).await;
+    }
+}
+
+/// One CLI process, the leader of its own process group.
+///
+/// Dropped before it was reaped (the runtime is going away mid-session), it
+/// takes the whole group down with SIGKILL.
+pub(super) struct AgentProcess {
+    /// The child; tokio reaps it.
+    child: Child,
+    /// The child's pid, which is also its process group id.
+    pid: u32,
+    /// Set once the process is reaped and its group killed.
+    reaped: bool,
+    /// Counted down once reaped.
+    live: LiveProcesses,
+    /// The last stderr lines, for the exit report.
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// A spawned process and the pipes the protocol runs over.
+pub(super) struct Spawned {
+    /// The process.
+    pub(super) process: AgentProcess,
+    /// Lines to the CLI.
+    pub(super) stdin: ChildStdin,
+    /// Lines from the CLI.
+    pub(super) stdout: ChildStdout,
+}
+
+impl AgentProcess {
+    /// Starts the CLI with `argv`, in its own process group, killed if
+    /// turnstile dies; its stderr is logged (bounded).
+    pub(super) fn spawn(
+        settings: &ClaudeSettings,
+        argv: &[String],
+        live: &LiveProcesses,
+    ) -> Result<Spawned, AgentError> {
+        let mut command = Command::new(&settings.command);
+        command
+            .args(argv)
+            .envs(&settings.env)
+            .env("CLAUDE_CODE_ENTRYPOINT", "sdk-ts")
+            .env("CLAUDE_CODE_SDK_READS_SESSION_STATE", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if !settings.workdir.as_os_str().is_empty() {
+            command.current_dir(&settings.workdir);
+        }
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to kill
+        // the child if turnstile dies, so no agent outlives it.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|source| AgentError::Spawn {
+            command: settings.command.clone(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(AgentError::MissingPipes);
+        };
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
+        live.started();
+        Ok(Spawned {
+            process: Self {
+                child,
+                pid,
+                reaped: false,
+                live: live.clone(),
+                stderr_tail,
+            },
+            stdin,
+            stdout,
+        })
+    }
+
+    /// The child's pid (0 when it had none).
+    pub(super) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits for the process to exit.
+    pub(super) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// SIGTERM to the group, SIGKILL after `grace`; the exit status when
+    /// there is one.
+    pub(super) async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        kill_group(self.pid, libc::SIGTERM);
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                tracing::warn!(pid = self.pid, "agent ignored SIGTERM; SIGKILL");
+                kill_group(self.pid, libc::SIGKILL);
+                self.child.wait().await.ok()
+            }
+        }
+    }
+
+    /// The process has exited: kills what is left of its group and counts
+    /// it as reaped.
+    pub(super) fn reaped(&mut self) {
+        kill_group(self.pid, libc::SIGKILL);
+        if !self.reaped {
+            self.reaped = true;
+            self.live.reaped();
+        }
+    }
+
+    /// What to report for an exit: the status and the last stderr lines.
+    pub(super) fn exit_detail(&self, status: Option<ExitStatus>) -> String {
+        let tail = self
+            .stderr_tail
+            .lock()
+            .map(|t| t.iter().cloned().collect::<Vec<_>>().join(" | "))
+            .unwrap_or_default();
+        let base = match status {
+            Some(s) => format!("the agent process exited ({s})"),
+            None => "the agent process could not be waited for".into(),
+        };
+        if tail.is_empty() {
+            base
+        } else {
+            format!("{base}: {tail}")
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // The runtime is going away mid-session (turnstile is exiting):
+            // take the whole group down now; the child is reaped by tokio.
+            kill_group(self.pid, libc::SIGKILL);
+            self.live.reaped();
+        }
+    }
+}
+
+/// Signals the agent's process group (the child leads it).
+fn kill_group(pid: u32, signal: libc::c_int) {
+    let Ok(pgid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: killpg only sends a signal; the group is the child's own.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+/// Logs the CLI's stderr, bounded, keeping the last lines for exit reports.
+async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = 0usize;
+    while let Ok(Some(line)) = lines.next_line().await {
+        seen += 1;
+        let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
+        if seen <= STDERR_LINES_LOGGED {
+            tracing::info!(pid, stderr = %line, "agent stderr");
+        }
+        if let Ok(mut tail) = tail.lock() {
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    }
+    if seen > STDERR_LINES_LOGGED {
+        tracing::info!(
+            pid,
+            suppressed = seen - STDERR_LINES_LOGGED,
+            "agent stderr lines not logged"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn all_reaped_resolves_when_the_last_process_is_reaped() {
+        let live = LiveProcesses::new();
+        live.started();
+        live.started();
+        let waiter = tokio::spawn({
+            let live = live.clone();
+            async move { live.all_reaped().await }
+        });
+        live.reaped();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one process is still live");
+        live.reaped();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken without polling")
+            .unwrap();
+        assert_eq!(live.get(), 0);
+    }
+}

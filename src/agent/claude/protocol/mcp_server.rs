@@ -1,0 +1,249 @@
+//! The in-process MCP server `telegram-tools`: the JSON-RPC messages the
+//! CLI relays in `mcp_message`, typed, and the host's answers to them.
+
+use serde::Deserialize;
+use serde::de::Deserializer;
+use serde_json::{Value, json};
+
+use super::{empty_object, lenient};
+use crate::agent::ToolReply;
+use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
+
+/// JSON-RPC error: the host is stopping.
+pub const RPC_HOST_STOPPING: i64 = -32000;
+/// JSON-RPC error: method not found.
+pub const RPC_METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC error: invalid params (an unknown tool).
+pub const RPC_INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC error: the handler failed.
+pub const RPC_INTERNAL: i64 = -32603;
+
+/// The MCP protocol version answered when `initialize` names none.
+const DEFAULT_MCP_VERSION: &str = "2025-11-25";
+
+/// A JSON-RPC success.
+pub fn rpc_result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A JSON-RPC error.
+pub fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The `tools/call` answer for a tool's reply.
+pub fn tool_reply(id: &Value, reply: &ToolReply) -> Value {
+    match reply {
+        ToolReply::Ok(text) => rpc_result(id, json!({"content": [{"type": "text", "text": text}]})),
+        ToolReply::Error(text) => rpc_result(
+            id,
+            json!({"content": [{"type": "text", "text": text}], "isError": true}),
+        ),
+        ToolReply::Refused(text) => rpc_error(id, RPC_HOST_STOPPING, text),
+        ToolReply::Failed(text) => rpc_error(id, RPC_INTERNAL, text),
+    }
+}
+
+/// A JSON-RPC message for `telegram-tools`.
+#[derive(Debug, Default, PartialEq)]
+pub struct RpcRequest {
+    /// The id to answer with (`null` when there was none).
+    pub id: Value,
+    /// What is asked.
+    pub method: McpMethod,
+}
+
+/// The MCP methods, with their params.
+#[derive(Debug, PartialEq)]
+pub enum McpMethod {
+    /// `initialize`: the version to echo.
+    Initialize {
+        /// The client's protocol version, echoed.
+        protocol_version: Value,
+    },
+    /// `notifications/*` (such as `notifications/initialized`).
+    Notification,
+    /// `tools/list`.
+    ToolsList,
+    /// `tools/call`.
+    ToolsCall(ToolsCall),
+    /// Any other method; answered "method not found".
+    Unknown {
+        /// The method as sent (empty when there was none).
+        method: String,
+    },
+}
+
+impl Default for McpMethod {
+    fn default() -> Self {
+        Self::Unknown {
+            method: String::new(),
+        }
+    }
+}
+
+/// `tools/call` params.
+#[derive(Debug, PartialEq, Deserialize)]
+pub struct ToolsCall {
+    /// The tool's bare name (`end_turn`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub name: String,
+    /// The tool's input.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+    /// Where the CLI names the tool use.
+    #[serde(rename = "_meta", default, deserialize_with = "lenient")]
+    pub meta: CallMeta,
+}
+
+impl Default for ToolsCall {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            arguments: empty_object(),
+            meta: CallMeta::default(),
+        }
+    }
+}
+
+/// `tools/call` `_meta`.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+pub struct CallMeta {
+    /// The agent's tool-use id for the call.
+    #[serde(rename = "claudecode/toolUseId", default, deserialize_with = "lenient")]
+    pub tool_use_id: String,
+}
+
+impl<'de> Deserialize<'de> for RpcRequest {
+    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        /// The JSON-RPC envelope; params are read by method.
+        #[derive(Deserialize)]
+        struct Envelope {
+            /// The id to answer with.
+            #[serde(default)]
+            id: Value,
+            /// The method's name.
+            #[serde(default, deserialize_with = "lenient")]
+            method: String,
+            /// The method's params, read once the method is known.
+            #[serde(default = "empty_object")]
+            params: Value,
+        }
+        /// `initialize` params.
+        #[derive(Deserialize)]
+        struct InitializeParams {
+            /// The client's protocol version.
+            #[serde(rename = "protocolVersion", default = "default_mcp_version")]
+            protocol_version: Value,
+        }
+        let value = Value::deserialize(deserializer)?;
+        let Ok(envelope) = Envelope::deserialize(&value) else {
+            return Ok(Self::default());
+        };
+        let method = match envelope.method.as_str() {
+            "initialize" => McpMethod::Initialize {
+                protocol_version: InitializeParams::deserialize(&envelope.params)
+                    .map_or_else(|_| default_mcp_version(), |p| p.protocol_version),
+            },
+            m if m.starts_with("notifications/") => McpMethod::Notification,
+            "tools/list" => McpMethod::ToolsList,
+            "tools/call" => {
+                McpMethod::ToolsCall(ToolsCall::deserialize(envelope.params).unwrap_or_default())
+            }
+            _ => McpMethod::Unknown {
+                method: envelope.method,
+            },
+        };
+        Ok(Self {
+            id: envelope.id,
+            method,
+        })
+    }
+}
+
+/// What an `mcp_message` asks of the host.
+#[derive(Debug, PartialEq)]
+pub enum McpRequest {
+    /// Answer at once with this JSON-RPC message.
+    Answer(Value),
+    /// A chat tool call to serve.
+    Call {
+        /// The JSON-RPC id to answer.
+        rpc_id: Value,
+        /// The bare tool name.
+        tool: String,
+        /// The agent's tool-use id.
+        tool_use_id: String,
+        /// The tool input.
+        input: Value,
+    },
+}
+
+impl RpcRequest {
+    /// Serves the message as `telegram-tools`.
+    pub fn serve(self, tools: &ToolRegistry) -> McpRequest {
+        let id = self.id;
+        match self.method {
+            McpMethod::Initialize { protocol_version } => McpRequest::Answer(rpc_result(
+                &id,
+                json!({
+                    "protocolVersion": protocol_version,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": TOOL_SERVER, "version": env!("CARGO_PKG_VERSION")},
+                }),
+            )),
+            McpMethod::Notification => {
+                McpRequest::Answer(json!({"jsonrpc": "2.0", "result": {}, "id": 0}))
+            }
+            McpMethod::ToolsList => {
+                let list: Vec<Value> = tools
+                    .tools()
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "name": t.name,
+                            "description": t.description,
+                            "inputSchema": t.input_schema,
+                            "_meta": {"anthropic/alwaysLoad": true},
+                        })
+                    })
+                    .collect();
+                McpRequest::Answer(rpc_result(&id, json!({"tools": list})))
+            }
+            McpMethod::ToolsCall(call) => {
+                if tools.get(&call.name).is_none() {
+                    return McpRequest::Answer(rpc_error(
+                        &id,
+                        RPC_INVALID_PARAMS,
+                        &format!("unknown tool `{}`", call.name),
+                    ));
+                }
+                McpRequest::Call {
+                    rpc_id: id,
+                    tool: crate::chat::tools::bare_tool_name(&call.name).to_string(),
+                    tool_use_id: call.meta.tool_use_id,
+                    input: call.arguments,
+                }
+            }
+            McpMethod::Unknown { method } => McpRequest::Answer(rpc_error(
+                &id,
+                RPC_METHOD_NOT_FOUND,
+                &format!("method `{method}` not found"),
+            )),
+        }
+    }
+}
+
+/// Serves an MCP JSON-RPC message read as JSON for `telegram-tools`.
+pub fn mcp(message: &Value, tools: &ToolRegistry) -> McpRequest {
+    RpcRequest::deserialize(message)
+        .unwrap_or_default()
+        .serve(tools)
+}
+
+fn default_mcp_version() -> Value {
+    json!(DEFAULT_MCP_VERSION)
+}
