@@ -2,6 +2,8 @@
 
 mod support;
 
+use std::time::{Duration, Instant};
+
 use serde_json::json;
 use support::*;
 use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
@@ -178,4 +180,58 @@ async fn typing_does_not_pile_up_behind_a_rate_limited_message() {
         burst <= 2,
         "{burst} typing requests burst out after the delayed message"
     );
+}
+
+/// The state store runs on its own thread: a write that stalls (a slow
+/// disk, a locked file) holds up nothing on the actor thread, so another
+/// chat's turn still ends and its typing stops at once.
+#[actix_rt::test]
+async fn a_stalled_store_write_does_not_hold_up_another_chats_typing_stop() {
+    const STALL: Duration = Duration::from_secs(2);
+    let quiet_end = || Step::Tools {
+        calls: vec![tool("mcp__telegram-tools__end_turn", json!({}))],
+    };
+    let scenario = Scenario::default()
+        .with_rule("warm", turn(vec![quiet_end()]))
+        .with_rule("slow", turn(vec![Step::Wait { ms: 500 }, quiet_end()]));
+    let mut h = Harness::start(scenario, &[("TURNSTILE_AGENT_KEEP_WARM", "60s")]).await;
+    // Chat 2's next turn runs on its warm session: it needs no store read.
+    h.say(2, USER, "warm up");
+    h.turn_ended(2, 1).await;
+    h.say(2, USER, "slow and quiet");
+    h.event(
+        "chat 2's second turn started",
+        |e| matches!(e, BotEvent::TurnStarted { chat, turn, .. } if chat.0 == 2 && *turn == 2),
+    )
+    .await;
+    // Now one store write stalls: the next job on the store thread.
+    h.bot.inbox.stall_next_write(STALL);
+    let stalled = Instant::now();
+    h.bot
+        .inbox
+        .turn_finished(vec![], turnstile::state::Disposition::Done);
+    let (_, outcome, ended) = h.turn_ended(2, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    let stopped = h
+        .event(
+            "chat 2's typing stopped",
+            |e| matches!(e, BotEvent::TypingStopped { chat, turn, .. } if chat.0 == 2 && *turn == 2),
+        )
+        .await;
+    let BotEvent::TypingStopped { at: stopped, .. } = stopped else {
+        unreachable!()
+    };
+    assert!(
+        ended.duration_since(stalled) < STALL,
+        "the turn ended {:?} after the stall began",
+        ended.duration_since(stalled)
+    );
+    assert!(
+        stopped.duration_since(ended) < Duration::from_millis(500),
+        "typing stopped {:?} after TurnEnded",
+        stopped.duration_since(ended)
+    );
+    // The stalled write itself is not lost: the store catches up.
+    h.bot.inbox.flushed().await;
+    assert!(stalled.elapsed() >= STALL);
 }

@@ -8,8 +8,10 @@
 //! turn, or force-closes it. Late events are logged and dropped, never
 //! delivered to the chat.
 
+mod closing;
 mod phase;
 mod serve;
+mod watchdogs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,10 +26,11 @@ use tokio::sync::mpsc;
 
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
+use self::watchdogs::Watchdogs;
 use crate::agent::{
-    AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, SessionCommand, ToolReply,
+    AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, SessionCommand,
 };
-use crate::chat::notices::{REPROMPT, STOP_REASON, notice_for};
+use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
 use crate::chat::tools::ToolRegistry;
 use crate::chat::typing::TypingLease;
@@ -142,18 +145,6 @@ struct Link {
     label: String,
     /// Set once it reported itself idle (settled, reusable).
     idle: bool,
-}
-
-/// The turn's clocks; each handle is cancelled when its reason goes away.
-#[derive(Default)]
-struct Watchdogs {
-    /// No event for `turn.no_progress_timeout` before `result`.
-    no_progress: Option<SpawnHandle>,
-    /// The wall-clock budget, `turn.max_duration`.
-    budget: Option<SpawnHandle>,
-    /// `turn.post_result_grace`, armed once a result arrived or the turn
-    /// ended with the session still open.
-    grace: Option<SpawnHandle>,
 }
 
 /// The longest wait for a warm session's first sign of life.
@@ -344,42 +335,6 @@ impl TurnActor {
         }
     }
 
-    fn arm_no_progress(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.watchdogs.no_progress.take() {
-            ctx.cancel_future(h);
-        }
-        if !self.phase.awaits_result() {
-            return;
-        }
-        let timeout = self.deps.config.no_progress_timeout;
-        self.watchdogs.no_progress = Some(ctx.run_later(timeout, move |act, ctx| {
-            act.watchdogs.no_progress = None;
-            tracing::warn!(
-                chat_id = act.chat_id(),
-                ?timeout,
-                "no progress from the agent"
-            );
-            act.record(TurnEvent::NoProgress, ctx);
-        }));
-    }
-
-    fn arm_grace(&mut self, ctx: &mut Context<Self>) {
-        if self.watchdogs.grace.is_some() {
-            return;
-        }
-        let grace = self.deps.config.post_result_grace;
-        self.watchdogs.grace = Some(ctx.run_later(grace, move |act, ctx| {
-            act.watchdogs.grace = None;
-            if act.phase.is_live() {
-                tracing::warn!(chat_id = act.chat_id(), ?grace, "agent did not settle after its result; force-closing");
-                act.record(TurnEvent::GraceExpired, ctx);
-            } else {
-                tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "session did not settle after the turn ended; force-closing");
-                act.kill(ctx);
-            }
-        }));
-    }
-
     /// Records an event and ends the turn when it decides the outcome.
     fn record(&mut self, event: TurnEvent, ctx: &mut Context<Self>) {
         if !self.phase.is_live() {
@@ -464,9 +419,7 @@ impl TurnActor {
     /// once, or wait for the session to settle.
     fn on_result(&mut self, result: crate::agent::AgentResult, ctx: &mut Context<Self>) {
         self.step(Step::ResultArrived);
-        if let Some(h) = self.watchdogs.no_progress.take() {
-            ctx.cancel_future(h);
-        }
+        self.disarm_no_progress(ctx);
         let deliverable = !result.is_error && result.subtype == "success";
         let text = result.text.clone();
         let num_turns = result.num_turns;
@@ -494,159 +447,9 @@ impl TurnActor {
         }
     }
 
-    /// An event after TurnEnded: closing the session, never delivering.
-    fn on_late_event(&mut self, event: AgentEvent, ctx: &mut Context<Self>) {
-        match event {
-            AgentEvent::ToolCall(call) => {
-                tracing::warn!(chat_id = self.chat_id(), call_id = %call.id, tool = %call.name, "tool call after the turn ended; refused and dropped");
-                call.reply
-                    .answer(ToolReply::Error("the turn has already ended".into()));
-            }
-            AgentEvent::BatchResolved(batch) => {
-                batch.reply.answer(HookReply::Stop {
-                    reason: STOP_REASON.into(),
-                });
-            }
-            AgentEvent::Result(result) => {
-                tracing::debug!(chat_id = self.chat_id(), subtype = %result.subtype, "result after the turn ended; not delivered");
-                self.arm_grace(ctx);
-            }
-            AgentEvent::Idle => {
-                if let Some(link) = self.link.as_mut() {
-                    link.idle = true;
-                }
-                self.release(ctx);
-            }
-            AgentEvent::Exited { .. } => {
-                self.link = None;
-                self.release(ctx);
-            }
-            AgentEvent::Text(_) | AgentEvent::Progress | AgentEvent::Init { .. } => {}
-            AgentEvent::Unknown(raw) => {
-                let shown: String = raw.chars().take(200).collect();
-                tracing::debug!(chat_id = self.chat_id(), event = %shown, "late unknown event dropped");
-            }
-        }
-    }
-
     /// Whether the session settled: idle (reusable) or gone.
     fn settled(&self) -> bool {
         self.link.as_ref().is_none_or(|l| l.idle)
-    }
-
-    /// Sends TurnEnded and starts closing the session.
-    fn finish(&mut self, outcome: TurnOutcome, ctx: &mut Context<Self>) {
-        let at = Instant::now();
-        for h in [
-            self.watchdogs.no_progress.take(),
-            self.watchdogs.budget.take(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            ctx.cancel_future(h);
-        }
-        self.step(Step::Ended(outcome.clone()));
-        self.live.store(false, Ordering::SeqCst);
-        // Typing stops now, not when TurnEnded reaches the typing actor.
-        self.spec.typing.end();
-        let (api_calls, cost_usd) = self
-            .log
-            .iter()
-            .filter_map(|e| match e {
-                TurnEvent::Result(r) => Some((r.num_turns, r.total_cost_usd)),
-                _ => None,
-            })
-            .fold((0u32, 0.0), |(n, c), (dn, dc)| {
-                (n.saturating_add(dn), c + dc)
-            });
-        let replied = self.delivered || self.lane.is_some();
-        let ended = TurnEnded {
-            chat: self.spec.chat,
-            turn: self.spec.turn,
-            outcome: outcome.clone(),
-            session_id: self.session_id.clone(),
-            delivered: self.delivered,
-            replied,
-            api_calls,
-            cost_usd,
-            started: self.started,
-            at,
-        };
-        for to in &self.ended_to {
-            to.do_send(ended.clone());
-        }
-        self.deps.events.publish(BotEvent::TurnEnded {
-            chat: self.spec.chat,
-            turn: self.spec.turn,
-            outcome: outcome.clone(),
-            session_id: self.session_id.clone(),
-            at,
-        });
-        tracing::info!(
-            chat_id = self.chat_id(),
-            turn = self.spec.turn.get(),
-            outcome = outcome.label(),
-            finished = outcome.finished(),
-            delivered = self.delivered,
-            elapsed_ms = self.started.elapsed().as_millis() as u64,
-            "turn ended"
-        );
-        if let Some(notice) = notice_for(&outcome, replied, self.deps.retry_interrupted) {
-            self.deliver(notice);
-        }
-        if self.settled() {
-            return self.release(ctx);
-        }
-        match outcome {
-            TurnOutcome::NoProgress | TurnOutcome::ForceClosedAfterResult => self.kill(ctx),
-            TurnOutcome::Interrupted | TurnOutcome::BudgetExceeded => {
-                self.send(SessionCommand::Interrupt);
-                self.arm_grace(ctx);
-            }
-            TurnOutcome::HostStopping => {
-                self.send(SessionCommand::Close);
-                self.arm_grace(ctx);
-            }
-            _ => self.arm_grace(ctx),
-        }
-    }
-
-    /// Force-closes the session and releases nothing.
-    fn kill(&mut self, ctx: &mut Context<Self>) {
-        self.send(SessionCommand::Kill);
-        self.link = None;
-        self.deps.events.publish(BotEvent::SessionKilled {
-            chat: self.spec.chat,
-            turn: self.spec.turn,
-        });
-        self.release(ctx);
-    }
-
-    /// Hands the session back (when settled) and stops.
-    fn release(&mut self, ctx: &mut Context<Self>) {
-        if self.phase.is_released() {
-            return;
-        }
-        self.step(Step::Released);
-        let session = match self.link.take() {
-            Some(Link {
-                commands,
-                events: Some(events),
-                label,
-                idle: true,
-            }) => Some(AgentSession {
-                commands,
-                events,
-                label,
-            }),
-            _ => None,
-        };
-        self.released_to.do_send(SessionReleased {
-            turn: self.spec.turn,
-            session,
-        });
-        ctx.stop();
     }
 }
 
@@ -659,12 +462,7 @@ impl Actor for TurnActor {
             turn: self.spec.turn,
             at: self.started,
         });
-        let budget = self.deps.config.max_duration;
-        self.watchdogs.budget = Some(ctx.run_later(budget, move |act, ctx| {
-            act.watchdogs.budget = None;
-            tracing::warn!(chat_id = act.chat_id(), ?budget, "turn ran past its budget");
-            act.record(TurnEvent::BudgetExceeded, ctx);
-        }));
+        self.arm_budget(ctx);
         self.arm_no_progress(ctx);
         match self.warm.take() {
             Some(session) => {

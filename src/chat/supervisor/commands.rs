@@ -1,0 +1,100 @@
+//! The chat's commands: `/stop`, `/new`, `/status`, and what the dispatcher
+//! and the host ask of it (retire, stop for the host).
+
+use actix::{ActorContext, AsyncContext, Handler};
+
+use super::state::{ChatState, ChatStep};
+use super::{ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat, StopChatForHost};
+use crate::chat::turn::{InterruptTurn, StopForHost};
+use crate::ids::TurnId;
+use std::sync::atomic::Ordering;
+
+impl Handler<StopChat> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopChat, ctx: &mut Self::Context) {
+        self.touched(ctx);
+        let dropped = self.queue.len();
+        let ids: Vec<i64> = self.queue.drain(..).map(|p| p.update_id).collect();
+        self.deps.inbox.dropped(ids);
+        // A slot on its way stays on its way: with the queue empty it
+        // starts nothing.
+        if let ChatState::Merging(handle) = self.state {
+            ctx.cancel_future(handle);
+            self.step(ChatStep::WindowClosed);
+        }
+        match self.state.running() {
+            Some(running) => {
+                running.addr.do_send(InterruptTurn);
+                self.say(if dropped > 0 {
+                    format!("⏹ Stopped. {dropped} queued message(s) dropped.")
+                } else {
+                    "⏹ Stopped.".to_string()
+                });
+            }
+            None if dropped > 0 => self.say(format!("⏹ {dropped} queued message(s) dropped.")),
+            None => self.say("Nothing to stop."),
+        }
+        self.watch_idle(ctx);
+    }
+}
+
+impl Handler<NewSession> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: NewSession, ctx: &mut Self::Context) {
+        self.touched(ctx);
+        self.deps.inbox.set_session(self.chat.0, None);
+        if let Some(warm) = self.warm.take() {
+            ctx.cancel_future(warm.timer);
+        }
+        self.forget_through = TurnId(self.next_turn.load(Ordering::SeqCst));
+        self.say("🆕 The next message starts a fresh conversation.");
+        self.watch_idle(ctx);
+    }
+}
+
+impl Handler<RetireChat> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: RetireChat, ctx: &mut Self::Context) {
+        tracing::debug!(chat_id = self.chat.0, "idle chat retired");
+        ctx.stop();
+    }
+}
+
+impl Handler<StopChatForHost> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: StopChatForHost, ctx: &mut Self::Context) {
+        // Queued messages stay queued in the inbox: the next process runs them.
+        self.stopping = true;
+        if let Some(warm) = self.warm.take() {
+            ctx.cancel_future(warm.timer);
+        }
+        if msg.end_running
+            && let Some(running) = self.state.running()
+        {
+            running.addr.do_send(StopForHost);
+        }
+    }
+}
+
+impl Handler<DescribeChat> for ChatSupervisor {
+    type Result = String;
+
+    fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
+        let state = match &self.state {
+            ChatState::Running(r) => format!(
+                "turn {} running for {:.1}s",
+                r.turn,
+                r.started.elapsed().as_secs_f64()
+            ),
+            ChatState::Settling(turn) => format!("turn {turn} ended, session closing"),
+            ChatState::Idle | ChatState::Merging(_) | ChatState::WaitingForSlot => {
+                "idle".to_string()
+            }
+        };
+        format!("chat {}: {state}, {} queued", self.chat.0, self.queue.len())
+    }
+}

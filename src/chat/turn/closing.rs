@@ -1,0 +1,159 @@
+//! How a turn ends and closes: TurnEnded goes out once, then the session
+//! is waited for (up to the grace), handed back when it settled, or killed;
+//! events after TurnEnded are logged and dropped.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use actix::{ActorContext, Context};
+
+use super::phase::Step;
+use super::{Link, SessionReleased, TurnActor, TurnEnded};
+use crate::agent::{AgentEvent, AgentSession, HookReply, SessionCommand, ToolReply};
+use crate::chat::notices::{STOP_REASON, notice_for};
+use crate::chat::outcome::{TurnEvent, TurnOutcome};
+use crate::events::BotEvent;
+
+impl TurnActor {
+    /// An event after TurnEnded: closing the session, never delivering.
+    pub(super) fn on_late_event(&mut self, event: AgentEvent, ctx: &mut Context<Self>) {
+        match event {
+            AgentEvent::ToolCall(call) => {
+                tracing::warn!(chat_id = self.chat_id(), call_id = %call.id, tool = %call.name, "tool call after the turn ended; refused and dropped");
+                call.reply
+                    .answer(ToolReply::Error("the turn has already ended".into()));
+            }
+            AgentEvent::BatchResolved(batch) => {
+                batch.reply.answer(HookReply::Stop {
+                    reason: STOP_REASON.into(),
+                });
+            }
+            AgentEvent::Result(result) => {
+                tracing::debug!(chat_id = self.chat_id(), subtype = %result.subtype, "result after the turn ended; not delivered");
+                self.arm_grace(ctx);
+            }
+            AgentEvent::Idle => {
+                if let Some(link) = self.link.as_mut() {
+                    link.idle = true;
+                }
+                self.release(ctx);
+            }
+            AgentEvent::Exited { .. } => {
+                self.link = None;
+                self.release(ctx);
+            }
+            AgentEvent::Text(_) | AgentEvent::Progress | AgentEvent::Init { .. } => {}
+            AgentEvent::Unknown(raw) => {
+                let shown: String = raw.chars().take(200).collect();
+                tracing::debug!(chat_id = self.chat_id(), event = %shown, "late unknown event dropped");
+            }
+        }
+    }
+
+    /// Sends TurnEnded and starts closing the session.
+    pub(super) fn finish(&mut self, outcome: TurnOutcome, ctx: &mut Context<Self>) {
+        let at = Instant::now();
+        self.disarm_live_clocks(ctx);
+        self.step(Step::Ended(outcome.clone()));
+        self.live.store(false, Ordering::SeqCst);
+        // Typing stops now, not when TurnEnded reaches the typing actor.
+        self.spec.typing.end();
+        let (api_calls, cost_usd) = self
+            .log
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::Result(r) => Some((r.num_turns, r.total_cost_usd)),
+                _ => None,
+            })
+            .fold((0u32, 0.0), |(n, c), (dn, dc)| {
+                (n.saturating_add(dn), c + dc)
+            });
+        let replied = self.delivered || self.lane.is_some();
+        let ended = TurnEnded {
+            chat: self.spec.chat,
+            turn: self.spec.turn,
+            outcome: outcome.clone(),
+            session_id: self.session_id.clone(),
+            delivered: self.delivered,
+            replied,
+            api_calls,
+            cost_usd,
+            started: self.started,
+            at,
+        };
+        for to in &self.ended_to {
+            to.do_send(ended.clone());
+        }
+        self.deps.events.publish(BotEvent::TurnEnded {
+            chat: self.spec.chat,
+            turn: self.spec.turn,
+            outcome: outcome.clone(),
+            session_id: self.session_id.clone(),
+            at,
+        });
+        tracing::info!(
+            chat_id = self.chat_id(),
+            turn = self.spec.turn.get(),
+            outcome = outcome.label(),
+            finished = outcome.finished(),
+            delivered = self.delivered,
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            "turn ended"
+        );
+        if let Some(notice) = notice_for(&outcome, replied, self.deps.retry_interrupted) {
+            self.deliver(notice);
+        }
+        if self.settled() {
+            return self.release(ctx);
+        }
+        match outcome {
+            TurnOutcome::NoProgress | TurnOutcome::ForceClosedAfterResult => self.kill(ctx),
+            TurnOutcome::Interrupted | TurnOutcome::BudgetExceeded => {
+                self.send(SessionCommand::Interrupt);
+                self.arm_grace(ctx);
+            }
+            TurnOutcome::HostStopping => {
+                self.send(SessionCommand::Close);
+                self.arm_grace(ctx);
+            }
+            _ => self.arm_grace(ctx),
+        }
+    }
+
+    /// Force-closes the session and releases nothing.
+    pub(super) fn kill(&mut self, ctx: &mut Context<Self>) {
+        self.send(SessionCommand::Kill);
+        self.link = None;
+        self.deps.events.publish(BotEvent::SessionKilled {
+            chat: self.spec.chat,
+            turn: self.spec.turn,
+        });
+        self.release(ctx);
+    }
+
+    /// Hands the session back (when settled) and stops.
+    pub(super) fn release(&mut self, ctx: &mut Context<Self>) {
+        if self.phase.is_released() {
+            return;
+        }
+        self.step(Step::Released);
+        let session = match self.link.take() {
+            Some(Link {
+                commands,
+                events: Some(events),
+                label,
+                idle: true,
+            }) => Some(AgentSession {
+                commands,
+                events,
+                label,
+            }),
+            _ => None,
+        };
+        self.released_to.do_send(SessionReleased {
+            turn: self.spec.turn,
+            session,
+        });
+        ctx.stop();
+    }
+}

@@ -1,0 +1,90 @@
+//! The turn's clocks: the no-progress watchdog, the wall-clock budget and
+//! the post-result grace. Each is an actor timer whose handle is kept and
+//! cancelled when its reason goes away; all of them die with the actor.
+
+use actix::{AsyncContext, Context, SpawnHandle};
+
+use super::TurnActor;
+use crate::chat::outcome::TurnEvent;
+
+/// The turn's clocks; each handle is cancelled when its reason goes away.
+#[derive(Default)]
+pub(super) struct Watchdogs {
+    /// No event for `turn.no_progress_timeout` before `result`.
+    pub(super) no_progress: Option<SpawnHandle>,
+    /// The wall-clock budget, `turn.max_duration`.
+    pub(super) budget: Option<SpawnHandle>,
+    /// `turn.post_result_grace`, armed once a result arrived or the turn
+    /// ended with the session still open.
+    pub(super) grace: Option<SpawnHandle>,
+}
+
+impl TurnActor {
+    /// (Re)arms the no-progress watchdog while the prompt's result is due.
+    pub(super) fn arm_no_progress(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.watchdogs.no_progress.take() {
+            ctx.cancel_future(h);
+        }
+        if !self.phase.awaits_result() {
+            return;
+        }
+        let timeout = self.deps.config.no_progress_timeout;
+        self.watchdogs.no_progress = Some(ctx.run_later(timeout, move |act, ctx| {
+            act.watchdogs.no_progress = None;
+            tracing::warn!(
+                chat_id = act.chat_id(),
+                ?timeout,
+                "no progress from the agent"
+            );
+            act.record(TurnEvent::NoProgress, ctx);
+        }));
+    }
+
+    /// Arms `turn.post_result_grace` once.
+    pub(super) fn arm_grace(&mut self, ctx: &mut Context<Self>) {
+        if self.watchdogs.grace.is_some() {
+            return;
+        }
+        let grace = self.deps.config.post_result_grace;
+        self.watchdogs.grace = Some(ctx.run_later(grace, move |act, ctx| {
+            act.watchdogs.grace = None;
+            if act.phase.is_live() {
+                tracing::warn!(chat_id = act.chat_id(), ?grace, "agent did not settle after its result; force-closing");
+                act.record(TurnEvent::GraceExpired, ctx);
+            } else {
+                tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "session did not settle after the turn ended; force-closing");
+                act.kill(ctx);
+            }
+        }));
+    }
+
+    /// `turn.max_duration`: interrupt, then force-close, `BudgetExceeded`.
+    pub(super) fn arm_budget(&mut self, ctx: &mut Context<Self>) {
+        let budget = self.deps.config.max_duration;
+        self.watchdogs.budget = Some(ctx.run_later(budget, move |act, ctx| {
+            act.watchdogs.budget = None;
+            tracing::warn!(chat_id = act.chat_id(), ?budget, "turn ran past its budget");
+            act.record(TurnEvent::BudgetExceeded, ctx);
+        }));
+    }
+
+    /// Cancels the clocks that only run while the turn holds the chat.
+    pub(super) fn disarm_live_clocks(&mut self, ctx: &mut Context<Self>) {
+        for h in [
+            self.watchdogs.no_progress.take(),
+            self.watchdogs.budget.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            ctx.cancel_future(h);
+        }
+    }
+
+    /// Stops the no-progress watchdog (a result arrived).
+    pub(super) fn disarm_no_progress(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.watchdogs.no_progress.take() {
+            ctx.cancel_future(h);
+        }
+    }
+}
