@@ -14,7 +14,7 @@ pub mod typing;
 pub use dispatcher::Dispatcher;
 pub use notices::{REPROMPT, STOP_REASON};
 pub use outcome::{TurnEvent, TurnOutcome, decide};
-pub use supervisor::ChatSupervisor;
+pub use supervisor::{ChatReport, ChatSupervisor};
 pub use tools::{ChatTool, ToolRegistry, bare_tool_name};
 pub use turn::{TurnActor, TurnEnded};
 pub use typing::TypingActor;

@@ -94,3 +94,31 @@ async fn warm_sessions_are_capped_across_chats() {
         "chat 1 reused its session, chat 2 opened a new one"
     );
 }
+
+/// A chat's idle report that crossed a new message is ignored: the chat is
+/// retired only if it had received everything routed to it.
+#[actix_rt::test]
+async fn an_idle_report_that_crossed_a_message_does_not_retire_the_chat() {
+    let scenario = Scenario::default().with_rule(
+        "slow",
+        turn(vec![Step::Wait { ms: 300 }, result("slow done")]),
+    );
+    let mut h = Harness::start(scenario, &[]).await;
+    h.say(1, USER, "hi");
+    h.turn_ended(1, 1).await;
+    h.say(1, USER, "slow one");
+    h.event(
+        "the second turn started",
+        |e| matches!(e, BotEvent::TurnStarted { chat, turn, .. } if chat.0 == 1 && *turn == 2),
+    )
+    .await;
+    // The report the chat would have sent after its first message only.
+    h.bot.dispatcher.do_send(turnstile::chat::ChatReport::Idle {
+        chat: teloxide::types::ChatId(1),
+        received: 1,
+    });
+    let (_, outcome, _) = h.turn_ended(1, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    let told = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(told, vec!["echo: hi", "slow done"]);
+}
