@@ -84,10 +84,27 @@ fn main() -> ExitCode {
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("turnstile: {err:#}");
+            eprintln!("turnstile: {}", causes(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes, each said once: a message that already quotes
+/// its cause (as the start-up errors do) is not followed by it again.
+fn causes(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Why the bot stopped.

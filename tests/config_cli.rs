@@ -255,3 +255,24 @@ fn the_log_filter_variable_is_not_a_config_error() {
     );
     assert_eq!(run.code, Some(0), "{run:?}");
 }
+
+#[test]
+fn a_start_up_error_names_its_cause_once() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &[],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_TELEGRAM_API_URL", "http://[bad"),
+        ],
+    );
+    assert_eq!(run.code, Some(1), "{run:?}");
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("turnstile: "))
+        .unwrap_or_else(|| panic!("no error line: {run:?}"));
+    assert!(line.contains("telegram.api_url"), "{line}");
+    assert_eq!(line.matches("invalid IPv6 address").count(), 1, "{line}");
+}
