@@ -1,20 +1,24 @@
-//! The chat actors: the [`Dispatcher`], one [`ChatSupervisor`] per chat, one
-//! [`TurnActor`] per turn and one [`TypingActor`] per chat; the turn outcome
-//! and the chat tools.
+//! The chat actors: the [`Dispatcher`], one `ChatSupervisor` per chat, one
+//! `TurnActor` per turn and one `TypingActor` per chat; the turn outcome
+//! and the chat tools. The actors are internal; what a test or an embedder
+//! needs is re-exported here.
 
-pub mod dispatcher;
-pub mod notices;
-pub mod outcome;
-pub mod slots;
-pub mod supervisor;
-pub mod tools;
-pub mod turn;
-pub mod typing;
+pub(crate) mod dispatcher;
+pub(crate) mod notices;
+pub(crate) mod outcome;
+pub(crate) mod slots;
+pub(crate) mod supervisor;
+pub(crate) mod tools;
+pub(crate) mod turn;
+pub(crate) mod typing;
 
-pub use dispatcher::Dispatcher;
+pub use dispatcher::{Dispatcher, HostRequest};
 pub use notices::{REPROMPT, STOP_REASON};
 pub use outcome::{TurnEvent, TurnOutcome, decide};
-pub use supervisor::{ChatReport, ChatSupervisor};
-pub use tools::{ChatTool, ToolRegistry, bare_tool_name};
-pub use turn::{TurnActor, TurnEnded};
-pub use typing::TypingActor;
+/// The report a chat sends when idle; public so a test can send a stale one.
+#[doc(hidden)]
+pub use supervisor::ChatReport;
+pub use tools::{
+    ChatTool, Ends, TOOL_SERVER, ToolInputError, ToolRegistry, ToolSpec, bare_tool_name,
+};
+pub use typing::TypingLease;

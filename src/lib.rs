@@ -28,7 +28,7 @@
 //! after that, and handed back only once it has settled.
 
 pub mod agent;
-pub mod app;
+mod app;
 pub mod chat;
 pub mod config;
 pub mod events;
@@ -37,5 +37,5 @@ pub mod shutdown;
 pub mod state;
 pub mod telegram;
 
-pub use app::{StartError, Turnstile};
+pub use app::{StartError, Turnstile, backend_from_config, telegram_client};
 pub use config::Config;

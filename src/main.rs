@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use turnstile::chat::dispatcher::HostRequest;
+use turnstile::chat::HostRequest;
 use turnstile::config::RESTARTED_FROM_ENV;
 use turnstile::{Config, Turnstile};
 
@@ -119,7 +119,7 @@ fn run(config: Config) -> anyhow::Result<()> {
     let system = actix_rt::System::new();
     let exit = system.block_on(async move {
         let backend =
-            turnstile::app::backend_from_config(&config).context("starting the agent backend")?;
+            turnstile::backend_from_config(&config).context("starting the agent backend")?;
         let bot = Turnstile::start(&config, backend).context("starting turnstile")?;
         if let Some(chat) = std::env::var(RESTARTED_FROM_ENV)
             .ok()

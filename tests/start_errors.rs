@@ -2,7 +2,7 @@
 
 use std::error::Error as _;
 
-use turnstile::app::telegram_client;
+use turnstile::telegram_client;
 use turnstile::{Config, StartError};
 
 #[test]

@@ -14,6 +14,8 @@
 
 mod driver;
 mod process;
+/// The wire types; public for the benchmarks' minimal direct driver.
+#[doc(hidden)]
 pub mod protocol;
 
 use std::collections::BTreeMap;

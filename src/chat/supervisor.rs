@@ -367,11 +367,9 @@ impl ChatSupervisor {
             .inbox
             .turn_finished(running.update_ids.clone(), Disposition::Done);
         let ended = TurnEnded {
-            chat: self.chat,
             turn,
             outcome: TurnOutcome::ForceReleased,
             session_id: None,
-            delivered: false,
             replied: false,
             api_calls: 0,
             cost_usd: 0.0,

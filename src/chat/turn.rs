@@ -46,16 +46,12 @@ use crate::telegram::outbox::Outbox;
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct TurnEnded {
-    /// The chat.
-    pub chat: ChatId,
     /// The turn.
     pub turn: TurnId,
     /// How it ended.
     pub outcome: TurnOutcome,
     /// The agent's session id, kept for `--resume`.
     pub session_id: Option<String>,
-    /// Whether anything reached the chat during the turn.
-    pub delivered: bool,
     /// Whether a reply may have left (sent or still on its way): such a
     /// turn is never run again.
     pub replied: bool,

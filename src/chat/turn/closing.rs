@@ -70,11 +70,9 @@ impl TurnActor {
             });
         let replied = self.delivered || self.lane.is_some();
         let ended = TurnEnded {
-            chat: self.spec.chat,
             turn: self.spec.turn,
             outcome: outcome.clone(),
             session_id: self.session_id.clone(),
-            delivered: self.delivered,
             replied,
             api_calls,
             cost_usd,
