@@ -3,29 +3,67 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML file, `TURNSTILE_*` overrides and the token.
-//! - [`app`]: wiring; [`Turnstile::start`] and [`Turnstile::stop`].
-//! - [`telegram`]: the [`telegram::Intake`] (long-polls `getUpdates`), the
-//!   [`telegram::Outbox`] (every request to Telegram; rate limits, retries,
-//!   splitting) and [`telegram::split`].
-//! - [`chat`]: the actors. The [`chat::Dispatcher`] routes updates to one
-//!   [`chat::ChatSupervisor`] per chat, which runs one [`chat::TurnActor`]
-//!   per turn and owns the chat's [`chat::TypingActor`]. [`chat::outcome`]
-//!   maps a turn's events to its outcome; [`chat::tools`] holds the chat
-//!   tools and terminator detection.
-//! - [`agent`]: the [`agent::AgentBackend`] trait, the session handle and its
-//!   events; [`agent::scripted`] is the in-process backend.
-//! - [`events`]: the broadcast of what the bot does, for tests and benches.
-//! - [`shutdown`]: the stop signal.
+//! `ARCHITECTURE.md` at the repository root draws the actors and their
+//! messages, the state machines, the timers and the stop order.
+//!
+//! - `app`: wiring; [`Turnstile::start`] builds and starts everything,
+//!   [`Turnstile::stop`] stops it in order; `backend_from_config`.
+//! - `config`: the schema and its defaults, [`Config::load`]:
+//!   - `config/env.rs`: the `TURNSTILE_<SECTION>_<KEY>` overlay;
+//!   - `config/validate.rs`: bounds and cross-key checks;
+//!   - `config/redact.rs`: what `check-config` prints; the token scrubbed from errors.
+//! - `telegram`: the way in and out:
+//!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
+//!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
+//!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept.
+//! - `chat`: the actors of a chat and the turn contract:
+//!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
+//!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
+//!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, tools, watchdogs);
+//!   - `chat::typing`: the `TypingActor`, one per chat, and the `TypingLease`;
+//!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
+//!   - `chat::tools`: `ChatTool`, `ToolRegistry`, terminators and `bare_tool_name`;
+//!   - `chat::outcome`: `TurnOutcome` and `decide`, pinned by a golden fixture;
+//!   - `chat::notices`: every text the bot writes to a chat or its agent.
+//! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent`, `Responder`:
+//!   - `agent::scripted`: the in-process backend playing a `Scenario`;
+//!   - `agent::claude`: the Claude Code CLI backend: `process` (spawn, process group,
+//!     reaping), `driver` (the per-session task), `protocol` (typed stream-json) with
+//!     `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
+//! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
+//!   its own thread and holds the states of a message.
+//! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
+//! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
+//! - `ids`: `TurnId`.
+//! - `src/main.rs`: the `turnstile` binary (run, `check-config`, `/restart` re-exec).
+//! - `src/bin/fake_claude.rs`: `fake-claude`, a stand-in CLI for the tests.
 //!
 //! # Theory of operation
 //!
+//! The `Intake` writes each message to the inbox (*queued*) before the update
+//! offset moves past it, then hands the update to the `Dispatcher`, which
+//! checks access, answers commands and routes the message to its chat's
+//! `ChatSupervisor`. The supervisor queues it, merges a burst inside
+//! `dispatcher.merge_window`, waits for a turn slot and starts a `TurnActor`,
+//! giving it the chat's warm session when one settled after the last turn.
+//!
 //! A turn ends exactly once, at the earliest of its triggers (a terminator
 //! batch, a settled result, the post-result grace, the no-progress and budget
-//! watchdogs, `/stop`, an agent failure, the host stopping). The turn actor
+//! watchdogs, `/stop`, an agent failure, the host stopping), as
+//! `chat::outcome::decide` says. The turn actor ends the typing lease, then
 //! sends `TurnEnded` straight to the typing actor and the supervisor, so
-//! typing stops and the chat is released at once; the session is closed
-//! after that, and handed back only once it has settled.
+//! typing stops and the chat is released at once. It then closes the session
+//! (settled, or killed at the grace) and sends `SessionReleased`; the chat's
+//! next turn waits for that, so no turn gets a session that has not settled.
+//! Each supervisor also runs its own hard-deadline timer per turn, which
+//! releases the chat whatever its actors do.
+//!
+//! Every reply of a turn leaves through one reply lane that first records the
+//! turn's messages as *replied*; after a crash, queued messages run again
+//! and the rest are reported, so none is answered twice. A stop stops the
+//! intake, drains running turns up to `dispatcher.drain_timeout`, ends the
+//! rest, flushes the outbox and waits for the agent processes, each wait on a
+//! completion signal rather than a poll.
 
 pub mod agent;
 mod app;
