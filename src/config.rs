@@ -254,7 +254,7 @@ pub struct TurnConfig {
     /// The wall-clock budget of one turn.
     #[serde(with = "humantime_serde")]
     pub max_duration: Duration,
-    /// The dispatcher's backstop: a chat holding a turn longer is force-released.
+    /// Each chat's backstop: a turn holding the chat longer is force-released.
     #[serde(with = "humantime_serde")]
     pub hard_deadline: Duration,
     /// How often the typing indicator is renewed (Telegram shows it for 5 s).

@@ -179,7 +179,8 @@ pub struct TurnRecord {
     pub cost_usd: f64,
 }
 
-/// The store. Statements are short; callers on the actor thread use it
+/// The store: the SQL, synchronous. The running bot calls it only from the
+/// store thread, through [`Inbox`]; tests and start-up checks may call it
 /// directly.
 pub struct Store {
     /// The one connection.

@@ -1,5 +1,5 @@
 //! Agents that hang before their result: the no-progress watchdog, the
-//! wall-clock budget, `/stop`, and the dispatcher's backstop.
+//! wall-clock budget, `/stop`, and the chat's hard-deadline backstop.
 
 mod support;
 

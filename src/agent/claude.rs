@@ -14,7 +14,7 @@
 
 mod driver;
 mod process;
-/// The wire types; public for the benchmarks' minimal direct driver.
+// The wire types; public (hidden) for the benchmarks' minimal direct driver.
 #[doc(hidden)]
 pub mod protocol;
 

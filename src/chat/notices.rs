@@ -11,15 +11,15 @@ pub const STOP_REASON: &str =
     "You ended the previous turn with end_turn; the user has seen your reply.";
 
 /// What the chat is told when a turn ends without a reply.
-pub(crate) fn notice_for(outcome: &TurnOutcome, delivered: bool, retry: bool) -> Option<String> {
+pub(crate) fn notice_for(outcome: &TurnOutcome, replied: bool, retry: bool) -> Option<String> {
     if let TurnOutcome::HostStopping = outcome {
-        return Some(if retry && !delivered {
+        return Some(if retry && !replied {
             "⏸ The bot is restarting; your message will be answered once it is back.".to_string()
         } else {
             "⚠️ The bot is restarting and this turn was cut short. Send your message again if you still need an answer.".to_string()
         });
     }
-    if delivered {
+    if replied {
         return None;
     }
     let text = match outcome {

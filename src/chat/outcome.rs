@@ -87,7 +87,7 @@ pub enum TurnOutcome {
     },
     /// The host is stopping.
     HostStopping,
-    /// The dispatcher's backstop released the chat at `turn.hard_deadline`.
+    /// The chat's hard-deadline timer released it at `turn.hard_deadline`.
     ForceReleased,
 }
 

@@ -544,7 +544,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {
-            inbox.set_session(self.chat.0, Some(id));
+            inbox.set_session(self.chat, Some(id));
         }
     }
 }

@@ -243,7 +243,7 @@ impl TurnActor {
     /// after every store write asked before, so a `/new` is seen).
     fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
-        let resume = self.deps.inbox.session(self.spec.chat.0);
+        let resume = self.deps.inbox.session(self.spec.chat);
         let chat = self.spec.chat;
         let shutdown = self.deps.shutdown.clone();
         let open = async move {

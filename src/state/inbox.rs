@@ -19,7 +19,8 @@
 //! - **running**: its turn started ([`Inbox::turn_started`]).
 //! - **replied**: something of its turn may have reached the chat; written
 //!   *before* the first reply leaves ([`Inbox::replying`] resolves once it
-//!   is on disk), so after a crash it is reported, never run twice.
+//!   is written; WAL with `synchronous = NORMAL` survives a crash of the
+//!   process, not a power loss), so after a crash it is reported, never run twice.
 //! - **done**: its turn ended; **reported**: its chat was told it was
 //!   interrupted; **dropped**: refused or cleared, and the chat was told.
 //!
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
+use teloxide::types::ChatId;
 use tokio::sync::oneshot;
 
 use super::{InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord};
@@ -217,7 +219,7 @@ impl Inbox {
     }
 
     /// **replying**: something of the turn is about to reach the chat.
-    /// Resolves once that is on disk (or failed, which is counted): only
+    /// Resolves once that is written (or failed, which is counted): only
     /// then may the reply leave.
     pub fn replying(&self, update_ids: Vec<i64>) -> impl Future<Output = ()> + Send + 'static {
         let ask = self.ask("marking a message replied", move |store| {
@@ -281,17 +283,15 @@ impl Inbox {
     }
 
     /// The chat's agent session id, after every job asked before.
-    pub fn session(&self, chat_id: i64) -> impl Future<Output = Option<String>> + Send + 'static {
-        let ask = self.ask("loading the session id", move |store| {
-            store.session(chat_id)
-        });
+    pub fn session(&self, chat: ChatId) -> impl Future<Output = Option<String>> + Send + 'static {
+        let ask = self.ask("loading the session id", move |store| store.session(chat.0));
         async move { ask.await.flatten() }
     }
 
     /// Keeps (or, with `None`, forgets) the chat's agent session id.
-    pub fn set_session(&self, chat_id: i64, session_id: Option<String>) {
+    pub fn set_session(&self, chat: ChatId, session_id: Option<String>) {
         self.tell("saving the session id", move |store| {
-            store.set_session(chat_id, session_id.as_deref())
+            store.set_session(chat.0, session_id.as_deref())
         });
     }
 

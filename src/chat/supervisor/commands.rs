@@ -44,7 +44,7 @@ impl Handler<NewSession> for ChatSupervisor {
 
     fn handle(&mut self, _msg: NewSession, ctx: &mut Self::Context) {
         self.touched(ctx);
-        self.deps.inbox.set_session(self.chat.0, None);
+        self.deps.inbox.set_session(self.chat, None);
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
