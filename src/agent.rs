@@ -106,6 +106,10 @@ pub enum AgentEvent {
     ToolCall(ToolCall),
     /// Every tool of one assistant message has resolved (PostToolBatch).
     BatchResolved(ToolBatch),
+    /// The agent asks whether it may run a tool (`can_use_tool`) that
+    /// neither `agent.allowed_tools` nor `agent.denied_tools` decides, with
+    /// `agent.permission_mode = "ask"`; answer through `reply`.
+    PermissionAsk(PermissionAsk),
     /// The agent's `result` line.
     Result(AgentResult),
     /// The session reported itself idle.
@@ -150,6 +154,49 @@ pub struct ToolBatch {
     pub calls: Vec<BatchCall>,
     /// Answers the hook exactly once.
     pub reply: Responder<HookReply>,
+}
+
+/// A tool the agent wants to run, waiting for a person's decision.
+#[derive(Debug)]
+pub struct PermissionAsk {
+    /// The tool-use id the agent gave the call.
+    pub id: String,
+    /// The tool's name as the agent sent it (`Bash`, `mcp__server__tool`).
+    pub tool: String,
+    /// The tool's input object, as the agent would run it.
+    pub input: Value,
+    /// Answers the ask exactly once; dropped unanswered, it denies.
+    pub reply: Responder<Permission>,
+}
+
+/// The answer to a [`PermissionAsk`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Permission {
+    /// Run the tool with this input (the agent's own, or for a question
+    /// tool such as `AskUserQuestion`, with the answer filled in).
+    Allow {
+        /// The input the tool runs with.
+        input: Value,
+    },
+    /// Do not run it; the text goes back to the model.
+    Deny {
+        /// Worded for the model.
+        message: String,
+    },
+}
+
+impl Unanswered for Permission {
+    fn unanswered(why: &str) -> Self {
+        Self::Deny {
+            message: why.to_string(),
+        }
+    }
+
+    fn refused(why: &str) -> Self {
+        Self::Deny {
+            message: why.to_string(),
+        }
+    }
 }
 
 /// The answer to a tool call.

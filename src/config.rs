@@ -29,20 +29,20 @@
 //! - `redact`: what may be shown: [`Config::to_redacted_toml`] (printed by
 //!   `check-config`) and the scrubbing of the token from errors.
 
+mod choices;
 mod env;
 mod redact;
 mod validate;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
+pub use self::choices::{Backend, OnInterrupted, PermissionMode, Sandbox, SettingSource};
 use self::env::apply_env;
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::validate::{MAX_COUNT, MAX_DURATION};
@@ -236,6 +236,25 @@ pub struct AgentConfig {
     /// Whether turns end through the PostToolBatch hook (`claude`); off only
     /// to compare API calls with and without it.
     pub batch_hook: bool,
+    /// Names of turnstile's own environment variables passed on to the
+    /// agent process, besides its small base (`claude`).
+    pub pass_env: Vec<String>,
+    /// Which of the operator's Claude settings apply (`claude`); none by
+    /// default, so only what turnstile passes counts.
+    pub setting_sources: Vec<SettingSource>,
+    /// The operator's own MCP servers for the agent, in the shape of
+    /// Claude's `mcpServers` (`claude`).
+    pub mcp_servers: BTreeMap<String, serde_json::Value>,
+    /// Tools the agent may never use (`claude`: `--disallowedTools`).
+    pub denied_tools: Vec<String>,
+    /// What answers a tool the agent asks to run that neither
+    /// `allowed_tools` nor `denied_tools` decides.
+    pub permission_mode: PermissionMode,
+    /// The OS sandbox around the agent process (`claude`).
+    pub sandbox: Sandbox,
+    /// An argv prefix the agent command runs under (`claude`), with
+    /// `{chat}` and `{workdir}` placeholders; empty runs it directly.
+    pub launcher: Vec<String>,
 }
 
 /// The default `agent.system_prompt`.
@@ -262,6 +281,9 @@ pub struct TurnConfig {
     pub typing_interval: Duration,
     /// Bare tool names that end a turn.
     pub terminator_tools: Vec<String>,
+    /// How long a tool approval waits for a person before it is denied.
+    #[serde(with = "humantime_serde")]
+    pub approval_timeout: Duration,
 }
 
 /// `[dispatcher]`
@@ -285,103 +307,6 @@ pub struct DispatcherConfig {
     /// interrupted before it replied. One that had replied is always reported.
     pub on_interrupted: OnInterrupted,
 }
-
-/// `agent.backend`: which agent answers. Written in the config as its
-/// [`as_str`](Self::as_str) name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `"scripted"`: the in-process agent playing `agent.script`.
-    Scripted,
-    /// `"claude"`: the Claude Code CLI, `agent.command`.
-    Claude,
-}
-
-impl Backend {
-    /// The name in the config (and in logs).
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Scripted => "scripted",
-            Self::Claude => "claude",
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Backend {
-    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
-    where
-        D: Deserializer<'de>,
-    {
-        match String::deserialize(deserializer)?.as_str() {
-            "scripted" => Ok(Self::Scripted),
-            "claude" => Ok(Self::Claude),
-            _ => Err(D::Error::custom("expected \"scripted\" or \"claude\"")),
-        }
-    }
-}
-
-/// `dispatcher.on_interrupted`: what happens after a restart or crash to a
-/// message whose turn was cut off before it replied. Written in the config
-/// as its [`as_str`](Self::as_str) name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnInterrupted {
-    /// `"report"`: tell the chat.
-    Report,
-    /// `"retry"`: run the turn again.
-    Retry,
-}
-
-impl OnInterrupted {
-    /// The name in the config (and in logs).
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Report => "report",
-            Self::Retry => "retry",
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for OnInterrupted {
-    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
-    where
-        D: Deserializer<'de>,
-    {
-        match String::deserialize(deserializer)?.as_str() {
-            "report" => Ok(Self::Report),
-            "retry" => Ok(Self::Retry),
-            _ => Err(D::Error::custom("expected \"report\" or \"retry\"")),
-        }
-    }
-}
-
-/// Serialize, `Display` and comparison with a name, for both choices.
-macro_rules! choice_by_name {
-    ($($choice:ty),*) => {$(
-        impl Serialize for $choice {
-            fn serialize<S>(&self, serializer: S) -> Result<S::Ok, S::Error>
-            where
-                S: Serializer,
-            {
-                serializer.serialize_str(self.as_str())
-            }
-        }
-
-        impl fmt::Display for $choice {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl PartialEq<&str> for $choice {
-            fn eq(&self, name: &&str) -> bool {
-                self.as_str() == *name
-            }
-        }
-    )*};
-}
-
-choice_by_name!(Backend, OnInterrupted);
 
 /// `[state]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -427,6 +352,13 @@ impl Default for AgentConfig {
             keep_warm: Duration::from_secs(600),
             max_warm: 32,
             batch_hook: true,
+            pass_env: Vec::new(),
+            setting_sources: Vec::new(),
+            mcp_servers: BTreeMap::new(),
+            denied_tools: Vec::new(),
+            permission_mode: PermissionMode::Ask,
+            sandbox: Sandbox::None,
+            launcher: Vec::new(),
         }
     }
 }
@@ -440,6 +372,7 @@ impl Default for TurnConfig {
             hard_deadline: Duration::from_secs(3600),
             typing_interval: Duration::from_secs(4),
             terminator_tools: vec!["end_turn".into()],
+            approval_timeout: Duration::from_secs(600),
         }
     }
 }

@@ -404,6 +404,7 @@ impl TurnActor {
                 self.link = None;
                 self.record(TurnEvent::Exited { code, detail }, ctx);
             }
+            AgentEvent::PermissionAsk(ask) => self.ask_permission(ask, ctx),
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
                 tracing::warn!(chat_id = self.chat_id(), event = %shown, "unknown agent event skipped");

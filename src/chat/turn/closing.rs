@@ -42,6 +42,12 @@ impl TurnActor {
                 self.link = None;
                 self.release(ctx);
             }
+            AgentEvent::PermissionAsk(ask) => {
+                tracing::warn!(chat_id = self.chat_id(), call_id = %ask.id, tool = %ask.tool, "permission ask after the turn ended; denied");
+                ask.reply.answer(crate::agent::Permission::Deny {
+                    message: "the turn has already ended".into(),
+                });
+            }
             AgentEvent::Text(_) | AgentEvent::Progress | AgentEvent::Init { .. } => {}
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();

@@ -1,0 +1,161 @@
+//! Config strings that are really choices: each is an enum written in the
+//! config as its name, with one clear error for any other value.
+
+use std::fmt;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Defines a choice: the enum, its names, `Deserialize` (an unknown name is
+/// "expected "a", "b" or "c""), `Serialize`, `Display` and comparison with a
+/// name.
+macro_rules! choice {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every name, in order.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            /// The name in the config (and in logs).
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text),+
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+            where
+                D: Deserializer<'de>,
+            {
+                match String::deserialize(deserializer)?.as_str() {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(D::Error::custom(expected(Self::NAMES))),
+                }
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S>(&self, serializer: S) -> Result<S::Ok, S::Error>
+            where
+                S: Serializer,
+            {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, name: &&str) -> bool {
+                self.as_str() == *name
+            }
+        }
+    };
+}
+
+/// `expected "a" or "b"`, `expected "a", "b" or "c"`.
+fn expected(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => format!("expected {last}"),
+        Some((last, rest)) => format!("expected {} or {last}", rest.join(", ")),
+        None => "expected nothing".to_string(),
+    }
+}
+
+choice! {
+    /// `agent.backend`: which agent answers.
+    Backend {
+        /// `"scripted"`: the in-process agent playing `agent.script`.
+        Scripted = "scripted",
+        /// `"claude"`: the Claude Code CLI, `agent.command`.
+        Claude = "claude",
+    }
+}
+
+choice! {
+    /// `dispatcher.on_interrupted`: what happens after a restart or crash to
+    /// a message whose turn was cut off before it replied.
+    OnInterrupted {
+        /// `"report"`: tell the chat.
+        Report = "report",
+        /// `"retry"`: run the turn again.
+        Retry = "retry",
+    }
+}
+
+choice! {
+    /// `agent.permission_mode`: what answers a tool the agent asks to run
+    /// that neither `agent.allowed_tools` nor `agent.denied_tools` decides.
+    PermissionMode {
+        /// `"ask"`: the chat is asked, with buttons.
+        Ask = "ask",
+        /// `"deny"`: refused, with a message the model reads.
+        Deny = "deny",
+        /// `"allow"`: everything runs (check-config warns).
+        Allow = "allow",
+    }
+}
+
+choice! {
+    /// `agent.sandbox`: the OS sandbox around the agent process.
+    Sandbox {
+        /// `"none"`: the process runs as turnstile's user, unconfined.
+        None = "none",
+        /// `"bubblewrap"`: under `bwrap`, the system read-only, only the
+        /// chat's workdir writable, its own PID namespace.
+        Bubblewrap = "bubblewrap",
+    }
+}
+
+choice! {
+    /// One of Claude's own settings sources (`agent.setting_sources`).
+    SettingSource {
+        /// The operator's `~/.claude` settings.
+        User = "user",
+        /// The project's `.claude/settings.json` in the workdir.
+        Project = "project",
+        /// The project's `.claude/settings.local.json`.
+        Local = "local",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_lists_every_name() {
+        assert_eq!(expected(&["a", "b"]), r#"expected "a" or "b""#);
+        assert_eq!(expected(&["a", "b", "c"]), r#"expected "a", "b" or "c""#);
+        let err = toml::from_str::<std::collections::BTreeMap<String, PermissionMode>>(
+            "mode = \"maybe\"",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(r#"expected "ask", "deny" or "allow""#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for name in Sandbox::NAMES {
+            let parsed: Sandbox = serde_json::from_value(serde_json::json!(name)).unwrap();
+            assert_eq!(parsed.as_str(), *name);
+        }
+    }
+}
