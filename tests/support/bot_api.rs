@@ -1,11 +1,20 @@
-//! A fake Telegram Bot API server for integration tests.
+//! A fake Telegram Bot API server for the integration tests and the
+//! benchmarks (which include this file from `benches/support/mod.rs`).
 //!
 //! [`FakeBotApi::start`] serves HTTP/1.1 on an ephemeral port of `127.0.0.1`
-//! from a task on the current tokio runtime. Point teloxide at it with
-//! [`FakeBotApi::bot`] or `Bot::new(token).set_api_url(fake.url().parse()?)`,
-//! feed it updates with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`],
-//! make calls fail with [`FakeBotApi::inject`], and check what the bot did
-//! with [`FakeBotApi::calls`] and the sleep-free [`FakeBotApi::wait_for`].
+//! from a task on the current tokio runtime (a benchmark starts it on its own
+//! runtime with `Fakes::run`). Point teloxide at it with [`FakeBotApi::bot`]
+//! or `Bot::new(token).set_api_url(fake.url().parse()?)`, feed it updates
+//! with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`] /
+//! [`FakeBotApi::push_many`], make calls fail with [`FakeBotApi::inject`],
+//! and check what the bot did with [`FakeBotApi::calls`] and the sleep-free
+//! [`FakeBotApi::wait_for`].
+//!
+//! What it keeps of each call is [`Record`]: every call with its parameters
+//! (the tests), only when each `sendChatAction` and `sendMessage` arrived
+//! (the latency benchmarks), or only totals (at 100,000 turns a recording
+//! fake would itself look like a leak in the process's RSS). The totals
+//! ([`FakeBotApi::counts`]) are always kept.
 //!
 //! Answered methods: `getMe`, `getUpdates` (long polling; `offset`
 //! acknowledges), `sendMessage`, and `true` for `deleteWebhook`,
@@ -17,6 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,10 +39,11 @@ use serde_json::{Map, Value, json};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::{net::TcpListener, sync::Notify, time::timeout_at};
 
-/// Token used by [`FakeBotApi::bot`]; any token works against the fake.
+/// Token used by [`FakeBotApi::bot`] and the shared configuration; any token
+/// works against the fake.
 pub const TOKEN: &str = "123456:fake-token";
 
-/// One request the fake received.
+/// One request the fake received (kept with [`Record::Calls`]).
 #[derive(Clone, Debug)]
 pub struct Call {
     /// Arrival number, from 1; `clear_calls` does not reset it.
@@ -64,6 +75,56 @@ pub enum Fault {
     Delay(Duration),
 }
 
+/// What the fake keeps of each call besides the totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Record {
+    /// Every call with its parameters: [`FakeBotApi::calls`].
+    #[default]
+    Calls,
+    /// The chat and arrival `Instant` of each `sendChatAction` and
+    /// `sendMessage` (and the text): [`FakeBotApi::log`].
+    Arrivals,
+    /// Nothing: only [`FakeBotApi::counts`].
+    Counts,
+}
+
+/// How a fake is started, see [`FakeBotApi::start_with`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// What is kept of each call.
+    pub record: Record,
+    /// Close a keep-alive connection that carried no request for this long
+    /// (as Telegram's servers close idle connections), so a process at rest
+    /// holds no HTTP connection; `None` keeps connections open.
+    pub idle_close: Option<Duration>,
+}
+
+/// What the fake has seen with [`Record::Arrivals`].
+#[derive(Debug, Default, Clone)]
+pub struct Log {
+    /// `sendChatAction` arrivals: chat and when.
+    pub chat_actions: Vec<(i64, Instant)>,
+    /// Successful `sendMessage` arrivals: chat, when, text.
+    pub messages: Vec<(i64, Instant, String)>,
+}
+
+/// Totals, always kept.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    /// Successful `sendMessage` calls.
+    pub messages: u64,
+    /// Successful `sendMessage` calls whose text starts with "⚠️" (the bot's
+    /// notices of a turn that went wrong).
+    pub notices: u64,
+    /// `sendChatAction` calls.
+    pub chat_actions: u64,
+    /// `getUpdates` calls.
+    pub polls: u64,
+    /// Calls answered with an error status (an unknown method, a bad
+    /// request, an injected fault).
+    pub errors: u64,
+}
+
 /// A running fake Bot API server; dropping it stops the server.
 pub struct FakeBotApi {
     shared: Arc<Shared>,
@@ -73,37 +134,79 @@ pub struct FakeBotApi {
 
 #[derive(Default)]
 struct Shared {
-    state: Mutex<State>,
-    /// Woken whenever a call is recorded or an update pushed.
-    changed: Notify,
+    /// How the fake was started.
+    options: Options,
+    /// Pending updates and the id counters.
+    queue: Mutex<Queue>,
+    /// Recorded calls ([`Record::Calls`]); locked before `queue` when both are.
+    calls: Mutex<Calls>,
+    /// Recorded arrivals ([`Record::Arrivals`]).
+    log: Mutex<Log>,
+    /// Queued faults per lowercased method.
+    faults: Mutex<HashMap<String, VecDeque<Fault>>>,
+    /// Set by the first `inject`: until then no call looks for a fault.
+    faulty: AtomicBool,
+    /// Woken when updates are pushed.
+    pushed: Notify,
+    /// Woken when a call or an arrival is recorded.
+    recorded: Notify,
+    messages: AtomicU64,
+    notices: AtomicU64,
+    chat_actions: AtomicU64,
+    polls: AtomicU64,
+    errors: AtomicU64,
 }
 
 #[derive(Default)]
-struct State {
-    calls: Vec<Call>,
-    last_seq: u64,
-    /// Unacknowledged updates, sorted by `update_id`.
-    updates: Vec<Value>,
+struct Queue {
+    /// Unacknowledged updates as `(update_id, JSON)`, sorted by id.
+    updates: VecDeque<(i64, String)>,
     last_update_id: i64,
     /// Shared by pushed and sent messages, so ids never collide.
     last_message_id: i64,
-    faults: HashMap<String, VecDeque<Fault>>,
 }
 
-/// The answer to a call: a status and body, or a `getUpdates` long poll
+#[derive(Default)]
+struct Calls {
+    calls: Vec<Call>,
+    last_seq: u64,
+}
+
+/// The answer to a call: a status and JSON body, or a `getUpdates` long poll
 /// (offset, limit, timeout).
 enum Answer {
-    Json(u16, Value),
+    Json(u16, String),
     Poll(Option<i64>, usize, Duration),
 }
 
+impl Answer {
+    fn status(&self) -> u16 {
+        match self {
+            Answer::Json(status, _) => *status,
+            Answer::Poll(..) => 200,
+        }
+    }
+}
+
+const OK_TRUE: &str = r#"{"ok":true,"result":true}"#;
+const NO_UPDATES: &str = r#"{"ok":true,"result":[]}"#;
+
 impl FakeBotApi {
-    /// Binds `127.0.0.1:0` and serves from a task on the current runtime.
+    /// Binds `127.0.0.1:0` and serves from a task on the current runtime,
+    /// recording every call.
     pub async fn start() -> FakeBotApi {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Like [`FakeBotApi::start`], with these options.
+    pub async fn start_with(options: Options) -> FakeBotApi {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await;
         let listener = listener.expect("bind the fake Bot API to 127.0.0.1:0");
         let addr = listener.local_addr().expect("address of the fake Bot API");
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            options,
+            ..Shared::default()
+        });
         let server = tokio::spawn(accept_loop(listener, shared.clone()));
         let server = Mutex::new(Some(server));
         FakeBotApi {
@@ -139,50 +242,49 @@ impl FakeBotApi {
 
     /// Stores an update (assigning the next `update_id` if it has none),
     /// wakes long-polling `getUpdates` calls and returns the update's id.
-    pub fn push_update(&self, mut update: Value) -> i64 {
-        let mut state = self.shared.lock();
-        let id = update.get("update_id").and_then(as_i64);
-        let id = id.unwrap_or(state.last_update_id + 1);
-        if let Some(fields) = update.as_object_mut() {
-            fields.insert("update_id".into(), id.into());
-        }
-        state.last_update_id = state.last_update_id.max(id);
-        state.updates.push(update);
-        state.updates.sort_by_key(update_id);
-        drop(state);
-        self.shared.changed.notify_waiters();
+    pub fn push_update(&self, update: Value) -> i64 {
+        let id = lock(&self.shared.queue).push(update);
+        self.shared.pushed.notify_waiters();
         id
     }
 
-    /// Pushes a private-chat text message from user `user_id`; a text that
-    /// starts with `/` gets a `bot_command` entity for its first word.
+    /// Pushes a private-chat text message from user `user_id` and returns
+    /// its update id; a text that starts with `/` gets a `bot_command`
+    /// entity for its first word.
     pub fn push_text(&self, chat_id: i64, user_id: i64, text: &str) -> i64 {
-        let mut message = json!({
-            "message_id": self.shared.lock().next_message_id(),
-            "date": unix_now(),
-            "from": {"id": user_id, "is_bot": false, "first_name": format!("u{user_id}")},
-            "chat": {"id": chat_id, "type": "private", "first_name": "c"},
-            "text": text,
-        });
-        if text.starts_with('/') {
-            let command = text.split_whitespace().next().unwrap_or_default();
-            let length = command.encode_utf16().count();
-            message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": length}]);
+        let id = lock(&self.shared.queue).push_text(chat_id, user_id, text, unix_now());
+        self.shared.pushed.notify_waiters();
+        id
+    }
+
+    /// Pushes many text messages `(chat, user, text)` at once, as
+    /// [`FakeBotApi::push_text`] does; returns the moment before the first
+    /// (before any long poll could see it).
+    pub fn push_many(&self, messages: impl IntoIterator<Item = (i64, i64, String)>) -> Instant {
+        let at = Instant::now();
+        let date = unix_now();
+        {
+            let mut queue = lock(&self.shared.queue);
+            for (chat, user, text) in messages {
+                queue.push_text(chat, user, &text, date);
+            }
         }
-        self.push_update(json!({ "message": message }))
+        self.shared.pushed.notify_waiters();
+        at
     }
 
     /// Makes the next call of `method` (case-insensitive) fail with `fault`;
     /// faults queued for one method apply in order, one per call.
     pub fn inject(&self, method: &str, fault: Fault) {
-        let mut state = self.shared.lock();
-        let faults = state.faults.entry(method.to_ascii_lowercase()).or_default();
-        faults.push_back(fault);
+        let mut faults = lock(&self.shared.faults);
+        let queued = faults.entry(method.to_ascii_lowercase()).or_default();
+        queued.push_back(fault);
+        self.shared.faulty.store(true, Ordering::SeqCst);
     }
 
-    /// All recorded calls in order of arrival.
+    /// All recorded calls in order of arrival (none unless [`Record::Calls`]).
     pub fn calls(&self) -> Vec<Call> {
-        self.shared.lock().calls.clone()
+        lock(&self.shared.calls).calls.clone()
     }
 
     /// Recorded calls of `method` (case-insensitive).
@@ -196,12 +298,12 @@ impl FakeBotApi {
 
     /// Texts of successful `sendMessage` calls to `chat_id`, in order.
     pub fn texts_to(&self, chat_id: i64) -> Vec<String> {
-        texts_in(&self.shared.lock().calls, chat_id)
+        texts_in(&lock(&self.shared.calls).calls, chat_id)
     }
 
     /// Forgets the recorded calls.
     pub fn clear_calls(&self) {
-        self.shared.lock().calls.clear();
+        lock(&self.shared.calls).calls.clear();
     }
 
     /// Runs `check` on the recorded calls now and after every new call until
@@ -216,12 +318,12 @@ impl FakeBotApi {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             // Created before looking, so a call recorded meanwhile still wakes us.
-            let changed = self.shared.changed.notified();
+            let recorded = self.shared.recorded.notified();
             let calls = self.calls();
             if let Some(found) = check(&calls) {
                 return found;
             }
-            if timeout_at(deadline, changed).await.is_err() {
+            if timeout_at(deadline, recorded).await.is_err() {
                 let calls = self.calls();
                 if let Some(found) = check(&calls) {
                     return found;
@@ -254,6 +356,48 @@ impl FakeBotApi {
         })
         .await
     }
+
+    /// The totals so far.
+    pub fn counts(&self) -> Counts {
+        let s = &self.shared;
+        Counts {
+            messages: s.messages.load(Ordering::SeqCst),
+            notices: s.notices.load(Ordering::SeqCst),
+            chat_actions: s.chat_actions.load(Ordering::SeqCst),
+            polls: s.polls.load(Ordering::SeqCst),
+            errors: s.errors.load(Ordering::SeqCst),
+        }
+    }
+
+    /// A copy of the arrivals (empty unless [`Record::Arrivals`]).
+    pub fn log(&self) -> Log {
+        lock(&self.shared.log).clone()
+    }
+
+    /// The first `sendMessage` to `chat` that arrived at or after `after`,
+    /// waiting up to `timeout` for it ([`Record::Arrivals`]).
+    pub async fn message_after(
+        &self,
+        chat: i64,
+        after: Instant,
+        timeout: Duration,
+    ) -> Option<(Instant, String)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let recorded = self.shared.recorded.notified();
+            let found = lock(&self.shared.log)
+                .messages
+                .iter()
+                .find(|(c, at, _)| *c == chat && *at >= after)
+                .map(|(_, at, text)| (*at, text.clone()));
+            if found.is_some() {
+                return found;
+            }
+            if timeout_at(deadline, recorded).await.is_err() {
+                return None;
+            }
+        }
+    }
 }
 
 impl Drop for FakeBotApi {
@@ -272,116 +416,200 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
-    }
-
-    /// Decides the answer (applying a queued fault) and records the call.
+    /// Decides the answer (applying a queued fault), counts it and records
+    /// the call.
     fn dispatch(&self, method: String, params: Value, at: Instant) -> (Answer, Duration) {
-        let mut state = self.lock();
-        let (answer, delay) = match state.faults.get_mut(&method).and_then(VecDeque::pop_front) {
-            None => (state.answer(&method, &params), Duration::ZERO),
-            Some(Fault::Delay(delay)) => (state.answer(&method, &params), delay),
+        // Held across the answer, so calls are numbered in the order they
+        // were answered (and sent messages got their ids).
+        let calls = (self.options.record == Record::Calls).then(|| lock(&self.calls));
+        let fault = if self.faulty.load(Ordering::Relaxed) {
+            lock(&self.faults)
+                .get_mut(&method)
+                .and_then(VecDeque::pop_front)
+        } else {
+            None
+        };
+        let (answer, delay) = match fault {
+            None => (self.answer(&method, &params, at), Duration::ZERO),
+            Some(Fault::Delay(delay)) => (self.answer(&method, &params, at), delay),
             Some(fault) => (fault_answer(fault), Duration::ZERO),
         };
-        let status = match answer {
-            Answer::Json(status, _) => status,
-            Answer::Poll(..) => 200,
-        };
-        state.last_seq += 1;
-        let seq = state.last_seq;
-        state.calls.push(Call {
-            seq,
-            method,
-            params,
-            at,
-            status,
-        });
-        drop(state);
-        self.changed.notify_waiters();
+        let status = answer.status();
+        if status != 200 {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(mut calls) = calls {
+            calls.last_seq += 1;
+            let seq = calls.last_seq;
+            calls.calls.push(Call {
+                seq,
+                method,
+                params,
+                at,
+                status,
+            });
+            drop(calls);
+            self.recorded.notify_waiters();
+        }
         (answer, delay)
     }
 
-    /// Long-polls for updates with `update_id >= offset`.
-    async fn poll(&self, offset: Option<i64>, limit: usize, timeout: Duration) -> Value {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = self.changed.notified();
-            let batch = self.lock().take_updates(offset, limit);
-            if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Value::Array(batch);
-            }
-            let _ = timeout_at(deadline, changed).await;
-        }
-    }
-}
-
-impl State {
-    fn next_message_id(&mut self) -> i64 {
-        self.last_message_id += 1;
-        self.last_message_id
-    }
-
-    fn answer(&mut self, method: &str, params: &Value) -> Answer {
+    fn answer(&self, method: &str, params: &Value, at: Instant) -> Answer {
         let int = |name: &str| params.get(name).and_then(as_i64);
         match method {
+            "getupdates" => {
+                self.polls.fetch_add(1, Ordering::Relaxed);
+                let limit = int("limit").unwrap_or(100).clamp(1, 100) as usize;
+                let timeout = Duration::from_secs(int("timeout").unwrap_or(0).max(0) as u64);
+                Answer::Poll(int("offset"), limit, timeout)
+            }
+            "sendmessage" => self.send_message(params, at),
+            "sendchataction" => {
+                self.chat_actions.fetch_add(1, Ordering::Relaxed);
+                if self.options.record == Record::Arrivals {
+                    let chat = int("chat_id").unwrap_or(0);
+                    lock(&self.log).chat_actions.push((chat, at));
+                    self.recorded.notify_waiters();
+                }
+                Answer::Json(200, OK_TRUE.to_string())
+            }
+            "deletewebhook" | "setmessagereaction" | "setmycommands" => {
+                Answer::Json(200, OK_TRUE.to_string())
+            }
             // teloxide's `Me` needs the bot-only flags that Telegram sends.
             "getme" => ok(json!({
                 "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
                 "can_join_groups": true, "can_read_all_group_messages": false,
                 "supports_inline_queries": false, "has_main_web_app": false,
             })),
-            "deletewebhook" | "sendchataction" | "setmessagereaction" | "setmycommands" => {
-                ok(json!(true))
-            }
-            "sendmessage" => {
-                let text = params
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                match int("chat_id") {
-                    None => error(400, "Bad Request: chat not found", None),
-                    Some(_) if text.trim().is_empty() => {
-                        error(400, "Bad Request: message text is empty", None)
-                    }
-                    Some(chat_id) => ok(json!({
-                        "message_id": self.next_message_id(),
-                        "date": unix_now(),
-                        "chat": {"id": chat_id, "type": "private", "first_name": "user"},
-                        "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
-                        "text": text,
-                    })),
-                }
-            }
-            "getupdates" => {
-                let limit = int("limit").unwrap_or(100).clamp(1, 100) as usize;
-                let timeout = Duration::from_secs(int("timeout").unwrap_or(0).max(0) as u64);
-                Answer::Poll(int("offset"), limit, timeout)
-            }
             _ => error(404, "Not Found: method not found", None),
         }
     }
 
-    /// Acknowledges updates below a positive `offset` and returns up to
-    /// `limit` of the rest; a negative offset `-n` returns the last `n`.
-    fn take_updates(&mut self, offset: Option<i64>, limit: usize) -> Vec<Value> {
+    fn send_message(&self, params: &Value, at: Instant) -> Answer {
+        let text = params
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let chat_id = match params.get("chat_id").and_then(as_i64) {
+            None => return error(400, "Bad Request: chat not found", None),
+            Some(_) if text.trim().is_empty() => {
+                return error(400, "Bad Request: message text is empty", None);
+            }
+            Some(chat_id) => chat_id,
+        };
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        if text.starts_with('⚠') {
+            self.notices.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.options.record == Record::Arrivals {
+            lock(&self.log)
+                .messages
+                .push((chat_id, at, text.to_string()));
+            self.recorded.notify_waiters();
+        }
+        let message_id = lock(&self.queue).next_message_id();
+        ok(json!({
+            "message_id": message_id,
+            "date": unix_now(),
+            "chat": {"id": chat_id, "type": "private", "first_name": "user"},
+            "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
+            "text": text,
+        }))
+    }
+
+    /// Long-polls for updates at or past `offset`.
+    async fn poll(&self, offset: Option<i64>, limit: usize, timeout: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let pushed = self.pushed.notified();
+            if let Some(batch) = lock(&self.queue).take_updates(offset, limit) {
+                return batch;
+            }
+            if timeout_at(deadline, pushed).await.is_err() {
+                return NO_UPDATES.to_string();
+            }
+        }
+    }
+}
+
+impl Queue {
+    fn next_message_id(&mut self) -> i64 {
+        self.last_message_id += 1;
+        self.last_message_id
+    }
+
+    /// Queues a private text message; returns its update id.
+    fn push_text(&mut self, chat_id: i64, user_id: i64, text: &str, date: u64) -> i64 {
+        let id = self.last_update_id + 1;
+        let mut message = json!({
+            "message_id": self.next_message_id(),
+            "date": date,
+            "from": {"id": user_id, "is_bot": false, "first_name": "u"},
+            "chat": {"id": chat_id, "type": "private", "first_name": "c"},
+            "text": text,
+        });
+        if text.starts_with('/') {
+            let command = text.split_whitespace().next().unwrap_or_default();
+            let length = command.encode_utf16().count();
+            message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": length}]);
+        }
+        self.insert(id, json!({"update_id": id, "message": message}).to_string());
+        id
+    }
+
+    /// Queues an update, assigning the next id if it has none; returns the id.
+    fn push(&mut self, mut update: Value) -> i64 {
+        let id = update.get("update_id").and_then(as_i64);
+        let id = id.unwrap_or(self.last_update_id + 1);
+        if let Some(fields) = update.as_object_mut() {
+            fields.insert("update_id".into(), id.into());
+        }
+        self.insert(id, update.to_string());
+        id
+    }
+
+    /// Keeps the queue sorted by id (pushes come in order but for an
+    /// explicit `update_id`).
+    fn insert(&mut self, id: i64, update: String) {
+        self.last_update_id = self.last_update_id.max(id);
+        if self.updates.back().is_none_or(|(last, _)| *last <= id) {
+            self.updates.push_back((id, update));
+        } else {
+            let at = self.updates.partition_point(|(other, _)| *other <= id);
+            self.updates.insert(at, (id, update));
+        }
+    }
+
+    /// Acknowledges updates below a positive `offset` and answers up to
+    /// `limit` of the rest (a negative offset `-n`: the last `n`); `None`
+    /// when there are none.
+    fn take_updates(&mut self, offset: Option<i64>, limit: usize) -> Option<String> {
         let skip = match offset {
             Some(offset) if offset < 0 => self
                 .updates
                 .len()
                 .saturating_sub(offset.unsigned_abs() as usize),
             Some(offset) => {
-                self.updates.retain(|u| update_id(u) >= offset);
+                while self.updates.front().is_some_and(|(id, _)| *id < offset) {
+                    self.updates.pop_front();
+                }
                 0
             }
             None => 0,
         };
-        self.updates
-            .iter()
-            .skip(skip)
-            .take(limit)
-            .cloned()
-            .collect()
+        if skip >= self.updates.len() {
+            return None;
+        }
+        let mut out = String::from(r#"{"ok":true,"result":["#);
+        for (i, (_, update)) in self.updates.iter().skip(skip).take(limit).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(update);
+        }
+        out.push_str("]}");
+        Some(out)
     }
 }
 
@@ -392,19 +620,99 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else {
-                    tokio::task::yield_now().await;
+                    // Out of descriptors, most likely: let connections finish.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 };
-                let shared = shared.clone();
+                let _ = stream.set_nodelay(true);
+                let idle_close = shared.options.idle_close;
+                let activity = Arc::new(Activity::default());
+                let seen = Arc::clone(&activity);
+                let shared = Arc::clone(&shared);
                 let service = hyper::service::service_fn(move |request| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(handle(&shared, request).await) }
+                    let shared = Arc::clone(&shared);
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        seen.begin();
+                        let response = handle(&shared, request).await;
+                        seen.end();
+                        Ok::<_, Infallible>(response)
+                    }
                 });
-                let connection = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service);
-                connections.spawn(async move { let _ = connection.await; });
+                let connection = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service);
+                connections.spawn(serve(connection, activity, idle_close));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+    }
+}
+
+/// Requests in flight on a connection and when the last one ended.
+#[derive(Default)]
+struct Activity {
+    inflight: AtomicU64,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Activity {
+    fn begin(&self) {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn end(&self) {
+        *lock(&self.last) = Some(Instant::now());
+        self.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn idle_for(&self) -> Duration {
+        if self.inflight.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        lock(&self.last).map_or(Duration::MAX, |at| at.elapsed())
+    }
+}
+
+/// Serves one connection, closing it gracefully once idle for `idle_close`.
+async fn serve<C>(connection: C, activity: Arc<Activity>, idle_close: Option<Duration>)
+where
+    C: std::future::Future + GracefulShutdown,
+{
+    let mut connection = std::pin::pin!(connection);
+    let Some(idle) = idle_close else {
+        let _ = connection.await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            () = tokio::time::sleep(idle) => {
+                if activity.idle_for() >= idle {
+                    connection.as_mut().shutdown();
+                    let _ = connection.await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// hyper's graceful shutdown, behind a trait so [`serve`] stays generic.
+trait GracefulShutdown {
+    fn shutdown(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S> GracefulShutdown for http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S::ResBody: hyper::body::Body + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn shutdown(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }
 
@@ -433,12 +741,9 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
     }
     let (status, body) = match answer {
         Answer::Json(status, body) => (status, body),
-        Answer::Poll(offset, limit, timeout) => (
-            200,
-            json!({"ok": true, "result": shared.poll(offset, limit, timeout).await}),
-        ),
+        Answer::Poll(offset, limit, timeout) => (200, shared.poll(offset, limit, timeout).await),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
     let json = HeaderValue::from_static("application/json");
     response.headers_mut().insert(CONTENT_TYPE, json);
@@ -506,7 +811,7 @@ fn fault_answer(fault: Fault) -> Answer {
 }
 
 fn ok(result: Value) -> Answer {
-    Answer::Json(200, json!({"ok": true, "result": result}))
+    Answer::Json(200, json!({"ok": true, "result": result}).to_string())
 }
 
 fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
@@ -514,7 +819,7 @@ fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
     if let Some(parameters) = parameters {
         body["parameters"] = parameters;
     }
-    Answer::Json(code, body)
+    Answer::Json(code, body.to_string())
 }
 
 fn texts_in(calls: &[Call], chat_id: i64) -> Vec<String> {
@@ -539,10 +844,6 @@ fn as_i64(value: &Value) -> Option<i64> {
     value
         .as_i64()
         .or_else(|| value.as_str()?.trim().parse().ok())
-}
-
-fn update_id(update: &Value) -> i64 {
-    update.get("update_id").and_then(as_i64).unwrap_or(0)
 }
 
 fn unix_now() -> u64 {
