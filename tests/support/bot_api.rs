@@ -127,8 +127,11 @@ pub struct Counts {
 
 /// A running fake Bot API server; dropping it stops the server.
 pub struct FakeBotApi {
+    /// What the server's tasks and this handle both see.
     shared: Arc<Shared>,
+    /// Where it listens, for [`FakeBotApi::url`].
     addr: SocketAddr,
+    /// The accept loop; taken by `shutdown` and aborted on drop.
     server: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -150,10 +153,15 @@ struct Shared {
     pushed: Notify,
     /// Woken when a call or an arrival is recorded.
     recorded: Notify,
+    /// [`Counts::messages`], kept whatever the recording.
     messages: AtomicU64,
+    /// [`Counts::notices`].
     notices: AtomicU64,
+    /// [`Counts::chat_actions`].
     chat_actions: AtomicU64,
+    /// [`Counts::polls`].
     polls: AtomicU64,
+    /// [`Counts::errors`].
     errors: AtomicU64,
 }
 
@@ -161,6 +169,7 @@ struct Shared {
 struct Queue {
     /// Unacknowledged updates as `(update_id, JSON)`, sorted by id.
     updates: VecDeque<(i64, String)>,
+    /// The highest id pushed: the next update without one gets the one after.
     last_update_id: i64,
     /// Shared by pushed and sent messages, so ids never collide.
     last_message_id: i64,
@@ -168,7 +177,9 @@ struct Queue {
 
 #[derive(Default)]
 struct Calls {
+    /// Since the last `clear_calls`, in order of arrival.
     calls: Vec<Call>,
+    /// Numbers calls across `clear_calls`.
     last_seq: u64,
 }
 
@@ -652,7 +663,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 /// Requests in flight on a connection and when the last one ended.
 #[derive(Default)]
 struct Activity {
+    /// A connection with a request in flight is never idle.
     inflight: AtomicU64,
+    /// When the last request ended (`None`: none yet).
     last: Mutex<Option<Instant>>,
 }
 

@@ -1,6 +1,7 @@
 //! The bot's configuration for the tests and the benchmarks (which include
 //! this file from `benches/support/mod.rs`): `TURNSTILE_*` variables loaded
-//! by [`Config::load`], as the binary loads its environment.
+//! by [`Config::load`] in process, or given to a `turnstile` child process
+//! as its environment.
 //!
 //! Both callers name the fake Bot API as `bot_api` beside this module.
 
@@ -45,6 +46,11 @@ impl ConfigVars {
                 .insert(key.as_ref().to_string(), value.as_ref().to_string());
         }
         self
+    }
+
+    /// The variables, for the environment of a `turnstile` process.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// Loads the configuration; panics with the loader's error.
