@@ -45,9 +45,9 @@ use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{HookReply, ToolReply};
 use turnstile::chat::ToolRegistry;
 
+use support::bot_api::{FakeBotApi, Options, Record};
 use support::collect::{Collector, Ev, TurnOver, check_typing};
 use support::stats::{Summary, ms, ms_between, ratio, table, verdict};
-use support::telegram::FakeTelegram;
 use support::{Args, Fakes, USER};
 
 /// Every model call of the fake Anthropic API takes this long.
@@ -176,7 +176,7 @@ fn inner(args: &Args) {
 /// One bot under test, with its own fakes.
 struct Bot {
     name: &'static str,
-    tg: FakeTelegram,
+    tg: FakeBotApi,
     api: FakeAnthropic,
     bot: Turnstile,
     backend: Arc<ClaudeBackend>,
@@ -205,7 +205,12 @@ async fn start_bot(
     keep_warm: &str,
     hook: bool,
 ) -> Result<Bot, String> {
-    let tg = FakeTelegram::start(fakes, true).await;
+    let tg = fakes
+        .bot_api(Options {
+            record: Record::Arrivals,
+            idle_close: None,
+        })
+        .await;
     let api = fakes.run(FakeAnthropic::start()).await;
     api.set_delay(API_DELAY);
     let home = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -264,7 +269,9 @@ impl Bot {
         for reply in replies {
             self.api.push(reply.clone());
         }
-        let push = self.tg.push_text(CHAT, USER, USER_TEXT);
+        let push = self
+            .tg
+            .push_many(std::iter::once((CHAT, USER, USER_TEXT.to_string())));
         self.pushes.push(push);
         let over = match tokio::time::timeout(TURN_TIMEOUT, self.over.recv()).await {
             Ok(Some(over)) => over,

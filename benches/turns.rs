@@ -31,9 +31,9 @@ use serde_json::json;
 use turnstile::Turnstile;
 use turnstile::agent::{Scenario, ScriptedBackend};
 
+use support::bot_api::{FakeBotApi, Log, Options, Record};
 use support::collect::{Collector, Ev, TypingCheck, check_typing};
 use support::stats::{Summary, bytes, ms_between, ratio, table, verdict};
-use support::telegram::{FakeTelegram, Log};
 use support::timed::{Mark, MarkKind, Timed};
 use support::{Args, Fakes, USER};
 
@@ -168,7 +168,12 @@ async fn drive(
     plan: Plan,
 ) -> Result<Run, String> {
     let fakes = Fakes::new();
-    let tg = FakeTelegram::start(&fakes, true).await;
+    let tg = fakes
+        .bot_api(Options {
+            record: Record::Arrivals,
+            idle_close: None,
+        })
+        .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let mut extra = vec![(
         "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
@@ -191,7 +196,8 @@ async fn drive(
     schedule.sort();
     let mut pushes: HashMap<i64, Vec<Instant>> = HashMap::new();
     let mut push = |chat: i64| {
-        let at = tg.push_text(chat, USER, &format!("message for chat {chat}"));
+        let text = format!("message for chat {chat}");
+        let at = tg.push_many(std::iter::once((chat, USER, text)));
         pushes.entry(chat).or_default().push(at);
     };
     let start = tokio::time::Instant::now();
@@ -818,7 +824,7 @@ fn snapshot(bot: &Turnstile) -> Snapshot {
 /// One round: one message to each chat of `chats`, all pushed at once.
 /// Returns (wall time until every turn actor stopped, peak live turn actors).
 async fn round(
-    tg: &FakeTelegram,
+    tg: &FakeBotApi,
     bot: &Turnstile,
     chats: std::ops::RangeInclusive<i64>,
 ) -> Result<(Duration, i64), String> {
@@ -881,7 +887,12 @@ async fn scale_run(
     keep_warm: &'static str,
 ) -> Result<ScaleFigures, String> {
     let fakes = Fakes::new();
-    let tg = FakeTelegram::start_with(&fakes, false, Some(IDLE_CLOSE)).await;
+    let tg = fakes
+        .bot_api(Options {
+            record: Record::Counts,
+            idle_close: Some(IDLE_CLOSE),
+        })
+        .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let config = support::config(
         &tg.url(),

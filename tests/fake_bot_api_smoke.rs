@@ -6,7 +6,7 @@ mod bot_api;
 
 use std::time::{Duration, Instant};
 
-use bot_api::{Call, FakeBotApi, Fault};
+use bot_api::{Call, FakeBotApi, Fault, Options, Record};
 use serde_json::{Value, json};
 use teloxide::prelude::*;
 use teloxide::types::{BotCommand, ChatAction, MessageEntityKind, MessageId, UpdateKind};
@@ -401,4 +401,74 @@ async fn shutdown_and_drop_stop_the_server() {
         }
     }
     assert!(closed, "still accepting after drop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_keep_chat_actions_and_messages_and_counts_keep_totals() {
+    let fake = FakeBotApi::start_with(Options {
+        record: Record::Arrivals,
+        idle_close: None,
+    })
+    .await;
+    let bot = fake.bot();
+    let pushed = fake.push_many([(7, 42, "one".to_string()), (8, 42, "/two".to_string())]);
+    let updates = bot.get_updates().await.expect("getUpdates");
+    assert_eq!(updates.len(), 2);
+    let UpdateKind::Message(message) = &updates[1].kind else {
+        panic!("not a message: {:?}", updates[1].kind);
+    };
+    assert_eq!(message.text(), Some("/two"));
+    assert_eq!(message.entities().expect("entities")[0].length, 4);
+
+    bot.send_chat_action(ChatId(7), ChatAction::Typing)
+        .await
+        .expect("sendChatAction");
+    bot.send_message(ChatId(7), "⚠️ notice")
+        .await
+        .expect("sendMessage");
+    let (at, text) = fake
+        .message_after(7, pushed, WAIT)
+        .await
+        .expect("a message to chat 7");
+    assert!(at >= pushed);
+    assert_eq!(text, "⚠️ notice");
+    let none = fake
+        .message_after(8, pushed, Duration::from_millis(20))
+        .await;
+    assert!(none.is_none(), "nothing was sent to chat 8");
+    let log = fake.log();
+    assert_eq!(log.chat_actions.len(), 1);
+    assert_eq!(log.chat_actions[0].0, 7);
+    assert!(fake.calls().is_empty(), "arrivals, not calls");
+
+    assert!(bot.get_chat(ChatId(7)).await.is_err(), "an unknown method");
+    let c = fake.counts();
+    assert_eq!(
+        (c.messages, c.notices, c.chat_actions, c.polls, c.errors),
+        (1, 1, 1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn counts_keep_no_call_and_idle_connections_are_closed() {
+    let fake = FakeBotApi::start_with(Options {
+        record: Record::Counts,
+        idle_close: Some(Duration::from_millis(50)),
+    })
+    .await;
+    fake.bot()
+        .send_message(ChatId(3), "hi")
+        .await
+        .expect("sendMessage");
+    assert_eq!(fake.counts().messages, 1);
+    assert!(fake.calls().is_empty() && fake.log().messages.is_empty());
+
+    // A keep-alive connection: the fake closes it once idle.
+    let mut stream = TcpStream::connect(fake.addr()).await.expect("connect");
+    let request = "POST /bot1:x/getMe HTTP/1.1\r\nHost: fake\r\nContent-Length: 0\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = String::new();
+    let read = tokio::time::timeout(WAIT, stream.read_to_string(&mut response)).await;
+    assert!(read.is_ok(), "the idle connection was not closed");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }

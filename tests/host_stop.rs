@@ -17,18 +17,18 @@ async fn stop_with_a_turn_in_flight(step: Step) -> (FakeLog, String) {
     let api = FakeBotApi::start().await;
     let scenario = Scenario::default().with_rule("slow", turn(vec![step]));
     let fake = FakeLog::new(&scenario);
+    let state = fake.dir.path().join("state.db").display().to_string();
+    let vars = ConfigVars::new(&api.url())
+        .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
+        .set("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string())
+        .set("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "500ms")
+        .set("TURNSTILE_TURN_POST_RESULT_GRACE", "500ms")
+        .set("TURNSTILE_STATE_PATH", state);
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("TELEGRAM_BOT_TOKEN", bot_api::TOKEN)
-        .env("TURNSTILE_TELEGRAM_API_URL", api.url())
-        .env("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
-        .env("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string())
-        .env("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s")
-        .env("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "500ms")
-        .env("TURNSTILE_TURN_POST_RESULT_GRACE", "500ms")
-        .env("TURNSTILE_STATE_PATH", fake.dir.path().join("state.db"))
+        .envs(vars.iter())
         .envs(fake.env())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -1,15 +1,16 @@
 //! The real Claude Code CLI (installed by `scripts/install-claude.sh`),
 //! driven by turnstile against the fake Anthropic Messages API and the fake
-//! Bot API, offline.
+//! Bot API, offline. Part of the real-CLI group: built only with
+//! `--features real-cli`.
 //!
 //! The CLI must never reach the network, so the tests that run it are
 //! `#[ignore]`d and run by [`real_cli_in_a_loopback_namespace`], which
 //! re-runs this test binary inside `unshare -n` (loopback only) with the
-//! CLI's path in `TURNSTILE_REAL_CLAUDE`. Needs root, like CI.
+//! CLI's path in `TURNSTILE_REAL_CLAUDE`. Needs root and npm, like CI.
+#![cfg(feature = "real-cli")]
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,46 +31,7 @@ const INNER: &[&str] = &[
 
 #[test]
 fn real_cli_in_a_loopback_namespace() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let install = Command::new(format!("{root}/scripts/install-claude.sh"))
-        .output()
-        .expect("scripts/install-claude.sh runs");
-    assert!(
-        install.status.success(),
-        "install failed: {}",
-        String::from_utf8_lossy(&install.stderr)
-    );
-    let claude = String::from_utf8_lossy(&install.stdout).trim().to_string();
-    let exe = std::env::current_exe().expect("test binary path");
-    for name in INNER {
-        let out = Command::new("unshare")
-            .args([
-                "-n",
-                "sh",
-                "-c",
-                "ip link set lo up && exec \"$@\"",
-                "netns",
-            ])
-            .arg(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                name,
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("TURNSTILE_REAL_CLAUDE", &claude)
-            .output()
-            .expect("unshare runs (root is needed for a network namespace)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        println!("--- {name}\n{stdout}");
-        assert!(
-            out.status.success(),
-            "{name} failed in the namespace:\n{stdout}\n{stderr}"
-        );
-        assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
-    }
+    support::real_cli::run_in_loopback_namespace(INNER);
 }
 
 /// The bot on the `claude` backend running the real CLI against `api`.
@@ -78,8 +40,7 @@ async fn start(
     home: &tempfile::TempDir,
     env: &[(&str, &str)],
 ) -> (Harness, Arc<ClaudeBackend>) {
-    let claude = std::env::var("TURNSTILE_REAL_CLAUDE")
-        .expect("run through real_cli_in_a_loopback_namespace");
+    let claude = support::real_cli::claude_in_namespace();
     let home = home.path().display().to_string();
     let base = api.base_url();
     let mut vars: Vec<(String, String)> = [

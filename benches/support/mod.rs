@@ -1,7 +1,9 @@
 //! Code shared by the benchmarks: argument handling, running a benchmark in
 //! a child process, statistics, the report's tables, process figures (RSS,
-//! open files), a lean fake Telegram Bot API, and (for the bot-driving
-//! benches) the event collector and a timing wrapper around an agent backend.
+//! open files), and (for the bot-driving benches) the event collector and a
+//! timing wrapper around an agent backend. The fake Telegram Bot API and the
+//! configuration builder are the tests' own (`tests/support/bot_api.rs`,
+//! `tests/support/config.rs`), included here.
 //!
 //! Every figure is computed from `Instant`s taken where the thing happened:
 //! bot events carry their own `Instant`, the fakes record arrivals on their
@@ -11,17 +13,21 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+#[path = "../../tests/support/bot_api.rs"]
+pub mod bot_api;
 pub mod collect;
+#[path = "../../tests/support/config.rs"]
+pub mod config;
 pub mod stats;
-pub mod telegram;
 pub mod timed;
 
-use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use bot_api::{FakeBotApi, Options};
+use config::ConfigVars;
 use turnstile::Config;
 use turnstile::telegram::RateLimits;
 
@@ -190,29 +196,16 @@ pub fn generous_limits() -> RateLimits {
 }
 
 /// A configuration against the fake Bot API at `api_url`, with the bench
-/// defaults and `extra` `TURNSTILE_*` overrides on top.
+/// defaults (long polls, the one [`USER`], state in `state_dir`) and `extra`
+/// `TURNSTILE_*` overrides on top.
 pub fn config(api_url: &str, state_dir: &Path, extra: &[(&str, String)]) -> Config {
-    let mut vars: BTreeMap<String, String> = [
-        ("TELEGRAM_BOT_TOKEN", telegram::TOKEN.to_string()),
-        ("TURNSTILE_TELEGRAM_API_URL", api_url.to_string()),
-        ("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "5s".to_string()),
-        ("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string()),
-        ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s".to_string()),
-        (
-            "TURNSTILE_STATE_PATH",
-            state_dir.join("bench.db").display().to_string(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    for (k, v) in extra {
-        vars.insert((*k).to_string(), v.clone());
-    }
-    match Config::load(None, &vars) {
-        Ok(config) => config,
-        Err(e) => panic!("the bench configuration does not load: {e}"),
-    }
+    let state = state_dir.join("bench.db").display().to_string();
+    ConfigVars::new(api_url)
+        .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "5s")
+        .set("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string())
+        .set("TURNSTILE_STATE_PATH", state)
+        .set_all(extra.iter().map(|(k, v)| (k, v)))
+        .load()
 }
 
 /// Installs a log subscriber when `TURNSTILE_LOG` is set (off otherwise:
@@ -270,6 +263,11 @@ impl Fakes {
             Ok(rt) => Self { rt: Some(rt) },
             Err(e) => panic!("could not start the fakes' runtime: {e}"),
         }
+    }
+
+    /// Starts a fake Bot API served from the fakes' runtime.
+    pub async fn bot_api(&self, options: Options) -> FakeBotApi {
+        self.run(FakeBotApi::start_with(options)).await
     }
 
     /// Runs `fut` on the fakes' runtime and awaits its output.

@@ -1,38 +1,48 @@
-//! A fake Telegram Bot API server for integration tests.
+//! A fake Telegram Bot API server for the integration tests and the
+//! benchmarks (which include this file from `benches/support/mod.rs`).
 //!
 //! [`FakeBotApi::start`] serves HTTP/1.1 on an ephemeral port of `127.0.0.1`
-//! from a task on the current tokio runtime. Point teloxide at it with
-//! [`FakeBotApi::bot`] or `Bot::new(token).set_api_url(fake.url().parse()?)`,
-//! feed it updates with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`],
-//! make calls fail with [`FakeBotApi::inject`], and check what the bot did
-//! with [`FakeBotApi::calls`] and the sleep-free [`FakeBotApi::wait_for`].
+//! from a task on the current tokio runtime (a benchmark starts it on its own
+//! runtime with `Fakes::run`). Point teloxide at it with [`FakeBotApi::bot`]
+//! or `Bot::new(token).set_api_url(fake.url().parse()?)`, feed it updates
+//! with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`] /
+//! [`FakeBotApi::push_many`], make calls fail with [`FakeBotApi::inject`],
+//! and check what the bot did with [`FakeBotApi::calls`] and the sleep-free
+//! [`FakeBotApi::wait_for`].
+//!
+//! What it keeps of each call is [`Record`]: every call with its parameters
+//! (the tests), only when each `sendChatAction` and `sendMessage` arrived
+//! (the latency benchmarks), or only totals (at 100,000 turns a recording
+//! fake would itself look like a leak in the process's RSS). The totals
+//! ([`FakeBotApi::counts`]) are always kept.
 //!
 //! Answered methods: `getMe`, `getUpdates` (long polling; `offset`
 //! acknowledges), `sendMessage`, and `true` for `deleteWebhook`,
 //! `sendChatAction`, `setMessageReaction` and `setMyCommands`; anything else
 //! gets a 404 Bot API error. Method names are matched case-insensitively and
-//! recorded lowercased (`sendmessage`).
+//! recorded lowercased (`sendmessage`). The server side is in
+//! `bot_api_server.rs`, a child module of this one.
 #![allow(dead_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::{Request, Response, StatusCode, body::Incoming, server::conn::http1};
-use hyper_util::rt::TokioIo;
-use serde_json::{Map, Value, json};
-use tokio::task::{JoinHandle, JoinSet};
+use serde_json::Value;
+use tokio::task::JoinHandle;
 use tokio::{net::TcpListener, sync::Notify, time::timeout_at};
 
-/// Token used by [`FakeBotApi::bot`]; any token works against the fake.
+/// The server side: answering, recording and long polls; HTTP connections.
+#[path = "bot_api_server.rs"]
+mod server;
+
+/// Token used by [`FakeBotApi::bot`] and the shared configuration; any token
+/// works against the fake.
 pub const TOKEN: &str = "123456:fake-token";
 
-/// One request the fake received.
+/// One request the fake received (kept with [`Record::Calls`]).
 #[derive(Clone, Debug)]
 pub struct Call {
     /// Arrival number, from 1; `clear_calls` does not reset it.
@@ -64,47 +74,131 @@ pub enum Fault {
     Delay(Duration),
 }
 
+/// What the fake keeps of each call besides the totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Record {
+    /// Every call with its parameters: [`FakeBotApi::calls`].
+    #[default]
+    Calls,
+    /// The chat and arrival `Instant` of each `sendChatAction` and
+    /// `sendMessage` (and the text): [`FakeBotApi::log`].
+    Arrivals,
+    /// Nothing: only [`FakeBotApi::counts`].
+    Counts,
+}
+
+/// How a fake is started, see [`FakeBotApi::start_with`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// What is kept of each call.
+    pub record: Record,
+    /// Close a keep-alive connection that carried no request for this long
+    /// (as Telegram's servers close idle connections), so a process at rest
+    /// holds no HTTP connection; `None` keeps connections open.
+    pub idle_close: Option<Duration>,
+}
+
+/// What the fake has seen with [`Record::Arrivals`].
+#[derive(Debug, Default, Clone)]
+pub struct Log {
+    /// `sendChatAction` arrivals: chat and when.
+    pub chat_actions: Vec<(i64, Instant)>,
+    /// Successful `sendMessage` arrivals: chat, when, text.
+    pub messages: Vec<(i64, Instant, String)>,
+}
+
+/// Totals, always kept.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    /// Successful `sendMessage` calls.
+    pub messages: u64,
+    /// Successful `sendMessage` calls whose text starts with "⚠️" (the bot's
+    /// notices of a turn that went wrong).
+    pub notices: u64,
+    /// `sendChatAction` calls.
+    pub chat_actions: u64,
+    /// `getUpdates` calls.
+    pub polls: u64,
+    /// Calls answered with an error status (an unknown method, a bad
+    /// request, an injected fault).
+    pub errors: u64,
+}
+
 /// A running fake Bot API server; dropping it stops the server.
 pub struct FakeBotApi {
+    /// What the server's tasks and this handle both see.
     shared: Arc<Shared>,
+    /// Where it listens, for [`FakeBotApi::url`].
     addr: SocketAddr,
+    /// The accept loop; taken by `shutdown` and aborted on drop.
     server: Mutex<Option<JoinHandle<()>>>,
 }
 
 #[derive(Default)]
 struct Shared {
-    state: Mutex<State>,
-    /// Woken whenever a call is recorded or an update pushed.
-    changed: Notify,
+    /// How the fake was started.
+    options: Options,
+    /// Pending updates and the id counters.
+    queue: Mutex<Queue>,
+    /// Recorded calls ([`Record::Calls`]); locked before `queue` when both are.
+    calls: Mutex<Calls>,
+    /// Recorded arrivals ([`Record::Arrivals`]).
+    log: Mutex<Log>,
+    /// Queued faults per lowercased method.
+    faults: Mutex<HashMap<String, VecDeque<Fault>>>,
+    /// Set by the first `inject`: until then no call looks for a fault.
+    faulty: AtomicBool,
+    /// Woken when updates are pushed.
+    pushed: Notify,
+    /// Woken when a call or an arrival is recorded.
+    recorded: Notify,
+    /// [`Counts::messages`], kept whatever the recording.
+    messages: AtomicU64,
+    /// [`Counts::notices`].
+    notices: AtomicU64,
+    /// [`Counts::chat_actions`].
+    chat_actions: AtomicU64,
+    /// [`Counts::polls`].
+    polls: AtomicU64,
+    /// [`Counts::errors`].
+    errors: AtomicU64,
 }
 
 #[derive(Default)]
-struct State {
-    calls: Vec<Call>,
-    last_seq: u64,
-    /// Unacknowledged updates, sorted by `update_id`.
-    updates: Vec<Value>,
+struct Queue {
+    /// Unacknowledged updates as `(update_id, JSON)`, sorted by id.
+    updates: VecDeque<(i64, String)>,
+    /// The highest id pushed: the next update without one gets the one after.
     last_update_id: i64,
     /// Shared by pushed and sent messages, so ids never collide.
     last_message_id: i64,
-    faults: HashMap<String, VecDeque<Fault>>,
 }
 
-/// The answer to a call: a status and body, or a `getUpdates` long poll
-/// (offset, limit, timeout).
-enum Answer {
-    Json(u16, Value),
-    Poll(Option<i64>, usize, Duration),
+#[derive(Default)]
+struct Calls {
+    /// Since the last `clear_calls`, in order of arrival.
+    calls: Vec<Call>,
+    /// Numbers calls across `clear_calls`.
+    last_seq: u64,
 }
 
 impl FakeBotApi {
-    /// Binds `127.0.0.1:0` and serves from a task on the current runtime.
+    /// Binds `127.0.0.1:0` and serves from a task on the current runtime,
+    /// recording every call.
     pub async fn start() -> FakeBotApi {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Like [`FakeBotApi::start`], with these options.
+    pub async fn start_with(options: Options) -> FakeBotApi {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await;
         let listener = listener.expect("bind the fake Bot API to 127.0.0.1:0");
         let addr = listener.local_addr().expect("address of the fake Bot API");
-        let shared = Arc::new(Shared::default());
-        let server = tokio::spawn(accept_loop(listener, shared.clone()));
+        let shared = Arc::new(Shared {
+            options,
+            ..Shared::default()
+        });
+        let server = tokio::spawn(server::accept_loop(listener, shared.clone()));
         let server = Mutex::new(Some(server));
         FakeBotApi {
             shared,
@@ -139,50 +233,49 @@ impl FakeBotApi {
 
     /// Stores an update (assigning the next `update_id` if it has none),
     /// wakes long-polling `getUpdates` calls and returns the update's id.
-    pub fn push_update(&self, mut update: Value) -> i64 {
-        let mut state = self.shared.lock();
-        let id = update.get("update_id").and_then(as_i64);
-        let id = id.unwrap_or(state.last_update_id + 1);
-        if let Some(fields) = update.as_object_mut() {
-            fields.insert("update_id".into(), id.into());
-        }
-        state.last_update_id = state.last_update_id.max(id);
-        state.updates.push(update);
-        state.updates.sort_by_key(update_id);
-        drop(state);
-        self.shared.changed.notify_waiters();
+    pub fn push_update(&self, update: Value) -> i64 {
+        let id = lock(&self.shared.queue).push(update);
+        self.shared.pushed.notify_waiters();
         id
     }
 
-    /// Pushes a private-chat text message from user `user_id`; a text that
-    /// starts with `/` gets a `bot_command` entity for its first word.
+    /// Pushes a private-chat text message from user `user_id` and returns
+    /// its update id; a text that starts with `/` gets a `bot_command`
+    /// entity for its first word.
     pub fn push_text(&self, chat_id: i64, user_id: i64, text: &str) -> i64 {
-        let mut message = json!({
-            "message_id": self.shared.lock().next_message_id(),
-            "date": unix_now(),
-            "from": {"id": user_id, "is_bot": false, "first_name": format!("u{user_id}")},
-            "chat": {"id": chat_id, "type": "private", "first_name": "c"},
-            "text": text,
-        });
-        if text.starts_with('/') {
-            let command = text.split_whitespace().next().unwrap_or_default();
-            let length = command.encode_utf16().count();
-            message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": length}]);
+        let id = lock(&self.shared.queue).push_text(chat_id, user_id, text, unix_now());
+        self.shared.pushed.notify_waiters();
+        id
+    }
+
+    /// Pushes many text messages `(chat, user, text)` at once, as
+    /// [`FakeBotApi::push_text`] does; returns the moment before the first
+    /// (before any long poll could see it).
+    pub fn push_many(&self, messages: impl IntoIterator<Item = (i64, i64, String)>) -> Instant {
+        let at = Instant::now();
+        let date = unix_now();
+        {
+            let mut queue = lock(&self.shared.queue);
+            for (chat, user, text) in messages {
+                queue.push_text(chat, user, &text, date);
+            }
         }
-        self.push_update(json!({ "message": message }))
+        self.shared.pushed.notify_waiters();
+        at
     }
 
     /// Makes the next call of `method` (case-insensitive) fail with `fault`;
     /// faults queued for one method apply in order, one per call.
     pub fn inject(&self, method: &str, fault: Fault) {
-        let mut state = self.shared.lock();
-        let faults = state.faults.entry(method.to_ascii_lowercase()).or_default();
-        faults.push_back(fault);
+        let mut faults = lock(&self.shared.faults);
+        let queued = faults.entry(method.to_ascii_lowercase()).or_default();
+        queued.push_back(fault);
+        self.shared.faulty.store(true, Ordering::SeqCst);
     }
 
-    /// All recorded calls in order of arrival.
+    /// All recorded calls in order of arrival (none unless [`Record::Calls`]).
     pub fn calls(&self) -> Vec<Call> {
-        self.shared.lock().calls.clone()
+        lock(&self.shared.calls).calls.clone()
     }
 
     /// Recorded calls of `method` (case-insensitive).
@@ -196,12 +289,12 @@ impl FakeBotApi {
 
     /// Texts of successful `sendMessage` calls to `chat_id`, in order.
     pub fn texts_to(&self, chat_id: i64) -> Vec<String> {
-        texts_in(&self.shared.lock().calls, chat_id)
+        texts_in(&lock(&self.shared.calls).calls, chat_id)
     }
 
     /// Forgets the recorded calls.
     pub fn clear_calls(&self) {
-        self.shared.lock().calls.clear();
+        lock(&self.shared.calls).calls.clear();
     }
 
     /// Runs `check` on the recorded calls now and after every new call until
@@ -216,12 +309,12 @@ impl FakeBotApi {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             // Created before looking, so a call recorded meanwhile still wakes us.
-            let changed = self.shared.changed.notified();
+            let recorded = self.shared.recorded.notified();
             let calls = self.calls();
             if let Some(found) = check(&calls) {
                 return found;
             }
-            if timeout_at(deadline, changed).await.is_err() {
+            if timeout_at(deadline, recorded).await.is_err() {
                 let calls = self.calls();
                 if let Some(found) = check(&calls) {
                     return found;
@@ -254,6 +347,48 @@ impl FakeBotApi {
         })
         .await
     }
+
+    /// The totals so far.
+    pub fn counts(&self) -> Counts {
+        let s = &self.shared;
+        Counts {
+            messages: s.messages.load(Ordering::SeqCst),
+            notices: s.notices.load(Ordering::SeqCst),
+            chat_actions: s.chat_actions.load(Ordering::SeqCst),
+            polls: s.polls.load(Ordering::SeqCst),
+            errors: s.errors.load(Ordering::SeqCst),
+        }
+    }
+
+    /// A copy of the arrivals (empty unless [`Record::Arrivals`]).
+    pub fn log(&self) -> Log {
+        lock(&self.shared.log).clone()
+    }
+
+    /// The first `sendMessage` to `chat` that arrived at or after `after`,
+    /// waiting up to `timeout` for it ([`Record::Arrivals`]).
+    pub async fn message_after(
+        &self,
+        chat: i64,
+        after: Instant,
+        timeout: Duration,
+    ) -> Option<(Instant, String)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let recorded = self.shared.recorded.notified();
+            let found = lock(&self.shared.log)
+                .messages
+                .iter()
+                .find(|(c, at, _)| *c == chat && *at >= after)
+                .map(|(_, at, text)| (*at, text.clone()));
+            if found.is_some() {
+                return found;
+            }
+            if timeout_at(deadline, recorded).await.is_err() {
+                return None;
+            }
+        }
+    }
 }
 
 impl Drop for FakeBotApi {
@@ -269,252 +404,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
-    }
-
-    /// Decides the answer (applying a queued fault) and records the call.
-    fn dispatch(&self, method: String, params: Value, at: Instant) -> (Answer, Duration) {
-        let mut state = self.lock();
-        let (answer, delay) = match state.faults.get_mut(&method).and_then(VecDeque::pop_front) {
-            None => (state.answer(&method, &params), Duration::ZERO),
-            Some(Fault::Delay(delay)) => (state.answer(&method, &params), delay),
-            Some(fault) => (fault_answer(fault), Duration::ZERO),
-        };
-        let status = match answer {
-            Answer::Json(status, _) => status,
-            Answer::Poll(..) => 200,
-        };
-        state.last_seq += 1;
-        let seq = state.last_seq;
-        state.calls.push(Call {
-            seq,
-            method,
-            params,
-            at,
-            status,
-        });
-        drop(state);
-        self.changed.notify_waiters();
-        (answer, delay)
-    }
-
-    /// Long-polls for updates with `update_id >= offset`.
-    async fn poll(&self, offset: Option<i64>, limit: usize, timeout: Duration) -> Value {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = self.changed.notified();
-            let batch = self.lock().take_updates(offset, limit);
-            if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Value::Array(batch);
-            }
-            let _ = timeout_at(deadline, changed).await;
-        }
-    }
-}
-
-impl State {
-    fn next_message_id(&mut self) -> i64 {
-        self.last_message_id += 1;
-        self.last_message_id
-    }
-
-    fn answer(&mut self, method: &str, params: &Value) -> Answer {
-        let int = |name: &str| params.get(name).and_then(as_i64);
-        match method {
-            // teloxide's `Me` needs the bot-only flags that Telegram sends.
-            "getme" => ok(json!({
-                "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
-                "can_join_groups": true, "can_read_all_group_messages": false,
-                "supports_inline_queries": false, "has_main_web_app": false,
-            })),
-            "deletewebhook" | "sendchataction" | "setmessagereaction" | "setmycommands" => {
-                ok(json!(true))
-            }
-            "sendmessage" => {
-                let text = params
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                match int("chat_id") {
-                    None => error(400, "Bad Request: chat not found", None),
-                    Some(_) if text.trim().is_empty() => {
-                        error(400, "Bad Request: message text is empty", None)
-                    }
-                    Some(chat_id) => ok(json!({
-                        "message_id": self.next_message_id(),
-                        "date": unix_now(),
-                        "chat": {"id": chat_id, "type": "private", "first_name": "user"},
-                        "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
-                        "text": text,
-                    })),
-                }
-            }
-            "getupdates" => {
-                let limit = int("limit").unwrap_or(100).clamp(1, 100) as usize;
-                let timeout = Duration::from_secs(int("timeout").unwrap_or(0).max(0) as u64);
-                Answer::Poll(int("offset"), limit, timeout)
-            }
-            _ => error(404, "Not Found: method not found", None),
-        }
-    }
-
-    /// Acknowledges updates below a positive `offset` and returns up to
-    /// `limit` of the rest; a negative offset `-n` returns the last `n`.
-    fn take_updates(&mut self, offset: Option<i64>, limit: usize) -> Vec<Value> {
-        let skip = match offset {
-            Some(offset) if offset < 0 => self
-                .updates
-                .len()
-                .saturating_sub(offset.unsigned_abs() as usize),
-            Some(offset) => {
-                self.updates.retain(|u| update_id(u) >= offset);
-                0
-            }
-            None => 0,
-        };
-        self.updates
-            .iter()
-            .skip(skip)
-            .take(limit)
-            .cloned()
-            .collect()
-    }
-}
-
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    // Aborting this task drops the set, which aborts every connection.
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else {
-                    tokio::task::yield_now().await;
-                    continue;
-                };
-                let shared = shared.clone();
-                let service = hyper::service::service_fn(move |request| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(handle(&shared, request).await) }
-                });
-                let connection = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service);
-                connections.spawn(async move { let _ = connection.await; });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-}
-
-async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    let at = Instant::now();
-    let headers = request.headers();
-    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    let form = content_type
-        .unwrap_or_default()
-        .contains("x-www-form-urlencoded");
-    // `/bot<TOKEN>/<Method>`; any other path is recorded as `?<path>` and gets a 404.
-    let path = request.uri().path();
-    let method = match path.trim_start_matches('/').split_once('/') {
-        Some((bot, method)) if bot.starts_with("bot") && !method.contains('/') => {
-            method.to_ascii_lowercase()
-        }
-        _ => format!("?{path}"),
-    };
-    let params = match request.into_body().collect().await {
-        Ok(body) => parse_params(&body.to_bytes(), form),
-        Err(_) => Value::Null,
-    };
-    let (answer, delay) = shared.dispatch(method, params, at);
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    let (status, body) = match answer {
-        Answer::Json(status, body) => (status, body),
-        Answer::Poll(offset, limit, timeout) => (
-            200,
-            json!({"ok": true, "result": shared.poll(offset, limit, timeout).await}),
-        ),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
-    let json = HeaderValue::from_static("application/json");
-    response.headers_mut().insert(CONTENT_TYPE, json);
-    response
-}
-
-fn parse_params(body: &[u8], form: bool) -> Value {
-    if body.trim_ascii().is_empty() {
-        return Value::Object(Map::new());
-    }
-    if !form {
-        return serde_json::from_slice(body).unwrap_or(Value::Null);
-    }
-    let fields = body
-        .split(|&b| b == b'&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let mut parts = pair.splitn(2, |&b| b == b'=');
-            let key = url_decode(parts.next().unwrap_or_default());
-            (
-                key,
-                Value::String(url_decode(parts.next().unwrap_or_default())),
-            )
-        });
-    Value::Object(fields.collect())
-}
-
-/// Decodes the `+` and `%XX` escapes of a form field.
-fn url_decode(raw: &[u8]) -> String {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        let hex = raw
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        let (byte, used) = match (raw[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => (byte, 3),
-            (b'+', _) => (b' ', 1),
-            (byte, _) => (byte, 1),
-        };
-        out.push(byte);
-        i += used;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn fault_answer(fault: Fault) -> Answer {
-    match fault {
-        Fault::RetryAfter(secs) => {
-            let description = format!("Too Many Requests: retry after {secs}");
-            error(429, &description, Some(json!({"retry_after": secs})))
-        }
-        Fault::ServerError(code) => {
-            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            error(
-                status.as_u16(),
-                status.canonical_reason().unwrap_or("Server Error"),
-                None,
-            )
-        }
-        Fault::BadRequest(description) => error(400, &description, None),
-        Fault::Forbidden(description) => error(403, &description, None),
-        Fault::Delay(_) => unreachable!("dispatch applies delays"),
-    }
-}
-
-fn ok(result: Value) -> Answer {
-    Answer::Json(200, json!({"ok": true, "result": result}))
-}
-
-fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
-    let mut body = json!({"ok": false, "error_code": code, "description": description});
-    if let Some(parameters) = parameters {
-        body["parameters"] = parameters;
-    }
-    Answer::Json(code, body)
 }
 
 fn texts_in(calls: &[Call], chat_id: i64) -> Vec<String> {
@@ -539,10 +428,6 @@ fn as_i64(value: &Value) -> Option<i64> {
     value
         .as_i64()
         .or_else(|| value.as_str()?.trim().parse().ok())
-}
-
-fn update_id(update: &Value) -> i64 {
-    update.get("update_id").and_then(as_i64).unwrap_or(0)
 }
 
 fn unix_now() -> u64 {

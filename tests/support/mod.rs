@@ -4,10 +4,12 @@
 
 pub mod anthropic;
 pub mod bot_api;
+pub mod config;
 pub mod fake_cli;
 pub mod process;
+#[cfg(feature = "real-cli")]
+pub mod real_cli;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,8 @@ use turnstile::{Config, Turnstile};
 
 #[allow(unused_imports)]
 pub use bot_api::{Call, FakeBotApi, Fault};
+#[allow(unused_imports)]
+pub use config::ConfigVars;
 
 /// An allowed user.
 pub const USER: i64 = 1001;
@@ -32,6 +36,16 @@ pub const ADMIN: i64 = 9;
 pub const STRANGER: i64 = 666;
 /// A generous upper bound for events that should come quickly.
 pub const SOON: Duration = Duration::from_secs(10);
+
+/// What [`Harness`] sets on top of [`ConfigVars::new`]: short polls and
+/// typing renewals, three users, one admin, state in memory.
+pub const TEST_DEFAULTS: &[(&str, &str)] = &[
+    ("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s"),
+    ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001,1002,1003"),
+    ("TURNSTILE_ACCESS_ADMINS", "9"),
+    ("TURNSTILE_TURN_TYPING_INTERVAL", "40ms"),
+    ("TURNSTILE_STATE_PATH", ":memory:"),
+];
 
 /// The bot running against the fake Bot API.
 pub struct Harness {
@@ -74,23 +88,10 @@ impl Harness {
         make: impl FnOnce(&Config) -> Arc<dyn AgentBackend>,
     ) -> Self {
         let api = FakeBotApi::start().await;
-        let mut vars: BTreeMap<String, String> = [
-            ("TELEGRAM_BOT_TOKEN", bot_api::TOKEN),
-            ("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s"),
-            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001,1002,1003"),
-            ("TURNSTILE_ACCESS_ADMINS", "9"),
-            ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s"),
-            ("TURNSTILE_TURN_TYPING_INTERVAL", "40ms"),
-            ("TURNSTILE_STATE_PATH", ":memory:"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        vars.insert("TURNSTILE_TELEGRAM_API_URL".into(), api.url());
-        for (k, v) in env {
-            vars.insert(k.to_string(), v.to_string());
-        }
-        let config = Config::load(None, &vars).expect("test config loads");
+        let config = ConfigVars::new(&api.url())
+            .set_all(TEST_DEFAULTS.iter().copied())
+            .set_all(env.iter().copied())
+            .load();
         let backend = make(&config);
         let bot = Turnstile::start_with_limits(&config, backend, limits).expect("bot starts");
         let events = bot.events.subscribe();

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use super::bot_api::{FakeBotApi, TOKEN};
+use super::bot_api::FakeBotApi;
+use super::config::ConfigVars;
 
 /// A running `turnstile` process.
 pub struct BotProcess {
@@ -24,17 +25,16 @@ impl BotProcess {
             .append(true)
             .open(log)
             .expect("log file");
+        let vars = ConfigVars::new(&api.url())
+            .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
+            .set("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")
+            .set("TURNSTILE_ACCESS_ADMINS", "9");
         let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
         command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("TELEGRAM_BOT_TOKEN", TOKEN)
             .env("TURNSTILE_LOG", "info")
-            .env("TURNSTILE_TELEGRAM_API_URL", api.url())
-            .env("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
-            .env("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")
-            .env("TURNSTILE_ACCESS_ADMINS", "9")
-            .env("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s")
+            .envs(vars.iter())
             .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -1,0 +1,444 @@
+//! The server side of the fake Bot API (a child module of `bot_api.rs`):
+//! the answer to each method, recording, faults, long polls, and serving
+//! HTTP/1.1 connections (keep-alive, no Nagle delay, optionally closed once
+//! idle).
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response, StatusCode, body::Incoming, server::conn::http1};
+use hyper_util::rt::TokioIo;
+use serde_json::{Map, json};
+use tokio::task::JoinSet;
+
+use super::*;
+
+/// The answer to a call: a status and JSON body, or a `getUpdates` long poll
+/// (offset, limit, timeout).
+enum Answer {
+    Json(u16, String),
+    Poll(Option<i64>, usize, Duration),
+}
+
+impl Answer {
+    fn status(&self) -> u16 {
+        match self {
+            Answer::Json(status, _) => *status,
+            Answer::Poll(..) => 200,
+        }
+    }
+}
+
+const OK_TRUE: &str = r#"{"ok":true,"result":true}"#;
+const NO_UPDATES: &str = r#"{"ok":true,"result":[]}"#;
+
+impl Shared {
+    /// Decides the answer (applying a queued fault), counts it and records
+    /// the call.
+    fn dispatch(&self, method: String, params: Value, at: Instant) -> (Answer, Duration) {
+        // Held across the answer, so calls are numbered in the order they
+        // were answered (and sent messages got their ids).
+        let calls = (self.options.record == Record::Calls).then(|| lock(&self.calls));
+        let fault = if self.faulty.load(Ordering::Relaxed) {
+            lock(&self.faults)
+                .get_mut(&method)
+                .and_then(VecDeque::pop_front)
+        } else {
+            None
+        };
+        let (answer, delay) = match fault {
+            None => (self.answer(&method, &params, at), Duration::ZERO),
+            Some(Fault::Delay(delay)) => (self.answer(&method, &params, at), delay),
+            Some(fault) => (fault_answer(fault), Duration::ZERO),
+        };
+        let status = answer.status();
+        if status != 200 {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(mut calls) = calls {
+            calls.last_seq += 1;
+            let seq = calls.last_seq;
+            calls.calls.push(Call {
+                seq,
+                method,
+                params,
+                at,
+                status,
+            });
+            drop(calls);
+            self.recorded.notify_waiters();
+        }
+        (answer, delay)
+    }
+
+    fn answer(&self, method: &str, params: &Value, at: Instant) -> Answer {
+        let int = |name: &str| params.get(name).and_then(as_i64);
+        match method {
+            "getupdates" => {
+                self.polls.fetch_add(1, Ordering::Relaxed);
+                let limit = int("limit").unwrap_or(100).clamp(1, 100) as usize;
+                let timeout = Duration::from_secs(int("timeout").unwrap_or(0).max(0) as u64);
+                Answer::Poll(int("offset"), limit, timeout)
+            }
+            "sendmessage" => self.send_message(params, at),
+            "sendchataction" => {
+                self.chat_actions.fetch_add(1, Ordering::Relaxed);
+                if self.options.record == Record::Arrivals {
+                    let chat = int("chat_id").unwrap_or(0);
+                    lock(&self.log).chat_actions.push((chat, at));
+                    self.recorded.notify_waiters();
+                }
+                Answer::Json(200, OK_TRUE.to_string())
+            }
+            "deletewebhook" | "setmessagereaction" | "setmycommands" => {
+                Answer::Json(200, OK_TRUE.to_string())
+            }
+            // teloxide's `Me` needs the bot-only flags that Telegram sends.
+            "getme" => ok(json!({
+                "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
+                "can_join_groups": true, "can_read_all_group_messages": false,
+                "supports_inline_queries": false, "has_main_web_app": false,
+            })),
+            _ => error(404, "Not Found: method not found", None),
+        }
+    }
+
+    fn send_message(&self, params: &Value, at: Instant) -> Answer {
+        let text = params
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let chat_id = match params.get("chat_id").and_then(as_i64) {
+            None => return error(400, "Bad Request: chat not found", None),
+            Some(_) if text.trim().is_empty() => {
+                return error(400, "Bad Request: message text is empty", None);
+            }
+            Some(chat_id) => chat_id,
+        };
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        if text.starts_with('⚠') {
+            self.notices.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.options.record == Record::Arrivals {
+            lock(&self.log)
+                .messages
+                .push((chat_id, at, text.to_string()));
+            self.recorded.notify_waiters();
+        }
+        let message_id = lock(&self.queue).next_message_id();
+        ok(json!({
+            "message_id": message_id,
+            "date": unix_now(),
+            "chat": {"id": chat_id, "type": "private", "first_name": "user"},
+            "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
+            "text": text,
+        }))
+    }
+
+    /// Long-polls for updates at or past `offset`.
+    async fn poll(&self, offset: Option<i64>, limit: usize, timeout: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let pushed = self.pushed.notified();
+            if let Some(batch) = lock(&self.queue).take_updates(offset, limit) {
+                return batch;
+            }
+            if timeout_at(deadline, pushed).await.is_err() {
+                return NO_UPDATES.to_string();
+            }
+        }
+    }
+}
+
+impl Queue {
+    pub(super) fn next_message_id(&mut self) -> i64 {
+        self.last_message_id += 1;
+        self.last_message_id
+    }
+
+    /// Queues a private text message; returns its update id.
+    pub(super) fn push_text(&mut self, chat_id: i64, user_id: i64, text: &str, date: u64) -> i64 {
+        let id = self.last_update_id + 1;
+        let mut message = json!({
+            "message_id": self.next_message_id(),
+            "date": date,
+            "from": {"id": user_id, "is_bot": false, "first_name": "u"},
+            "chat": {"id": chat_id, "type": "private", "first_name": "c"},
+            "text": text,
+        });
+        if text.starts_with('/') {
+            let command = text.split_whitespace().next().unwrap_or_default();
+            let length = command.encode_utf16().count();
+            message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": length}]);
+        }
+        self.insert(id, json!({"update_id": id, "message": message}).to_string());
+        id
+    }
+
+    /// Queues an update, assigning the next id if it has none; returns the id.
+    pub(super) fn push(&mut self, mut update: Value) -> i64 {
+        let id = update.get("update_id").and_then(as_i64);
+        let id = id.unwrap_or(self.last_update_id + 1);
+        if let Some(fields) = update.as_object_mut() {
+            fields.insert("update_id".into(), id.into());
+        }
+        self.insert(id, update.to_string());
+        id
+    }
+
+    /// Keeps the queue sorted by id (pushes come in order but for an
+    /// explicit `update_id`).
+    fn insert(&mut self, id: i64, update: String) {
+        self.last_update_id = self.last_update_id.max(id);
+        if self.updates.back().is_none_or(|(last, _)| *last <= id) {
+            self.updates.push_back((id, update));
+        } else {
+            let at = self.updates.partition_point(|(other, _)| *other <= id);
+            self.updates.insert(at, (id, update));
+        }
+    }
+
+    /// Acknowledges updates below a positive `offset` and answers up to
+    /// `limit` of the rest (a negative offset `-n`: the last `n`); `None`
+    /// when there are none.
+    fn take_updates(&mut self, offset: Option<i64>, limit: usize) -> Option<String> {
+        let skip = match offset {
+            Some(offset) if offset < 0 => self
+                .updates
+                .len()
+                .saturating_sub(offset.unsigned_abs() as usize),
+            Some(offset) => {
+                while self.updates.front().is_some_and(|(id, _)| *id < offset) {
+                    self.updates.pop_front();
+                }
+                0
+            }
+            None => 0,
+        };
+        if skip >= self.updates.len() {
+            return None;
+        }
+        let mut out = String::from(r#"{"ok":true,"result":["#);
+        for (i, (_, update)) in self.updates.iter().skip(skip).take(limit).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(update);
+        }
+        out.push_str("]}");
+        Some(out)
+    }
+}
+
+pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    // Aborting this task drops the set, which aborts every connection.
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors, most likely: let connections finish.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let idle_close = shared.options.idle_close;
+                let activity = Arc::new(Activity::default());
+                let seen = Arc::clone(&activity);
+                let shared = Arc::clone(&shared);
+                let service = hyper::service::service_fn(move |request| {
+                    let shared = Arc::clone(&shared);
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        seen.begin();
+                        let response = handle(&shared, request).await;
+                        seen.end();
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let connection = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service);
+                connections.spawn(serve(connection, activity, idle_close));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// Requests in flight on a connection and when the last one ended.
+#[derive(Default)]
+struct Activity {
+    /// A connection with a request in flight is never idle.
+    inflight: AtomicU64,
+    /// When the last request ended (`None`: none yet).
+    last: Mutex<Option<Instant>>,
+}
+
+impl Activity {
+    fn begin(&self) {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn end(&self) {
+        *lock(&self.last) = Some(Instant::now());
+        self.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn idle_for(&self) -> Duration {
+        if self.inflight.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        lock(&self.last).map_or(Duration::MAX, |at| at.elapsed())
+    }
+}
+
+/// Serves one connection, closing it gracefully once idle for `idle_close`.
+async fn serve<C>(connection: C, activity: Arc<Activity>, idle_close: Option<Duration>)
+where
+    C: std::future::Future + GracefulShutdown,
+{
+    let mut connection = std::pin::pin!(connection);
+    let Some(idle) = idle_close else {
+        let _ = connection.await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            () = tokio::time::sleep(idle) => {
+                if activity.idle_for() >= idle {
+                    connection.as_mut().shutdown();
+                    let _ = connection.await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// hyper's graceful shutdown, behind a trait so [`serve`] stays generic.
+trait GracefulShutdown {
+    fn shutdown(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S> GracefulShutdown for http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S::ResBody: hyper::body::Body + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn shutdown(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let at = Instant::now();
+    let headers = request.headers();
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let form = content_type
+        .unwrap_or_default()
+        .contains("x-www-form-urlencoded");
+    // `/bot<TOKEN>/<Method>`; any other path is recorded as `?<path>` and gets a 404.
+    let path = request.uri().path();
+    let method = match path.trim_start_matches('/').split_once('/') {
+        Some((bot, method)) if bot.starts_with("bot") && !method.contains('/') => {
+            method.to_ascii_lowercase()
+        }
+        _ => format!("?{path}"),
+    };
+    let params = match request.into_body().collect().await {
+        Ok(body) => parse_params(&body.to_bytes(), form),
+        Err(_) => Value::Null,
+    };
+    let (answer, delay) = shared.dispatch(method, params, at);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let (status, body) = match answer {
+        Answer::Json(status, body) => (status, body),
+        Answer::Poll(offset, limit, timeout) => (200, shared.poll(offset, limit, timeout).await),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
+    let json = HeaderValue::from_static("application/json");
+    response.headers_mut().insert(CONTENT_TYPE, json);
+    response
+}
+
+fn parse_params(body: &[u8], form: bool) -> Value {
+    if body.trim_ascii().is_empty() {
+        return Value::Object(Map::new());
+    }
+    if !form {
+        return serde_json::from_slice(body).unwrap_or(Value::Null);
+    }
+    let fields = body
+        .split(|&b| b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let mut parts = pair.splitn(2, |&b| b == b'=');
+            let key = url_decode(parts.next().unwrap_or_default());
+            (
+                key,
+                Value::String(url_decode(parts.next().unwrap_or_default())),
+            )
+        });
+    Value::Object(fields.collect())
+}
+
+/// Decodes the `+` and `%XX` escapes of a form field.
+fn url_decode(raw: &[u8]) -> String {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        let (byte, used) = match (raw[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => (byte, 3),
+            (b'+', _) => (b' ', 1),
+            (byte, _) => (byte, 1),
+        };
+        out.push(byte);
+        i += used;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn fault_answer(fault: Fault) -> Answer {
+    match fault {
+        Fault::RetryAfter(secs) => {
+            let description = format!("Too Many Requests: retry after {secs}");
+            error(429, &description, Some(json!({"retry_after": secs})))
+        }
+        Fault::ServerError(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            error(
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("Server Error"),
+                None,
+            )
+        }
+        Fault::BadRequest(description) => error(400, &description, None),
+        Fault::Forbidden(description) => error(403, &description, None),
+        Fault::Delay(_) => unreachable!("dispatch applies delays"),
+    }
+}
+
+fn ok(result: Value) -> Answer {
+    Answer::Json(200, json!({"ok": true, "result": result}).to_string())
+}
+
+fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
+    let mut body = json!({"ok": false, "error_code": code, "description": description});
+    if let Some(parameters) = parameters {
+        body["parameters"] = parameters;
+    }
+    Answer::Json(code, body.to_string())
+}
