@@ -117,3 +117,41 @@ async fn restart_is_for_admins_only_and_a_stale_one_is_ignored() {
         "the stale /restart was ignored"
     );
 }
+
+/// A message accepted while its sender was allowed, still unanswered at a
+/// restart, is checked again: one whose sender is no longer allowed never
+/// reaches an agent.
+#[actix_rt::test]
+async fn a_recovered_message_from_a_user_no_longer_allowed_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    {
+        let store = turnstile::state::Store::open(&db).unwrap();
+        for (update_id, user, text) in [(1, STRANGER, "from before"), (2, USER, "still allowed")] {
+            store
+                .accept(&turnstile::state::InboxMessage {
+                    update_id,
+                    chat_id: user,
+                    user_id: user,
+                    message_id: 1,
+                    text: text.into(),
+                    date: 0,
+                })
+                .unwrap();
+        }
+    }
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.turn_ended(USER, 1).await;
+    assert_eq!(
+        h.api.wait_for_texts(USER, 1, SOON).await,
+        vec!["echo: still allowed"]
+    );
+    h.bot.inbox.flushed().await;
+    let rows = h.bot.inbox.unfinished().await;
+    assert!(rows.is_empty(), "nothing left to run: {rows:?}");
+    let counts = h.bot.inbox.counts().await;
+    assert!(counts.contains(&("dropped".to_string(), 1)), "{counts:?}");
+    assert_eq!(h.backend.opened(), 1, "only the allowed user's message ran");
+    assert!(h.texts(STRANGER).is_empty(), "{:?}", h.texts(STRANGER));
+}

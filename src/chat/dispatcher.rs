@@ -407,9 +407,23 @@ impl Handler<Recover> for Dispatcher {
 impl Dispatcher {
     fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
         let (mut requeued, mut retried, mut reported) = (0, 0, 0);
+        let mut refused = 0;
         for row in rows {
             let m = row.message;
             let chat = ChatId(m.chat_id);
+            let sender = u64::try_from(m.user_id).ok().map(UserId);
+            if !sender.is_some_and(|user| self.is_allowed(user)) {
+                // Allowed when it was accepted, not any more: it never reaches an agent.
+                refused += 1;
+                tracing::warn!(
+                    update_id = m.update_id,
+                    chat_id = chat.0,
+                    user_id = m.user_id,
+                    "recovered message from a user no longer on the allowlist; dropped"
+                );
+                self.deps.inbox.dropped(vec![m.update_id]);
+                continue;
+            }
             let retry = match row.state {
                 InboxState::Queued => {
                     requeued += 1;
@@ -447,11 +461,12 @@ impl Dispatcher {
             self.say(chat, text);
             self.deps.inbox.reported(m.update_id);
         }
-        if requeued + retried + reported > 0 {
+        if requeued + retried + reported + refused > 0 {
             tracing::info!(
                 requeued,
                 retried,
                 reported,
+                refused,
                 "recovered the inbox of the previous process"
             );
         }
