@@ -17,7 +17,7 @@ mod inbox;
 pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -52,6 +52,14 @@ const MIGRATIONS: &[&str] = &[
         cost_usd    REAL NOT NULL
      );
      ALTER TABLE inbox ADD COLUMN turn INTEGER;",
+    // 2 → 3: "always in this chat" tool approvals.
+    "CREATE TABLE permissions (
+        chat_id    INTEGER NOT NULL,
+        rule       TEXT NOT NULL,
+        granted_by INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, rule)
+     );",
 ];
 
 /// Errors at the store boundary.
@@ -425,6 +433,33 @@ impl Store {
         Ok(())
     }
 
+    /// Remembers that `rule` runs without asking in the chat.
+    pub fn allow_always(&self, chat_id: i64, rule: &str, granted_by: i64) -> Result<(), StateError> {
+        self.lock().execute(
+            "INSERT INTO permissions (chat_id, rule, granted_by, created_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(chat_id, rule) DO NOTHING",
+            params![chat_id, rule, granted_by, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// The chat's "always" rules, oldest first.
+    pub fn always_rules(&self, chat_id: i64) -> Result<Vec<String>, StateError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT rule FROM permissions WHERE chat_id = ?1 ORDER BY created_at, rule",
+        )?;
+        let rows = stmt.query_map(params![chat_id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Forgets the chat's "always" rules; returns how many there were.
+    pub fn clear_always(&self, chat_id: i64) -> Result<usize, StateError> {
+        Ok(self
+            .lock()
+            .execute("DELETE FROM permissions WHERE chat_id = ?1", params![chat_id])?)
+    }
+
     /// Makes every later inbox statement fail (for tests of error paths).
     #[cfg(test)]
     pub(crate) fn break_for_tests(&self) {
@@ -511,6 +546,20 @@ mod tests {
         assert_eq!(store.session(5).unwrap().as_deref(), Some("s2"));
         store.set_session(5, None).unwrap();
         assert_eq!(store.session(5).unwrap(), None);
+    }
+
+    #[test]
+    fn always_rules_are_kept_per_chat_and_cleared() {
+        let store = Store::in_memory().unwrap();
+        store.allow_always(1, "Bash(git)", 7).unwrap();
+        store.allow_always(1, "Bash(git)", 7).unwrap();
+        store.allow_always(1, "WebFetch", 7).unwrap();
+        store.allow_always(2, "Read", 8).unwrap();
+        assert_eq!(store.always_rules(1).unwrap().len(), 2);
+        assert_eq!(store.always_rules(2).unwrap(), vec!["Read".to_string()]);
+        assert_eq!(store.clear_always(1).unwrap(), 2);
+        assert!(store.always_rules(1).unwrap().is_empty());
+        assert_eq!(store.always_rules(2).unwrap().len(), 1);
     }
 
     #[test]

@@ -19,7 +19,8 @@ use tokio::sync::mpsc;
 
 use super::{
     AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall, BoxFuture,
-    HookReply, OpenSession, Responder, SessionCommand, ToolBatch, ToolCall,
+    HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand, ToolBatch,
+    ToolCall,
 };
 
 /// Which turn the agent plays for which message.
@@ -105,6 +106,15 @@ pub enum Step {
     ToolsWithoutHook {
         /// The calls.
         calls: Vec<ScriptTool>,
+    },
+    /// Asks to run a tool (`can_use_tool`) and waits for the answer, then
+    /// tells the chat through `send`: `allowed: <input as run>` or
+    /// `denied: <message>`.
+    Ask {
+        /// The tool's name (`Bash`).
+        tool: String,
+        /// Its input.
+        input: Value,
     },
     /// The result line; the steps after it are not played.
     Result {
@@ -449,6 +459,35 @@ impl ScriptedAgent {
                             return self.after_result(turn.after_result).await;
                         }
                         Woken::Done(_) => {}
+                        Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                        Woken::HostGone => return Flow::Exit,
+                    }
+                }
+                Step::Ask { tool, input } => {
+                    let input = fill_value(input, user_text);
+                    let (reply, rx) = Responder::new(format!("permission ask {tool}"));
+                    self.emit(AgentEvent::PermissionAsk(PermissionAsk {
+                        id: format!("toolu_ask_{calls}"),
+                        tool: tool.clone(),
+                        input,
+                        reply,
+                    }));
+                    let text = match self.wait(rx).await {
+                        Woken::Done(Ok(Permission::Allow { input })) => format!("allowed: {input}"),
+                        Woken::Done(Ok(Permission::Deny { message })) => format!("denied: {message}"),
+                        Woken::Done(Err(_)) => "denied: no answer".to_string(),
+                        Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
+                        Woken::HostGone => return Flow::Exit,
+                    };
+                    let (reply, rx) = Responder::new("tool call send");
+                    self.emit(AgentEvent::ToolCall(ToolCall {
+                        id: format!("toolu_told_{calls}"),
+                        name: "mcp__telegram-tools__send".into(),
+                        input: json!({ "text": text }),
+                        reply,
+                    }));
+                    match self.wait(rx).await {
+                        Woken::Done(_) => self.emit(AgentEvent::Progress),
                         Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
                         Woken::HostGone => return Flow::Exit,
                     }

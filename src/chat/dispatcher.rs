@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use teloxide::types::{ChatId, UpdateKind, UserId};
+use teloxide::types::{CallbackQuery, ChatId, UpdateKind, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::chat::notices::bounded;
@@ -18,12 +18,12 @@ use crate::chat::supervisor::{
     ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
     StopChatForHost, UserMessage,
 };
-use crate::chat::turn::TurnDeps;
+use crate::chat::turn::{ButtonPressed, TurnDeps};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::state::{InboxRow, InboxState, now_ms};
 use crate::telegram::intake::UpdateReceived;
-use crate::telegram::outbox::SendText;
+use crate::telegram::outbox::{AnswerCallback, SendText};
 
 /// The longest text handed to an agent; longer input is cut (Telegram itself
 /// caps messages at 4096 characters).
@@ -59,6 +59,7 @@ enum ForChat {
     Message(UserMessage),
     Stop,
     New,
+    Press(ButtonPressed),
 }
 
 /// A chat the dispatcher routes to.
@@ -178,6 +179,7 @@ impl Dispatcher {
             ForChat::Message(msg) => entry.addr.do_send(msg),
             ForChat::Stop => entry.addr.do_send(StopChat),
             ForChat::New => entry.addr.do_send(NewSession),
+            ForChat::Press(press) => entry.addr.do_send(press),
         }
     }
 
@@ -211,10 +213,12 @@ impl Dispatcher {
         chat: ChatId,
         user: UserId,
         word: &str,
+        args: &str,
         date: i64,
         ctx: &mut Context<Self>,
     ) -> bool {
         match word {
+            "permissions" => self.permissions(chat, args, ctx),
             "stop" if self.chats.contains_key(&chat) => self.deliver(chat, ForChat::Stop, ctx),
             "stop" => self.say(chat, "Nothing to stop."),
             "new" => self.deliver(chat, ForChat::New, ctx),
@@ -224,11 +228,95 @@ impl Dispatcher {
             "restart" => self.say(chat, "Only admins can use /restart."),
             "start" | "help" => self.say(
                 chat,
-                "Send a message and the agent answers. /stop ends the current turn, /new starts a fresh conversation.",
+                "Send a message and the agent answers. /stop ends the current turn, /new starts a fresh conversation, /permissions lists the tools allowed in this chat (/permissions clear forgets them).",
             ),
             _ => return false,
         }
         true
+    }
+
+    /// `/permissions`: the tools that run without asking in this chat;
+    /// `/permissions clear` forgets them.
+    fn permissions(&mut self, chat: ChatId, args: &str, ctx: &mut Context<Self>) {
+        let outbox = self.deps.outbox.clone();
+        if args.eq_ignore_ascii_case("clear") {
+            let cleared = self.deps.inbox.clear_always(chat);
+            ctx.spawn(
+                async move {
+                    let text = match cleared.await {
+                        Some(0) => "No tool was allowed without asking in this chat.".to_string(),
+                        Some(n) => format!("🔐 Forgot {n} tool approval(s); every tool asks again."),
+                        None => "⚠️ The approvals could not be cleared; try again.".to_string(),
+                    };
+                    outbox.do_send(SendText::new(chat, text));
+                }
+                .into_actor(self),
+            );
+            return;
+        }
+        let rules = self.deps.inbox.always_rules(chat);
+        ctx.spawn(
+            async move {
+                let rules = rules.await;
+                let text = if rules.is_empty() {
+                    "Every tool asks before it runs in this chat.".to_string()
+                } else {
+                    format!(
+                        "🔐 These run without asking in this chat:\n{}\n/permissions clear forgets them.",
+                        rules
+                            .iter()
+                            .map(|r| format!("• {r}"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )
+                };
+                outbox.do_send(SendText::new(chat, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// A button pressed under one of the bot's questions: checked against
+    /// the allowlist, then routed to the chat that asked; anything else is
+    /// answered "expired" at once.
+    fn button(&mut self, query: CallbackQuery, ctx: &mut Context<Self>) {
+        let user = query.from.id;
+        let chat = query
+            .message
+            .as_ref()
+            .map(|m| m.chat().id)
+            .unwrap_or(ChatId(i64::try_from(user.0).unwrap_or(0)));
+        let answer = |act: &Self, text: &str| {
+            act.deps.outbox.do_send(AnswerCallback {
+                chat,
+                id: query.id.to_string(),
+                text: text.to_string(),
+                alert: false,
+            });
+        };
+        if !self.is_allowed(user) {
+            tracing::warn!(user_id = user.0, chat_id = chat.0, "button press from a user not on the allowlist refused");
+            self.events.publish(BotEvent::AccessDenied { chat, user });
+            return answer(self, "Sorry, this bot only answers the people it was set up for.");
+        }
+        let name = query.from.username.clone().map_or_else(
+            || query.from.first_name.clone(),
+            |u| format!("@{u}"),
+        );
+        let press = query.data.as_deref().and_then(|data| {
+            ButtonPressed::parse(
+                data,
+                chat,
+                user,
+                name,
+                self.is_admin(user),
+                query.id.to_string(),
+            )
+        });
+        match (press, self.chats.contains_key(&chat)) {
+            (Some(press), true) => self.deliver(chat, ForChat::Press(press), ctx),
+            _ => answer(self, "This question has expired."),
+        }
     }
 
     /// `/restart` from an admin: ignored when older than this process,
@@ -303,6 +391,7 @@ impl Handler<UpdateReceived> for Dispatcher {
         let update_id = i64::from(update.id.0);
         let message = match update.kind {
             UpdateKind::Message(message) => message,
+            UpdateKind::CallbackQuery(query) => return self.button(query, ctx),
             UpdateKind::Error(raw) => {
                 let shown: String = raw.to_string().chars().take(200).collect();
                 tracing::warn!(update_id, raw = %shown, "update could not be parsed; skipped");
@@ -345,15 +434,16 @@ impl Handler<UpdateReceived> for Dispatcher {
             return;
         }
         if let Some(command) = text.strip_prefix('/') {
-            let word = command
-                .split_whitespace()
+            let mut words = command.splitn(2, char::is_whitespace);
+            let word = words
                 .next()
                 .unwrap_or("")
                 .split('@')
                 .next()
                 .unwrap_or("")
                 .to_ascii_lowercase();
-            if self.command(chat, user, &word, message.date.timestamp(), ctx) {
+            let args = words.next().unwrap_or("").trim();
+            if self.command(chat, user, &word, args, message.date.timestamp(), ctx) {
                 done(InboxState::Done);
                 return;
             }
@@ -379,6 +469,7 @@ impl Handler<UpdateReceived> for Dispatcher {
             text,
             message_id: message.id,
             update_id,
+            from: user,
             at: Instant::now(),
         };
         self.route(chat, msg, ctx);
@@ -442,6 +533,7 @@ impl Dispatcher {
                         i32::try_from(m.message_id).unwrap_or(0),
                     ),
                     update_id: m.update_id,
+                    from: sender.unwrap_or(UserId(0)),
                     at: Instant::now(),
                 };
                 self.route(chat, msg, ctx);

@@ -22,7 +22,7 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
     WrapFuture,
 };
-use teloxide::types::{ChatId, MessageId};
+use teloxide::types::{ChatId, MessageId, UserId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
@@ -47,6 +47,8 @@ pub struct UserMessage {
     pub message_id: MessageId,
     /// Its inbox row.
     pub update_id: i64,
+    /// Who sent it.
+    pub from: UserId,
     /// When it was accepted.
     pub at: Instant,
 }
@@ -101,6 +103,7 @@ struct Pending {
     text: String,
     message_id: MessageId,
     update_id: i64,
+    from: UserId,
     at: Instant,
 }
 
@@ -296,6 +299,7 @@ impl ChatSupervisor {
         let window_end = front.at.checked_add(self.settings.merge_window);
         let mut texts = vec![front.text];
         let mut reply_to = front.message_id;
+        let mut from = front.from;
         let mut update_ids = vec![front.update_id];
         while let Some(next) = self
             .queue
@@ -303,6 +307,7 @@ impl ChatSupervisor {
         {
             texts.push(next.text);
             reply_to = next.message_id;
+            from = next.from;
             update_ids.push(next.update_id);
         }
         let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
@@ -324,6 +329,7 @@ impl ChatSupervisor {
             text: texts.join("\n\n"),
             reply_to: Some(reply_to),
             update_ids: update_ids.clone(),
+            from: Some(from),
             typing: lease.clone(),
         };
         let addr = TurnActor::new(
@@ -498,6 +504,7 @@ impl Handler<UserMessage> for ChatSupervisor {
             text: msg.text,
             message_id: msg.message_id,
             update_id: msg.update_id,
+            from: msg.from,
             at: msg.at,
         });
         self.try_start(ctx);

@@ -8,6 +8,7 @@
 //! turn, or force-closes it. Late events are logged and dropped, never
 //! delivered to the chat.
 
+mod approval;
 mod closing;
 mod phase;
 mod serve;
@@ -21,9 +22,11 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
     SpawnHandle, WrapFuture,
 };
-use teloxide::types::{ChatId, MessageId};
+use teloxide::types::{ChatId, MessageId, UserId};
 use tokio::sync::mpsc;
 
+pub use self::approval::ButtonPressed;
+use self::approval::Approvals;
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
@@ -104,6 +107,9 @@ pub struct TurnSpec {
     pub reply_to: Option<MessageId>,
     /// The inbox rows (update ids) this turn answers.
     pub update_ids: Vec<i64>,
+    /// Who sent the message the turn answers (the last one, when merged):
+    /// besides an admin, only they may answer its approval questions.
+    pub from: Option<UserId>,
     /// The chat's typing lease for this turn, ended at TurnEnded.
     pub typing: TypingLease,
 }
@@ -180,6 +186,8 @@ pub struct TurnActor {
     ended_explicitly: bool,
     /// The clocks.
     watchdogs: Watchdogs,
+    /// Tool approvals waiting for a person.
+    approvals: Approvals,
     /// When the turn started.
     started: Instant,
 }
@@ -212,6 +220,7 @@ impl TurnActor {
             lane: None,
             ended_explicitly: false,
             watchdogs: Watchdogs::default(),
+            approvals: Approvals::default(),
             started: Instant::now(),
         }
     }
@@ -518,6 +527,7 @@ impl Handler<AbortTurn> for TurnActor {
         );
         self.live.store(false, Ordering::SeqCst);
         self.spec.typing.end();
+        self.close_approvals("the turn took too long", ctx);
         self.send(SessionCommand::Kill);
         self.link = None;
         self.deps.events.publish(BotEvent::SessionKilled {

@@ -3,7 +3,7 @@
 //! (or after `turn.hard_deadline`, whichever comes first).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, SpawnHandle};
@@ -20,11 +20,18 @@ use crate::telegram::outbox::{Outbox, SendTyping};
 /// the typing actor. It is *ended*, once and for good, by whichever comes
 /// first: the turn actor at TurnEnded (before that message reaches any
 /// mailbox), the supervisor at the hard deadline or when the chat is
-/// retired, the typing actor when its lease ends. The outbox checks it right
-/// before each `sendChatAction` leaves, so no typing goes out for a turn
-/// that is over, whatever is still queued.
+/// retired, the typing actor when its lease ends. The turn actor *pauses*
+/// it while a person decides a tool approval (the agent is not working
+/// then) and resumes it after; an ended lease stays ended. The outbox checks
+/// it right before each `sendChatAction` leaves, so no typing goes out for a
+/// turn that is over or paused, whatever is still queued.
 #[derive(Debug, Clone)]
-pub struct TypingLease(Arc<AtomicBool>);
+pub struct TypingLease(Arc<AtomicU8>);
+
+/// [`TypingLease`] states.
+const LIVE: u8 = 0;
+const PAUSED: u8 = 1;
+const ENDED: u8 = 2;
 
 impl Default for TypingLease {
     fn default() -> Self {
@@ -35,17 +42,36 @@ impl Default for TypingLease {
 impl TypingLease {
     /// A live lease.
     pub fn new() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+        Self(Arc::new(AtomicU8::new(LIVE)))
     }
 
     /// Ends the lease (idempotent; it never comes back).
     pub fn end(&self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.0.store(ENDED, Ordering::SeqCst);
     }
 
-    /// Whether typing may still be shown for its turn.
+    /// Pauses a live lease (a person is deciding, not the agent).
+    pub fn pause(&self) {
+        let _ = self
+            .0
+            .compare_exchange(LIVE, PAUSED, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Resumes a paused lease; an ended one stays ended.
+    pub fn resume(&self) {
+        let _ = self
+            .0
+            .compare_exchange(PAUSED, LIVE, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether typing may be shown for its turn now.
     pub fn is_live(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.load(Ordering::SeqCst) == LIVE
+    }
+
+    /// Whether the lease ended for good.
+    pub fn is_ended(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == ENDED
     }
 }
 
@@ -197,5 +223,24 @@ impl Handler<TurnEnded> for TypingActor {
         if self.lease.as_ref().is_some_and(|l| l.turn == msg.turn) {
             self.end_lease(ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_pauses_resumes_and_ends_for_good() {
+        let lease = TypingLease::new();
+        assert!(lease.is_live());
+        lease.pause();
+        assert!(!lease.is_live() && !lease.is_ended());
+        lease.resume();
+        assert!(lease.is_live());
+        lease.pause();
+        lease.end();
+        lease.resume();
+        assert!(lease.is_ended() && !lease.is_live(), "an ended lease stays ended");
     }
 }

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use teloxide::types::ChatId;
+use teloxide::types::{ChatId, UserId};
 use tokio::sync::oneshot;
 
 use super::{InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord};
@@ -293,6 +293,25 @@ impl Inbox {
         self.tell("saving the session id", move |store| {
             store.set_session(chat.0, session_id.as_deref())
         });
+    }
+
+    /// Remembers "always in this chat" for `rule`.
+    pub fn allow_always(&self, chat: ChatId, rule: String, granted_by: UserId) {
+        let by = i64::try_from(granted_by.0).unwrap_or(i64::MAX);
+        self.tell("remembering a tool approval", move |store| {
+            store.allow_always(chat.0, &rule, by)
+        });
+    }
+
+    /// The chat's "always" rules, after every job asked before.
+    pub fn always_rules(&self, chat: ChatId) -> impl Future<Output = Vec<String>> + Send + 'static {
+        let ask = self.ask("reading tool approvals", move |store| store.always_rules(chat.0));
+        async move { ask.await.unwrap_or_default() }
+    }
+
+    /// Forgets the chat's "always" rules; resolves with how many there were.
+    pub fn clear_always(&self, chat: ChatId) -> impl Future<Output = Option<usize>> + Send + 'static {
+        self.ask("clearing tool approvals", move |store| store.clear_always(chat.0))
     }
 
     /// Records a finished turn.

@@ -5,7 +5,8 @@ use actix::{ActorContext, AsyncContext, Handler};
 
 use super::state::{ChatState, ChatStep};
 use super::{ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat, StopChatForHost};
-use crate::chat::turn::{InterruptTurn, StopForHost};
+use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
+use crate::telegram::outbox::AnswerCallback;
 use crate::ids::TurnId;
 use std::sync::atomic::Ordering;
 
@@ -96,5 +97,23 @@ impl Handler<DescribeChat> for ChatSupervisor {
             }
         };
         format!("chat {}: {state}, {} queued", self.chat.0, self.queue.len())
+    }
+}
+
+impl Handler<ButtonPressed> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, press: ButtonPressed, ctx: &mut Self::Context) {
+        self.touched(ctx);
+        match self.state.running() {
+            Some(running) => running.addr.do_send(press),
+            None => self.deps.outbox.do_send(AnswerCallback {
+                chat: press.chat,
+                id: press.callback,
+                text: "This question has expired.".into(),
+                alert: false,
+            }),
+        }
+        self.watch_idle(ctx);
     }
 }

@@ -61,6 +61,14 @@ impl TurnActor {
         let at = Instant::now();
         self.disarm_live_clocks(ctx);
         self.step(Step::Ended(outcome.clone()));
+        self.close_approvals(
+            match outcome {
+                TurnOutcome::Interrupted => "the turn was stopped",
+                TurnOutcome::HostStopping => "the bot is stopping",
+                _ => "the turn ended",
+            },
+            ctx,
+        );
         self.live.store(false, Ordering::SeqCst);
         // Typing stops now, not when TurnEnded reaches the typing actor.
         self.spec.typing.end();

@@ -199,18 +199,6 @@ impl TurnActor {
         }
     }
 
-    /// The agent asks to run a tool nobody decided in config.
-    pub(super) fn ask_permission(
-        &mut self,
-        ask: crate::agent::PermissionAsk,
-        _ctx: &mut Context<Self>,
-    ) {
-        tracing::info!(chat_id = self.chat_id(), call_id = %ask.id, tool = %ask.tool, "tool denied: approvals in the chat are not served by this build");
-        ask.reply.answer(crate::agent::Permission::Deny {
-            message: format!("`{}` is not allowed in this chat.", ask.tool),
-        });
-    }
-
     /// Queues a text for the chat through the turn's reply lane (opening it,
     /// and so recording "replied", at the first text).
     pub(super) fn reply(&mut self, send: SendText) {

@@ -1,6 +1,12 @@
 //! The turn's clocks: the no-progress watchdog, the wall-clock budget and
 //! the post-result grace. Each is an actor timer whose handle is kept and
 //! cancelled when its reason goes away; all of them die with the actor.
+//!
+//! While a person decides a tool approval, the no-progress watchdog and the
+//! budget stand still (the agent is waiting, not stalling); the chat's hard
+//! deadline, owned by the supervisor, keeps running.
+
+use std::time::{Duration, Instant};
 
 use actix::{AsyncContext, Context, SpawnHandle};
 
@@ -17,6 +23,12 @@ pub(super) struct Watchdogs {
     /// `turn.post_result_grace`, armed once a result arrived or the turn
     /// ended with the session still open.
     pub(super) grace: Option<SpawnHandle>,
+    /// The budget still left when it was last armed or paused.
+    pub(super) budget_left: Option<Duration>,
+    /// When the budget was last armed (its remaining time counts from here).
+    pub(super) budget_armed: Option<Instant>,
+    /// Approvals waiting for a person; the clocks stand still while any do.
+    pub(super) waiting_for_person: usize,
 }
 
 impl TurnActor {
@@ -25,7 +37,7 @@ impl TurnActor {
         if let Some(h) = self.watchdogs.no_progress.take() {
             ctx.cancel_future(h);
         }
-        if !self.phase.awaits_result() {
+        if !self.phase.awaits_result() || self.watchdogs.waiting_for_person > 0 {
             return;
         }
         let timeout = self.deps.config.no_progress_timeout;
@@ -58,9 +70,50 @@ impl TurnActor {
         }));
     }
 
+    /// A person now decides: typing pauses, the no-progress watchdog and
+    /// the budget stand still.
+    pub(super) fn pause_for_person(&mut self, ctx: &mut Context<Self>) {
+        self.watchdogs.waiting_for_person += 1;
+        if self.watchdogs.waiting_for_person > 1 {
+            return;
+        }
+        self.spec.typing.pause();
+        if let Some(h) = self.watchdogs.no_progress.take() {
+            ctx.cancel_future(h);
+        }
+        if let Some(h) = self.watchdogs.budget.take() {
+            ctx.cancel_future(h);
+            let used = self.watchdogs.budget_armed.map(|at| at.elapsed());
+            let left = self.watchdogs.budget_left.unwrap_or_default();
+            self.watchdogs.budget_left = Some(left.saturating_sub(used.unwrap_or_default()));
+        }
+    }
+
+    /// The person decided: the clocks go on where they stood.
+    pub(super) fn resume_after_person(&mut self, ctx: &mut Context<Self>) {
+        if self.watchdogs.waiting_for_person == 0 {
+            return;
+        }
+        self.watchdogs.waiting_for_person -= 1;
+        if self.watchdogs.waiting_for_person > 0 || !self.phase.is_live() {
+            return;
+        }
+        self.spec.typing.resume();
+        self.arm_no_progress(ctx);
+        if self.watchdogs.budget.is_none() && self.watchdogs.budget_left.is_some() {
+            self.arm_budget(ctx);
+        }
+    }
+
     /// `turn.max_duration`: interrupt, then force-close, `BudgetExceeded`.
+    /// Armed at start with the whole budget, again after a pause with what
+    /// was left.
     pub(super) fn arm_budget(&mut self, ctx: &mut Context<Self>) {
-        let budget = self.deps.config.max_duration;
+        let budget = *self
+            .watchdogs
+            .budget_left
+            .get_or_insert(self.deps.config.max_duration);
+        self.watchdogs.budget_armed = Some(Instant::now());
         self.watchdogs.budget = Some(ctx.run_later(budget, move |act, ctx| {
             act.watchdogs.budget = None;
             tracing::warn!(chat_id = act.chat_id(), ?budget, "turn ran past its budget");
