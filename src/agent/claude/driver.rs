@@ -2,7 +2,7 @@
 //! answers its requests exactly once, writes the host's commands and closes
 //! the session step by step.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -11,6 +11,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
+use super::permissions::{self, Rules};
 use super::process::AgentProcess;
 use super::protocol::{
     self, CliLine, ControlRequest, ControlResponse, HookCallback, HookInput, Line, McpMessage,
@@ -149,7 +150,7 @@ async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Li
 
 /// The way into the CLI's stdin, and the requests from the CLI still
 /// waiting for an answer: each is answered at most once, and one whose
-/// answer could not be written stays pending, so the close path answers it.
+/// answer could not be written stays pending, so the close path refuses it.
 #[derive(Clone)]
 struct Answers {
     /// Shared with the tasks waiting for the host's answers.
@@ -161,8 +162,38 @@ struct Answers {
 struct AnswersInner {
     /// Lines to stdin; `None` once stdin is closed.
     out: Option<mpsc::UnboundedSender<Value>>,
-    /// Request ids from the CLI not yet answered.
-    pending: HashSet<String>,
+    /// Request ids from the CLI not yet answered, with how each is refused.
+    pending: HashMap<String, Refusal>,
+}
+
+/// How a request from the CLI is refused when the host will not serve it
+/// (the host is stopping, the session is closing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// A control-protocol error (`mcp_message`, hooks, unknown requests).
+    ControlError,
+    /// `can_use_tool`: denied, so the model reads why.
+    Deny,
+}
+
+impl Refusal {
+    /// How `request` is refused.
+    fn of(request: &ControlRequest) -> Self {
+        match request {
+            ControlRequest::CanUseTool(_) => Self::Deny,
+            ControlRequest::HookCallback(_)
+            | ControlRequest::McpMessage(_)
+            | ControlRequest::Unknown { .. } => Self::ControlError,
+        }
+    }
+
+    /// The line that refuses request `id`, saying `why`.
+    fn line(self, id: &str, why: &str) -> Value {
+        match self {
+            Self::ControlError => protocol::control_error(id, why),
+            Self::Deny => protocol::control_success(id, protocol::permission_deny(why)),
+        }
+    }
 }
 
 impl Answers {
@@ -170,7 +201,7 @@ impl Answers {
         Self {
             inner: Arc::new(Mutex::new(AnswersInner {
                 out: Some(out),
-                pending: HashSet::new(),
+                pending: HashMap::new(),
             })),
             pid,
         }
@@ -189,8 +220,13 @@ impl Answers {
     }
 
     /// Notes a request from the CLI that needs an answer.
-    fn expect(&self, id: &str) {
-        if !self.lock().pending.insert(id.to_string()) {
+    fn expect(&self, id: &str, refusal: Refusal) {
+        if self
+            .lock()
+            .pending
+            .insert(id.to_string(), refusal)
+            .is_some()
+        {
             tracing::warn!(
                 pid = self.pid,
                 request_id = id,
@@ -202,18 +238,18 @@ impl Answers {
     /// Answers a request once; a second answer is refused and logged.
     fn answer(&self, id: &str, line: Value) -> bool {
         let mut inner = self.lock();
-        if !inner.pending.remove(id) {
+        let Some(refusal) = inner.pending.remove(id) else {
             tracing::warn!(
                 pid = self.pid,
                 request_id = id,
                 "second answer to a request refused"
             );
             return false;
-        }
+        };
         let sent = inner.out.as_ref().is_some_and(|out| out.send(line).is_ok());
         if !sent {
             // Still unanswered: the close path refuses it.
-            inner.pending.insert(id.to_string());
+            inner.pending.insert(id.to_string(), refusal);
             tracing::debug!(
                 pid = self.pid,
                 request_id = id,
@@ -226,11 +262,11 @@ impl Answers {
     /// Refuses every pending request (before closing stdin).
     fn refuse_pending(&self, why: &str) {
         let mut inner = self.lock();
-        let ids: Vec<String> = inner.pending.drain().collect();
-        for id in ids {
-            tracing::info!(pid = self.pid, request_id = %id, "pending agent request refused: {why}");
+        let pending: Vec<(String, Refusal)> = inner.pending.drain().collect();
+        for (id, refusal) in pending {
+            tracing::info!(pid = self.pid, request_id = %id, ?refusal, "pending agent request refused: {why}");
             if let Some(out) = &inner.out {
-                let _ = out.send(protocol::control_error(&id, why));
+                let _ = out.send(refusal.line(&id, why));
             }
         }
     }
@@ -451,7 +487,8 @@ impl Driver {
             tracing::warn!(pid = self.pid, "control request without an id skipped");
             return;
         };
-        self.answers.expect(&id);
+        let refusal = Refusal::of(&request);
+        self.answers.expect(&id, refusal);
         let stopping = self.shutdown.is_closing();
         let answers = self.answers.clone();
         let reply = {
@@ -523,13 +560,25 @@ impl Driver {
                     subtype = request.subtype(),
                     "agent request refused: the host is stopping"
                 );
-                reply(protocol::control_error(&id, "the host is stopping"));
+                reply(refusal.line(&id, "the host is stopping"));
             }
             ControlRequest::CanUseTool(ask) => {
-                reply(protocol::control_success(
-                    &id,
-                    ask.answer(&self.tools, &self.settings.allowed_tools),
-                ));
+                let settings = &self.settings;
+                let rules = Rules {
+                    allowed: &settings.allowed_tools,
+                    denied: &settings.denied_tools,
+                    mode: settings.permission_mode,
+                };
+                permissions::serve(
+                    ask,
+                    rules,
+                    &self.tools,
+                    &self.events,
+                    self.pid,
+                    move |body| {
+                        reply(protocol::control_success(&id, body));
+                    },
+                );
             }
             ControlRequest::HookCallback(HookCallback {
                 input: HookInput::PostToolBatch(batch),
@@ -580,7 +629,7 @@ mod tests {
     #[test]
     fn a_request_is_answered_at_most_once() {
         let (answers, mut rx) = answers();
-        answers.expect("r1");
+        answers.expect("r1", Refusal::ControlError);
         assert!(answers.answer("r1", serde_json::json!({"n": 1})));
         assert!(
             !answers.answer("r1", serde_json::json!({"n": 2})),
@@ -594,20 +643,35 @@ mod tests {
     #[test]
     fn an_answer_that_could_not_be_written_stays_pending_and_the_close_path_refuses_it() {
         let (answers, rx) = answers();
-        answers.expect("r1");
+        answers.expect("r1", Refusal::ControlError);
+        answers.expect("r2", Refusal::Deny);
         drop(rx);
         assert!(
             !answers.answer("r1", serde_json::json!({})),
             "stdin is gone"
         );
-        assert_eq!(answers.lock().pending.len(), 1, "still unanswered");
+        assert_eq!(answers.lock().pending.len(), 2, "still unanswered");
         let (tx, mut rx) = mpsc::unbounded_channel();
         answers.lock().out = Some(tx);
         answers.refuse_pending("the host is stopping");
-        let line = rx.try_recv().unwrap();
-        assert_eq!(line["response"]["subtype"], "error");
-        assert_eq!(line["response"]["request_id"], "r1");
+        let mut lines: Vec<Value> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        lines.sort_by_key(|l| l["response"]["request_id"].to_string());
+        assert_eq!(lines.len(), 2, "each refused once: {lines:?}");
+        assert_eq!(lines[0]["response"]["subtype"], "error");
+        assert_eq!(lines[0]["response"]["request_id"], "r1");
+        assert_eq!(lines[0]["response"]["error"], "the host is stopping");
+        assert_eq!(lines[1]["response"]["subtype"], "success");
+        assert_eq!(lines[1]["response"]["request_id"], "r2");
+        assert_eq!(
+            lines[1]["response"]["response"],
+            serde_json::json!({"behavior": "deny", "message": "the host is stopping"}),
+            "a permission ask is denied"
+        );
         assert!(answers.lock().pending.is_empty());
+        assert!(
+            !answers.answer("r2", serde_json::json!({"behavior": "allow"})),
+            "a refused ask takes no later answer"
+        );
     }
 
     #[test]
