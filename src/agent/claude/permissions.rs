@@ -147,12 +147,21 @@ mod tests {
         names.iter().map(|n| n.to_string()).collect()
     }
 
+    /// One row of the decision table: (tool, allowed_tools, denied_tools,
+    /// permission_mode, decision).
+    type Row = (
+        &'static str,
+        &'static [&'static str],
+        &'static [&'static str],
+        PermissionMode,
+        Decision,
+    );
+
     #[test]
     fn the_decision_order_is_chat_tool_denied_allowed_mode() {
         use Decision::*;
         use PermissionMode::{Allow, Ask, Deny};
-        // (tool, allowed_tools, denied_tools, permission_mode, decision)
-        let rows: &[(&str, &[&str], &[&str], PermissionMode, Decision)] = &[
+        let rows: &[Row] = &[
             // The host's own chat tools run whatever the config says.
             ("mcp__telegram-tools__send", &[], &[], Deny, ChatTool),
             (
