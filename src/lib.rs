@@ -28,8 +28,10 @@
 //! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent`, `Responder`:
 //!   - `agent::scripted`: the in-process backend playing a `Scenario`;
 //!   - `agent::claude`: the Claude Code CLI backend: `process` (spawn, process group,
-//!     reaping), `driver` (the per-session task), `protocol` (typed stream-json) with
-//!     `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
+//!     reaping), `driver` (the per-session task) with `driver/answers.rs` (each CLI
+//!     request answered once), `permissions` (what answers `can_use_tool`),
+//!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
+//!     `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
 //!   its own thread and holds the states of a message.
 //! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
