@@ -37,9 +37,10 @@ const NO_UPDATES: &str = r#"{"ok":true,"result":[]}"#;
 const NOT_MODIFIED: &str = "Bad Request: message is not modified: specified new message content \
                             and reply markup are exactly the same as a current content and reply \
                             markup of the message";
-/// Telegram's answer to an unknown or already answered callback query.
+/// The answer to an unknown or already answered callback query (as teloxide
+/// spells it, so it parses as `ApiError::InvalidQueryId`).
 const QUERY_TOO_OLD: &str =
-    "Bad Request: query is too old and response timeout expired or query ID is invalid";
+    "Bad Request: query is too old and response timeout expired or query id is invalid";
 
 impl Shared {
     /// Decides the answer (applying a queued fault), counts it and records
