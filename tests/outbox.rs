@@ -424,10 +424,9 @@ async fn a_callback_answer_reaches_telegram_with_its_text_and_alert() {
     outbox.do_send(AnswerCallback::new(ChatId(1), again.clone(), ""));
     let call = api
         .wait_for(SOON, "a second answer", |calls| {
-            let answers = calls.iter().filter(|c| c.method == "answercallbackquery");
+            let mut answers = calls.iter().filter(|c| c.method == "answercallbackquery");
             answers
-                .last()
-                .filter(|c| c.params["callback_query_id"] == json!(again))
+                .find(|c| c.params["callback_query_id"] == json!(again))
                 .cloned()
         })
         .await;
