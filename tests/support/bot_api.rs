@@ -6,9 +6,10 @@
 //! runtime with `Fakes::run`). Point teloxide at it with [`FakeBotApi::bot`]
 //! or `Bot::new(token).set_api_url(fake.url().parse()?)`, feed it updates
 //! with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`] /
-//! [`FakeBotApi::push_many`], make calls fail with [`FakeBotApi::inject`],
-//! and check what the bot did with [`FakeBotApi::calls`] and the sleep-free
-//! [`FakeBotApi::wait_for`].
+//! [`FakeBotApi::push_many`] / [`FakeBotApi::push_callback`] (a button
+//! press), make calls fail with [`FakeBotApi::inject`], and check what the
+//! bot did with [`FakeBotApi::calls`] (and [`buttons_of`] a call) and the
+//! sleep-free [`FakeBotApi::wait_for`].
 //!
 //! What it keeps of each call is [`Record`]: every call with its parameters
 //! (the tests), only when each `sendChatAction` and `sendMessage` arrived
