@@ -483,3 +483,22 @@ async fn questions_and_texts_in_one_chat_keep_their_order() {
     let want: Vec<(String, bool)> = want.iter().map(|(t, b)| (t.to_string(), *b)).collect();
     assert_eq!(delivered, want);
 }
+
+#[actix_rt::test]
+async fn a_button_press_is_taken_by_the_intake_and_the_next_message_still_answered() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.push_callback(1, USER, 1, "allow:7");
+    h.say(1, USER, "hello");
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, vec!["echo: hello"]);
+    h.turn_ended(1, 1).await;
+    // Both updates (the press is update 1, the text update 2) were acknowledged.
+    h.api
+        .wait_for(SOON, "a getUpdates past both updates", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "getupdates" && c.params["offset"] == json!(3))
+                .cloned()
+        })
+        .await;
+}
