@@ -15,6 +15,8 @@
 //! - `telegram`: the way in and out:
 //!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
+//!     its requests (texts, questions with buttons, edits, callback answers) in
+//!     `outbox/requests.rs`, the retry rules in `outbox/retry.rs`;
 //!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
