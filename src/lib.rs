@@ -15,6 +15,8 @@
 //! - `telegram`: the way in and out:
 //!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
+//!     its requests (texts, questions with buttons, edits, callback answers) in
+//!     `outbox/requests.rs`, the retry rules in `outbox/retry.rs`;
 //!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
@@ -28,8 +30,10 @@
 //! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent`, `Responder`:
 //!   - `agent::scripted`: the in-process backend playing a `Scenario`;
 //!   - `agent::claude`: the Claude Code CLI backend: `process` (spawn, process group,
-//!     reaping), `driver` (the per-session task), `protocol` (typed stream-json) with
-//!     `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
+//!     reaping), `driver` (the per-session task) with `driver/answers.rs` (each CLI
+//!     request answered once), `permissions` (what answers `can_use_tool`),
+//!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
+//!     `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
 //!   its own thread and holds the states of a message.
 //! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.

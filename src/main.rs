@@ -78,8 +78,14 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if check {
+        for warning in config.warnings() {
+            eprintln!("turnstile: warning: {warning}");
+        }
         print!("{}", config.to_redacted_toml());
         return ExitCode::SUCCESS;
+    }
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
     }
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,4 +6,7 @@ pub(crate) mod outbox;
 pub mod split;
 
 pub use intake::Intake;
-pub use outbox::{Outbox, OutboxError, RateLimits, SendText};
+pub use outbox::{
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Outbox, OutboxError, RateLimits,
+    SendQuestion, SendText,
+};

@@ -3,12 +3,20 @@
 
 mod support;
 
-use serde_json::json;
-use support::fake_cli::FakeCli;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use support::fake_cli::{FakeCli, FakeLog};
 use support::*;
-use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
-use turnstile::chat::TurnOutcome;
+use teloxide::types::ChatId;
+use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+use turnstile::agent::{
+    AfterResult, AgentBackend, AgentEvent, AgentSession, OpenSession, Permission, PermissionAsk,
+    Scenario, ScriptTurn, SessionCommand, Step,
+};
+use turnstile::chat::{ToolRegistry, TurnOutcome};
 use turnstile::events::BotEvent;
+use turnstile::shutdown::Shutdown;
 
 #[actix_rt::test]
 async fn a_clean_terminator_turn_delivers_once_and_closes_the_process() {
@@ -356,4 +364,260 @@ async fn a_warm_process_that_does_not_answer_is_replaced() {
     h.api.wait_for_texts(1, 3, SOON).await;
     cli.assert_no_process_left().await;
     assert!(!std::path::Path::new(&format!("/proc/{frozen}")).exists());
+}
+
+// Tool permissions (`can_use_tool`): decided by the driver from config, or
+// asked of the turn. The fake reports each answer it got to the chat
+// (`FAKE_CLAUDE_REPORT_PERMISSIONS`).
+
+/// The agent runs `Bash {"command": "echo hi"}`, then ends the turn.
+fn bash_scenario() -> Scenario {
+    Scenario::default().with_rule(
+        "bash",
+        turn(vec![Step::Tools {
+            calls: vec![
+                tool("Bash", json!({"command": "echo hi"})),
+                tool("mcp__telegram-tools__end_turn", json!({})),
+            ],
+        }]),
+    )
+}
+
+/// The fake reports the answers to its `can_use_tool` requests to the chat.
+const REPORT: (&str, &str) = ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_REPORT_PERMISSIONS", "1");
+
+/// The one answer the host wrote to the fake's `can_use_tool` request:
+/// asserts there was exactly one such request, answered exactly once.
+fn the_one_permission_answer(log: &FakeLog) -> Value {
+    let asked: Vec<(Value, Value)> = log
+        .answers()
+        .into_iter()
+        .filter(|(asked, _)| asked["subtype"] == "can_use_tool")
+        .collect();
+    assert_eq!(asked.len(), 1, "one ask: {asked:#?}");
+    let (_, answer) = &asked[0];
+    let id = answer["request_id"].clone();
+    let entries = log.entries();
+    let written: Vec<&Value> = entries
+        .iter()
+        .filter(|e| {
+            e.pointer("/from_host/type") == Some(&json!("control_response"))
+                && e.pointer("/from_host/response/request_id") == Some(&id)
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "answered exactly once: {written:#?}");
+    assert!(
+        entries.iter().all(|e| e.get("unexpected_answer").is_none()),
+        "{entries:#?}"
+    );
+    answer.clone()
+}
+
+/// Runs the bash turn with `env`; hands back the chat's texts and the answer.
+async fn bash_turn(env: &[(&str, &str)]) -> (Vec<String>, Value) {
+    let mut vars = vec![REPORT];
+    vars.extend_from_slice(env);
+    let (mut h, cli) = FakeCli::start(&bash_scenario(), &vars).await;
+    h.say(1, USER, "bash");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        }
+    );
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    cli.assert_no_process_left().await;
+    (texts, the_one_permission_answer(&cli))
+}
+
+/// What the model reads when config denies Bash, as the chat shows it.
+const BASH_DENIED: &str =
+    "denied: The tool `Bash` is not allowed in this chat. Answer with the send and end_turn tools.";
+
+#[actix_rt::test]
+async fn permission_mode_deny_denies_a_tool_no_list_names() {
+    let (texts, answer) = bash_turn(&[("TURNSTILE_AGENT_PERMISSION_MODE", "deny")]).await;
+    assert_eq!(texts, vec![BASH_DENIED]);
+    assert_eq!(answer["response"]["behavior"], "deny");
+}
+
+#[actix_rt::test]
+async fn permission_mode_allow_allows_a_tool_with_its_input() {
+    let (texts, answer) = bash_turn(&[("TURNSTILE_AGENT_PERMISSION_MODE", "allow")]).await;
+    assert_eq!(texts, vec![r#"allowed: {"command":"echo hi"}"#]);
+    assert_eq!(answer["response"]["toolUseID"], "toolu_1_0");
+}
+
+#[actix_rt::test]
+async fn denied_tools_beat_permission_mode_allow() {
+    let (texts, _) = bash_turn(&[
+        ("TURNSTILE_AGENT_PERMISSION_MODE", "allow"),
+        ("TURNSTILE_AGENT_DENIED_TOOLS", "Read,Bash"),
+    ])
+    .await;
+    assert_eq!(texts, vec![BASH_DENIED]);
+}
+
+#[actix_rt::test]
+async fn allowed_tools_beat_permission_mode_deny() {
+    let (texts, _) = bash_turn(&[
+        ("TURNSTILE_AGENT_PERMISSION_MODE", "deny"),
+        ("TURNSTILE_AGENT_ALLOWED_TOOLS", "Bash"),
+    ])
+    .await;
+    assert_eq!(texts, vec![r#"allowed: {"command":"echo hi"}"#]);
+}
+
+#[actix_rt::test]
+async fn permission_mode_ask_asks_the_turn_and_answers_once() {
+    let (texts, answer) = bash_turn(&[("TURNSTILE_AGENT_PERMISSION_MODE", "ask")]).await;
+    // The turn's own answer (src/chat/turn/serve.rs), not the driver's.
+    assert_eq!(texts, vec!["denied: `Bash` is not allowed in this chat."]);
+    assert_eq!(answer["response"]["behavior"], "deny");
+}
+
+/// A `claude` backend on the fake playing `scenario`, outside the actors,
+/// with `env` on top of the fake's own variables.
+fn bare_backend(files: &FakeLog, env: &[(&str, &str)]) -> ClaudeBackend {
+    let config = ConfigVars::new("http://127.0.0.1:9")
+        .set_all(TEST_DEFAULTS.iter().copied())
+        .set_all(files.env())
+        .set_all(env.iter().copied())
+        .load();
+    ClaudeBackend::new(
+        ClaudeSettings::from_config(&config),
+        Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+    )
+}
+
+/// The session's next event, bounded by [`SOON`].
+async fn next_event(session: &mut AgentSession) -> AgentEvent {
+    match tokio::time::timeout(SOON, session.events.recv()).await {
+        Ok(Some(event)) => event,
+        Ok(None) => panic!("the session's events ended"),
+        Err(_) => panic!("no event from the session within {SOON:?}"),
+    }
+}
+
+/// Opens a session on the bash scenario in ask mode and waits for its ask.
+async fn session_with_an_ask(
+    backend: &ClaudeBackend,
+    shutdown: &Shutdown,
+) -> (AgentSession, PermissionAsk) {
+    let mut session = backend
+        .open(OpenSession {
+            chat: ChatId(1),
+            resume: None,
+            shutdown: shutdown.clone(),
+        })
+        .await
+        .expect("the fake starts");
+    session
+        .commands
+        .send(SessionCommand::UserTurn("bash".into()))
+        .expect("the driver runs");
+    loop {
+        if let AgentEvent::PermissionAsk(ask) = next_event(&mut session).await {
+            return (session, ask);
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn the_driver_goes_on_serving_while_an_ask_waits() {
+    let files = FakeLog::new(&bash_scenario());
+    let backend = bare_backend(&files, &[REPORT]);
+    let shutdown = Shutdown::new();
+    let (mut session, ask) = session_with_an_ask(&backend, &shutdown).await;
+    assert_eq!(
+        (ask.id.as_str(), ask.tool.as_str(), &ask.input),
+        ("toolu_1_0", "Bash", &json!({"command": "echo hi"}))
+    );
+    // While the ask waits, a host command goes out and the agent's answer
+    // to it comes back through the driver.
+    session
+        .commands
+        .send(SessionCommand::Interrupt)
+        .expect("the driver runs");
+    assert!(
+        matches!(next_event(&mut session).await, AgentEvent::Progress),
+        "the interrupt's answer"
+    );
+    files
+        .wait_for_entries(1, |e| {
+            e.pointer("/from_host/request/subtype") == Some(&json!("interrupt"))
+        })
+        .await;
+    assert!(
+        files
+            .answers()
+            .iter()
+            .all(|(asked, _)| asked["subtype"] != "can_use_tool"),
+        "the ask is still waiting"
+    );
+    ask.reply.answer(Permission::Allow {
+        input: json!({"command": "echo changed"}),
+    });
+    let report = loop {
+        match next_event(&mut session).await {
+            AgentEvent::ToolCall(call) => break call,
+            AgentEvent::Progress => {}
+            other => panic!("expected the fake's report through send, got {other:?}"),
+        }
+    };
+    assert_eq!(
+        report.input["text"],
+        r#"allowed: {"command":"echo changed"}"#
+    );
+    drop(report);
+    let answer = the_one_permission_answer(&files);
+    assert_eq!(answer["response"]["toolUseID"], "toolu_1_0");
+    session.commands.send(SessionCommand::Kill).ok();
+    while !matches!(next_event(&mut session).await, AgentEvent::Exited { .. }) {}
+}
+
+#[actix_rt::test]
+async fn a_host_stop_while_an_ask_waits_denies_it_once() {
+    let scenario = Scenario::default().with_rule(
+        "bash",
+        turn(vec![
+            Step::Tools {
+                calls: vec![tool("Bash", json!({"command": "echo hi"}))],
+            },
+            // Time for a second answer to arrive, were one written.
+            Step::Wait { ms: 1000 },
+        ]),
+    );
+    let files = FakeLog::new(&scenario);
+    let backend = bare_backend(
+        &files,
+        &[
+            REPORT,
+            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_FINISH_TURN_FIRST", "1"),
+            ("TURNSTILE_TURN_POST_RESULT_GRACE", "10s"),
+        ],
+    );
+    let shutdown = Shutdown::new();
+    let (mut session, ask) = session_with_an_ask(&backend, &shutdown).await;
+    shutdown.begin_closing();
+    session
+        .commands
+        .send(SessionCommand::Close)
+        .expect("the driver runs");
+    files
+        .wait_for_entries(1, |e| e["asked"]["subtype"] == "can_use_tool")
+        .await;
+    // The person answers only now: too late, the ask was already refused.
+    ask.reply.answer(Permission::Allow {
+        input: json!({"command": "echo hi"}),
+    });
+    // The fake finishes its turn (a second answer would reach it meanwhile) and exits.
+    while !matches!(next_event(&mut session).await, AgentEvent::Exited { .. }) {}
+    let answer = the_one_permission_answer(&files);
+    assert_eq!(
+        answer["response"],
+        json!({"behavior": "deny", "message": "the host is stopping"})
+    );
+    files.assert_no_process_left().await;
 }

@@ -276,3 +276,43 @@ fn a_start_up_error_names_its_cause_once() {
     assert!(line.contains("telegram.api_url"), "{line}");
     assert_eq!(line.matches("invalid IPv6 address").count(), 1, "{line}");
 }
+
+#[test]
+fn check_config_warns_when_every_tool_runs_without_asking() {
+    let dir = scratch();
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        "[agent]\npermission_mode = \"allow\"\n",
+    );
+    let run = turnstile(
+        dir.path(),
+        &[
+            "check-config",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_eq!(run.code, Some(0), "a warning is not an error:\n{run:?}");
+    let warning = "turnstile: warning: agent.permission_mode = \"allow\": every tool the agent asks for runs without asking anyone";
+    assert!(run.stderr.contains(warning), "{run:?}");
+    let printed: toml::Table = run.stdout.parse().expect("check-config prints TOML");
+    assert_eq!(
+        printed["agent"]["permission_mode"].as_str(),
+        Some("allow"),
+        "{run:?}"
+    );
+    for mode in ["ask", "deny"] {
+        let run = turnstile(
+            dir.path(),
+            &["check-config"],
+            &[
+                ("TELEGRAM_BOT_TOKEN", TOKEN),
+                ("TURNSTILE_AGENT_PERMISSION_MODE", mode),
+            ],
+        );
+        assert_eq!(run.code, Some(0), "{run:?}");
+        assert!(!run.stderr.contains("warning"), "{mode}:\n{run:?}");
+    }
+}

@@ -6,10 +6,13 @@ mod bot_api;
 
 use std::time::{Duration, Instant};
 
-use bot_api::{Call, FakeBotApi, Fault, Options, Record};
+use bot_api::{Call, FakeBotApi, Fault, Options, Record, buttons_of};
 use serde_json::{Value, json};
 use teloxide::prelude::*;
-use teloxide::types::{BotCommand, ChatAction, MessageEntityKind, MessageId, UpdateKind};
+use teloxide::types::{
+    BotCommand, CallbackQueryId, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup,
+    MaybeInaccessibleMessage, MessageEntityKind, MessageId, UpdateKind,
+};
 use teloxide::{ApiError, RequestError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -471,4 +474,134 @@ async fn counts_keep_no_call_and_idle_connections_are_closed() {
     let read = tokio::time::timeout(WAIT, stream.read_to_string(&mut response)).await;
     assert!(read.is_ok(), "the idle connection was not closed");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+#[tokio::test]
+async fn a_pushed_callback_arrives_as_a_callback_query_on_the_bots_message() {
+    let fake = FakeBotApi::start().await;
+    let bot = fake.bot();
+    let keyboard = InlineKeyboardMarkup::new([[
+        InlineKeyboardButton::callback("Yes", "allow:1"),
+        InlineKeyboardButton::callback("No", "deny:1"),
+    ]]);
+    let asked = bot
+        .send_message(ChatId(7), "Allow?")
+        .reply_markup(keyboard.clone())
+        .await
+        .expect("sendMessage");
+    assert_eq!(asked.reply_markup(), Some(&keyboard));
+    let call = &fake.calls_of("sendMessage")[0];
+    assert_eq!(
+        buttons_of(call),
+        [[
+            ("Yes".to_string(), "allow:1".to_string()),
+            ("No".to_string(), "deny:1".to_string()),
+        ]]
+    );
+
+    let id = fake.push_callback(7, 42, asked.id.0, "allow:1");
+    let unknown = fake.push_callback(7, 42, 999, "deny:1");
+    assert_ne!(id, unknown);
+    let updates = bot.get_updates().await.expect("getUpdates");
+    assert_eq!(updates.len(), 2, "{updates:#?}");
+    let UpdateKind::CallbackQuery(query) = &updates[0].kind else {
+        panic!("not a callback query: {:?}", updates[0].kind);
+    };
+    assert_eq!(query.id.0, id);
+    assert_eq!(query.from.id, UserId(42));
+    assert_eq!(query.data.as_deref(), Some("allow:1"));
+    assert!(!query.chat_instance.is_empty());
+    let Some(MaybeInaccessibleMessage::Regular(message)) = &query.message else {
+        panic!("not the bot's message: {:?}", query.message);
+    };
+    assert_eq!((message.id, message.chat.id), (asked.id, ChatId(7)));
+    assert_eq!(message.text(), Some("Allow?"));
+    assert_eq!(message.reply_markup(), Some(&keyboard));
+    assert_eq!(updates[0].chat().map(|c| c.id), Some(ChatId(7)));
+
+    // A message the fake never sent is one the bot cannot see.
+    let UpdateKind::CallbackQuery(query) = &updates[1].kind else {
+        panic!("not a callback query: {:?}", updates[1].kind);
+    };
+    assert!(
+        matches!(
+            query.message,
+            Some(MaybeInaccessibleMessage::Inaccessible(_))
+        ),
+        "{:?}",
+        query.message
+    );
+}
+
+#[tokio::test]
+async fn callback_answers_and_edits_answer_as_telegram_does() {
+    let fake = FakeBotApi::start().await;
+    let bot = fake.bot();
+    let keyboard = InlineKeyboardMarkup::new([[InlineKeyboardButton::callback("Yes", "y")]]);
+    let asked = bot
+        .send_message(ChatId(7), "Allow?")
+        .reply_markup(keyboard.clone())
+        .await
+        .expect("sendMessage");
+
+    let id = fake.push_callback(7, 42, asked.id.0, "y");
+    bot.answer_callback_query(CallbackQueryId(id.clone()))
+        .text("Allowed")
+        .show_alert(true)
+        .await
+        .expect("answerCallbackQuery");
+    let again = bot.answer_callback_query(CallbackQueryId(id.clone())).await;
+    assert!(
+        matches!(again, Err(RequestError::Api(ApiError::InvalidQueryId))),
+        "{again:?}"
+    );
+    let answers = fake.calls_of("answerCallbackQuery");
+    assert_eq!(
+        answers.iter().map(|c| c.status).collect::<Vec<_>>(),
+        [200, 400]
+    );
+    assert_eq!(answers[0].params["callback_query_id"], json!(id));
+    assert_eq!(answers[0].params["text"], json!("Allowed"));
+    assert_eq!(answers[0].params["show_alert"], json!(true));
+
+    // Only the keyboard, then the text without it.
+    let other = InlineKeyboardMarkup::new([[InlineKeyboardButton::callback("Sure?", "s")]]);
+    let edited = bot
+        .edit_message_reply_markup(ChatId(7), asked.id)
+        .reply_markup(other.clone())
+        .await
+        .expect("editMessageReplyMarkup");
+    assert_eq!(
+        (edited.text(), edited.reply_markup()),
+        (Some("Allow?"), Some(&other))
+    );
+    let edited = bot
+        .edit_message_text(ChatId(7), asked.id, "Allowed")
+        .await
+        .expect("editMessageText");
+    assert_eq!((edited.id, edited.text()), (asked.id, Some("Allowed")));
+    assert_eq!(edited.reply_markup(), None);
+    assert!(edited.edit_date().is_some());
+    let edit = &fake.calls_of("editMessageText")[0];
+    assert_eq!(edit.params["chat_id"], json!(7));
+    assert_eq!(edit.params["message_id"], json!(asked.id.0));
+    assert_eq!(edit.params["text"], json!("Allowed"));
+    assert_eq!(
+        fake.calls_of("editMessageReplyMarkup")[0].params["reply_markup"],
+        serde_json::to_value(&other).unwrap()
+    );
+
+    let same = bot.edit_message_text(ChatId(7), asked.id, "Allowed").await;
+    assert!(
+        matches!(same, Err(RequestError::Api(ApiError::MessageNotModified))),
+        "{same:?}"
+    );
+    let missing = bot.edit_message_text(ChatId(7), MessageId(999), "x").await;
+    assert!(
+        matches!(
+            missing,
+            Err(RequestError::Api(ApiError::MessageToEditNotFound))
+        ),
+        "{missing:?}"
+    );
 }

@@ -99,7 +99,12 @@ async fn agent_requests_after_stop_began_are_refused_and_never_run() {
         "the host is stopping"
     );
     assert_eq!(find("hook_callback")["subtype"], "error");
-    assert_eq!(find("can_use_tool")["subtype"], "error");
+    // A permission ask is denied, so the model reads why (even for a tool
+    // `agent.allowed_tools` names).
+    assert_eq!(
+        find("can_use_tool")["response"],
+        json!({"behavior": "deny", "message": "the host is stopping"})
+    );
     assert!(
         h.texts(1).iter().all(|t| t != "after stop"),
         "the refused tool never ran"

@@ -10,9 +10,11 @@
 //! Layout: this file holds the settings and the backend; [`protocol`] the
 //! wire format, parsed into typed enums at the boundary; `process` the child
 //! (spawn, process group, signals, reaping); `driver` the per-session task
-//! (reading lines, dispatching requests, writing answers, closing).
+//! (reading lines, dispatching requests, writing answers, closing);
+//! `permissions` what answers `can_use_tool`.
 
 mod driver;
+mod permissions;
 mod process;
 // The wire types; public (hidden) for the benchmarks' minimal direct driver.
 #[doc(hidden)]
@@ -26,7 +28,7 @@ use std::time::Duration;
 
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
-use crate::config::Config;
+use crate::config::{Config, PermissionMode};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
@@ -46,6 +48,10 @@ pub struct ClaudeSettings {
     pub system_prompt: String,
     /// Other tools the agent may use.
     pub allowed_tools: Vec<String>,
+    /// Tools the agent may never use; they beat `allowed_tools`.
+    pub denied_tools: Vec<String>,
+    /// What answers a tool neither list names (`can_use_tool`).
+    pub permission_mode: PermissionMode,
     /// `--model`, when set.
     pub model: String,
     /// `--max-turns`, when non-zero.
@@ -67,6 +73,8 @@ impl ClaudeSettings {
             workdir: agent.workdir.clone(),
             system_prompt: agent.system_prompt.clone(),
             allowed_tools: agent.allowed_tools.clone(),
+            denied_tools: agent.denied_tools.clone(),
+            permission_mode: agent.permission_mode,
             model: agent.model.clone(),
             max_turns: agent.max_turns,
             batch_hook: agent.batch_hook,

@@ -9,6 +9,11 @@
 //!   group, to prove the whole group is killed.
 //! - `FAKE_CLAUDE_FINISH_TURN_FIRST=1`: `end_session` during a turn lets the
 //!   turn finish (its requests still come) before exiting.
+//! - `FAKE_CLAUDE_REPORT_PERMISSIONS=1`: after the answer to the
+//!   `can_use_tool` request of a `tools` step's call of a tool that is not a
+//!   chat tool (`Bash`), the fake tells the chat what it got, through the
+//!   `send` chat tool: `allowed: <updatedInput as JSON>`, `denied: <message>`
+//!   or `refused: <control error>`.
 //!
 //! The protocol: `initialize` is answered; each user line plays the first
 //! scenario rule its text matches; tool calls go out as `mcp_message`
@@ -119,6 +124,10 @@ fn main() {
         std::env::var("FAKE_CLAUDE_FINISH_TURN_FIRST").is_ok_and(|v| v == "1"),
         Ordering::SeqCst,
     );
+    REPORT_PERMISSIONS.store(
+        std::env::var("FAKE_CLAUDE_REPORT_PERMISSIONS").is_ok_and(|v| v == "1"),
+        Ordering::SeqCst,
+    );
     eprintln!("fake-claude {pid} started");
 
     let (turns_tx, turns_rx) = mpsc::channel::<String>();
@@ -217,6 +226,31 @@ static WEDGED: AtomicBool = AtomicBool::new(false);
 static FINISH_TURN_FIRST: AtomicBool = AtomicBool::new(false);
 /// Set by a deferred `end_session`: exit once the turn is over.
 static END_AFTER_TURN: AtomicBool = AtomicBool::new(false);
+/// `FAKE_CLAUDE_REPORT_PERMISSIONS=1`: each `can_use_tool` answer is sent
+/// to the chat.
+static REPORT_PERMISSIONS: AtomicBool = AtomicBool::new(false);
+
+/// What a `can_use_tool` answer (the `response` of its `control_response`)
+/// said, as the fake reports it to the chat.
+fn permission_report(answer: &Value) -> String {
+    let body = &answer["response"];
+    match body["behavior"].as_str() {
+        Some("allow") => format!("allowed: {}", body["updatedInput"]),
+        Some("deny") => format!("denied: {}", body["message"].as_str().unwrap_or_default()),
+        _ => format!("refused: {}", answer["error"].as_str().unwrap_or_default()),
+    }
+}
+
+/// Calls the `send` chat tool (JSON-RPC id `rpc_id`, tool-use id `id`) and
+/// returns its entry for the batch hook; `None` when stdin is gone.
+fn send_tool(fake: &Fake, rpc_id: u32, id: &str, text: &str) -> Option<Value> {
+    let input = json!({"text": text});
+    fake.ask(json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {
+        "jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
+        "params": {"name": "send", "arguments": input, "_meta": {"claudecode/toolUseId": id}}
+    }}))
+    .map(|_| json!({"tool_name": "mcp__telegram-tools__send", "tool_input": input, "tool_use_id": id, "tool_response": []}))
+}
 
 fn play(fake: &Fake, scenario: &Scenario, turns: Receiver<String>) {
     while let Ok(text) = turns.recv() {
@@ -315,6 +349,7 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
                     let id = format!("toolu_{calls}_{i}");
                     let input = fill_value(&tool.input, user_text);
                     fake.write(&json!({"type": "assistant", "message": {"id": format!("msg_{calls}"), "role": "assistant", "content": [{"type": "tool_use", "id": id, "name": tool.name, "input": input}], "stop_reason": null}, "parent_tool_use_id": null, "session_id": fake.session_id}));
+                    let chat_tool = tool.name.starts_with("mcp__telegram-tools__");
                     let response = match tool.name.strip_prefix("mcp__telegram-tools__") {
                         Some(bare) => fake.ask(json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {
                             "jsonrpc": "2.0", "id": calls * 100 + i as u32, "method": "tools/call",
@@ -325,6 +360,11 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
                     let Some(response) = response else { return };
                     fake.write(&json!({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": response.to_string()}]}]}, "session_id": fake.session_id}));
                     batch.push(json!({"tool_name": tool.name, "tool_input": input, "tool_use_id": id, "tool_response": []}));
+                    if !chat_tool && REPORT_PERMISSIONS.load(Ordering::SeqCst) {
+                        let report = permission_report(&response);
+                        let Some(sent) = send_tool(fake, calls * 100 + 50 + i as u32, &format!("{id}_report"), &report) else { return };
+                        batch.push(sent);
+                    }
                 }
                 if matches!(step, Step::Tools { .. }) && fake.hook.load(Ordering::SeqCst) {
                     let answer = fake.ask(json!({"subtype": "hook_callback", "callback_id": "hook_0", "input": {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::{Config, ConfigError, bad_value};
+use super::{Config, ConfigError, PermissionMode, bad_value};
 
 /// The longest duration any key accepts (longer ones are surely typos, and
 /// would overflow clock arithmetic).
@@ -97,6 +97,22 @@ impl Config {
                 "expected an http:// or https:// URL",
             )),
         }
+    }
+}
+
+impl Config {
+    /// What is allowed but worth saying out loud (`check-config` prints each
+    /// on stderr, a start logs each): settings that give the agent more than
+    /// the defaults do.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.agent.permission_mode == PermissionMode::Allow {
+            warnings.push(
+                "agent.permission_mode = \"allow\": every tool the agent asks for runs without asking anyone (agent.denied_tools still applies)"
+                    .to_string(),
+            );
+        }
+        warnings
     }
 }
 
@@ -195,5 +211,22 @@ mod tests {
         for url in ["http://127.0.0.1:1234", "https://api.telegram.org"] {
             load_text(&format!("[telegram]\napi_url = \"{url}\"\n"), &[]).expect(url);
         }
+    }
+
+    #[test]
+    fn permission_mode_allow_is_warned_about_and_nothing_else_is() {
+        assert_eq!(Config::default().warnings(), Vec::<String>::new());
+        for mode in ["ask", "deny"] {
+            let config =
+                load_text(&format!("[agent]\npermission_mode = \"{mode}\"\n"), &[]).expect(mode);
+            assert!(config.warnings().is_empty(), "{mode}");
+        }
+        let config = load_text("[agent]\npermission_mode = \"allow\"\n", &[]).expect("allow");
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("agent.permission_mode = \"allow\": every tool"),
+            "{warnings:?}"
+        );
     }
 }

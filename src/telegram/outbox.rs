@@ -7,22 +7,42 @@
 //! characters is split without breaking code blocks; a 400 "can't parse
 //! entities" is retried as plain text; a 403 (bot blocked) is reported and
 //! not retried. Typing requests are sent only while their lease is alive.
+//!
+//! Questions ([`SendQuestion`]: text under callback buttons), their edits
+//! ([`EditQuestion`]) and callback answers ([`AnswerCallback`]) take the
+//! same lanes, limits and retry rules; an edit may be repeated (the same
+//! edit twice is harmless), a question may not, and a callback answer is
+//! dropped once Telegram would no longer take it.
+//!
+//! The request types are in `outbox/requests.rs`, the retry rules in
+//! `outbox/retry.rs`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::{Actor, AsyncContext, Context, Handler, Message};
-use teloxide::Bot;
-use teloxide::RequestError;
-use teloxide::payloads::{SendMessageSetters, SetMessageReactionSetters};
+use actix::{Actor, AsyncContext, Context, Handler};
+use teloxide::payloads::{
+    AnswerCallbackQuerySetters, SendMessageSetters, SetMessageReactionSetters,
+};
 use teloxide::prelude::Requester;
-use teloxide::types::{ChatAction, ChatId, MessageId, ParseMode, ReactionType};
-use tokio::sync::{mpsc, oneshot};
+use teloxide::types::{CallbackQueryId, ChatAction, ChatId, ReactionType};
+use teloxide::{ApiError, Bot, RequestError};
+use tokio::sync::mpsc;
 
 use crate::events::{BotEvent, EventBus};
 use crate::telegram::split::{TELEGRAM_TEXT_LIMIT, split_message};
+
+mod requests;
+mod retry;
+
+use requests::Job;
+pub use requests::{
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Flush, React, SendQuestion,
+    SendText, SendTyping, StopOutbox,
+};
+use retry::{Rule, Sent, classify, deliver, retry_allowed, send_piece};
 
 /// Why a request did not get through.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -110,90 +130,6 @@ impl Bucket {
         }
     }
 }
-
-/// Sends text to a chat. Always queued, even when the sender goes away;
-/// `reply` (when given) gets the ids of the sent messages.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct SendText {
-    /// Where.
-    pub chat: ChatId,
-    /// What; split when longer than Telegram allows.
-    pub text: String,
-    /// Who wants to know how it went.
-    pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
-}
-
-impl SendText {
-    /// A message nobody waits on.
-    pub fn new(chat: ChatId, text: impl Into<String>) -> Self {
-        Self {
-            chat,
-            text: text.into(),
-            reply: None,
-        }
-    }
-
-    /// A message and the receiver of its outcome.
-    pub fn tracked(
-        chat: ChatId,
-        text: impl Into<String>,
-    ) -> (Self, oneshot::Receiver<Result<Vec<MessageId>, OutboxError>>) {
-        let (tx, rx) = oneshot::channel();
-        (
-            Self {
-                chat,
-                text: text.into(),
-                reply: Some(tx),
-            },
-            rx,
-        )
-    }
-}
-
-/// Shows "typing…" in a chat while `lease` is alive.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct SendTyping {
-    /// Where.
-    pub chat: ChatId,
-    /// Checked right before the request leaves: a dead lease sends nothing.
-    pub lease: crate::chat::typing::TypingLease,
-}
-
-/// Sets a reaction on a message; `reply` gets the outcome.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct React {
-    /// Where.
-    pub chat: ChatId,
-    /// Which message.
-    pub message_id: MessageId,
-    /// The emoji.
-    pub emoji: String,
-    /// Who wants to know how it went.
-    pub reply: oneshot::Sender<Result<(), OutboxError>>,
-}
-
-/// One queued request of a chat.
-enum Job {
-    Text(
-        String,
-        Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
-    ),
-    Typing(crate::chat::typing::TypingLease),
-    React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
-}
-
-/// Resolves once every queued request has been sent or has failed.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct Flush;
-
-/// Refuses every later request (after a flush, at the end of a stop).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct StopOutbox;
 
 /// What every chat worker shares.
 struct Shared {
@@ -284,15 +220,7 @@ impl Outbox {
                 chat_id = chat.0,
                 "request after the outbox stopped; refused"
             );
-            match job {
-                Job::Text(_, Some(reply)) => {
-                    let _ = reply.send(Err(OutboxError::Stopped));
-                }
-                Job::React(_, _, reply) => {
-                    let _ = reply.send(Err(OutboxError::Stopped));
-                }
-                Job::Text(_, None) | Job::Typing(_) => {}
-            }
+            job.refuse(OutboxError::Stopped);
             return;
         }
         self.shared.pending.fetch_add(1, Ordering::SeqCst);
@@ -336,6 +264,43 @@ impl Handler<SendText> for Outbox {
             return;
         }
         self.enqueue(msg.chat, Job::Text(msg.text, msg.reply));
+    }
+}
+
+impl Handler<SendQuestion> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: SendQuestion, _ctx: &mut Self::Context) {
+        let chat = msg.chat;
+        match Job::question(msg) {
+            Ok(job) => self.enqueue(chat, job),
+            Err((err, msg)) => {
+                tracing::warn!(chat_id = chat.0, cause = %err, "question not sent");
+                let _ = msg.reply.send(Err(err));
+            }
+        }
+    }
+}
+
+impl Handler<EditQuestion> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: EditQuestion, _ctx: &mut Self::Context) {
+        if msg.text.trim().is_empty() {
+            if let Some(reply) = msg.reply {
+                let _ = reply.send(Err(OutboxError::EmptyText));
+            }
+            return;
+        }
+        self.enqueue(msg.chat, Job::edit(msg));
+    }
+}
+
+impl Handler<AnswerCallback> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: AnswerCallback, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::answer(msg));
     }
 }
 
@@ -468,153 +433,76 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
             };
             let _ = reply.send(result);
         }
-    }
-}
-
-/// What a request's answer means for the next step.
-enum Sent<T> {
-    Ok(T),
-    /// Not delivered; safe to send again after the wait.
-    Retry(Duration, String),
-    /// Unknown whether it was delivered; only idempotent requests retry.
-    RetryIfUnsent(Duration, String),
-    /// The formatting was refused; send as plain text.
-    Plain(String),
-    /// Final.
-    Fail(OutboxError),
-}
-
-fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
-    use teloxide::ApiError;
-    match result {
-        Ok(v) => Sent::Ok(v),
-        Err(RequestError::RetryAfter(secs)) => Sent::Retry(
-            secs.duration(),
-            format!("rate limited for {}s", secs.seconds()),
-        ),
-        Err(RequestError::Api(ApiError::CantParseEntities(why))) => Sent::Plain(why),
-        Err(RequestError::Api(
-            ApiError::BotBlocked
-            | ApiError::UserDeactivated
-            | ApiError::BotKicked
-            | ApiError::BotKickedFromSupergroup,
-        )) => Sent::Fail(OutboxError::Blocked),
-        Err(RequestError::Api(ApiError::Unknown(why))) if is_server_error(&why) => {
-            Sent::Retry(Duration::ZERO, why)
-        }
-        Err(RequestError::Api(api)) => Sent::Fail(OutboxError::Refused(api.to_string())),
-        Err(RequestError::InvalidJson { .. }) => Sent::RetryIfUnsent(
-            Duration::ZERO,
-            "telegram answered something that is not JSON".into(),
-        ),
-        Err(RequestError::Network(err)) if err.is_connect() => {
-            Sent::Retry(Duration::ZERO, err.to_string())
-        }
-        Err(RequestError::Network(err)) => Sent::RetryIfUnsent(Duration::ZERO, err.to_string()),
-        Err(other) => Sent::Fail(OutboxError::Unreachable(other.to_string())),
-    }
-}
-
-/// Telegram's 5xx descriptions (teloxide keeps only the description).
-fn is_server_error(description: &str) -> bool {
-    [
-        "Internal Server Error",
-        "Bad Gateway",
-        "Service Unavailable",
-        "Gateway Timeout",
-    ]
-    .iter()
-    .any(|s| description.contains(s))
-}
-
-/// Sleeps before a retry when one is allowed; `false` when retries ran out.
-async fn retry_allowed(
-    shared: &Shared,
-    attempt: &mut u32,
-    wait: Duration,
-    chat: ChatId,
-    why: &str,
-) -> bool {
-    *attempt += 1;
-    let limits = &shared.limits;
-    if *attempt > limits.max_retries || wait > limits.max_retry_after {
-        tracing::warn!(
-            chat_id = chat.0,
-            attempts = *attempt,
-            cause = why,
-            "giving up on a telegram request"
-        );
-        return false;
-    }
-    let wait = if wait.is_zero() {
-        limits.backoff * 2u32.saturating_pow(*attempt - 1)
-    } else {
-        wait
-    };
-    tracing::info!(
-        chat_id = chat.0,
-        attempt = *attempt,
-        wait_ms = wait.as_millis() as u64,
-        cause = why,
-        "retrying a telegram request"
-    );
-    tokio::time::sleep(wait).await;
-    true
-}
-
-async fn send_piece(
-    shared: &Shared,
-    chat: ChatId,
-    bucket: &mut Bucket,
-    piece: &str,
-) -> Result<MessageId, OutboxError> {
-    let mut formatted = true;
-    let mut attempt = 0;
-    loop {
-        let wait = bucket.reserve().max(reserve_global(shared));
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-        let mut request = shared.bot.send_message(chat, piece);
-        if formatted {
-            // Agents write loose Markdown; the legacy mode accepts most of it
-            // and a refusal falls back to plain text below.
-            #[allow(deprecated)]
-            let mode = ParseMode::Markdown;
-            request = request.parse_mode(mode);
-        }
-        match classify(request.await) {
-            Sent::Ok(message) => return Ok(message.id),
-            Sent::Plain(why) if formatted => {
-                tracing::info!(chat_id = chat.0, cause = %why, "formatting refused; sending as plain text");
-                formatted = false;
+        Job::Question(text, keyboard, reply) => {
+            let rule = Rule {
+                method: "sendMessage",
+                idempotent: false,
+                until: None,
+            };
+            let result = deliver(shared, chat, bucket, rule, || {
+                let request = shared
+                    .bot
+                    .send_message(chat, text.as_str())
+                    .reply_markup(keyboard.clone());
+                async move { request.await.map(|message| message.id) }
+            })
+            .await;
+            if let Err(err) = &result {
+                tracing::warn!(chat_id = chat.0, cause = %err, "question not delivered");
             }
-            Sent::Plain(why) => return Err(OutboxError::Refused(why)),
-            Sent::Retry(wait, why) => {
-                if !retry_allowed(shared, &mut attempt, wait, chat, &why).await {
-                    return Err(OutboxError::Unreachable(why));
+            let _ = reply.send(result);
+        }
+        Job::Edit(message_id, text, reply) => {
+            let rule = Rule {
+                method: "editMessageText",
+                idempotent: true,
+                until: None,
+            };
+            let result = deliver(shared, chat, bucket, rule, || {
+                // No reply_markup: the buttons go.
+                let request = shared
+                    .bot
+                    .edit_message_text(chat, message_id, text.as_str());
+                async move {
+                    match request.await {
+                        Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+                        Err(err) => Err(err),
+                    }
                 }
+            })
+            .await;
+            if let Err(err) = &result {
+                tracing::warn!(chat_id = chat.0, message_id = message_id.0, cause = %err, "question not edited");
             }
-            Sent::RetryIfUnsent(_, why) => {
-                // The message may have been delivered: sending it again could duplicate it.
-                tracing::warn!(chat_id = chat.0, cause = %why, "sendMessage outcome unknown; not retried");
-                return Err(OutboxError::Unreachable(why));
+            if let Some(reply) = reply {
+                let _ = reply.send(result);
             }
-            Sent::Fail(OutboxError::Blocked) => {
-                tracing::warn!(
-                    chat_id = chat.0,
-                    "the bot is blocked in this chat; message dropped"
-                );
-                return Err(OutboxError::Blocked);
-            }
-            Sent::Fail(err) => return Err(err),
         }
-    }
-}
-
-fn reserve_global(shared: &Shared) -> Duration {
-    match shared.global.lock() {
-        Ok(mut bucket) => bucket.reserve(),
-        Err(poisoned) => poisoned.into_inner().reserve(),
+        Job::Answer {
+            id,
+            text,
+            alert,
+            until,
+        } => {
+            let rule = Rule {
+                method: "answerCallbackQuery",
+                idempotent: true,
+                until: Some(until),
+            };
+            let result = deliver(shared, chat, bucket, rule, || {
+                let mut request = shared
+                    .bot
+                    .answer_callback_query(CallbackQueryId(id.clone()))
+                    .show_alert(alert);
+                if !text.is_empty() {
+                    request = request.text(text.as_str());
+                }
+                async move { request.await.map(|_| ()) }
+            })
+            .await;
+            if let Err(err) = result {
+                tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
+            }
+        }
     }
 }

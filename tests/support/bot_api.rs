@@ -6,9 +6,10 @@
 //! runtime with `Fakes::run`). Point teloxide at it with [`FakeBotApi::bot`]
 //! or `Bot::new(token).set_api_url(fake.url().parse()?)`, feed it updates
 //! with [`FakeBotApi::push_text`] / [`FakeBotApi::push_update`] /
-//! [`FakeBotApi::push_many`], make calls fail with [`FakeBotApi::inject`],
-//! and check what the bot did with [`FakeBotApi::calls`] and the sleep-free
-//! [`FakeBotApi::wait_for`].
+//! [`FakeBotApi::push_many`] / [`FakeBotApi::push_callback`] (a button
+//! press), make calls fail with [`FakeBotApi::inject`], and check what the
+//! bot did with [`FakeBotApi::calls`] (and [`buttons_of`] a call) and the
+//! sleep-free [`FakeBotApi::wait_for`].
 //!
 //! What it keeps of each call is [`Record`]: every call with its parameters
 //! (the tests), only when each `sendChatAction` and `sendMessage` arrived
@@ -17,20 +18,25 @@
 //! ([`FakeBotApi::counts`]) are always kept.
 //!
 //! Answered methods: `getMe`, `getUpdates` (long polling; `offset`
-//! acknowledges), `sendMessage`, and `true` for `deleteWebhook`,
-//! `sendChatAction`, `setMessageReaction` and `setMyCommands`; anything else
-//! gets a 404 Bot API error. Method names are matched case-insensitively and
+//! acknowledges), `sendMessage` (an inline keyboard in `reply_markup` comes
+//! back in the message), `editMessageText` and `editMessageReplyMarkup` (the
+//! edited message; a missing `reply_markup` removes the buttons; "message is
+//! not modified" and "message to edit not found" as Telegram says them),
+//! `answerCallbackQuery` (`true` once per id from
+//! [`FakeBotApi::push_callback`], else "query is too old"), and `true` for
+//! `deleteWebhook`, `sendChatAction`, `setMessageReaction` and
+//! `setMyCommands`; anything else gets a 404 Bot API error. Method names are matched case-insensitively and
 //! recorded lowercased (`sendmessage`). The server side is in
 //! `bot_api_server.rs`, a child module of this one.
 #![allow(dead_code)]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio::{net::TcpListener, sync::Notify, time::timeout_at};
 
@@ -162,6 +168,12 @@ struct Shared {
     polls: AtomicU64,
     /// [`Counts::errors`].
     errors: AtomicU64,
+    /// The bot's messages by `(chat, message_id)`, as Telegram returned
+    /// them, for edits and callback queries: all of them with
+    /// [`Record::Calls`], only those with buttons otherwise.
+    sent: Mutex<HashMap<(i64, i64), Value>>,
+    /// Callback query ids pushed and not yet answered.
+    unanswered: Mutex<HashSet<String>>,
 }
 
 #[derive(Default)]
@@ -170,8 +182,11 @@ struct Queue {
     updates: VecDeque<(i64, String)>,
     /// The highest id pushed: the next update without one gets the one after.
     last_update_id: i64,
-    /// Shared by pushed and sent messages, so ids never collide.
+    /// Shared by pushed and sent messages, so ids never collide (and grow
+    /// in every chat).
     last_message_id: i64,
+    /// The last callback query id handed out.
+    last_callback_id: u64,
 }
 
 #[derive(Default)]
@@ -244,6 +259,37 @@ impl FakeBotApi {
     /// entity for its first word.
     pub fn push_text(&self, chat_id: i64, user_id: i64, text: &str) -> i64 {
         let id = lock(&self.shared.queue).push_text(chat_id, user_id, text, unix_now());
+        self.shared.pushed.notify_waiters();
+        id
+    }
+
+    /// Pushes a press by user `user_id` of a button with callback `data` on
+    /// the bot's message `message_id` in chat `chat_id` (a `callback_query`
+    /// update carrying that message as the fake last returned it, or an
+    /// inaccessible message when it never sent one); returns the callback
+    /// query's id, for `answerCallbackQuery`.
+    pub fn push_callback(&self, chat_id: i64, user_id: i64, message_id: i32, data: &str) -> String {
+        let message = lock(&self.shared.sent)
+            .get(&(chat_id, i64::from(message_id)))
+            .cloned();
+        let message = message.unwrap_or_else(|| {
+            // Telegram's shape for a message the bot can no longer see.
+            json!({"chat": private_chat(chat_id), "message_id": message_id, "date": 0})
+        });
+        let id = {
+            let mut queue = lock(&self.shared.queue);
+            queue.last_callback_id += 1;
+            let id = format!("{}", 4_000_000_000_000 + queue.last_callback_id);
+            queue.push(json!({"callback_query": {
+                "id": id,
+                "from": {"id": user_id, "is_bot": false, "first_name": "u"},
+                "message": message,
+                "chat_instance": format!("instance-{chat_id}"),
+                "data": data,
+            }}));
+            id
+        };
+        lock(&self.shared.unanswered).insert(id.clone());
         self.shared.pushed.notify_waiters();
         id
     }
@@ -414,6 +460,46 @@ fn texts_in(calls: &[Call], chat_id: i64) -> Vec<String> {
     to_chat
         .filter_map(|c| Some(c.params.get("text")?.as_str()?.to_owned()))
         .collect()
+}
+
+/// The inline keyboard a call sent (`reply_markup`), as rows of
+/// `(label, callback data)`; empty when it sent none.
+pub fn buttons_of(call: &Call) -> Vec<Vec<(String, String)>> {
+    let Some(markup) = markup_of(&call.params) else {
+        return Vec::new();
+    };
+    let text = |button: &Value, key: &str| {
+        button
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let rows = markup["inline_keyboard"].as_array().cloned();
+    let rows = rows.unwrap_or_default().into_iter();
+    rows.map(|row| {
+        let buttons = row.as_array().cloned().unwrap_or_default();
+        buttons
+            .iter()
+            .map(|b| (text(b, "text"), text(b, "callback_data")))
+            .collect()
+    })
+    .collect()
+}
+
+/// The inline keyboard in a call's `reply_markup` (a JSON string in a form
+/// body), if it has one.
+fn markup_of(params: &Value) -> Option<Value> {
+    let markup = match params.get("reply_markup")? {
+        Value::String(raw) => serde_json::from_str(raw).ok()?,
+        markup => markup.clone(),
+    };
+    markup.get("inline_keyboard").is_some().then_some(markup)
+}
+
+/// A private chat as Telegram describes it.
+fn private_chat(chat_id: i64) -> Value {
+    json!({"id": chat_id, "type": "private", "first_name": "user"})
 }
 
 fn describe(call: &Call) -> String {

@@ -33,6 +33,14 @@ impl Answer {
 
 const OK_TRUE: &str = r#"{"ok":true,"result":true}"#;
 const NO_UPDATES: &str = r#"{"ok":true,"result":[]}"#;
+/// Telegram's answer to an edit that changes nothing.
+const NOT_MODIFIED: &str = "Bad Request: message is not modified: specified new message content \
+                            and reply markup are exactly the same as a current content and reply \
+                            markup of the message";
+/// The answer to an unknown or already answered callback query (as teloxide
+/// spells it, so it parses as `ApiError::InvalidQueryId`).
+const QUERY_TOO_OLD: &str =
+    "Bad Request: query is too old and response timeout expired or query id is invalid";
 
 impl Shared {
     /// Decides the answer (applying a queued fault), counts it and records
@@ -83,6 +91,17 @@ impl Shared {
                 Answer::Poll(int("offset"), limit, timeout)
             }
             "sendmessage" => self.send_message(params, at),
+            "editmessagetext" => self.edit_message(params, true),
+            "editmessagereplymarkup" => self.edit_message(params, false),
+            "answercallbackquery" => {
+                let id = params.get("callback_query_id").and_then(Value::as_str);
+                match id {
+                    Some(id) if lock(&self.unanswered).remove(id) => {
+                        Answer::Json(200, OK_TRUE.to_string())
+                    }
+                    _ => error(400, QUERY_TOO_OLD, None),
+                }
+            }
             "sendchataction" => {
                 self.chat_actions.fetch_add(1, Ordering::Relaxed);
                 if self.options.record == Record::Arrivals {
@@ -128,13 +147,56 @@ impl Shared {
             self.recorded.notify_waiters();
         }
         let message_id = lock(&self.queue).next_message_id();
-        ok(json!({
+        let mut message = json!({
             "message_id": message_id,
             "date": unix_now(),
-            "chat": {"id": chat_id, "type": "private", "first_name": "user"},
+            "chat": private_chat(chat_id),
             "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
             "text": text,
-        }))
+        });
+        let markup = markup_of(params);
+        let keep = markup.is_some() || self.options.record == Record::Calls;
+        if let Some(markup) = markup {
+            message["reply_markup"] = markup;
+        }
+        if keep {
+            let key = (chat_id, message_id);
+            lock(&self.sent).insert(key, message.clone());
+        }
+        ok(message)
+    }
+
+    /// `editMessageText` (`text`) or `editMessageReplyMarkup`: replaces the
+    /// text and the buttons (none without a `reply_markup`) of a message the
+    /// bot sent, answering the edited message.
+    fn edit_message(&self, params: &Value, text: bool) -> Answer {
+        let int = |name: &str| params.get(name).and_then(as_i64);
+        let new_text = params.get("text").and_then(Value::as_str);
+        if text && new_text.is_none_or(|t| t.trim().is_empty()) {
+            return error(400, "Bad Request: message text is empty", None);
+        }
+        let key = (int("chat_id").unwrap_or(0), int("message_id").unwrap_or(0));
+        let mut sent = lock(&self.sent);
+        let Some(message) = sent.get_mut(&key) else {
+            return error(400, "Bad Request: message to edit not found", None);
+        };
+        let markup = markup_of(params);
+        let same_text = !text || message.get("text").and_then(Value::as_str) == new_text;
+        if same_text && message.get("reply_markup") == markup.as_ref() {
+            return error(400, NOT_MODIFIED, None);
+        }
+        let fields = message
+            .as_object_mut()
+            .expect("a stored message is an object");
+        if let Some(new_text) = new_text.filter(|_| text) {
+            fields.insert("text".into(), new_text.into());
+        }
+        match markup {
+            Some(markup) => fields.insert("reply_markup".into(), markup),
+            None => fields.remove("reply_markup"),
+        };
+        fields.insert("edit_date".into(), unix_now().into());
+        ok(message.clone())
     }
 
     /// Long-polls for updates at or past `offset`.

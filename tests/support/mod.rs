@@ -24,7 +24,7 @@ use turnstile::telegram::RateLimits;
 use turnstile::{Config, Turnstile};
 
 #[allow(unused_imports)]
-pub use bot_api::{Call, FakeBotApi, Fault};
+pub use bot_api::{Call, FakeBotApi, Fault, buttons_of};
 #[allow(unused_imports)]
 pub use config::ConfigVars;
 

@@ -2,8 +2,9 @@
 //! answers its requests exactly once, writes the host's commands and closes
 //! the session step by step.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+mod answers;
+
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
@@ -11,6 +12,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
+use super::permissions::{self, Rules};
 use super::process::AgentProcess;
 use super::protocol::{
     self, CliLine, ControlRequest, ControlResponse, HookCallback, HookInput, Line, McpMessage,
@@ -19,6 +21,7 @@ use super::protocol::{
 use crate::agent::{AgentEvent, AgentSession, Responder, SessionCommand, ToolBatch, ToolCall};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
 use crate::shutdown::Shutdown;
+use answers::{Answers, Refusal};
 
 /// A line longer than this is dropped (logged), never buffered whole.
 pub const MAX_LINE_BYTES: usize = 8 << 20;
@@ -144,100 +147,6 @@ async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Li
         if tx.send(parsed).is_err() {
             return;
         }
-    }
-}
-
-/// The way into the CLI's stdin, and the requests from the CLI still
-/// waiting for an answer: each is answered at most once, and one whose
-/// answer could not be written stays pending, so the close path answers it.
-#[derive(Clone)]
-struct Answers {
-    /// Shared with the tasks waiting for the host's answers.
-    inner: Arc<Mutex<AnswersInner>>,
-    /// For logs.
-    pid: u32,
-}
-
-struct AnswersInner {
-    /// Lines to stdin; `None` once stdin is closed.
-    out: Option<mpsc::UnboundedSender<Value>>,
-    /// Request ids from the CLI not yet answered.
-    pending: HashSet<String>,
-}
-
-impl Answers {
-    fn new(out: mpsc::UnboundedSender<Value>, pid: u32) -> Self {
-        Self {
-            inner: Arc::new(Mutex::new(AnswersInner {
-                out: Some(out),
-                pending: HashSet::new(),
-            })),
-            pid,
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, AnswersInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Writes a host line; `false` when stdin is closed.
-    fn write(&self, line: Value) -> bool {
-        match &self.lock().out {
-            Some(out) => out.send(line).is_ok(),
-            None => false,
-        }
-    }
-
-    /// Notes a request from the CLI that needs an answer.
-    fn expect(&self, id: &str) {
-        if !self.lock().pending.insert(id.to_string()) {
-            tracing::warn!(
-                pid = self.pid,
-                request_id = id,
-                "the agent reused a pending request id"
-            );
-        }
-    }
-
-    /// Answers a request once; a second answer is refused and logged.
-    fn answer(&self, id: &str, line: Value) -> bool {
-        let mut inner = self.lock();
-        if !inner.pending.remove(id) {
-            tracing::warn!(
-                pid = self.pid,
-                request_id = id,
-                "second answer to a request refused"
-            );
-            return false;
-        }
-        let sent = inner.out.as_ref().is_some_and(|out| out.send(line).is_ok());
-        if !sent {
-            // Still unanswered: the close path refuses it.
-            inner.pending.insert(id.to_string());
-            tracing::debug!(
-                pid = self.pid,
-                request_id = id,
-                "answer not written; request left pending"
-            );
-        }
-        sent
-    }
-
-    /// Refuses every pending request (before closing stdin).
-    fn refuse_pending(&self, why: &str) {
-        let mut inner = self.lock();
-        let ids: Vec<String> = inner.pending.drain().collect();
-        for id in ids {
-            tracing::info!(pid = self.pid, request_id = %id, "pending agent request refused: {why}");
-            if let Some(out) = &inner.out {
-                let _ = out.send(protocol::control_error(&id, why));
-            }
-        }
-    }
-
-    /// Closes stdin.
-    fn close(&self) {
-        self.lock().out = None;
     }
 }
 
@@ -451,7 +360,8 @@ impl Driver {
             tracing::warn!(pid = self.pid, "control request without an id skipped");
             return;
         };
-        self.answers.expect(&id);
+        let refusal = Refusal::of(&request);
+        self.answers.expect(&id, refusal);
         let stopping = self.shutdown.is_closing();
         let answers = self.answers.clone();
         let reply = {
@@ -523,13 +433,25 @@ impl Driver {
                     subtype = request.subtype(),
                     "agent request refused: the host is stopping"
                 );
-                reply(protocol::control_error(&id, "the host is stopping"));
+                reply(refusal.line(&id, "the host is stopping"));
             }
             ControlRequest::CanUseTool(ask) => {
-                reply(protocol::control_success(
-                    &id,
-                    ask.answer(&self.tools, &self.settings.allowed_tools),
-                ));
+                let settings = &self.settings;
+                let rules = Rules {
+                    allowed: &settings.allowed_tools,
+                    denied: &settings.denied_tools,
+                    mode: settings.permission_mode,
+                };
+                permissions::serve(
+                    ask,
+                    rules,
+                    &self.tools,
+                    &self.events,
+                    self.pid,
+                    move |body| {
+                        reply(protocol::control_success(&id, body));
+                    },
+                );
             }
             ControlRequest::HookCallback(HookCallback {
                 input: HookInput::PostToolBatch(batch),
@@ -571,44 +493,6 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn answers() -> (Answers, mpsc::UnboundedReceiver<Value>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Answers::new(tx, 1), rx)
-    }
-
-    #[test]
-    fn a_request_is_answered_at_most_once() {
-        let (answers, mut rx) = answers();
-        answers.expect("r1");
-        assert!(answers.answer("r1", serde_json::json!({"n": 1})));
-        assert!(
-            !answers.answer("r1", serde_json::json!({"n": 2})),
-            "the second answer is refused"
-        );
-        assert_eq!(rx.try_recv().unwrap()["n"], 1);
-        assert!(rx.try_recv().is_err(), "only one answer was written");
-        assert!(!answers.answer("never-asked", serde_json::json!({})));
-    }
-
-    #[test]
-    fn an_answer_that_could_not_be_written_stays_pending_and_the_close_path_refuses_it() {
-        let (answers, rx) = answers();
-        answers.expect("r1");
-        drop(rx);
-        assert!(
-            !answers.answer("r1", serde_json::json!({})),
-            "stdin is gone"
-        );
-        assert_eq!(answers.lock().pending.len(), 1, "still unanswered");
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        answers.lock().out = Some(tx);
-        answers.refuse_pending("the host is stopping");
-        let line = rx.try_recv().unwrap();
-        assert_eq!(line["response"]["subtype"], "error");
-        assert_eq!(line["response"]["request_id"], "r1");
-        assert!(answers.lock().pending.is_empty());
-    }
 
     #[test]
     fn the_close_steps_split_the_grace_in_order() {

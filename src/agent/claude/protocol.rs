@@ -15,8 +15,10 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::{Value, json};
 
+use super::permissions::{Rules, answer_from_config, not_allowed};
 use crate::agent::{AgentResult, BatchCall, HookReply};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
+use crate::config::PermissionMode;
 
 mod mcp_server;
 
@@ -434,24 +436,28 @@ impl Default for PermissionAsk {
 }
 
 impl PermissionAsk {
-    /// The answer: chat tools always, others when allowed.
+    /// The answer with no one to ask: chat tools and `allowed` tools run,
+    /// every other tool is denied (`agent.permission_mode = "deny"`).
     pub fn answer(&self, tools: &ToolRegistry, allowed: &[String]) -> Value {
-        let name = self.tool_name.as_str();
-        let ours = name
-            .strip_prefix("mcp__")
-            .and_then(|rest| rest.strip_prefix(TOOL_SERVER))
-            .and_then(|rest| rest.strip_prefix("__"))
-            .is_some_and(|bare| tools.get(bare).is_some());
-        let listed = allowed.iter().any(|a| a == name);
-        if ours || listed {
-            json!({"behavior": "allow", "updatedInput": self.input, "toolUseID": self.tool_use_id})
-        } else {
-            json!({
-                "behavior": "deny",
-                "message": format!("The tool `{name}` is not allowed in this chat. Answer with the send and end_turn tools."),
-            })
-        }
+        let rules = Rules {
+            allowed,
+            denied: &[],
+            mode: PermissionMode::Deny,
+        };
+        let decision = rules.decide(&self.tool_name, tools);
+        answer_from_config(self, decision)
+            .unwrap_or_else(|| permission_deny(&not_allowed(&self.tool_name)))
     }
+}
+
+/// `can_use_tool` answered yes: the tool runs with `input`.
+pub fn permission_allow(input: &Value, tool_use_id: &Value) -> Value {
+    json!({"behavior": "allow", "updatedInput": input, "toolUseID": tool_use_id})
+}
+
+/// `can_use_tool` answered no; the message goes back to the model.
+pub fn permission_deny(message: &str) -> Value {
+    json!({"behavior": "deny", "message": message})
 }
 
 /// The answer to `can_use_tool` for a request read as JSON.

@@ -1,0 +1,377 @@
+//! The requests the [`Outbox`](super::Outbox) takes, and the job each one
+//! becomes on its chat's lane.
+
+use std::time::{Duration, Instant};
+
+use actix::Message;
+use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId};
+use tokio::sync::oneshot;
+
+use super::OutboxError;
+use crate::chat::typing::TypingLease;
+use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
+
+/// How long Telegram waits for a callback query's answer; a later answer
+/// is refused, so an [`AnswerCallback`] is never retried past it.
+pub const CALLBACK_ANSWER_WINDOW: Duration = Duration::from_secs(15);
+
+/// The longest notification text of an answered callback query.
+const CALLBACK_TEXT_LIMIT: usize = 200;
+
+/// Sends text to a chat. Always queued, even when the sender goes away;
+/// `reply` (when given) gets the ids of the sent messages.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SendText {
+    /// Where.
+    pub chat: ChatId,
+    /// What; split when longer than Telegram allows.
+    pub text: String,
+    /// Who wants to know how it went.
+    pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+}
+
+impl SendText {
+    /// A message nobody waits on.
+    pub fn new(chat: ChatId, text: impl Into<String>) -> Self {
+        Self {
+            chat,
+            text: text.into(),
+            reply: None,
+        }
+    }
+
+    /// A message and the receiver of its outcome.
+    pub fn tracked(
+        chat: ChatId,
+        text: impl Into<String>,
+    ) -> (Self, oneshot::Receiver<Result<Vec<MessageId>, OutboxError>>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Self {
+                chat,
+                text: text.into(),
+                reply: Some(tx),
+            },
+            rx,
+        )
+    }
+}
+
+/// One button of a question: pressing it sends `data` back as a callback
+/// query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    /// What the user reads on the button.
+    pub label: String,
+    /// What comes back in the callback query; Telegram takes 1-64 bytes.
+    pub data: String,
+}
+
+impl Button {
+    /// A button showing `label` that answers `data`.
+    pub fn new(label: impl Into<String>, data: impl Into<String>) -> Self {
+        Self {
+            label: label.into(),
+            data: data.into(),
+        }
+    }
+}
+
+/// Sends a question: plain text (no parse mode, cut at 4096) under rows of
+/// callback buttons. `reply` gets the id of the sent message, which an
+/// [`EditQuestion`] and the callback queries refer to.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SendQuestion {
+    /// Where.
+    pub chat: ChatId,
+    /// The question.
+    pub text: String,
+    /// Rows of buttons, top to bottom.
+    pub buttons: Vec<Vec<Button>>,
+    /// Who wants the message id (or why there is none).
+    pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
+}
+
+impl SendQuestion {
+    /// A question and the receiver of its message id.
+    pub fn new(
+        chat: ChatId,
+        text: impl Into<String>,
+        buttons: Vec<Vec<Button>>,
+    ) -> (Self, oneshot::Receiver<Result<MessageId, OutboxError>>) {
+        let (tx, rx) = oneshot::channel();
+        let question = Self {
+            chat,
+            text: text.into(),
+            buttons,
+            reply: tx,
+        };
+        (question, rx)
+    }
+}
+
+/// Replaces a question's text and removes its buttons (the text shows the
+/// decision). Telegram's "message is not modified" counts as success.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct EditQuestion {
+    /// Where.
+    pub chat: ChatId,
+    /// The question's message.
+    pub message_id: MessageId,
+    /// The new text: plain, cut at 4096.
+    pub text: String,
+    /// Who wants to know how it went.
+    pub reply: Option<oneshot::Sender<Result<(), OutboxError>>>,
+}
+
+impl EditQuestion {
+    /// An edit nobody waits on.
+    pub fn new(chat: ChatId, message_id: MessageId, text: impl Into<String>) -> Self {
+        Self {
+            chat,
+            message_id,
+            text: text.into(),
+            reply: None,
+        }
+    }
+
+    /// An edit and the receiver of its outcome.
+    pub fn tracked(
+        chat: ChatId,
+        message_id: MessageId,
+        text: impl Into<String>,
+    ) -> (Self, oneshot::Receiver<Result<(), OutboxError>>) {
+        let (tx, rx) = oneshot::channel();
+        let mut edit = Self::new(chat, message_id, text);
+        edit.reply = Some(tx);
+        (edit, rx)
+    }
+}
+
+/// Answers a callback query (stops the spinner on the pressed button).
+/// Fire and forget: failures are logged; never retried past
+/// [`CALLBACK_ANSWER_WINDOW`] from when the outbox got it.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct AnswerCallback {
+    /// The chat of the question, whose lane the answer takes.
+    pub chat: ChatId,
+    /// The callback query's id.
+    pub id: String,
+    /// The notification (cut at 200 characters); empty shows none.
+    pub text: String,
+    /// Shown as an alert the user must dismiss rather than a notification.
+    pub alert: bool,
+}
+
+impl AnswerCallback {
+    /// An answer showing `text` as a notification.
+    pub fn new(chat: ChatId, id: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            chat,
+            id: id.into(),
+            text: text.into(),
+            alert: false,
+        }
+    }
+}
+
+/// Shows "typing…" in a chat while `lease` is alive.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SendTyping {
+    /// Where.
+    pub chat: ChatId,
+    /// Checked right before the request leaves: a dead lease sends nothing.
+    pub lease: TypingLease,
+}
+
+/// Sets a reaction on a message; `reply` gets the outcome.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct React {
+    /// Where.
+    pub chat: ChatId,
+    /// Which message.
+    pub message_id: MessageId,
+    /// The emoji.
+    pub emoji: String,
+    /// Who wants to know how it went.
+    pub reply: oneshot::Sender<Result<(), OutboxError>>,
+}
+
+/// Resolves once every queued request has been sent or has failed.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+/// Refuses every later request (after a flush, at the end of a stop).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct StopOutbox;
+
+/// One queued request of a chat.
+pub(super) enum Job {
+    Text(
+        String,
+        Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+    ),
+    Typing(TypingLease),
+    React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
+    Question(
+        String,
+        InlineKeyboardMarkup,
+        oneshot::Sender<Result<MessageId, OutboxError>>,
+    ),
+    Edit(
+        MessageId,
+        String,
+        Option<oneshot::Sender<Result<(), OutboxError>>>,
+    ),
+    /// A callback answer, useless after `until`.
+    Answer {
+        id: String,
+        text: String,
+        alert: bool,
+        until: Instant,
+    },
+}
+
+impl Job {
+    /// Tells whoever waits that the request was refused.
+    pub(super) fn refuse(self, err: OutboxError) {
+        match self {
+            Self::Text(_, Some(reply)) => {
+                let _ = reply.send(Err(err));
+            }
+            Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
+                let _ = reply.send(Err(err));
+            }
+            Self::Question(_, _, reply) => {
+                let _ = reply.send(Err(err));
+            }
+            Self::Text(_, None)
+            | Self::Typing(_)
+            | Self::Edit(_, _, None)
+            | Self::Answer { .. } => {}
+        }
+    }
+
+    /// The job of a question, or why it cannot be sent.
+    pub(super) fn question(msg: SendQuestion) -> Result<Self, (OutboxError, SendQuestion)> {
+        if msg.text.trim().is_empty() {
+            return Err((OutboxError::EmptyText, msg));
+        }
+        let bad = msg
+            .buttons
+            .iter()
+            .flatten()
+            .find(|b| b.data.is_empty() || b.data.len() > 64);
+        if let Some(bad) = bad {
+            let why = format!(
+                "callback data of button {:?} must be 1-64 bytes, not {}",
+                bad.label,
+                bad.data.len()
+            );
+            return Err((OutboxError::Refused(why), msg));
+        }
+        let rows = msg.buttons.iter().map(|row| {
+            row.iter()
+                .map(|b| InlineKeyboardButton::callback(b.label.clone(), b.data.clone()))
+                .collect::<Vec<_>>()
+        });
+        let keyboard = InlineKeyboardMarkup::new(rows);
+        let text = cut(&msg.text, TELEGRAM_TEXT_LIMIT);
+        Ok(Self::Question(text, keyboard, msg.reply))
+    }
+
+    /// The job of an edit.
+    pub(super) fn edit(msg: EditQuestion) -> Self {
+        Self::Edit(
+            msg.message_id,
+            cut(&msg.text, TELEGRAM_TEXT_LIMIT),
+            msg.reply,
+        )
+    }
+
+    /// The job of a callback answer, useless after the answer window.
+    pub(super) fn answer(msg: AnswerCallback) -> Self {
+        Self::Answer {
+            id: msg.id,
+            text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
+            alert: msg.alert,
+            until: Instant::now() + CALLBACK_ANSWER_WINDOW,
+        }
+    }
+}
+
+/// `text` within `limit` UTF-16 units (as Telegram counts), ending in "…"
+/// when cut.
+pub(super) fn cut(text: &str, limit: usize) -> String {
+    if text.encode_utf16().count() <= limit {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut units = 0;
+    for c in text.chars() {
+        if units + c.len_utf16() > limit - 1 {
+            break;
+        }
+        units += c.len_utf16();
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// `text` within `limit` characters, ending in "…" when cut.
+fn cut_chars(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(limit - 1).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_short_text_and_cuts_long_text_within_the_limit() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "🦀".repeat(3000); // 6000 UTF-16 units
+        let cut_text = cut(&long, TELEGRAM_TEXT_LIMIT);
+        assert!(cut_text.encode_utf16().count() <= TELEGRAM_TEXT_LIMIT);
+        assert!(cut_text.encode_utf16().count() >= TELEGRAM_TEXT_LIMIT - 2);
+        assert!(cut_text.ends_with('…'));
+        assert_eq!(cut_chars(&"a".repeat(300), 200).chars().count(), 200);
+        assert_eq!(cut_chars("ok", 200), "ok");
+    }
+
+    #[test]
+    fn a_question_with_bad_callback_data_is_refused() {
+        let (q, _rx) = SendQuestion::new(ChatId(1), "ok?", vec![vec![Button::new("Yes", "")]]);
+        assert!(matches!(
+            Job::question(q),
+            Err((OutboxError::Refused(_), _))
+        ));
+        let (q, _rx) = SendQuestion::new(
+            ChatId(1),
+            "ok?",
+            vec![vec![Button::new("Yes", "y".repeat(65))]],
+        );
+        assert!(matches!(
+            Job::question(q),
+            Err((OutboxError::Refused(_), _))
+        ));
+        let (q, _rx) = SendQuestion::new(ChatId(1), " ", vec![vec![Button::new("Yes", "y")]]);
+        assert!(matches!(Job::question(q), Err((OutboxError::EmptyText, _))));
+        let (q, _rx) = SendQuestion::new(ChatId(1), "ok?", vec![vec![Button::new("Yes", "y")]]);
+        assert!(matches!(Job::question(q), Ok(Job::Question(..))));
+    }
+}

@@ -1,0 +1,245 @@
+//! How a request's answer decides the next step: [`classify`] turns
+//! teloxide's result into a [`Sent`], [`retry_allowed`] waits before a
+//! retry (or gives up), [`send_piece`] sends one piece of text and
+//! [`deliver`] sends any other request under the chat's and the global
+//! rate limits.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use teloxide::RequestError;
+use teloxide::payloads::SendMessageSetters;
+use teloxide::prelude::Requester;
+use teloxide::types::{ChatId, MessageId, ParseMode};
+
+use super::{Bucket, OutboxError, Shared};
+
+/// What a request's answer means for the next step.
+pub(super) enum Sent<T> {
+    Ok(T),
+    /// Not delivered; safe to send again after the wait.
+    Retry(Duration, String),
+    /// Unknown whether it was delivered; only idempotent requests retry.
+    RetryIfUnsent(Duration, String),
+    /// The formatting was refused; send as plain text.
+    Plain(String),
+    /// Final.
+    Fail(OutboxError),
+}
+
+pub(super) fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
+    use teloxide::ApiError;
+    match result {
+        Ok(v) => Sent::Ok(v),
+        Err(RequestError::RetryAfter(secs)) => Sent::Retry(
+            secs.duration(),
+            format!("rate limited for {}s", secs.seconds()),
+        ),
+        Err(RequestError::Api(ApiError::CantParseEntities(why))) => Sent::Plain(why),
+        Err(RequestError::Api(
+            ApiError::BotBlocked
+            | ApiError::UserDeactivated
+            | ApiError::BotKicked
+            | ApiError::BotKickedFromSupergroup,
+        )) => Sent::Fail(OutboxError::Blocked),
+        Err(RequestError::Api(ApiError::Unknown(why))) if is_server_error(&why) => {
+            Sent::Retry(Duration::ZERO, why)
+        }
+        Err(RequestError::Api(api)) => Sent::Fail(OutboxError::Refused(api.to_string())),
+        Err(RequestError::InvalidJson { .. }) => Sent::RetryIfUnsent(
+            Duration::ZERO,
+            "telegram answered something that is not JSON".into(),
+        ),
+        Err(RequestError::Network(err)) if err.is_connect() => {
+            Sent::Retry(Duration::ZERO, err.to_string())
+        }
+        Err(RequestError::Network(err)) => Sent::RetryIfUnsent(Duration::ZERO, err.to_string()),
+        Err(other) => Sent::Fail(OutboxError::Unreachable(other.to_string())),
+    }
+}
+
+/// Telegram's 5xx descriptions (teloxide keeps only the description).
+fn is_server_error(description: &str) -> bool {
+    [
+        "Internal Server Error",
+        "Bad Gateway",
+        "Service Unavailable",
+        "Gateway Timeout",
+    ]
+    .iter()
+    .any(|s| description.contains(s))
+}
+
+/// Sleeps before a retry when one is allowed; `false` when retries ran out.
+pub(super) async fn retry_allowed(
+    shared: &Shared,
+    attempt: &mut u32,
+    wait: Duration,
+    chat: ChatId,
+    why: &str,
+) -> bool {
+    *attempt += 1;
+    let limits = &shared.limits;
+    if *attempt > limits.max_retries || wait > limits.max_retry_after {
+        tracing::warn!(
+            chat_id = chat.0,
+            attempts = *attempt,
+            cause = why,
+            "giving up on a telegram request"
+        );
+        return false;
+    }
+    let wait = if wait.is_zero() {
+        limits.backoff * 2u32.saturating_pow(*attempt - 1)
+    } else {
+        wait
+    };
+    tracing::info!(
+        chat_id = chat.0,
+        attempt = *attempt,
+        wait_ms = wait.as_millis() as u64,
+        cause = why,
+        "retrying a telegram request"
+    );
+    tokio::time::sleep(wait).await;
+    true
+}
+
+pub(super) async fn send_piece(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    piece: &str,
+) -> Result<MessageId, OutboxError> {
+    let mut formatted = true;
+    let mut attempt = 0;
+    loop {
+        let wait = bucket.reserve().max(reserve_global(shared));
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let mut request = shared.bot.send_message(chat, piece);
+        if formatted {
+            // Agents write loose Markdown; the legacy mode accepts most of it
+            // and a refusal falls back to plain text below.
+            #[allow(deprecated)]
+            let mode = ParseMode::Markdown;
+            request = request.parse_mode(mode);
+        }
+        match classify(request.await) {
+            Sent::Ok(message) => return Ok(message.id),
+            Sent::Plain(why) if formatted => {
+                tracing::info!(chat_id = chat.0, cause = %why, "formatting refused; sending as plain text");
+                formatted = false;
+            }
+            Sent::Plain(why) => return Err(OutboxError::Refused(why)),
+            Sent::Retry(wait, why) => {
+                if !retry_allowed(shared, &mut attempt, wait, chat, &why).await {
+                    return Err(OutboxError::Unreachable(why));
+                }
+            }
+            Sent::RetryIfUnsent(_, why) => {
+                // The message may have been delivered: sending it again could duplicate it.
+                tracing::warn!(chat_id = chat.0, cause = %why, "sendMessage outcome unknown; not retried");
+                return Err(OutboxError::Unreachable(why));
+            }
+            Sent::Fail(OutboxError::Blocked) => {
+                tracing::warn!(
+                    chat_id = chat.0,
+                    "the bot is blocked in this chat; message dropped"
+                );
+                return Err(OutboxError::Blocked);
+            }
+            Sent::Fail(err) => return Err(err),
+        }
+    }
+}
+
+pub(super) fn reserve_global(shared: &Shared) -> Duration {
+    match shared.global.lock() {
+        Ok(mut bucket) => bucket.reserve(),
+        Err(poisoned) => poisoned.into_inner().reserve(),
+    }
+}
+
+/// How a request other than text may be repeated.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rule {
+    /// The Bot API method, for the logs.
+    pub(super) method: &'static str,
+    /// Sending it twice does no harm (an edit), so a request whose outcome
+    /// is unknown may be sent again; otherwise (a message) it may not.
+    pub(super) idempotent: bool,
+    /// Useless after this: no wait, request or retry reaches past it.
+    pub(super) until: Option<Instant>,
+}
+
+/// Sends `request` under the chat's and the global rate limits, with the
+/// retry rules of text: a 429 waits its `retry_after`, a 5xx or failed
+/// connection is retried with backoff, an unknown outcome is retried only
+/// when `rule.idempotent`, a refusal is final.
+pub(super) async fn deliver<T, F, Fut>(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    rule: Rule,
+    mut request: F,
+) -> Result<T, OutboxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    let late = || OutboxError::Unreachable(format!("{} is too late to be useful", rule.method));
+    let mut attempt = 0;
+    loop {
+        let wait = bucket.reserve().max(reserve_global(shared));
+        if rule
+            .until
+            .is_some_and(|until| Instant::now() + wait >= until)
+        {
+            return Err(late());
+        }
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let result = match rule.until {
+            Some(until) => {
+                let until = tokio::time::Instant::from_std(until);
+                match tokio::time::timeout_at(until, request()).await {
+                    Ok(result) => result,
+                    Err(_) => return Err(late()),
+                }
+            }
+            None => request().await,
+        };
+        let (wait, why) = match classify(result) {
+            Sent::Ok(value) => return Ok(value),
+            Sent::Retry(wait, why) => (wait, why),
+            Sent::RetryIfUnsent(wait, why) if rule.idempotent => (wait, why),
+            Sent::RetryIfUnsent(_, why) => {
+                // It may have arrived: sending it again could duplicate it.
+                tracing::warn!(chat_id = chat.0, method = rule.method, cause = %why, "outcome unknown; not retried");
+                return Err(OutboxError::Unreachable(why));
+            }
+            Sent::Plain(why) | Sent::Fail(OutboxError::Refused(why)) => {
+                return Err(OutboxError::Refused(why));
+            }
+            Sent::Fail(err) => return Err(err),
+        };
+        let next = if wait.is_zero() {
+            shared.limits.backoff * 2u32.saturating_pow(attempt)
+        } else {
+            wait
+        };
+        if rule
+            .until
+            .is_some_and(|until| Instant::now() + next >= until)
+        {
+            tracing::warn!(chat_id = chat.0, method = rule.method, cause = %why, "no time left to retry");
+            return Err(late());
+        }
+        if !retry_allowed(shared, &mut attempt, wait, chat, &why).await {
+            return Err(OutboxError::Unreachable(why));
+        }
+    }
+}
