@@ -434,7 +434,12 @@ impl Store {
     }
 
     /// Remembers that `rule` runs without asking in the chat.
-    pub fn allow_always(&self, chat_id: i64, rule: &str, granted_by: i64) -> Result<(), StateError> {
+    pub fn allow_always(
+        &self,
+        chat_id: i64,
+        rule: &str,
+        granted_by: i64,
+    ) -> Result<(), StateError> {
         self.lock().execute(
             "INSERT INTO permissions (chat_id, rule, granted_by, created_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(chat_id, rule) DO NOTHING",
@@ -455,9 +460,10 @@ impl Store {
 
     /// Forgets the chat's "always" rules; returns how many there were.
     pub fn clear_always(&self, chat_id: i64) -> Result<usize, StateError> {
-        Ok(self
-            .lock()
-            .execute("DELETE FROM permissions WHERE chat_id = ?1", params![chat_id])?)
+        Ok(self.lock().execute(
+            "DELETE FROM permissions WHERE chat_id = ?1",
+            params![chat_id],
+        )?)
     }
 
     /// Makes every later inbox statement fail (for tests of error paths).

@@ -474,7 +474,9 @@ impl ScriptedAgent {
                     }));
                     let text = match self.wait(rx).await {
                         Woken::Done(Ok(Permission::Allow { input })) => format!("allowed: {input}"),
-                        Woken::Done(Ok(Permission::Deny { message })) => format!("denied: {message}"),
+                        Woken::Done(Ok(Permission::Deny { message })) => {
+                            format!("denied: {message}")
+                        }
                         Woken::Done(Err(_)) => "denied: no answer".to_string(),
                         Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
                         Woken::HostGone => return Flow::Exit,

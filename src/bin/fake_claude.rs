@@ -402,6 +402,15 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
             Step::Control { request } => {
                 let _ = fake.ask(request.clone());
             }
+            Step::Ask { tool, input } => {
+                // As the scripted agent does: ask, then tell the chat.
+                let input = fill_value(input, user_text);
+                let id = format!("toolu_ask_{calls}");
+                let Some(answer) = fake.ask(json!({"subtype": "can_use_tool", "tool_name": tool, "input": input, "tool_use_id": id})) else { return };
+                if send_tool(fake, calls * 100 + 99, &format!("{id}_told"), &permission_report(&answer)).is_none() {
+                    return;
+                }
+            }
         }
     }
     if stopped {

@@ -245,7 +245,9 @@ impl Dispatcher {
                 async move {
                     let text = match cleared.await {
                         Some(0) => "No tool was allowed without asking in this chat.".to_string(),
-                        Some(n) => format!("🔐 Forgot {n} tool approval(s); every tool asks again."),
+                        Some(n) => {
+                            format!("🔐 Forgot {n} tool approval(s); every tool asks again.")
+                        }
                         None => "⚠️ The approvals could not be cleared; try again.".to_string(),
                     };
                     outbox.do_send(SendText::new(chat, text));
@@ -295,14 +297,22 @@ impl Dispatcher {
             });
         };
         if !self.is_allowed(user) {
-            tracing::warn!(user_id = user.0, chat_id = chat.0, "button press from a user not on the allowlist refused");
+            tracing::warn!(
+                user_id = user.0,
+                chat_id = chat.0,
+                "button press from a user not on the allowlist refused"
+            );
             self.events.publish(BotEvent::AccessDenied { chat, user });
-            return answer(self, "Sorry, this bot only answers the people it was set up for.");
+            return answer(
+                self,
+                "Sorry, this bot only answers the people it was set up for.",
+            );
         }
-        let name = query.from.username.clone().map_or_else(
-            || query.from.first_name.clone(),
-            |u| format!("@{u}"),
-        );
+        let name = query
+            .from
+            .username
+            .clone()
+            .map_or_else(|| query.from.first_name.clone(), |u| format!("@{u}"));
         let press = query.data.as_deref().and_then(|data| {
             ButtonPressed::parse(
                 data,

@@ -25,8 +25,8 @@ use actix::{
 use teloxide::types::{ChatId, MessageId, UserId};
 use tokio::sync::mpsc;
 
-pub use self::approval::ButtonPressed;
 use self::approval::Approvals;
+pub use self::approval::ButtonPressed;
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;

@@ -241,6 +241,9 @@ mod tests {
         lease.pause();
         lease.end();
         lease.resume();
-        assert!(lease.is_ended() && !lease.is_live(), "an ended lease stays ended");
+        assert!(
+            lease.is_ended() && !lease.is_live(),
+            "an ended lease stays ended"
+        );
     }
 }

@@ -305,13 +305,20 @@ impl Inbox {
 
     /// The chat's "always" rules, after every job asked before.
     pub fn always_rules(&self, chat: ChatId) -> impl Future<Output = Vec<String>> + Send + 'static {
-        let ask = self.ask("reading tool approvals", move |store| store.always_rules(chat.0));
+        let ask = self.ask("reading tool approvals", move |store| {
+            store.always_rules(chat.0)
+        });
         async move { ask.await.unwrap_or_default() }
     }
 
     /// Forgets the chat's "always" rules; resolves with how many there were.
-    pub fn clear_always(&self, chat: ChatId) -> impl Future<Output = Option<usize>> + Send + 'static {
-        self.ask("clearing tool approvals", move |store| store.clear_always(chat.0))
+    pub fn clear_always(
+        &self,
+        chat: ChatId,
+    ) -> impl Future<Output = Option<usize>> + Send + 'static {
+        self.ask("clearing tool approvals", move |store| {
+            store.clear_always(chat.0)
+        })
     }
 
     /// Records a finished turn.

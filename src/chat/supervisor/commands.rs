@@ -6,8 +6,8 @@ use actix::{ActorContext, AsyncContext, Handler};
 use super::state::{ChatState, ChatStep};
 use super::{ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat, StopChatForHost};
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
-use crate::telegram::outbox::AnswerCallback;
 use crate::ids::TurnId;
+use crate::telegram::outbox::AnswerCallback;
 use std::sync::atomic::Ordering;
 
 impl Handler<StopChat> for ChatSupervisor {

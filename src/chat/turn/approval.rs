@@ -178,15 +178,15 @@ pub(crate) fn summary(tool: &str, input: &Value) -> String {
             let mut out = field("file_path").to_string();
             let (old, new) = (field("old_string"), field("new_string"));
             if !old.is_empty() || !new.is_empty() {
-                out.push_str(&format!("\n- {}\n+ {}", bounded(old, 200), bounded(new, 200)));
+                out.push_str(&format!(
+                    "\n- {}\n+ {}",
+                    bounded(old, 200),
+                    bounded(new, 200)
+                ));
             }
             out
         }
-        "Write" => format!(
-            "{} ({} bytes)",
-            field("file_path"),
-            field("content").len()
-        ),
+        "Write" => format!("{} ({} bytes)", field("file_path"), field("content").len()),
         "WebFetch" => field("url").to_string(),
         _ => bounded(&input.to_string(), 300),
     }
@@ -378,7 +378,11 @@ impl TurnActor {
                         self.spec.from.unwrap_or(UserId(0)),
                     );
                 }
-                let how = if *always { format!(" (always in this chat: {rule})") } else { String::new() };
+                let how = if *always {
+                    format!(" (always in this chat: {rule})")
+                } else {
+                    String::new()
+                };
                 (
                     Permission::Allow {
                         input: ask.input.clone(),
@@ -391,14 +395,21 @@ impl TurnActor {
                 if let Some(object) = input.as_object_mut() {
                     object.insert(
                         "answers".into(),
-                        Value::Object(answers.into_iter().map(|(q, a)| (q, Value::String(a))).collect()),
+                        Value::Object(
+                            answers
+                                .into_iter()
+                                .map(|(q, a)| (q, Value::String(a)))
+                                .collect(),
+                        ),
                     );
                 }
                 (Permission::Allow { input }, format!("✅ Answered by {by}"))
             }
             (Verdict::Denied { by }, _) => (
                 Permission::Deny {
-                    message: format!("{by} denied this in the chat. Do not try it again unless they ask for it."),
+                    message: format!(
+                        "{by} denied this in the chat. Do not try it again unless they ask for it."
+                    ),
                 },
                 format!("❌ Denied by {by}"),
             ),
@@ -465,14 +476,28 @@ impl Handler<ButtonPressed> for TurnActor {
             return answer(self, "This question has expired.");
         };
         if !(press.admin || self.spec.from == Some(press.user)) {
-            tracing::warn!(chat_id = self.chat_id(), user_id = press.user.0, "approval press by someone else refused");
-            return answer(self, "Only the person who asked, or an admin, can answer this.");
+            tracing::warn!(
+                chat_id = self.chat_id(),
+                user_id = press.user.0,
+                "approval press by someone else refused"
+            );
+            return answer(
+                self,
+                "Only the person who asked, or an admin, can answer this.",
+            );
         }
         let by = press.name.clone();
         match (press.choice, &mut waiting.kind) {
             (Choice::Allow | Choice::Always, Kind::Tool { .. }) => {
                 let always = press.choice == Choice::Always;
-                answer(self, if always { "Allowed in this chat" } else { "Allowed" });
+                answer(
+                    self,
+                    if always {
+                        "Allowed in this chat"
+                    } else {
+                        "Allowed"
+                    },
+                );
                 self.decide(&press.token, Verdict::Allowed { by, always }, ctx);
             }
             (Choice::Deny, _) => {
@@ -486,9 +511,10 @@ impl Handler<ButtonPressed> for TurnActor {
                 else {
                     return answer(self, "This question has expired.");
                 };
+                let label = label.clone();
                 answers.insert(q.text.clone(), label.clone());
                 let done = answers.len() == questions.len();
-                answer(self, label);
+                answer(self, &label);
                 if done {
                     self.decide(&press.token, Verdict::Answered { by }, ctx);
                 }
@@ -515,7 +541,10 @@ mod tests {
         assert_eq!(parse(&format!("ap:{t}:n")), Some(Choice::Deny));
         assert_eq!(
             parse(&format!("aq:{t}:1:2")),
-            Some(Choice::Option { question: 1, option: 2 })
+            Some(Choice::Option {
+                question: 1,
+                option: 2
+            })
         );
         for bad in [
             format!("ap:{t}:x"),
@@ -540,20 +569,35 @@ mod tests {
 
     #[test]
     fn summaries_say_what_the_tool_would_do() {
-        assert_eq!(summary("Bash", &json!({"command": "cargo test"})), "$ cargo test");
-        assert_eq!(summary("WebFetch", &json!({"url": "https://x.test/"})), "https://x.test/");
+        assert_eq!(
+            summary("Bash", &json!({"command": "cargo test"})),
+            "$ cargo test"
+        );
+        assert_eq!(
+            summary("WebFetch", &json!({"url": "https://x.test/"})),
+            "https://x.test/"
+        );
         assert_eq!(
             summary("Write", &json!({"file_path": "a.txt", "content": "hello"})),
             "a.txt (5 bytes)"
         );
-        assert!(summary("Edit", &json!({"file_path": "a.rs", "old_string": "x", "new_string": "y"})).contains("- x\n+ y"));
+        assert!(
+            summary(
+                "Edit",
+                &json!({"file_path": "a.rs", "old_string": "x", "new_string": "y"})
+            )
+            .contains("- x\n+ y")
+        );
         let long = summary("Other", &json!({"blob": "z".repeat(1000)}));
         assert!(long.chars().count() <= 301, "{}", long.len());
     }
 
     #[test]
     fn always_remembers_the_tool_or_the_commands_first_word() {
-        assert_eq!(rule_for("Bash", &json!({"command": "git status -s"})), "Bash(git)");
+        assert_eq!(
+            rule_for("Bash", &json!({"command": "git status -s"})),
+            "Bash(git)"
+        );
         assert_eq!(rule_for("WebFetch", &json!({"url": "x"})), "WebFetch");
     }
 
