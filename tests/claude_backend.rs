@@ -207,7 +207,9 @@ async fn unknown_tools_and_unknown_requests_get_error_answers() {
             },
         ]),
     );
-    let (mut h, cli) = FakeCli::start(&scenario, &[]).await;
+    // Bash is denied by config here, not asked in the chat.
+    let (mut h, cli) =
+        FakeCli::start(&scenario, &[("TURNSTILE_AGENT_PERMISSION_MODE", "deny")]).await;
     h.say(1, USER, "odd");
     h.turn_ended(1, 1).await;
     cli.assert_no_process_left().await;
@@ -470,11 +472,44 @@ async fn allowed_tools_beat_permission_mode_deny() {
 }
 
 #[actix_rt::test]
-async fn permission_mode_ask_asks_the_turn_and_answers_once() {
-    let (texts, answer) = bash_turn(&[("TURNSTILE_AGENT_PERMISSION_MODE", "ask")]).await;
-    // The turn's own answer (src/chat/turn/serve.rs), not the driver's.
-    assert_eq!(texts, vec!["denied: `Bash` is not allowed in this chat."]);
-    assert_eq!(answer["response"]["behavior"], "deny");
+async fn permission_mode_ask_asks_the_chat_and_answers_once() {
+    let (mut h, cli) = FakeCli::start(
+        &bash_scenario(),
+        &[REPORT, ("TURNSTILE_AGENT_PERMISSION_MODE", "ask")],
+    )
+    .await;
+    h.say(1, USER, "bash");
+    let question = h
+        .api
+        .wait_for(SOON, "the approval question", |calls| {
+            calls.iter().find(|c| !buttons_of(c).is_empty()).cloned()
+        })
+        .await;
+    assert!(
+        question.params["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("$ echo hi")
+    );
+    let allow = buttons_of(&question)
+        .into_iter()
+        .flatten()
+        .find(|(label, _)| label == "Allow")
+        .expect("an Allow button")
+        .1;
+    h.api.push_callback(1, USER, 0, &allow);
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        }
+    );
+    let texts = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(texts[1], r#"allowed: {"command":"echo hi"}"#, "{texts:?}");
+    cli.assert_no_process_left().await;
+    let answer = the_one_permission_answer(&cli);
+    assert_eq!(answer["response"]["behavior"], "allow");
 }
 
 /// A `claude` backend on the fake playing `scenario`, outside the actors,
