@@ -113,7 +113,8 @@ mod tests {
         if let Some(Value::Table(telegram)) = table.get_mut("telegram") {
             assert_eq!(telegram.remove("token"), Some(Value::from(REDACTED)));
         }
-        let reloaded = Config::from_table(table, &env(&[]), TOKEN).expect("reloads");
+        let mut reloaded = Config::from_table(table, &env(&[]), TOKEN, None).expect("reloads");
+        reloaded.file.clone_from(&config.file);
         assert_eq!(reloaded, config);
     }
 
