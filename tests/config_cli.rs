@@ -294,7 +294,11 @@ fn a_workdir_that_contains_the_config_file_is_refused_naming_both() {
     .expect("write config file");
     let run = turnstile(
         dir.path(),
-        &["check-config", "--config", file.to_str().expect("utf-8 path")],
+        &[
+            "check-config",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
         &[("TELEGRAM_BOT_TOKEN", TOKEN)],
     );
     assert_config_error(
@@ -319,7 +323,10 @@ fn a_workdir_that_contains_the_state_file_is_refused_naming_both() {
             ("TURNSTILE_STATE_PATH", "sub/t.db"),
         ],
     );
-    assert_config_error(&run, &["agent.workdir", "contains the state file", "sub/t.db`"]);
+    assert_config_error(
+        &run,
+        &["agent.workdir", "contains the state file", "sub/t.db`"],
+    );
 }
 
 #[test]
@@ -333,7 +340,11 @@ fn check_config_does_not_print_the_agents_env_values() {
     );
     let run = turnstile(
         dir.path(),
-        &["check-config", "--config", file.to_str().expect("utf-8 path")],
+        &[
+            "check-config",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
         &[("TELEGRAM_BOT_TOKEN", TOKEN)],
     );
     assert_eq!(run.code, Some(0), "{run:?}");

@@ -75,7 +75,9 @@ fn redact_agent(agent: &mut Table) {
     }
     if let Some(Value::Table(servers)) = agent.get_mut("mcp_servers") {
         for (_, server) in servers.iter_mut() {
-            let Value::Table(server) = server else { continue };
+            let Value::Table(server) = server else {
+                continue;
+            };
             for field in ["env", "headers"] {
                 if let Some(Value::Table(entries)) = server.get_mut(field) {
                     hide(entries);
