@@ -32,6 +32,7 @@
 mod choices;
 mod env;
 mod redact;
+mod sealing;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -160,6 +161,10 @@ pub struct Config {
     pub dispatcher: DispatcherConfig,
     /// Where durable state lives.
     pub state: StateConfig,
+    /// The file this configuration was read from (absolute), if any: the
+    /// agent's workdir must not contain it, and the sandbox hides it.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 /// `[telegram]`
@@ -213,7 +218,9 @@ pub struct AgentConfig {
     pub args: Vec<String>,
     /// Extra environment for the agent process.
     pub env: BTreeMap<String, String>,
-    /// Working directory of the agent process; empty means turnstile's own.
+    /// Working directory of each chat's agent process, `{chat}` filled
+    /// with the chat id; relative to the state file's directory. Created
+    /// 0700 on first use; must not contain the state or config file.
     pub workdir: PathBuf,
     /// Scenario file for the `scripted` backend; empty means the built-in echo.
     pub script: PathBuf,
@@ -256,6 +263,9 @@ pub struct AgentConfig {
     /// `{chat}` and `{workdir}` placeholders; empty runs it directly.
     pub launcher: Vec<String>,
 }
+
+/// The default `agent.workdir`: one directory per chat beside the state file.
+pub const DEFAULT_WORKDIR: &str = "workspaces/{chat}";
 
 /// The default `agent.system_prompt`.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user.";
@@ -343,7 +353,7 @@ impl Default for AgentConfig {
             command: "claude".into(),
             args: Vec::new(),
             env: BTreeMap::new(),
-            workdir: PathBuf::new(),
+            workdir: PathBuf::from(DEFAULT_WORKDIR),
             script: PathBuf::new(),
             system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             allowed_tools: Vec::new(),
@@ -415,7 +425,7 @@ impl Config {
             Some(path) => read_file(path),
             None => Ok(Table::new()),
         };
-        file.and_then(|file| Self::from_table(file, env, token))
+        file.and_then(|file| Self::from_table(file, env, token, path))
             .map_err(|err| err.redact(token))
     }
 
@@ -424,11 +434,13 @@ impl Config {
         file: Table,
         env: &BTreeMap<String, String>,
         token: &str,
+        path: Option<&Path>,
     ) -> Result<Self, ConfigError> {
         let defaults = default_table();
         let mut sections = check_keys(file, &defaults)?;
         let origins = apply_env(&mut sections, &defaults, env)?;
         let mut config = deserialize(&sections, &defaults).map_err(|err| err.set_by(&origins))?;
+        config.file = path.map(|path| sealing::absolute(&sealing::cwd(), path));
         config.validate().map_err(|err| err.set_by(&origins))?;
         if token.is_empty() {
             return Err(ConfigError::MissingToken);
@@ -880,7 +892,7 @@ mod tests {
     #[test]
     fn example_config_equals_the_defaults() {
         let table: Table = EXAMPLE.parse().expect("example is valid TOML");
-        let config = Config::from_table(table, &env(&[]), TOKEN).expect("example loads");
+        let config = Config::from_table(table, &env(&[]), TOKEN, None).expect("example loads");
         assert_eq!(config, default_with_token());
     }
 

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use support::fake_cli::{FakeCli, FakeLog};
+use support::fake_cli::{self, FakeCli, FakeLog};
 use support::*;
 use teloxide::types::ChatId;
 use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
@@ -76,7 +76,7 @@ async fn a_warm_process_serves_the_next_turn_and_a_new_one_resumes_the_session()
     let procs = cli.processes();
     assert_eq!(procs.len(), 2);
     assert!(
-        !procs[1].1.contains(&"--resume".to_string()),
+        !procs[1].1.iter().any(|a| a.starts_with("--resume")),
         "{:?}",
         procs[1].1
     );
@@ -142,13 +142,12 @@ async fn a_crash_mid_turn_is_told_and_the_session_resumed_next_turn() {
     assert_eq!(h.texts(1).last().unwrap(), "echo: again");
     let procs = cli.processes();
     assert_eq!(procs.len(), 2);
-    let first_session = format!("fake-session-{}", procs[0].0);
-    let resume_at = procs[1]
-        .1
-        .iter()
-        .position(|a| a == "--resume")
-        .expect("resumed");
-    assert_eq!(procs[1].1[resume_at + 1], first_session);
+    let first_session = fake_cli::session_id(procs[0].0);
+    assert!(
+        procs[1].1.contains(&format!("--resume={first_session}")),
+        "{:?}",
+        procs[1].1
+    );
     cli.assert_no_process_left().await;
 }
 
@@ -329,15 +328,8 @@ async fn a_warm_process_that_died_is_replaced_without_the_user_noticing() {
     );
     let procs = cli.processes();
     assert_eq!(procs.len(), 2);
-    let resume_at = procs[1]
-        .1
-        .iter()
-        .position(|a| a == "--resume")
-        .expect("resumed");
-    assert_eq!(
-        procs[1].1[resume_at + 1],
-        format!("fake-session-{}", procs[0].0)
-    );
+    let resume = format!("--resume={}", fake_cli::session_id(procs[0].0));
+    assert!(procs[1].1.contains(&resume), "{:?}", procs[1].1);
 }
 
 #[actix_rt::test]

@@ -278,6 +278,81 @@ fn a_start_up_error_names_its_cause_once() {
 }
 
 #[test]
+fn a_workdir_that_contains_the_config_file_is_refused_naming_both() {
+    let dir = scratch();
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).expect("conf dir");
+    let file = conf.join("turnstile.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[agent]\nbackend = \"claude\"\nworkdir = \"{}\"\n[state]\npath = \"{}\"\n",
+            conf.display(),
+            dir.path().join("state").join("t.db").display()
+        ),
+    )
+    .expect("write config file");
+    let run = turnstile(
+        dir.path(),
+        &[
+            "check-config",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_config_error(
+        &run,
+        &[
+            "agent.workdir",
+            &format!("`{}`", conf.display()),
+            &format!("`{}`", file.display()),
+        ],
+    );
+}
+
+#[test]
+fn a_workdir_that_contains_the_state_file_is_refused_naming_both() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_WORKDIR", "."),
+            ("TURNSTILE_STATE_PATH", "sub/t.db"),
+        ],
+    );
+    assert_config_error(
+        &run,
+        &["agent.workdir", "contains the state file", "sub/t.db`"],
+    );
+}
+
+#[test]
+fn check_config_does_not_print_the_agents_env_values() {
+    let dir = scratch();
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        "[agent.env]\nANTHROPIC_API_KEY = \"sk-ant-not-for-print\"\n\
+         [agent.mcp_servers.fs]\ncommand = \"mcp-fs\"\nenv = { FS_TOKEN = \"fs-not-for-print\" }\n",
+    );
+    let run = turnstile(
+        dir.path(),
+        &[
+            "check-config",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("ANTHROPIC_API_KEY"), "{run:?}");
+    assert!(!run.stdout.contains("not-for-print"), "{run:?}");
+}
+
+#[test]
 fn check_config_warns_when_every_tool_runs_without_asking() {
     let dir = scratch();
     let file = write(

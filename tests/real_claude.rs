@@ -27,14 +27,21 @@ const INNER: &[&str] = &[
     "send_then_end_turn_in_one_batch_arrive_in_order",
     "a_second_message_reuses_the_warm_process_and_session",
     "a_text_only_answer_reaches_the_chat_from_the_result",
+    "with_the_sandbox_the_agent_reads_nothing_of_turnstiles",
+    "a_cold_process_resumes_the_session_from_the_agent_home",
 ];
+
+/// Set to `bubblewrap` to run every test of the group with
+/// `agent.sandbox = "bubblewrap"` (CI runs the group once more so).
+const SANDBOX_SWITCH: &str = "TURNSTILE_TEST_SANDBOX";
 
 #[test]
 fn real_cli_in_a_loopback_namespace() {
     support::real_cli::run_in_loopback_namespace(INNER);
 }
 
-/// The bot on the `claude` backend running the real CLI against `api`.
+/// The bot on the `claude` backend running the real CLI against `api`;
+/// an entry of `env` with an empty value removes that variable.
 async fn start(
     api: &FakeAnthropic,
     home: &tempfile::TempDir,
@@ -61,7 +68,16 @@ async fn start(
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    if let Ok(sandbox) = std::env::var(SANDBOX_SWITCH) {
+        println!("{SANDBOX_SWITCH}={sandbox}");
+        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
+    }
+    vars.retain(|(k, _)| !env.iter().any(|(e, v)| e == k && v.is_empty()));
+    vars.extend(
+        env.iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     Harness::launch_claude(&vars).await
 }
 
@@ -229,4 +245,130 @@ async fn a_text_only_answer_reaches_the_chat_from_the_result() {
     all_exited(&backend).await;
     assert_eq!(h.texts(1), vec!["a plain answer"]);
     assert_eq!(api.model_calls(), 1);
+}
+
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_cli_in_a_loopback_namespace"]
+async fn with_the_sandbox_the_agent_reads_nothing_of_turnstiles() {
+    let api = FakeAnthropic::start().await;
+    let home = tempfile::tempdir().unwrap();
+    // Outside /tmp, which the sandbox replaces anyway.
+    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = state.path().join("turnstile.db");
+    let me = std::process::id();
+    api.push(Reply::tools(&[
+        ("Read", json!({"file_path": db.display().to_string()})),
+        (
+            "Bash",
+            json!({
+                "command": format!(
+                    "cat /proc/1/environ; echo; cat /proc/{me}/environ; echo; head -c 15 {}; ls /proc",
+                    db.display()
+                ),
+                "description": "look around"
+            }),
+        ),
+    ]));
+    api.push(Reply::tools(&[(
+        "mcp__telegram-tools__end_turn",
+        json!({"text": "looked"}),
+    )]));
+    let db_path = db.display().to_string();
+    let (mut h, backend) = start(
+        &api,
+        &home,
+        &[
+            ("TURNSTILE_AGENT_SANDBOX", "bubblewrap"),
+            ("TURNSTILE_AGENT_PERMISSION_MODE", "allow"),
+            ("TURNSTILE_AGENT_ALLOWED_TOOLS", "Read,Bash"),
+            ("TURNSTILE_STATE_PATH", db_path.as_str()),
+        ],
+    )
+    .await;
+    assert!(db.exists(), "the state file is there, outside the sandbox");
+    h.say(1, USER, "look");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        },
+        "{}",
+        api.describe()
+    );
+    all_exited(&backend).await;
+    let requests = api.model_requests();
+    assert_eq!(requests.len(), 2, "{}", api.describe());
+    let seen = requests[1]["messages"].to_string();
+    let results = seen.matches("\"tool_result\"").count();
+    assert!(results >= 2, "both tools ran: {seen}");
+    for leak in [
+        "SQLite format",
+        support::real_cli::CLAUDE_ENV,
+        support::real_cli::PARENT_TOKEN,
+    ] {
+        assert!(!seen.contains(leak), "the agent saw {leak:?}: {seen}");
+    }
+    println!("the agent saw: {seen}");
+}
+
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_cli_in_a_loopback_namespace"]
+async fn a_cold_process_resumes_the_session_from_the_agent_home() {
+    let api = FakeAnthropic::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = state.path().join("turnstile.db").display().to_string();
+    for text in ["one", "two"] {
+        api.push(Reply::tools(&[(
+            "mcp__telegram-tools__end_turn",
+            json!({ "text": text }),
+        )]));
+    }
+    // No HOME from agent.env: the sandbox gives each chat its own home
+    // beside the state file, and the session must survive in it.
+    let (mut h, backend) = start(
+        &api,
+        &home,
+        &[
+            ("TURNSTILE_AGENT_SANDBOX", "bubblewrap"),
+            ("TURNSTILE_AGENT_ENV_HOME", ""),
+            ("TURNSTILE_AGENT_ENV_CLAUDE_CONFIG_DIR", ""),
+            ("TURNSTILE_AGENT_WORKDIR", ""),
+            ("TURNSTILE_STATE_PATH", db.as_str()),
+        ],
+    )
+    .await;
+    h.say(1, USER, "first");
+    h.turn_ended(1, 1).await;
+    all_exited(&backend).await;
+    h.say(1, USER, "second");
+    h.turn_ended(1, 2).await;
+    all_exited(&backend).await;
+    assert_eq!(h.texts(1), vec!["one", "two"]);
+    assert_eq!(backend.spawned(), 2, "two cold processes");
+    let ids: Vec<Option<String>> = h
+        .seen
+        .iter()
+        .filter_map(|e| match e {
+            BotEvent::TurnEnded { session_id, .. } => Some(session_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 2);
+    let first = ids[0].clone().expect("a session id");
+    assert!(turnstile::agent::claude::is_session_id(&first), "{first}");
+    assert_eq!(
+        ids[1].as_deref(),
+        Some(first.as_str()),
+        "the session resumed"
+    );
+    assert!(
+        state.path().join("homes/1").is_dir() && state.path().join("workspaces/1").is_dir(),
+        "the chat's home and workdir beside the state file"
+    );
+    // The second process got the whole conversation back.
+    let requests = api.model_requests();
+    let last = requests.last().expect("requests")["messages"].to_string();
+    assert!(last.contains("first") && last.contains("second"), "{last}");
 }

@@ -11,27 +11,30 @@
 //! wire format, parsed into typed enums at the boundary; `process` the child
 //! (spawn, process group, signals, reaping); `driver` the per-session task
 //! (reading lines, dispatching requests, writing answers, closing);
-//! `permissions` what answers `can_use_tool`.
+//! `permissions` what answers `can_use_tool`; `seal` what the process starts
+//! from and can reach (clean environment, per-chat workdir, bubblewrap,
+//! launcher).
 
 mod driver;
 mod permissions;
 mod process;
+pub(crate) mod seal;
 // The wire types; public (hidden) for the benchmarks' minimal direct driver.
 #[doc(hidden)]
 pub mod protocol;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
-use crate::config::{Config, PermissionMode};
+use crate::config::{Config, PermissionMode, SettingSource};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
+pub use seal::{Seal, is_session_id};
 
 /// How to start the CLI.
 #[derive(Debug, Clone)]
@@ -40,15 +43,22 @@ pub struct ClaudeSettings {
     pub command: String,
     /// Arguments after the protocol's own.
     pub args: Vec<String>,
-    /// Extra environment.
+    /// `agent.env`: set on top of the clean environment.
     pub env: BTreeMap<String, String>,
-    /// Working directory (empty: inherit).
-    pub workdir: PathBuf,
+    /// What each process starts from and can reach (workdir, environment,
+    /// sandbox, launcher).
+    pub seal: Seal,
+    /// `--setting-sources`: which of the operator's Claude settings apply.
+    pub setting_sources: Vec<SettingSource>,
+    /// The operator's MCP servers, beside turnstile's own
+    /// (`--strict-mcp-config --mcp-config`).
+    pub mcp_servers: BTreeMap<String, serde_json::Value>,
     /// The system prompt.
     pub system_prompt: String,
     /// Other tools the agent may use.
     pub allowed_tools: Vec<String>,
-    /// Tools the agent may never use; they beat `allowed_tools`.
+    /// Tools the agent may never use (`--disallowedTools`, and denied if
+    /// the CLI asks); they beat `allowed_tools`.
     pub denied_tools: Vec<String>,
     /// What answers a tool neither list names (`can_use_tool`).
     pub permission_mode: PermissionMode,
@@ -70,7 +80,20 @@ impl ClaudeSettings {
             command: agent.command.clone(),
             args: agent.args.clone(),
             env: agent.env.clone(),
-            workdir: agent.workdir.clone(),
+            seal: Seal {
+                workdir: config.agent_workdir(),
+                home: config.agent_home(),
+                pass_env: agent.pass_env.clone(),
+                sandbox: agent.sandbox,
+                launcher: agent.launcher.clone(),
+                secrets: config
+                    .state_file()
+                    .into_iter()
+                    .chain(config.file.clone())
+                    .collect(),
+            },
+            setting_sources: agent.setting_sources.clone(),
+            mcp_servers: agent.mcp_servers.clone(),
             system_prompt: agent.system_prompt.clone(),
             allowed_tools: agent.allowed_tools.clone(),
             denied_tools: agent.denied_tools.clone(),
@@ -82,7 +105,11 @@ impl ClaudeSettings {
         }
     }
 
-    /// The full argument list for a session.
+    /// The full argument list for a session (the CLI's, after the command).
+    /// `resume` must be a session id ([`is_session_id`]); it goes as one
+    /// argument, `--resume=<id>`. Options that take lists are written
+    /// `--flag=value` so that no later argument is read as one of their
+    /// values.
     pub fn argv(&self, tools: &ToolRegistry, resume: Option<&str>) -> Vec<String> {
         let mut argv: Vec<String> = [
             "--output-format",
@@ -107,12 +134,35 @@ impl ClaudeSettings {
             .map(|t| format!("mcp__{TOOL_SERVER}__{}", t.name))
             .collect();
         allowed.extend(self.allowed_tools.iter().cloned());
-        argv.extend(["--allowedTools".into(), allowed.join(",")]);
+        argv.push(format!("--allowedTools={}", allowed.join(",")));
+        if !self.denied_tools.is_empty() {
+            argv.push(format!("--disallowedTools={}", self.denied_tools.join(",")));
+        }
+        let sources: Vec<&str> = self.setting_sources.iter().map(|s| s.as_str()).collect();
+        argv.push(format!("--setting-sources={}", sources.join(",")));
+        argv.push("--strict-mcp-config".into());
+        argv.push(format!("--mcp-config={}", self.mcp_config()));
         if let Some(id) = resume {
-            argv.extend(["--resume".into(), id.to_string()]);
+            argv.push(format!("--resume={id}"));
         }
         argv.extend(self.args.iter().cloned());
         argv
+    }
+}
+
+impl ClaudeSettings {
+    /// The `--mcp-config` JSON: turnstile's own in-process server (answered
+    /// over the control protocol) and the operator's servers.
+    fn mcp_config(&self) -> serde_json::Value {
+        let mut servers = serde_json::Map::new();
+        servers.insert(
+            TOOL_SERVER.to_owned(),
+            serde_json::json!({"type": "sdk", "name": TOOL_SERVER}),
+        );
+        for (name, server) in &self.mcp_servers {
+            servers.insert(name.clone(), server.clone());
+        }
+        serde_json::json!({ "mcpServers": servers })
     }
 }
 
@@ -152,10 +202,22 @@ impl ClaudeBackend {
 
     /// Spawns the CLI for one session and starts its driver.
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
-        let argv = self.settings.argv(&self.tools, request.resume.as_deref());
-        let spawned = AgentProcess::spawn(&self.settings, &argv, &self.live)?;
+        let chat_id = request.chat.0;
+        let resume = match request.resume {
+            Some(id) if !is_session_id(&id) => {
+                tracing::warn!(
+                    chat_id,
+                    session_id = %id.escape_debug(),
+                    "stored agent session id is not a UUID; starting a fresh session"
+                );
+                None
+            }
+            other => other,
+        };
+        let argv = self.settings.argv(&self.tools, resume.as_deref());
+        let spawned = AgentProcess::spawn(&self.settings, chat_id, &argv, &self.live)?;
         let pid = spawned.process.pid();
-        tracing::info!(chat_id = request.chat.0, pid, resume = ?request.resume, "agent process started");
+        tracing::info!(chat_id, pid, resume = ?resume, "agent process started");
         Ok(driver::start(driver::Start {
             settings: Arc::clone(&self.settings),
             tools: Arc::clone(&self.tools),

@@ -14,6 +14,13 @@
 //!   chat tool (`Bash`), the fake tells the chat what it got, through the
 //!   `send` chat tool: `allowed: <updatedInput as JSON>`, `denied: <message>`
 //!   or `refused: <control error>`.
+//! - `FAKE_CLAUDE_DUMP`: a file (relative to the working directory) to
+//!   append one JSON line to at start: `{"pid", "env", "args", "cwd",
+//!   "probes"}`, where `probes` maps each path of `FAKE_CLAUDE_PROBE`
+//!   (`:`-separated) to what reading it gave (`null`: nothing).
+//!
+//! Its session id is a UUID made of its pid ([`session_id`]), or the one
+//! given as `--resume=<id>` (or `--resume <id>`).
 //!
 //! The protocol: `initialize` is answered; each user line plays the first
 //! scenario rule its text matches; tool calls go out as `mcp_message`
@@ -90,12 +97,9 @@ fn main() {
         Err(_) => Scenario::default(),
     };
     let args: Vec<String> = std::env::args().collect();
-    let resume = args
-        .iter()
-        .position(|a| a == "--resume")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let resume = resumed(&args);
     let pid = std::process::id();
+    dump(&args);
     let fake = Arc::new(Fake {
         out: Mutex::new(std::io::stdout()),
         log: std::env::var("FAKE_CLAUDE_LOG").ok().and_then(|p| {
@@ -110,9 +114,7 @@ fn main() {
         interrupted: AtomicBool::new(false),
         hook: AtomicBool::new(false),
         next_id: AtomicU64::new(1),
-        session_id: resume
-            .clone()
-            .unwrap_or_else(|| format!("fake-session-{pid}")),
+        session_id: resume.clone().unwrap_or_else(|| session_id(pid)),
     });
     fake.log(json!({"pid": pid, "args": args[1..]}));
     if std::env::var("FAKE_CLAUDE_GRANDCHILD").is_ok_and(|v| v == "1")
@@ -218,6 +220,66 @@ fn main() {
     }
     let _ = player.join();
     std::process::exit(0);
+}
+
+/// The session id of a fresh fake: a UUID made of its pid.
+fn session_id(pid: u32) -> String {
+    format!("00000000-0000-4000-8000-{pid:012x}")
+}
+
+/// The session resumed: `--resume=<id>` or `--resume <id>`.
+fn resumed(args: &[String]) -> Option<String> {
+    args.iter().enumerate().find_map(|(i, arg)| {
+        if let Some(id) = arg.strip_prefix("--resume=") {
+            Some(id.to_string())
+        } else if arg == "--resume" {
+            args.get(i + 1).cloned()
+        } else {
+            None
+        }
+    })
+}
+
+/// `FAKE_CLAUDE_DUMP`: what this process was started with and can see.
+fn dump(args: &[String]) {
+    let Ok(path) = std::env::var("FAKE_CLAUDE_DUMP") else {
+        return;
+    };
+    let env: serde_json::Map<String, Value> = std::env::vars_os()
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), json!(v.to_string_lossy())))
+        .collect();
+    let probes: serde_json::Map<String, Value> = std::env::var("FAKE_CLAUDE_PROBE")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let seen = match std::fs::read(p) {
+                Ok(bytes) => json!(String::from_utf8_lossy(&bytes)),
+                Err(_) => match std::fs::read_dir(p) {
+                    Ok(entries) => json!(
+                        entries
+                            .filter_map(|e| e
+                                .ok()
+                                .map(|e| e.file_name().to_string_lossy().into_owned()))
+                            .collect::<Vec<_>>()
+                    ),
+                    Err(_) => Value::Null,
+                },
+            };
+            (p.to_string(), seen)
+        })
+        .collect();
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    let line = json!({"pid": std::process::id(), "env": env, "args": args[1..], "cwd": cwd, "probes": probes});
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(format!("{line}\n").as_bytes());
+    }
 }
 
 /// Set once the fake is wedged: it ignores everything until killed.

@@ -38,7 +38,9 @@ impl ConfigError {
 impl Config {
     /// The effective configuration as TOML, durations as humantime strings.
     /// The token, when set, is shown as `token = "<redacted>"` under
-    /// `[telegram]`; the text never contains the token itself.
+    /// `[telegram]`; the text never contains the token itself. The values of
+    /// `agent.env` and of the MCP servers' `env` and `headers` are shown as
+    /// `"<redacted>"` too.
     #[must_use]
     pub fn to_redacted_toml(&self) -> String {
         let mut table = match Table::try_from(self) {
@@ -53,7 +55,35 @@ impl Config {
                 telegram.insert("token".into(), Value::from(REDACTED));
             }
         }
+        if let Some(Value::Table(agent)) = table.get_mut("agent") {
+            redact_agent(agent);
+        }
         toml::to_string(&table).unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
+    }
+}
+
+/// The agent's secrets: the values of `agent.env`, and of each
+/// `agent.mcp_servers` entry's `env` and `headers` (names are kept).
+fn redact_agent(agent: &mut Table) {
+    let hide = |entries: &mut Table| {
+        for (_, value) in entries.iter_mut() {
+            *value = Value::from(REDACTED);
+        }
+    };
+    if let Some(Value::Table(env)) = agent.get_mut("env") {
+        hide(env);
+    }
+    if let Some(Value::Table(servers)) = agent.get_mut("mcp_servers") {
+        for (_, server) in servers.iter_mut() {
+            let Value::Table(server) = server else {
+                continue;
+            };
+            for field in ["env", "headers"] {
+                if let Some(Value::Table(entries)) = server.get_mut(field) {
+                    hide(entries);
+                }
+            }
+        }
     }
 }
 
@@ -100,7 +130,7 @@ mod tests {
     #[test]
     fn redacted_toml_never_contains_the_token() {
         let config = load_text(
-            "[agent.env]\nA = \"1\"\n",
+            "[agent]\nargs = [\"-v\"]\n",
             &[("TURNSTILE_DISPATCHER_MERGE_WINDOW", "1500ms")],
         )
         .expect("loads");
@@ -113,8 +143,28 @@ mod tests {
         if let Some(Value::Table(telegram)) = table.get_mut("telegram") {
             assert_eq!(telegram.remove("token"), Some(Value::from(REDACTED)));
         }
-        let reloaded = Config::from_table(table, &env(&[]), TOKEN).expect("reloads");
+        let mut reloaded = Config::from_table(table, &env(&[]), TOKEN, None).expect("reloads");
+        reloaded.file.clone_from(&config.file);
         assert_eq!(reloaded, config);
+    }
+
+    #[test]
+    fn redacted_toml_hides_the_agents_env_and_mcp_secrets() {
+        let config = load_text(
+            "[agent.env]\nAPI_KEY = \"sk-env-secret\"\n\
+             [agent.mcp_servers.fs]\ncommand = \"mcp-fs\"\nenv = { T = \"mcp-env-secret\" }\n\
+             [agent.mcp_servers.web]\nurl = \"https://x.example\"\n\
+             headers = { Authorization = \"Bearer hdr-secret\" }\n",
+            &[],
+        )
+        .expect("loads");
+        let text = config.to_redacted_toml();
+        for secret in ["sk-env-secret", "mcp-env-secret", "hdr-secret"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        for kept in ["API_KEY", "mcp-fs", "Authorization", "https://x.example"] {
+            assert!(text.contains(kept), "{kept} missing: {text}");
+        }
     }
 
     #[test]
@@ -133,6 +183,7 @@ mod tests {
             .agent
             .env
             .insert("tok".to_owned(), "tok tok".to_owned());
+        config.agent.system_prompt = "tok tok".to_owned();
         config.agent.args = vec!["--tok".to_owned()];
         let text = config.to_redacted_toml();
         assert!(text.contains("\ntoken = \"<redacted>\"\n"), "{text}");

@@ -17,7 +17,8 @@ pub const MAX_COUNT: usize = 1_000_000;
 impl Config {
     /// Checks the values that parse but cannot work: zero clocks, no
     /// terminator tool, no turn slot or queue room, an API URL that is not
-    /// http(s), a duration or count too large. The token is not checked here.
+    /// http(s), a duration or count too large, and the agent's sealing keys
+    /// (`sealing`). The token is not checked here.
     ///
     /// # Errors
     ///
@@ -90,13 +91,16 @@ impl Config {
             .strip_prefix("https://")
             .or_else(|| api_url.strip_prefix("http://"));
         match host {
-            Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
-            _ => Err(bad_value(
-                "telegram.api_url",
-                &Value::from(api_url),
-                "expected an http:// or https:// URL",
-            )),
+            Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => {}
+            _ => {
+                return Err(bad_value(
+                    "telegram.api_url",
+                    &Value::from(api_url),
+                    "expected an http:// or https:// URL",
+                ));
+            }
         }
+        self.check_sealing()
     }
 }
 

@@ -11,6 +11,11 @@ use turnstile::agent::claude::ClaudeBackend;
 
 use super::Harness;
 
+/// The session id a fresh fake with `pid` reports (as `fake-claude` makes it).
+pub fn session_id(pid: u32) -> String {
+    format!("00000000-0000-4000-8000-{pid:012x}")
+}
+
 /// The fake CLI's scenario and log.
 pub struct FakeLog {
     /// Holds the scenario and the log.
@@ -72,7 +77,21 @@ impl FakeLog {
                 "1".into(),
             ),
             ("TURNSTILE_AGENT_KEEP_WARM".into(), "0s".into()),
+            (
+                "TURNSTILE_AGENT_WORKDIR".into(),
+                self.workdir_template().display().to_string(),
+            ),
         ]
+    }
+
+    /// `agent.workdir` for the fakes: one directory per chat in the temp dir.
+    pub fn workdir_template(&self) -> PathBuf {
+        self.dir.path().join("ws").join("{chat}")
+    }
+
+    /// The workdir of `chat`.
+    pub fn workdir(&self, chat: i64) -> PathBuf {
+        self.dir.path().join("ws").join(chat.to_string())
     }
 }
 

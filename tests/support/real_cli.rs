@@ -14,6 +14,10 @@ use std::process::Command;
 /// Carries the CLI's path into the namespace.
 pub const CLAUDE_ENV: &str = "TURNSTILE_REAL_CLAUDE";
 
+/// Set as `TELEGRAM_BOT_TOKEN` in the tests' own environment, so a test can
+/// prove the agent never sees turnstile's token.
+pub const PARENT_TOKEN: &str = "777:parent-token-the-agent-must-not-see";
+
 /// Where `scripts/install-claude.sh` puts the CLI.
 const INSTALLED: &str = ".cache/claude-code/node_modules/.bin/claude";
 
@@ -42,6 +46,7 @@ pub fn run_in_loopback_namespace(tests: &[&str]) {
                 "--test-threads=1",
             ])
             .env(CLAUDE_ENV, &claude)
+            .env("TELEGRAM_BOT_TOKEN", PARENT_TOKEN)
             .output()
             .expect("unshare runs (root is needed for a network namespace)");
         let stdout = String::from_utf8_lossy(&out.stdout);

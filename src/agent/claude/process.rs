@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
-use super::ClaudeSettings;
+use super::{ClaudeSettings, seal};
 use crate::agent::AgentError;
 
 /// Stderr lines logged per session before the rest are only counted.
@@ -86,27 +86,44 @@ pub(super) struct Spawned {
 }
 
 impl AgentProcess {
-    /// Starts the CLI with `argv`, in its own process group, killed if
-    /// turnstile dies; its stderr is logged (bounded).
+    /// Starts the CLI for `chat` with `argv` (its arguments), sealed as
+    /// `settings.seal` says (see `seal`): in its own process group, killed
+    /// if turnstile dies; its stderr is logged (bounded).
     pub(super) fn spawn(
         settings: &ClaudeSettings,
+        chat: i64,
         argv: &[String],
         live: &LiveProcesses,
     ) -> Result<Spawned, AgentError> {
-        let mut command = Command::new(&settings.command);
+        let plan = seal::plan(
+            &settings.seal,
+            chat,
+            &settings.command,
+            argv,
+            std::env::vars_os(),
+            &settings.env,
+            |path| path.exists(),
+        );
+        for dir in &plan.create {
+            create_private_dir(dir).map_err(|source| AgentError::Spawn {
+                command: format!("{} (creating {})", settings.command, dir.display()),
+                source,
+            })?;
+        }
+        let Some((program, args)) = plan.argv.split_first() else {
+            return Err(AgentError::MissingPipes);
+        };
+        let mut command = Command::new(program);
         command
-            .args(argv)
-            .envs(&settings.env)
-            .env("CLAUDE_CODE_ENTRYPOINT", "sdk-ts")
-            .env("CLAUDE_CODE_SDK_READS_SESSION_STATE", "1")
+            .args(args)
+            .env_clear()
+            .envs(&plan.env)
+            .current_dir(&plan.workdir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if !settings.workdir.as_os_str().is_empty() {
-            command.current_dir(&settings.workdir);
-        }
         // SAFETY: prctl is async-signal-safe; it only asks the kernel to kill
         // the child if turnstile dies, so no agent outlives it.
         unsafe {
@@ -116,7 +133,7 @@ impl AgentProcess {
             });
         }
         let mut child = command.spawn().map_err(|source| AgentError::Spawn {
-            command: settings.command.clone(),
+            command: program.clone(),
             source,
         })?;
         let pid = child.id().unwrap_or(0);
@@ -203,6 +220,16 @@ impl Drop for AgentProcess {
             self.live.reaped();
         }
     }
+}
+
+/// Creates `dir` and its missing parents with mode 0700; an existing one is
+/// left as it is.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Signals the agent's process group (the child leads it).
