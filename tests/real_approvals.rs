@@ -41,7 +41,7 @@ async fn start(api: &FakeAnthropic, home: &tempfile::TempDir) -> (Harness, Arc<C
     let claude = support::real_cli::claude_in_namespace();
     let home = home.path().display().to_string();
     let base = api.base_url();
-    let vars: Vec<(String, String)> = [
+    let mut vars: Vec<(String, String)> = [
         ("TURNSTILE_AGENT_BACKEND", "claude"),
         ("TURNSTILE_AGENT_COMMAND", claude.as_str()),
         ("TURNSTILE_AGENT_WORKDIR", home.as_str()),
@@ -60,6 +60,10 @@ async fn start(api: &FakeAnthropic, home: &tempfile::TempDir) -> (Harness, Arc<C
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
+    // As in tests/real_claude.rs: CI runs the group once more sandboxed.
+    if let Ok(sandbox) = std::env::var("TURNSTILE_TEST_SANDBOX") {
+        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
+    }
     Harness::launch_claude(&vars).await
 }
 
