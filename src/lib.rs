@@ -21,7 +21,8 @@
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
-//!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, tools, watchdogs);
+//!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, tools, watchdogs,
+//!     `approval`: tool approvals in the chat, with buttons);
 //!   - `chat::typing`: the `TypingActor`, one per chat, and the `TypingLease`;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::tools`: `ChatTool`, `ToolRegistry`, terminators and `bare_tool_name`;
@@ -30,7 +31,8 @@
 //! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent`, `Responder`:
 //!   - `agent::scripted`: the in-process backend playing a `Scenario`;
 //!   - `agent::claude`: the Claude Code CLI backend: `process` (spawn, process group,
-//!     reaping), `driver` (the per-session task) with `driver/answers.rs` (each CLI
+//!     reaping), `seal` (clean environment, per-chat workdir and home, bubblewrap and
+//!     launcher argv), `driver` (the per-session task) with `driver/answers.rs` (each CLI
 //!     request answered once), `permissions` (what answers `can_use_tool`),
 //!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
 //!     `telegram-tools` MCP server).
