@@ -169,6 +169,7 @@ pub fn plan(
             &hides(&seal.secrets, &keep, command, &exists),
             &writable,
             &workdir,
+            &under_tmp(command),
         ));
     }
     argv.push(command.to_owned());
@@ -242,8 +243,29 @@ fn hides(
     out
 }
 
+/// The directories of the command (and of the file it links to) that lie
+/// under `/tmp`, which the sandbox replaces with an empty tmpfs: they are
+/// bound back read-only so the command can still be run.
+fn under_tmp(command: &str) -> Vec<PathBuf> {
+    let path = Path::new(command);
+    if !path.is_absolute() {
+        return Vec::new();
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let real = std::fs::canonicalize(path).ok();
+    for file in [Some(path.to_path_buf()), real].into_iter().flatten() {
+        if let Some(dir) = file.parent()
+            && dir.starts_with("/tmp")
+            && !dirs.iter().any(|d| d == dir)
+        {
+            dirs.push(dir.to_path_buf());
+        }
+    }
+    dirs
+}
+
 /// `bwrap` and its arguments up to the command.
-fn bwrap_argv(hides: &[Hide], writable: &[Bind], workdir: &Path) -> Vec<String> {
+fn bwrap_argv(hides: &[Hide], writable: &[Bind], workdir: &Path, tools: &[PathBuf]) -> Vec<String> {
     let mut argv: Vec<String> = [
         BWRAP,
         "--die-with-parent",
@@ -266,6 +288,9 @@ fn bwrap_argv(hides: &[Hide], writable: &[Bind], workdir: &Path) -> Vec<String> 
     .map(|s| (*s).to_owned())
     .collect();
     let text = |p: &Path| p.to_string_lossy().into_owned();
+    for dir in tools {
+        argv.extend(["--ro-bind".into(), text(dir), text(dir)]);
+    }
     // Directories first, so the writable binds show through them; files
     // last, so no bind shows them again.
     for hide in hides {
