@@ -239,6 +239,7 @@ async fn start_bot(
         Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
     ));
     let bot = Turnstile::start_with_limits(&config, backend.clone(), support::generous_limits())
+        .await
         .map_err(|e| format!("{name}: the bot did not start: {e}"))?;
     let (collector, over) = Collector::start(&bot.events);
     Ok(Bot {

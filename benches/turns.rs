@@ -186,6 +186,7 @@ async fn drive(
         &config.turn.terminator_tools,
     ));
     let bot = Turnstile::start_with_limits(&config, timed.clone(), support::generous_limits())
+        .await
         .map_err(|e| format!("the bot did not start: {e}"))?;
     let (collector, mut over) = Collector::start(&bot.events);
 
@@ -907,6 +908,7 @@ async fn scale_run(
     );
     let backend = Arc::new(ScriptedBackend::new(Scenario::default()));
     let bot = Turnstile::start_with_limits(&config, backend, support::generous_limits())
+        .await
         .map_err(|e| format!("the bot did not start: {e}"))?;
     let settle = IDLE_CLOSE * 2;
     tokio::time::sleep(settle).await;

@@ -35,6 +35,9 @@ pub trait AgentBackend: Send + Sync + 'static {
 pub struct OpenSession {
     /// The chat the session serves.
     pub chat: ChatId,
+    /// The conversation within it (the chat, or one of its forum topics):
+    /// its working directory.
+    pub conversation: crate::ids::Conversation,
     /// The agent's own session id to resume, when the chat had one.
     pub resume: Option<String>,
     /// Set once the host is stopping: the backend then refuses the agent's

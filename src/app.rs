@@ -18,6 +18,8 @@ use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, Store};
+use crate::telegram::addressing::{Addressing, BotIdentity};
+use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
 use crate::telegram::outbox::{Flush, Outbox, RateLimits, StopOutbox};
 
@@ -41,6 +43,48 @@ pub enum StartError {
     /// The state store could not be opened.
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    /// `getMe` answered 401 or 404: the token is wrong or revoked.
+    #[error("Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN)")]
+    TokenRejected,
+}
+
+impl StartError {
+    /// The process exit code for this error: 3 for a rejected token (a
+    /// service manager should not restart on it), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::TokenRejected => 3,
+            _ => 1,
+        }
+    }
+}
+
+/// Asks Telegram who the bot is (`getMe`): a 401 or 404 is
+/// [`StartError::TokenRejected`] at once; any other failure is logged with
+/// its cause and retried with backoff (250 ms doubling to 30 s).
+pub async fn identify(bot: &Bot) -> Result<BotIdentity, StartError> {
+    use teloxide::prelude::Requester;
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match bot.get_me().await {
+            Ok(me) => {
+                let username = me.user.username.clone().unwrap_or_default();
+                tracing::info!(bot_id = me.user.id.0, username = %username, "telegram knows the bot");
+                return Ok(BotIdentity {
+                    id: me.user.id,
+                    username,
+                });
+            }
+            Err(teloxide::RequestError::Api(teloxide::ApiError::InvalidToken)) => {
+                return Err(StartError::TokenRejected);
+            }
+            Err(err) => {
+                tracing::warn!(cause = %err, retry_in_ms = backoff.as_millis() as u64, "getMe failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
 }
 
 /// The agent backend named by `agent.backend`.
@@ -114,28 +158,32 @@ pub struct Turnstile {
 
 impl Turnstile {
     /// Starts the bot inside the current actix system.
-    pub fn start(config: &Config, backend: Arc<dyn AgentBackend>) -> Result<Self, StartError> {
-        Self::start_with_limits(config, backend, RateLimits::default())
+    pub async fn start(
+        config: &Config,
+        backend: Arc<dyn AgentBackend>,
+    ) -> Result<Self, StartError> {
+        Self::start_with_limits(config, backend, RateLimits::default()).await
     }
 
     /// Starts the bot with explicit outbox limits.
-    pub fn start_with_limits(
+    pub async fn start_with_limits(
         config: &Config,
         backend: Arc<dyn AgentBackend>,
         limits: RateLimits,
     ) -> Result<Self, StartError> {
         let store = Arc::new(Store::open(&config.state.path)?);
-        Self::start_with_store(config, backend, limits, store)
+        Self::start_with_store(config, backend, limits, store).await
     }
 
     /// Starts the bot on an open state store.
-    pub fn start_with_store(
+    pub async fn start_with_store(
         config: &Config,
         backend: Arc<dyn AgentBackend>,
         limits: RateLimits,
         store: Arc<Store>,
     ) -> Result<Self, StartError> {
         let bot = telegram_client(config)?;
+        let me = identify(&bot).await?;
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
@@ -155,6 +203,15 @@ impl Turnstile {
             inbox: inbox.clone(),
             shutdown: shutdown.clone(),
             retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
+            files: Files::new(
+                bot.clone(),
+                FilesPolicy {
+                    max_download: config.files.max_download,
+                    transcribe: config.files.transcribe.clone(),
+                    transcribe_timeout: config.files.transcribe_timeout,
+                },
+            ),
+            workdir: config.agent_workdir(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
@@ -164,6 +221,7 @@ impl Turnstile {
             (config.agent.keep_warm, config.agent.max_warm),
             host_tx,
             slots.clone(),
+            me.username.clone(),
         )
         .start();
         // Before any new update: what the previous process left unfinished.
@@ -174,6 +232,7 @@ impl Turnstile {
             dispatcher.clone().recipient(),
             shutdown.clone(),
             inbox.clone(),
+            Addressing::new(me, config.access.group_mode),
         )
         .start();
         tracing::info!(

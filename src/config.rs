@@ -43,7 +43,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-pub use self::choices::{Backend, OnInterrupted, PermissionMode, Sandbox, SettingSource};
+pub use self::choices::{
+    Backend, GroupMode, OnInterrupted, PermissionMode, Sandbox, SettingSource,
+};
 use self::env::apply_env;
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::validate::{MAX_COUNT, MAX_DURATION};
@@ -161,6 +163,8 @@ pub struct Config {
     pub dispatcher: DispatcherConfig,
     /// Where durable state lives.
     pub state: StateConfig,
+    /// Files users send.
+    pub files: FilesConfig,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
@@ -204,6 +208,35 @@ pub struct AccessConfig {
     /// At most one refusal per user per this long.
     #[serde(with = "humantime_serde")]
     pub refusal_cooldown: Duration,
+    /// Chat ids (groups) where everyone may talk to the bot, besides the
+    /// allowed users.
+    pub allowed_chats: Vec<i64>,
+    /// Which group messages the bot takes.
+    pub group_mode: GroupMode,
+}
+
+/// `[files]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesConfig {
+    /// The largest file fetched from a message, in bytes.
+    pub max_download: u64,
+    /// The command that transcribes a voice note (`{file}` its path), its
+    /// standard output the text; empty: the agent gets the audio file.
+    pub transcribe: Vec<String>,
+    /// How long a transcription may take.
+    #[serde(with = "humantime_serde")]
+    pub transcribe_timeout: Duration,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        Self {
+            max_download: 20 * 1024 * 1024,
+            transcribe: Vec::new(),
+            transcribe_timeout: Duration::from_secs(120),
+        }
+    }
 }
 
 /// `[agent]`
@@ -342,6 +375,8 @@ impl Default for AccessConfig {
             allowed_users: Vec::new(),
             admins: Vec::new(),
             refusal_cooldown: Duration::from_secs(60),
+            allowed_chats: Vec::new(),
+            group_mode: GroupMode::Mention,
         }
     }
 }

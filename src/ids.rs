@@ -30,3 +30,48 @@ impl From<u64> for TurnId {
         Self(n)
     }
 }
+
+/// One conversation: a chat, or one forum topic of a chat. Each has its own
+/// supervisor, queue, agent session and working directory; its messages,
+/// typing and questions go to its topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conversation {
+    /// The chat.
+    pub chat: teloxide::types::ChatId,
+    /// The forum topic (`message_thread_id`), when the chat is a forum and
+    /// the message was in a topic other than General.
+    pub topic: Option<teloxide::types::ThreadId>,
+}
+
+impl Conversation {
+    /// A conversation in `chat`, in `topic` when given.
+    pub fn new(chat: teloxide::types::ChatId, topic: Option<teloxide::types::ThreadId>) -> Self {
+        Self { chat, topic }
+    }
+
+    /// The topic's number, 0 for none (the state file's key).
+    pub fn topic_number(self) -> i64 {
+        self.topic.map_or(0, |t| i64::from(t.0.0))
+    }
+
+    /// The name of its working directory: the chat id, then `_` and the
+    /// topic number in a topic (`-1001234_42`).
+    pub fn key(self) -> String {
+        match self.topic {
+            Some(t) => format!("{}_{}", self.chat.0, t.0.0),
+            None => self.chat.0.to_string(),
+        }
+    }
+}
+
+impl From<teloxide::types::ChatId> for Conversation {
+    fn from(chat: teloxide::types::ChatId) -> Self {
+        Self { chat, topic: None }
+    }
+}
+
+impl std::fmt::Display for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.key())
+    }
+}

@@ -91,7 +91,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("turnstile: {}", causes(&err));
-            ExitCode::FAILURE
+            // A rejected token is exit 3: restarting cannot help.
+            let code = err
+                .downcast_ref::<turnstile::StartError>()
+                .map_or(1, turnstile::StartError::exit_code);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
     }
 }
@@ -126,7 +130,7 @@ fn run(config: Config) -> anyhow::Result<()> {
     let exit = system.block_on(async move {
         let backend =
             turnstile::backend_from_config(&config).context("starting the agent backend")?;
-        let bot = Turnstile::start(&config, backend).context("starting turnstile")?;
+        let bot = Turnstile::start(&config, backend).await?;
         if let Some(chat) = std::env::var(RESTARTED_FROM_ENV)
             .ok()
             .and_then(|c| c.parse::<i64>().ok())

@@ -11,13 +11,17 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
+use teloxide::types::{ChatId, MessageId, ThreadId};
+
+use crate::ids::Conversation;
+use crate::telegram::files::Attachment;
 
 mod inbox;
 
 pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -60,6 +64,21 @@ const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL,
         PRIMARY KEY (chat_id, rule)
      );",
+    // 3 → 4: forum topics (a session per topic) and the files a message
+    // carried (JSON), so a recovered message fetches them again.
+    "ALTER TABLE inbox ADD COLUMN topic INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE inbox ADD COLUMN files TEXT NOT NULL DEFAULT '';
+     CREATE TABLE sessions_by_topic (
+        chat_id    INTEGER NOT NULL,
+        topic      INTEGER NOT NULL,
+        session_id TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, topic)
+     );
+     INSERT INTO sessions_by_topic (chat_id, topic, session_id, updated_at)
+        SELECT chat_id, 0, session_id, updated_at FROM sessions;
+     DROP TABLE sessions;
+     ALTER TABLE sessions_by_topic RENAME TO sessions;",
 ];
 
 /// Errors at the store boundary.
@@ -141,20 +160,54 @@ impl InboxState {
 }
 
 /// An accepted message.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct InboxMessage {
     /// Telegram's update id (the key).
     pub update_id: i64,
     /// The chat.
     pub chat_id: i64,
+    /// The forum topic (`message_thread_id`), 0 for none.
+    pub topic: i64,
     /// The sender.
     pub user_id: i64,
     /// The message, for replies and reactions.
     pub message_id: i64,
-    /// The text.
+    /// The text (a file's caption, or empty).
     pub text: String,
+    /// The files it carried.
+    pub files: Vec<Attachment>,
     /// Telegram's date of the message (unix seconds).
     pub date: i64,
+}
+
+impl InboxMessage {
+    /// Its conversation.
+    pub fn conversation(&self) -> Conversation {
+        let topic = i32::try_from(self.topic)
+            .ok()
+            .filter(|&t| t != 0)
+            .map(|t| ThreadId(MessageId(t)));
+        Conversation::new(ChatId(self.chat_id), topic)
+    }
+}
+
+/// The files column: empty for none, else a JSON list.
+fn files_json(files: &[Attachment]) -> String {
+    if files.is_empty() {
+        return String::new();
+    }
+    serde_json::to_string(files).unwrap_or_default()
+}
+
+/// Reads the files column; an unreadable one is logged and read as none.
+fn files_from_json(text: &str) -> Vec<Attachment> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    serde_json::from_str(text).unwrap_or_else(|err| {
+        tracing::warn!(cause = %err, "an inbox row's files could not be read; ignored");
+        Vec::new()
+    })
 }
 
 /// An inbox row with its state.
@@ -302,9 +355,9 @@ impl Store {
     /// there (a redelivery), which must not be handled again.
     pub fn accept(&self, m: &InboxMessage) -> Result<bool, StateError> {
         let n = self.lock().execute(
-            "INSERT OR IGNORE INTO inbox (update_id, chat_id, user_id, message_id, text, date, state, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7)",
-            params![m.update_id, m.chat_id, m.user_id, m.message_id, m.text, m.date, now_ms()],
+            "INSERT OR IGNORE INTO inbox (update_id, chat_id, user_id, message_id, text, date, state, updated_at, topic, files)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9)",
+            params![m.update_id, m.chat_id, m.user_id, m.message_id, m.text, m.date, now_ms(), m.topic, files_json(&m.files)],
         )?;
         Ok(n == 1)
     }
@@ -338,7 +391,7 @@ impl Store {
     pub fn unfinished(&self) -> Result<Vec<InboxRow>, StateError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
-            "SELECT update_id, chat_id, user_id, message_id, text, date, state FROM inbox
+            "SELECT update_id, chat_id, user_id, message_id, text, date, state, topic, files FROM inbox
              WHERE state IN ('queued', 'running', 'replied') ORDER BY update_id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -350,6 +403,8 @@ impl Store {
                     message_id: r.get(3)?,
                     text: r.get(4)?,
                     date: r.get(5)?,
+                    topic: r.get(7)?,
+                    files: files_from_json(&r.get::<_, String>(8)?),
                 },
                 state: InboxState::parse(&r.get::<_, String>(6)?),
             })
@@ -388,28 +443,36 @@ impl Store {
         Ok(())
     }
 
-    /// The chat's agent session id.
-    pub fn session(&self, chat_id: i64) -> Result<Option<String>, StateError> {
+    /// The conversation's agent session id.
+    pub fn session(&self, to: Conversation) -> Result<Option<String>, StateError> {
         Ok(self
             .lock()
             .query_row(
-                "SELECT session_id FROM sessions WHERE chat_id = ?1",
-                params![chat_id],
+                "SELECT session_id FROM sessions WHERE chat_id = ?1 AND topic = ?2",
+                params![to.chat.0, to.topic_number()],
                 |r| r.get(0),
             )
             .optional()?)
     }
 
-    /// Sets (or, with `None`, forgets) the chat's agent session id.
-    pub fn set_session(&self, chat_id: i64, session_id: Option<&str>) -> Result<(), StateError> {
+    /// Sets (or, with `None`, forgets) the conversation's agent session id.
+    pub fn set_session(
+        &self,
+        to: Conversation,
+        session_id: Option<&str>,
+    ) -> Result<(), StateError> {
         let conn = self.lock();
+        let (chat, topic) = (to.chat.0, to.topic_number());
         match session_id {
             Some(id) => conn.execute(
-                "INSERT INTO sessions (chat_id, session_id, updated_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(chat_id) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
-                params![chat_id, id, now_ms()],
+                "INSERT INTO sessions (chat_id, topic, session_id, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(chat_id, topic) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                params![chat, topic, id, now_ms()],
             )?,
-            None => conn.execute("DELETE FROM sessions WHERE chat_id = ?1", params![chat_id])?,
+            None => conn.execute(
+                "DELETE FROM sessions WHERE chat_id = ?1 AND topic = ?2",
+                params![chat, topic],
+            )?,
         };
         Ok(())
     }
@@ -494,6 +557,7 @@ mod tests {
             message_id: update_id * 10,
             text: format!("m{update_id}"),
             date: 1,
+            ..InboxMessage::default()
         }
     }
 
@@ -547,11 +611,39 @@ mod tests {
     #[test]
     fn sessions_are_kept_and_forgotten() {
         let store = Store::in_memory().unwrap();
-        store.set_session(5, Some("s1")).unwrap();
-        store.set_session(5, Some("s2")).unwrap();
-        assert_eq!(store.session(5).unwrap().as_deref(), Some("s2"));
-        store.set_session(5, None).unwrap();
-        assert_eq!(store.session(5).unwrap(), None);
+        store.set_session(ChatId(5).into(), Some("s1")).unwrap();
+        store.set_session(ChatId(5).into(), Some("s2")).unwrap();
+        assert_eq!(
+            store.session(ChatId(5).into()).unwrap().as_deref(),
+            Some("s2")
+        );
+        let topic = Conversation::new(ChatId(5), Some(ThreadId(MessageId(42))));
+        store.set_session(topic, Some("t1")).unwrap();
+        assert_eq!(store.session(topic).unwrap().as_deref(), Some("t1"));
+        assert_eq!(
+            store.session(ChatId(5).into()).unwrap().as_deref(),
+            Some("s2")
+        );
+        store.set_session(ChatId(5).into(), None).unwrap();
+        assert_eq!(store.session(ChatId(5).into()).unwrap(), None);
+        assert_eq!(store.session(topic).unwrap().as_deref(), Some("t1"));
+    }
+
+    #[test]
+    fn a_message_keeps_its_topic_and_files() {
+        let store = Store::in_memory().unwrap();
+        let mut m = msg(1, -100);
+        m.topic = 42;
+        m.files = vec![Attachment {
+            kind: crate::telegram::files::FileKind::Voice,
+            file_id: "f1".into(),
+            name: None,
+            size: 9,
+        }];
+        store.accept(&m).unwrap();
+        let row = &store.unfinished().unwrap()[0];
+        assert_eq!(row.message, m);
+        assert_eq!(row.message.conversation().key(), "-100_42");
     }
 
     #[test]
@@ -575,14 +667,23 @@ mod tests {
         {
             let old = Store::create_at_version(&path, 1).unwrap();
             assert_eq!(old.schema_version().unwrap(), 1);
-            old.accept(&msg(3, 9)).unwrap();
-            old.set_session(9, Some("kept")).unwrap();
+            // Written with version 1's own columns.
+            old.lock()
+                .execute_batch(
+                    "INSERT INTO inbox (update_id, chat_id, user_id, message_id, text, date, state, updated_at)
+                     VALUES (3, 9, 7, 30, 'm3', 1, 'queued', 0);
+                     INSERT INTO sessions (chat_id, session_id, updated_at) VALUES (9, 'kept', 0);",
+                )
+                .unwrap();
             old.set_offset(4).unwrap();
         }
         let store = Store::open(&path).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         assert_eq!(store.unfinished().unwrap()[0].message.text, "m3");
-        assert_eq!(store.session(9).unwrap().as_deref(), Some("kept"));
+        assert_eq!(
+            store.session(ChatId(9).into()).unwrap().as_deref(),
+            Some("kept")
+        );
         assert_eq!(store.offset().unwrap(), 4);
         store.start_turn(&[3], 1).unwrap();
         store

@@ -1,6 +1,8 @@
 //! Telegram: the [`Intake`] that long-polls updates, the [`Outbox`] every
 //! request leaves through, and text splitting for the 4096-character limit.
 
+pub mod addressing;
+pub mod files;
 pub(crate) mod intake;
 pub(crate) mod outbox;
 pub mod split;
@@ -8,5 +10,5 @@ pub mod split;
 pub use intake::Intake;
 pub use outbox::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Outbox, OutboxError, RateLimits,
-    SendQuestion, SendText,
+    SendFile, SendQuestion, SendText,
 };

@@ -136,6 +136,7 @@ async fn a_recovered_message_from_a_user_no_longer_allowed_is_dropped() {
                     message_id: 1,
                     text: text.into(),
                     date: 0,
+                    ..Default::default()
                 })
                 .unwrap();
         }

@@ -535,6 +535,7 @@ async fn session_with_an_ask(
     let mut session = backend
         .open(OpenSession {
             chat: ChatId(1),
+            conversation: ChatId(1).into(),
             resume: None,
             shutdown: shutdown.clone(),
         })

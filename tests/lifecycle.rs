@@ -114,7 +114,7 @@ async fn an_idle_report_that_crossed_a_message_does_not_retire_the_chat() {
     .await;
     // The report the chat would have sent after its first message only.
     h.bot.dispatcher.do_send(turnstile::chat::ChatReport::Idle {
-        chat: teloxide::types::ChatId(1),
+        chat: teloxide::types::ChatId(1).into(),
         received: 1,
     });
     let (_, outcome, _) = h.turn_ended(1, 2).await;

@@ -228,7 +228,10 @@ async fn a_stored_session_id_that_is_not_a_uuid_is_dropped_with_a_warning() {
     {
         let store = turnstile::state::Store::open(&db).expect("store");
         store
-            .set_session(1, Some("--dangerously-skip-permissions"))
+            .set_session(
+                teloxide::types::ChatId(1).into(),
+                Some("--dangerously-skip-permissions"),
+            )
             .expect("session stored");
     }
     let files = FakeLog::new(&Scenario::default());

@@ -215,7 +215,8 @@ impl ClaudeBackend {
             other => other,
         };
         let argv = self.settings.argv(&self.tools, resume.as_deref());
-        let spawned = AgentProcess::spawn(&self.settings, chat_id, &argv, &self.live)?;
+        let key = request.conversation.key();
+        let spawned = AgentProcess::spawn(&self.settings, &key, &argv, &self.live)?;
         let pid = spawned.process.pid();
         tracing::info!(chat_id, pid, resume = ?resume, "agent process started");
         Ok(driver::start(driver::Start {

@@ -21,7 +21,10 @@ use crate::chat::supervisor::{
 use crate::chat::turn::{ButtonPressed, TurnDeps};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
+use crate::ids::Conversation;
 use crate::state::{InboxRow, InboxState, now_ms};
+use crate::telegram::addressing::strip_address;
+use crate::telegram::files::attachments;
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::{AnswerCallback, SendText};
 
@@ -83,8 +86,10 @@ pub struct Dispatcher {
     slots: TurnSlots,
     /// Numbers turns.
     next_turn: Arc<AtomicU64>,
-    /// Live chats.
-    chats: HashMap<ChatId, ChatEntry>,
+    /// Live conversations (chats, and forum topics of chats).
+    chats: HashMap<Conversation, ChatEntry>,
+    /// The bot's username, stripped from the front of messages.
+    username: String,
     /// When each refused user was last told so.
     refused: HashMap<UserId, Instant>,
     /// No new turns once set.
@@ -110,6 +115,7 @@ impl Dispatcher {
         (keep_warm, max_warm): (Duration, usize),
         host: mpsc::UnboundedSender<HostRequest>,
         slots: TurnSlots,
+        username: String,
     ) -> Self {
         let events = deps.events.clone();
         Self {
@@ -119,6 +125,7 @@ impl Dispatcher {
             slots,
             next_turn: Arc::new(AtomicU64::new(0)),
             chats: HashMap::new(),
+            username,
             refused: HashMap::new(),
             stopping: false,
             keep_warm,
@@ -129,8 +136,8 @@ impl Dispatcher {
         }
     }
 
-    fn say(&self, chat: ChatId, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText::new(chat, text));
+    fn say(&self, to: Conversation, text: impl Into<String>) {
+        self.deps.outbox.do_send(SendText::new(to, text));
     }
 
     fn is_admin(&self, user: UserId) -> bool {
@@ -138,6 +145,11 @@ impl Dispatcher {
             .admins
             .iter()
             .any(|&a| a >= 0 && a as u64 == user.0)
+    }
+
+    /// Whether everyone in `chat` may talk to the bot (`access.allowed_chats`).
+    fn is_allowed_chat(&self, chat: ChatId) -> bool {
+        self.access.allowed_chats.contains(&chat.0)
     }
 
     fn is_allowed(&self, user: UserId) -> bool {
@@ -149,7 +161,7 @@ impl Dispatcher {
                 .any(|&a| a >= 0 && a as u64 == user.0)
     }
 
-    fn supervisor(&mut self, chat: ChatId, ctx: &mut Context<Self>) -> &mut ChatEntry {
+    fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
         let deps = self.deps.clone();
         let settings = ChatSettings {
             merge_window: self.config.merge_window,
@@ -167,12 +179,12 @@ impl Dispatcher {
         })
     }
 
-    fn route(&mut self, chat: ChatId, msg: UserMessage, ctx: &mut Context<Self>) {
+    fn route(&mut self, chat: Conversation, msg: UserMessage, ctx: &mut Context<Self>) {
         self.deliver(chat, ForChat::Message(msg), ctx);
     }
 
     /// Hands something to the chat's supervisor, counting it.
-    fn deliver(&mut self, chat: ChatId, item: ForChat, ctx: &mut Context<Self>) {
+    fn deliver(&mut self, chat: Conversation, item: ForChat, ctx: &mut Context<Self>) {
         let entry = self.supervisor(chat, ctx);
         entry.routed += 1;
         match item {
@@ -183,7 +195,8 @@ impl Dispatcher {
         }
     }
 
-    fn refuse(&mut self, chat: ChatId, user: UserId) {
+    fn refuse(&mut self, to: Conversation, user: UserId) {
+        let chat = to.chat;
         tracing::warn!(
             user_id = user.0,
             chat_id = chat.0,
@@ -202,7 +215,7 @@ impl Dispatcher {
                 .retain(|_, at| now.duration_since(*at) < cooldown);
             self.refused.insert(user, now);
             self.say(
-                chat,
+                to,
                 "Sorry, this bot only answers the people it was set up for.",
             );
         }
@@ -210,7 +223,7 @@ impl Dispatcher {
 
     fn command(
         &mut self,
-        chat: ChatId,
+        chat: Conversation,
         user: UserId,
         word: &str,
         args: &str,
@@ -237,7 +250,8 @@ impl Dispatcher {
 
     /// `/permissions`: the tools that run without asking in this chat;
     /// `/permissions clear` forgets them.
-    fn permissions(&mut self, chat: ChatId, args: &str, ctx: &mut Context<Self>) {
+    fn permissions(&mut self, to: Conversation, args: &str, ctx: &mut Context<Self>) {
+        let chat = to.chat;
         let outbox = self.deps.outbox.clone();
         if args.eq_ignore_ascii_case("clear") {
             let cleared = self.deps.inbox.clear_always(chat);
@@ -250,7 +264,7 @@ impl Dispatcher {
                         }
                         None => "⚠️ The approvals could not be cleared; try again.".to_string(),
                     };
-                    outbox.do_send(SendText::new(chat, text));
+                    outbox.do_send(SendText::new(to, text));
                 }
                 .into_actor(self),
             );
@@ -272,7 +286,7 @@ impl Dispatcher {
                             .join("\n")
                     )
                 };
-                outbox.do_send(SendText::new(chat, text));
+                outbox.do_send(SendText::new(to, text));
             }
             .into_actor(self),
         );
@@ -288,6 +302,14 @@ impl Dispatcher {
             .as_ref()
             .map(|m| m.chat().id)
             .unwrap_or(ChatId(i64::try_from(user.0).unwrap_or(0)));
+        // The question's topic: its conversation.
+        let topic = query
+            .message
+            .as_ref()
+            .and_then(|m| m.regular_message())
+            .filter(|m| m.is_topic_message)
+            .and_then(|m| m.thread_id);
+        let to = Conversation::new(chat, topic);
         let answer = |act: &Self, text: &str| {
             act.deps.outbox.do_send(AnswerCallback {
                 chat,
@@ -296,7 +318,7 @@ impl Dispatcher {
                 alert: false,
             });
         };
-        if !self.is_allowed(user) {
+        if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
             tracing::warn!(
                 user_id = user.0,
                 chat_id = chat.0,
@@ -323,15 +345,16 @@ impl Dispatcher {
                 query.id.to_string(),
             )
         });
-        match (press, self.chats.contains_key(&chat)) {
-            (Some(press), true) => self.deliver(chat, ForChat::Press(press), ctx),
+        match (press, self.chats.contains_key(&to)) {
+            (Some(press), true) => self.deliver(to, ForChat::Press(press), ctx),
             _ => answer(self, "This question has expired."),
         }
     }
 
     /// `/restart` from an admin: ignored when older than this process,
     /// otherwise told and handed to the host, which drains and re-executes.
-    fn restart(&mut self, chat: ChatId, user: UserId, date: i64) {
+    fn restart(&mut self, to: Conversation, user: UserId, date: i64) {
+        let chat = to.chat;
         if date < self.started_at {
             tracing::warn!(
                 chat_id = chat.0,
@@ -343,7 +366,7 @@ impl Dispatcher {
             return;
         }
         if self.stopping {
-            self.say(chat, "Already stopping.");
+            self.say(to, "Already stopping.");
             return;
         }
         let running = self.slots.running();
@@ -354,7 +377,7 @@ impl Dispatcher {
             "/restart requested"
         );
         self.say(
-            chat,
+            to,
             format!("🔄 Restarting; waiting for {running} running turn(s) first."),
         );
         if self.host.send(HostRequest::Restart { chat }).is_err() {
@@ -362,7 +385,7 @@ impl Dispatcher {
         }
     }
 
-    fn status(&mut self, chat: ChatId, ctx: &mut Context<Self>) {
+    fn status(&mut self, chat: Conversation, ctx: &mut Context<Self>) {
         let header = format!(
             "{} chat(s), {} turn(s) running, {} permit(s) free",
             self.chats.len(),
@@ -413,6 +436,9 @@ impl Handler<UpdateReceived> for Dispatcher {
             }
         };
         let chat = message.chat.id;
+        let topic = message.thread_id.filter(|_| message.is_topic_message);
+        let to = Conversation::new(chat, topic);
+        let in_group = message.chat.is_group() || message.chat.is_supergroup();
         let inbox = self.deps.inbox.clone();
         let done = move |state: InboxState| match state {
             InboxState::Dropped => inbox.dropped(vec![update_id]),
@@ -427,18 +453,28 @@ impl Handler<UpdateReceived> for Dispatcher {
             done(InboxState::Done);
             return;
         };
-        let Some(text) = message.text().or(message.caption()) else {
-            tracing::debug!(update_id, chat_id = chat.0, "message without text; skipped");
+        let files = attachments(&message);
+        let Some(text) = message
+            .text()
+            .or(message.caption())
+            .or(if files.is_empty() { None } else { Some("") })
+        else {
+            tracing::debug!(
+                update_id,
+                chat_id = chat.0,
+                "message without text or files; skipped"
+            );
             done(InboxState::Done);
             return;
         };
-        if !self.is_allowed(user) {
+        if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
             done(InboxState::Dropped);
-            self.refuse(chat, user);
+            self.refuse(to, user);
             return;
         }
+        let text = strip_address(text, &self.username);
         let text = text.trim();
-        if text.is_empty() {
+        if text.is_empty() && files.is_empty() {
             tracing::debug!(update_id, chat_id = chat.0, "empty message; skipped");
             done(InboxState::Done);
             return;
@@ -453,7 +489,7 @@ impl Handler<UpdateReceived> for Dispatcher {
                 .unwrap_or("")
                 .to_ascii_lowercase();
             let args = words.next().unwrap_or("").trim();
-            if self.command(chat, user, &word, args, message.date.timestamp(), ctx) {
+            if self.command(to, user, &word, args, message.date.timestamp(), ctx) {
                 done(InboxState::Done);
                 return;
             }
@@ -461,7 +497,7 @@ impl Handler<UpdateReceived> for Dispatcher {
         if self.stopping {
             done(InboxState::Dropped);
             self.say(
-                chat,
+                to,
                 "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
             );
             return;
@@ -481,8 +517,11 @@ impl Handler<UpdateReceived> for Dispatcher {
             update_id,
             from: user,
             at: Instant::now(),
+            files,
+            album: message.media_group_id().map(|g| g.0.clone()),
+            in_group,
         };
-        self.route(chat, msg, ctx);
+        self.route(to, msg, ctx);
     }
 }
 
@@ -511,9 +550,10 @@ impl Dispatcher {
         let mut refused = 0;
         for row in rows {
             let m = row.message;
-            let chat = ChatId(m.chat_id);
+            let to = m.conversation();
+            let chat = to.chat;
             let sender = u64::try_from(m.user_id).ok().map(UserId);
-            if !sender.is_some_and(|user| self.is_allowed(user)) {
+            if !sender.is_some_and(|user| self.is_allowed(user)) && !self.is_allowed_chat(chat) {
                 // Allowed when it was accepted, not any more: it never reaches an agent.
                 refused += 1;
                 tracing::warn!(
@@ -545,8 +585,12 @@ impl Dispatcher {
                     update_id: m.update_id,
                     from: sender.unwrap_or(UserId(0)),
                     at: Instant::now(),
+                    files: m.files,
+                    album: None,
+                    // Group and supergroup ids are negative.
+                    in_group: chat.0 < 0,
                 };
-                self.route(chat, msg, ctx);
+                self.route(to, msg, ctx);
                 continue;
             }
             reported += 1;
@@ -560,7 +604,7 @@ impl Dispatcher {
                     "⚠️ turnstile restarted before it could answer “{excerpt}”. Send it again if you still need an answer."
                 )
             };
-            self.say(chat, text);
+            self.say(to, text);
             self.deps.inbox.reported(m.update_id);
         }
         if requeued + retried + reported + refused > 0 {
@@ -589,7 +633,7 @@ impl Handler<ChatReport> for Dispatcher {
                     return;
                 }
                 if let Some(entry) = self.chats.remove(&chat) {
-                    tracing::debug!(chat_id = chat.0, "idle chat evicted");
+                    tracing::debug!(chat = %chat, "idle chat evicted");
                     entry.addr.do_send(RetireChat);
                 }
             }

@@ -22,7 +22,7 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
     WrapFuture,
 };
-use teloxide::types::{ChatId, MessageId, UserId};
+use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
@@ -33,8 +33,9 @@ use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, SessionReleased, TurnActor, TurnDeps, TurnEnded, TurnSpec};
 use crate::chat::typing::{RetireTyping, StartTyping, TypingActor, TypingLease};
 use crate::events::BotEvent;
-use crate::ids::TurnId;
+use crate::ids::{Conversation, TurnId};
 use crate::state::{Disposition, TurnRecord, now_ms};
+use crate::telegram::files::Attachment;
 use crate::telegram::outbox::SendText;
 
 /// A user's message for the chat's agent.
@@ -51,6 +52,12 @@ pub struct UserMessage {
     pub from: UserId,
     /// When it was accepted.
     pub at: Instant,
+    /// The files it carried.
+    pub files: Vec<Attachment>,
+    /// Its album (media group), whose items become one turn.
+    pub album: Option<String>,
+    /// Whether it came from a group, where the answer replies to it.
+    pub in_group: bool,
 }
 
 /// `/stop`: interrupt the running turn and drop what is queued.
@@ -90,8 +97,8 @@ pub enum ChatReport {
     /// retired, provided nothing was routed to it after the `received`-th
     /// item.
     Idle {
-        /// The chat.
-        chat: ChatId,
+        /// The conversation.
+        chat: Conversation,
         /// How many items (messages and commands) it had received.
         received: u64,
     },
@@ -105,7 +112,14 @@ struct Pending {
     update_id: i64,
     from: UserId,
     at: Instant,
+    files: Vec<Attachment>,
+    album: Option<String>,
+    in_group: bool,
 }
+
+/// How long the first item of an album waits for the rest, whatever
+/// `dispatcher.merge_window` says: an album is one turn.
+const ALBUM_WAIT: Duration = Duration::from_millis(800);
 
 /// The turn holding the chat.
 struct Running {
@@ -155,6 +169,8 @@ pub struct ChatSettings {
 pub struct ChatSupervisor {
     /// The chat.
     chat: ChatId,
+    /// Its forum topic, when this conversation is one.
+    topic: Option<ThreadId>,
     /// What turns need.
     deps: TurnDeps,
     /// Queue and merge settings.
@@ -186,7 +202,7 @@ pub struct ChatSupervisor {
 impl ChatSupervisor {
     /// A supervisor for `chat`.
     pub fn new(
-        chat: ChatId,
+        to: Conversation,
         deps: TurnDeps,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
@@ -195,7 +211,8 @@ impl ChatSupervisor {
     ) -> Self {
         deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
         Self {
-            chat,
+            chat: to.chat,
+            topic: to.topic,
             deps,
             settings,
             dispatcher,
@@ -213,7 +230,12 @@ impl ChatSupervisor {
     }
 
     fn say(&self, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText::new(self.chat, text));
+        self.deps.outbox.do_send(SendText::new(self.to(), text));
+    }
+
+    /// The conversation.
+    fn to(&self) -> Conversation {
+        Conversation::new(self.chat, self.topic)
     }
 
     fn step(&mut self, step: ChatStep<Running>) -> Option<Running> {
@@ -243,7 +265,7 @@ impl ChatSupervisor {
             ctx.run_later(self.settings.idle_eviction, move |act, _ctx| {
                 act.idle_timer = None;
                 act.dispatcher.do_send(ChatReport::Idle {
-                    chat: act.chat,
+                    chat: act.to(),
                     received,
                 });
             }),
@@ -259,8 +281,13 @@ impl ChatSupervisor {
             return self.watch_idle(ctx);
         };
         let open_for = front.at.elapsed();
-        if open_for < self.settings.merge_window {
-            let handle = ctx.run_later(self.settings.merge_window - open_for, |act, ctx| {
+        let window = if front.album.is_some() {
+            self.settings.merge_window.max(ALBUM_WAIT)
+        } else {
+            self.settings.merge_window
+        };
+        if open_for < window {
+            let handle = ctx.run_later(window - open_for, |act, ctx| {
                 act.step(ChatStep::WindowClosed);
                 act.try_start(ctx);
             });
@@ -297,19 +324,23 @@ impl ChatSupervisor {
         };
         // A window too large to add to an Instant merges everything queued.
         let window_end = front.at.checked_add(self.settings.merge_window);
+        let answer_to = front.in_group.then_some(front.message_id);
+        let album = front.album.clone();
         let mut texts = vec![front.text];
+        let mut files = front.files;
         let mut reply_to = front.message_id;
         let mut from = front.from;
         let mut update_ids = vec![front.update_id];
-        while let Some(next) = self
-            .queue
-            .pop_front_if(|p| window_end.is_none_or(|end| p.at <= end))
-        {
+        while let Some(next) = self.queue.pop_front_if(|p| {
+            window_end.is_none_or(|end| p.at <= end) || (album.is_some() && p.album == album)
+        }) {
             texts.push(next.text);
+            files.extend(next.files);
             reply_to = next.message_id;
             from = next.from;
             update_ids.push(next.update_id);
         }
+        texts.retain(|t| !t.trim().is_empty());
         let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
         self.deps.inbox.turn_started(update_ids.clone(), turn);
         let warm = self.warm.take().map(|warm| {
@@ -325,9 +356,12 @@ impl ChatSupervisor {
         let me = ctx.address();
         let spec = TurnSpec {
             chat: self.chat,
+            topic: self.topic,
             turn,
             text: texts.join("\n\n"),
             reply_to: Some(reply_to),
+            answer_to,
+            files,
             update_ids: update_ids.clone(),
             from: Some(from),
             typing: lease.clone(),
@@ -438,7 +472,7 @@ impl ChatSupervisor {
         }
         let config = &self.deps.config;
         let addr = TypingActor::new(
-            self.chat,
+            self.to(),
             self.deps.outbox.clone(),
             config.typing_interval,
             config.hard_deadline,
@@ -506,6 +540,9 @@ impl Handler<UserMessage> for ChatSupervisor {
             update_id: msg.update_id,
             from: msg.from,
             at: msg.at,
+            files: msg.files,
+            album: msg.album,
+            in_group: msg.in_group,
         });
         self.try_start(ctx);
     }
@@ -551,7 +588,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {
-            inbox.set_session(self.chat, Some(id));
+            inbox.set_session(self.to(), Some(id));
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The chat tools the host serves (`send`, `end_turn`, `react`), their
+//! The chat tools the host serves (`send`, `end_turn`, `react`,
+//! `send_file`), their
 //! schemas, and terminator detection.
 //!
 //! Tool names arrive MCP-prefixed (`mcp__telegram-tools__end_turn`) almost
@@ -45,6 +46,17 @@ pub enum ChatTool {
         /// The emoji; never empty.
         emoji: String,
     },
+    /// `send_file {path, caption?, as_photo?}`: a file from the working
+    /// directory to the chat.
+    SendFile {
+        /// The path the agent gave (relative to its working directory, or
+        /// absolute); checked before anything is sent.
+        path: String,
+        /// Its caption.
+        caption: Option<String>,
+        /// Send it as a photo rather than a document.
+        as_photo: bool,
+    },
 }
 
 /// Why a call of a chat tool cannot be served; the agent sees the text.
@@ -59,6 +71,9 @@ pub enum ToolInputError {
     /// `react` without an emoji.
     #[error("`emoji` is required")]
     NoEmoji,
+    /// `send_file` without a path.
+    #[error("`path` is required")]
+    NoPath,
 }
 
 impl ChatTool {
@@ -82,6 +97,20 @@ impl ChatTool {
                     emoji: emoji.to_string(),
                 })
                 .ok_or(ToolInputError::NoEmoji),
+            "send_file" => input
+                .get("path")
+                .and_then(Value::as_str)
+                .filter(|p| !p.trim().is_empty())
+                .map(|path| Self::SendFile {
+                    path: path.to_string(),
+                    caption: input
+                        .get("caption")
+                        .and_then(Value::as_str)
+                        .filter(|c| !c.trim().is_empty())
+                        .map(str::to_string),
+                    as_photo: input.get("as_photo").and_then(Value::as_bool) == Some(true),
+                })
+                .ok_or(ToolInputError::NoPath),
             _ => Err(ToolInputError::Unknown(name.to_string())),
         }
     }
@@ -92,6 +121,7 @@ impl ChatTool {
             Self::Send { .. } => "send",
             Self::EndTurn { .. } => "end_turn",
             Self::React { .. } => "react",
+            Self::SendFile { .. } => "send_file",
         }
     }
 }
@@ -164,6 +194,20 @@ impl ToolRegistry {
                     "required": ["emoji"]
                 }),
                 ends: Ends::WhenFlag("end_turn"),
+            },
+            ToolSpec {
+                name: "send_file",
+                description: "Send a file from your working directory to the user in this chat (as a document, or as a photo with as_photo). Files the user sent you are in inbox/. Does not end your turn.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "The file, relative to your working directory (or absolute, inside it)."},
+                        "caption": {"type": "string", "description": "An optional caption."},
+                        "as_photo": {"type": "boolean", "description": "Send an image as a photo instead of a document."}
+                    },
+                    "required": ["path"]
+                }),
+                ends: Ends::Never,
             },
         ];
         Self {

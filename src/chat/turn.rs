@@ -22,7 +22,7 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
     SpawnHandle, WrapFuture,
 };
-use teloxide::types::{ChatId, MessageId, UserId};
+use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use tokio::sync::mpsc;
 
 use self::approval::Approvals;
@@ -39,10 +39,11 @@ use crate::chat::tools::ToolRegistry;
 use crate::chat::typing::TypingLease;
 use crate::config::TurnConfig;
 use crate::events::{BotEvent, EventBus, Gauges};
-use crate::ids::TurnId;
+use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
 use crate::state::Inbox;
-use crate::telegram::outbox::Outbox;
+use crate::telegram::files::{Attachment, Files};
+use crate::telegram::outbox::{Outbox, SendText};
 
 /// Sent once per turn, to the supervisor and to the typing actor, when the
 /// turn is over.
@@ -99,12 +100,21 @@ pub struct AbortTurn;
 pub struct TurnSpec {
     /// The chat.
     pub chat: ChatId,
+    /// The forum topic, when the conversation is one: replies, typing and
+    /// questions go there, and it has its own session and workdir.
+    pub topic: Option<ThreadId>,
     /// Numbers the turn within the process.
     pub turn: TurnId,
     /// The user's text (merged messages joined).
     pub text: String,
     /// The user's last message, for reactions.
     pub reply_to: Option<MessageId>,
+    /// The message the turn's answer replies to (in groups, the message
+    /// that started the turn; in private chats none).
+    pub answer_to: Option<MessageId>,
+    /// Files the messages carried, fetched into the workdir before the
+    /// agent hears of the turn.
+    pub files: Vec<Attachment>,
     /// The inbox rows (update ids) this turn answers.
     pub update_ids: Vec<i64>,
     /// Who sent the message the turn answers (the last one, when merged):
@@ -135,6 +145,18 @@ pub struct TurnDeps {
     pub shutdown: Shutdown,
     /// `dispatcher.on_interrupted == "retry"`.
     pub retry_interrupted: bool,
+    /// Fetches the files users send.
+    pub files: Files,
+    /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
+    /// conversation's files are.
+    pub workdir: std::path::PathBuf,
+}
+
+impl TurnDeps {
+    /// The working directory of `to`.
+    pub fn workdir_of(&self, to: Conversation) -> std::path::PathBuf {
+        crate::agent::claude::seal::chat_path(&self.workdir, &to.key())
+    }
 }
 
 /// The session the turn talks to.
@@ -229,6 +251,58 @@ impl TurnActor {
         self.spec.chat.0
     }
 
+    /// The conversation the turn is in.
+    fn to(&self) -> Conversation {
+        Conversation::new(self.spec.chat, self.spec.topic)
+    }
+
+    /// Fetches the turn's files into the workdir, tells the chat about any
+    /// that could not be taken, puts what arrived in front of the text, then
+    /// starts the agent.
+    fn receive_files(&mut self, ctx: &mut Context<Self>) {
+        let files = self.deps.files.clone();
+        let workdir = self.deps.workdir_of(self.to());
+        let attachments = std::mem::take(&mut self.spec.files);
+        let fetch = async move { files.receive(&workdir, &attachments).await };
+        ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
+            for notice in received.notices {
+                act.deps
+                    .outbox
+                    .do_send(SendText::new(act.to(), notice).replying_to(act.spec.answer_to));
+            }
+            let mut text = received.notes.join("\n");
+            if !act.spec.text.trim().is_empty() {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&act.spec.text);
+            }
+            act.spec.text = text;
+            if act.phase.is_live() {
+                act.begin(ctx);
+            }
+        }));
+    }
+
+    /// Starts the agent on the turn: the warm session, else a fresh one.
+    fn begin(&mut self, ctx: &mut Context<Self>) {
+        match self.warm.take() {
+            Some(session) => {
+                self.attach(session, true, ctx);
+                // A warm process answers a user line within milliseconds; one
+                // that stays silent is replaced rather than waited out.
+                let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
+                ctx.run_later(patience, |act, ctx| {
+                    if act.phase.is_proving() {
+                        tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "warm session did not answer; replacing it");
+                        act.replace_warm(ctx);
+                    }
+                });
+            }
+            None => self.open(ctx),
+        }
+    }
+
     fn label(&self) -> &str {
         self.link.as_ref().map_or("", |l| l.label.as_str())
     }
@@ -252,14 +326,16 @@ impl TurnActor {
     /// after every store write asked before, so a `/new` is seen).
     fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
-        let resume = self.deps.inbox.session(self.spec.chat);
+        let resume = self.deps.inbox.session(self.to());
         let chat = self.spec.chat;
+        let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
         let open = async move {
             let resume = resume.await;
             backend
                 .open(OpenSession {
                     chat,
+                    conversation,
                     resume,
                     shutdown,
                 })
@@ -470,20 +546,10 @@ impl Actor for TurnActor {
         });
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
-        match self.warm.take() {
-            Some(session) => {
-                self.attach(session, true, ctx);
-                // A warm process answers a user line within milliseconds; one
-                // that stays silent is replaced rather than waited out.
-                let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
-                ctx.run_later(patience, |act, ctx| {
-                    if act.phase.is_proving() {
-                        tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "warm session did not answer; replacing it");
-                        act.replace_warm(ctx);
-                    }
-                });
-            }
-            None => self.open(ctx),
+        if self.spec.files.is_empty() {
+            self.begin(ctx);
+        } else {
+            self.receive_files(ctx);
         }
     }
 }

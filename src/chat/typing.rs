@@ -106,6 +106,8 @@ struct Lease {
 pub struct TypingActor {
     /// The chat.
     chat: ChatId,
+    /// Its forum topic, where the indicator shows.
+    topic: Option<teloxide::types::ThreadId>,
     /// Where requests go.
     outbox: Addr<Outbox>,
     /// Renewal period.
@@ -123,7 +125,7 @@ pub struct TypingActor {
 impl TypingActor {
     /// A typing actor for `chat`.
     pub fn new(
-        chat: ChatId,
+        to: crate::ids::Conversation,
         outbox: Addr<Outbox>,
         interval: Duration,
         hard_deadline: Duration,
@@ -132,7 +134,8 @@ impl TypingActor {
     ) -> Self {
         gauges.typing.fetch_add(1, Ordering::SeqCst);
         Self {
-            chat,
+            chat: to.chat,
+            topic: to.topic,
             outbox,
             interval,
             hard_deadline,
@@ -148,6 +151,7 @@ impl TypingActor {
         {
             self.outbox.do_send(SendTyping {
                 chat: self.chat,
+                topic: self.topic,
                 lease: lease.alive.clone(),
             });
         }

@@ -76,6 +76,19 @@ fn expected(names: &[&str]) -> String {
 }
 
 choice! {
+    /// `access.group_mode`: which group messages the bot takes.
+    #[derive(Default)]
+    GroupMode {
+        /// Only a message that mentions the bot, replies to it, or is a
+        /// command addressed to it.
+        #[default]
+        Mention = "mention",
+        /// Every message.
+        All = "all",
+    }
+}
+
+choice! {
     /// `agent.backend`: which agent answers.
     Backend {
         /// `"scripted"`: the in-process agent playing `agent.script`.

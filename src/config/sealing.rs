@@ -255,9 +255,20 @@ fn component_matches(pattern: &str, name: &str) -> bool {
     let Some(tail) = name.strip_prefix(prefix) else {
         return false;
     };
+    // A chat id, then `_` and a topic number in a forum topic.
     let digits = tail.strip_prefix('-').unwrap_or(tail);
     let id_len = digits.chars().take_while(char::is_ascii_digit).count();
-    id_len > 0 && component_matches(rest, &digits[id_len..])
+    if id_len == 0 {
+        return false;
+    }
+    let after = &digits[id_len..];
+    if component_matches(rest, after) {
+        return true;
+    }
+    after.strip_prefix('_').is_some_and(|topic| {
+        let len = topic.chars().take_while(char::is_ascii_digit).count();
+        len > 0 && component_matches(rest, &topic[len..])
+    })
 }
 
 #[cfg(test)]
@@ -282,6 +293,8 @@ mod tests {
         let t = Path::new("/srv/ws/{chat}");
         assert!(workdir_contains(t, Path::new("/srv/ws/12/state.db")));
         assert!(workdir_contains(t, Path::new("/srv/ws/-100/x/y")));
+        assert!(workdir_contains(t, Path::new("/srv/ws/-100_42/state.db")));
+        assert!(!workdir_contains(t, Path::new("/srv/ws/-100_/state.db")));
         assert!(!workdir_contains(t, Path::new("/srv/ws/state.db")));
         assert!(!workdir_contains(t, Path::new("/srv/state.db")));
         assert!(!workdir_contains(t, Path::new("/srv/ws/abc/state.db")));

@@ -11,6 +11,10 @@ use super::{Config, ConfigError, PermissionMode, bad_value};
 /// would overflow clock arithmetic).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The largest `files.max_download`: 2000 MB, what a local Bot API server
+/// hands out (Telegram's own servers stop at 20 MB).
+pub const MAX_DOWNLOAD: u64 = 2_000 * 1024 * 1024;
+
 /// The largest count any key accepts.
 pub const MAX_COUNT: usize = 1_000_000;
 
@@ -79,12 +83,46 @@ impl Config {
             ("dispatcher.merge_window", dispatcher.merge_window),
             ("dispatcher.drain_timeout", dispatcher.drain_timeout),
             ("dispatcher.idle_eviction", dispatcher.idle_eviction),
+            ("files.transcribe_timeout", self.files.transcribe_timeout),
         ];
         for (key, duration) in durations {
             if duration > MAX_DURATION {
                 let shown = Value::from(humantime::format_duration(duration).to_string());
                 return Err(bad_value(key, &shown, "must be at most 365 days"));
             }
+        }
+        let max_download = self.files.max_download;
+        if max_download == 0 || max_download > MAX_DOWNLOAD {
+            return Err(bad_value(
+                "files.max_download",
+                &Value::Integer(i64::try_from(max_download).unwrap_or(i64::MAX)),
+                format!("must be between 1 and {MAX_DOWNLOAD} bytes"),
+            ));
+        }
+        if !self.files.transcribe.is_empty() && self.files.transcribe_timeout.is_zero() {
+            return Err(bad_value(
+                "files.transcribe_timeout",
+                &Value::from("0s"),
+                "must be greater than zero when files.transcribe is set",
+            ));
+        }
+        if self
+            .files
+            .transcribe
+            .first()
+            .is_some_and(|c| c.trim().is_empty())
+        {
+            return Err(bad_value(
+                "files.transcribe",
+                &Value::Array(
+                    self.files
+                        .transcribe
+                        .iter()
+                        .map(|a| Value::from(a.as_str()))
+                        .collect(),
+                ),
+                "the first item must name the command",
+            ));
         }
         let api_url = self.telegram.api_url.as_str();
         let host = api_url

@@ -41,7 +41,7 @@ use teloxide::types::{ChatId, UserId};
 use tokio::sync::oneshot;
 
 use super::{InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord};
-use crate::ids::TurnId;
+use crate::ids::{Conversation, TurnId};
 
 /// A job for the store thread.
 type Job = Box<dyn FnOnce(&Store) + Send>;
@@ -282,16 +282,19 @@ impl Inbox {
         self.recover()
     }
 
-    /// The chat's agent session id, after every job asked before.
-    pub fn session(&self, chat: ChatId) -> impl Future<Output = Option<String>> + Send + 'static {
-        let ask = self.ask("loading the session id", move |store| store.session(chat.0));
+    /// The conversation's agent session id, after every job asked before.
+    pub fn session(
+        &self,
+        to: Conversation,
+    ) -> impl Future<Output = Option<String>> + Send + 'static {
+        let ask = self.ask("loading the session id", move |store| store.session(to));
         async move { ask.await.flatten() }
     }
 
-    /// Keeps (or, with `None`, forgets) the chat's agent session id.
-    pub fn set_session(&self, chat: ChatId, session_id: Option<String>) {
+    /// Keeps (or, with `None`, forgets) the conversation's agent session id.
+    pub fn set_session(&self, to: Conversation, session_id: Option<String>) {
         self.tell("saving the session id", move |store| {
-            store.set_session(chat.0, session_id.as_deref())
+            store.set_session(to, session_id.as_deref())
         });
     }
 
@@ -352,6 +355,7 @@ mod tests {
             message_id: 3,
             text: "hi".into(),
             date: 0,
+            ..InboxMessage::default()
         }
     }
 

@@ -16,6 +16,8 @@ use teloxide::types::{Update, UpdateKind};
 
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, InboxMessage};
+use crate::telegram::addressing::{Addressing, NotForUs};
+use crate::telegram::files::attachments;
 
 /// An update received from Telegram, in order.
 #[derive(Message, Debug)]
@@ -42,6 +44,8 @@ pub struct Intake {
     /// The durable inbox: an update is written there before the offset
     /// moves past it.
     inbox: Inbox,
+    /// Which messages are for this bot; the others are never handed over.
+    addressing: Addressing,
 }
 
 impl Intake {
@@ -52,6 +56,7 @@ impl Intake {
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
         inbox: Inbox,
+        addressing: Addressing,
     ) -> Self {
         Self {
             bot,
@@ -60,6 +65,30 @@ impl Intake {
             shutdown,
             offset: 0,
             inbox,
+            addressing,
+        }
+    }
+
+    /// Whether the update is for this bot (everything but messages is; the
+    /// dispatcher checks those).
+    fn for_us(&mut self, update: &Update) -> bool {
+        let UpdateKind::Message(message) = &update.kind else {
+            return true;
+        };
+        match self.addressing.check(message) {
+            Ok(()) => true,
+            Err(why) => {
+                let why = match why {
+                    NotForUs::OtherBotsCommand => "a command for another bot",
+                    NotForUs::NotAddressed => "a group message not addressed to the bot",
+                };
+                tracing::debug!(
+                    update_id = update.id.0,
+                    chat_id = message.chat.id.0,
+                    "{why}; not taken"
+                );
+                false
+            }
         }
     }
 
@@ -68,17 +97,24 @@ impl Intake {
         let UpdateKind::Message(message) = &update.kind else {
             return None;
         };
-        let (Some(text), Some(user)) =
-            (message.text().or(message.caption()), message.from.as_ref())
-        else {
+        let user = message.from.as_ref()?;
+        let text = message.text().or(message.caption());
+        let files = attachments(message);
+        if text.is_none() && files.is_empty() {
             return None;
-        };
+        }
+        let topic = message
+            .thread_id
+            .filter(|_| message.is_topic_message)
+            .map_or(0, |t| i64::from(t.0.0));
         Some(InboxMessage {
             update_id: i64::from(update.id.0),
             chat_id: message.chat.id.0,
+            topic,
             user_id: i64::try_from(user.id.0).unwrap_or(i64::MAX),
             message_id: i64::from(message.id.0),
-            text: text.to_string(),
+            text: text.unwrap_or("").to_string(),
+            files,
             date: message.date.timestamp(),
         })
     }
@@ -86,11 +122,12 @@ impl Intake {
     /// Writes a batch to the inbox (moving the offset past it), then hands
     /// over, in order, each update that was not there already; then polls
     /// again. Nothing else is handled meanwhile.
-    fn accept(&mut self, updates: Vec<Update>, ctx: &mut Context<Self>) {
-        let rows: Vec<InboxMessage> = updates.iter().filter_map(Self::row).collect();
+    fn accept(&mut self, mut updates: Vec<Update>, ctx: &mut Context<Self>) {
         let next = updates.iter().fold(self.offset, |offset, u| {
             offset.max(i32::try_from(u.id.0).unwrap_or(i32::MAX).saturating_add(1))
         });
+        updates.retain(|u| self.for_us(u));
+        let rows: Vec<InboxMessage> = updates.iter().filter_map(Self::row).collect();
         let written = self.inbox.accept(rows, i64::from(next));
         ctx.wait(written.into_actor(self).map(move |fresh, act, ctx| {
             let mut fresh = fresh.into_iter();

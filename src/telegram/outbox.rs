@@ -24,10 +24,11 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, AsyncContext, Context, Handler};
 use teloxide::payloads::{
-    AnswerCallbackQuerySetters, SendMessageSetters, SetMessageReactionSetters,
+    AnswerCallbackQuerySetters, SendChatActionSetters, SendDocumentSetters, SendMessageSetters,
+    SendPhotoSetters, SetMessageReactionSetters,
 };
 use teloxide::prelude::Requester;
-use teloxide::types::{CallbackQueryId, ChatAction, ChatId, ReactionType};
+use teloxide::types::{CallbackQueryId, ChatAction, ChatId, InputFile, ReactionType};
 use teloxide::{ApiError, Bot, RequestError};
 use tokio::sync::mpsc;
 
@@ -37,11 +38,11 @@ use crate::telegram::split::{TELEGRAM_TEXT_LIMIT, split_message};
 mod requests;
 mod retry;
 
-use requests::Job;
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Flush, React, SendQuestion,
-    SendText, SendTyping, StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Flush, React, SendFile,
+    SendQuestion, SendText, SendTyping, StopOutbox,
 };
+use requests::{CAPTION_LIMIT, Job, Place, cut};
 use retry::{Rule, Sent, classify, deliver, retry_allowed, send_piece};
 
 /// Why a request did not get through.
@@ -263,7 +264,11 @@ impl Handler<SendText> for Outbox {
             }
             return;
         }
-        self.enqueue(msg.chat, Job::Text(msg.text, msg.reply));
+        let place = Place {
+            topic: msg.topic,
+            reply_to: msg.reply_to,
+        };
+        self.enqueue(msg.chat, Job::Text(msg.text, place, msg.reply));
     }
 }
 
@@ -341,7 +346,15 @@ impl Handler<SendTyping> for Outbox {
         {
             return;
         }
-        self.enqueue(msg.chat, Job::Typing(msg.lease));
+        self.enqueue(msg.chat, Job::Typing(msg.lease, msg.topic));
+    }
+}
+
+impl Handler<SendFile> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: SendFile, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::File(msg));
     }
 }
 
@@ -351,6 +364,55 @@ impl Handler<React> for Outbox {
     fn handle(&mut self, msg: React, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, msg.reply));
     }
+}
+
+/// Sends a file as a document or a photo; never twice.
+async fn send_file(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    file: &SendFile,
+) -> Result<teloxide::types::MessageId, OutboxError> {
+    let rule = Rule {
+        method: if file.as_photo {
+            "sendPhoto"
+        } else {
+            "sendDocument"
+        },
+        idempotent: false,
+        until: None,
+    };
+    let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
+    deliver(shared, chat, bucket, rule, || {
+        let input = InputFile::file(file.path.clone());
+        let caption = caption.clone();
+        let topic = file.topic;
+        let bot = &shared.bot;
+        let as_photo = file.as_photo;
+        async move {
+            let message = if as_photo {
+                let mut request = bot.send_photo(chat, input);
+                if let Some(caption) = caption {
+                    request = request.caption(caption);
+                }
+                if let Some(topic) = topic {
+                    request = request.message_thread_id(topic);
+                }
+                request.await?
+            } else {
+                let mut request = bot.send_document(chat, input);
+                if let Some(caption) = caption {
+                    request = request.caption(caption);
+                }
+                if let Some(topic) = topic {
+                    request = request.message_thread_id(topic);
+                }
+                request.await?
+            };
+            Ok(message.id)
+        }
+    })
+    .await
 }
 
 /// Runs a chat's jobs one after another, until its lane is dropped.
@@ -363,7 +425,7 @@ async fn chat_worker(
 ) {
     let mut bucket = Bucket::new(shared.limits.chat_burst, shared.limits.chat_per_sec);
     while let Some(job) = rx.recv().await {
-        if matches!(job, Job::Typing(_)) {
+        if matches!(job, Job::Typing(..)) {
             typing_queued.store(false, Ordering::SeqCst);
         }
         run_job(&shared, chat, &mut bucket, job).await;
@@ -376,7 +438,7 @@ async fn chat_worker(
 
 async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
     match job {
-        Job::Typing(lease) => {
+        Job::Typing(lease, topic) => {
             if !lease.is_live() {
                 return;
             }
@@ -384,16 +446,23 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
                 chat,
                 at: Instant::now(),
             });
-            if let Err(err) = shared.bot.send_chat_action(chat, ChatAction::Typing).await {
+            let mut request = shared.bot.send_chat_action(chat, ChatAction::Typing);
+            if let Some(topic) = topic {
+                request = request.message_thread_id(topic);
+            }
+            if let Err(err) = request.await {
                 // Never retried: a failing typing request must not outlive its lease.
                 tracing::debug!(chat_id = chat.0, cause = %err, "sendChatAction failed");
             }
         }
-        Job::Text(text, reply) => {
+        Job::Text(text, mut place, reply) => {
             let mut ids = Vec::new();
             let mut outcome = Ok(());
             for piece in split_message(&text, TELEGRAM_TEXT_LIMIT) {
-                match send_piece(shared, chat, bucket, &piece).await {
+                let sent = send_piece(shared, chat, place, bucket, &piece).await;
+                // Only the first piece is a reply.
+                place.reply_to = None;
+                match sent {
                     Ok(id) => ids.push(id),
                     Err(err) => {
                         outcome = Err(err);
@@ -433,17 +502,27 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
             };
             let _ = reply.send(result);
         }
-        Job::Question(text, keyboard, reply) => {
+        Job::File(file) => {
+            let result = send_file(shared, chat, bucket, &file).await;
+            if let Err(err) = &result {
+                tracing::warn!(chat_id = chat.0, path = %file.path.display(), cause = %err, "file not delivered");
+            }
+            let _ = file.reply.send(result);
+        }
+        Job::Question(text, keyboard, topic, reply) => {
             let rule = Rule {
                 method: "sendMessage",
                 idempotent: false,
                 until: None,
             };
             let result = deliver(shared, chat, bucket, rule, || {
-                let request = shared
+                let mut request = shared
                     .bot
                     .send_message(chat, text.as_str())
                     .reply_markup(keyboard.clone());
+                if let Some(topic) = topic {
+                    request = request.message_thread_id(topic);
+                }
                 async move { request.await.map(|message| message.id) }
             })
             .await;

@@ -93,7 +93,9 @@ impl Harness {
             .set_all(env.iter().copied())
             .load();
         let backend = make(&config);
-        let bot = Turnstile::start_with_limits(&config, backend, limits).expect("bot starts");
+        let bot = Turnstile::start_with_limits(&config, backend, limits)
+            .await
+            .expect("bot starts");
         let events = bot.events.subscribe();
         Self {
             api,

@@ -91,7 +91,7 @@ impl AgentProcess {
     /// if turnstile dies; its stderr is logged (bounded).
     pub(super) fn spawn(
         settings: &ClaudeSettings,
-        chat: i64,
+        chat: &str,
         argv: &[String],
         live: &LiveProcesses,
     ) -> Result<Spawned, AgentError> {

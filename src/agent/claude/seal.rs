@@ -71,8 +71,8 @@ pub struct Plan {
 
 /// A path with its `{chat}` placeholders filled.
 #[must_use]
-pub fn chat_path(template: &Path, chat: i64) -> PathBuf {
-    PathBuf::from(template.to_string_lossy().replace(CHAT, &chat.to_string()))
+pub fn chat_path(template: &Path, chat: &str) -> PathBuf {
+    PathBuf::from(template.to_string_lossy().replace(CHAT, chat))
 }
 
 /// Whether `name` may never reach an agent: the bot token, `TURNSTILE_*`.
@@ -118,14 +118,11 @@ pub fn is_session_id(id: &str) -> bool {
 
 /// `agent.launcher` with `{chat}` and `{workdir}` filled.
 #[must_use]
-pub fn launcher_argv(launcher: &[String], chat: i64, workdir: &Path) -> Vec<String> {
+pub fn launcher_argv(launcher: &[String], chat: &str, workdir: &Path) -> Vec<String> {
     let workdir = workdir.to_string_lossy();
     launcher
         .iter()
-        .map(|arg| {
-            arg.replace(CHAT, &chat.to_string())
-                .replace(WORKDIR, &workdir)
-        })
+        .map(|arg| arg.replace(CHAT, chat).replace(WORKDIR, &workdir))
         .collect()
 }
 
@@ -135,7 +132,7 @@ pub fn launcher_argv(launcher: &[String], chat: i64, workdir: &Path) -> Vec<Stri
 /// ones that are).
 pub fn plan(
     seal: &Seal,
-    chat: i64,
+    chat: &str,
     command: &str,
     args: &[String],
     parent: impl IntoIterator<Item = (OsString, OsString)>,
@@ -391,7 +388,7 @@ mod tests {
     #[test]
     fn placeholders_are_filled() {
         assert_eq!(
-            chat_path(Path::new("/srv/ws/{chat}"), -1001),
+            chat_path(Path::new("/srv/ws/{chat}"), "-1001"),
             PathBuf::from("/srv/ws/-1001")
         );
         let launcher = [
@@ -400,7 +397,7 @@ mod tests {
             "cd {workdir} && run {chat}".into(),
         ];
         assert_eq!(
-            launcher_argv(&launcher, 7, Path::new("/w/7")),
+            launcher_argv(&launcher, "7", Path::new("/w/7")),
             ["ssh", "box", "cd /w/7 && run 7"]
         );
     }
@@ -424,7 +421,7 @@ mod tests {
         let parent = os(&[("HOME", "/root"), ("TELEGRAM_BOT_TOKEN", "t")]);
         let plan = plan(
             &seal(Sandbox::None),
-            5,
+            "5",
             "claude",
             &["-p".into()],
             parent,
@@ -451,7 +448,7 @@ mod tests {
     fn bubblewrap_hides_the_state_dir_and_binds_the_workdir_and_home() {
         let plan = plan(
             &seal(Sandbox::Bubblewrap),
-            5,
+            "5",
             "/usr/bin/claude",
             &[],
             os(&[("HOME", "/root")]),
@@ -495,7 +492,7 @@ mod tests {
         seal.workdir = PathBuf::from("/opt/bot/ws/{chat}");
         let plan = plan(
             &seal,
-            1,
+            "1",
             "/opt/bot/bin/claude",
             &[],
             Vec::new(),
@@ -523,7 +520,7 @@ mod tests {
         seal.launcher = vec!["/wrap.sh".into(), "{chat}".into(), "{workdir}".into()];
         let plan = plan(
             &seal,
-            3,
+            "3",
             "claude",
             &[],
             Vec::new(),

@@ -45,7 +45,7 @@ impl Handler<NewSession> for ChatSupervisor {
 
     fn handle(&mut self, _msg: NewSession, ctx: &mut Self::Context) {
         self.touched(ctx);
-        self.deps.inbox.set_session(self.chat, None);
+        self.deps.inbox.set_session(self.to(), None);
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
@@ -96,7 +96,7 @@ impl Handler<DescribeChat> for ChatSupervisor {
                 "idle".to_string()
             }
         };
-        format!("chat {}: {state}, {} queued", self.chat.0, self.queue.len())
+        format!("chat {}: {state}, {} queued", self.to(), self.queue.len())
     }
 }
 

@@ -314,7 +314,7 @@ impl TurnActor {
         };
         tracing::info!(chat_id = self.chat_id(), call_id = %ask.id, tool = %ask.tool, "asking the chat");
         for (i, (text, keyboard)) in texts.iter().zip(keyboards).enumerate() {
-            let (send, sent) = SendQuestion::new(self.spec.chat, text.clone(), keyboard);
+            let (send, sent) = SendQuestion::new(self.to(), text.clone(), keyboard);
             self.deps.outbox.do_send(send);
             let token = token.clone();
             ctx.spawn(sent.into_actor(self).map(move |sent, act, ctx| {

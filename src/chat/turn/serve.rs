@@ -15,37 +15,48 @@ use crate::agent::{Responder, ToolCall, ToolReply};
 use crate::chat::notices::bounded;
 use crate::chat::tools::ChatTool;
 use crate::state::Inbox;
-use crate::telegram::outbox::{Outbox, React, SendText};
+use crate::telegram::files::outgoing;
+use crate::telegram::outbox::{Outbox, React, SendFile, SendText};
 
 /// The way a turn's texts leave: opened at the first reply, it writes
 /// "replied" for the turn's messages and only then forwards each text to the
 /// outbox, in the order given. It outlives the turn actor, so nothing queued
 /// is lost when the actor stops.
 pub(super) struct ReplyLane {
-    /// Texts to forward; closed when the turn actor drops it.
-    tx: mpsc::UnboundedSender<SendText>,
+    /// Texts and files to forward; closed when the turn actor drops it.
+    tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// What a turn sends to its chat.
+#[derive(Debug)]
+pub(super) enum Outgoing {
+    Text(SendText),
+    File(SendFile),
 }
 
 impl ReplyLane {
     /// Opens the lane: the "replied" write is asked now.
     pub(super) fn open(inbox: &Inbox, update_ids: Vec<i64>, outbox: actix::Addr<Outbox>) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<SendText>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let durable = inbox.replying(update_ids);
         actix::spawn(async move {
             durable.await;
-            while let Some(send) = rx.recv().await {
-                outbox.do_send(send);
+            while let Some(out) = rx.recv().await {
+                match out {
+                    Outgoing::Text(send) => outbox.do_send(send),
+                    Outgoing::File(send) => outbox.do_send(send),
+                }
             }
         });
         Self { tx }
     }
 
-    /// Queues a text behind the "replied" write.
-    pub(super) fn send(&self, send: SendText) {
-        if let Err(mpsc::error::SendError(send)) = self.tx.send(send) {
+    /// Queues a text or file behind the "replied" write.
+    pub(super) fn send(&self, out: Outgoing) {
+        if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
-            tracing::error!(chat_id = send.chat.0, "reply lane closed; text dropped");
+            tracing::error!(?out, "reply lane closed; dropped");
         }
     }
 }
@@ -178,9 +189,38 @@ impl TurnActor {
                     "the turn will end once this batch is done".into(),
                 ));
             }
+            ChatTool::SendFile {
+                path,
+                caption,
+                as_photo,
+            } => {
+                let workdir = self.deps.workdir_of(self.to());
+                let real = match outgoing(&workdir, &path, as_photo) {
+                    Ok(real) => real,
+                    Err(why) => {
+                        tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
+                        reply.answer(ToolReply::Error(why));
+                        return;
+                    }
+                };
+                let (send, rx) = SendFile::new(self.to(), real, caption, as_photo);
+                self.reply(Outgoing::File(send));
+                let pending = self.pending_tool(id, tool_name, reply);
+                let addr = ctx.address();
+                actix::spawn(async move {
+                    pending.finish(match rx.await {
+                        Ok(Ok(_)) => {
+                            addr.do_send(Delivered);
+                            ToolReply::Ok("the file was sent".into())
+                        }
+                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                    });
+                });
+            }
             ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
-                let (send, rx) = SendText::tracked(chat, text);
-                self.reply(send);
+                let (send, rx) = SendText::tracked(self.to(), text);
+                self.reply(Outgoing::Text(send));
                 let pending = self.pending_tool(id, tool_name, reply);
                 let addr = ctx.address();
                 actix::spawn(async move {
@@ -201,7 +241,13 @@ impl TurnActor {
 
     /// Queues a text for the chat through the turn's reply lane (opening it,
     /// and so recording "replied", at the first text).
-    pub(super) fn reply(&mut self, send: SendText) {
+    pub(super) fn reply(&mut self, mut out: Outgoing) {
+        if self.lane.is_none()
+            && let Outgoing::Text(send) = &mut out
+        {
+            // The turn's first message answers the one that started it.
+            send.reply_to = self.spec.answer_to;
+        }
         let lane = self.lane.get_or_insert_with(|| {
             ReplyLane::open(
                 &self.deps.inbox,
@@ -209,13 +255,13 @@ impl TurnActor {
                 self.deps.outbox.clone(),
             )
         });
-        lane.send(send);
+        lane.send(out);
     }
 
     /// Queues an untracked text (the result text, a notice); it counts as
     /// delivered at once.
     pub(super) fn deliver(&mut self, text: String) {
         self.delivered = true;
-        self.reply(SendText::new(self.spec.chat, text));
+        self.reply(Outgoing::Text(SendText::new(self.to(), text)));
     }
 }

@@ -4,11 +4,14 @@
 use std::time::{Duration, Instant};
 
 use actix::Message;
-use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId};
+use std::path::PathBuf;
+
+use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::OutboxError;
 use crate::chat::typing::TypingLease;
+use crate::ids::Conversation;
 use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
 
 /// How long Telegram waits for a callback query's answer; a later answer
@@ -25,6 +28,11 @@ const CALLBACK_TEXT_LIMIT: usize = 200;
 pub struct SendText {
     /// Where.
     pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
+    /// The message its first piece replies to (in groups, the message that
+    /// started the turn); sent anyway when that message is gone.
+    pub reply_to: Option<MessageId>,
     /// What; split when longer than Telegram allows.
     pub text: String,
     /// Who wants to know how it went.
@@ -33,9 +41,12 @@ pub struct SendText {
 
 impl SendText {
     /// A message nobody waits on.
-    pub fn new(chat: ChatId, text: impl Into<String>) -> Self {
+    pub fn new(to: impl Into<Conversation>, text: impl Into<String>) -> Self {
+        let to = to.into();
         Self {
-            chat,
+            chat: to.chat,
+            topic: to.topic,
+            reply_to: None,
             text: text.into(),
             reply: None,
         }
@@ -43,20 +54,67 @@ impl SendText {
 
     /// A message and the receiver of its outcome.
     pub fn tracked(
-        chat: ChatId,
+        to: impl Into<Conversation>,
         text: impl Into<String>,
     ) -> (Self, oneshot::Receiver<Result<Vec<MessageId>, OutboxError>>) {
         let (tx, rx) = oneshot::channel();
-        (
-            Self {
-                chat,
-                text: text.into(),
-                reply: Some(tx),
-            },
-            rx,
-        )
+        let mut send = Self::new(to, text);
+        send.reply = Some(tx);
+        (send, rx)
+    }
+
+    /// The same message, its first piece a reply to `message`.
+    #[must_use]
+    pub fn replying_to(mut self, message: Option<MessageId>) -> Self {
+        self.reply_to = message;
+        self
     }
 }
+
+/// Sends a file from disk as a document (`sendDocument`) or, when
+/// `as_photo`, a photo (`sendPhoto`). A file is never sent twice: an unknown
+/// outcome is not retried.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SendFile {
+    /// Where.
+    pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
+    /// The file, already checked by the sender.
+    pub path: PathBuf,
+    /// Its caption (cut at Telegram's 1024).
+    pub caption: Option<String>,
+    /// Send as a photo rather than a document.
+    pub as_photo: bool,
+    /// Who wants the sent message's id.
+    pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
+}
+
+impl SendFile {
+    /// A file and the receiver of its outcome.
+    pub fn new(
+        to: impl Into<Conversation>,
+        path: PathBuf,
+        caption: Option<String>,
+        as_photo: bool,
+    ) -> (Self, oneshot::Receiver<Result<MessageId, OutboxError>>) {
+        let to = to.into();
+        let (tx, rx) = oneshot::channel();
+        let send = Self {
+            chat: to.chat,
+            topic: to.topic,
+            path,
+            caption,
+            as_photo,
+            reply: tx,
+        };
+        (send, rx)
+    }
+}
+
+/// Telegram's longest caption, in UTF-16 units.
+pub(super) const CAPTION_LIMIT: usize = 1024;
 
 /// One button of a question: pressing it sends `data` back as a callback
 /// query.
@@ -86,6 +144,8 @@ impl Button {
 pub struct SendQuestion {
     /// Where.
     pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
     /// The question.
     pub text: String,
     /// Rows of buttons, top to bottom.
@@ -97,13 +157,15 @@ pub struct SendQuestion {
 impl SendQuestion {
     /// A question and the receiver of its message id.
     pub fn new(
-        chat: ChatId,
+        to: impl Into<Conversation>,
         text: impl Into<String>,
         buttons: Vec<Vec<Button>>,
     ) -> (Self, oneshot::Receiver<Result<MessageId, OutboxError>>) {
+        let to = to.into();
         let (tx, rx) = oneshot::channel();
         let question = Self {
-            chat,
+            chat: to.chat,
+            topic: to.topic,
             text: text.into(),
             buttons,
             reply: tx,
@@ -185,6 +247,8 @@ impl AnswerCallback {
 pub struct SendTyping {
     /// Where.
     pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
     /// Checked right before the request leaves: a dead lease sends nothing.
     pub lease: TypingLease,
 }
@@ -213,17 +277,29 @@ pub struct Flush;
 #[rtype(result = "()")]
 pub struct StopOutbox;
 
+/// Where in its chat a message goes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Place {
+    /// The forum topic.
+    pub(super) topic: Option<ThreadId>,
+    /// The message the first piece replies to.
+    pub(super) reply_to: Option<MessageId>,
+}
+
 /// One queued request of a chat.
 pub(super) enum Job {
     Text(
         String,
+        Place,
         Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
     ),
-    Typing(TypingLease),
+    Typing(TypingLease, Option<ThreadId>),
+    File(SendFile),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
     Question(
         String,
         InlineKeyboardMarkup,
+        Option<ThreadId>,
         oneshot::Sender<Result<MessageId, OutboxError>>,
     ),
     Edit(
@@ -244,17 +320,20 @@ impl Job {
     /// Tells whoever waits that the request was refused.
     pub(super) fn refuse(self, err: OutboxError) {
         match self {
-            Self::Text(_, Some(reply)) => {
+            Self::Text(_, _, Some(reply)) => {
                 let _ = reply.send(Err(err));
+            }
+            Self::File(file) => {
+                let _ = file.reply.send(Err(err));
             }
             Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
                 let _ = reply.send(Err(err));
             }
-            Self::Question(_, _, reply) => {
+            Self::Question(_, _, _, reply) => {
                 let _ = reply.send(Err(err));
             }
-            Self::Text(_, None)
-            | Self::Typing(_)
+            Self::Text(_, _, None)
+            | Self::Typing(..)
             | Self::Edit(_, _, None)
             | Self::Answer { .. } => {}
         }
@@ -285,7 +364,7 @@ impl Job {
         });
         let keyboard = InlineKeyboardMarkup::new(rows);
         let text = cut(&msg.text, TELEGRAM_TEXT_LIMIT);
-        Ok(Self::Question(text, keyboard, msg.reply))
+        Ok(Self::Question(text, keyboard, msg.topic, msg.reply))
     }
 
     /// The job of an edit.

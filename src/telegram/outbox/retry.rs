@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use teloxide::RequestError;
 use teloxide::payloads::SendMessageSetters;
 use teloxide::prelude::Requester;
-use teloxide::types::{ChatId, MessageId, ParseMode};
+use teloxide::types::{ChatId, MessageId, ParseMode, ReplyParameters};
 
-use super::{Bucket, OutboxError, Shared};
+use super::{Bucket, OutboxError, Place, Shared};
 
 /// What a request's answer means for the next step.
 pub(super) enum Sent<T> {
@@ -108,6 +108,7 @@ pub(super) async fn retry_allowed(
 pub(super) async fn send_piece(
     shared: &Shared,
     chat: ChatId,
+    place: Place,
     bucket: &mut Bucket,
     piece: &str,
 ) -> Result<MessageId, OutboxError> {
@@ -119,6 +120,13 @@ pub(super) async fn send_piece(
             tokio::time::sleep(wait).await;
         }
         let mut request = shared.bot.send_message(chat, piece);
+        if let Some(topic) = place.topic {
+            request = request.message_thread_id(topic);
+        }
+        if let Some(message) = place.reply_to {
+            request = request
+                .reply_parameters(ReplyParameters::new(message).allow_sending_without_reply());
+        }
         if formatted {
             // Agents write loose Markdown; the legacy mode accepts most of it
             // and a refusal falls back to plain text below.
