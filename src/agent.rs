@@ -13,7 +13,9 @@ use serde_json::Value;
 use teloxide::types::ChatId;
 use tokio::sync::{mpsc, oneshot};
 
-pub use scripted::{AfterResult, Rule, Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
+pub use scripted::{
+    AfterResult, Rule, Scenario, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend, Step,
+};
 
 /// A boxed future, as backends return from [`AgentBackend::open`].
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -301,7 +301,7 @@ pub struct AgentConfig {
 pub const DEFAULT_WORKDIR: &str = "workspaces/{chat}";
 
 /// The default `agent.system_prompt`.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user.";
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a Telegram chat. Reply to the user with the `send` tool (Markdown allowed); when your reply is complete, call `end_turn` (it can carry your last message). Text you write outside these tools is not shown to the user. Files the user sends are saved under `inbox/` in your working directory; `send_file` sends a file from it.";
 
 /// `[turn]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use super::{
     AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall, BoxFuture,
     HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand, ToolBatch,
-    ToolCall,
+    ToolCall, ToolReply,
 };
 
 /// Which turn the agent plays for which message.
@@ -241,6 +241,19 @@ pub struct ScriptedBackend {
     scenario: Arc<Scenario>,
     /// Numbers the sessions it opens, for their ids.
     opened: AtomicU64,
+    /// What its sessions saw, for tests.
+    log: Arc<std::sync::Mutex<ScriptLog>>,
+}
+
+/// What the scripted sessions saw.
+#[derive(Debug, Default, Clone)]
+pub struct ScriptLog {
+    /// Each session opened: its conversation's key and the session id it
+    /// was asked to resume.
+    pub opens: Vec<(String, Option<String>)>,
+    /// Each tool call's name and the result the host gave (`Ok: …`,
+    /// `Error: …`).
+    pub tool_results: Vec<(String, String)>,
 }
 
 impl ScriptedBackend {
@@ -249,6 +262,7 @@ impl ScriptedBackend {
         Self {
             scenario: Arc::new(scenario),
             opened: AtomicU64::new(0),
+            log: Arc::default(),
         }
     }
 
@@ -256,14 +270,28 @@ impl ScriptedBackend {
     pub fn opened(&self) -> u64 {
         self.opened.load(Ordering::Relaxed)
     }
+
+    /// A copy of what the sessions saw.
+    pub fn log(&self) -> ScriptLog {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl AgentBackend for ScriptedBackend {
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = request.conversation.key();
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .opens
+            .push((key.clone(), request.resume.clone()));
         let session_id = request
             .resume
-            .unwrap_or_else(|| format!("scripted-{}-{n}", request.chat.0));
+            .unwrap_or_else(|| format!("scripted-{key}-{n}"));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let agent = ScriptedAgent {
@@ -272,6 +300,7 @@ impl AgentBackend for ScriptedBackend {
             scenario: Arc::clone(&self.scenario),
             session_id,
             queued: VecDeque::new(),
+            log: Arc::clone(&self.log),
         };
         tokio::spawn(agent.run());
         Box::pin(async move {
@@ -292,6 +321,8 @@ struct ScriptedAgent {
     session_id: String,
     /// User turns that arrived while a turn ran.
     queued: VecDeque<String>,
+    /// Where tool results are recorded.
+    log: Arc<std::sync::Mutex<ScriptLog>>,
 }
 
 /// Whether the session goes on after a turn.
@@ -428,7 +459,20 @@ impl ScriptedAgent {
                             reply,
                         }));
                         match self.wait(rx).await {
-                            Woken::Done(_) => self.emit(AgentEvent::Progress),
+                            Woken::Done(result) => {
+                                let shown = match result {
+                                    Ok(ToolReply::Ok(text)) => format!("Ok: {text}"),
+                                    Ok(ToolReply::Error(text)) => format!("Error: {text}"),
+                                    Ok(other) => format!("{other:?}"),
+                                    Err(err) => format!("no answer: {err:?}"),
+                                };
+                                self.log
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                    .tool_results
+                                    .push((tool.name.clone(), shown));
+                                self.emit(AgentEvent::Progress);
+                            }
                             Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
                             Woken::HostGone => return Flow::Exit,
                         }

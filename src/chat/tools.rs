@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn every_registered_tool_parses() {
         for spec in registry().tools() {
-            let input = json!({"text": "t", "emoji": "👍"});
+            let input = json!({"text": "t", "emoji": "👍", "path": "out.txt"});
             let tool = ChatTool::parse(spec.name, &input).expect("served");
             assert_eq!(tool.name(), spec.name);
         }

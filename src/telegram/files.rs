@@ -410,8 +410,14 @@ pub fn safe_component(name: &str) -> Option<String> {
     (!cleaned.is_empty() && cleaned.chars().any(|c| c != '_')).then_some(cleaned)
 }
 
-/// `12.3 MB`.
+/// `12.3 MB`, `5 KB`, `12 bytes`.
 fn megabytes(bytes: u64) -> String {
+    if bytes < 1_000 {
+        return format!("{bytes} bytes");
+    }
+    if bytes < 1_000_000 {
+        return format!("{} KB", bytes / 1_000);
+    }
     let mb = bytes as f64 / 1_000_000.0;
     if mb >= 10.0 {
         format!("{mb:.0} MB")

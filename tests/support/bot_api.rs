@@ -44,6 +44,10 @@ use tokio::{net::TcpListener, sync::Notify, time::timeout_at};
 #[path = "bot_api_server.rs"]
 mod server;
 
+/// `getFile`, downloads, uploads; group, topic and media messages.
+#[path = "bot_api_files.rs"]
+pub mod files;
+
 /// Token used by [`FakeBotApi::bot`] and the shared configuration; any token
 /// works against the fake.
 pub const TOKEN: &str = "123456:fake-token";
@@ -174,6 +178,8 @@ struct Shared {
     sent: Mutex<HashMap<(i64, i64), Value>>,
     /// Callback query ids pushed and not yet answered.
     unanswered: Mutex<HashSet<String>>,
+    /// Registered files and received uploads.
+    files: Mutex<files::FileStore>,
 }
 
 #[derive(Default)]

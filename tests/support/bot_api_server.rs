@@ -17,7 +17,7 @@ use super::*;
 
 /// The answer to a call: a status and JSON body, or a `getUpdates` long poll
 /// (offset, limit, timeout).
-enum Answer {
+pub(super) enum Answer {
     Json(u16, String),
     Poll(Option<i64>, usize, Duration),
 }
@@ -45,7 +45,13 @@ const QUERY_TOO_OLD: &str =
 impl Shared {
     /// Decides the answer (applying a queued fault), counts it and records
     /// the call.
-    fn dispatch(&self, method: String, params: Value, at: Instant) -> (Answer, Duration) {
+    fn dispatch(
+        &self,
+        method: String,
+        params: Value,
+        at: Instant,
+        file: Option<files::Part>,
+    ) -> (Answer, Duration) {
         // Held across the answer, so calls are numbered in the order they
         // were answered (and sent messages got their ids).
         let calls = (self.options.record == Record::Calls).then(|| lock(&self.calls));
@@ -57,8 +63,8 @@ impl Shared {
             None
         };
         let (answer, delay) = match fault {
-            None => (self.answer(&method, &params, at), Duration::ZERO),
-            Some(Fault::Delay(delay)) => (self.answer(&method, &params, at), delay),
+            None => (self.answer(&method, &params, at, file), Duration::ZERO),
+            Some(Fault::Delay(delay)) => (self.answer(&method, &params, at, file), delay),
             Some(fault) => (fault_answer(fault), Duration::ZERO),
         };
         let status = answer.status();
@@ -81,7 +87,13 @@ impl Shared {
         (answer, delay)
     }
 
-    fn answer(&self, method: &str, params: &Value, at: Instant) -> Answer {
+    fn answer(
+        &self,
+        method: &str,
+        params: &Value,
+        at: Instant,
+        file: Option<files::Part>,
+    ) -> Answer {
         let int = |name: &str| params.get(name).and_then(as_i64);
         match method {
             "getupdates" => {
@@ -91,6 +103,8 @@ impl Shared {
                 Answer::Poll(int("offset"), limit, timeout)
             }
             "sendmessage" => self.send_message(params, at),
+            "getfile" => self.get_file(params),
+            "senddocument" | "sendphoto" => self.upload(method, params, file),
             "editmessagetext" => self.edit_message(params, true),
             "editmessagereplymarkup" => self.edit_message(params, false),
             "answercallbackquery" => {
@@ -406,6 +420,28 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
     let form = content_type
         .unwrap_or_default()
         .contains("x-www-form-urlencoded");
+    let boundary = content_type
+        .filter(|t| t.starts_with("multipart/form-data"))
+        .and_then(|t| t.split("boundary=").nth(1))
+        .map(|b| b.trim_matches('"').to_string());
+    // `/file/bot<TOKEN>/<file_path>`: a download.
+    if let Some(file_path) = request
+        .uri()
+        .path()
+        .trim_start_matches('/')
+        .strip_prefix("file/bot")
+        .and_then(|rest| rest.split_once('/'))
+        // teloxide sends the path as one segment (`photos%2Ffile_1.jpg`).
+        .map(|(_, file_path)| url_decode(file_path.as_bytes()))
+    {
+        let (status, body) = match shared.download(&file_path) {
+            Some(bytes) => (StatusCode::OK, bytes),
+            None => (StatusCode::NOT_FOUND, b"Not Found".to_vec()),
+        };
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        return response;
+    }
     // `/bot<TOKEN>/<Method>`; any other path is recorded as `?<path>` and gets a 404.
     let path = request.uri().path();
     let method = match path.trim_start_matches('/').split_once('/') {
@@ -414,11 +450,12 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
         }
         _ => format!("?{path}"),
     };
-    let params = match request.into_body().collect().await {
-        Ok(body) => parse_params(&body.to_bytes(), form),
-        Err(_) => Value::Null,
+    let (params, file) = match (request.into_body().collect().await, boundary) {
+        (Ok(body), Some(boundary)) => files::parse_multipart(&body.to_bytes(), &boundary),
+        (Ok(body), None) => (parse_params(&body.to_bytes(), form), None),
+        (Err(_), _) => (Value::Null, None),
     };
-    let (answer, delay) = shared.dispatch(method, params, at);
+    let (answer, delay) = shared.dispatch(method, params, at, file);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -493,11 +530,11 @@ fn fault_answer(fault: Fault) -> Answer {
     }
 }
 
-fn ok(result: Value) -> Answer {
+pub(super) fn ok(result: Value) -> Answer {
     Answer::Json(200, json!({"ok": true, "result": result}).to_string())
 }
 
-fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
+pub(super) fn error(code: u16, description: &str, parameters: Option<Value>) -> Answer {
     let mut body = json!({"ok": false, "error_code": code, "description": description});
     if let Some(parameters) = parameters {
         body["parameters"] = parameters;

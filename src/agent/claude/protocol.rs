@@ -628,7 +628,7 @@ mod tests {
         };
         let tools = answer["result"]["tools"].as_array().unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(names, vec!["send", "end_turn", "react"]);
+        assert_eq!(names, vec!["send", "end_turn", "react", "send_file"]);
         assert!(
             tools
                 .iter()

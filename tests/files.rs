@@ -1,0 +1,381 @@
+//! Files in and out through the real teloxide client and the fake Bot API:
+//! photos, documents, voice notes (transcribed or not), albums, the size
+//! limit, hostile file names, and `send_file` with its path checks.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use support::bot_api::files::{
+    captioned, document, in_album, photo, private, supergroup, text_message, voice,
+};
+use support::*;
+use turnstile::agent::{Scenario, Step};
+
+/// A bot whose conversations' workdirs are under a temp dir.
+struct FileBot {
+    h: Harness,
+    dir: tempfile::TempDir,
+}
+
+impl FileBot {
+    async fn start(scenario: Scenario, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let workdir = dir.path().join("ws").join("{chat}");
+        let workdir = workdir.display().to_string();
+        let mut vars = vec![("TURNSTILE_AGENT_WORKDIR", workdir.as_str())];
+        vars.extend_from_slice(env);
+        let h = Harness::start(scenario, &vars).await;
+        Self { h, dir }
+    }
+
+    /// The workdir of a conversation (`1001`, `-100_7`).
+    fn workdir(&self, key: &str) -> PathBuf {
+        self.dir.path().join("ws").join(key)
+    }
+
+    /// The names in a conversation's inbox, sorted.
+    fn inbox(&self, key: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.workdir(key).join("inbox"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Waits for the `n`-th text to `chat` and returns it.
+    async fn nth_text(&self, chat: i64, n: usize) -> String {
+        self.h.api.wait_for_texts(chat, n, SOON).await[n - 1].clone()
+    }
+}
+
+/// `inbox/<name>` mentioned in `text`, as a file name.
+fn saved_name(text: &str) -> String {
+    let at = text.find("inbox/").expect("the text names an inbox file") + "inbox/".len();
+    text[at..]
+        .split([']', ';'])
+        .next()
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn every_file_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(dir) = std::fs::read_dir(root) {
+        for entry in dir.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(every_file_under(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[actix_rt::test]
+async fn a_photo_with_a_caption_reaches_the_agent_with_its_file() {
+    let bot = FileBot::start(Scenario::default(), &[]).await;
+    let bytes = b"\xff\xd8\xff fake jpeg".to_vec();
+    bot.h.api.add_file("big-photo", "photos/file_1.jpg", &bytes);
+    bot.h.api.push_message(captioned(
+        photo(private(USER), USER, "big-photo", bytes.len() as u64),
+        "what is this?",
+    ));
+    let text = bot.nth_text(USER, 1).await;
+    assert!(text.starts_with("echo: [photo saved as inbox/"), "{text}");
+    assert!(text.ends_with("\n\nwhat is this?"), "{text}");
+    let name = saved_name(&text);
+    assert!(name.ends_with("-photo.jpg"), "{name}");
+    let saved = bot.workdir(&USER.to_string()).join("inbox").join(&name);
+    assert_eq!(
+        std::fs::read(&saved).unwrap(),
+        bytes,
+        "the largest size was fetched"
+    );
+    let gets = bot.h.api.calls_of("getFile");
+    assert_eq!(gets.len(), 1);
+    assert_eq!(gets[0].params["file_id"], "big-photo");
+}
+
+#[actix_rt::test]
+async fn a_document_named_to_escape_lands_in_the_inbox_and_overwrites_nothing() {
+    let bot = FileBot::start(Scenario::default(), &[]).await;
+    bot.h.api.add_file("d1", "documents/file_2", b"first");
+    bot.h.api.add_file("d2", "documents/file_3", b"second");
+    let me = private(USER);
+    bot.h
+        .api
+        .push_message(document(me.clone(), USER, "d1", "../../etc/passwd", 5));
+    let first = bot.nth_text(USER, 1).await;
+    bot.h
+        .api
+        .push_message(document(me, USER, "d2", "../../etc/passwd", 6));
+    let second = bot.nth_text(USER, 2).await;
+    assert!(
+        first.starts_with("echo: [document “passwd” saved as inbox/"),
+        "{first}"
+    );
+    let (a, b) = (saved_name(&first), saved_name(&second));
+    assert_ne!(a, b, "the second file got a name of its own");
+    let inbox = bot.workdir(&USER.to_string()).join("inbox");
+    assert_eq!(std::fs::read(inbox.join(&a)).unwrap(), b"first");
+    assert_eq!(std::fs::read(inbox.join(&b)).unwrap(), b"second");
+    let files = every_file_under(bot.dir.path());
+    assert_eq!(files.len(), 2, "nothing landed anywhere else: {files:?}");
+    assert!(files.iter().all(|f| f.starts_with(&inbox)), "{files:?}");
+}
+
+#[actix_rt::test]
+async fn a_file_over_the_limit_is_refused_with_a_reply_and_the_text_still_runs() {
+    let bot = FileBot::start(
+        Scenario::default(),
+        &[("TURNSTILE_FILES_MAX_DOWNLOAD", "1000")],
+    )
+    .await;
+    let me = private(USER);
+    // Announced too large in the message: never fetched.
+    bot.h.api.add_file("big", "documents/big", &[7u8; 5000]);
+    bot.h.api.push_message(captioned(
+        document(me.clone(), USER, "big", "big.bin", 5000),
+        "summarize it",
+    ));
+    let notice = bot.nth_text(USER, 1).await;
+    assert_eq!(
+        notice,
+        "⚠️ The document “big.bin” was not received: it is 5 KB and the limit is 1 KB."
+    );
+    let answer = bot.nth_text(USER, 2).await;
+    assert!(answer.contains("not received"), "{answer}");
+    assert!(
+        answer.ends_with("summarize it"),
+        "the text part ran: {answer}"
+    );
+    assert!(bot.h.api.calls_of("getFile").is_empty());
+    // Announced small, but more bytes arrive: cut off, nothing kept.
+    bot.h
+        .api
+        .add_file_announcing("liar", "documents/liar", &[7u8; 5000], 10);
+    bot.h
+        .api
+        .push_message(document(me, USER, "liar", "liar.bin", 10));
+    let notice = bot.nth_text(USER, 3).await;
+    assert!(notice.contains("was not received"), "{notice}");
+    bot.nth_text(USER, 4).await;
+    assert_eq!(bot.h.api.calls_of("getFile").len(), 1);
+    assert!(
+        bot.inbox(&USER.to_string()).is_empty(),
+        "no partial file is left: {:?}",
+        bot.inbox(&USER.to_string())
+    );
+}
+
+#[actix_rt::test]
+async fn an_album_arrives_as_one_turn() {
+    let mut bot = FileBot::start(
+        Scenario::default(),
+        &[("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s")],
+    )
+    .await;
+    for (i, id) in ["a1", "a2", "a3"].iter().enumerate() {
+        bot.h
+            .api
+            .add_file(id, &format!("photos/file_{i}.jpg"), id.as_bytes());
+        let mut item = in_album(photo(private(USER), USER, id, 2), "album-1");
+        if i == 0 {
+            item = captioned(item, "three views");
+        }
+        bot.h.api.push_message(item);
+    }
+    bot.h.turn_ended(USER, 1).await;
+    bot.h.say(USER, USER, "and this");
+    bot.h.turn_ended(USER, 2).await;
+    let texts = bot.h.api.wait_for_texts(USER, 2, SOON).await;
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(
+        texts[0].matches("[photo saved as inbox/").count(),
+        3,
+        "{}",
+        texts[0]
+    );
+    assert!(texts[0].ends_with("three views"), "{}", texts[0]);
+    assert_eq!(texts[1], "echo: and this");
+    assert_eq!(bot.inbox(&USER.to_string()).len(), 3);
+}
+
+/// A stand-in for a transcriber: prints what it was given, or sleeps.
+fn transcriber(dir: &Path, body: &str) -> String {
+    let script = dir.join("transcribe.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+    format!("sh,{},{{file}}", script.display())
+}
+
+#[actix_rt::test]
+async fn a_voice_note_is_transcribed_by_the_configured_command() {
+    let tools = tempfile::tempdir().unwrap();
+    let command = transcriber(tools.path(), r#"echo "you said: $(wc -c < "$1") bytes""#);
+    let bot = FileBot::start(
+        Scenario::default(),
+        &[("TURNSTILE_FILES_TRANSCRIBE", command.as_str())],
+    )
+    .await;
+    bot.h.api.add_file("v1", "voice/file_9.oga", b"OggS12345");
+    bot.h.api.push_message(voice(private(USER), USER, "v1", 9));
+    let text = bot.nth_text(USER, 1).await;
+    assert!(
+        text.starts_with("echo: [voice note saved as inbox/"),
+        "{text}"
+    );
+    assert!(text.contains("; transcript:]\nyou said: 9 bytes"), "{text}");
+}
+
+#[actix_rt::test]
+async fn a_transcription_past_its_timeout_gives_the_agent_the_audio_file() {
+    let tools = tempfile::tempdir().unwrap();
+    let command = transcriber(tools.path(), "exec sleep 30");
+    let bot = FileBot::start(
+        Scenario::default(),
+        &[
+            ("TURNSTILE_FILES_TRANSCRIBE", command.as_str()),
+            ("TURNSTILE_FILES_TRANSCRIBE_TIMEOUT", "300ms"),
+        ],
+    )
+    .await;
+    bot.h.api.add_file("v1", "voice/file_9.oga", b"OggS");
+    let sent = std::time::Instant::now();
+    bot.h.api.push_message(voice(private(USER), USER, "v1", 4));
+    let text = bot.nth_text(USER, 1).await;
+    assert!(
+        text.contains("could not be transcribed: `sh` took longer than 300ms"),
+        "{text}"
+    );
+    let name = saved_name(&text);
+    assert!(name.ends_with("-voice.oga"), "{name}");
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(20),
+        "the 30 s transcriber was not waited out"
+    );
+}
+
+#[actix_rt::test]
+async fn without_a_transcriber_the_agent_gets_the_voice_file() {
+    let bot = FileBot::start(Scenario::default(), &[]).await;
+    bot.h.api.add_file("v1", "voice/file_9.oga", b"OggS");
+    bot.h.api.push_message(voice(private(USER), USER, "v1", 4));
+    let text = bot.nth_text(USER, 1).await;
+    assert!(
+        text.starts_with("echo: [voice note saved as inbox/"),
+        "{text}"
+    );
+    assert!(!text.contains("transcript"), "{text}");
+}
+
+fn send_file_scenario() -> Scenario {
+    let send = |path: &str, extra: serde_json::Value| {
+        let mut input = json!({"path": path});
+        for (k, v) in extra.as_object().unwrap() {
+            input[k] = v.clone();
+        }
+        turn(vec![Step::Tools {
+            calls: vec![
+                tool("mcp__telegram-tools__send_file", input),
+                tool("mcp__telegram-tools__end_turn", json!({})),
+            ],
+        }])
+    };
+    Scenario::default()
+        .with_rule("doc", send("report.txt", json!({"caption": "the report"})))
+        .with_rule("pic", send("chart.png", json!({"as_photo": true})))
+        .with_rule("link", send("escape.txt", json!({})))
+        .with_rule("dots", send("../secret.txt", json!({})))
+        .with_rule("etc", send("/etc/passwd", json!({})))
+}
+
+#[actix_rt::test]
+async fn send_file_sends_a_document_or_a_photo_from_the_workdir() {
+    let mut bot = FileBot::start(send_file_scenario(), &[]).await;
+    let ws = bot.workdir(&USER.to_string());
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("report.txt"), b"all good").unwrap();
+    std::fs::write(ws.join("chart.png"), b"\x89PNG").unwrap();
+    bot.h.say(USER, USER, "doc please");
+    let uploads = bot.h.api.wait_for_uploads(1, SOON).await;
+    assert_eq!(uploads[0].method, "senddocument");
+    assert_eq!(uploads[0].chat_id, USER);
+    assert_eq!(uploads[0].bytes, b"all good");
+    assert_eq!(uploads[0].file_name, "report.txt");
+    assert_eq!(uploads[0].caption.as_deref(), Some("the report"));
+    bot.h.say(USER, USER, "pic please");
+    let uploads = bot.h.api.wait_for_uploads(2, SOON).await;
+    assert_eq!(uploads[1].method, "sendphoto");
+    assert_eq!(uploads[1].bytes, b"\x89PNG");
+    bot.h.turn_ended(USER, 2).await;
+    let results = bot.h.backend.log().tool_results;
+    let sent: Vec<_> = results
+        .iter()
+        .filter(|(name, _)| name.ends_with("send_file"))
+        .collect();
+    assert_eq!(sent.len(), 2, "{results:?}");
+    assert!(
+        sent.iter().all(|(_, r)| r == "Ok: the file was sent"),
+        "{results:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn send_file_refuses_anything_outside_the_workdir() {
+    let mut bot = FileBot::start(send_file_scenario(), &[]).await;
+    let ws = bot.workdir(&USER.to_string());
+    std::fs::create_dir_all(&ws).unwrap();
+    // Beside the workdir, where `../secret.txt` leads.
+    let secret = ws.parent().unwrap().join("secret.txt");
+    std::fs::write(&secret, b"the bot's own secret").unwrap();
+    std::os::unix::fs::symlink(&secret, ws.join("escape.txt")).unwrap();
+    for (n, ask) in ["link", "dots", "etc"].iter().enumerate() {
+        bot.h.say(USER, USER, ask);
+        bot.h.turn_ended(USER, n + 1).await;
+    }
+    let results = bot.h.backend.log().tool_results;
+    let refused: Vec<_> = results
+        .iter()
+        .filter(|(name, _)| name.ends_with("send_file"))
+        .map(|(_, r)| r.clone())
+        .collect();
+    assert_eq!(refused.len(), 3, "{results:?}");
+    for r in &refused {
+        assert!(
+            r.starts_with("Error: ") && r.contains("outside your working directory"),
+            "{r}"
+        );
+    }
+    assert!(bot.h.api.uploads().is_empty(), "nothing left the workdir");
+}
+
+#[actix_rt::test]
+async fn files_in_a_group_need_the_address_too() {
+    let bot = FileBot::start(Scenario::default(), &[]).await;
+    let group = supergroup(-100, false);
+    bot.h.api.add_file("g1", "photos/g.jpg", b"img");
+    // Not addressed: never fetched.
+    bot.h.api.push_message(photo(group.clone(), USER, "g1", 3));
+    bot.h.api.push_message(captioned(
+        photo(group.clone(), USER, "g1", 3),
+        "@turnstile_bot look",
+    ));
+    let text = bot.nth_text(-100, 1).await;
+    assert!(text.ends_with("look"), "{text}");
+    assert_eq!(bot.h.api.calls_of("getFile").len(), 1);
+    bot.h
+        .api
+        .push_message(text_message(group, USER, "@turnstile_bot done"));
+    let texts = bot.h.api.wait_for_texts(-100, 2, SOON).await;
+    assert_eq!(texts[1], "echo: done");
+    assert_eq!(bot.inbox("-100").len(), 1);
+}
