@@ -18,7 +18,7 @@
 //! `outbox/retry.rs`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -153,7 +153,7 @@ struct Lane {
     pending: Arc<AtomicUsize>,
     /// Whether a typing request is already queued (typing is coalesced, so
     /// a slow message never builds a backlog of them).
-    typing_queued: Arc<AtomicBool>,
+    typing_queued: TypingQueued,
     /// When a job was last queued.
     last_used: Instant,
 }
@@ -195,7 +195,7 @@ impl Outbox {
         let lane = self.lanes.entry(chat).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let pending = Arc::new(AtomicUsize::new(0));
-            let typing_queued = Arc::new(AtomicBool::new(false));
+            let typing_queued = TypingQueued::default();
             actix::spawn(chat_worker(
                 Arc::clone(shared),
                 chat,
@@ -339,11 +339,7 @@ impl Handler<SendTyping> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendTyping, _ctx: &mut Self::Context) {
-        if self
-            .lane(msg.chat)
-            .typing_queued
-            .swap(true, Ordering::SeqCst)
-        {
+        if !lock_set(&self.lane(msg.chat).typing_queued).insert(msg.topic) {
             return;
         }
         self.enqueue(msg.chat, Job::Typing(msg.lease, msg.topic));
@@ -415,18 +411,29 @@ async fn send_file(
     .await
 }
 
+/// The topics of a chat (`None`: the chat itself) with a typing request
+/// queued: typing is coalesced per topic.
+type TypingQueued = Arc<Mutex<std::collections::HashSet<Option<teloxide::types::ThreadId>>>>;
+
+fn lock_set(
+    set: &TypingQueued,
+) -> std::sync::MutexGuard<'_, std::collections::HashSet<Option<teloxide::types::ThreadId>>> {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs a chat's jobs one after another, until its lane is dropped.
 async fn chat_worker(
     shared: Arc<Shared>,
     chat: ChatId,
     mut rx: mpsc::UnboundedReceiver<Job>,
     pending: Arc<AtomicUsize>,
-    typing_queued: Arc<AtomicBool>,
+    typing_queued: TypingQueued,
 ) {
     let mut bucket = Bucket::new(shared.limits.chat_burst, shared.limits.chat_per_sec);
     while let Some(job) = rx.recv().await {
-        if matches!(job, Job::Typing(..)) {
-            typing_queued.store(false, Ordering::SeqCst);
+        if let Job::Typing(_, topic) = &job {
+            lock_set(&typing_queued).remove(topic);
         }
         run_job(&shared, chat, &mut bucket, job).await;
         pending.fetch_sub(1, Ordering::SeqCst);

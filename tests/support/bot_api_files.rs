@@ -65,7 +65,13 @@ impl FakeBotApi {
 
     /// Pushes a message (`message_id` and `date` filled when missing);
     /// returns its update id.
-    pub fn push_message(&self, mut message: Value) -> i64 {
+    pub fn push_message(&self, message: Value) -> i64 {
+        self.push_message_as(None, message)
+    }
+
+    /// Like [`FakeBotApi::push_message`], with this update id when given
+    /// (a second fake after a restart must go past the stored offset).
+    pub fn push_message_as(&self, update_id: Option<i64>, mut message: Value) -> i64 {
         let id = {
             let mut queue = lock(&self.shared.queue);
             if message.get("message_id").is_none() {
@@ -74,7 +80,11 @@ impl FakeBotApi {
             if message.get("date").is_none() {
                 message["date"] = unix_now().into();
             }
-            queue.push(json!({"message": message}))
+            let mut update = json!({"message": message});
+            if let Some(id) = update_id {
+                update["update_id"] = id.into();
+            }
+            queue.push(update)
         };
         self.shared.pushed.notify_waiters();
         id
