@@ -43,7 +43,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-pub use self::choices::{Backend, OnInterrupted, PermissionMode, Sandbox, SettingSource};
+pub use self::choices::{Backend, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource};
 use self::env::apply_env;
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::validate::{MAX_COUNT, MAX_DURATION};
@@ -161,6 +161,10 @@ pub struct Config {
     pub dispatcher: DispatcherConfig,
     /// Where durable state lives.
     pub state: StateConfig,
+    /// The health and metrics endpoint.
+    pub ops: OpsConfig,
+    /// How the binary logs.
+    pub log: LogConfig,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
@@ -324,6 +328,30 @@ pub struct DispatcherConfig {
 pub struct StateConfig {
     /// The SQLite file.
     pub path: PathBuf,
+}
+
+/// `[ops]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpsConfig {
+    /// `host:port` serving `GET /healthz` and `GET /metrics`; empty: off.
+    pub listen: String,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `"text"` or `"json"` (one object per line).
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+        }
+    }
 }
 
 impl Default for TelegramConfig {

@@ -77,6 +77,7 @@ pub mod chat;
 pub mod config;
 pub mod events;
 pub mod ids;
+pub mod ops;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;

@@ -112,6 +112,8 @@ impl Dispatcher {
         slots: TurnSlots,
     ) -> Self {
         let events = deps.events.clone();
+        let warm_slots = Arc::new(Semaphore::new(max_warm));
+        events.metrics().watch_warm(Arc::clone(&warm_slots), max_warm);
         Self {
             deps,
             access,
@@ -122,7 +124,7 @@ impl Dispatcher {
             refused: HashMap::new(),
             stopping: false,
             keep_warm,
-            warm_slots: Arc::new(Semaphore::new(max_warm)),
+            warm_slots,
             host,
             started_at: now_ms() / 1000,
             events,

@@ -310,8 +310,10 @@ impl ChatSupervisor {
             from = next.from;
             update_ids.push(next.update_id);
         }
+        self.deps.events.metrics().queued(-(update_ids.len() as i64));
         let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
         self.deps.inbox.turn_started(update_ids.clone(), turn);
+        tracing::info!(chat_id = self.chat.0, turn_id = turn.get(), messages = update_ids.len(), "turn started");
         let warm = self.warm.take().map(|warm| {
             ctx.cancel_future(warm.timer);
             warm.session
@@ -472,6 +474,7 @@ impl Actor for ChatSupervisor {
 
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
+        self.deps.events.metrics().queued(-(self.queue.len() as i64));
         self.deps.gauges.leave(&self.deps.gauges.supervisors);
     }
 }
@@ -507,6 +510,7 @@ impl Handler<UserMessage> for ChatSupervisor {
             from: msg.from,
             at: msg.at,
         });
+        self.deps.events.metrics().queued(1);
         self.try_start(ctx);
     }
 }
@@ -538,6 +542,18 @@ impl Handler<TurnEnded> for ChatSupervisor {
         let now = now_ms();
         let took =
             i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
+        let duration = msg.at.saturating_duration_since(msg.started);
+        tracing::info!(
+            chat_id = self.chat.0,
+            turn_id = msg.turn.get(),
+            outcome = msg.outcome.label(),
+            duration_ms = took,
+            api_calls = msg.api_calls,
+            cost_usd = msg.cost_usd,
+            "turn ended"
+        );
+        let metrics = self.deps.events.metrics();
+        metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
         inbox.record_turn(TurnRecord {
             chat_id: self.chat.0,
             turn: msg.turn.get(),

@@ -42,6 +42,8 @@ pub struct Intake {
     /// The durable inbox: an update is written there before the offset
     /// moves past it.
     inbox: Inbox,
+    /// Counts polls (and `/healthz` reads when the last one answered).
+    metrics: Option<std::sync::Arc<crate::ops::Metrics>>,
 }
 
 impl Intake {
@@ -60,7 +62,15 @@ impl Intake {
             shutdown,
             offset: 0,
             inbox,
+            metrics: None,
         }
+    }
+
+    /// Counts each poll into `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::ops::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The inbox row of an update that carries a message to answer.
@@ -134,6 +144,12 @@ impl Intake {
                 ctx.stop();
                 return;
             };
+            if let Some(metrics) = &act.metrics {
+                metrics.telegram("getUpdates", &result);
+                if result.is_ok() {
+                    metrics.polled();
+                }
+            }
             match result {
                 // Inbox first, then hand over, then advance past it.
                 Ok(updates) => act.accept(updates, ctx),
