@@ -365,7 +365,7 @@ impl ChatSupervisor {
         let at = Instant::now();
         tracing::error!(
             chat_id = self.chat.0,
-            turn = turn.get(),
+            turn_id = turn.get(),
             held_ms = running.started.elapsed().as_millis() as u64,
             "turn past its hard deadline; chat force-released"
         );
@@ -523,7 +523,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
             tracing::debug!(
                 chat_id = self.chat.0,
-                turn = msg.turn.get(),
+                turn_id = msg.turn.get(),
                 "TurnEnded for a turn no longer held; ignored"
             );
             return;
@@ -550,7 +550,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
             duration_ms = took,
             api_calls = msg.api_calls,
             cost_usd = msg.cost_usd,
-            "turn ended"
+            "turn recorded"
         );
         let metrics = self.deps.events.metrics();
         metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);

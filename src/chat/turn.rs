@@ -522,7 +522,7 @@ impl Handler<AbortTurn> for TurnActor {
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
         tracing::warn!(
             chat_id = self.chat_id(),
-            turn = self.spec.turn.get(),
+            turn_id = self.spec.turn.get(),
             "turn aborted at the hard deadline"
         );
         self.live.store(false, Ordering::SeqCst);

@@ -105,7 +105,7 @@ impl TurnActor {
         });
         tracing::info!(
             chat_id = self.chat_id(),
-            turn = self.spec.turn.get(),
+            turn_id = self.spec.turn.get(),
             outcome = outcome.label(),
             finished = outcome.finished(),
             delivered = self.delivered,
