@@ -209,12 +209,13 @@ impl Turnstile {
                 dispatcher: dispatcher.clone(),
                 poll_timeout: config.telegram.poll_timeout,
             };
-            let server = crate::ops::server::serve(&config.ops.listen, probe).map_err(|source| {
-                StartError::Ops {
-                    listen: config.ops.listen.clone(),
-                    source,
-                }
-            })?;
+            let server =
+                crate::ops::server::serve(&config.ops.listen, probe).map_err(|source| {
+                    StartError::Ops {
+                        listen: config.ops.listen.clone(),
+                        source,
+                    }
+                })?;
             Some(server)
         };
         tracing::info!(

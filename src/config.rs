@@ -43,7 +43,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-pub use self::choices::{Backend, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource};
+pub use self::choices::{
+    Backend, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource,
+};
 use self::env::apply_env;
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::validate::{MAX_COUNT, MAX_DURATION};

@@ -94,11 +94,7 @@ impl Metrics {
         let rate_limited = Family::<MethodLabel, Counter>::default();
         let retries = Counter::default();
         let store_errors = Counter::default();
-        registry.register(
-            "turnstile_turns",
-            "Turns ended, by outcome",
-            turns.clone(),
-        );
+        registry.register("turnstile_turns", "Turns ended, by outcome", turns.clone());
         registry.register(
             "turnstile_turn_duration_seconds",
             "How long turns took, start to end",
@@ -139,11 +135,7 @@ impl Metrics {
             "Chat supervisors alive",
             live_chats.clone(),
         );
-        registry.register(
-            "turnstile_live_turns",
-            "Turns running",
-            live_turns.clone(),
-        );
+        registry.register("turnstile_live_turns", "Turns running", live_turns.clone());
         registry.register(
             "turnstile_warm_agents",
             "Agent processes kept warm between turns",
@@ -219,9 +211,14 @@ impl Metrics {
             Ok(_) => "200",
             Err(RequestError::RetryAfter(_)) => "429",
             Err(RequestError::Api(teloxide::ApiError::Unknown(why)))
-                if ["Internal Server Error", "Bad Gateway", "Service Unavailable", "Gateway Timeout"]
-                    .iter()
-                    .any(|s| why.contains(s)) =>
+                if [
+                    "Internal Server Error",
+                    "Bad Gateway",
+                    "Service Unavailable",
+                    "Gateway Timeout",
+                ]
+                .iter()
+                .any(|s| why.contains(s)) =>
             {
                 "5xx"
             }
@@ -272,7 +269,8 @@ impl Metrics {
         self.live_turns.set(gauges.turns.load(SeqCst));
         if let Some((slots, max)) = lock(&self.warm).as_ref() {
             let used = max.saturating_sub(slots.available_permits());
-            self.warm_agents.set(i64::try_from(used).unwrap_or(i64::MAX));
+            self.warm_agents
+                .set(i64::try_from(used).unwrap_or(i64::MAX));
         }
         let seen = self.store_errors.get();
         self.store_errors.inc_by(store_errors.saturating_sub(seen));

@@ -72,5 +72,8 @@ async fn an_unknown_log_format_is_a_config_error() {
     let status = bot.exit().await;
     assert_eq!(status.code(), Some(2), "{}", bot.log_text());
     let text = bot.log_text();
-    assert!(text.contains("log.format") || text.contains("TURNSTILE_LOG_FORMAT"), "{text}");
+    assert!(
+        text.contains("log.format") || text.contains("TURNSTILE_LOG_FORMAT"),
+        "{text}"
+    );
 }

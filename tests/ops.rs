@@ -98,7 +98,11 @@ impl Scrape {
                 other => panic!("{name}: unexpected value {other:?}"),
             })
             .collect();
-        assert!(found.len() <= 1, "{name}{labels:?} appears {} times", found.len());
+        assert!(
+            found.len() <= 1,
+            "{name}{labels:?} appears {} times",
+            found.len()
+        );
         found.first().copied().unwrap_or(0.0)
     }
 
@@ -108,11 +112,9 @@ impl Scrape {
             .iter()
             .find(|s| s.metric == name)
             .map(|s| match &s.value {
-                prometheus_parse::Value::Histogram(buckets) => buckets
-                    .iter()
-                    .map(|b| b.count as u64)
-                    .max()
-                    .unwrap_or(0),
+                prometheus_parse::Value::Histogram(buckets) => {
+                    buckets.iter().map(|b| b.count as u64).max().unwrap_or(0)
+                }
                 prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v) => {
                     *v as u64
                 }
@@ -150,7 +152,10 @@ async fn metrics_count_turns_outcomes_wedges_queue_and_telegram_requests() {
 
     // Nothing ran yet: the turn counters are zero.
     let before = Scrape::take(addr).await;
-    assert_eq!(before.value("turnstile_turns_total", &[("outcome", "terminated")]), 0.0);
+    assert_eq!(
+        before.value("turnstile_turns_total", &[("outcome", "terminated")]),
+        0.0
+    );
     assert_eq!(before.count("turnstile_turn_duration_seconds"), 0);
 
     // One 429 on the first reply: counted, and retried once.
@@ -160,17 +165,19 @@ async fn metrics_count_turns_outcomes_wedges_queue_and_telegram_requests() {
     h.say(1, USER, "think");
     h.turn_ended(1, 2).await;
     h.say(2, USER, "wedge");
-    h.event("the wedged session force-closed", |e| {
-        matches!(e, BotEvent::SessionKilled { chat, .. } if chat.0 == 2)
-    })
+    h.event(
+        "the wedged session force-closed",
+        |e| matches!(e, BotEvent::SessionKilled { chat, .. } if chat.0 == 2),
+    )
     .await;
     h.turn_ended(2, 1).await;
 
     // A message waiting behind a running turn is queue depth.
     h.say(3, USER, "slow");
-    h.event("chat 3's slow turn", |e| {
-        matches!(e, BotEvent::TurnStarted { chat, .. } if chat.0 == 3)
-    })
+    h.event(
+        "chat 3's slow turn",
+        |e| matches!(e, BotEvent::TurnStarted { chat, .. } if chat.0 == 3),
+    )
     .await;
     h.say(3, USER, "think");
     scrape_until(addr, "one message queued", |s| {
@@ -294,8 +301,10 @@ async fn healthz_is_503_while_getupdates_fails_and_200_again_after() {
     // Four failures in a row: backoff 250 ms, 500 ms, 1 s, 2 s, so no poll
     // answers for longer than twice the 1 s poll timeout.
     for _ in 0..4 {
-        h.api
-            .inject("getUpdates", Fault::BadRequest("Bad Request: injected".into()));
+        h.api.inject(
+            "getUpdates",
+            Fault::BadRequest("Bad Request: injected".into()),
+        );
     }
     let down = health_until(addr, 503).await;
     assert_eq!(down["status"], "unhealthy");

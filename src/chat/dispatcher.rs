@@ -113,7 +113,9 @@ impl Dispatcher {
     ) -> Self {
         let events = deps.events.clone();
         let warm_slots = Arc::new(Semaphore::new(max_warm));
-        events.metrics().watch_warm(Arc::clone(&warm_slots), max_warm);
+        events
+            .metrics()
+            .watch_warm(Arc::clone(&warm_slots), max_warm);
         Self {
             deps,
             access,

@@ -310,10 +310,18 @@ impl ChatSupervisor {
             from = next.from;
             update_ids.push(next.update_id);
         }
-        self.deps.events.metrics().queued(-(update_ids.len() as i64));
+        self.deps
+            .events
+            .metrics()
+            .queued(-(update_ids.len() as i64));
         let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
         self.deps.inbox.turn_started(update_ids.clone(), turn);
-        tracing::info!(chat_id = self.chat.0, turn_id = turn.get(), messages = update_ids.len(), "turn started");
+        tracing::info!(
+            chat_id = self.chat.0,
+            turn_id = turn.get(),
+            messages = update_ids.len(),
+            "turn started"
+        );
         let warm = self.warm.take().map(|warm| {
             ctx.cancel_future(warm.timer);
             warm.session
@@ -474,7 +482,10 @@ impl Actor for ChatSupervisor {
 
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
-        self.deps.events.metrics().queued(-(self.queue.len() as i64));
+        self.deps
+            .events
+            .metrics()
+            .queued(-(self.queue.len() as i64));
         self.deps.gauges.leave(&self.deps.gauges.supervisors);
     }
 }

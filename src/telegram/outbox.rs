@@ -420,7 +420,10 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
                         emoji: emoji.clone(),
                     }]);
                 let answer = request.await.map(|_| ());
-                shared.events.metrics().telegram("setMessageReaction", &answer);
+                shared
+                    .events
+                    .metrics()
+                    .telegram("setMessageReaction", &answer);
                 match classify(answer) {
                     Sent::Ok(()) => break Ok(()),
                     // Reactions are idempotent: any retryable failure may retry.
