@@ -338,3 +338,63 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_calls_and_cost_reported_by_results_are_counted() {
+        let metrics = Metrics::new();
+        let done = TurnOutcome::Completed {
+            reason: "completed".into(),
+        };
+        metrics.turn_ended(&done, Duration::from_millis(1200), 3, 0.25);
+        metrics.turn_ended(&done, Duration::from_millis(800), 2, 0.125);
+        // A cost that is not a number (from outside) is not added.
+        metrics.turn_ended(&done, Duration::from_millis(10), 0, f64::NAN);
+        // No result: nothing reported, nothing observed.
+        metrics.turn_ended(&TurnOutcome::NoProgress, Duration::from_secs(1), 0, 0.0);
+        let text = metrics.render(&Gauges::default(), 4);
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+                .to_string()
+        };
+        assert_eq!(
+            line("turnstile_cost_usd_total"),
+            "turnstile_cost_usd_total 0.375"
+        );
+        assert_eq!(
+            line("turnstile_turn_api_calls_sum"),
+            "turnstile_turn_api_calls_sum 5.0"
+        );
+        assert_eq!(
+            line("turnstile_turn_api_calls_count"),
+            "turnstile_turn_api_calls_count 2"
+        );
+        assert_eq!(
+            line("turnstile_turn_cost_usd_count"),
+            "turnstile_turn_cost_usd_count 2"
+        );
+        assert_eq!(
+            line("turnstile_turn_duration_seconds_count"),
+            "turnstile_turn_duration_seconds_count 4"
+        );
+        assert_eq!(
+            line("turnstile_turns_total{outcome=\"completed\"}"),
+            "turnstile_turns_total{outcome=\"completed\"} 3"
+        );
+        assert_eq!(
+            line("turnstile_store_errors_total"),
+            "turnstile_store_errors_total 4"
+        );
+        // Read again: the store count is not added twice.
+        let again = metrics.render(&Gauges::default(), 4);
+        assert!(
+            again.contains("turnstile_store_errors_total 4\n"),
+            "{again}"
+        );
+    }
+}
