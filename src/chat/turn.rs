@@ -289,7 +289,7 @@ impl TurnActor {
             .send(SessionCommand::UserTurn(self.spec.text.clone()))
             .is_err()
         {
-            tracing::warn!(chat_id = self.chat_id(), session = %label, "session closed before the turn started");
+            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %label, "session closed before the turn started");
         }
         self.link = Some(Link {
             commands,
@@ -336,7 +336,12 @@ impl TurnActor {
         if let Some(link) = &self.link
             && link.commands.send(command.clone()).is_err()
         {
-            tracing::debug!(chat_id = self.chat_id(), ?command, "session already closed");
+            tracing::debug!(
+                chat_id = self.chat_id(),
+                turn_id = self.spec.turn.get(),
+                ?command,
+                "session already closed"
+            );
         }
     }
 
@@ -359,7 +364,7 @@ impl TurnActor {
         if self.phase.is_proving() {
             match &event {
                 AgentEvent::Exited { detail, .. } => {
-                    tracing::info!(chat_id = self.chat_id(), session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
+                    tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
                     self.replace_warm(ctx);
                     return;
                 }
@@ -374,6 +379,7 @@ impl TurnActor {
             AgentEvent::Text(text) => {
                 tracing::debug!(
                     chat_id = self.chat_id(),
+                    turn_id = self.spec.turn.get(),
                     chars = text.len(),
                     "assistant text"
                 );
@@ -416,7 +422,7 @@ impl TurnActor {
             AgentEvent::PermissionAsk(ask) => self.ask_permission(ask, ctx),
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
-                tracing::warn!(chat_id = self.chat_id(), event = %shown, "unknown agent event skipped");
+                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), event = %shown, "unknown agent event skipped");
             }
         }
     }
@@ -442,6 +448,7 @@ impl TurnActor {
         } else if !reprompted && num_turns > 0 {
             tracing::info!(
                 chat_id = self.chat_id(),
+                turn_id = self.spec.turn.get(),
                 "the agent ended with nothing delivered; re-prompting once"
             );
             self.step(Step::Reprompted);
@@ -478,7 +485,7 @@ impl Actor for TurnActor {
                 let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
                 ctx.run_later(patience, |act, ctx| {
                     if act.phase.is_proving() {
-                        tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "warm session did not answer; replacing it");
+                        tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), session = %act.label(), "warm session did not answer; replacing it");
                         act.replace_warm(ctx);
                     }
                 });
