@@ -40,6 +40,14 @@ pub enum StartError {
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
     Backend(String),
+    /// `ops.listen` could not be bound.
+    #[error("ops.listen {listen:?}: {source}")]
+    Ops {
+        /// The value.
+        listen: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The state store could not be opened.
     #[error(transparent)]
     State(#[from] crate::state::StateError),
@@ -154,6 +162,19 @@ pub struct Turnstile {
     drain_timeout: Duration,
     /// Awaited last, so no agent process outlives the stop.
     backend: Arc<dyn AgentBackend>,
+    /// The `[ops] listen` endpoint, when on.
+    ops: Option<crate::ops::server::OpsServer>,
+    /// Feeds the metrics from the event bus.
+    _follower: AbortOnDrop,
+}
+
+/// A task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Turnstile {
@@ -234,7 +255,28 @@ impl Turnstile {
             inbox.clone(),
             Addressing::new(me, config.access.group_mode),
         )
+        .with_metrics(Arc::clone(events.metrics()))
         .start();
+        let follower = events.metrics().follow(&events);
+        let ops = if config.ops.listen.trim().is_empty() {
+            None
+        } else {
+            let probe = crate::ops::server::Probe {
+                metrics: Arc::clone(events.metrics()),
+                gauges: Arc::clone(&gauges),
+                inbox: inbox.clone(),
+                dispatcher: dispatcher.clone(),
+                poll_timeout: config.telegram.poll_timeout,
+            };
+            let server =
+                crate::ops::server::serve(&config.ops.listen, probe).map_err(|source| {
+                    StartError::Ops {
+                        listen: config.ops.listen.clone(),
+                        source,
+                    }
+                })?;
+            Some(server)
+        };
         tracing::info!(
             api = %config.telegram.api_url,
             backend = %config.agent.backend,
@@ -255,7 +297,14 @@ impl Turnstile {
             shutdown,
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
+            ops,
+            _follower: AbortOnDrop(follower),
         })
+    }
+
+    /// Where `[ops] listen` serves, when on (the real port when 0 was asked).
+    pub fn ops_addr(&self) -> Option<std::net::SocketAddr> {
+        self.ops.as_ref().map(|ops| ops.addr)
     }
 
     /// The next request from a chat to the host process (`/restart`).

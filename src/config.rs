@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 pub use self::choices::{
-    Backend, GroupMode, OnInterrupted, PermissionMode, Sandbox, SettingSource,
+    Backend, GroupMode, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource,
 };
 use self::env::apply_env;
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
@@ -165,6 +165,10 @@ pub struct Config {
     pub state: StateConfig,
     /// Files users send.
     pub files: FilesConfig,
+    /// The health and metrics endpoint.
+    pub ops: OpsConfig,
+    /// How the binary logs.
+    pub log: LogConfig,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
@@ -357,6 +361,30 @@ pub struct DispatcherConfig {
 pub struct StateConfig {
     /// The SQLite file.
     pub path: PathBuf,
+}
+
+/// `[ops]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpsConfig {
+    /// `host:port` serving `GET /healthz` and `GET /metrics`; empty: off.
+    pub listen: String,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `"text"` or `"json"` (one object per line).
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+        }
+    }
 }
 
 impl Default for TelegramConfig {

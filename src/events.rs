@@ -72,6 +72,8 @@ pub enum BotEvent {
 pub struct EventBus {
     /// The channel; sends with no subscriber are dropped.
     tx: broadcast::Sender<BotEvent>,
+    /// The Prometheus metrics, counted into by whoever holds the bus.
+    metrics: std::sync::Arc<crate::ops::Metrics>,
 }
 
 impl Default for EventBus {
@@ -84,7 +86,15 @@ impl EventBus {
     /// A bus keeping up to 65,536 events for slow subscribers.
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(1 << 16);
-        Self { tx }
+        Self {
+            tx,
+            metrics: std::sync::Arc::new(crate::ops::Metrics::new()),
+        }
+    }
+
+    /// The metrics of this bot.
+    pub fn metrics(&self) -> &std::sync::Arc<crate::ops::Metrics> {
+        &self.metrics
     }
 
     /// Publishes an event.

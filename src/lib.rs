@@ -17,7 +17,10 @@
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
 //!     its requests (texts, questions with buttons, edits, callback answers) in
 //!     `outbox/requests.rs`, the retry rules in `outbox/retry.rs`;
-//!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept.
+//!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept;
+//!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
+//!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription,
+//!     the checks of `send_file`.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
@@ -40,7 +43,8 @@
 //!   its own thread and holds the states of a message.
 //! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
-//! - `ids`: `TurnId`.
+//! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
+//!   key of supervisors, sessions and workdirs.
 //! - `src/main.rs`: the `turnstile` binary (run, `check-config`, `/restart` re-exec).
 //! - `src/bin/fake_claude.rs`: `fake-claude`, a stand-in CLI for the tests.
 //!
@@ -77,6 +81,7 @@ pub mod chat;
 pub mod config;
 pub mod events;
 pub mod ids;
+pub mod ops;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;

@@ -42,14 +42,6 @@ fn parse_args() -> Result<Command, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TURNSTILE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let command = match parse_args() {
         Ok(command) => command,
         Err(err) => {
@@ -72,6 +64,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    turnstile::ops::logging::init(config.log.format);
     // A state file that cannot be used is a start-up error like bad config.
     if !check && let Err(err) = turnstile::state::Store::open(&config.state.path) {
         eprintln!("turnstile: {err}");

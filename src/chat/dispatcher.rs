@@ -118,6 +118,10 @@ impl Dispatcher {
         username: String,
     ) -> Self {
         let events = deps.events.clone();
+        let warm_slots = Arc::new(Semaphore::new(max_warm));
+        events
+            .metrics()
+            .watch_warm(Arc::clone(&warm_slots), max_warm);
         Self {
             deps,
             access,
@@ -129,7 +133,7 @@ impl Dispatcher {
             refused: HashMap::new(),
             stopping: false,
             keep_warm,
-            warm_slots: Arc::new(Semaphore::new(max_warm)),
+            warm_slots,
             host,
             started_at: now_ms() / 1000,
             events,

@@ -341,8 +341,18 @@ impl ChatSupervisor {
             update_ids.push(next.update_id);
         }
         texts.retain(|t| !t.trim().is_empty());
+        self.deps
+            .events
+            .metrics()
+            .queued(-(update_ids.len() as i64));
         let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
         self.deps.inbox.turn_started(update_ids.clone(), turn);
+        tracing::info!(
+            chat_id = self.chat.0,
+            turn_id = turn.get(),
+            messages = update_ids.len(),
+            "turn started"
+        );
         let warm = self.warm.take().map(|warm| {
             ctx.cancel_future(warm.timer);
             warm.session
@@ -397,7 +407,7 @@ impl ChatSupervisor {
         let at = Instant::now();
         tracing::error!(
             chat_id = self.chat.0,
-            turn = turn.get(),
+            turn_id = turn.get(),
             held_ms = running.started.elapsed().as_millis() as u64,
             "turn past its hard deadline; chat force-released"
         );
@@ -506,6 +516,10 @@ impl Actor for ChatSupervisor {
 
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
+        self.deps
+            .events
+            .metrics()
+            .queued(-(self.queue.len() as i64));
         self.deps.gauges.leave(&self.deps.gauges.supervisors);
     }
 }
@@ -544,6 +558,7 @@ impl Handler<UserMessage> for ChatSupervisor {
             album: msg.album,
             in_group: msg.in_group,
         });
+        self.deps.events.metrics().queued(1);
         self.try_start(ctx);
     }
 }
@@ -556,7 +571,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
             tracing::debug!(
                 chat_id = self.chat.0,
-                turn = msg.turn.get(),
+                turn_id = msg.turn.get(),
                 "TurnEnded for a turn no longer held; ignored"
             );
             return;
@@ -575,6 +590,18 @@ impl Handler<TurnEnded> for ChatSupervisor {
         let now = now_ms();
         let took =
             i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
+        let duration = msg.at.saturating_duration_since(msg.started);
+        tracing::info!(
+            chat_id = self.chat.0,
+            turn_id = msg.turn.get(),
+            outcome = msg.outcome.label(),
+            duration_ms = took,
+            api_calls = msg.api_calls,
+            cost_usd = msg.cost_usd,
+            "turn recorded"
+        );
+        let metrics = self.deps.events.metrics();
+        metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
         inbox.record_turn(TurnRecord {
             chat_id: self.chat.0,
             turn: msg.turn.get(),

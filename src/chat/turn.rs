@@ -365,7 +365,7 @@ impl TurnActor {
             .send(SessionCommand::UserTurn(self.spec.text.clone()))
             .is_err()
         {
-            tracing::warn!(chat_id = self.chat_id(), session = %label, "session closed before the turn started");
+            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %label, "session closed before the turn started");
         }
         self.link = Some(Link {
             commands,
@@ -412,7 +412,12 @@ impl TurnActor {
         if let Some(link) = &self.link
             && link.commands.send(command.clone()).is_err()
         {
-            tracing::debug!(chat_id = self.chat_id(), ?command, "session already closed");
+            tracing::debug!(
+                chat_id = self.chat_id(),
+                turn_id = self.spec.turn.get(),
+                ?command,
+                "session already closed"
+            );
         }
     }
 
@@ -435,7 +440,7 @@ impl TurnActor {
         if self.phase.is_proving() {
             match &event {
                 AgentEvent::Exited { detail, .. } => {
-                    tracing::info!(chat_id = self.chat_id(), session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
+                    tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
                     self.replace_warm(ctx);
                     return;
                 }
@@ -450,6 +455,7 @@ impl TurnActor {
             AgentEvent::Text(text) => {
                 tracing::debug!(
                     chat_id = self.chat_id(),
+                    turn_id = self.spec.turn.get(),
                     chars = text.len(),
                     "assistant text"
                 );
@@ -492,7 +498,7 @@ impl TurnActor {
             AgentEvent::PermissionAsk(ask) => self.ask_permission(ask, ctx),
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
-                tracing::warn!(chat_id = self.chat_id(), event = %shown, "unknown agent event skipped");
+                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), event = %shown, "unknown agent event skipped");
             }
         }
     }
@@ -518,6 +524,7 @@ impl TurnActor {
         } else if !reprompted && num_turns > 0 {
             tracing::info!(
                 chat_id = self.chat_id(),
+                turn_id = self.spec.turn.get(),
                 "the agent ended with nothing delivered; re-prompting once"
             );
             self.step(Step::Reprompted);
@@ -588,7 +595,7 @@ impl Handler<AbortTurn> for TurnActor {
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
         tracing::warn!(
             chat_id = self.chat_id(),
-            turn = self.spec.turn.get(),
+            turn_id = self.spec.turn.get(),
             "turn aborted at the hard deadline"
         );
         self.live.store(false, Ordering::SeqCst);

@@ -204,7 +204,7 @@ impl Handler<StartTyping> for TypingActor {
             if act.lease.as_ref().is_some_and(|l| l.turn == msg.turn) {
                 tracing::warn!(
                     chat_id = act.chat.0,
-                    turn = msg.turn.get(),
+                    turn_id = msg.turn.get(),
                     "typing lease reached the hard deadline"
                 );
                 act.end_lease(ctx);

@@ -172,3 +172,13 @@ mod tests {
         }
     }
 }
+
+choice! {
+    /// `log.format`: how the binary writes its log lines on stderr.
+    LogFormat {
+        /// `"text"`: one human-readable line per event.
+        Text = "text",
+        /// `"json"`: one JSON object per line, fields flattened.
+        Json = "json",
+    }
+}

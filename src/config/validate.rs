@@ -138,6 +138,14 @@ impl Config {
                 ));
             }
         }
+        let listen = self.ops.listen.trim();
+        if !listen.is_empty() && listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(bad_value(
+                "ops.listen",
+                &Value::from(listen),
+                "expected an address and port, like 127.0.0.1:9464",
+            ));
+        }
         self.check_sealing()
     }
 }

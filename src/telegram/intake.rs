@@ -46,6 +46,8 @@ pub struct Intake {
     inbox: Inbox,
     /// Which messages are for this bot; the others are never handed over.
     addressing: Addressing,
+    /// Counts polls (and `/healthz` reads when the last one answered).
+    metrics: Option<std::sync::Arc<crate::ops::Metrics>>,
 }
 
 impl Intake {
@@ -66,6 +68,7 @@ impl Intake {
             offset: 0,
             inbox,
             addressing,
+            metrics: None,
         }
     }
 
@@ -90,6 +93,13 @@ impl Intake {
                 false
             }
         }
+    }
+
+    /// Counts each poll into `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::ops::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The inbox row of an update that carries a message to answer.
@@ -171,6 +181,12 @@ impl Intake {
                 ctx.stop();
                 return;
             };
+            if let Some(metrics) = &act.metrics {
+                metrics.telegram("getUpdates", &result);
+                if result.is_ok() {
+                    metrics.polled();
+                }
+            }
             match result {
                 // Inbox first, then hand over, then advance past it.
                 Ok(updates) => act.accept(updates, ctx),

@@ -457,7 +457,9 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
             if let Some(topic) = topic {
                 request = request.message_thread_id(topic);
             }
-            if let Err(err) = request.await {
+            let answer = request.await;
+            shared.events.metrics().telegram("sendChatAction", &answer);
+            if let Err(err) = answer {
                 // Never retried: a failing typing request must not outlive its lease.
                 tracing::debug!(chat_id = chat.0, cause = %err, "sendChatAction failed");
             }
@@ -493,7 +495,12 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
                     .reaction(vec![ReactionType::Emoji {
                         emoji: emoji.clone(),
                     }]);
-                match classify(request.await.map(|_| ())) {
+                let answer = request.await.map(|_| ());
+                shared
+                    .events
+                    .metrics()
+                    .telegram("setMessageReaction", &answer);
+                match classify(answer) {
                     Sent::Ok(()) => break Ok(()),
                     // Reactions are idempotent: any retryable failure may retry.
                     Sent::Retry(wait, why) | Sent::RetryIfUnsent(wait, why) => {

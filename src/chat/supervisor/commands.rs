@@ -17,6 +17,7 @@ impl Handler<StopChat> for ChatSupervisor {
         self.touched(ctx);
         let dropped = self.queue.len();
         let ids: Vec<i64> = self.queue.drain(..).map(|p| p.update_id).collect();
+        self.deps.events.metrics().queued(-(ids.len() as i64));
         self.deps.inbox.dropped(ids);
         // A slot on its way stays on its way: with the queue empty it
         // starts nothing.

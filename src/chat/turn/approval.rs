@@ -237,7 +237,7 @@ impl TurnActor {
     /// The agent asks to run a tool nobody decided in config.
     pub(super) fn ask_permission(&mut self, ask: PermissionAsk, ctx: &mut Context<Self>) {
         if self.deps.shutdown.is_closing() {
-            tracing::info!(chat_id = self.chat_id(), call_id = %ask.id, tool = %ask.tool, "permission ask refused: the host is stopping");
+            tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "permission ask refused: the host is stopping");
             ask.reply.answer(Permission::Deny {
                 message: "the host is stopping".into(),
             });
@@ -263,7 +263,7 @@ impl TurnActor {
                     message: "the turn has already ended".into(),
                 });
             } else if rules.contains(&rule) {
-                tracing::info!(chat_id = act.chat_id(), call_id = %ask.id, %rule, "tool allowed: always in this chat");
+                tracing::info!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), call_id = %ask.id, %rule, "tool allowed: always in this chat");
                 let input = ask.input.clone();
                 ask.reply.answer(Permission::Allow { input });
             } else {
@@ -312,7 +312,7 @@ impl TurnActor {
                 })
                 .unzip(),
         };
-        tracing::info!(chat_id = self.chat_id(), call_id = %ask.id, tool = %ask.tool, "asking the chat");
+        tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "asking the chat");
         for (i, (text, keyboard)) in texts.iter().zip(keyboards).enumerate() {
             let (send, sent) = SendQuestion::new(self.to(), text.clone(), keyboard);
             self.deps.outbox.do_send(send);
@@ -321,7 +321,7 @@ impl TurnActor {
                 let id = match sent {
                     Ok(Ok(id)) => id,
                     Ok(Err(err)) => {
-                        tracing::warn!(chat_id = act.chat_id(), cause = %err, "the approval question could not be sent; denying");
+                        tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), cause = %err, "the approval question could not be sent; denying");
                         return act.decide(&token, Verdict::Ended("the question could not be shown"), ctx);
                     }
                     Err(_) => return,
@@ -436,7 +436,7 @@ impl TurnActor {
                 "❌ Not run".to_string(),
             ),
         };
-        tracing::info!(chat_id = self.chat_id(), call_id = %ask.id, tool = %ask.tool, decision = %shown, "approval decided");
+        tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, decision = %shown, "approval decided");
         ask.reply.answer(permission);
         for (text, id) in texts.into_iter().zip(messages) {
             if let Some(id) = id {
@@ -478,6 +478,7 @@ impl Handler<ButtonPressed> for TurnActor {
         if !(press.admin || self.spec.from == Some(press.user)) {
             tracing::warn!(
                 chat_id = self.chat_id(),
+                turn_id = self.spec.turn.get(),
                 user_id = press.user.0,
                 "approval press by someone else refused"
             );

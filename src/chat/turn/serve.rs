@@ -139,12 +139,12 @@ impl TurnActor {
             reply,
         } = call;
         if self.deps.shutdown.is_closing() {
-            tracing::info!(chat_id = self.chat_id(), call_id = %id, tool = %name, "tool call refused: the host is stopping");
+            tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %name, "tool call refused: the host is stopping");
             reply.answer(ToolReply::Refused("the host is stopping".into()));
             return;
         }
         if self.deps.tools.get(&name).is_none() {
-            tracing::warn!(chat_id = self.chat_id(), call_id = %id, tool = %name, "unknown tool called");
+            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %name, "unknown tool called");
             reply.answer(ToolReply::Error(format!("unknown tool `{name}`")));
             return;
         }

@@ -45,6 +45,7 @@ impl TurnActor {
             act.watchdogs.no_progress = None;
             tracing::warn!(
                 chat_id = act.chat_id(),
+                turn_id = act.spec.turn.get(),
                 ?timeout,
                 "no progress from the agent"
             );
@@ -61,10 +62,10 @@ impl TurnActor {
         self.watchdogs.grace = Some(ctx.run_later(grace, move |act, ctx| {
             act.watchdogs.grace = None;
             if act.phase.is_live() {
-                tracing::warn!(chat_id = act.chat_id(), ?grace, "agent did not settle after its result; force-closing");
+                tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), ?grace, "agent did not settle after its result; force-closing");
                 act.record(TurnEvent::GraceExpired, ctx);
             } else {
-                tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "session did not settle after the turn ended; force-closing");
+                tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), session = %act.label(), "session did not settle after the turn ended; force-closing");
                 act.kill(ctx);
             }
         }));
@@ -116,7 +117,12 @@ impl TurnActor {
         self.watchdogs.budget_armed = Some(Instant::now());
         self.watchdogs.budget = Some(ctx.run_later(budget, move |act, ctx| {
             act.watchdogs.budget = None;
-            tracing::warn!(chat_id = act.chat_id(), ?budget, "turn ran past its budget");
+            tracing::warn!(
+                chat_id = act.chat_id(),
+                turn_id = act.spec.turn.get(),
+                ?budget,
+                "turn ran past its budget"
+            );
             act.record(TurnEvent::BudgetExceeded, ctx);
         }));
     }

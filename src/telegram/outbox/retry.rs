@@ -102,6 +102,7 @@ pub(super) async fn retry_allowed(
         "retrying a telegram request"
     );
     tokio::time::sleep(wait).await;
+    shared.events.metrics().retried();
     true
 }
 
@@ -134,7 +135,9 @@ pub(super) async fn send_piece(
             let mode = ParseMode::Markdown;
             request = request.parse_mode(mode);
         }
-        match classify(request.await) {
+        let answer = request.await;
+        shared.events.metrics().telegram("sendMessage", &answer);
+        match classify(answer) {
             Sent::Ok(message) => return Ok(message.id),
             Sent::Plain(why) if formatted => {
                 tracing::info!(chat_id = chat.0, cause = %why, "formatting refused; sending as plain text");
@@ -220,6 +223,7 @@ where
             }
             None => request().await,
         };
+        shared.events.metrics().telegram(rule.method, &result);
         let (wait, why) = match classify(result) {
             Sent::Ok(value) => return Ok(value),
             Sent::Retry(wait, why) => (wait, why),

@@ -1,0 +1,165 @@
+//! The `[ops] listen` endpoint: `GET /healthz` and `GET /metrics` over
+//! HTTP/1 (hyper), on the bot's own runtime.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Addr;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use super::Metrics;
+use crate::chat::dispatcher::{Dispatcher, RunningTurns};
+use crate::events::Gauges;
+use crate::state::Inbox;
+
+/// How long the dispatcher may take to answer a health ping.
+const PING_BOUND: Duration = Duration::from_secs(2);
+
+/// What the endpoint reads.
+#[derive(Clone)]
+pub struct Probe {
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+    /// Live actor counts.
+    pub gauges: Arc<Gauges>,
+    /// The store, for its error count.
+    pub inbox: Inbox,
+    /// Pinged by `/healthz`.
+    pub dispatcher: Addr<Dispatcher>,
+    /// `telegram.poll_timeout`: a poll must have answered within twice it.
+    pub poll_timeout: Duration,
+}
+
+impl Probe {
+    /// `None` when healthy, else why not.
+    pub async fn unhealthy(&self) -> Option<String> {
+        let window = self.poll_timeout.saturating_mul(2);
+        match self.metrics.since_last_poll() {
+            None => return Some("telegram getUpdates has not succeeded yet".into()),
+            Some(ago) if ago > window => {
+                return Some(format!(
+                    "telegram getUpdates last succeeded {}s ago (limit {}s)",
+                    ago.as_secs(),
+                    window.as_secs()
+                ));
+            }
+            Some(_) => {}
+        }
+        match tokio::time::timeout(PING_BOUND, self.dispatcher.send(RunningTurns)).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(_)) => Some("the dispatcher is not running".into()),
+            Err(_) => Some(format!(
+                "the dispatcher did not answer within {}s",
+                PING_BOUND.as_secs()
+            )),
+        }
+    }
+}
+
+/// A running endpoint; stops when dropped.
+#[derive(Debug)]
+pub struct OpsServer {
+    /// Where it listens (the real port when 0 was asked).
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for OpsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `listen` now (so a taken port fails the start) and serves on the
+/// current runtime.
+///
+/// # Errors
+///
+/// The address does not parse or cannot be bound.
+pub fn serve(listen: &str, probe: Probe) -> std::io::Result<OpsServer> {
+    let addr: SocketAddr = listen
+        .trim()
+        .parse()
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    let std_listener = std::net::TcpListener::bind(addr)?;
+    std_listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(std_listener)?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "serving /healthz and /metrics");
+    let task = tokio::spawn(async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    tracing::warn!(cause = %err, "ops endpoint: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let probe = probe.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let probe = probe.clone();
+                    async move { Ok::<_, Infallible>(answer(&probe, &req).await) }
+                });
+                let conn = http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(10))
+                    .serve_connection(TokioIo::new(stream), service);
+                if let Err(err) = conn.await {
+                    tracing::debug!(cause = %err, "ops endpoint: connection ended");
+                }
+            });
+        }
+    });
+    Ok(OpsServer { addr, task })
+}
+
+fn text(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+async fn answer(probe: &Probe, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".into(),
+        );
+    }
+    match req.uri().path() {
+        "/healthz" => match probe.unhealthy().await {
+            None => text(
+                StatusCode::OK,
+                "application/json",
+                serde_json::json!({"status": "ok"}).to_string(),
+            ),
+            Some(reason) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application/json",
+                serde_json::json!({"status": "unhealthy", "reason": reason}).to_string(),
+            ),
+        },
+        "/metrics" => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            probe.metrics.render(&probe.gauges, probe.inbox.errors()),
+        ),
+        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}

@@ -1,0 +1,79 @@
+//! `[log] format = "json"` (here through `TURNSTILE_LOG_FORMAT`): every
+//! stderr line of the binary is one JSON object, and a turn's lines carry
+//! its chat id, turn id and outcome as fields.
+
+mod support;
+
+use std::time::Duration;
+
+use support::process::BotProcess;
+use support::*;
+
+fn lines_as_json(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [
+        ("TURNSTILE_LOG_FORMAT", "json".to_string()),
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.path().join("state.db").display().to_string(),
+        ),
+    ];
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    api.push_text(1, USER, "hello there");
+    api.wait_for_texts(1, 1, Duration::from_secs(30)).await;
+    wait_until("the turn's end in the log", Duration::from_secs(30), || {
+        bot.log_text().contains("turn ended")
+    })
+    .await;
+    bot.signal(libc::SIGTERM);
+    let status = bot.exit().await;
+    assert!(status.success(), "{status:?}\n{}", bot.log_text());
+    let lines = lines_as_json(&bot.log_text());
+    assert!(
+        lines.iter().any(|l| l["message"] == "turnstile started"),
+        "the start line is there too"
+    );
+    let ended = lines
+        .iter()
+        .find(|l| l["message"] == "turn ended")
+        .expect("a turn-ended line");
+    assert_eq!(ended["chat_id"], 1, "{ended}");
+    assert_eq!(ended["turn_id"], 1, "{ended}");
+    assert!(
+        ended["outcome"].as_str().is_some_and(|o| !o.is_empty()),
+        "{ended}"
+    );
+    assert_eq!(ended["level"], "INFO");
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "turn started")
+        .expect("a turn-started line");
+    assert_eq!(started["chat_id"], 1, "{started}");
+    assert_eq!(started["turn_id"], ended["turn_id"], "{started}");
+}
+
+#[tokio::test]
+async fn an_unknown_log_format_is_a_config_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [("TURNSTILE_LOG_FORMAT", "yaml".to_string())];
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let status = bot.exit().await;
+    assert_eq!(status.code(), Some(2), "{}", bot.log_text());
+    let text = bot.log_text();
+    assert!(
+        text.contains("log.format") || text.contains("TURNSTILE_LOG_FORMAT"),
+        "{text}"
+    );
+}
