@@ -324,6 +324,10 @@ pub struct DispatcherConfig {
 pub struct StateConfig {
     /// The SQLite file.
     pub path: PathBuf,
+    /// How long finished inbox rows and turn records are kept; pruned at
+    /// start and once a day.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
 }
 
 impl Default for TelegramConfig {
@@ -404,6 +408,7 @@ impl Default for StateConfig {
     fn default() -> Self {
         Self {
             path: PathBuf::from("turnstile.db"),
+            retention: Duration::from_secs(30 * 86_400),
         }
     }
 }
