@@ -245,15 +245,8 @@ async fn restart_works_after_the_binary_was_replaced_on_disk() {
         .api
         .wait_for_texts(ADMIN, 2, Duration::from_secs(30))
         .await;
-    assert_eq!(
-        told,
-        vec![
-            "🔄 Restarting; waiting for 0 running turn(s) first.",
-            "✅ Restarted."
-        ],
-        "{}",
-        bot.log_text()
-    );
+    assert!(told[0].starts_with("🔄 Restarting"), "{told:?}");
+    assert_eq!(told[1], "✅ Restarted.", "{}", bot.log_text());
     s.api.push_text(1, USER, "again");
     let texts = s.api.wait_for_texts(1, 2, SOON).await;
     assert_eq!(texts[1], "echo: again", "{}", bot.log_text());
