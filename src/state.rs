@@ -810,7 +810,10 @@ mod tests {
             vec![("done".into(), 1), ("queued".into(), 1)],
             "the fresh finished row and the old unfinished one stay"
         );
-        assert!(store.turns_of(10).unwrap().is_empty(), "the old turn is gone");
+        assert!(
+            store.turns_of(10).unwrap().is_empty(),
+            "the old turn is gone"
+        );
         assert_eq!(store.turns_of(20).unwrap().len(), 1, "the fresh turn stays");
     }
 

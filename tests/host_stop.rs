@@ -77,7 +77,10 @@ async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
 #[tokio::test]
 async fn sighup_drains_like_sigterm() {
     let (_fake, stderr) = stop_with_signal(Step::Wait { ms: 60_000 }, libc::SIGHUP).await;
-    assert!(stderr.contains("SIGHUP: stopping as for SIGTERM"), "{stderr}");
+    assert!(
+        stderr.contains("SIGHUP: stopping as for SIGTERM"),
+        "{stderr}"
+    );
     assert!(stderr.contains("agent process ended"), "{stderr}");
 }
 

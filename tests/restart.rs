@@ -238,7 +238,11 @@ async fn restart_works_after_the_binary_was_replaced_on_disk() {
     // The upgrade: a new file renamed over the old path, which the running
     // process now sees as "turnstile (deleted)".
     let staged = bin_dir.path().join("turnstile.new");
-    std::fs::write(&staged, b"#!/bin/sh\necho not the running binary >&2\nexit 97\n").unwrap();
+    std::fs::write(
+        &staged,
+        b"#!/bin/sh\necho not the running binary >&2\nexit 97\n",
+    )
+    .unwrap();
     std::fs::rename(&staged, &binary).unwrap();
     s.api.push_text(ADMIN, ADMIN, "/restart");
     let told = s

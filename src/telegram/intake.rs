@@ -93,7 +93,8 @@ impl Intake {
             Some(first) => {
                 // Ordered before the batch's write on the store thread.
                 self.inbox.reset_update_ids(first);
-                ids.iter().fold(first, |offset, id| offset.max(id.saturating_add(1)))
+                ids.iter()
+                    .fold(first, |offset, id| offset.max(id.saturating_add(1)))
             }
             None => ids.iter().fold(i64::from(self.offset), |offset, id| {
                 offset.max(id.saturating_add(1))

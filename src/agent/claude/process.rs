@@ -316,11 +316,20 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(first.len(), STDERR_LINE_BYTES, "held only up to the bound");
-        let second = next_bounded_line(&mut reader, STDERR_LINE_BYTES).await.unwrap();
+        let second = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+            .await
+            .unwrap();
         assert_eq!(second.as_deref(), Some("next line"));
-        let third = next_bounded_line(&mut reader, STDERR_LINE_BYTES).await.unwrap();
+        let third = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+            .await
+            .unwrap();
         assert_eq!(third.as_deref(), Some("last without newline"));
-        assert_eq!(next_bounded_line(&mut reader, STDERR_LINE_BYTES).await.unwrap(), None);
+        assert_eq!(
+            next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+                .await
+                .unwrap(),
+            None
+        );
     }
 
     #[tokio::test]
