@@ -132,6 +132,20 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
 }
 
+/// Prunes old state now and then once a day, on the store thread.
+fn start_pruning(inbox: &Inbox, retention: Duration) {
+    inbox.prune(retention);
+    let inbox = inbox.clone();
+    actix_rt::spawn(async move {
+        let day = Duration::from_secs(86_400);
+        let mut every_day = tokio::time::interval_at(tokio::time::Instant::now() + day, day);
+        loop {
+            every_day.tick().await;
+            inbox.prune(retention);
+        }
+    });
+}
+
 mod url_parse {
     pub type Error = <reqwest::Url as std::str::FromStr>::Err;
 }
@@ -210,6 +224,7 @@ impl Turnstile {
         let shutdown = Shutdown::new();
         let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
         let inbox = Inbox::start(store);
+        start_pruning(&inbox, config.state.retention);
         // Asked of the store thread before the intake writes anything: what
         // the previous process left unfinished.
         let recovered = Box::pin(inbox.recover());

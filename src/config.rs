@@ -361,6 +361,10 @@ pub struct DispatcherConfig {
 pub struct StateConfig {
     /// The SQLite file.
     pub path: PathBuf,
+    /// How long finished inbox rows and turn records are kept; pruned at
+    /// start and once a day.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
 }
 
 /// `[ops]`
@@ -467,6 +471,7 @@ impl Default for StateConfig {
     fn default() -> Self {
         Self {
             path: PathBuf::from("turnstile.db"),
+            retention: Duration::from_secs(30 * 86_400),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The `turnstile` binary: parses arguments, starts tracing, loads the
-//! configuration and runs the bot until SIGINT or SIGTERM.
+//! configuration and runs the bot until SIGINT, SIGTERM or SIGHUP.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -156,7 +156,7 @@ fn run(config: Config) -> anyhow::Result<()> {
 /// Re-executes this binary with the same arguments; returns only on failure.
 fn restart(chat: i64) -> anyhow::Error {
     use std::os::unix::process::CommandExt;
-    let exe = match std::env::current_exe() {
+    let exe = match restart_exe() {
         Ok(exe) => exe,
         Err(err) => return anyhow::anyhow!("cannot find this binary to restart: {err}"),
     };
@@ -168,19 +168,36 @@ fn restart(chat: i64) -> anyhow::Error {
     anyhow::anyhow!("restart failed: could not execute {}: {err}", exe.display())
 }
 
+/// The binary to re-execute. On Linux `/proc/self/exe`, which still opens
+/// the running binary's inode after an in-place upgrade replaced or deleted
+/// its path (whose name then ends in " (deleted)"); elsewhere the path.
+fn restart_exe() -> std::io::Result<PathBuf> {
+    let proc_exe = PathBuf::from("/proc/self/exe");
+    if cfg!(target_os = "linux") && proc_exe.exists() {
+        return Ok(proc_exe);
+    }
+    std::env::current_exe()
+}
+
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        // SIGHUP (a closed terminal, `systemctl reload` by habit) drains
+        // like SIGTERM instead of killing the bot mid-turn.
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(mut term), Ok(mut hup)) => {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}
                     _ = term.recv() => {}
+                    _ = hup.recv() => tracing::info!("SIGHUP: stopping as for SIGTERM"),
                 }
             }
-            Err(err) => {
-                tracing::warn!(cause = %err, "SIGTERM handler unavailable; waiting for SIGINT only");
+            (Err(err), _) | (_, Err(err)) => {
+                tracing::warn!(cause = %err, "SIGTERM/SIGHUP handler unavailable; waiting for SIGINT only");
                 let _ = tokio::signal::ctrl_c().await;
             }
         }

@@ -21,7 +21,7 @@ mod inbox;
 pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -79,7 +79,60 @@ const MIGRATIONS: &[&str] = &[
         SELECT chat_id, 0, session_id, updated_at FROM sessions;
      DROP TABLE sessions;
      ALTER TABLE sessions_by_topic RENAME TO sessions;",
+    // 4 → 5: indexes for pruning by age; the agents' live process groups.
+    "CREATE INDEX inbox_updated ON inbox(updated_at);
+     CREATE INDEX turns_ended ON turns(ended_at);
+     CREATE TABLE agent_groups (
+        pgid        INTEGER PRIMARY KEY,
+        start_time  INTEGER NOT NULL,
+        chat_id     INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL
+     );",
 ];
+
+/// Inbox states that are finished, and so may be pruned.
+const FINISHED_STATES: &str = "('done', 'dropped', 'reported')";
+
+/// An update id this far below the stored offset is not a stray old update
+/// (Telegram never sends those below the offset asked for) but Telegram's
+/// reset of its update ids (after about a week without updates they restart
+/// at a random, lower number). See [`Store::reset_update_ids`].
+pub const UPDATE_ID_RESET_GAP: i64 = 1_000_000;
+
+/// What [`Store::prune`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pruned {
+    /// Finished inbox rows.
+    pub inbox: usize,
+    /// Turn records.
+    pub turns: usize,
+}
+
+/// Creates the state file (mode 0600) when missing and makes it, and its
+/// `-wal` and `-shm` files when present, readable by the owner only: it
+/// holds every message the bot accepted. SQLite creates the WAL and SHM
+/// files with the database file's mode.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let text = path.as_os_str();
+    if text.is_empty() || text == ":memory:" || path.is_dir() {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = text.to_os_string();
+        name.push(suffix);
+        let file = PathBuf::from(name);
+        if file.exists() {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
 
 /// Errors at the store boundary.
 #[derive(Debug, thiserror::Error)]
@@ -266,6 +319,13 @@ impl Store {
     /// Opens (creating when missing) and migrates the store at `path`;
     /// `:memory:` keeps it in memory.
     pub fn open(path: &Path) -> Result<Self, StateError> {
+        make_private(path).map_err(|err| StateError::Open {
+            path: path.to_path_buf(),
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                Some(format!("cannot make it private (mode 0600): {err}")),
+            ),
+        })?;
         let conn = Connection::open(path).map_err(|source| StateError::Open {
             path: path.to_path_buf(),
             source,
@@ -293,6 +353,11 @@ impl Store {
             conn: Mutex::new(conn),
         };
         store.migrate(path, SCHEMA_VERSION)?;
+        // The WAL and SHM files exist now; an older build may have made them 0644.
+        make_private(path).map_err(|err| StateError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("cannot make its files private (mode 0600): {err}"),
+        })?;
         Ok(store)
     }
 
@@ -529,6 +594,69 @@ impl Store {
         )?)
     }
 
+    /// Removes finished inbox rows (done, dropped, reported) and turn
+    /// records older than `retention` (by their last update and their end).
+    pub fn prune(&self, retention: std::time::Duration) -> Result<Pruned, StateError> {
+        let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = now_ms().saturating_sub(keep_ms);
+        let conn = self.lock();
+        let inbox = conn.execute(
+            &format!("DELETE FROM inbox WHERE state IN {FINISHED_STATES} AND updated_at < ?1"),
+            params![cutoff],
+        )?;
+        let turns = conn.execute("DELETE FROM turns WHERE ended_at < ?1", params![cutoff])?;
+        Ok(Pruned { inbox, turns })
+    }
+
+    /// Telegram restarted its update ids at `first` (far below the stored
+    /// offset): the offset moves back to `first`, and finished inbox rows
+    /// at or above `first` are forgotten, since their ids belong to the old
+    /// sequence and would otherwise make new updates look like redeliveries.
+    /// Dedupe by update id thus holds within one sequence of ids; unfinished
+    /// rows are kept (they are still recovered by their row, not their id).
+    pub fn reset_update_ids(&self, first: i64) -> Result<usize, StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let forgotten = tx.execute(
+            &format!("DELETE FROM inbox WHERE state IN {FINISHED_STATES} AND update_id >= ?1"),
+            params![first],
+        )?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('offset', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![first.to_string()],
+        )?;
+        tx.commit()?;
+        Ok(forgotten)
+    }
+
+    /// Records a live agent process group: its leader's pid and that
+    /// process's start time (so a reused pid is never mistaken for it).
+    pub fn record_group(&self, pgid: i64, start_time: i64, chat_id: i64) -> Result<(), StateError> {
+        self.lock().execute(
+            "INSERT INTO agent_groups (pgid, start_time, chat_id, started_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(pgid) DO UPDATE SET start_time = excluded.start_time,
+                chat_id = excluded.chat_id, started_at = excluded.started_at",
+            params![pgid, start_time, chat_id, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// The group was reaped.
+    pub fn forget_group(&self, pgid: i64) -> Result<(), StateError> {
+        self.lock()
+            .execute("DELETE FROM agent_groups WHERE pgid = ?1", params![pgid])?;
+        Ok(())
+    }
+
+    /// The recorded groups: (pgid, leader start time).
+    pub fn groups(&self) -> Result<Vec<(i64, i64)>, StateError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare("SELECT pgid, start_time FROM agent_groups ORDER BY pgid")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Makes every later inbox statement fail (for tests of error paths).
     #[cfg(test)]
     pub(crate) fn break_for_tests(&self) {
@@ -702,6 +830,124 @@ mod tests {
             store.turns_of(9).unwrap(),
             vec![("completed".to_string(), true)]
         );
+    }
+
+    #[test]
+    fn the_state_file_and_its_wal_and_shm_are_mode_0600() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("private.db");
+        // An existing file another build left readable by all.
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let store = Store::open(&path).unwrap();
+        store.accept(&msg(1, 5)).unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let file = dir.path().join(format!("private.db{suffix}"));
+            let mode = std::fs::metadata(&file)
+                .unwrap_or_else(|e| panic!("{} exists: {e}", file.display()))
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{}: {mode:o}", file.display());
+        }
+        // A new file too.
+        let fresh = dir.path().join("fresh.db");
+        Store::open(&fresh).unwrap().accept(&msg(1, 5)).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+
+    /// Backdates an inbox row and the chat's turn records by `age`.
+    fn backdate(store: &Store, update_id: i64, chat_id: i64, age: std::time::Duration) {
+        let then = now_ms() - i64::try_from(age.as_millis()).unwrap();
+        let conn = store.lock();
+        conn.execute(
+            "UPDATE inbox SET updated_at = ?1 WHERE update_id = ?2",
+            params![then, update_id],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE turns SET ended_at = ?1 WHERE chat_id = ?2",
+            params![then, chat_id],
+        )
+        .unwrap();
+    }
+
+    fn record(store: &Store, chat_id: i64) {
+        store
+            .record_turn(&TurnRecord {
+                chat_id,
+                turn: 1,
+                started_at: now_ms(),
+                ended_at: now_ms(),
+                outcome: "completed".into(),
+                finished: true,
+                api_calls: 1,
+                cost_usd: 0.0,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn prune_removes_finished_rows_and_turns_older_than_the_retention() {
+        let day = std::time::Duration::from_secs(86_400);
+        let store = Store::in_memory().unwrap();
+        for (id, chat) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
+            store.accept(&msg(id, chat)).unwrap();
+        }
+        store.mark(&[1, 2], InboxState::Done).unwrap();
+        store.mark(&[4], InboxState::Reported).unwrap();
+        record(&store, 10);
+        record(&store, 20);
+        // Old: 1 (done), 3 (still queued), 4 (reported) and chat 10's turn.
+        backdate(&store, 1, 10, 31 * day);
+        backdate(&store, 3, 30, 31 * day);
+        backdate(&store, 4, 40, 31 * day);
+        let pruned = store.prune(30 * day).unwrap();
+        assert_eq!(pruned, Pruned { inbox: 2, turns: 1 });
+        let left: Vec<(String, i64)> = store.counts().unwrap();
+        assert_eq!(
+            left,
+            vec![("done".into(), 1), ("queued".into(), 1)],
+            "the fresh finished row and the old unfinished one stay"
+        );
+        assert!(
+            store.turns_of(10).unwrap().is_empty(),
+            "the old turn is gone"
+        );
+        assert_eq!(store.turns_of(20).unwrap().len(), 1, "the fresh turn stays");
+    }
+
+    #[test]
+    fn a_reset_of_update_ids_moves_the_offset_back_and_accepts_reused_ids() {
+        let store = Store::in_memory().unwrap();
+        // The old sequence: id 500 handled, 900 still queued.
+        store.accept(&msg(500, 1)).unwrap();
+        store.mark(&[500], InboxState::Done).unwrap();
+        store.accept(&msg(900, 1)).unwrap();
+        store.set_offset(5_000_000).unwrap();
+        // Telegram restarts at 400: 500 comes again as a new update.
+        assert_eq!(store.reset_update_ids(400).unwrap(), 1);
+        assert_eq!(store.offset().unwrap(), 400, "the offset moved back");
+        assert!(store.accept(&msg(500, 2)).unwrap(), "a reused id is new");
+        store.set_offset(501).unwrap();
+        assert_eq!(store.offset().unwrap(), 501);
+        let open: Vec<i64> = store
+            .unfinished()
+            .unwrap()
+            .iter()
+            .map(|r| r.message.update_id)
+            .collect();
+        assert_eq!(open, vec![500, 900], "the unfinished old row is kept");
+    }
+
+    #[test]
+    fn agent_groups_are_recorded_and_forgotten() {
+        let store = Store::in_memory().unwrap();
+        store.record_group(4242, 777, 1).unwrap();
+        store.record_group(4343, 888, 2).unwrap();
+        store.forget_group(4242).unwrap();
+        assert_eq!(store.groups().unwrap(), vec![(4343, 888)]);
     }
 
     #[test]

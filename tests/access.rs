@@ -76,6 +76,35 @@ async fn status_is_for_admins_only() {
 }
 
 #[actix_rt::test]
+async fn status_in_a_group_shows_only_that_chat_even_to_an_admin() {
+    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let mut h = Harness::start(scenario, &[]).await;
+    h.say(1, USER, "slow");
+    h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. }))
+        .await;
+    const GROUP: i64 = -100_777;
+    h.api.push_update(serde_json::json!({"message": {
+        "message_id": 600, "date": 0,
+        "chat": {"id": GROUP, "type": "supergroup", "title": "team"},
+        "from": {"id": ADMIN, "is_bot": false, "first_name": "a"},
+        "text": "/status", "entities": [{"type": "bot_command", "offset": 0, "length": 7}]
+    }}));
+    let in_group = h.api.wait_for_texts(GROUP, 1, SOON).await;
+    assert!(
+        in_group[0].contains("This chat only"),
+        "the group is told it sees only itself: {in_group:?}"
+    );
+    assert!(
+        !in_group[0].contains("chat 1"),
+        "another chat leaked into the group: {in_group:?}"
+    );
+    // The same admin in the private chat still sees every chat.
+    h.say(ADMIN, ADMIN, "/status");
+    let private = h.api.wait_for_texts(ADMIN, 1, SOON).await;
+    assert!(private[0].contains("chat 1: turn 1 running"), "{private:?}");
+}
+
+#[actix_rt::test]
 async fn updates_it_cannot_use_are_skipped_without_harm() {
     let mut h = Harness::start(Scenario::default(), &[]).await;
     // Unknown update kind, a message without text, a malformed message, an empty text.

@@ -14,6 +14,11 @@ use turnstile::agent::{Scenario, Step};
 /// Runs the binary with a turn in flight on `step`, sends SIGTERM, and
 /// returns its stderr once it exited 0 with no agent process left.
 async fn stop_with_a_turn_in_flight(step: Step) -> (FakeLog, String) {
+    stop_with_signal(step, libc::SIGTERM).await
+}
+
+/// As [`stop_with_a_turn_in_flight`], stopping with `signal`.
+async fn stop_with_signal(step: Step, signal: libc::c_int) -> (FakeLog, String) {
     let api = FakeBotApi::start().await;
     let scenario = Scenario::default().with_rule("slow", turn(vec![step]));
     let fake = FakeLog::new(&scenario);
@@ -41,10 +46,10 @@ async fn stop_with_a_turn_in_flight(step: Step) -> (FakeLog, String) {
     assert_eq!(fake.processes().len(), 1);
     let pid = bot.id().expect("running") as i32;
     // SAFETY: a plain kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     let status = tokio::time::timeout(Duration::from_secs(30), bot.wait())
         .await
-        .expect("turnstile exits after SIGTERM")
+        .expect("turnstile exits after the signal")
         .expect("waited");
     let mut stderr = String::new();
     if let Some(mut err) = bot.stderr.take() {
@@ -67,6 +72,16 @@ async fn sigterm_with_a_turn_in_flight_exits_0_and_leaves_no_agent_process() {
             .any(|e| e.pointer("/from_host/request/subtype") == Some(&json!("end_session"))),
         "the session was closed with end_session"
     );
+}
+
+#[tokio::test]
+async fn sighup_drains_like_sigterm() {
+    let (_fake, stderr) = stop_with_signal(Step::Wait { ms: 60_000 }, libc::SIGHUP).await;
+    assert!(
+        stderr.contains("SIGHUP: stopping as for SIGTERM"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("agent process ended"), "{stderr}");
 }
 
 #[tokio::test]

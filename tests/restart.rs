@@ -223,3 +223,37 @@ async fn restart_drains_re_executes_and_is_not_repeated() {
     bot.signal(libc::SIGTERM);
     assert!(bot.exit().await.success());
 }
+
+#[tokio::test]
+async fn restart_works_after_the_binary_was_replaced_on_disk() {
+    let s = setup("report").await;
+    let log = s.dir.path().join("bot.log");
+    // A copy of the binary, so the test can replace it as an upgrade would.
+    let bin_dir = tempfile::tempdir().unwrap();
+    let binary = bin_dir.path().join("turnstile");
+    std::fs::copy(env!("CARGO_BIN_EXE_turnstile"), &binary).unwrap();
+    let mut bot = BotProcess::spawn_binary(&binary, &s.api, &log, &s.env);
+    s.api.push_text(1, USER, "hello");
+    assert_eq!(s.api.wait_for_texts(1, 1, SOON).await, vec!["echo: hello"]);
+    // The upgrade: a new file renamed over the old path, which the running
+    // process now sees as "turnstile (deleted)".
+    let staged = bin_dir.path().join("turnstile.new");
+    std::fs::write(
+        &staged,
+        b"#!/bin/sh\necho not the running binary >&2\nexit 97\n",
+    )
+    .unwrap();
+    std::fs::rename(&staged, &binary).unwrap();
+    s.api.push_text(ADMIN, ADMIN, "/restart");
+    let told = s
+        .api
+        .wait_for_texts(ADMIN, 2, Duration::from_secs(30))
+        .await;
+    assert!(told[0].starts_with("🔄 Restarting"), "{told:?}");
+    assert_eq!(told[1], "✅ Restarted.", "{}", bot.log_text());
+    s.api.push_text(1, USER, "again");
+    let texts = s.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(texts[1], "echo: again", "{}", bot.log_text());
+    bot.signal(libc::SIGTERM);
+    assert!(bot.exit().await.success());
+}

@@ -231,15 +231,16 @@ impl Dispatcher {
         user: UserId,
         word: &str,
         args: &str,
-        date: i64,
+        asked: Asked,
         ctx: &mut Context<Self>,
     ) -> bool {
+        let Asked { date, private } = asked;
         match word {
             "permissions" => self.permissions(chat, args, ctx),
             "stop" if self.chats.contains_key(&chat) => self.deliver(chat, ForChat::Stop, ctx),
             "stop" => self.say(chat, "Nothing to stop."),
             "new" => self.deliver(chat, ForChat::New, ctx),
-            "status" if self.is_admin(user) => self.status(chat, ctx),
+            "status" if self.is_admin(user) => self.status(chat, private, ctx),
             "status" => self.say(chat, "Only admins can use /status."),
             "restart" if self.is_admin(user) => self.restart(chat, user, date),
             "restart" => self.say(chat, "Only admins can use /restart."),
@@ -389,17 +390,25 @@ impl Dispatcher {
         }
     }
 
-    fn status(&mut self, chat: Conversation, ctx: &mut Context<Self>) {
-        let header = format!(
-            "{} chat(s), {} turn(s) running, {} permit(s) free",
-            self.chats.len(),
-            self.slots.running(),
-            self.slots.free()
-        );
+    /// `/status`: every chat for an admin in a private chat with the bot;
+    /// in a group (even for an admin) only that chat, so no other chat's id
+    /// is shown to the group's members.
+    fn status(&mut self, chat: Conversation, private: bool, ctx: &mut Context<Self>) {
+        let header = if private {
+            format!(
+                "{} chat(s), {} turn(s) running, {} permit(s) free",
+                self.chats.len(),
+                self.slots.running(),
+                self.slots.free()
+            )
+        } else {
+            "This chat only (ask in a private chat with the bot for all chats).".to_owned()
+        };
         let asks: Vec<_> = self
             .chats
-            .values()
-            .map(|e| e.addr.send(DescribeChat))
+            .iter()
+            .filter(|(id, _)| private || id.chat == chat.chat)
+            .map(|(_, e)| e.addr.send(DescribeChat))
             .collect();
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
@@ -415,6 +424,15 @@ impl Dispatcher {
             .into_actor(self),
         );
     }
+}
+
+/// Who asked a command, and where.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    /// Telegram's date of the message (unix seconds).
+    date: i64,
+    /// Whether it came from a private chat with the bot.
+    private: bool,
 }
 
 impl Actor for Dispatcher {
@@ -493,7 +511,11 @@ impl Handler<UpdateReceived> for Dispatcher {
                 .unwrap_or("")
                 .to_ascii_lowercase();
             let args = words.next().unwrap_or("").trim();
-            if self.command(to, user, &word, args, message.date.timestamp(), ctx) {
+            let asked = Asked {
+                date: message.date.timestamp(),
+                private: message.chat.is_private(),
+            };
+            if self.command(to, user, &word, args, asked, ctx) {
                 done(InboxState::Done);
                 return;
             }

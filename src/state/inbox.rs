@@ -211,6 +211,36 @@ impl Inbox {
         async move { ask.await.unwrap_or_else(|| vec![true; count]) }
     }
 
+    /// **prune**: removes finished rows and turn records older than
+    /// `retention` (logged when anything went).
+    pub fn prune(&self, retention: Duration) {
+        self.tell("pruning old rows", move |store| {
+            let pruned = store.prune(retention)?;
+            if pruned.inbox + pruned.turns > 0 {
+                tracing::info!(
+                    inbox = pruned.inbox,
+                    turns = pruned.turns,
+                    "pruned state older than the retention"
+                );
+            }
+            Ok(())
+        });
+    }
+
+    /// **reset_update_ids**: Telegram restarted its update ids at `first`
+    /// (see [`Store::reset_update_ids`]); runs before any later job.
+    pub fn reset_update_ids(&self, first: i64) {
+        self.tell("resetting the update offset", move |store| {
+            let forgotten = store.reset_update_ids(first)?;
+            tracing::warn!(
+                first,
+                forgotten,
+                "Telegram restarted its update ids; the offset moved back"
+            );
+            Ok(())
+        });
+    }
+
     /// **turn_started**: the messages' turn started (running).
     pub fn turn_started(&self, update_ids: Vec<i64>, turn: TurnId) {
         self.tell("marking messages running", move |store| {

@@ -15,7 +15,7 @@ use teloxide::requests::Request;
 use teloxide::types::{Update, UpdateKind};
 
 use crate::shutdown::Shutdown;
-use crate::state::{Inbox, InboxMessage};
+use crate::state::{Inbox, InboxMessage, UPDATE_ID_RESET_GAP};
 use crate::telegram::addressing::{Addressing, NotForUs};
 use crate::telegram::files::attachments;
 
@@ -133,11 +133,22 @@ impl Intake {
     /// over, in order, each update that was not there already; then polls
     /// again. Nothing else is handled meanwhile.
     fn accept(&mut self, mut updates: Vec<Update>, ctx: &mut Context<Self>) {
-        let next = updates.iter().fold(self.offset, |offset, u| {
-            offset.max(i32::try_from(u.id.0).unwrap_or(i32::MAX).saturating_add(1))
-        });
+        let ids: Vec<i64> = updates.iter().map(|u| i64::from(u.id.0)).collect();
+        // The offset moves past every update; only those for the bot go on.
         updates.retain(|u| self.for_us(u));
         let rows: Vec<InboxMessage> = updates.iter().filter_map(Self::row).collect();
+        let next = match reset_start(i64::from(self.offset), &ids) {
+            Some(first) => {
+                // Ordered before the batch's write on the store thread.
+                self.inbox.reset_update_ids(first);
+                ids.iter()
+                    .fold(first, |offset, id| offset.max(id.saturating_add(1)))
+            }
+            None => ids.iter().fold(i64::from(self.offset), |offset, id| {
+                offset.max(id.saturating_add(1))
+            }),
+        };
+        let next = i32::try_from(next).unwrap_or(i32::MAX);
         let written = self.inbox.accept(rows, i64::from(next));
         ctx.wait(written.into_actor(self).map(move |fresh, act, ctx| {
             let mut fresh = fresh.into_iter();
@@ -221,5 +232,30 @@ impl Handler<StopIntake> for Intake {
 
     fn handle(&mut self, _msg: StopIntake, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+/// The rule for Telegram's reset of update ids (after about a week without
+/// updates they restart at a random, lower number): a batch holding an id
+/// more than [`UPDATE_ID_RESET_GAP`] below the stored `offset` starts a new
+/// sequence at its lowest id, which is returned; the offset then moves back
+/// and old finished rows stop deduping (see `Store::reset_update_ids`).
+/// Telegram never sends ids below the offset asked for otherwise, so a
+/// smaller gap is treated as usual (the offset never moves back).
+fn reset_start(offset: i64, ids: &[i64]) -> Option<i64> {
+    let lowest = ids.iter().copied().min()?;
+    (offset > 0 && lowest.saturating_add(UPDATE_ID_RESET_GAP) < offset).then_some(lowest)
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::*;
+
+    #[test]
+    fn an_id_far_below_the_offset_is_a_reset_and_a_near_one_is_not() {
+        assert_eq!(reset_start(5_000_000, &[12, 13]), Some(12));
+        assert_eq!(reset_start(5_000_000, &[4_999_990]), None);
+        assert_eq!(reset_start(0, &[12]), None, "no offset yet");
+        assert_eq!(reset_start(5_000_000, &[]), None);
     }
 }

@@ -20,6 +20,16 @@ pub struct BotProcess {
 impl BotProcess {
     /// Starts the binary with test defaults, `env` on top; the log goes to `log`.
     pub fn spawn(api: &FakeBotApi, log: &Path, env: &[(&str, String)]) -> Self {
+        Self::spawn_binary(Path::new(env!("CARGO_BIN_EXE_turnstile")), api, log, env)
+    }
+
+    /// As [`BotProcess::spawn`], running the binary at `binary` (a copy).
+    pub fn spawn_binary(
+        binary: &Path,
+        api: &FakeBotApi,
+        log: &Path,
+        env: &[(&str, String)],
+    ) -> Self {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -29,7 +39,7 @@ impl BotProcess {
             .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
             .set("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")
             .set("TURNSTILE_ACCESS_ADMINS", "9");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+        let mut command = Command::new(binary);
         command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

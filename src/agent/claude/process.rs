@@ -7,7 +7,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
@@ -18,6 +18,9 @@ use crate::agent::AgentError;
 const STDERR_LINES_LOGGED: usize = 200;
 /// Characters of one stderr line kept.
 const STDERR_LINE_CHARS: usize = 500;
+/// Bytes of one stderr line held while reading it: the rest of a longer
+/// line (a 10 MB line without a newline) is read and dropped, never held.
+const STDERR_LINE_BYTES: usize = 4 * STDERR_LINE_CHARS;
 /// Stderr lines kept for the exit report.
 const STDERR_TAIL_LINES: usize = 5;
 
@@ -246,11 +249,38 @@ fn kill_group(pid: u32, signal: libc::c_int) {
     }
 }
 
+/// Reads the next line of `reader` (without its newline), holding at most
+/// `max` bytes of it: the rest is consumed and dropped. `None` at the end.
+async fn next_bounded_line(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    max: usize,
+) -> std::io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let mut any = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(any.then(|| String::from_utf8_lossy(&line).into_owned()));
+        }
+        any = true;
+        let (chunk, used, ended) = match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => (&buf[..at], at + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        reader.consume(used);
+        if ended {
+            return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
+        }
+    }
+}
+
 /// Logs the CLI's stderr, bounded, keeping the last lines for exit reports.
 async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<VecDeque<String>>>) {
-    let mut lines = BufReader::new(stderr).lines();
+    let mut reader = BufReader::new(stderr);
     let mut seen = 0usize;
-    while let Ok(Some(line)) = lines.next_line().await {
+    while let Ok(Some(line)) = next_bounded_line(&mut reader, STDERR_LINE_BYTES).await {
         seen += 1;
         let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
         if seen <= STDERR_LINES_LOGGED {
@@ -275,6 +305,43 @@ async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_10_mb_stderr_line_without_a_newline_is_cut_not_held() {
+        let mut big = vec![b'x'; 10 * 1024 * 1024];
+        big.extend_from_slice(b"\nnext line\nlast without newline");
+        let mut reader = BufReader::new(&big[..]);
+        let first = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.len(), STDERR_LINE_BYTES, "held only up to the bound");
+        let second = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+            .await
+            .unwrap();
+        assert_eq!(second.as_deref(), Some("next line"));
+        let third = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+            .await
+            .unwrap();
+        assert_eq!(third.as_deref(), Some("last without newline"));
+        assert_eq!(
+            next_bounded_line(&mut reader, STDERR_LINE_BYTES)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn the_kept_stderr_tail_is_cut_at_the_line_bound() {
+        // No newline at all: an agent writing 10 MB and exiting.
+        let big = vec![b'y'; 10 * 1024 * 1024];
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        log_stderr(&big[..], 1, Arc::clone(&tail)).await;
+        let tail = tail.lock().unwrap();
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].chars().count(), STDERR_LINE_CHARS);
+    }
 
     #[tokio::test]
     async fn all_reaped_resolves_when_the_last_process_is_reaped() {
