@@ -54,6 +54,15 @@ pub enum StartError {
     /// `getMe` answered 401 or 404: the token is wrong or revoked.
     #[error("Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN)")]
     TokenRejected,
+    /// A webhook is set on the token and `telegram.delete_webhook` is off.
+    #[error(
+        "a webhook is set on this bot token ({url}): Telegram refuses getUpdates while one is set; \
+         remove it, or set telegram.delete_webhook = true to have turnstile remove it"
+    )]
+    WebhookSet {
+        /// Where it points.
+        url: String,
+    },
 }
 
 impl StartError {
@@ -61,8 +70,82 @@ impl StartError {
     /// service manager should not restart on it), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Self::TokenRejected => 3,
+            Self::TokenRejected | Self::WebhookSet { .. } => 3,
             _ => 1,
+        }
+    }
+}
+
+/// A webhook on the token makes every `getUpdates` fail with 409: with
+/// `delete`, it is removed (and said so); otherwise it is an error. A
+/// failure to ask is logged and start-up goes on (the poll would say more).
+async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartError> {
+    use teloxide::prelude::Requester;
+    let info = match bot.get_webhook_info().await {
+        Ok(info) => info,
+        Err(err) => {
+            tracing::warn!(cause = %err, "getWebhookInfo failed; going on");
+            return Ok(());
+        }
+    };
+    let Some(url) = info.url else {
+        return Ok(());
+    };
+    let url = url.to_string();
+    if !delete {
+        return Err(StartError::WebhookSet { url });
+    }
+    match bot.delete_webhook().await {
+        Ok(_) => {
+            tracing::warn!(url = %url, "a webhook was set on the token; removed (telegram.delete_webhook)");
+            Ok(())
+        }
+        Err(err) => {
+            tracing::error!(url = %url, cause = %err, "the webhook could not be removed");
+            Err(StartError::WebhookSet { url })
+        }
+    }
+}
+
+/// The chat commands everyone sees in Telegram's menu.
+const COMMANDS: &[(&str, &str)] = &[
+    ("stop", "End the current turn"),
+    ("new", "Start a fresh conversation"),
+    ("permissions", "Tools allowed without asking here"),
+    ("help", "What this bot does"),
+];
+
+/// What admins also see, in their private chat with the bot.
+const ADMIN_COMMANDS: &[(&str, &str)] = &[
+    ("status", "Chats and turns (admins)"),
+    ("restart", "Drain and restart the bot (admins)"),
+];
+
+/// `setMyCommands`: the menu for everyone, and in each admin's private chat
+/// the admin commands too. A failure is logged; the bot works without.
+async fn set_commands(bot: &Bot, admins: &[i64]) {
+    use teloxide::payloads::SetMyCommandsSetters;
+    use teloxide::prelude::Requester;
+    use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
+    let list = |items: &[&[(&str, &str)]]| -> Vec<BotCommand> {
+        items
+            .iter()
+            .flat_map(|i| i.iter())
+            .map(|(c, d)| BotCommand::new(*c, *d))
+            .collect()
+    };
+    if let Err(err) = bot.set_my_commands(list(&[COMMANDS])).await {
+        tracing::warn!(cause = %err, "setMyCommands failed; the command menu may be stale");
+    }
+    for &admin in admins {
+        let scope = BotCommandScope::Chat {
+            chat_id: Recipient::Id(ChatId(admin)),
+        };
+        let request = bot
+            .set_my_commands(list(&[COMMANDS, ADMIN_COMMANDS]))
+            .scope(scope);
+        if let Err(err) = request.await {
+            tracing::warn!(admin, cause = %err, "setMyCommands for an admin failed");
         }
     }
 }
@@ -219,6 +302,8 @@ impl Turnstile {
     ) -> Result<Self, StartError> {
         let bot = telegram_client(config)?;
         let me = identify(&bot).await?;
+        check_webhook(&bot, config.telegram.delete_webhook).await?;
+        set_commands(&bot, &config.access.admins).await;
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();

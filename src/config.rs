@@ -184,6 +184,9 @@ pub struct TelegramConfig {
     /// Long-poll timeout of `getUpdates`.
     #[serde(with = "humantime_serde")]
     pub poll_timeout: Duration,
+    /// Remove a webhook found on the token at start (otherwise its presence
+    /// is an error: Telegram refuses `getUpdates` while one is set).
+    pub delete_webhook: bool,
     /// The bot token. Never read from the file or logged: it comes from
     /// `TELEGRAM_BOT_TOKEN` only.
     #[serde(skip)]
@@ -396,6 +399,7 @@ impl Default for TelegramConfig {
         Self {
             api_url: "https://api.telegram.org".into(),
             poll_timeout: Duration::from_secs(30),
+            delete_webhook: false,
             token: Secret::default(),
         }
     }

@@ -8,16 +8,21 @@ use actix::{
     WrapFuture,
 };
 use teloxide::Bot;
-use teloxide::RequestError;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
 use teloxide::requests::Request;
-use teloxide::types::{Update, UpdateKind};
+use teloxide::types::{AllowedUpdate, Update, UpdateKind};
+use teloxide::{ApiError, RequestError};
 
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, InboxMessage, UPDATE_ID_RESET_GAP};
 use crate::telegram::addressing::{Addressing, NotForUs};
 use crate::telegram::files::attachments;
+
+/// The update kinds turnstile handles (`allowed_updates`): messages and
+/// presses of its buttons.
+pub const ALLOWED_UPDATES: [AllowedUpdate; 2] =
+    [AllowedUpdate::Message, AllowedUpdate::CallbackQuery];
 
 /// An update received from Telegram, in order.
 #[derive(Message, Debug)]
@@ -179,7 +184,8 @@ impl Intake {
             .bot
             .get_updates()
             .offset(self.offset)
-            .timeout(self.poll_timeout.as_secs().min(u64::from(u32::MAX)) as u32);
+            .timeout(self.poll_timeout.as_secs().min(u64::from(u32::MAX)) as u32)
+            .allowed_updates(ALLOWED_UPDATES.to_vec());
         let shutdown = self.shutdown.clone();
         let fut = async move {
             tokio::select! {
@@ -207,7 +213,18 @@ impl Intake {
                 }
                 Err(err) => {
                     let next = (backoff * 2).clamp(Duration::from_millis(250), Duration::from_secs(30));
-                    tracing::warn!(cause = %err, retry_in_ms = next.as_millis() as u64, "getUpdates failed");
+                    let retry_in_ms = next.as_millis() as u64;
+                    match &err {
+                        RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => tracing::error!(
+                            retry_in_ms,
+                            "another process is polling this bot token (409 Conflict): only one may run; retrying"
+                        ),
+                        RequestError::Api(ApiError::CantGetUpdates) => tracing::error!(
+                            retry_in_ms,
+                            "a webhook was set on this bot token while running (409 Conflict); remove it; retrying"
+                        ),
+                        _ => tracing::warn!(cause = %err, retry_in_ms, "getUpdates failed"),
+                    }
                     ctx.run_later(next, move |act, ctx| act.poll(ctx, next));
                 }
             }

@@ -82,6 +82,9 @@ pub enum Fault {
     Forbidden(String),
     /// Answer normally after this delay (the call is recorded before it).
     Delay(Duration),
+    /// 409 with this description, e.g. another poller's
+    /// `"Conflict: terminated by other getUpdates request; …"`.
+    Conflict(String),
 }
 
 /// What the fake keeps of each call besides the totals.
@@ -180,6 +183,8 @@ struct Shared {
     unanswered: Mutex<HashSet<String>>,
     /// Registered files and received uploads.
     files: Mutex<files::FileStore>,
+    /// The webhook URL set on the token (`getWebhookInfo`); empty: none.
+    webhook: Mutex<String>,
 }
 
 #[derive(Default)]

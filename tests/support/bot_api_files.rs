@@ -90,6 +90,12 @@ impl FakeBotApi {
         id
     }
 
+    /// Sets a webhook on the token, as `getWebhookInfo` then reports it
+    /// (`deleteWebhook` removes it).
+    pub fn set_webhook(&self, url: &str) {
+        *lock(&self.shared.webhook) = url.to_string();
+    }
+
     /// The next message id the fake hands out (shared with sent messages).
     pub fn next_message_id(&self) -> i64 {
         lock(&self.shared.queue).next_message_id()

@@ -125,9 +125,15 @@ impl Shared {
                 }
                 Answer::Json(200, OK_TRUE.to_string())
             }
-            "deletewebhook" | "setmessagereaction" | "setmycommands" => {
+            "getwebhookinfo" => ok(json!({
+                "url": lock(&self.webhook).clone(),
+                "has_custom_certificate": false, "pending_update_count": 0,
+            })),
+            "deletewebhook" => {
+                lock(&self.webhook).clear();
                 Answer::Json(200, OK_TRUE.to_string())
             }
+            "setmessagereaction" | "setmycommands" => Answer::Json(200, OK_TRUE.to_string()),
             // teloxide's `Me` needs the bot-only flags that Telegram sends.
             "getme" => ok(json!({
                 "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
@@ -526,6 +532,7 @@ fn fault_answer(fault: Fault) -> Answer {
         }
         Fault::BadRequest(description) => error(400, &description, None),
         Fault::Forbidden(description) => error(403, &description, None),
+        Fault::Conflict(description) => error(409, &description, None),
         Fault::Delay(_) => unreachable!("dispatch applies delays"),
     }
 }
