@@ -263,3 +263,48 @@ async fn each_forum_topic_is_its_own_conversation_and_keeps_its_session_across_a
         );
     }
 }
+
+#[actix_rt::test]
+async fn an_approval_in_a_topic_is_asked_and_answered_there() {
+    let scenario = Scenario::default().with_rule(
+        "ask",
+        turn(vec![
+            Step::Ask {
+                tool: "Bash".into(),
+                input: json!({"command": "echo hi"}),
+            },
+            Step::Tools {
+                calls: vec![tool("mcp__telegram-tools__end_turn", json!({}))],
+            },
+        ]),
+    );
+    let mut h = Harness::start(scenario, &[]).await;
+    h.api
+        .push_message(forum_message(Some(7), "@turnstile_bot ask"));
+    let question = h
+        .api
+        .wait_for(SOON, "the approval question", |calls| {
+            calls.iter().find(|c| !buttons_of(c).is_empty()).cloned()
+        })
+        .await;
+    assert_eq!(
+        question.params["message_thread_id"],
+        json!(7),
+        "{:?}",
+        question.params
+    );
+    let allow = buttons_of(&question)
+        .into_iter()
+        .flatten()
+        .find(|(label, _)| label == "Allow")
+        .expect("an Allow button")
+        .1;
+    let message_id = h.api.last_question(FORUM).expect("the question was kept");
+    h.api.push_callback(FORUM, USER, message_id, &allow);
+    h.turn_ended(FORUM, 1).await;
+    let told = sends_to(&h, FORUM)
+        .into_iter()
+        .find(|p| p["text"].as_str().unwrap_or("").starts_with("allowed:"))
+        .expect("the agent was told the decision");
+    assert_eq!(told["message_thread_id"], json!(7), "{told:?}");
+}

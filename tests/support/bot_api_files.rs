@@ -96,6 +96,16 @@ impl FakeBotApi {
         *lock(&self.shared.webhook) = url.to_string();
     }
 
+    /// The newest message with buttons the bot sent to `chat`, by id.
+    pub fn last_question(&self, chat: i64) -> Option<i32> {
+        lock(&self.shared.sent)
+            .iter()
+            .filter(|((c, _), m)| *c == chat && m.get("reply_markup").is_some())
+            .map(|((_, id), _)| *id)
+            .max()
+            .and_then(|id| i32::try_from(id).ok())
+    }
+
     /// The next message id the fake hands out (shared with sent messages).
     pub fn next_message_id(&self) -> i64 {
         lock(&self.shared.queue).next_message_id()

@@ -174,6 +174,11 @@ impl Shared {
             "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},
             "text": text,
         });
+        // In a forum topic Telegram's answer says so, as a press under it will.
+        if let Some(thread) = params.get("message_thread_id").and_then(as_i64) {
+            message["message_thread_id"] = thread.into();
+            message["is_topic_message"] = true.into();
+        }
         let markup = markup_of(params);
         let keep = markup.is_some() || self.options.record == Record::Calls;
         if let Some(markup) = markup {
