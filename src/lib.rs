@@ -17,6 +17,7 @@
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
 //!     its requests (texts, questions with buttons, edits, callback answers) in
 //!     `outbox/requests.rs`, the retry rules in `outbox/retry.rs`;
+//!   - `telegram::call`: a Bot API call without teloxide's 10 s pause after a 5xx;
 //!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept;
 //!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
 //!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription,

@@ -2,6 +2,7 @@
 //! request leaves through, and text splitting for the 4096-character limit.
 
 pub mod addressing;
+pub(crate) mod call;
 pub mod files;
 pub(crate) mod intake;
 pub(crate) mod outbox;

@@ -17,7 +17,7 @@ use turnstile::telegram::{
     AnswerCallback, Button, EditQuestion, Outbox, OutboxError, RateLimits, SendQuestion, SendText,
 };
 
-/// Upper bound for a reply that waits out teloxide's 10 s pause after a 5xx.
+/// Upper bound for a reply after a 5xx (generous: a loaded machine).
 const AFTER_5XX: Duration = Duration::from_secs(30);
 
 /// `sendMessage` calls to `chat` carrying `text`, in order of arrival.
@@ -205,6 +205,28 @@ async fn server_error_is_retried_without_sending_twice() {
     assert_eq!(statuses(&attempts), vec![500, 200], "{attempts:#?}");
     assert!(attempts[0].seq < attempts[1].seq);
     assert_eq!(h.texts(1), vec!["echo: hello"], "delivered exactly once");
+}
+
+#[actix_rt::test]
+async fn a_502_then_success_delivers_the_reply_within_2_s() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    // Also the poll that brings the message: no pause after its 502 either.
+    h.api.inject("getUpdates", Fault::ServerError(502));
+    h.api.inject("sendMessage", Fault::ServerError(502));
+    let sent = std::time::Instant::now();
+    h.say(1, USER, "quick");
+    let texts = h.api.wait_for_texts(1, 1, AFTER_5XX).await;
+    let took = sent.elapsed();
+    assert_eq!(texts, vec!["echo: quick"]);
+    assert!(
+        took < Duration::from_secs(2),
+        "the reply took {took:?} after a 502 (teloxide pauses 10 s after a 5xx)"
+    );
+    h.turn_ended(1, 1).await;
+    assert_eq!(
+        statuses(&send_attempts(&h, 1, "echo: quick")),
+        vec![502, 200]
+    );
 }
 
 #[actix_rt::test]

@@ -10,7 +10,7 @@ use actix::{
 use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
-use teloxide::requests::Request;
+use teloxide::requests::HasPayload;
 use teloxide::types::{AllowedUpdate, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 
@@ -186,10 +186,13 @@ impl Intake {
             .offset(self.offset)
             .timeout(self.poll_timeout.as_secs().min(u64::from(u32::MAX)) as u32)
             .allowed_updates(ALLOWED_UPDATES.to_vec());
+        let payload = request.payload_ref().clone();
+        let bot = self.bot.clone();
         let shutdown = self.shutdown.clone();
         let fut = async move {
             tokio::select! {
-                result = request.send() => Some(result),
+                // Through `call`: no 10 s pause after a 5xx on top of the backoff.
+                result = crate::telegram::call::call(&bot, &payload) => Some(result),
                 () = shutdown.stopped() => None,
             }
         };

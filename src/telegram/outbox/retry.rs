@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use teloxide::RequestError;
 use teloxide::payloads::SendMessageSetters;
 use teloxide::prelude::Requester;
+use teloxide::requests::HasPayload;
 use teloxide::types::{ChatId, MessageId, ParseMode, ReplyParameters};
 
 use super::{Bucket, OutboxError, Place, Shared};
@@ -135,7 +136,8 @@ pub(super) async fn send_piece(
             let mode = ParseMode::Markdown;
             request = request.parse_mode(mode);
         }
-        let answer = request.await;
+        // Through `call`: no 10 s pause after a 5xx before the retry rules.
+        let answer = crate::telegram::call::call(&shared.bot, request.payload_ref()).await;
         shared.events.metrics().telegram("sendMessage", &answer);
         match classify(answer) {
             Sent::Ok(message) => return Ok(message.id),
