@@ -30,6 +30,10 @@ pub trait AgentBackend: Send + Sync + 'static {
     fn closed(&self) -> BoxFuture<()> {
         Box::pin(async {})
     }
+
+    /// From now on, record the processes this backend starts in the state
+    /// file (so a next start can kill what a crash left); none by default.
+    fn record_processes_in(&self, _inbox: crate::state::Inbox) {}
 }
 
 /// What a session is opened for.

@@ -308,7 +308,26 @@ impl Turnstile {
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
         let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
+        // What a `kill -9` of the previous process left running dies first.
+        match store.groups() {
+            Ok(groups) if !groups.is_empty() => {
+                let killed = crate::agent::claude::kill_leftover_groups(&groups);
+                tracing::info!(
+                    recorded = groups.len(),
+                    killed,
+                    "agent process groups of the previous run checked"
+                );
+                for (pgid, _) in groups {
+                    let _ = store.forget_group(pgid);
+                }
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(cause = %err, "recorded agent process groups could not be read")
+            }
+        }
         let inbox = Inbox::start(store);
+        backend.record_processes_in(inbox.clone());
         start_pruning(&inbox, config.state.retention);
         // Asked of the store thread before the intake writes anything: what
         // the previous process left unfinished.

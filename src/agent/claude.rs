@@ -34,6 +34,7 @@ use crate::config::{Config, PermissionMode, SettingSource};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
+pub use process::kill_leftover_groups;
 pub use seal::{Seal, is_session_id};
 
 /// How to start the CLI.
@@ -232,6 +233,10 @@ impl ClaudeBackend {
 }
 
 impl AgentBackend for ClaudeBackend {
+    fn record_processes_in(&self, inbox: crate::state::Inbox) {
+        self.live.record_in(inbox);
+    }
+
     fn closed(&self) -> BoxFuture<()> {
         let live = self.live.clone();
         let wait = self

@@ -211,6 +211,20 @@ impl Inbox {
         async move { ask.await.unwrap_or_else(|| vec![true; count]) }
     }
 
+    /// Records a live agent process group (its leader's pid and start time).
+    pub fn record_group(&self, pgid: i64, start_time: i64, chat_id: i64) {
+        self.tell("recording an agent process group", move |store| {
+            store.record_group(pgid, start_time, chat_id)
+        });
+    }
+
+    /// Forgets a reaped agent process group.
+    pub fn forget_group(&self, pgid: i64) {
+        self.tell("forgetting an agent process group", move |store| {
+            store.forget_group(pgid)
+        });
+    }
+
     /// **prune**: removes finished rows and turn records older than
     /// `retention` (logged when anything went).
     pub fn prune(&self, retention: Duration) {

@@ -30,6 +30,9 @@ const STDERR_TAIL_LINES: usize = 5;
 pub(super) struct LiveProcesses {
     /// The count; every change wakes [`Self::all_reaped`].
     count: Arc<watch::Sender<i64>>,
+    /// Where each live process group is recorded (the state file), so a
+    /// next start can kill what a `kill -9` of turnstile left behind.
+    ledger: Arc<std::sync::OnceLock<crate::state::Inbox>>,
 }
 
 impl LiveProcesses {
@@ -37,6 +40,29 @@ impl LiveProcesses {
     pub(super) fn new() -> Self {
         Self {
             count: Arc::new(watch::Sender::new(0)),
+            ledger: Arc::default(),
+        }
+    }
+
+    /// Records process groups in `inbox`'s store from now on.
+    pub(super) fn record_in(&self, inbox: crate::state::Inbox) {
+        let _ = self.ledger.set(inbox);
+    }
+
+    fn recorded(&self, pid: u32, chat: &str) {
+        if let (Some(ledger), Some(start)) = (self.ledger.get(), start_time(pid)) {
+            let chat = chat
+                .split('_')
+                .next()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            ledger.record_group(i64::from(pid), start, chat);
+        }
+    }
+
+    fn forgotten(&self, pid: u32) {
+        if let Some(ledger) = self.ledger.get() {
+            ledger.forget_group(i64::from(pid));
         }
     }
 
@@ -148,6 +174,7 @@ impl AgentProcess {
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
         live.started();
+        live.recorded(pid, chat);
         Ok(Spawned {
             process: Self {
                 child,
@@ -192,6 +219,7 @@ impl AgentProcess {
         if !self.reaped {
             self.reaped = true;
             self.live.reaped();
+            self.live.forgotten(self.pid);
         }
     }
 
@@ -221,8 +249,59 @@ impl Drop for AgentProcess {
             // take the whole group down now; the child is reaped by tokio.
             kill_group(self.pid, libc::SIGKILL);
             self.live.reaped();
+            self.live.forgotten(self.pid);
         }
     }
+}
+
+/// A process's start time (clock ticks after boot, `/proc/<pid>/stat`
+/// field 22): with the pid, it names one process even after pid reuse.
+pub fn start_time(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count
+    // fields after its last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kills the agent process groups a previous turnstile left alive (it was
+/// killed with `kill -9`, so it could not): for each recorded group, when
+/// its leader still runs with the recorded start time, or is gone (then
+/// what is left of the group can only be its survivors: a pid is not handed
+/// out while a group of that id exists), the whole group gets SIGKILL; a
+/// leader pid now naming another process is left alone. Answers how many
+/// groups were killed.
+pub fn kill_leftover_groups(groups: &[(i64, i64)]) -> usize {
+    let mut killed = 0;
+    for &(pgid, recorded) in groups {
+        let Ok(pid) = u32::try_from(pgid) else {
+            continue;
+        };
+        if pid <= 1 {
+            continue;
+        }
+        match start_time(pid) {
+            Some(now) if now != recorded => {
+                tracing::info!(
+                    pgid,
+                    "recorded agent group's leader pid is another process now; left alone"
+                );
+                continue;
+            }
+            _ => {}
+        }
+        // SAFETY: signal 0 only asks whether the group exists.
+        let alive = unsafe { libc::killpg(pgid as libc::pid_t, 0) } == 0;
+        if alive {
+            tracing::warn!(
+                pgid,
+                "killing an agent process group left by a previous run"
+            );
+            kill_group(pid, libc::SIGKILL);
+            killed += 1;
+        }
+    }
+    killed
 }
 
 /// Creates `dir` and its missing parents with mode 0700; an existing one is
