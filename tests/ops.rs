@@ -130,18 +130,15 @@ impl Scrape {
 
 /// Scrapes until `done` holds, within a generous bound.
 async fn scrape_until(addr: SocketAddr, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
-    let deadline = tokio::time::Instant::now() + SOON;
-    loop {
+    eventually(what, SOON, || async {
         let scrape = Scrape::take(addr).await;
         if done(&scrape) {
-            return scrape;
+            Ok(scrape)
+        } else {
+            Err("the condition did not hold".to_string())
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[actix_rt::test]
@@ -278,18 +275,16 @@ async fn health(addr: SocketAddr) -> (u16, serde_json::Value) {
 }
 
 async fn health_until(addr: SocketAddr, want: u16) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("/healthz {want}");
+    eventually(&what, Duration::from_secs(20), || async {
         let (status, json) = health(addr).await;
         if status == want {
-            return json;
+            Ok(json)
+        } else {
+            Err(format!("{status} {json}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for /healthz {want}; last {status} {json}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[actix_rt::test]

@@ -305,6 +305,26 @@ impl LogCapture {
 /// Waits until `done()` holds, checking every 10 ms, for state that sends
 /// no notification (a process count, a file): panics naming `what` after
 /// `timeout`.
+/// Runs `probe` until it answers `Ok`, every 20 ms, within `timeout`;
+/// panics naming `what` and the last `Err` (what was seen instead).
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(found) => return found,
+            Err(last) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; last: {last}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + timeout;
     while !done() {
