@@ -38,32 +38,9 @@ async fn start(api: &FakeAnthropic, home: &tempfile::TempDir) -> (Harness, Arc<C
         "mcp__telegram-tools__end_turn",
         json!({"text": "done"}),
     )]));
-    let claude = support::real_cli::claude_in_namespace();
     let home = home.path().display().to_string();
-    let base = api.base_url();
-    let mut vars: Vec<(String, String)> = [
-        ("TURNSTILE_AGENT_BACKEND", "claude"),
-        ("TURNSTILE_AGENT_COMMAND", claude.as_str()),
-        ("TURNSTILE_AGENT_WORKDIR", home.as_str()),
-        ("TURNSTILE_AGENT_PERMISSION_MODE", "ask"),
-        ("TURNSTILE_AGENT_ENV_ANTHROPIC_BASE_URL", base.as_str()),
-        ("TURNSTILE_AGENT_ENV_ANTHROPIC_API_KEY", "test-key"),
-        ("TURNSTILE_AGENT_ENV_HOME", home.as_str()),
-        ("TURNSTILE_AGENT_ENV_CLAUDE_CONFIG_DIR", home.as_str()),
-        (
-            "TURNSTILE_AGENT_ENV_CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-            "1",
-        ),
-        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
-        ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    // As in tests/real_claude.rs: CI runs the group once more sandboxed.
-    if let Ok(sandbox) = std::env::var("TURNSTILE_TEST_SANDBOX") {
-        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
-    }
+    let mut vars = support::real_cli::agent_env(&api.base_url(), &home, &home);
+    vars.push(("TURNSTILE_AGENT_PERMISSION_MODE".into(), "ask".into()));
     Harness::launch_claude(&vars).await
 }
 

@@ -31,10 +31,6 @@ const INNER: &[&str] = &[
     "a_cold_process_resumes_the_session_from_the_agent_home",
 ];
 
-/// Set to `bubblewrap` to run every test of the group with
-/// `agent.sandbox = "bubblewrap"` (CI runs the group once more so).
-const SANDBOX_SWITCH: &str = "TURNSTILE_TEST_SANDBOX";
-
 #[test]
 fn real_cli_in_a_loopback_namespace() {
     support::real_cli::run_in_loopback_namespace(INNER);
@@ -47,31 +43,8 @@ async fn start(
     home: &tempfile::TempDir,
     env: &[(&str, &str)],
 ) -> (Harness, Arc<ClaudeBackend>) {
-    let claude = support::real_cli::claude_in_namespace();
     let home = home.path().display().to_string();
-    let base = api.base_url();
-    let mut vars: Vec<(String, String)> = [
-        ("TURNSTILE_AGENT_BACKEND", "claude"),
-        ("TURNSTILE_AGENT_COMMAND", claude.as_str()),
-        ("TURNSTILE_AGENT_WORKDIR", home.as_str()),
-        ("TURNSTILE_AGENT_ENV_ANTHROPIC_BASE_URL", base.as_str()),
-        ("TURNSTILE_AGENT_ENV_ANTHROPIC_API_KEY", "test-key"),
-        ("TURNSTILE_AGENT_ENV_HOME", home.as_str()),
-        ("TURNSTILE_AGENT_ENV_CLAUDE_CONFIG_DIR", home.as_str()),
-        (
-            "TURNSTILE_AGENT_ENV_CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-            "1",
-        ),
-        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
-        ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    if let Ok(sandbox) = std::env::var(SANDBOX_SWITCH) {
-        println!("{SANDBOX_SWITCH}={sandbox}");
-        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
-    }
+    let mut vars = support::real_cli::agent_env(&api.base_url(), &home, &home);
     vars.retain(|(k, _)| !env.iter().any(|(e, v)| e == k && v.is_empty()));
     vars.extend(
         env.iter()

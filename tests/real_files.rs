@@ -64,34 +64,12 @@ async fn the_agent_reads_a_received_file_and_sends_one_back() {
     let home = tempfile::tempdir().unwrap();
     let workdir = home.path().join("ws");
     std::fs::create_dir_all(&workdir).unwrap();
-    let claude = support::real_cli::claude_in_namespace();
-    let (home_s, workdir_s, base) = (
-        home.path().display().to_string(),
-        workdir.display().to_string(),
-        api.base_url(),
+    let mut vars = support::real_cli::agent_env(
+        &api.base_url(),
+        &home.path().display().to_string(),
+        &workdir.display().to_string(),
     );
-    let mut vars: Vec<(String, String)> = [
-        ("TURNSTILE_AGENT_BACKEND", "claude"),
-        ("TURNSTILE_AGENT_COMMAND", claude.as_str()),
-        ("TURNSTILE_AGENT_WORKDIR", workdir_s.as_str()),
-        ("TURNSTILE_AGENT_ALLOWED_TOOLS", "Bash"),
-        ("TURNSTILE_AGENT_ENV_ANTHROPIC_BASE_URL", base.as_str()),
-        ("TURNSTILE_AGENT_ENV_ANTHROPIC_API_KEY", "test-key"),
-        ("TURNSTILE_AGENT_ENV_HOME", home_s.as_str()),
-        ("TURNSTILE_AGENT_ENV_CLAUDE_CONFIG_DIR", home_s.as_str()),
-        (
-            "TURNSTILE_AGENT_ENV_CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-            "1",
-        ),
-        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
-        ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    if let Ok(sandbox) = std::env::var("TURNSTILE_TEST_SANDBOX") {
-        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
-    }
+    vars.push(("TURNSTILE_AGENT_ALLOWED_TOOLS".into(), "Bash".into()));
     let (mut h, backend) = Harness::launch_claude(&vars).await;
     h.api
         .add_file("doc-1", "documents/file_1.txt", CONTENT.as_bytes());

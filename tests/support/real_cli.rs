@@ -136,3 +136,39 @@ fn on_path(name: &str) -> bool {
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     })
 }
+
+/// The test switch that runs every real-CLI turn under bubblewrap
+/// (`.ci/run` sets it for a second pass).
+pub const SANDBOX_SWITCH: &str = "TURNSTILE_TEST_SANDBOX";
+
+/// The environment every real-CLI test starts the bot with: the `claude`
+/// backend on the CLI inside the namespace, talking to the fake Messages API
+/// at `base_url`, with `home` as its home and config dir and `workdir` as
+/// `agent.workdir`, no warm process, a 60 s no-progress clock, and the
+/// sandbox when [`SANDBOX_SWITCH`] asks for it.
+pub fn agent_env(base_url: &str, home: &str, workdir: &str) -> Vec<(String, String)> {
+    let claude = claude_in_namespace();
+    let mut vars: Vec<(String, String)> = [
+        ("TURNSTILE_AGENT_BACKEND", "claude"),
+        ("TURNSTILE_AGENT_COMMAND", claude.as_str()),
+        ("TURNSTILE_AGENT_WORKDIR", workdir),
+        ("TURNSTILE_AGENT_ENV_ANTHROPIC_BASE_URL", base_url),
+        ("TURNSTILE_AGENT_ENV_ANTHROPIC_API_KEY", "test-key"),
+        ("TURNSTILE_AGENT_ENV_HOME", home),
+        ("TURNSTILE_AGENT_ENV_CLAUDE_CONFIG_DIR", home),
+        (
+            "TURNSTILE_AGENT_ENV_CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+            "1",
+        ),
+        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
+        ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    if let Ok(sandbox) = std::env::var(SANDBOX_SWITCH) {
+        println!("{SANDBOX_SWITCH}={sandbox}");
+        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
+    }
+    vars
+}
