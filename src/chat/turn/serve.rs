@@ -111,6 +111,27 @@ impl PendingTool {
     }
 }
 
+/// Answers a tool call once the outbox says how its delivery went. A
+/// delivery is recorded (`Delivered`) before the agent hears back, so the
+/// result text is never sent again.
+fn answer_when_delivered<T: Send + 'static>(
+    rx: tokio::sync::oneshot::Receiver<Result<T, crate::telegram::outbox::OutboxError>>,
+    pending: PendingTool,
+    turn: actix::Addr<TurnActor>,
+    ok: impl FnOnce(T) -> String + Send + 'static,
+) {
+    actix::spawn(async move {
+        pending.finish(match rx.await {
+            Ok(Ok(sent)) => {
+                turn.do_send(Delivered);
+                ToolReply::Ok(ok(sent))
+            }
+            Ok(Err(err)) => ToolReply::Error(err.to_string()),
+            Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+        });
+    });
+}
+
 impl TurnActor {
     /// A tool call whose work runs outside the actor (so its result is
     /// seen even when the turn has ended by then).
@@ -206,34 +227,14 @@ impl TurnActor {
                 let (send, rx) = SendFile::new(self.to(), real, caption, as_photo);
                 self.reply(Outgoing::File(send));
                 let pending = self.pending_tool(id, tool_name, reply);
-                let addr = ctx.address();
-                actix::spawn(async move {
-                    pending.finish(match rx.await {
-                        Ok(Ok(_)) => {
-                            addr.do_send(Delivered);
-                            ToolReply::Ok("the file was sent".into())
-                        }
-                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                    });
-                });
+                answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
             }
             ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
                 let (send, rx) = SendText::tracked(self.to(), text);
                 self.reply(Outgoing::Text(send));
                 let pending = self.pending_tool(id, tool_name, reply);
-                let addr = ctx.address();
-                actix::spawn(async move {
-                    pending.finish(match rx.await {
-                        Ok(Ok(ids)) => {
-                            // Recorded before the agent hears back, so the
-                            // result text is never sent again.
-                            addr.do_send(Delivered);
-                            ToolReply::Ok(format!("delivered as {} message(s)", ids.len()))
-                        }
-                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                    });
+                answer_when_delivered(rx, pending, ctx.address(), |ids: Vec<_>| {
+                    format!("delivered as {} message(s)", ids.len())
                 });
             }
         }
