@@ -4,12 +4,13 @@
 pub mod addressing;
 pub(crate) mod call;
 pub mod files;
+pub mod format;
 pub(crate) mod intake;
 pub(crate) mod outbox;
 pub mod split;
 
 pub use intake::Intake;
 pub use outbox::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Outbox, OutboxError, RateLimits,
-    SendFile, SendQuestion, SendText,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Outbox,
+    OutboxError, Purge, RateLimits, SendFile, SendQuestion, SendText, Show, ShowAs, Slot,
 };

@@ -145,28 +145,34 @@ async fn cant_parse_entities_falls_back_to_plain_text() {
                 .into(),
         ),
     );
-    h.say(1, USER, "a_b *c");
+    h.say(1, USER, "**a_b** c");
     let texts = h.api.wait_for_texts(1, 1, SOON).await;
-    assert_eq!(texts, vec!["echo: a_b *c"]);
+    assert_eq!(texts, vec!["echo: a_b c"]);
     h.turn_ended(1, 1).await;
 
-    let attempts = send_attempts(&h, 1, "echo: a_b *c");
+    let attempts = send_attempts(&h, 1, "echo: a_b c");
     assert_eq!(statuses(&attempts), vec![400, 200], "{attempts:#?}");
-    assert!(
-        attempts[0]
-            .params
-            .get("parse_mode")
-            .is_some_and(|m| !m.is_null()),
-        "the first attempt is formatted: {}",
+    assert_eq!(
+        attempts[0].params["entities"],
+        json!([{"type": "bold", "offset": 6, "length": 3}]),
+        "the first attempt is formatted, with entities: {}",
         attempts[0].params
     );
+    for attempt in &attempts {
+        assert_eq!(
+            attempt.params.get("parse_mode").unwrap_or(&Value::Null),
+            &Value::Null,
+            "never a parse mode: {}",
+            attempt.params
+        );
+    }
     assert_eq!(
-        attempts[1].params.get("parse_mode").unwrap_or(&Value::Null),
+        attempts[1].params.get("entities").unwrap_or(&Value::Null),
         &Value::Null,
         "the retry is plain text: {}",
         attempts[1].params
     );
-    assert_eq!(h.texts(1), vec!["echo: a_b *c"], "delivered exactly once");
+    assert_eq!(h.texts(1), vec!["echo: a_b c"], "delivered exactly once");
 }
 
 #[actix_rt::test]

@@ -188,6 +188,7 @@ pub fn generous_limits() -> RateLimits {
     RateLimits {
         chat_burst: 1e9,
         chat_per_sec: 1e9,
+        group_per_sec: 1e9,
         global_burst: 1e9,
         global_per_sec: 1e9,
         backoff: Duration::from_millis(20),

@@ -28,21 +28,25 @@ use teloxide::payloads::{
     SendPhotoSetters, SetMessageReactionSetters,
 };
 use teloxide::prelude::Requester;
-use teloxide::types::{CallbackQueryId, ChatAction, ChatId, InputFile, ReactionType};
+use teloxide::types::{
+    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ThreadId,
+};
 use teloxide::{ApiError, Bot, RequestError};
 use tokio::sync::mpsc;
 
 use crate::events::{BotEvent, EventBus};
-use crate::telegram::split::{TELEGRAM_TEXT_LIMIT, split_message};
+use crate::telegram::format::{self, Rendered};
+use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
 
+mod live;
 mod requests;
 mod retry;
 
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, EditQuestion, Flush, React, SendFile,
-    SendQuestion, SendText, SendTyping, StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge, React,
+    SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot, StopOutbox,
 };
-use requests::{CAPTION_LIMIT, Job, Place, cut};
+use requests::{CAPTION_LIMIT, Job, Place, TextJob, cut};
 use retry::{Rule, Sent, classify, deliver, retry_allowed, send_piece};
 
 /// Why a request did not get through.
@@ -63,6 +67,9 @@ pub enum OutboxError {
     /// The outbox has stopped.
     #[error("the outbox has stopped")]
     Stopped,
+    /// `/stop` dropped it before it was sent.
+    #[error("dropped by /stop before it was sent")]
+    Dropped,
 }
 
 /// Rate limits and retry policy.
@@ -70,8 +77,10 @@ pub enum OutboxError {
 pub struct RateLimits {
     /// Messages a chat may burst.
     pub chat_burst: f64,
-    /// Messages per second a chat refills.
+    /// Messages per second a private chat refills (Telegram: about one).
     pub chat_per_sec: f64,
+    /// Messages per second a group refills (Telegram: 20 a minute).
+    pub group_per_sec: f64,
     /// Messages all chats may burst.
     pub global_burst: f64,
     /// Messages per second all chats refill.
@@ -89,6 +98,7 @@ impl Default for RateLimits {
         Self {
             chat_burst: 5.0,
             chat_per_sec: 1.0,
+            group_per_sec: 20.0 / 60.0,
             global_burst: 30.0,
             global_per_sec: 30.0,
             max_retries: 4,
@@ -105,6 +115,8 @@ struct Bucket {
     burst: f64,
     per_sec: f64,
     at: Instant,
+    /// Until when a 429 holds the chat.
+    held: Option<Instant>,
 }
 
 impl Bucket {
@@ -114,21 +126,55 @@ impl Bucket {
             burst,
             per_sec,
             at: Instant::now(),
+            held: None,
         }
     }
 
-    /// Takes one token, returning how long to wait before using it.
-    fn reserve(&mut self) -> Duration {
+    fn refill(&mut self) {
         let now = Instant::now();
         let refill = now.duration_since(self.at).as_secs_f64() * self.per_sec;
         self.tokens = (self.tokens + refill).min(self.burst);
         self.at = now;
+    }
+
+    /// How long until the hold of a 429 is over.
+    fn held_for(&self) -> Duration {
+        self.held
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .unwrap_or_default()
+    }
+
+    /// Takes one token, returning how long to wait before using it.
+    fn reserve(&mut self) -> Duration {
+        self.refill();
         self.tokens -= 1.0;
-        if self.tokens >= 0.0 || self.per_sec <= 0.0 {
+        let wait = if self.tokens >= 0.0 || self.per_sec <= 0.0 {
             Duration::ZERO
         } else {
             Duration::from_secs_f64(-self.tokens / self.per_sec)
-        }
+        };
+        wait.max(self.held_for())
+    }
+
+    /// How long live text must wait: it may not take the last token a real
+    /// message could use (one is kept back when the burst allows it), nor
+    /// go while a 429 holds the chat. Takes nothing.
+    fn light_wait(&mut self) -> Duration {
+        self.refill();
+        let keep = (self.burst - 1.0).clamp(0.0, 1.0);
+        let short = 1.0 + keep - self.tokens;
+        let wait = if short <= 0.0 || self.per_sec <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(short / self.per_sec)
+        };
+        wait.max(self.held_for())
+    }
+
+    /// Telegram said to wait (a 429): nothing of this chat goes before.
+    fn hold(&mut self, wait: Duration) {
+        let until = Instant::now() + wait;
+        self.held = Some(self.held.map_or(until, |held| held.max(until)));
     }
 }
 
@@ -146,16 +192,119 @@ struct Shared {
 
 /// A chat's queue and its worker's bookkeeping.
 struct Lane {
-    /// The worker's queue.
-    tx: mpsc::UnboundedSender<Job>,
-    /// Jobs queued or running; the lane is dropped only at zero, so a
-    /// chat never has two workers at once.
-    pending: Arc<AtomicUsize>,
+    /// The worker's queue of real requests, each with the purge epoch of
+    /// its topic when it was queued.
+    tx: mpsc::UnboundedSender<(Job, u64)>,
+    /// Live text waiting for a free send; the worker takes it only when no
+    /// real request is queued.
+    light: Arc<LightQueue>,
+    /// What the worker shares with the actor: counts, epochs, live slots.
+    state: Arc<LaneState>,
     /// Whether a typing request is already queued (typing is coalesced, so
     /// a slow message never builds a backlog of them).
     typing_queued: TypingQueued,
     /// When a job was last queued.
     last_used: Instant,
+}
+
+/// The part of a lane its worker and the actor both touch.
+#[derive(Default)]
+struct LaneState {
+    /// Jobs queued or running (light ones included); the lane is dropped
+    /// only at zero, so a chat never has two workers at once.
+    pending: AtomicUsize,
+    /// Per topic, how many times [`Purge`] ran: a job queued under an older
+    /// epoch is dropped.
+    epochs: Mutex<HashMap<Option<ThreadId>, u64>>,
+    /// The message each live slot shows.
+    slots: Mutex<HashMap<Slot, MessageId>>,
+}
+
+impl LaneState {
+    fn epoch(&self, topic: Option<ThreadId>) -> u64 {
+        lock(&self.epochs).get(&topic).copied().unwrap_or_default()
+    }
+
+    /// Whether a job of `topic` queued at `epoch` was purged since.
+    fn purged(&self, topic: Option<ThreadId>, epoch: u64) -> bool {
+        epoch < self.epoch(topic)
+    }
+}
+
+/// Live text waiting for a free send: one entry per slot, the latest
+/// [`Show`] of each, oldest slot first.
+#[derive(Default)]
+struct LightQueue {
+    inner: Mutex<LightInner>,
+    /// Woken when an entry is added.
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct LightInner {
+    order: std::collections::VecDeque<Slot>,
+    jobs: HashMap<Slot, (Show, u64)>,
+}
+
+impl LightQueue {
+    /// Queues `show`, replacing a queued one of its slot; `true` when it is
+    /// a new entry (the replaced one was superseded, never sent).
+    fn put(&self, show: Show, epoch: u64) -> bool {
+        let mut inner = lock(&self.inner);
+        let slot = show.slot;
+        let new = inner.jobs.insert(slot, (show, epoch)).is_none();
+        if new {
+            inner.order.push_back(slot);
+        }
+        drop(inner);
+        self.wake.notify_one();
+        new
+    }
+
+    /// Queues `show` again after a 429, unless a newer one took its place.
+    fn put_back(&self, show: Show, epoch: u64) -> bool {
+        let mut inner = lock(&self.inner);
+        if inner.jobs.contains_key(&show.slot) {
+            return false;
+        }
+        let slot = show.slot;
+        inner.jobs.insert(slot, (show, epoch));
+        inner.order.push_front(slot);
+        true
+    }
+
+    fn take(&self) -> Option<(Show, u64)> {
+        let mut inner = lock(&self.inner);
+        while let Some(slot) = inner.order.pop_front() {
+            if let Some(job) = inner.jobs.remove(&slot) {
+                return Some(job);
+            }
+        }
+        None
+    }
+
+    fn is_empty(&self) -> bool {
+        lock(&self.inner).jobs.is_empty()
+    }
+
+    /// Drops the queued entry of `slot`; `true` when there was one.
+    fn remove(&self, slot: Slot) -> bool {
+        lock(&self.inner).jobs.remove(&slot).is_some()
+    }
+
+    /// Drops the entries of `topic`; how many.
+    fn purge(&self, topic: Option<ThreadId>) -> usize {
+        let mut inner = lock(&self.inner);
+        let before = inner.jobs.len();
+        inner.jobs.retain(|_, (show, _)| show.topic != topic);
+        before - inner.jobs.len()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The Outbox actor.
@@ -168,7 +317,8 @@ pub struct Outbox {
     stopped: bool,
 }
 
-/// A lane unused for this long (and empty) is dropped and its worker ends.
+/// A lane unused for this long (and empty, with no live slot) is dropped
+/// and its worker ends.
 const LANE_IDLE: Duration = Duration::from_secs(60);
 
 impl Outbox {
@@ -194,18 +344,24 @@ impl Outbox {
         let shared = &self.shared;
         let lane = self.lanes.entry(chat).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let pending = Arc::new(AtomicUsize::new(0));
+            let light = Arc::new(LightQueue::default());
+            let state = Arc::new(LaneState::default());
             let typing_queued = TypingQueued::default();
             actix::spawn(chat_worker(
-                Arc::clone(shared),
-                chat,
+                Worker {
+                    shared: Arc::clone(shared),
+                    chat,
+                    light: Arc::clone(&light),
+                    state: Arc::clone(&state),
+                    typing_queued: Arc::clone(&typing_queued),
+                    bucket: chat_bucket(&shared.limits, chat),
+                },
                 rx,
-                Arc::clone(&pending),
-                Arc::clone(&typing_queued),
             ));
             Lane {
                 tx,
-                pending,
+                light,
+                state,
                 typing_queued,
                 last_used: Instant::now(),
             }
@@ -214,36 +370,57 @@ impl Outbox {
         lane
     }
 
-    /// Queues a job on the chat's lane (or refuses it once stopped).
-    fn enqueue(&mut self, chat: ChatId, job: Job) {
+    /// Whether a request is refused because the outbox stopped.
+    fn refused(&self, chat: ChatId) -> bool {
         if self.stopped {
             tracing::warn!(
                 chat_id = chat.0,
                 "request after the outbox stopped; refused"
             );
+        }
+        self.stopped
+    }
+
+    /// Queues a job on the chat's lane (or refuses it once stopped).
+    fn enqueue(&mut self, chat: ChatId, job: Job) {
+        if self.refused(chat) {
             job.refuse(OutboxError::Stopped);
             return;
         }
         self.shared.pending.fetch_add(1, Ordering::SeqCst);
         let lane = self.lane(chat);
-        lane.pending.fetch_add(1, Ordering::SeqCst);
-        if let Err(mpsc::error::SendError(job)) = lane.tx.send(job) {
+        lane.state.pending.fetch_add(1, Ordering::SeqCst);
+        let epoch = lane.state.epoch(job.purgeable().flatten());
+        if let Err(mpsc::error::SendError(job)) = lane.tx.send((job, epoch)) {
             // The worker is gone (it cannot be while the lane exists, but a
             // job must never vanish): replace the lane and queue again.
             tracing::warn!(chat_id = chat.0, "outbox worker missing; restarting it");
             self.lanes.remove(&chat);
             let lane = self.lane(chat);
-            lane.pending.fetch_add(1, Ordering::SeqCst);
+            lane.state.pending.fetch_add(1, Ordering::SeqCst);
             let _ = lane.tx.send(job);
         }
     }
 
-    /// Drops idle, empty lanes; their workers end.
+    /// Drops idle, empty lanes without live slots; their workers end.
     fn sweep(&mut self, _ctx: &mut Context<Self>) {
         self.lanes.retain(|_, lane| {
-            lane.pending.load(Ordering::SeqCst) > 0 || lane.last_used.elapsed() < LANE_IDLE
+            lane.state.pending.load(Ordering::SeqCst) > 0
+                || !lock(&lane.state.slots).is_empty()
+                || lane.last_used.elapsed() < LANE_IDLE
         });
     }
+}
+
+/// A chat's own limit: about one message a second in a private chat, 20 a
+/// minute in a group (edits included).
+fn chat_bucket(limits: &RateLimits, chat: ChatId) -> Bucket {
+    let per_sec = if chat.is_user() {
+        limits.chat_per_sec
+    } else {
+        limits.group_per_sec
+    };
+    Bucket::new(limits.chat_burst, per_sec)
 }
 
 impl Actor for Outbox {
@@ -268,7 +445,71 @@ impl Handler<SendText> for Outbox {
             topic: msg.topic,
             reply_to: msg.reply_to,
         };
-        self.enqueue(msg.chat, Job::Text(msg.text, place, msg.reply));
+        self.enqueue(
+            msg.chat,
+            Job::Text(TextJob {
+                text: msg.text,
+                markdown: msg.markdown,
+                place,
+                into: msg.into,
+                reply: msg.reply,
+            }),
+        );
+    }
+}
+
+impl Handler<Show> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Show, _ctx: &mut Self::Context) {
+        if msg.text.trim().is_empty() || self.refused(msg.chat) {
+            return;
+        }
+        let chat = msg.chat;
+        let lane = self.lane(chat);
+        let epoch = lane.state.epoch(msg.topic);
+        if lane.light.put(msg, epoch) {
+            lane.state.pending.fetch_add(1, Ordering::SeqCst);
+            self.shared.pending.fetch_add(1, Ordering::SeqCst);
+        } else {
+            tracing::trace!(chat_id = chat.0, "live text superseded before it was sent");
+        }
+    }
+}
+
+impl Handler<Clear> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Clear, _ctx: &mut Self::Context) {
+        let chat = msg.chat;
+        self.enqueue(chat, Job::Clear(msg));
+    }
+}
+
+impl Handler<Purge> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Purge, _ctx: &mut Self::Context) {
+        let Some(lane) = self.lanes.get_mut(&msg.chat) else {
+            return;
+        };
+        *lock(&lane.state.epochs).entry(msg.topic).or_default() += 1;
+        let dropped = lane.light.purge(msg.topic);
+        if dropped > 0 {
+            lane.state.pending.fetch_sub(dropped, Ordering::SeqCst);
+            done(&self.shared, dropped);
+        }
+        tracing::info!(
+            chat_id = msg.chat.0,
+            "queued messages of the conversation dropped (/stop)"
+        );
+    }
+}
+
+/// `n` jobs are over: wakes [`Flush`] when nothing is left.
+fn done(shared: &Shared, n: usize) {
+    if n > 0 && shared.pending.fetch_sub(n, Ordering::SeqCst) == n {
+        shared.drained.notify_waiters();
     }
 }
 
@@ -411,6 +652,56 @@ async fn send_file(
     .await
 }
 
+/// Sends a text's pieces in order; the first one finishes the slot `into`
+/// (an edit of the message it shows) when there is one. Stops at the first
+/// failure, or when `/stop` purged the conversation meanwhile.
+#[allow(clippy::too_many_arguments)]
+async fn send_text(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    lane: &LaneView<'_>,
+    text: String,
+    markdown: bool,
+    mut place: Place,
+    into: Option<Slot>,
+) -> Result<Vec<MessageId>, (OutboxError, usize)> {
+    let pieces = if markdown {
+        format::pieces(&text)
+    } else {
+        format::split(&Rendered::plain(text), TELEGRAM_TEXT_LIMIT)
+    };
+    let mut ids = Vec::new();
+    let mut shown = into.and_then(|slot| lane.close(shared, slot));
+    for piece in pieces {
+        if lane.state.purged(place.topic, lane.epoch) {
+            return Err((OutboxError::Dropped, ids.len()));
+        }
+        if let Some(message_id) = shown.take() {
+            match live::edit(shared, chat, bucket, message_id, &piece).await {
+                Ok(()) => {
+                    ids.push(message_id);
+                    place.reply_to = None;
+                    continue;
+                }
+                Err(err) => {
+                    // The preview is gone (deleted by the user, too old to
+                    // edit): the text goes as a new message.
+                    tracing::info!(chat_id = chat.0, message_id = message_id.0, cause = %err, "preview not replaced; sending the text anew");
+                }
+            }
+        }
+        let sent = send_piece(shared, chat, place, bucket, &piece).await;
+        // Only the first piece is a reply.
+        place.reply_to = None;
+        match sent {
+            Ok(id) => ids.push(id),
+            Err(err) => return Err((err, ids.len())),
+        }
+    }
+    Ok(ids)
+}
+
 /// The topics of a chat (`None`: the chat itself) with a typing request
 /// queued: typing is coalesced per topic.
 type TypingQueued = Arc<Mutex<std::collections::HashSet<Option<teloxide::types::ThreadId>>>>;
@@ -422,28 +713,169 @@ fn lock_set(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Runs a chat's jobs one after another, until its lane is dropped.
-async fn chat_worker(
+/// What a chat's worker owns.
+struct Worker {
     shared: Arc<Shared>,
     chat: ChatId,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    pending: Arc<AtomicUsize>,
+    light: Arc<LightQueue>,
+    state: Arc<LaneState>,
     typing_queued: TypingQueued,
-) {
-    let mut bucket = Bucket::new(shared.limits.chat_burst, shared.limits.chat_per_sec);
-    while let Some(job) = rx.recv().await {
-        if let Job::Typing(_, topic) = &job {
-            lock_set(&typing_queued).remove(topic);
+    bucket: Bucket,
+}
+
+/// Runs a chat's jobs one after another, until its lane is dropped: real
+/// requests first, in order; live text only when none is queued and the
+/// chat can spare a send.
+async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u64)>) {
+    loop {
+        match rx.try_recv() {
+            Ok((job, epoch)) => {
+                worker.real(job, epoch).await;
+                continue;
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return,
+            Err(mpsc::error::TryRecvError::Empty) => {}
         }
-        run_job(&shared, chat, &mut bucket, job).await;
-        pending.fetch_sub(1, Ordering::SeqCst);
-        if shared.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-            shared.drained.notify_waiters();
+        if !worker.light.is_empty() {
+            let wait = worker.bucket.light_wait();
+            if wait.is_zero() {
+                if let Some((show, epoch)) = worker.light.take() {
+                    worker.show(show, epoch).await;
+                    worker.finished();
+                }
+                continue;
+            }
+            tokio::select! {
+                biased;
+                job = rx.recv() => match job {
+                    Some((job, epoch)) => worker.real(job, epoch).await,
+                    None => return,
+                },
+                () = tokio::time::sleep(wait) => {}
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            job = rx.recv() => match job {
+                Some((job, epoch)) => worker.real(job, epoch).await,
+                None => return,
+            },
+            () = worker.light.wake.notified() => {}
         }
     }
 }
 
-async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
+impl Worker {
+    /// One job is over.
+    fn finished(&self) {
+        self.state.pending.fetch_sub(1, Ordering::SeqCst);
+        done(&self.shared, 1);
+    }
+
+    /// Runs a real request, unless `/stop` dropped it after it was queued.
+    async fn real(&mut self, job: Job, epoch: u64) {
+        if let Job::Typing(_, topic) = &job {
+            lock_set(&self.typing_queued).remove(topic);
+        }
+        match job.purgeable() {
+            Some(topic) if self.state.purged(topic, epoch) => job.refuse(OutboxError::Dropped),
+            _ => {
+                let Worker {
+                    shared,
+                    chat,
+                    bucket,
+                    ..
+                } = self;
+                let lane = LaneView {
+                    light: &self.light,
+                    state: &self.state,
+                    epoch,
+                };
+                run_job(shared, *chat, bucket, lane, job).await;
+            }
+        }
+        self.finished();
+    }
+
+    /// Sends or edits a slot's live text: one attempt; a 429 holds the chat
+    /// and the text waits its turn again (unless a newer one replaced it).
+    async fn show(&mut self, show: Show, epoch: u64) {
+        let chat = self.chat;
+        if self.state.purged(show.topic, epoch) {
+            return;
+        }
+        let rendered = live_text(&show.text, show.markdown);
+        let draft = show.show_as == ShowAs::Draft && chat.is_user();
+        let shown = lock(&self.state.slots).get(&show.slot).copied();
+        let global = retry::reserve_global(&self.shared);
+        self.bucket.reserve();
+        if !global.is_zero() {
+            tokio::time::sleep(global).await;
+        }
+        let answer = live::show(&self.shared, chat, &show, &rendered, draft, shown).await;
+        match answer {
+            Ok(Some(id)) => {
+                lock(&self.state.slots).insert(show.slot, id);
+            }
+            Ok(None) => {}
+            Err(RequestError::RetryAfter(secs)) => {
+                tracing::info!(
+                    chat_id = chat.0,
+                    retry_after_s = secs.seconds(),
+                    "live text rate limited; the chat waits"
+                );
+                self.bucket.hold(secs.duration());
+                if self.light.put_back(show, epoch) {
+                    self.requeued();
+                }
+            }
+            Err(err) => {
+                tracing::debug!(chat_id = chat.0, cause = %err, "live text not shown");
+            }
+        }
+    }
+
+    /// A light job went back to its queue: it counts as pending again.
+    fn requeued(&self) {
+        self.state.pending.fetch_add(1, Ordering::SeqCst);
+        self.shared.pending.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// What a real job may touch of its lane.
+struct LaneView<'a> {
+    light: &'a LightQueue,
+    state: &'a LaneState,
+    epoch: u64,
+}
+
+impl LaneView<'_> {
+    /// Ends `slot`: its queued live text is dropped; the message it showed,
+    /// if any.
+    fn close(&self, shared: &Shared, slot: Slot) -> Option<MessageId> {
+        if self.light.remove(slot) {
+            self.state.pending.fetch_sub(1, Ordering::SeqCst);
+            done(shared, 1);
+        }
+        lock(&self.state.slots).remove(&slot)
+    }
+}
+
+/// The first 4096 units of what a slot shows.
+fn live_text(text: &str, markdown: bool) -> Rendered {
+    let rendered = if markdown {
+        format::render(text)
+    } else {
+        Rendered::plain(text)
+    };
+    format::split(&rendered, TELEGRAM_TEXT_LIMIT)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
+
+async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneView<'_>, job: Job) {
     match job {
         Job::Typing(lease, topic) => {
             if !lease.is_live() {
@@ -464,26 +896,45 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, job: Job) {
                 tracing::debug!(chat_id = chat.0, cause = %err, "sendChatAction failed");
             }
         }
-        Job::Text(text, mut place, reply) => {
-            let mut ids = Vec::new();
-            let mut outcome = Ok(());
-            for piece in split_message(&text, TELEGRAM_TEXT_LIMIT) {
-                let sent = send_piece(shared, chat, place, bucket, &piece).await;
-                // Only the first piece is a reply.
-                place.reply_to = None;
-                match sent {
-                    Ok(id) => ids.push(id),
-                    Err(err) => {
-                        outcome = Err(err);
-                        break;
-                    }
-                }
-            }
-            if let Err(err) = &outcome {
-                tracing::warn!(chat_id = chat.0, cause = %err, delivered_pieces = ids.len(), "message not delivered");
+        Job::Text(job) => {
+            let reply = job.reply;
+            let outcome = send_text(
+                shared,
+                chat,
+                bucket,
+                &lane,
+                job.text,
+                job.markdown,
+                job.place,
+                job.into,
+            )
+            .await;
+            if let Err((err, delivered)) = &outcome {
+                tracing::warn!(chat_id = chat.0, cause = %err, delivered_pieces = delivered, "message not delivered");
             }
             if let Some(reply) = reply {
-                let _ = reply.send(outcome.map(|()| ids));
+                let _ = reply.send(outcome.map_err(|(err, _)| err));
+            }
+        }
+        Job::Clear(clear) => {
+            let Some(message_id) = lane.close(shared, clear.slot) else {
+                return;
+            };
+            let result = match &clear.fold {
+                Some(line) => {
+                    live::edit(
+                        shared,
+                        chat,
+                        bucket,
+                        message_id,
+                        &Rendered::plain(cut(line, TELEGRAM_TEXT_LIMIT)),
+                    )
+                    .await
+                }
+                None => live::delete(shared, chat, bucket, message_id).await,
+            };
+            if let Err(err) = result {
+                tracing::warn!(chat_id = chat.0, message_id = message_id.0, cause = %err, "live message not cleared");
             }
         }
         Job::React(message_id, emoji, reply) => {

@@ -106,6 +106,8 @@ impl Shared {
             "getfile" => self.get_file(params),
             "senddocument" | "sendphoto" => self.upload(method, params, file),
             "editmessagetext" => self.edit_message(params, true),
+            "deletemessage" => self.delete_message(params),
+            "sendmessagedraft" => send_draft(params),
             "editmessagereplymarkup" => self.edit_message(params, false),
             "answercallbackquery" => {
                 let id = params.get("callback_query_id").and_then(Value::as_str);
@@ -156,6 +158,9 @@ impl Shared {
             }
             Some(chat_id) => chat_id,
         };
+        if let Err(refusal) = check_entities(text, params) {
+            return refusal;
+        }
         self.messages.fetch_add(1, Ordering::Relaxed);
         if text.starts_with('⚠') {
             self.notices.fetch_add(1, Ordering::Relaxed);
@@ -179,15 +184,14 @@ impl Shared {
             message["message_thread_id"] = thread.into();
             message["is_topic_message"] = true.into();
         }
-        let markup = markup_of(params);
-        let keep = markup.is_some() || self.options.record == Record::Calls;
-        if let Some(markup) = markup {
+        if let Some(entities) = params.get("entities") {
+            message["entities"] = entities.clone();
+        }
+        if let Some(markup) = markup_of(params) {
             message["reply_markup"] = markup;
         }
-        if keep {
-            let key = (chat_id, message_id);
-            lock(&self.sent).insert(key, message.clone());
-        }
+        // Kept, as Telegram keeps it: it can be edited or deleted later.
+        lock(&self.sent).insert((chat_id, message_id), message.clone());
         ok(message)
     }
 
@@ -200,13 +204,20 @@ impl Shared {
         if text && new_text.is_none_or(|t| t.trim().is_empty()) {
             return error(400, "Bad Request: message text is empty", None);
         }
+        if let Some(new_text) = new_text.filter(|_| text)
+            && let Err(refusal) = check_entities(new_text, params)
+        {
+            return refusal;
+        }
         let key = (int("chat_id").unwrap_or(0), int("message_id").unwrap_or(0));
         let mut sent = lock(&self.sent);
         let Some(message) = sent.get_mut(&key) else {
             return error(400, "Bad Request: message to edit not found", None);
         };
         let markup = markup_of(params);
-        let same_text = !text || message.get("text").and_then(Value::as_str) == new_text;
+        let same_text = !text
+            || (message.get("text").and_then(Value::as_str) == new_text
+                && message.get("entities") == params.get("entities"));
         if same_text && message.get("reply_markup") == markup.as_ref() {
             return error(400, NOT_MODIFIED, None);
         }
@@ -215,6 +226,10 @@ impl Shared {
             .expect("a stored message is an object");
         if let Some(new_text) = new_text.filter(|_| text) {
             fields.insert("text".into(), new_text.into());
+            match params.get("entities") {
+                Some(entities) => fields.insert("entities".into(), entities.clone()),
+                None => fields.remove("entities"),
+            };
         }
         match markup {
             Some(markup) => fields.insert("reply_markup".into(), markup),
@@ -222,6 +237,16 @@ impl Shared {
         };
         fields.insert("edit_date".into(), unix_now().into());
         ok(message.clone())
+    }
+
+    /// `deleteMessage`: a message the bot sent goes.
+    fn delete_message(&self, params: &Value) -> Answer {
+        let int = |name: &str| params.get(name).and_then(as_i64);
+        let key = (int("chat_id").unwrap_or(0), int("message_id").unwrap_or(0));
+        match lock(&self.sent).remove(&key) {
+            Some(_) => Answer::Json(200, OK_TRUE.to_string()),
+            None => error(400, "Bad Request: message to delete not found", None),
+        }
     }
 
     /// Long-polls for updates at or past `offset`.
@@ -237,6 +262,54 @@ impl Shared {
             }
         }
     }
+}
+
+/// `sendMessageDraft` (Bot API 9.3): private chats only, a non-zero
+/// `draft_id`, 1-4096 units of text with valid entities.
+fn send_draft(params: &Value) -> Answer {
+    let text = params
+        .get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match (
+        params.get("chat_id").and_then(as_i64),
+        params.get("draft_id").and_then(as_i64),
+    ) {
+        (Some(chat), _) if chat <= 0 => error(400, "Bad Request: TEXTDRAFT_PEER_INVALID", None),
+        (None, _) => error(400, "Bad Request: chat not found", None),
+        (_, None | Some(0)) => error(400, "Bad Request: draft_id must be non-zero", None),
+        _ if text.trim().is_empty() => error(400, "Bad Request: message text is empty", None),
+        _ => match check_entities(text, params) {
+            Ok(()) => Answer::Json(200, OK_TRUE.to_string()),
+            Err(refusal) => refusal,
+        },
+    }
+}
+
+/// Telegram's checks of a text and its `entities`: at most 4096 UTF-16
+/// units, and entities that keep the rules (`telegram::format::validate`);
+/// a 400 "can't parse entities" otherwise, as Telegram answers.
+fn check_entities(text: &str, params: &Value) -> Result<(), Answer> {
+    if text.encode_utf16().count() > 4096 {
+        return Err(error(400, "Bad Request: message is too long", None));
+    }
+    let Some(raw) = params.get("entities") else {
+        return Ok(());
+    };
+    let entities: Vec<teloxide::types::MessageEntity> = match serde_json::from_value(raw.clone()) {
+        Ok(entities) => entities,
+        Err(err) => {
+            let why = format!("Bad Request: can't parse entities: {err}");
+            return Err(error(400, &why, None));
+        }
+    };
+    turnstile::telegram::format::validate(text, &entities).map_err(|why| {
+        error(
+            400,
+            &format!("Bad Request: can't parse entities: {why}"),
+            None,
+        )
+    })
 }
 
 impl Queue {

@@ -133,6 +133,7 @@ impl Harness {
         RateLimits {
             chat_burst: 1000.0,
             chat_per_sec: 1000.0,
+            group_per_sec: 1000.0,
             global_burst: 1000.0,
             global_per_sec: 1000.0,
             backoff: Duration::from_millis(20),

@@ -35,6 +35,12 @@ pub struct SendText {
     pub reply_to: Option<MessageId>,
     /// What; split when longer than Telegram allows.
     pub text: String,
+    /// `text` is the agent's Markdown, rendered to Telegram's entities;
+    /// otherwise it goes as plain text.
+    pub markdown: bool,
+    /// The live slot this message finishes: its first piece replaces what
+    /// the slot shows (an edit of the preview), so nothing is shown twice.
+    pub into: Option<Slot>,
     /// Who wants to know how it went.
     pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
 }
@@ -48,6 +54,8 @@ impl SendText {
             topic: to.topic,
             reply_to: None,
             text: text.into(),
+            markdown: false,
+            into: None,
             reply: None,
         }
     }
@@ -69,6 +77,99 @@ impl SendText {
         self.reply_to = message;
         self
     }
+
+    /// The same message, its text the agent's Markdown.
+    #[must_use]
+    pub fn markdown(mut self) -> Self {
+        self.markdown = true;
+        self
+    }
+
+    /// The same message, finishing what `slot` shows.
+    #[must_use]
+    pub fn into_slot(mut self, slot: Option<Slot>) -> Self {
+        self.into = slot;
+        self
+    }
+}
+
+/// One live message of a conversation (a turn's status line, the preview
+/// of an answer being written): [`Show`] puts text in it, a [`SendText`]
+/// with `into` finishes it, [`Clear`] removes or folds it. Its number is
+/// unique in the process and never 0 (it is also a draft's `draft_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Slot(pub u32);
+
+impl Slot {
+    /// A slot no one has used.
+    pub fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        loop {
+            let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if id != 0 {
+                return Self(id);
+            }
+        }
+    }
+}
+
+/// How a slot shows its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShowAs {
+    /// A message, sent once and then edited.
+    Message,
+    /// A draft (`sendMessageDraft`, private chats only): nothing stays in
+    /// the chat; the final text goes as a new message.
+    Draft,
+}
+
+/// Shows `text` in a slot: the first time a message is sent, later its
+/// text is edited. Live text gives way: it waits while real messages of the
+/// chat are queued, it never takes the chat's last free send, and a newer
+/// `Show` of the same slot replaces one still queued (only the latest is
+/// sent).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Show {
+    /// Where.
+    pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
+    /// Which live message.
+    pub slot: Slot,
+    /// Its text (cut at 4096 units).
+    pub text: String,
+    /// `text` is Markdown.
+    pub markdown: bool,
+    /// As a message or as a draft.
+    pub show_as: ShowAs,
+}
+
+/// Ends a slot: its message is deleted, or its text replaced by `fold`
+/// (plain). A `Show` of the slot still queued is dropped.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Clear {
+    /// Where.
+    pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
+    /// Which live message.
+    pub slot: Slot,
+    /// The line it keeps; `None` deletes it.
+    pub fold: Option<String>,
+}
+
+/// Drops what a conversation has queued (`/stop`): texts, files, questions
+/// and live text not yet sent. Typing, reactions, callback answers and
+/// anything queued after it go on.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Purge {
+    /// Where.
+    pub chat: ChatId,
+    /// The forum topic, when the conversation is one.
+    pub topic: Option<ThreadId>,
 }
 
 /// Sends a file from disk as a document (`sendDocument`) or, when
@@ -286,13 +387,19 @@ pub(super) struct Place {
     pub(super) reply_to: Option<MessageId>,
 }
 
+/// A text job: what, where, and who waits.
+pub(super) struct TextJob {
+    pub(super) text: String,
+    pub(super) markdown: bool,
+    pub(super) place: Place,
+    pub(super) into: Option<Slot>,
+    pub(super) reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+}
+
 /// One queued request of a chat.
 pub(super) enum Job {
-    Text(
-        String,
-        Place,
-        Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
-    ),
+    Text(TextJob),
+    Clear(Clear),
     Typing(TypingLease, Option<ThreadId>),
     File(SendFile),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
@@ -320,7 +427,9 @@ impl Job {
     /// Tells whoever waits that the request was refused.
     pub(super) fn refuse(self, err: OutboxError) {
         match self {
-            Self::Text(_, _, Some(reply)) => {
+            Self::Text(TextJob {
+                reply: Some(reply), ..
+            }) => {
                 let _ = reply.send(Err(err));
             }
             Self::File(file) => {
@@ -332,10 +441,25 @@ impl Job {
             Self::Question(_, _, _, reply) => {
                 let _ = reply.send(Err(err));
             }
-            Self::Text(_, _, None)
+            Self::Text(TextJob { reply: None, .. })
+            | Self::Clear(_)
             | Self::Typing(..)
             | Self::Edit(_, _, None)
             | Self::Answer { .. } => {}
+        }
+    }
+
+    /// The conversation's topic, and whether a [`Purge`] drops the job.
+    pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
+        match self {
+            Self::Text(job) => Some(job.place.topic),
+            Self::File(file) => Some(file.topic),
+            Self::Question(_, _, topic, _) => Some(*topic),
+            Self::Clear(_)
+            | Self::Typing(..)
+            | Self::React(..)
+            | Self::Edit(..)
+            | Self::Answer { .. } => None,
         }
     }
 

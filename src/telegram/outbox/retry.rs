@@ -11,9 +11,10 @@ use teloxide::RequestError;
 use teloxide::payloads::SendMessageSetters;
 use teloxide::prelude::Requester;
 use teloxide::requests::HasPayload;
-use teloxide::types::{ChatId, MessageId, ParseMode, ReplyParameters};
+use teloxide::types::{ChatId, MessageId, ReplyParameters};
 
 use super::{Bucket, OutboxError, Place, Shared};
+use crate::telegram::format::Rendered;
 
 /// What a request's answer means for the next step.
 pub(super) enum Sent<T> {
@@ -112,16 +113,16 @@ pub(super) async fn send_piece(
     chat: ChatId,
     place: Place,
     bucket: &mut Bucket,
-    piece: &str,
+    piece: &Rendered,
 ) -> Result<MessageId, OutboxError> {
-    let mut formatted = true;
+    let mut formatted = !piece.entities.is_empty();
     let mut attempt = 0;
     loop {
         let wait = bucket.reserve().max(reserve_global(shared));
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        let mut request = shared.bot.send_message(chat, piece);
+        let mut request = shared.bot.send_message(chat, piece.text.as_str());
         if let Some(topic) = place.topic {
             request = request.message_thread_id(topic);
         }
@@ -130,11 +131,10 @@ pub(super) async fn send_piece(
                 .reply_parameters(ReplyParameters::new(message).allow_sending_without_reply());
         }
         if formatted {
-            // Agents write loose Markdown; the legacy mode accepts most of it
-            // and a refusal falls back to plain text below.
-            #[allow(deprecated)]
-            let mode = ParseMode::Markdown;
-            request = request.parse_mode(mode);
+            // Entities, never a parse mode: nothing in the text can fail to
+            // parse. Should Telegram refuse them all the same, the piece goes
+            // again as plain text below, once.
+            request = request.entities(piece.entities.clone());
         }
         // Through `call`: no 10 s pause after a 5xx before the retry rules.
         let answer = crate::telegram::call::call(&shared.bot, request.payload_ref()).await;
