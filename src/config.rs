@@ -44,7 +44,8 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 pub use self::choices::{
-    Backend, GroupMode, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource,
+    Backend, GroupMode, Keep, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource,
+    Stream,
 };
 use self::env::apply_env;
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
@@ -169,6 +170,8 @@ pub struct Config {
     pub ops: OpsConfig,
     /// How the binary logs.
     pub log: LogConfig,
+    /// What the chat sees while the agent works.
+    pub progress: ProgressConfig,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
@@ -334,6 +337,37 @@ pub struct TurnConfig {
     /// How long a tool approval waits for a person before it is denied.
     #[serde(with = "humantime_serde")]
     pub approval_timeout: Duration,
+    /// Messages (texts and files) the agent may send in one turn.
+    pub max_messages: u32,
+    /// Bytes of text the agent may send in one turn.
+    pub max_output: u64,
+}
+
+/// `[progress]`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProgressConfig {
+    /// A turn running longer than this gets a status message.
+    #[serde(with = "humantime_serde")]
+    pub after: Duration,
+    /// The shortest time between two edits of the status or the preview.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// What becomes of the status message at the end of the turn.
+    pub keep: Keep,
+    /// How an answer shows while it is written.
+    pub stream: Stream,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        Self {
+            after: Duration::from_secs(3),
+            interval: Duration::from_secs(2),
+            keep: Keep::Delete,
+            stream: Stream::Edit,
+        }
+    }
 }
 
 /// `[dispatcher]`
@@ -454,6 +488,8 @@ impl Default for TurnConfig {
             typing_interval: Duration::from_secs(4),
             terminator_tools: vec!["end_turn".into()],
             approval_timeout: Duration::from_secs(600),
+            max_messages: 30,
+            max_output: 64 * 1024,
         }
     }
 }

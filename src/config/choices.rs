@@ -89,6 +89,34 @@ choice! {
 }
 
 choice! {
+    /// `progress.keep`: what becomes of a turn's status message at its end.
+    #[derive(Default)]
+    Keep {
+        /// `"delete"`: it goes.
+        #[default]
+        Delete = "delete",
+        /// `"fold"`: it stays as one line (tool calls and time).
+        Fold = "fold",
+    }
+}
+
+choice! {
+    /// `progress.stream`: how an answer shows while the agent writes it.
+    #[derive(Default)]
+    Stream {
+        /// `"edit"`: one preview message, edited as the text grows, that
+        /// becomes the answer.
+        #[default]
+        Edit = "edit",
+        /// `"draft"`: `sendMessageDraft` in private chats (elsewhere as
+        /// `edit`), then the answer as a new message.
+        Draft = "draft",
+        /// `"off"`: the answer appears when it is complete.
+        Off = "off",
+    }
+}
+
+choice! {
     /// `agent.backend`: which agent answers.
     Backend {
         /// `"scripted"`: the in-process agent playing `agent.script`.

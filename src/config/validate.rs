@@ -15,6 +15,9 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// hands out (Telegram's own servers stop at 20 MB).
 pub const MAX_DOWNLOAD: u64 = 2_000 * 1024 * 1024;
 
+/// The largest `turn.max_output`: 16 MiB of text in one turn.
+pub const MAX_OUTPUT: u64 = 16 * 1024 * 1024;
+
 /// The largest count any key accepts.
 pub const MAX_COUNT: usize = 1_000_000;
 
@@ -35,12 +38,27 @@ impl Config {
             ("turn.no_progress_timeout", turn.no_progress_timeout),
             ("turn.max_duration", turn.max_duration),
             ("turn.hard_deadline", turn.hard_deadline),
+            ("progress.interval", self.progress.interval),
         ];
         for (key, clock) in clocks {
             if clock.is_zero() {
                 let shown = Value::from(humantime::format_duration(clock).to_string());
                 return Err(bad_value(key, &shown, "must be greater than zero"));
             }
+        }
+        if turn.max_messages == 0 {
+            return Err(bad_value(
+                "turn.max_messages",
+                &Value::Integer(0),
+                "must be at least 1",
+            ));
+        }
+        if turn.max_output == 0 || turn.max_output > MAX_OUTPUT {
+            return Err(bad_value(
+                "turn.max_output",
+                &Value::Integer(i64::try_from(turn.max_output).unwrap_or(i64::MAX)),
+                format!("must be between 1 and {MAX_OUTPUT} bytes"),
+            ));
         }
         if turn.terminator_tools.is_empty() {
             return Err(bad_value(
@@ -84,6 +102,8 @@ impl Config {
             ("dispatcher.drain_timeout", dispatcher.drain_timeout),
             ("dispatcher.idle_eviction", dispatcher.idle_eviction),
             ("files.transcribe_timeout", self.files.transcribe_timeout),
+            ("progress.after", self.progress.after),
+            ("progress.interval", self.progress.interval),
         ];
         for (key, duration) in durations {
             if duration > MAX_DURATION {
@@ -197,6 +217,32 @@ mod tests {
             err.to_string().contains("dispatcher.max_concurrent_turns"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_bounds_of_a_turn_and_its_progress_are_checked() {
+        let err = load_err("[turn]\nmax_messages = 0\n", &[]);
+        assert_bad_value(&err, "turn.max_messages");
+        let err = load_err("[turn]\nmax_output = 0\n", &[]);
+        assert_bad_value(&err, "turn.max_output");
+        let err = load_err("[turn]\nmax_output = 99999999999\n", &[]);
+        let message = assert_bad_value(&err, "turn.max_output");
+        assert!(message.contains("between 1 and"), "{message}");
+        let err = load_err("[progress]\ninterval = \"0s\"\n", &[]);
+        assert_bad_value(&err, "progress.interval");
+        let err = load_err("[progress]\nstream = \"sometimes\"\n", &[]);
+        let message = assert_bad_value(&err, "progress.stream");
+        assert!(message.contains("\"edit\", \"draft\" or \"off\""), "{message}");
+        let config = Config::load(
+            None,
+            &env(&[
+                ("TURNSTILE_PROGRESS_KEEP", "fold"),
+                ("TURNSTILE_PROGRESS_AFTER", "500ms"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(config.progress.keep, crate::config::Keep::Fold);
+        assert_eq!(config.progress.after, Duration::from_millis(500));
     }
 
     #[test]
