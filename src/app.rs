@@ -338,6 +338,7 @@ impl Turnstile {
             outbox: outbox.clone(),
             tools: Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
             config: Arc::new(config.turn.clone()),
+            progress: Arc::new(config.progress.clone()),
             events: events.clone(),
             gauges: Arc::clone(&gauges),
             inbox: inbox.clone(),

@@ -45,3 +45,45 @@ pub(crate) fn bounded(text: &str, max: usize) -> String {
     }
     out
 }
+
+/// `65536` as `64 KiB`, `1000` as `1000 bytes`.
+fn bytes(n: u64) -> String {
+    if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Told once when a turn reaches `turn.max_messages`.
+pub(crate) fn too_many_messages(max: u32) -> String {
+    format!(
+        "⚠️ The agent reached this turn's limit of {max} messages; what it sends next in this turn is not shown."
+    )
+}
+
+/// Told once when a turn reaches `turn.max_output`.
+pub(crate) fn too_much_output(max: u64) -> String {
+    format!(
+        "⚠️ The agent reached this turn's limit of {} of text; the rest of its output in this turn is not shown.",
+        bytes(max)
+    )
+}
+
+/// What the agent's `send` gets past `turn.max_messages`.
+pub(crate) fn messages_refused(max: u32) -> String {
+    format!(
+        "not sent: this turn already sent {max} messages, the most one turn may send (turn.max_messages). Finish with end_turn; the user can ask for more in a new message."
+    )
+}
+
+/// What the agent's `send` gets past `turn.max_output`.
+pub(crate) fn output_refused(max: u64) -> String {
+    format!(
+        "not sent: this turn already sent {} of text, the most one turn may send (turn.max_output). Finish with end_turn; the user can ask for more in a new message.",
+        bytes(max)
+    )
+}
+
+/// Closes a text cut at `turn.max_output`.
+pub(crate) const CUT_MARK: &str = "\n\n[…]";

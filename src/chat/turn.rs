@@ -10,6 +10,7 @@
 
 mod approval;
 mod closing;
+mod live;
 mod phase;
 mod serve;
 mod watchdogs;
@@ -27,6 +28,7 @@ use tokio::sync::mpsc;
 
 use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
+use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
@@ -37,7 +39,7 @@ use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
 use crate::chat::tools::ToolRegistry;
 use crate::chat::typing::TypingLease;
-use crate::config::TurnConfig;
+use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{BotEvent, EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
@@ -135,6 +137,8 @@ pub struct TurnDeps {
     pub tools: Arc<ToolRegistry>,
     /// The clocks.
     pub config: Arc<TurnConfig>,
+    /// What the chat sees while a turn works.
+    pub progress: Arc<ProgressConfig>,
     /// Where the turn reports what happened.
     pub events: EventBus,
     /// Live actor counts.
@@ -212,6 +216,11 @@ pub struct TurnActor {
     approvals: Approvals,
     /// When the turn started.
     started: Instant,
+    /// The status message and the answer's preview.
+    view: LiveView,
+    /// What the agent sent this turn, against `turn.max_messages` and
+    /// `turn.max_output`.
+    sent: serve::Sent,
 }
 
 impl TurnActor {
@@ -225,6 +234,13 @@ impl TurnActor {
         released_to: Recipient<SessionReleased>,
     ) -> Self {
         deps.gauges.turns.fetch_add(1, Ordering::SeqCst);
+        let to = Conversation::new(spec.chat, spec.topic);
+        let view = LiveView::new(
+            (*deps.progress).clone(),
+            to,
+            deps.outbox.clone(),
+            deps.workdir_of(to).to_string_lossy().into_owned(),
+        );
         Self {
             spec,
             deps,
@@ -244,6 +260,8 @@ impl TurnActor {
             watchdogs: Watchdogs::default(),
             approvals: Approvals::default(),
             started: Instant::now(),
+            view,
+            sent: serve::Sent::default(),
         }
     }
 
@@ -519,7 +537,7 @@ impl TurnActor {
         if self.delivered || self.ended_explicitly || !deliverable {
             self.arm_grace(ctx);
         } else if !text.trim().is_empty() {
-            self.deliver(text);
+            self.deliver_answer(text);
             self.arm_grace(ctx);
         } else if !reprompted && num_turns > 0 {
             tracing::info!(
@@ -553,6 +571,7 @@ impl Actor for TurnActor {
         });
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
+        self.arm_view(ctx);
         if self.spec.files.is_empty() {
             self.begin(ctx);
         } else {
@@ -571,6 +590,10 @@ impl Handler<InterruptTurn> for TurnActor {
     type Result = ();
 
     fn handle(&mut self, _msg: InterruptTurn, ctx: &mut Self::Context) {
+        // `/stop`: what the turn queued and did not send yet goes.
+        if let Some(lane) = &self.lane {
+            lane.cut();
+        }
         self.record(TurnEvent::Interrupt, ctx);
     }
 }

@@ -232,7 +232,10 @@ mod tests {
         assert_bad_value(&err, "progress.interval");
         let err = load_err("[progress]\nstream = \"sometimes\"\n", &[]);
         let message = assert_bad_value(&err, "progress.stream");
-        assert!(message.contains("\"edit\", \"draft\" or \"off\""), "{message}");
+        assert!(
+            message.contains("\"edit\", \"draft\" or \"off\""),
+            "{message}"
+        );
         let config = Config::load(
             None,
             &env(&[

@@ -7,7 +7,7 @@ use super::state::{ChatState, ChatStep};
 use super::{ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat, StopChatForHost};
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
 use crate::ids::TurnId;
-use crate::telegram::outbox::AnswerCallback;
+use crate::telegram::outbox::{AnswerCallback, Purge};
 use std::sync::atomic::Ordering;
 
 impl Handler<StopChat> for ChatSupervisor {
@@ -27,6 +27,13 @@ impl Handler<StopChat> for ChatSupervisor {
         }
         match self.state.running() {
             Some(running) => {
+                // What the turn queued and Telegram has not got yet goes
+                // first; the stop notice below is queued after it.
+                let to = self.to();
+                self.deps.outbox.do_send(Purge {
+                    chat: to.chat,
+                    topic: to.topic,
+                });
                 running.addr.do_send(InterruptTurn);
                 self.say(if dropped > 0 {
                     format!("⏹ Stopped. {dropped} queued message(s) dropped.")

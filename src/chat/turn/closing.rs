@@ -70,6 +70,8 @@ impl TurnActor {
             ctx,
         );
         self.live.store(false, Ordering::SeqCst);
+        // The status goes (or folds) and an unfinished preview with it.
+        self.view.finish();
         // Typing stops now, not when TurnEnded reaches the typing actor.
         self.spec.typing.end();
         let (api_calls, cost_usd) = self

@@ -4,7 +4,7 @@
 //! in order.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use actix::{AsyncContext, Context, Handler, Message};
 use teloxide::types::ChatId;
@@ -12,19 +12,24 @@ use tokio::sync::mpsc;
 
 use super::TurnActor;
 use crate::agent::{Responder, ToolCall, ToolReply};
-use crate::chat::notices::bounded;
+use crate::chat::notices::{self, bounded};
 use crate::chat::tools::ChatTool;
 use crate::state::Inbox;
 use crate::telegram::files::outgoing;
-use crate::telegram::outbox::{Outbox, React, SendFile, SendText};
+use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
 
 /// The way a turn's texts leave: opened at the first reply, it writes
 /// "replied" for the turn's messages and only then forwards each text to the
 /// outbox, in the order given. It outlives the turn actor, so nothing queued
 /// is lost when the actor stops.
 pub(super) struct ReplyLane {
-    /// Texts and files to forward; closed when the turn actor drops it.
-    tx: mpsc::UnboundedSender<Outgoing>,
+    /// Texts and files to forward, numbered; closed when the turn actor
+    /// drops it.
+    tx: mpsc::UnboundedSender<(u64, Outgoing)>,
+    /// How many were queued.
+    queued: u64,
+    /// Those numbered below this are dropped, not forwarded (`/stop`).
+    cut: Arc<AtomicU64>,
 }
 
 /// What a turn sends to its chat.
@@ -34,26 +39,77 @@ pub(super) enum Outgoing {
     File(SendFile),
 }
 
+impl Outgoing {
+    /// Tells whoever waits that it was not sent.
+    fn refuse(self, err: OutboxError) {
+        match self {
+            Self::Text(SendText {
+                reply: Some(reply), ..
+            }) => {
+                let _ = reply.send(Err(err));
+            }
+            Self::Text(_) => {}
+            Self::File(file) => {
+                let _ = file.reply.send(Err(err));
+            }
+        }
+    }
+}
+
+/// What the agent sent in a turn, against `turn.max_messages` and
+/// `turn.max_output`.
+#[derive(Debug, Default)]
+pub(super) struct Sent {
+    messages: u32,
+    bytes: u64,
+    /// The chat was told about a limit (once a turn).
+    told: bool,
+}
+
+/// What the limits make of one more message.
+enum Allowance {
+    /// It goes, whole.
+    Whole,
+    /// It goes cut to this many bytes.
+    Cut(usize),
+    /// It does not go; the agent is told why.
+    Refused(String, String),
+}
+
 impl ReplyLane {
     /// Opens the lane: the "replied" write is asked now.
     pub(super) fn open(inbox: &Inbox, update_ids: Vec<i64>, outbox: actix::Addr<Outbox>) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Outgoing)>();
         let durable = inbox.replying(update_ids);
+        let cut = Arc::new(AtomicU64::new(0));
+        let dropped_below = Arc::clone(&cut);
         actix::spawn(async move {
             durable.await;
-            while let Some(out) = rx.recv().await {
+            while let Some((n, out)) = rx.recv().await {
+                if n < dropped_below.load(Ordering::SeqCst) {
+                    out.refuse(OutboxError::Dropped);
+                    continue;
+                }
                 match out {
                     Outgoing::Text(send) => outbox.do_send(send),
                     Outgoing::File(send) => outbox.do_send(send),
                 }
             }
         });
-        Self { tx }
+        Self { tx, queued: 0, cut }
+    }
+
+    /// Drops what was queued so far and is not forwarded yet (`/stop`);
+    /// what is queued later goes.
+    pub(super) fn cut(&self) {
+        self.cut.store(self.queued, Ordering::SeqCst);
     }
 
     /// Queues a text or file behind the "replied" write.
-    pub(super) fn send(&self, out: Outgoing) {
-        if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
+    pub(super) fn send(&mut self, out: Outgoing) {
+        let n = self.queued;
+        self.queued += 1;
+        if let Err(mpsc::error::SendError((_, out))) = self.tx.send((n, out)) {
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
             tracing::error!(?out, "reply lane closed; dropped");
@@ -115,7 +171,7 @@ impl PendingTool {
 /// delivery is recorded (`Delivered`) before the agent hears back, so the
 /// result text is never sent again.
 fn answer_when_delivered<T: Send + 'static>(
-    rx: tokio::sync::oneshot::Receiver<Result<T, crate::telegram::outbox::OutboxError>>,
+    rx: tokio::sync::oneshot::Receiver<Result<T, OutboxError>>,
     pending: PendingTool,
     turn: actix::Addr<TurnActor>,
     ok: impl FnOnce(T) -> String + Send + 'static,
@@ -224,17 +280,45 @@ impl TurnActor {
                         return;
                     }
                 };
+                if let Allowance::Refused(why, notice) = self.allowance(0) {
+                    self.tell_limit(notice);
+                    reply.answer(ToolReply::Error(why));
+                    return;
+                }
                 let (send, rx) = SendFile::new(self.to(), real, caption, as_photo);
                 self.reply(Outgoing::File(send));
                 let pending = self.pending_tool(id, tool_name, reply);
                 answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
             }
             ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
+                let (text, cut) = match self.allowance(text.len()) {
+                    Allowance::Refused(why, notice) => {
+                        self.tell_limit(notice);
+                        reply.answer(ToolReply::Error(why));
+                        return;
+                    }
+                    Allowance::Whole => (text, None),
+                    Allowance::Cut(keep) => {
+                        let mut end = keep.saturating_sub(notices::CUT_MARK.len());
+                        while !text.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        (format!("{}{}", &text[..end], notices::CUT_MARK), Some(end))
+                    }
+                };
+                let into = self.view.take_preview();
                 let (send, rx) = SendText::tracked(self.to(), text);
-                self.reply(Outgoing::Text(send));
+                self.reply(Outgoing::Text(send.markdown().into_slot(into)));
+                if cut.is_some() {
+                    self.tell_limit(notices::too_much_output(self.deps.config.max_output));
+                }
                 let pending = self.pending_tool(id, tool_name, reply);
-                answer_when_delivered(rx, pending, ctx.address(), |ids: Vec<_>| {
-                    format!("delivered as {} message(s)", ids.len())
+                answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
+                    Some(kept) => format!(
+                        "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
+                        ids.len()
+                    ),
+                    None => format!("delivered as {} message(s)", ids.len()),
                 });
             }
         }
@@ -259,10 +343,64 @@ impl TurnActor {
         lane.send(out);
     }
 
-    /// Queues an untracked text (the result text, a notice); it counts as
-    /// delivered at once.
+    /// Queues an untracked notice; it counts as delivered at once.
     pub(super) fn deliver(&mut self, text: String) {
         self.delivered = true;
         self.reply(Outgoing::Text(SendText::new(self.to(), text)));
+    }
+
+    /// Queues the agent's result text (Markdown, in place of its preview),
+    /// within the turn's limits; it counts as delivered at once.
+    pub(super) fn deliver_answer(&mut self, text: String) {
+        let text = match self.allowance(text.len()) {
+            Allowance::Refused(_, notice) => return self.tell_limit(notice),
+            Allowance::Whole => text,
+            Allowance::Cut(keep) => {
+                let mut end = keep.saturating_sub(notices::CUT_MARK.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}{}", &text[..end], notices::CUT_MARK)
+            }
+        };
+        self.delivered = true;
+        let into = self.view.take_preview();
+        let send = SendText::new(self.to(), text).markdown().into_slot(into);
+        self.reply(Outgoing::Text(send));
+    }
+
+    /// Counts one more message of `len` bytes against the turn's limits.
+    fn allowance(&mut self, len: usize) -> Allowance {
+        let config = &self.deps.config;
+        if self.sent.messages >= config.max_messages {
+            return Allowance::Refused(
+                notices::messages_refused(config.max_messages),
+                notices::too_many_messages(config.max_messages),
+            );
+        }
+        let left = config.max_output.saturating_sub(self.sent.bytes);
+        if len > 0 && left == 0 {
+            return Allowance::Refused(
+                notices::output_refused(config.max_output),
+                notices::too_much_output(config.max_output),
+            );
+        }
+        self.sent.messages += 1;
+        let len = len as u64;
+        if len <= left {
+            self.sent.bytes += len;
+            return Allowance::Whole;
+        }
+        self.sent.bytes = config.max_output;
+        Allowance::Cut(usize::try_from(left).unwrap_or(usize::MAX))
+    }
+
+    /// Tells the chat, once a turn, that a limit was reached.
+    fn tell_limit(&mut self, notice: String) {
+        if std::mem::replace(&mut self.sent.told, true) {
+            return;
+        }
+        tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), notice = %notice, "the agent reached a limit of the turn");
+        self.reply(Outgoing::Text(SendText::new(self.to(), notice)));
     }
 }

@@ -20,6 +20,8 @@ pub(super) struct Watchdogs {
     pub(super) no_progress: Option<SpawnHandle>,
     /// The wall-clock budget, `turn.max_duration`.
     pub(super) budget: Option<SpawnHandle>,
+    /// The live view's clock: `progress.after`, then every `progress.interval`.
+    pub(super) view: Option<SpawnHandle>,
     /// `turn.post_result_grace`, armed once a result arrived or the turn
     /// ended with the session still open.
     pub(super) grace: Option<SpawnHandle>,
@@ -106,6 +108,16 @@ impl TurnActor {
         }
     }
 
+    /// The live view's clock: the status first shows at `progress.after`,
+    /// then the view refreshes every `progress.interval`.
+    pub(super) fn arm_view(&mut self, ctx: &mut Context<Self>) {
+        self.watchdogs.view = Some(ctx.run_later(self.view.after(), |act, ctx| {
+            act.view.tick();
+            let every = act.view.interval();
+            act.watchdogs.view = Some(ctx.run_interval(every, |act, _ctx| act.view.tick()));
+        }));
+    }
+
     /// `turn.max_duration`: interrupt, then force-close, `BudgetExceeded`.
     /// Armed at start with the whole budget, again after a pause with what
     /// was left.
@@ -132,6 +144,7 @@ impl TurnActor {
         for h in [
             self.watchdogs.no_progress.take(),
             self.watchdogs.budget.take(),
+            self.watchdogs.view.take(),
         ]
         .into_iter()
         .flatten()

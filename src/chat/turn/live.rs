@@ -1,0 +1,363 @@
+//! What the chat sees while a turn works: one status message (the tool
+//! running now, the tool calls so far, the time) once the turn has run for
+//! `progress.after`, and a preview of the answer as the agent writes it,
+//! which then becomes the answer. Both are live slots of the outbox: it
+//! sends them once, edits them, drops an edit a newer one replaced, and
+//! lets them give way to real messages. Nothing here decides the turn.
+
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use serde_json::Value;
+
+use crate::config::{Keep, ProgressConfig, Stream};
+use crate::ids::Conversation;
+use crate::telegram::outbox::{Clear, Outbox, Show, ShowAs, Slot};
+
+/// The preview appears once the text has this many characters.
+pub const PREVIEW_AFTER_CHARS: usize = 40;
+
+/// The longest summary of a tool's input on the status line.
+const SUMMARY_CHARS: usize = 60;
+
+/// The turn's live view.
+pub(crate) struct LiveView {
+    config: ProgressConfig,
+    to: Conversation,
+    outbox: Addr<Outbox>,
+    started: Instant,
+    /// The working directory, cut from paths on the status line.
+    workdir: String,
+    status: Status,
+    preview: Option<Preview>,
+    /// Set at the end of the turn: nothing more is shown.
+    over: bool,
+}
+
+#[derive(Default)]
+struct Status {
+    /// Its slot, once it was shown.
+    slot: Option<Slot>,
+    /// Tool calls so far.
+    calls: u32,
+    /// The tool running now, summarised.
+    current: Option<String>,
+    /// What it last showed, and when.
+    shown: Option<(String, Instant)>,
+}
+
+/// The answer being written.
+struct Preview {
+    slot: Slot,
+    /// Which growing text it shows (a new one replaces the old).
+    stream: String,
+    text: String,
+    /// When it was last shown; `None` before the first time.
+    shown: Option<Instant>,
+    /// Text arrived since.
+    dirty: bool,
+}
+
+impl LiveView {
+    pub(crate) fn new(
+        config: ProgressConfig,
+        to: Conversation,
+        outbox: Addr<Outbox>,
+        workdir: String,
+    ) -> Self {
+        Self {
+            config,
+            to,
+            outbox,
+            started: Instant::now(),
+            workdir,
+            status: Status::default(),
+            preview: None,
+            over: false,
+        }
+    }
+
+    /// When the next [`tick`](Self::tick) is due.
+    pub(crate) fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// When the status message may first appear.
+    pub(crate) fn after(&self) -> Duration {
+        self.config.after
+    }
+
+    /// The agent called a tool.
+    pub(crate) fn tool_started(&mut self, name: &str, input: &Value) {
+        self.status.calls = self.status.calls.saturating_add(1);
+        self.status.current = Some(summary(name, input, &self.workdir));
+    }
+
+    /// The agent wrote `appended` to the growing text `stream`.
+    pub(crate) fn writing(&mut self, stream: &str, appended: &str) {
+        if self.over || self.config.stream == Stream::Off {
+            return;
+        }
+        match &mut self.preview {
+            Some(preview) if preview.stream == stream => preview.text.push_str(appended),
+            Some(preview) => {
+                // A new text replaces the one shown (the agent's narration
+                // before a tool call, say): same message, new text.
+                preview.stream = stream.to_string();
+                preview.text = appended.to_string();
+            }
+            None => {
+                self.preview = Some(Preview {
+                    slot: Slot::next(),
+                    stream: stream.to_string(),
+                    text: appended.to_string(),
+                    shown: None,
+                    dirty: true,
+                });
+            }
+        }
+        if let Some(preview) = &mut self.preview {
+            preview.dirty = true;
+        }
+        self.flush_preview(false);
+    }
+
+    /// Refreshes the status and the preview when they are due.
+    pub(crate) fn tick(&mut self) {
+        if self.over {
+            return;
+        }
+        self.flush_preview(true);
+        self.flush_status();
+    }
+
+    /// Shows the preview: the first time once it is long enough, later at
+    /// most every interval (`due`: called by the ticker, which catches the
+    /// last pieces).
+    fn flush_preview(&mut self, due: bool) {
+        let interval = self.config.interval;
+        let Some(preview) = &mut self.preview else {
+            return;
+        };
+        if !preview.dirty || preview.text.trim().chars().count() < PREVIEW_AFTER_CHARS {
+            return;
+        }
+        let ready = match preview.shown {
+            None => true,
+            Some(at) => at.elapsed() >= interval || (due && at.elapsed() >= interval / 2),
+        };
+        if !ready {
+            return;
+        }
+        preview.dirty = false;
+        preview.shown = Some(Instant::now());
+        let show_as = if self.config.stream == Stream::Draft {
+            ShowAs::Draft
+        } else {
+            ShowAs::Message
+        };
+        self.outbox.do_send(Show {
+            chat: self.to.chat,
+            topic: self.to.topic,
+            slot: preview.slot,
+            text: preview.text.clone(),
+            markdown: true,
+            show_as,
+        });
+    }
+
+    fn flush_status(&mut self) {
+        let elapsed = self.started.elapsed();
+        if elapsed < self.config.after {
+            return;
+        }
+        let text = status_text(self.status.current.as_deref(), self.status.calls, elapsed);
+        if let Some((shown, at)) = &self.status.shown
+            && (*shown == text || at.elapsed() < self.config.interval / 2)
+        {
+            return;
+        }
+        let slot = *self.status.slot.get_or_insert_with(Slot::next);
+        self.status.shown = Some((text.clone(), Instant::now()));
+        self.outbox.do_send(Show {
+            chat: self.to.chat,
+            topic: self.to.topic,
+            slot,
+            text,
+            markdown: false,
+            show_as: ShowAs::Message,
+        });
+    }
+
+    /// The slot a text of the agent finishes: the preview, when one was
+    /// shown (its message becomes the text). A later text gets a new one.
+    pub(crate) fn take_preview(&mut self) -> Option<Slot> {
+        let preview = self.preview.take()?;
+        preview.shown.map(|_| preview.slot)
+    }
+
+    /// The turn ended: the status is deleted or folded, a preview that did
+    /// not become an answer goes, and nothing more is shown.
+    pub(crate) fn finish(&mut self) {
+        if std::mem::replace(&mut self.over, true) {
+            return;
+        }
+        if let Some(slot) = self.status.slot {
+            let fold = (self.config.keep == Keep::Fold)
+                .then(|| folded_text(self.status.calls, self.started.elapsed()));
+            self.outbox.do_send(Clear {
+                chat: self.to.chat,
+                topic: self.to.topic,
+                slot,
+                fold,
+            });
+        }
+        if let Some(slot) = self.take_preview() {
+            self.outbox.do_send(Clear {
+                chat: self.to.chat,
+                topic: self.to.topic,
+                slot,
+                fold: None,
+            });
+        }
+    }
+}
+
+/// `12s`, `3m 05s`.
+fn clock(elapsed: Duration) -> String {
+    let secs = elapsed.as_secs();
+    if secs < 60 {
+        format!("{secs}s")
+    } else {
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    }
+}
+
+fn calls(n: u32) -> String {
+    match n {
+        1 => "1 tool call".into(),
+        n => format!("{n} tool calls"),
+    }
+}
+
+/// The status message: the tool running now, then the count and the time.
+pub(crate) fn status_text(current: Option<&str>, n: u32, elapsed: Duration) -> String {
+    match current {
+        Some(current) => format!("{current}\n{} · {}", calls(n), clock(elapsed)),
+        None => format!("⏳ Working… · {}", clock(elapsed)),
+    }
+}
+
+/// The status folded at the end of the turn.
+pub(crate) fn folded_text(n: u32, elapsed: Duration) -> String {
+    format!("✅ {} · {}", calls(n), clock(elapsed))
+}
+
+/// One line about a tool call: `🔧 Bash: cargo test`, `📖 Read src/main.rs`,
+/// `🔍 WebSearch "rust actors"`.
+pub(crate) fn summary(name: &str, input: &Value, workdir: &str) -> String {
+    let field = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
+    let path = |key: &str| short_path(field(key), workdir);
+    let bare = crate::chat::tools::bare_tool_name(name);
+    let line = match bare {
+        "Bash" => format!("🔧 Bash: {}", first_line(field("command"))),
+        "Read" => format!("📖 Read {}", path("file_path")),
+        "Write" => format!("✏️ Write {}", path("file_path")),
+        "Edit" | "MultiEdit" => format!("✏️ Edit {}", path("file_path")),
+        "NotebookEdit" => format!("✏️ Edit {}", path("notebook_path")),
+        "Grep" => format!("🔍 Grep \"{}\"", field("pattern")),
+        "Glob" => format!("🔍 Glob {}", field("pattern")),
+        "WebSearch" => format!("🔍 WebSearch \"{}\"", field("query")),
+        "WebFetch" => format!("🌐 WebFetch {}", field("url")),
+        "Task" | "Agent" => format!("🤖 {bare}: {}", first_line(field("description"))),
+        "TodoWrite" => "📝 Updating the plan".to_string(),
+        "send" | "end_turn" => "💬 Writing to the chat".to_string(),
+        "send_file" => format!("📎 Sending {}", path("path")),
+        "react" => "👍 Reacting".to_string(),
+        other => format!("🔧 {other}"),
+    };
+    cut_chars(line.trim_end_matches([' ', ':']), SUMMARY_CHARS)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+}
+
+/// A path inside the working directory without it.
+fn short_path<'a>(path: &'a str, workdir: &str) -> &'a str {
+    if workdir.is_empty() {
+        return path;
+    }
+    path.strip_prefix(workdir)
+        .map(|rest| rest.trim_start_matches('/'))
+        .filter(|rest| !rest.is_empty())
+        .unwrap_or(path)
+}
+
+fn cut_chars(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(limit - 1).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_call_is_summarised_in_one_short_line() {
+        let dir = "/work/chats/42";
+        assert_eq!(
+            summary("Bash", &json!({"command": "cargo test\necho done"}), dir),
+            "🔧 Bash: cargo test"
+        );
+        assert_eq!(
+            summary(
+                "Read",
+                &json!({"file_path": "/work/chats/42/src/main.rs"}),
+                dir
+            ),
+            "📖 Read src/main.rs"
+        );
+        assert_eq!(
+            summary("Read", &json!({"file_path": "/etc/hosts"}), dir),
+            "📖 Read /etc/hosts"
+        );
+        assert_eq!(
+            summary("WebSearch", &json!({"query": "actix actors"}), dir),
+            "🔍 WebSearch \"actix actors\""
+        );
+        assert_eq!(
+            summary("mcp__telegram-tools__send", &json!({"text": "hi"}), dir),
+            "💬 Writing to the chat"
+        );
+        assert_eq!(summary("mcp__github__search", &json!({}), dir), "🔧 search");
+        assert_eq!(summary("Bash", &json!({"command": 7}), dir), "🔧 Bash");
+        let long = summary("Bash", &json!({"command": "x".repeat(500)}), dir);
+        assert_eq!(long.chars().count(), SUMMARY_CHARS);
+        assert!(long.ends_with('…'));
+    }
+
+    #[test]
+    fn the_status_counts_calls_and_time() {
+        assert_eq!(
+            status_text(Some("🔧 Bash: ls"), 3, Duration::from_secs(12)),
+            "🔧 Bash: ls\n3 tool calls · 12s"
+        );
+        assert_eq!(
+            status_text(None, 0, Duration::from_secs(4)),
+            "⏳ Working… · 4s"
+        );
+        assert_eq!(
+            folded_text(1, Duration::from_secs(185)),
+            "✅ 1 tool call · 3m 05s"
+        );
+    }
+}
