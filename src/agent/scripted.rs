@@ -17,10 +17,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::claude::protocol::partial_json::StringField;
+use super::claude::protocol::streamed_tool;
 use super::{
-    AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall, BoxFuture,
-    HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand, ToolBatch,
-    ToolCall, ToolReply,
+    Activity, AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall,
+    BoxFuture, HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand,
+    ToolBatch, ToolCall, ToolReply, WritingSource,
 };
 
 /// Which turn the agent plays for which message.
@@ -153,6 +155,44 @@ pub enum Step {
         /// Size of the line.
         bytes: usize,
     },
+    /// The agent starts a tool call, as the live view sees it: an
+    /// [`Activity::ToolStarted`] (`toolu_activity_N`); nothing runs and
+    /// nothing is answered. (The fake CLI writes an `assistant` line with
+    /// the tool_use block.)
+    Activity {
+        /// The tool's name as the agent sends it (`Bash`,
+        /// `mcp__telegram-tools__send`).
+        tool: String,
+        /// Its input.
+        #[serde(default = "empty_object")]
+        input: Value,
+    },
+    /// Assistant text written piece by piece, `ms` apart: one
+    /// [`Activity::Writing`] with [`WritingSource::Text`] per non-empty
+    /// piece, then the whole text as an assistant text block (as the CLI
+    /// writes its `assistant` line after the stream).
+    Stream {
+        /// The pieces, in order.
+        pieces: Vec<String>,
+        /// The pause between two pieces, in milliseconds.
+        #[serde(default)]
+        ms: u64,
+    },
+    /// A host tool's input JSON written piece by piece, `ms` apart: its
+    /// top-level `text` field as [`Activity::Writing`] with
+    /// [`WritingSource::ToolText`], decoded as the `claude` driver decodes
+    /// `input_json_delta` pieces (only for `send` and `end_turn`, bare or
+    /// `mcp__telegram-tools__`-prefixed; other tools write nothing). The
+    /// call itself is a later `tools` step.
+    StreamTool {
+        /// The tool's name (`end_turn` or `mcp__telegram-tools__end_turn`).
+        tool: String,
+        /// The pieces of the input JSON, in order.
+        pieces: Vec<String>,
+        /// The pause between two pieces, in milliseconds.
+        #[serde(default)]
+        ms: u64,
+    },
     /// Fake CLI only: send this control request and wait for its answer.
     /// After a batch the hook stopped, only these steps still run (a late,
     /// misbehaving request).
@@ -164,6 +204,10 @@ pub enum Step {
 
 fn success() -> String {
     "success".into()
+}
+
+fn empty_object() -> Value {
+    json!({})
 }
 
 /// A scripted tool call.
@@ -301,6 +345,7 @@ impl AgentBackend for ScriptedBackend {
             session_id,
             queued: VecDeque::new(),
             log: Arc::clone(&self.log),
+            streams: 0,
         };
         tokio::spawn(agent.run());
         Box::pin(async move {
@@ -323,6 +368,8 @@ struct ScriptedAgent {
     queued: VecDeque<String>,
     /// Where tool results are recorded.
     log: Arc<std::sync::Mutex<ScriptLog>>,
+    /// Streams and activities played so far (numbers their ids).
+    streams: u64,
 }
 
 /// Whether the session goes on after a turn.
@@ -568,6 +615,74 @@ impl ScriptedAgent {
                 Step::Idle => {
                     self.emit(AgentEvent::Idle);
                     return Flow::Next;
+                }
+                Step::Activity { tool, input } => {
+                    self.streams += 1;
+                    self.emit(AgentEvent::Activity(Activity::ToolStarted {
+                        id: format!("toolu_activity_{}", self.streams),
+                        name: tool.clone(),
+                        input: fill_value(input, user_text),
+                    }));
+                }
+                Step::Stream { pieces, ms } => {
+                    self.streams += 1;
+                    let stream = format!("msg_scripted_{}:0", self.streams);
+                    let mut whole = String::new();
+                    for (i, piece) in pieces.iter().enumerate() {
+                        if i > 0 && *ms > 0 {
+                            match self
+                                .wait(tokio::time::sleep(Duration::from_millis(*ms)))
+                                .await
+                            {
+                                Woken::Done(()) => {}
+                                Woken::Command(cmd) => {
+                                    return self.on_command(cmd, &turn, calls).await;
+                                }
+                                Woken::HostGone => return Flow::Exit,
+                            }
+                        }
+                        let piece = fill(piece);
+                        whole.push_str(&piece);
+                        if !piece.is_empty() {
+                            self.emit(AgentEvent::Activity(Activity::Writing {
+                                stream: stream.clone(),
+                                source: WritingSource::Text,
+                                appended: piece,
+                            }));
+                        }
+                    }
+                    self.emit(AgentEvent::Text(whole));
+                }
+                Step::StreamTool { tool, pieces, ms } => {
+                    self.streams += 1;
+                    let stream = format!("msg_scripted_{}:0", self.streams);
+                    let bare = streamed_tool(tool).map(str::to_owned);
+                    let mut field = StringField::new("text");
+                    for (i, piece) in pieces.iter().enumerate() {
+                        if i > 0 && *ms > 0 {
+                            match self
+                                .wait(tokio::time::sleep(Duration::from_millis(*ms)))
+                                .await
+                            {
+                                Woken::Done(()) => {}
+                                Woken::Command(cmd) => {
+                                    return self.on_command(cmd, &turn, calls).await;
+                                }
+                                Woken::HostGone => return Flow::Exit,
+                            }
+                        }
+                        let appended = field.push(&fill(piece));
+                        match &bare {
+                            Some(bare) if !appended.is_empty() => {
+                                self.emit(AgentEvent::Activity(Activity::Writing {
+                                    stream: stream.clone(),
+                                    source: WritingSource::ToolText(bare.clone()),
+                                    appended,
+                                }));
+                            }
+                            _ => self.emit(AgentEvent::Progress),
+                        }
+                    }
                 }
                 Step::Raw { .. } | Step::Big { .. } | Step::Control { .. } => {
                     self.emit(AgentEvent::Progress);
