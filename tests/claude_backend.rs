@@ -655,6 +655,13 @@ async fn the_driver_reports_streamed_text_and_tool_calls_as_activity() {
     let scenario = Scenario::default().with_rule(
         "live",
         turn(vec![
+            // A subagent's text: never shown as the agent's.
+            Step::Raw {
+                line: json!({"type": "stream_event", "parent_tool_use_id": "toolu_task",
+                    "event": {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "text_delta", "text": "subagent"}}})
+                .to_string(),
+            },
             Step::Stream {
                 pieces: vec!["Hel".into(), "lo".into()],
                 ms: 0,

@@ -343,7 +343,15 @@ impl Driver {
                     None => {}
                 }
             }
-            CliLine::StreamEvent { event } => match self.live.on_stream(event) {
+            // A subagent's text never reaches the chat: only a sign of life.
+            CliLine::StreamEvent {
+                parent_tool_use_id: Some(_),
+                ..
+            } => self.emit(AgentEvent::Progress),
+            CliLine::StreamEvent {
+                event,
+                parent_tool_use_id: None,
+            } => match self.live.on_stream(event) {
                 Some(activity) => self.emit(AgentEvent::Activity(activity)),
                 None => self.emit(AgentEvent::Progress),
             },

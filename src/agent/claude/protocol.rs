@@ -185,6 +185,9 @@ pub enum CliLine {
         /// The Messages API's event.
         #[serde(default, deserialize_with = "lenient")]
         event: StreamEvent,
+        /// Set when a subagent (the `Task` tool) streams, not the agent.
+        #[serde(default, deserialize_with = "lenient")]
+        parent_tool_use_id: Option<String>,
     },
     /// `rate_limit_event`: the API's rate-limit status.
     RateLimitEvent {},
@@ -964,7 +967,8 @@ mod tests {
                 event: StreamEvent::ContentBlockDelta {
                     index: 0,
                     delta: Delta::Other
-                }
+                },
+                parent_tool_use_id: None,
             })
         );
         assert_eq!(
@@ -978,7 +982,10 @@ mod tests {
             json!({"type": "stream_event", "event": event, "session_id": "s",
             "parent_tool_use_id": null, "uuid": "u"}),
         ) {
-            Line::Cli(CliLine::StreamEvent { event }) => event,
+            Line::Cli(CliLine::StreamEvent {
+                event,
+                parent_tool_use_id: None,
+            }) => event,
             other => panic!("not a stream event: {other:?}"),
         }
     }
@@ -1090,8 +1097,20 @@ mod tests {
         assert_eq!(
             parse(json!({"type": "stream_event"})),
             Line::Cli(CliLine::StreamEvent {
-                event: StreamEvent::Other
+                event: StreamEvent::Other,
+                parent_tool_use_id: None,
             })
+        );
+        assert_eq!(
+            parse(
+                json!({"type": "stream_event", "parent_tool_use_id": "toolu_task",
+                "event": {"type": "message_stop"}})
+            ),
+            Line::Cli(CliLine::StreamEvent {
+                event: StreamEvent::MessageStop,
+                parent_tool_use_id: Some("toolu_task".into()),
+            }),
+            "a subagent's stream is told apart"
         );
     }
 

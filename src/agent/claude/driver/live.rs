@@ -123,7 +123,7 @@ mod tests {
 
     fn event(value: Value) -> StreamEvent {
         match Line::from_value(&json!({"type": "stream_event", "event": value})) {
-            Line::Cli(CliLine::StreamEvent { event }) => event,
+            Line::Cli(CliLine::StreamEvent { event, .. }) => event,
             other => panic!("not a stream event: {other:?}"),
         }
     }
