@@ -130,8 +130,49 @@ pub enum AgentEvent {
         /// What happened, for logs and the chat.
         detail: String,
     },
+    /// What the agent is doing or writing right now, for the chat's live
+    /// view; a sign of life like [`AgentEvent::Progress`], never more.
+    Activity(Activity),
     /// An event the backend did not understand (logged and skipped).
     Unknown(String),
+}
+
+/// What the agent is doing or writing right now, for the chat's live view.
+/// Never decides anything about the turn; also a sign of life for the
+/// no-progress watchdog.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Activity {
+    /// The model called a tool (its own, like Bash/Read/WebSearch, or a host
+    /// tool), as soon as the call is known: from the `assistant` line's
+    /// tool_use blocks (every tool_use block, once each).
+    ToolStarted {
+        /// The tool-use id the agent gave the call.
+        id: String,
+        /// The tool's name as the agent sent it (possibly MCP-prefixed).
+        name: String,
+        /// The tool's input object.
+        input: Value,
+    },
+    /// Text being written, appended piece by piece.
+    Writing {
+        /// Identifies one growing text (`<message id>:<block index>`).
+        stream: String,
+        /// Where the text will end up.
+        source: WritingSource,
+        /// The text written since the last piece of this stream.
+        appended: String,
+    },
+}
+
+/// Where a text being written ([`Activity::Writing`]) will end up.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WritingSource {
+    /// Assistant text (a plain-text answer; reaches the chat at `result`
+    /// today).
+    Text,
+    /// The `text` argument of a host tool call being written (`send`,
+    /// `end_turn`): the bare tool name.
+    ToolText(String),
 }
 
 /// A call of a host tool.

@@ -19,6 +19,8 @@ struct Answer {
     status: u16,
     headers: Vec<(String, String)>,
     body: String,
+    /// For a chunked body: each chunk and when it arrived.
+    chunks: Vec<(Instant, String)>,
 }
 
 impl Answer {
@@ -88,7 +90,25 @@ async fn exchange(
         status,
         headers,
         body: String::new(),
+        chunks: Vec::new(),
     };
+    if answer.header("transfer-encoding") == Some("chunked") {
+        loop {
+            let mut size = String::new();
+            stream.read_line(&mut size).await.expect("chunk size");
+            let size = usize::from_str_radix(size.trim_end(), 16).expect("hex chunk size");
+            let mut chunk = vec![0; size + 2];
+            stream.read_exact(&mut chunk).await.expect("chunk");
+            if size == 0 {
+                break;
+            }
+            chunk.truncate(size);
+            let chunk = String::from_utf8(chunk).expect("UTF-8 chunk");
+            answer.body.push_str(&chunk);
+            answer.chunks.push((Instant::now(), chunk));
+        }
+        return answer;
+    }
     let length = answer.header("content-length").expect("a Content-Length");
     let mut body = vec![0; length.parse().expect("numeric length")];
     stream.read_exact(&mut body).await.expect("body");
@@ -517,4 +537,77 @@ async fn dropping_the_fake_stops_it() {
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
     let connected = TcpStream::connect(addr).await;
     assert!(connected.is_err(), "the listener is closed");
+}
+
+#[tokio::test]
+async fn chunked_replies_stream_each_piece_after_its_pause() {
+    let fake = FakeAnthropic::start().await;
+    let pause = Duration::from_millis(150);
+    fake.push(Reply::text_in_chunks(&["Hel", "lo wor", "ld"], pause));
+    fake.push(Reply::tool_text_in_chunks(
+        "mcp__telegram-tools__end_turn",
+        &["Hi \"you\"", " 🦀\n", "bye"],
+        pause,
+    ));
+    fake.push(Reply::text_in_chunks(&["a", "b"], Duration::ZERO));
+    let mut stream = connect(&fake).await;
+    let body = model_request(true).to_string();
+    for (want_text, want_tool) in [
+        ("Hello world", None),
+        ("", Some(json!({"text": "Hi \"you\" 🦀\nbye"}))),
+    ] {
+        let answer = exchange(&mut stream, "POST", "/v1/messages", &body).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.header("content-type"), Some("text/event-stream"));
+        let events = answer.events();
+        let deltas: Vec<&Value> = events
+            .iter()
+            .filter(|(name, _)| name == "content_block_delta")
+            .map(|(_, data)| &data["delta"])
+            .collect();
+        assert_eq!(deltas.len(), 3, "one delta per piece: {deltas:?}");
+        // Each delta arrives in its own chunk, a pause after the one before.
+        let arrivals: Vec<Instant> = deltas
+            .iter()
+            .map(|delta| {
+                let piece = delta.to_string();
+                answer
+                    .chunks
+                    .iter()
+                    .find(|(_, chunk)| chunk.contains(&piece))
+                    .map(|(at, _)| *at)
+                    .unwrap_or_else(|| panic!("no chunk holds {piece}: {:?}", answer.chunks))
+            })
+            .collect();
+        for pair in arrivals.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= pause - Duration::from_millis(20),
+                "{:?}",
+                pair[1] - pair[0]
+            );
+        }
+        let (text, tools) = assemble(&events);
+        assert_eq!(text, want_text);
+        match want_tool {
+            None => assert!(tools.is_empty()),
+            Some(input) => {
+                assert_eq!(tools.len(), 1);
+                assert_eq!(tools[0].1, "mcp__telegram-tools__end_turn");
+                assert_eq!(tools[0].2, input);
+                let pieces: Vec<&str> = deltas
+                    .iter()
+                    .map(|d| d["partial_json"].as_str().expect("a piece"))
+                    .collect();
+                assert_eq!(
+                    pieces,
+                    [r#"{"text": "Hi \"you\""#, r#" 🦀\n"#, r#"bye"}"#],
+                    "each piece carries one chunk of the text"
+                );
+            }
+        }
+    }
+    // Without a pause the answer is one body with a length.
+    let answer = exchange(&mut stream, "POST", "/v1/messages", &body).await;
+    assert!(answer.chunks.is_empty());
+    assert_eq!(assemble(&answer.events()).0, "ab");
 }

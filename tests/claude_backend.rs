@@ -11,8 +11,8 @@ use support::*;
 use teloxide::types::ChatId;
 use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{
-    AfterResult, AgentBackend, AgentEvent, AgentSession, OpenSession, Permission, PermissionAsk,
-    Scenario, ScriptTurn, SessionCommand, Step,
+    Activity, AfterResult, AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession,
+    Permission, PermissionAsk, Scenario, ScriptTurn, SessionCommand, Step, ToolReply,
 };
 use turnstile::chat::{ToolRegistry, TurnOutcome};
 use turnstile::events::BotEvent;
@@ -648,4 +648,93 @@ async fn a_host_stop_while_an_ask_waits_denies_it_once() {
         json!({"behavior": "deny", "message": "the host is stopping"})
     );
     files.assert_no_process_left().await;
+}
+
+#[actix_rt::test]
+async fn the_driver_reports_streamed_text_and_tool_calls_as_activity() {
+    let scenario = Scenario::default().with_rule(
+        "live",
+        turn(vec![
+            // A subagent's text: never shown as the agent's.
+            Step::Raw {
+                line: json!({"type": "stream_event", "parent_tool_use_id": "toolu_task",
+                    "event": {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "text_delta", "text": "subagent"}}})
+                .to_string(),
+            },
+            Step::Stream {
+                pieces: vec!["Hel".into(), "lo".into()],
+                ms: 0,
+            },
+            Step::StreamTool {
+                tool: "mcp__telegram-tools__end_turn".into(),
+                pieces: vec![
+                    r#"{"te"#.into(),
+                    r#"xt": "Bye \ud83e"#.into(),
+                    r#"\udd80"}"#.into(),
+                ],
+                ms: 0,
+            },
+            Step::Tools {
+                calls: vec![tool("mcp__telegram-tools__send", json!({"text": "sent"}))],
+            },
+        ]),
+    );
+    let files = FakeLog::new(&scenario);
+    let backend = bare_backend(&files, &[]);
+    let mut session = backend
+        .open(OpenSession {
+            chat: ChatId(1),
+            conversation: ChatId(1).into(),
+            resume: None,
+            shutdown: Shutdown::new(),
+        })
+        .await
+        .expect("the fake starts");
+    session
+        .commands
+        .send(SessionCommand::UserTurn("live".into()))
+        .expect("the driver runs");
+    let mut seen = Vec::new();
+    loop {
+        match next_event(&mut session).await {
+            AgentEvent::Result(_) => break,
+            AgentEvent::ToolCall(call) => {
+                seen.push(format!("call {} {}", call.id, call.name));
+                call.reply.answer(ToolReply::Ok("sent".into()));
+            }
+            AgentEvent::BatchResolved(batch) => {
+                batch.reply.answer(HookReply::Continue);
+            }
+            AgentEvent::Text(text) => seen.push(format!("text {text}")),
+            AgentEvent::Activity(Activity::Writing {
+                stream,
+                source,
+                appended,
+            }) => seen.push(format!("writing {stream} {source:?} {appended}")),
+            AgentEvent::Activity(Activity::ToolStarted { id, name, input }) => {
+                seen.push(format!("started {id} {name} {input}"));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            "writing msg_stream_1:0 Text Hel",
+            "writing msg_stream_1:0 Text lo",
+            "text Hello",
+            r#"writing msg_stream_2:0 ToolText("end_turn") Bye "#,
+            r#"writing msg_stream_2:0 ToolText("end_turn") 🦀"#,
+            r#"started toolu_1_0 mcp__telegram-tools__send {"text":"sent"}"#,
+            "call toolu_1_0 mcp__telegram-tools__send",
+        ]
+    );
+    let args = &files.processes()[0].1;
+    assert!(
+        args.iter().any(|a| a == "--include-partial-messages"),
+        "{args:?}"
+    );
+    session.commands.send(SessionCommand::Kill).ok();
+    while !matches!(next_event(&mut session).await, AgentEvent::Exited { .. }) {}
 }

@@ -30,6 +30,7 @@ use tokio::time::timeout_at;
 const INNER: &[&str] = &[
     "real_cli_completes_a_turn_against_the_fake",
     "real_cli_retries_an_overloaded_model_call",
+    "real_cli_streams_partial_messages_before_the_whole_block",
 ];
 
 #[test]
@@ -160,6 +161,16 @@ impl RealCli {
     /// Spawns `claude` as the Agent SDK does, pointed at `fake`, and writes
     /// `initialize`; files are named after `test`.
     async fn spawn(claude: &OsStr, fake: &FakeAnthropic, test: &str) -> RealCli {
+        Self::spawn_with(claude, fake, test, &[]).await
+    }
+
+    /// [`RealCli::spawn`] with `extra` arguments after the protocol's own.
+    async fn spawn_with(
+        claude: &OsStr,
+        fake: &FakeAnthropic,
+        test: &str,
+        extra: &[&str],
+    ) -> RealCli {
         let home = tempfile::tempdir().expect("a temp HOME");
         let config_dir = home.path().join(".claude");
         std::fs::create_dir_all(&config_dir).expect("CLAUDE_CONFIG_DIR");
@@ -191,6 +202,7 @@ impl RealCli {
                 "stream-json",
                 "--permission-prompt-tool=stdio",
             ])
+            .args(extra)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("ANTHROPIC_BASE_URL", fake.base_url())
@@ -450,6 +462,102 @@ async fn real_cli_retries_an_overloaded_model_call() {
     let batch = hooks[0]["tool_calls"].as_array().expect("tool_calls");
     assert_eq!(batch.len(), 2, "{batch:?}");
 
+    let (status, _) = cli.close(&fake).await;
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+#[tokio::test]
+#[ignore = "runs inside a network namespace through real_cli_protocol_in_a_loopback_namespace"]
+async fn real_cli_streams_partial_messages_before_the_whole_block() {
+    let test = "real_cli_streams_partial_messages_before_the_whole_block";
+    let claude = claude_in_namespace();
+    let fake = FakeAnthropic::start().await;
+    fake.push(Reply::tool_text_in_chunks(
+        "mcp__telegram-tools__end_turn",
+        &["one ", "two ", "three"],
+        Duration::from_millis(200),
+    ));
+    let mut cli = RealCli::spawn_with(
+        claude.as_ref(),
+        &fake,
+        "partial",
+        &["--include-partial-messages"],
+    )
+    .await;
+    cli.say("hello").await;
+    let (result, _) = cli.until_result(&fake, Duration::from_secs(60)).await;
+    cli.save_requests(&fake);
+    println!("{test}: CLI lines: {}", cli.kinds());
+    for line in cli.seen.iter().filter(|l| l["type"] == "stream_event") {
+        println!("{test}: {line}");
+    }
+    assert_eq!(result["terminal_reason"], "hook_stopped", "{result}");
+
+    let events: Vec<&Value> = cli
+        .seen
+        .iter()
+        .filter(|l| l["type"] == "stream_event")
+        .map(|l| &l["event"])
+        .collect();
+    let types: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|t| *t != "ping")
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ],
+        "the API's events, passed through one per line"
+    );
+    assert_eq!(events[0]["message"]["id"], "msg_fake_1");
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "content_block_start")
+        .expect("a block start");
+    assert_eq!(start["index"], 0);
+    assert_eq!(start["content_block"]["type"], "tool_use");
+    assert_eq!(
+        start["content_block"]["name"],
+        "mcp__telegram-tools__end_turn"
+    );
+    let pieces: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta")
+        .map(|e| {
+            assert_eq!(e["delta"]["type"], "input_json_delta", "{e}");
+            e["delta"]["partial_json"].as_str().expect("a piece")
+        })
+        .collect();
+    assert_eq!(pieces, [r#"{"text": "one "#, "two ", r#"three"}"#]);
+    // The whole block comes after its last delta, before the tool runs.
+    // (2.1.332 writes it even before the block's content_block_stop.)
+    let at = |pred: &dyn Fn(&Value) -> bool| {
+        cli.seen
+            .iter()
+            .rposition(pred)
+            .unwrap_or_else(|| panic!("no such line: {}", cli.kinds()))
+    };
+    let last_delta = at(&|l| l["event"]["type"] == "content_block_delta");
+    let assistant = at(&|l| l["type"] == "assistant");
+    let call = at(&|l| l["request"]["message"]["method"] == "tools/call");
+    assert!(
+        last_delta < assistant && assistant < call,
+        "{}",
+        cli.kinds()
+    );
+    assert_eq!(
+        cli.seen[assistant]["message"]["content"][0]["input"],
+        json!({"text": "one two three"})
+    );
     let (status, _) = cli.close(&fake).await;
     assert_eq!(status.code(), Some(0), "{status}");
 }

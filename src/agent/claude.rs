@@ -119,6 +119,8 @@ impl ClaudeSettings {
             "--input-format",
             "stream-json",
             "--permission-prompt-tool=stdio",
+            // `stream_event` lines: what the agent writes, as it writes it.
+            "--include-partial-messages",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -255,5 +257,36 @@ impl AgentBackend for ClaudeBackend {
             self.spawned.fetch_add(1, Ordering::Relaxed);
         }
         Box::pin(async move { result })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_always_asks_for_partial_messages() {
+        let mut config = Config::default();
+        config.agent.args = vec!["--extra".into()];
+        let settings = ClaudeSettings::from_config(&config);
+        let tools = ToolRegistry::new(&config.turn.terminator_tools);
+        for resume in [None, Some("0b5c7e1e-3a8f-4a47-9a57-2f1e3a4d5b6c")] {
+            let argv = settings.argv(&tools, resume);
+            let at = argv
+                .iter()
+                .position(|a| a == "--include-partial-messages")
+                .unwrap_or_else(|| panic!("no --include-partial-messages in {argv:?}"));
+            assert_eq!(
+                argv.iter()
+                    .filter(|a| *a == "--include-partial-messages")
+                    .count(),
+                1
+            );
+            assert!(
+                at < argv.iter().position(|a| a == "--extra").unwrap_or(0),
+                "the protocol's own flags come before agent.args: {argv:?}"
+            );
+            assert_eq!(&argv[..2], ["--output-format", "stream-json"]);
+        }
     }
 }

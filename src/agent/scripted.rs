@@ -17,10 +17,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::claude::protocol::partial_json::StringField;
+use super::claude::protocol::streamed_tool;
 use super::{
-    AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall, BoxFuture,
-    HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand, ToolBatch,
-    ToolCall, ToolReply,
+    Activity, AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall,
+    BoxFuture, HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand,
+    ToolBatch, ToolCall, ToolReply, WritingSource,
 };
 
 /// Which turn the agent plays for which message.
@@ -153,6 +155,44 @@ pub enum Step {
         /// Size of the line.
         bytes: usize,
     },
+    /// The agent starts a tool call, as the live view sees it: an
+    /// [`Activity::ToolStarted`] (`toolu_activity_N`); nothing runs and
+    /// nothing is answered. (The fake CLI writes an `assistant` line with
+    /// the tool_use block.)
+    Activity {
+        /// The tool's name as the agent sends it (`Bash`,
+        /// `mcp__telegram-tools__send`).
+        tool: String,
+        /// Its input.
+        #[serde(default = "empty_object")]
+        input: Value,
+    },
+    /// Assistant text written piece by piece, `ms` apart: one
+    /// [`Activity::Writing`] with [`WritingSource::Text`] per non-empty
+    /// piece, then the whole text as an assistant text block (as the CLI
+    /// writes its `assistant` line after the stream).
+    Stream {
+        /// The pieces, in order.
+        pieces: Vec<String>,
+        /// The pause between two pieces, in milliseconds.
+        #[serde(default)]
+        ms: u64,
+    },
+    /// A host tool's input JSON written piece by piece, `ms` apart: its
+    /// top-level `text` field as [`Activity::Writing`] with
+    /// [`WritingSource::ToolText`], decoded as the `claude` driver decodes
+    /// `input_json_delta` pieces (only for `send` and `end_turn`, bare or
+    /// `mcp__telegram-tools__`-prefixed; other tools write nothing). The
+    /// call itself is a later `tools` step.
+    StreamTool {
+        /// The tool's name (`end_turn` or `mcp__telegram-tools__end_turn`).
+        tool: String,
+        /// The pieces of the input JSON, in order.
+        pieces: Vec<String>,
+        /// The pause between two pieces, in milliseconds.
+        #[serde(default)]
+        ms: u64,
+    },
     /// Fake CLI only: send this control request and wait for its answer.
     /// After a batch the hook stopped, only these steps still run (a late,
     /// misbehaving request).
@@ -164,6 +204,10 @@ pub enum Step {
 
 fn success() -> String {
     "success".into()
+}
+
+fn empty_object() -> Value {
+    json!({})
 }
 
 /// A scripted tool call.
@@ -301,6 +345,7 @@ impl AgentBackend for ScriptedBackend {
             session_id,
             queued: VecDeque::new(),
             log: Arc::clone(&self.log),
+            streams: 0,
         };
         tokio::spawn(agent.run());
         Box::pin(async move {
@@ -323,6 +368,8 @@ struct ScriptedAgent {
     queued: VecDeque<String>,
     /// Where tool results are recorded.
     log: Arc<std::sync::Mutex<ScriptLog>>,
+    /// Streams and activities played so far (numbers their ids).
+    streams: u64,
 }
 
 /// Whether the session goes on after a turn.
@@ -569,6 +616,74 @@ impl ScriptedAgent {
                     self.emit(AgentEvent::Idle);
                     return Flow::Next;
                 }
+                Step::Activity { tool, input } => {
+                    self.streams += 1;
+                    self.emit(AgentEvent::Activity(Activity::ToolStarted {
+                        id: format!("toolu_activity_{}", self.streams),
+                        name: tool.clone(),
+                        input: fill_value(input, user_text),
+                    }));
+                }
+                Step::Stream { pieces, ms } => {
+                    self.streams += 1;
+                    let stream = format!("msg_scripted_{}:0", self.streams);
+                    let mut whole = String::new();
+                    for (i, piece) in pieces.iter().enumerate() {
+                        if i > 0 && *ms > 0 {
+                            match self
+                                .wait(tokio::time::sleep(Duration::from_millis(*ms)))
+                                .await
+                            {
+                                Woken::Done(()) => {}
+                                Woken::Command(cmd) => {
+                                    return self.on_command(cmd, &turn, calls).await;
+                                }
+                                Woken::HostGone => return Flow::Exit,
+                            }
+                        }
+                        let piece = fill(piece);
+                        whole.push_str(&piece);
+                        if !piece.is_empty() {
+                            self.emit(AgentEvent::Activity(Activity::Writing {
+                                stream: stream.clone(),
+                                source: WritingSource::Text,
+                                appended: piece,
+                            }));
+                        }
+                    }
+                    self.emit(AgentEvent::Text(whole));
+                }
+                Step::StreamTool { tool, pieces, ms } => {
+                    self.streams += 1;
+                    let stream = format!("msg_scripted_{}:0", self.streams);
+                    let bare = streamed_tool(tool).map(str::to_owned);
+                    let mut field = StringField::new("text");
+                    for (i, piece) in pieces.iter().enumerate() {
+                        if i > 0 && *ms > 0 {
+                            match self
+                                .wait(tokio::time::sleep(Duration::from_millis(*ms)))
+                                .await
+                            {
+                                Woken::Done(()) => {}
+                                Woken::Command(cmd) => {
+                                    return self.on_command(cmd, &turn, calls).await;
+                                }
+                                Woken::HostGone => return Flow::Exit,
+                            }
+                        }
+                        let appended = field.push(&fill(piece));
+                        match &bare {
+                            Some(bare) if !appended.is_empty() => {
+                                self.emit(AgentEvent::Activity(Activity::Writing {
+                                    stream: stream.clone(),
+                                    source: WritingSource::ToolText(bare.clone()),
+                                    appended,
+                                }));
+                            }
+                            _ => self.emit(AgentEvent::Progress),
+                        }
+                    }
+                }
                 Step::Raw { .. } | Step::Big { .. } | Step::Control { .. } => {
                     self.emit(AgentEvent::Progress);
                 }
@@ -624,5 +739,183 @@ pub fn fill_value(value: &Value, text: &str) -> Value {
                 .collect(),
         ),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shutdown::Shutdown;
+    use teloxide::types::ChatId;
+
+    /// A session playing `steps` (read from JSON, as a scenario file
+    /// holds them) for the message `hi`.
+    async fn play(steps: Value) -> AgentSession {
+        let steps: Vec<Step> = serde_json::from_value(steps).expect("the steps parse");
+        let scenario = Scenario::default().with_rule(
+            "hi",
+            ScriptTurn {
+                steps,
+                after_result: AfterResult::Idle,
+            },
+        );
+        let backend = ScriptedBackend::new(scenario);
+        let session = backend
+            .open(OpenSession {
+                chat: ChatId(1),
+                conversation: ChatId(1).into(),
+                resume: None,
+                shutdown: Shutdown::new(),
+            })
+            .await
+            .expect("a scripted session opens");
+        session
+            .commands
+            .send(SessionCommand::UserTurn("hi".into()))
+            .expect("the agent runs");
+        session
+    }
+
+    /// The activities (and texts) until the result, each with when it came.
+    async fn activities(session: &mut AgentSession) -> Vec<(std::time::Instant, AgentEvent)> {
+        let mut seen = Vec::new();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), session.events.recv())
+                .await
+                .expect("an event within 10 s")
+                .expect("the session goes on");
+            match event {
+                AgentEvent::Result(_) => return seen,
+                AgentEvent::Activity(_) | AgentEvent::Text(_) => {
+                    seen.push((std::time::Instant::now(), event));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn writing(event: &AgentEvent) -> (String, WritingSource, String) {
+        match event {
+            AgentEvent::Activity(Activity::Writing {
+                stream,
+                source,
+                appended,
+            }) => (stream.clone(), source.clone(), appended.clone()),
+            other => panic!("not a Writing activity: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_activity_step_starts_a_tool_for_the_live_view() {
+        let mut session = play(json!([
+            {"do": "activity", "tool": "Bash", "input": {"command": "echo {text}"}},
+            {"do": "activity", "tool": "Read"}
+        ]))
+        .await;
+        let seen = activities(&mut session).await;
+        let started: Vec<&AgentEvent> = seen.iter().map(|(_, e)| e).collect();
+        assert!(
+            matches!(
+                started.as_slice(),
+                [
+                    AgentEvent::Activity(Activity::ToolStarted { name: bash, input, .. }),
+                    AgentEvent::Activity(Activity::ToolStarted { name: read, input: empty, .. }),
+                ] if bash == "Bash" && *input == json!({"command": "echo hi"})
+                    && read == "Read" && *empty == json!({})
+            ),
+            "{started:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_step_writes_its_pieces_apart_then_the_whole_text() {
+        let mut session = play(json!([
+            {"do": "stream", "pieces": ["Hel", "", "lo wor", "ld"], "ms": 50}
+        ]))
+        .await;
+        let seen = activities(&mut session).await;
+        assert_eq!(seen.len(), 4, "three pieces and the text: {seen:?}");
+        let pieces: Vec<_> = seen[..3].iter().map(|(_, e)| writing(e)).collect();
+        let stream = &pieces[0].0;
+        assert!(
+            pieces
+                .iter()
+                .all(|(s, source, _)| s == stream && *source == WritingSource::Text)
+        );
+        let text: Vec<&str> = pieces.iter().map(|(_, _, a)| a.as_str()).collect();
+        assert_eq!(text, ["Hel", "lo wor", "ld"]);
+        assert!(
+            seen[1].0 - seen[0].0 >= Duration::from_millis(90),
+            "the empty piece still paused"
+        );
+        assert!(seen[2].0 - seen[1].0 >= Duration::from_millis(45));
+        assert!(matches!(&seen[3].1, AgentEvent::Text(t) if t == "Hello world"));
+    }
+
+    #[tokio::test]
+    async fn a_stream_tool_step_writes_the_text_argument_as_the_driver_decodes_it() {
+        let mut session = play(json!([
+            {"do": "stream_tool", "tool": "end_turn",
+             "pieces": ["{\"te", "xt\":\"Hi \\ud83e", "\\udd80 \\\"x\\\"\"}"]},
+            {"do": "stream_tool", "tool": "mcp__telegram-tools__send", "pieces": ["{\"text\":\"s\"}"]},
+            {"do": "stream_tool", "tool": "mcp__telegram-tools__react", "pieces": ["{\"text\":\"no\"}"]}
+        ]))
+        .await;
+        let seen = activities(&mut session).await;
+        let pieces: Vec<_> = seen.iter().map(|(_, e)| writing(e)).collect();
+        let end_turn = WritingSource::ToolText("end_turn".into());
+        let got: Vec<(&WritingSource, &str)> =
+            pieces.iter().map(|(_, s, a)| (s, a.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (&end_turn, "Hi "),
+                (&end_turn, "🦀 \"x\""),
+                (&WritingSource::ToolText("send".into()), "s"),
+            ],
+            "react streams nothing"
+        );
+        assert_ne!(pieces[0].0, pieces[2].0, "each step is its own stream");
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_stops_a_stream_between_pieces() {
+        let mut session = play(json!([
+            {"do": "stream", "pieces": ["a", "b"], "ms": 60000}
+        ]))
+        .await;
+        loop {
+            let event = session.events.recv().await.expect("the session goes on");
+            if matches!(event, AgentEvent::Activity(_)) {
+                break;
+            }
+        }
+        session
+            .commands
+            .send(SessionCommand::Interrupt)
+            .expect("the agent runs");
+        let result = loop {
+            match tokio::time::timeout(Duration::from_secs(10), session.events.recv()).await {
+                Ok(Some(AgentEvent::Result(result))) => break result,
+                Ok(Some(AgentEvent::Activity(a))) => panic!("a piece after the interrupt: {a:?}"),
+                Ok(Some(_)) => {}
+                other => panic!("no result after the interrupt: {other:?}"),
+            }
+        };
+        assert_eq!(result.terminal_reason.as_deref(), Some("aborted_streaming"));
+    }
+
+    #[test]
+    fn the_new_steps_refuse_unknown_fields() {
+        for bad in [
+            json!({"do": "stream", "pieces": ["a"], "speed": 1}),
+            json!({"do": "stream_tool", "pieces": ["a"]}),
+            json!({"do": "activity"}),
+        ] {
+            assert!(
+                serde_json::from_value::<Step>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -387,6 +387,7 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
     fake.write(&json!({"type": "system", "subtype": "init", "session_id": fake.session_id, "tools": [], "mcp_servers": [{"name": "telegram-tools", "status": "connected", "source": "sdk"}], "model": "fake"}));
     state(fake, "running");
     let mut calls: u32 = 0;
+    let mut streams: u32 = 0;
     let mut stopped = false;
     for step in &turn.steps {
         if stopped && !matches!(step, Step::Control { .. }) {
@@ -463,6 +464,42 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
             }
             Step::Control { request } => {
                 let _ = fake.ask(request.clone());
+            }
+            Step::Activity { tool, input } => {
+                streams += 1;
+                let block = json!({"type": "tool_use", "id": format!("toolu_activity_{streams}"), "name": tool, "input": fill_value(input, user_text)});
+                fake.write(&json!({"type": "assistant", "message": {"id": format!("msg_activity_{streams}"), "role": "assistant", "content": [block], "stop_reason": null}, "parent_tool_use_id": null, "session_id": fake.session_id}));
+            }
+            Step::Stream { pieces, ms } | Step::StreamTool { pieces, ms, .. } => {
+                // As the CLI with --include-partial-messages: the API's stream
+                // events, then (for text) the whole block as an assistant line.
+                streams += 1;
+                let message = format!("msg_stream_{streams}");
+                let (block, delta_of): (Value, fn(&str) -> Value) = match step {
+                    Step::StreamTool { tool, .. } => (
+                        json!({"type": "tool_use", "id": format!("toolu_stream_{streams}"), "name": tool, "input": {}}),
+                        |piece| json!({"type": "input_json_delta", "partial_json": piece}),
+                    ),
+                    _ => (json!({"type": "text", "text": ""}), |piece| json!({"type": "text_delta", "text": piece})),
+                };
+                let event = |event: Value| fake.write(&json!({"type": "stream_event", "event": event, "parent_tool_use_id": null, "session_id": fake.session_id}));
+                event(json!({"type": "message_start", "message": {"id": message, "type": "message", "role": "assistant", "content": [], "usage": {}}}));
+                event(json!({"type": "content_block_start", "index": 0, "content_block": block}));
+                let mut whole = String::new();
+                for (i, piece) in pieces.iter().enumerate() {
+                    if i > 0 && *ms > 0 && !pause(fake, *ms) {
+                        result(fake, "error_during_execution", true, "", "aborted_streaming", "", calls + 1);
+                        return after(fake, turn.after_result);
+                    }
+                    let piece = fill(piece);
+                    event(json!({"type": "content_block_delta", "index": 0, "delta": delta_of(&piece)}));
+                    whole.push_str(&piece);
+                }
+                event(json!({"type": "content_block_stop", "index": 0}));
+                event(json!({"type": "message_stop"}));
+                if matches!(step, Step::Stream { .. }) {
+                    fake.write(&json!({"type": "assistant", "message": {"id": message, "role": "assistant", "content": [{"type": "text", "text": whole}], "stop_reason": null}, "parent_tool_use_id": null, "session_id": fake.session_id}));
+                }
             }
             Step::Ask { tool, input } => {
                 // As the scripted agent does: ask, then tell the chat.

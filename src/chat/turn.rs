@@ -478,7 +478,7 @@ impl TurnActor {
                     "assistant text"
                 );
             }
-            AgentEvent::Progress => {}
+            AgentEvent::Progress | AgentEvent::Activity(_) => {}
             AgentEvent::ToolCall(call) => self.serve_tool(call, ctx),
             AgentEvent::BatchResolved(batch) => {
                 let tools = batch.calls.iter().map(|c| c.name.clone()).collect();

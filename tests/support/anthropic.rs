@@ -13,7 +13,9 @@
 //!   set with [`FakeAnthropic::set_delay`]. Without tools it is a *side call*
 //!   (titles, probes) and gets the text [`SIDE_CALL_TEXT`] at once. With
 //!   `"stream": true` the answer is Server-Sent Events in the order the
-//!   Messages API uses; otherwise it is one JSON `Message`.
+//!   Messages API uses (a [`Reply::TextInChunks`] or [`Reply::ToolInChunks`]
+//!   with a pause goes out chunked, one piece after another); otherwise it
+//!   is one JSON `Message`.
 //! - `POST /v1/messages/count_tokens` → `{"input_tokens": 10}`.
 //! - Anything else → 404; a body that is not a JSON object → 400; both with
 //!   an Anthropic-style error body `{"type":"error","error":{…}}`.
@@ -30,7 +32,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri, body::Incoming, server::conn::http1};
 use hyper_util::rt::TokioIo;
@@ -62,6 +66,16 @@ pub enum Reply {
     /// This HTTP status with an error body of this type (`overloaded_error`);
     /// an invalid status becomes 500.
     Status(u16, String),
+    /// One text block streamed as one `text_delta` per piece, the pause
+    /// between two pieces (a non-zero pause sends the answer chunked, so a
+    /// client sees each piece separately); `stop_reason` `end_turn`.
+    TextInChunks(Vec<String>, Duration),
+    /// One `tool_use` block (named as the model sends it) whose input JSON
+    /// streams as one `input_json_delta` per piece, the pause between two
+    /// pieces; the pieces must concatenate to a JSON object (anything else
+    /// is sent all the same, with `{}` as the non-streamed input);
+    /// `stop_reason` `tool_use`.
+    ToolInChunks(String, Vec<String>, Duration),
 }
 
 impl Reply {
@@ -73,6 +87,31 @@ impl Reply {
     /// A [`Reply::TextThenTools`] from borrowed text and names.
     pub fn text_then_tools(text: &str, calls: &[(&str, Value)]) -> Reply {
         Reply::TextThenTools(text.to_owned(), owned_calls(calls))
+    }
+
+    /// A [`Reply::TextInChunks`] from borrowed pieces.
+    pub fn text_in_chunks(pieces: &[&str], pause: Duration) -> Reply {
+        Reply::TextInChunks(pieces.iter().map(|p| (*p).to_owned()).collect(), pause)
+    }
+
+    /// A [`Reply::ToolInChunks`] calling `tool` with `{"text": <the chunks
+    /// joined>}`, its input JSON cut so that each piece carries one chunk
+    /// of the text (JSON-escaped whole): a client decoding the `text` field
+    /// as it streams sees exactly the chunks.
+    pub fn tool_text_in_chunks(tool: &str, chunks: &[&str], pause: Duration) -> Reply {
+        let escaped = |chunk: &str| {
+            let quoted = Value::String(chunk.to_owned()).to_string();
+            quoted[1..quoted.len() - 1].to_owned()
+        };
+        let mut pieces: Vec<String> = chunks.iter().map(|c| escaped(c)).collect();
+        if pieces.is_empty() {
+            pieces.push(String::new());
+        }
+        pieces[0].insert_str(0, r#"{"text": ""#);
+        if let Some(last) = pieces.last_mut() {
+            last.push_str(r#""}"#);
+        }
+        Reply::ToolInChunks(tool.to_owned(), pieces, pause)
     }
 }
 
@@ -140,6 +179,14 @@ enum Block {
         id: String,
         name: String,
         input: Value,
+    },
+    /// A text block streamed in these pieces.
+    TextChunks(Vec<String>),
+    /// A tool_use block whose input JSON streams in these pieces.
+    ToolChunks {
+        id: String,
+        name: String,
+        pieces: Vec<String>,
     },
 }
 
@@ -394,7 +441,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     let at = Instant::now();
     let method = request.method().clone();
     let uri = request.uri().clone();
@@ -413,7 +460,12 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
     }
 }
 
-fn message_response(plan: MessagePlan) -> Response<Full<Bytes>> {
+/// What the fake answers with: one whole body, or a streamed one.
+type Body = BoxBody<Bytes, Infallible>;
+
+fn message_response(plan: MessagePlan) -> Response<Body> {
+    let number = plan.number;
+    let mut pause = Duration::ZERO;
     let (text, tools) = match plan.reply {
         Reply::Status(status, kind) => {
             let status = StatusCode::from_u16(status)
@@ -423,21 +475,28 @@ fn message_response(plan: MessagePlan) -> Response<Full<Bytes>> {
             let message = format!("fake {kind} ({})", status.as_u16());
             return json_response(status.as_u16(), &error_body(&kind, &message));
         }
-        Reply::Text(text) => (Some(text), Vec::new()),
+        Reply::Text(text) => (Some(Block::Text(text)), Vec::new()),
         Reply::Tools(tools) => (None, tools),
-        Reply::TextThenTools(text, tools) => (Some(text), tools),
+        Reply::TextThenTools(text, tools) => (Some(Block::Text(text)), tools),
+        Reply::TextInChunks(pieces, between) => {
+            pause = between;
+            (Some(Block::TextChunks(pieces)), Vec::new())
+        }
+        Reply::ToolInChunks(name, pieces, between) => {
+            pause = between;
+            let id = format!("toolu_fake_{number}_0");
+            (Some(Block::ToolChunks { id, name, pieces }), Vec::new())
+        }
     };
-    let number = plan.number;
-    let stop_reason = if tools.is_empty() {
-        "end_turn"
-    } else {
-        "tool_use"
-    };
-    let mut blocks: Vec<Block> = text.into_iter().map(Block::Text).collect();
+    let mut blocks: Vec<Block> = text.into_iter().collect();
     for (name, input) in tools {
         let id = format!("toolu_fake_{number}_{}", blocks.len());
         blocks.push(Block::Tool { id, name, input });
     }
+    let calls_a_tool = blocks
+        .iter()
+        .any(|b| matches!(b, Block::Tool { .. } | Block::ToolChunks { .. }));
+    let stop_reason = if calls_a_tool { "tool_use" } else { "end_turn" };
     let id = format!("msg_fake_{number}");
     let output_tokens: u64 = blocks.iter().map(Block::tokens).sum();
     if !plan.stream {
@@ -449,6 +508,8 @@ fn message_response(plan: MessagePlan) -> Response<Full<Bytes>> {
         });
         return json_response(200, &message);
     }
+    // The body in segments, each sent after its pause.
+    let mut segments: Vec<(Duration, String)> = vec![(Duration::ZERO, String::new())];
     let mut sse = String::new();
     let start = json!({
         "id": id, "type": "message", "role": "assistant", "model": plan.model,
@@ -464,7 +525,13 @@ fn message_response(plan: MessagePlan) -> Response<Full<Bytes>> {
         let start =
             json!({"type": "content_block_start", "index": index, "content_block": block.empty()});
         event(&mut sse, "content_block_start", &start);
-        for delta in block.deltas() {
+        for (i, delta) in block.deltas().into_iter().enumerate() {
+            if i > 0 && !pause.is_zero() {
+                if let Some(last) = segments.last_mut() {
+                    last.1.push_str(&std::mem::take(&mut sse));
+                }
+                segments.push((pause, String::new()));
+            }
             let delta = json!({"type": "content_block_delta", "index": index, "delta": delta});
             event(&mut sse, "content_block_delta", &delta);
         }
@@ -478,7 +545,22 @@ fn message_response(plan: MessagePlan) -> Response<Full<Bytes>> {
     });
     event(&mut sse, "message_delta", &delta);
     event(&mut sse, "message_stop", &json!({"type": "message_stop"}));
-    let mut response = Response::new(Full::new(Bytes::from(sse)));
+    let body = if segments.len() == 1 {
+        Full::new(Bytes::from(sse)).boxed()
+    } else {
+        if let Some(last) = segments.last_mut() {
+            last.1.push_str(&sse);
+        }
+        let frames = futures_util::stream::unfold(segments.into_iter(), |mut rest| async move {
+            let (pause, text) = rest.next()?;
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(text))), rest))
+        });
+        StreamBody::new(frames).boxed()
+    };
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     let content_type = HeaderValue::from_static("text/event-stream");
     headers.insert(CONTENT_TYPE, content_type);
@@ -490,8 +572,8 @@ impl Block {
     /// The block as `content_block_start` announces it.
     fn empty(&self) -> Value {
         match self {
-            Block::Text(_) => json!({"type": "text", "text": ""}),
-            Block::Tool { id, name, .. } => {
+            Block::Text(_) | Block::TextChunks(_) => json!({"type": "text", "text": ""}),
+            Block::Tool { id, name, .. } | Block::ToolChunks { id, name, .. } => {
                 json!({"type": "tool_use", "id": id, "name": name, "input": {}})
             }
         }
@@ -502,6 +584,14 @@ impl Block {
         match self {
             Block::Text(text) => json!({"type": "text", "text": text}),
             Block::Tool { id, name, input } => {
+                json!({"type": "tool_use", "id": id, "name": name, "input": input})
+            }
+            Block::TextChunks(pieces) => json!({"type": "text", "text": pieces.concat()}),
+            Block::ToolChunks { id, name, pieces } => {
+                let input = serde_json::from_str::<Value>(&pieces.concat())
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
                 json!({"type": "tool_use", "id": id, "name": name, "input": input})
             }
         }
@@ -519,6 +609,14 @@ impl Block {
                     .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))
                     .collect()
             }
+            Block::TextChunks(pieces) => pieces
+                .iter()
+                .map(|piece| json!({"type": "text_delta", "text": piece}))
+                .collect(),
+            Block::ToolChunks { pieces, .. } => pieces
+                .iter()
+                .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))
+                .collect(),
         }
     }
 
@@ -527,6 +625,8 @@ impl Block {
         let chars = match self {
             Block::Text(text) => text.chars().count(),
             Block::Tool { name, input, .. } => name.len() + input.to_string().len(),
+            Block::TextChunks(pieces) => pieces.concat().chars().count(),
+            Block::ToolChunks { name, pieces, .. } => name.len() + pieces.concat().len(),
         };
         chars.div_ceil(4).max(1) as u64
     }
@@ -559,8 +659,8 @@ fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
-fn json_response(status: u16, body: &Value) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+fn json_response(status: u16, body: &Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
     let json = HeaderValue::from_static("application/json");
     response.headers_mut().insert(CONTENT_TYPE, json);

@@ -3,6 +3,7 @@
 //! the session step by step.
 
 mod answers;
+mod live;
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use crate::agent::{AgentEvent, AgentSession, Responder, SessionCommand, ToolBatc
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
 use crate::shutdown::Shutdown;
 use answers::{Answers, Refusal};
+use live::Live;
 
 /// A line longer than this is dropped (logged), never buffered whole.
 pub const MAX_LINE_BYTES: usize = 8 << 20;
@@ -77,6 +79,7 @@ pub(super) fn start(start: Start) -> AgentSession {
         answers: Answers::new(out_tx, pid),
         events: ev_tx,
         next_request: 1,
+        live: Live::default(),
     };
     tokio::spawn(driver.run(cmd_rx, line_rx));
     AgentSession {
@@ -192,6 +195,8 @@ struct Driver {
     events: mpsc::UnboundedSender<AgentEvent>,
     /// The last host request id used.
     next_request: u64,
+    /// What the agent is writing and which tool calls were reported.
+    live: Live,
 }
 
 impl Driver {
@@ -326,14 +331,37 @@ impl Driver {
                 state: SessionState::Idle,
             }) => self.emit(AgentEvent::Idle),
             CliLine::System(_) => self.emit(AgentEvent::Progress),
-            CliLine::Assistant { message } => match message.text() {
-                Some(text) => self.emit(AgentEvent::Text(text)),
+            CliLine::Assistant { message } => {
+                let started = self.live.on_assistant(&message);
+                let told = !started.is_empty();
+                for activity in started {
+                    self.emit(AgentEvent::Activity(activity));
+                }
+                match message.text() {
+                    Some(text) => self.emit(AgentEvent::Text(text)),
+                    None if !told => self.emit(AgentEvent::Progress),
+                    None => {}
+                }
+            }
+            // A subagent's text never reaches the chat: only a sign of life.
+            CliLine::StreamEvent {
+                parent_tool_use_id: Some(_),
+                ..
+            } => self.emit(AgentEvent::Progress),
+            CliLine::StreamEvent {
+                event,
+                parent_tool_use_id: None,
+            } => match self.live.on_stream(event) {
+                Some(activity) => self.emit(AgentEvent::Activity(activity)),
                 None => self.emit(AgentEvent::Progress),
             },
-            CliLine::User {} | CliLine::StreamEvent {} | CliLine::RateLimitEvent {} => {
+            CliLine::User {} | CliLine::RateLimitEvent {} => {
                 self.emit(AgentEvent::Progress);
             }
-            CliLine::Result(result) => self.emit(AgentEvent::Result(result.into())),
+            CliLine::Result(result) => {
+                self.live.turn_ended();
+                self.emit(AgentEvent::Result(result.into()));
+            }
             CliLine::ControlRequest {
                 request_id,
                 request,

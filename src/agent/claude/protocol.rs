@@ -21,6 +21,7 @@ use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
 use crate::config::PermissionMode;
 
 mod mcp_server;
+pub mod partial_json;
 
 pub use mcp_server::{
     CallMeta, McpMethod, McpRequest, RPC_HOST_STOPPING, RPC_INTERNAL, RPC_INVALID_PARAMS,
@@ -178,8 +179,16 @@ pub enum CliLine {
         #[serde(default, deserialize_with = "lenient")]
         response: ControlResponse,
     },
-    /// `stream_event`: a raw API stream event (partial messages).
-    StreamEvent {},
+    /// `stream_event`: a raw API stream event (partial messages, with
+    /// `--include-partial-messages`).
+    StreamEvent {
+        /// The Messages API's event.
+        #[serde(default, deserialize_with = "lenient")]
+        event: StreamEvent,
+        /// Set when a subagent (the `Task` tool) streams, not the agent.
+        #[serde(default, deserialize_with = "lenient")]
+        parent_tool_use_id: Option<String>,
+    },
     /// `rate_limit_event`: the API's rate-limit status.
     RateLimitEvent {},
     /// Any other `type`; [`Line::from_value`] turns it into
@@ -242,10 +251,22 @@ impl AssistantMessage {
             .iter()
             .filter_map(|block| match block {
                 ContentBlock::Text { text: Some(text) } => Some(text.as_str()),
-                ContentBlock::Text { text: None } | ContentBlock::Other => None,
+                ContentBlock::Text { text: None }
+                | ContentBlock::ToolUse { .. }
+                | ContentBlock::Other => None,
             })
             .collect();
         (!texts.is_empty()).then(|| texts.join("\n"))
+    }
+}
+
+impl AssistantMessage {
+    /// Its tool_use blocks: `(id, name, input)`.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+        self.content.iter().filter_map(|block| match block {
+            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            ContentBlock::Text { .. } | ContentBlock::Other => None,
+        })
     }
 }
 
@@ -259,10 +280,132 @@ pub enum ContentBlock {
         #[serde(default, deserialize_with = "lenient")]
         text: Option<String>,
     },
-    /// Tool use, thinking, …: nothing the host reads.
+    /// A tool call (the CLI's own tools and the host's alike).
+    ToolUse {
+        /// The tool-use id.
+        #[serde(default, deserialize_with = "lenient")]
+        id: String,
+        /// The tool's name as the model sent it (possibly MCP-prefixed).
+        #[serde(default, deserialize_with = "lenient")]
+        name: String,
+        /// The tool's input.
+        #[serde(default = "empty_object")]
+        input: Value,
+    },
+    /// Thinking, …: nothing the host reads.
     #[default]
     #[serde(other)]
     Other,
+}
+
+/// A `stream_event` line's event: the Messages API's own stream events, by
+/// their `type`; everything the host does not read is `Other`.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// A new API message starts.
+    MessageStart {
+        /// The message (its id names the texts it streams).
+        #[serde(default, deserialize_with = "lenient")]
+        message: StreamMessage,
+    },
+    /// A content block starts.
+    ContentBlockStart {
+        /// The block's index in its message.
+        #[serde(default, deserialize_with = "lenient")]
+        index: u64,
+        /// What kind of block.
+        #[serde(default, deserialize_with = "lenient")]
+        content_block: StreamBlock,
+    },
+    /// A piece of a content block.
+    ContentBlockDelta {
+        /// The block's index in its message.
+        #[serde(default, deserialize_with = "lenient")]
+        index: u64,
+        /// The piece.
+        #[serde(default, deserialize_with = "lenient")]
+        delta: Delta,
+    },
+    /// A content block is complete.
+    ContentBlockStop {
+        /// The block's index in its message.
+        #[serde(default, deserialize_with = "lenient")]
+        index: u64,
+    },
+    /// The API message is complete.
+    MessageStop,
+    /// `ping`, `message_delta`, anything else.
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+/// The message a `message_start` event announces.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+pub struct StreamMessage {
+    /// The API message id (`msg_…`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub id: String,
+}
+
+/// The block a `content_block_start` event announces.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamBlock {
+    /// Assistant text.
+    Text,
+    /// A tool call; its input follows as `input_json_delta` pieces.
+    ToolUse {
+        /// The tool-use id.
+        #[serde(default, deserialize_with = "lenient")]
+        id: String,
+        /// The tool's name as the model sent it.
+        #[serde(default, deserialize_with = "lenient")]
+        name: String,
+    },
+    /// Thinking, server tools, …
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+/// A `content_block_delta` event's piece.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Delta {
+    /// A piece of assistant text.
+    TextDelta {
+        /// The piece.
+        #[serde(default, deserialize_with = "lenient")]
+        text: String,
+    },
+    /// A piece of a tool call's input JSON.
+    InputJsonDelta {
+        /// The piece (the pieces concatenate to the input).
+        #[serde(default, deserialize_with = "lenient")]
+        partial_json: String,
+    },
+    /// Thinking, signatures, citations, …
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+/// The host tools whose `text` argument streams to the chat while the
+/// model writes it.
+pub const STREAMED_TOOLS: [&str; 2] = ["send", "end_turn"];
+
+/// The bare name of a host tool whose `text` argument streams
+/// ([`STREAMED_TOOLS`]), given its name as the model sends it
+/// (`mcp__telegram-tools__end_turn`) or bare; `None` for any other tool.
+pub fn streamed_tool(name: &str) -> Option<&str> {
+    let bare = name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.strip_prefix(TOOL_SERVER))
+        .and_then(|rest| rest.strip_prefix("__"))
+        .unwrap_or(name);
+    STREAMED_TOOLS.contains(&bare).then_some(bare)
 }
 
 /// The `result` line.
@@ -820,12 +963,191 @@ mod tests {
         );
         assert_eq!(
             parse(json!({"type": "stream_event", "event": {"type": "content_block_delta"}})),
-            Line::Cli(CliLine::StreamEvent {})
+            Line::Cli(CliLine::StreamEvent {
+                event: StreamEvent::ContentBlockDelta {
+                    index: 0,
+                    delta: Delta::Other
+                },
+                parent_tool_use_id: None,
+            })
         );
         assert_eq!(
             parse(json!({"type": "rate_limit_event", "rate_limit_info": {}})),
             Line::Cli(CliLine::RateLimitEvent {})
         );
+    }
+
+    fn stream(event: Value) -> StreamEvent {
+        match parse(
+            json!({"type": "stream_event", "event": event, "session_id": "s",
+            "parent_tool_use_id": null, "uuid": "u"}),
+        ) {
+            Line::Cli(CliLine::StreamEvent {
+                event,
+                parent_tool_use_id: None,
+            }) => event,
+            other => panic!("not a stream event: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn stream_events_are_read_by_type() {
+        assert_eq!(
+            stream(
+                json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "content": [], "usage": {}}})
+            ),
+            StreamEvent::MessageStart {
+                message: StreamMessage { id: "msg_1".into() }
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})),
+            StreamEvent::ContentBlockStart {
+                index: 0,
+                content_block: StreamBlock::Text
+            }
+        );
+        assert_eq!(
+            stream(
+                json!({"type": "content_block_start", "index": 2, "content_block":
+                {"type": "tool_use", "id": "toolu_1", "name": "mcp__telegram-tools__end_turn", "input": {}}})
+            ),
+            StreamEvent::ContentBlockStart {
+                index: 2,
+                content_block: StreamBlock::ToolUse {
+                    id: "toolu_1".into(),
+                    name: "mcp__telegram-tools__end_turn".into()
+                }
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"}})),
+            StreamEvent::ContentBlockDelta {
+                index: 0,
+                delta: Delta::TextDelta { text: "Hel".into() }
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"te"}})),
+            StreamEvent::ContentBlockDelta {
+                index: 1,
+                delta: Delta::InputJsonDelta {
+                    partial_json: "{\"te".into()
+                }
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "content_block_stop", "index": 1})),
+            StreamEvent::ContentBlockStop { index: 1 }
+        );
+        assert_eq!(
+            stream(json!({"type": "message_stop"})),
+            StreamEvent::MessageStop
+        );
+    }
+
+    #[test]
+    fn unknown_or_mistyped_stream_events_are_other_never_an_error() {
+        for event in [
+            json!({"type": "ping"}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            json!({"type": "future_event", "x": 1}),
+            json!({}),
+            json!("not an object"),
+            json!(null),
+        ] {
+            assert_eq!(stream(event.clone()), StreamEvent::Other, "{event}");
+        }
+        assert_eq!(
+            stream(json!({"type": "content_block_delta", "index": "one",
+                "delta": {"type": "thinking_delta", "thinking": "hm"}})),
+            StreamEvent::ContentBlockDelta {
+                index: 0,
+                delta: Delta::Other
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": 5}})),
+            StreamEvent::ContentBlockDelta {
+                index: 0,
+                delta: Delta::TextDelta {
+                    text: String::new()
+                }
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "thinking", "thinking": ""}})),
+            StreamEvent::ContentBlockStart {
+                index: 0,
+                content_block: StreamBlock::Other
+            }
+        );
+        assert_eq!(
+            stream(json!({"type": "message_start", "message": 7})),
+            StreamEvent::MessageStart {
+                message: StreamMessage::default()
+            }
+        );
+        assert_eq!(
+            parse(json!({"type": "stream_event"})),
+            Line::Cli(CliLine::StreamEvent {
+                event: StreamEvent::Other,
+                parent_tool_use_id: None,
+            })
+        );
+        assert_eq!(
+            parse(
+                json!({"type": "stream_event", "parent_tool_use_id": "toolu_task",
+                "event": {"type": "message_stop"}})
+            ),
+            Line::Cli(CliLine::StreamEvent {
+                event: StreamEvent::MessageStop,
+                parent_tool_use_id: Some("toolu_task".into()),
+            }),
+            "a subagent's stream is told apart"
+        );
+    }
+
+    #[test]
+    fn tool_use_blocks_are_read_from_assistant_lines() {
+        let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+            "type": "assistant",
+            "message": {"id": "m1", "content": [
+                {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
+                {"type": "tool_use", "id": 5, "name": "Read"},
+                {"type": "text", "text": "x"}
+            ]}
+        })) else {
+            panic!("not an assistant line")
+        };
+        let uses: Vec<_> = message.tool_uses().collect();
+        assert_eq!(
+            uses,
+            vec![
+                ("t1", "Bash", &json!({"command": "ls"})),
+                ("", "Read", &json!({}))
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_host_send_and_end_turn_stream_their_text() {
+        assert_eq!(streamed_tool("mcp__telegram-tools__send"), Some("send"));
+        assert_eq!(
+            streamed_tool("mcp__telegram-tools__end_turn"),
+            Some("end_turn")
+        );
+        assert_eq!(streamed_tool("end_turn"), Some("end_turn"));
+        assert_eq!(streamed_tool("mcp__telegram-tools__react"), None);
+        assert_eq!(streamed_tool("mcp__other-server__send"), None);
+        assert_eq!(streamed_tool("mcp__telegram-tools_send"), None);
+        assert_eq!(streamed_tool("Bash"), None);
     }
 
     #[test]

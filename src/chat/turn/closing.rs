@@ -48,7 +48,10 @@ impl TurnActor {
                     message: "the turn has already ended".into(),
                 });
             }
-            AgentEvent::Text(_) | AgentEvent::Progress | AgentEvent::Init { .. } => {}
+            AgentEvent::Text(_)
+            | AgentEvent::Progress
+            | AgentEvent::Activity(_)
+            | AgentEvent::Init { .. } => {}
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
                 tracing::debug!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), event = %shown, "late unknown event dropped");
