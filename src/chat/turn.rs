@@ -33,7 +33,7 @@ use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
 use crate::agent::{
-    AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, SessionCommand,
+    Activity, AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, SessionCommand,
 };
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
@@ -478,7 +478,13 @@ impl TurnActor {
                     "assistant text"
                 );
             }
-            AgentEvent::Progress | AgentEvent::Activity(_) => {}
+            AgentEvent::Progress => {}
+            AgentEvent::Activity(Activity::ToolStarted { name, input, .. }) => {
+                self.view.tool_started(&name, &input);
+            }
+            AgentEvent::Activity(Activity::Writing {
+                stream, appended, ..
+            }) => self.view.writing(&stream, &appended),
             AgentEvent::ToolCall(call) => self.serve_tool(call, ctx),
             AgentEvent::BatchResolved(batch) => {
                 let tools = batch.calls.iter().map(|c| c.name.clone()).collect();

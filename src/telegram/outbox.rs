@@ -217,7 +217,13 @@ struct LaneState {
     /// epoch is dropped.
     epochs: Mutex<HashMap<Option<ThreadId>, u64>>,
     /// The message each live slot shows.
-    slots: Mutex<HashMap<Slot, MessageId>>,
+    slots: Mutex<HashMap<Slot, Shown>>,
+}
+
+/// The message a live slot shows, and its text.
+struct Shown {
+    id: MessageId,
+    rendered: Rendered,
 }
 
 impl LaneState {
@@ -677,7 +683,17 @@ async fn send_text(
         if lane.state.purged(place.topic, lane.epoch) {
             return Err((OutboxError::Dropped, ids.len()));
         }
-        if let Some(message_id) = shown.take() {
+        if let Some(Shown {
+            id: message_id,
+            rendered,
+        }) = shown.take()
+        {
+            if rendered == piece {
+                // The preview already shows exactly this piece.
+                ids.push(message_id);
+                place.reply_to = None;
+                continue;
+            }
             match live::edit(shared, chat, bucket, message_id, &piece).await {
                 Ok(()) => {
                     ids.push(message_id);
@@ -807,7 +823,7 @@ impl Worker {
         }
         let rendered = live_text(&show.text, show.markdown);
         let draft = show.show_as == ShowAs::Draft && chat.is_user();
-        let shown = lock(&self.state.slots).get(&show.slot).copied();
+        let shown = lock(&self.state.slots).get(&show.slot).map(|s| s.id);
         let global = retry::reserve_global(&self.shared);
         self.bucket.reserve();
         if !global.is_zero() {
@@ -816,9 +832,13 @@ impl Worker {
         let answer = live::show(&self.shared, chat, &show, &rendered, draft, shown).await;
         match answer {
             Ok(Some(id)) => {
-                lock(&self.state.slots).insert(show.slot, id);
+                lock(&self.state.slots).insert(show.slot, Shown { id, rendered });
             }
-            Ok(None) => {}
+            Ok(None) => {
+                if let Some(shown) = lock(&self.state.slots).get_mut(&show.slot) {
+                    shown.rendered = rendered;
+                }
+            }
             Err(RequestError::RetryAfter(secs)) => {
                 tracing::info!(
                     chat_id = chat.0,
@@ -853,7 +873,7 @@ struct LaneView<'a> {
 impl LaneView<'_> {
     /// Ends `slot`: its queued live text is dropped; the message it showed,
     /// if any.
-    fn close(&self, shared: &Shared, slot: Slot) -> Option<MessageId> {
+    fn close(&self, shared: &Shared, slot: Slot) -> Option<Shown> {
         if self.light.remove(slot) {
             self.state.pending.fetch_sub(1, Ordering::SeqCst);
             done(shared, 1);
@@ -917,7 +937,7 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             }
         }
         Job::Clear(clear) => {
-            let Some(message_id) = lane.close(shared, clear.slot) else {
+            let Some(Shown { id: message_id, .. }) = lane.close(shared, clear.slot) else {
                 return;
             };
             let result = match &clear.fold {

@@ -38,8 +38,12 @@ pub const STRANGER: i64 = 666;
 pub const SOON: Duration = Duration::from_secs(10);
 
 /// What [`Harness`] sets on top of [`ConfigVars::new`]: short polls and
-/// typing renewals, three users, one admin, state in memory.
+/// typing renewals, three users, one admin, state in memory, and no live
+/// view (no status message, no preview: the tests of the live view turn it
+/// on), so other tests see only the messages they are about.
 pub const TEST_DEFAULTS: &[(&str, &str)] = &[
+    ("TURNSTILE_PROGRESS_AFTER", "1h"),
+    ("TURNSTILE_PROGRESS_STREAM", "off"),
     ("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s"),
     ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001,1002,1003"),
     ("TURNSTILE_ACCESS_ADMINS", "9"),

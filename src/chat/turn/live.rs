@@ -171,6 +171,11 @@ impl LiveView {
         if elapsed < self.config.after {
             return;
         }
+        let previewing = self.preview.as_ref().is_some_and(|p| p.shown.is_some());
+        if self.status.slot.is_none() && self.status.calls == 0 && previewing {
+            // The answer shows as it is written: "working" adds nothing.
+            return;
+        }
         let text = status_text(self.status.current.as_deref(), self.status.calls, elapsed);
         if let Some((shown, at)) = &self.status.shown
             && (*shown == text || at.elapsed() < self.config.interval / 2)

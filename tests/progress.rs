@@ -1,0 +1,429 @@
+//! What a chat sees while its agent works: the status message (the tool
+//! running now, the tool calls, the time), the answer's preview that
+//! becomes the answer, the limits of a turn's output, and `/stop` dropping
+//! what the turn queued. Real teloxide client, fake Bot API, scripted agent.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+use turnstile::agent::{Scenario, Step};
+use turnstile::telegram::RateLimits;
+
+const SEND: &str = "mcp__telegram-tools__send";
+const END: &str = "mcp__telegram-tools__end_turn";
+
+fn activity(tool: &str, input: Value) -> Step {
+    Step::Activity {
+        tool: tool.into(),
+        input,
+    }
+}
+
+fn wait(ms: u64) -> Step {
+    Step::Wait { ms }
+}
+
+/// Two tools, about two seconds, then the answer.
+fn working() -> Scenario {
+    Scenario::default().with_rule(
+        "work",
+        turn(vec![
+            activity("Bash", json!({"command": "cargo test"})),
+            wait(900),
+            activity("Read", json!({"file_path": "src/main.rs"})),
+            wait(900),
+            Step::Tools {
+                calls: vec![
+                    tool(SEND, json!({"text": "All tests pass."})),
+                    tool(END, json!({})),
+                ],
+            },
+        ]),
+    )
+}
+
+const LIVE: &[(&str, &str)] = &[
+    ("TURNSTILE_PROGRESS_AFTER", "300ms"),
+    ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
+    ("TURNSTILE_PROGRESS_STREAM", "edit"),
+];
+
+/// The answer's preview without the status message.
+const STREAMING: &[(&str, &str)] = &[
+    ("TURNSTILE_PROGRESS_AFTER", "1h"),
+    ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
+    ("TURNSTILE_PROGRESS_STREAM", "edit"),
+];
+
+fn text_of(call: &Call) -> &str {
+    call.params["text"].as_str().unwrap_or_default()
+}
+
+/// Every request about message `id` of chat 1 (its send, edits, delete).
+fn about(h: &Harness, id: i64) -> Vec<Call> {
+    h.api
+        .calls()
+        .into_iter()
+        .filter(|c| {
+            matches!(c.method.as_str(), "editmessagetext" | "deletemessage")
+                && c.params["message_id"] == json!(id)
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn a_long_turn_shows_its_status_then_the_status_goes() {
+    let mut h = Harness::start(working(), LIVE).await;
+    h.say(1, USER, "work please");
+    let status = h
+        .api
+        .wait_for(SOON, "the status message", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "sendmessage" && text_of(c).starts_with("🔧"))
+                .cloned()
+        })
+        .await;
+    assert!(
+        text_of(&status).starts_with("🔧 Bash: cargo test\n1 tool call · "),
+        "{}",
+        text_of(&status)
+    );
+    h.turn_ended(1, 1).await;
+    let deleted = h.api.wait_for_call("deleteMessage", SOON).await;
+    let id = deleted.params["message_id"].as_i64().expect("an id");
+    let edits: Vec<Call> = about(&h, id)
+        .into_iter()
+        .filter(|c| c.method == "editmessagetext")
+        .collect();
+    assert!(
+        edits
+            .iter()
+            .any(|e| text_of(e).starts_with("📖 Read src/main.rs\n2 tool calls · ")),
+        "the status follows the agent: {:#?}",
+        edits.iter().map(text_of).collect::<Vec<_>>()
+    );
+    let mut times = vec![status.at];
+    times.extend(edits.iter().map(|e| e.at));
+    for pair in times.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap >= Duration::from_millis(100),
+            "two status updates {gap:?} apart with progress.interval = 300ms"
+        );
+    }
+    assert!(
+        about(&h, id)
+            .last()
+            .is_some_and(|c| c.method == "deletemessage"),
+        "nothing after the delete"
+    );
+    let texts = h.texts(1);
+    assert_eq!(
+        texts.iter().filter(|t| *t == "All tests pass.").count(),
+        1,
+        "the answer is its own message: {texts:#?}"
+    );
+}
+
+#[actix_rt::test]
+async fn with_keep_fold_the_status_stays_as_one_line() {
+    let mut env = LIVE.to_vec();
+    env.push(("TURNSTILE_PROGRESS_KEEP", "fold"));
+    let mut h = Harness::start(working(), &env).await;
+    h.say(1, USER, "work please");
+    h.turn_ended(1, 1).await;
+    let folded = h
+        .api
+        .wait_for(SOON, "the folded status", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "editmessagetext" && text_of(c).starts_with("✅"))
+                .cloned()
+        })
+        .await;
+    assert!(
+        text_of(&folded).starts_with("✅ 2 tool calls · "),
+        "{}",
+        text_of(&folded)
+    );
+    assert!(h.api.calls_of("deleteMessage").is_empty());
+}
+
+#[actix_rt::test]
+async fn a_turn_shorter_than_progress_after_shows_no_status() {
+    let scenario = working().with_rule("quick", reply("done quickly"));
+    let mut env = LIVE.to_vec();
+    env[0] = ("TURNSTILE_PROGRESS_AFTER", "700ms");
+    let mut h = Harness::start(scenario, &env).await;
+    h.say(1, USER, "quick one");
+    h.turn_ended(1, 1).await;
+    // The next turn runs past `after`: the first status of the chat is its.
+    h.say(1, USER, "work please");
+    let status = h
+        .api
+        .wait_for(SOON, "a status message", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "sendmessage" && text_of(c).starts_with("🔧"))
+                .cloned()
+        })
+        .await;
+    let sends = h.api.calls_of("sendMessage");
+    let before: Vec<&str> = sends
+        .iter()
+        .filter(|c| c.seq < status.seq)
+        .map(text_of)
+        .collect();
+    assert_eq!(
+        before,
+        ["done quickly"],
+        "the quick turn showed only its answer"
+    );
+    assert!(
+        text_of(&status).contains("1 tool call"),
+        "{}",
+        text_of(&status)
+    );
+}
+
+/// `end_turn` whose `text` streams in three pieces, `ms` apart.
+fn streamed_end_turn(ms: u64) -> (Scenario, String) {
+    let whole = "Here is the answer you asked for, written piece by piece until done.";
+    let pieces = vec![
+        "{\"text\":\"Here is the answer".to_string(),
+        " you asked for, written".to_string(),
+        " piece by piece until done.\"}".to_string(),
+    ];
+    let scenario = Scenario::default().with_rule(
+        "stream",
+        turn(vec![
+            Step::StreamTool {
+                tool: END.into(),
+                pieces,
+                ms,
+            },
+            Step::Tools {
+                calls: vec![tool(END, json!({ "text": whole }))],
+            },
+        ]),
+    );
+    (scenario, whole.to_string())
+}
+
+#[actix_rt::test]
+async fn the_text_of_end_turn_shows_as_it_is_written_and_becomes_the_answer() {
+    let (scenario, whole) = streamed_end_turn(400);
+    let mut h = Harness::start(scenario, STREAMING).await;
+    h.say(1, USER, "stream it");
+    h.turn_ended(1, 1).await;
+    let final_edit = h
+        .api
+        .wait_for(SOON, "the answer in the preview", |calls| {
+            calls
+                .iter()
+                .rev()
+                .find(|c| c.method == "editmessagetext" && text_of(c) == whole)
+                .cloned()
+        })
+        .await;
+    let sends = h.api.calls_of("sendMessage");
+    assert_eq!(
+        sends.len(),
+        1,
+        "one message: {:#?}",
+        sends.iter().map(text_of).collect::<Vec<_>>()
+    );
+    let preview = text_of(&sends[0]);
+    assert_eq!(
+        preview, "Here is the answer you asked for, written",
+        "shown once 40 characters exist"
+    );
+    assert!(whole.starts_with(preview));
+    assert!(final_edit.seq > sends[0].seq);
+    assert_eq!(
+        final_edit.status, 200,
+        "the answer is an edit of the bot's one message, the preview"
+    );
+}
+
+#[actix_rt::test]
+async fn with_streaming_off_the_answer_arrives_whole_and_once() {
+    let (scenario, whole) = streamed_end_turn(100);
+    let mut env = LIVE.to_vec();
+    env[2] = ("TURNSTILE_PROGRESS_STREAM", "off");
+    let mut h = Harness::start(scenario, &env).await;
+    h.say(1, USER, "stream it");
+    h.turn_ended(1, 1).await;
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, [whole]);
+    assert!(h.api.calls_of("editMessageText").is_empty());
+}
+
+#[actix_rt::test]
+async fn a_draft_streams_in_a_private_chat_then_the_answer_is_one_message() {
+    let (scenario, whole) = streamed_end_turn(400);
+    let mut env = STREAMING.to_vec();
+    env[2] = ("TURNSTILE_PROGRESS_STREAM", "draft");
+    let mut h = Harness::start(scenario, &env).await;
+    h.say(1, USER, "stream it");
+    h.turn_ended(1, 1).await;
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, [whole.clone()]);
+    let drafts = h.api.calls_of("sendMessageDraft");
+    let shown: Vec<&str> = drafts.iter().map(text_of).collect();
+    assert!(!drafts.is_empty(), "no draft");
+    assert!(
+        shown.iter().all(|d| whole.starts_with(d)),
+        "drafts grow towards the answer: {shown:#?}"
+    );
+    assert!(h.api.calls_of("editMessageText").is_empty());
+}
+
+#[actix_rt::test]
+async fn a_plain_text_answer_streams_into_its_preview_with_no_status_beside_it() {
+    let whole = "The plain answer, streamed as assistant text, arrives in one message, \
+                 with no status beside it: the text itself shows the agent at work.";
+    let scenario = Scenario::default().with_rule(
+        "plain",
+        turn(vec![
+            Step::Stream {
+                pieces: vec![
+                    "The plain answer, streamed".into(),
+                    " as assistant text, arrives".into(),
+                    " in one message,".into(),
+                    " with no status beside it:".into(),
+                    " the text itself shows the agent at work.".into(),
+                ],
+                ms: 400,
+            },
+            result(whole),
+        ]),
+    );
+    // The status would be due at 900 ms; the preview shows from about 400.
+    let mut env = LIVE.to_vec();
+    env[0] = ("TURNSTILE_PROGRESS_AFTER", "900ms");
+    let mut h = Harness::start(scenario, &env).await;
+    h.say(1, USER, "plain please");
+    h.turn_ended(1, 1).await;
+    h.api
+        .wait_for(SOON, "the answer", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "editmessagetext" && text_of(c) == whole)
+                .cloned()
+        })
+        .await;
+    let sends = h.api.calls_of("sendMessage");
+    assert_eq!(
+        sends.len(),
+        1,
+        "{:#?}",
+        sends.iter().map(text_of).collect::<Vec<_>>()
+    );
+    assert!(whole.starts_with(text_of(&sends[0])));
+}
+
+#[actix_rt::test]
+async fn past_max_messages_send_fails_the_chat_is_told_once_and_the_turn_ends() {
+    let mut calls: Vec<_> = (1..=5)
+        .map(|i| tool(SEND, json!({ "text": format!("message {i}") })))
+        .collect();
+    calls.push(tool(END, json!({})));
+    let scenario = Scenario::default().with_rule("many", turn(vec![Step::Tools { calls }]));
+    let mut h = Harness::start(scenario, &[("TURNSTILE_TURN_MAX_MESSAGES", "3")]).await;
+    h.say(1, USER, "many please");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert!(
+        matches!(outcome, turnstile::chat::TurnOutcome::Terminated { .. }),
+        "{outcome:?}"
+    );
+    let texts = h.api.wait_for_texts(1, 4, SOON).await;
+    assert_eq!(&texts[..3], ["message 1", "message 2", "message 3"]);
+    assert!(texts[3].contains("limit of 3 messages"), "{}", texts[3]);
+    assert_eq!(texts.len(), 4, "one notice: {texts:#?}");
+    let results = h.backend.log().tool_results;
+    let refused: Vec<&String> = results
+        .iter()
+        .filter(|(name, _)| name == SEND)
+        .map(|(_, r)| r)
+        .skip(3)
+        .collect();
+    assert_eq!(refused.len(), 2);
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.starts_with("Error") && r.contains("turn.max_messages")),
+        "{refused:#?}"
+    );
+}
+
+#[actix_rt::test]
+async fn a_send_past_max_output_is_cut_with_a_notice_and_the_next_is_refused() {
+    let long = "word ".repeat(100); // 500 bytes
+    let calls = vec![
+        tool(SEND, json!({ "text": long })),
+        tool(SEND, json!({ "text": "more" })),
+        tool(END, json!({})),
+    ];
+    let scenario = Scenario::default().with_rule("long", turn(vec![Step::Tools { calls }]));
+    let mut h = Harness::start(scenario, &[("TURNSTILE_TURN_MAX_OUTPUT", "200")]).await;
+    h.say(1, USER, "long please");
+    h.turn_ended(1, 1).await;
+    let texts = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(texts.len(), 2, "{texts:#?}");
+    assert!(
+        texts[0].len() <= 200 && texts[0].ends_with("[…]"),
+        "{:?}",
+        texts[0]
+    );
+    assert!(texts[1].contains("limit of 200 bytes"), "{}", texts[1]);
+    let results = h.backend.log().tool_results;
+    let sends: Vec<&String> = results
+        .iter()
+        .filter(|(name, _)| name == SEND)
+        .map(|(_, r)| r)
+        .collect();
+    assert!(sends[0].contains("cut after"), "{}", sends[0]);
+    assert!(sends[1].contains("turn.max_output"), "{}", sends[1]);
+}
+
+#[actix_rt::test]
+async fn stop_drops_the_messages_the_turn_queued() {
+    let mut calls: Vec<_> = (1..=6)
+        .map(|i| tool(SEND, json!({ "text": format!("flood {i}") })))
+        .collect();
+    calls.push(tool(END, json!({})));
+    let scenario =
+        Scenario::default().with_rule("flood", turn(vec![Step::Tools { calls }, wait(60_000)]));
+    // One message every 2 s: the flood queues in the outbox.
+    let limits = RateLimits {
+        chat_burst: 1.0,
+        chat_per_sec: 0.5,
+        ..Harness::fast_limits()
+    };
+    let mut h = Harness::start_with_limits(scenario, &[], limits).await;
+    h.say(1, USER, "flood please");
+    h.api.wait_for_texts(1, 1, SOON).await;
+    h.say(1, USER, "/stop");
+    h.turn_ended(1, 1).await;
+    let texts = h
+        .api
+        .wait_for(Duration::from_secs(30), "the stop notice", |calls| {
+            let texts: Vec<String> = calls
+                .iter()
+                .filter(|c| c.method == "sendmessage")
+                .map(|c| text_of(c).to_string())
+                .collect();
+            texts.iter().any(|t| t.starts_with("⏹")).then_some(texts)
+        })
+        .await;
+    let flood = texts.iter().filter(|t| t.starts_with("flood")).count();
+    assert!(
+        flood <= 2,
+        "the messages queued at /stop were still sent: {texts:#?}"
+    );
+}
