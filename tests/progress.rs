@@ -333,7 +333,9 @@ async fn past_max_messages_send_fails_the_chat_is_told_once_and_the_turn_ends() 
         .map(|i| tool(SEND, json!({ "text": format!("message {i}") })))
         .collect();
     calls.push(tool(END, json!({})));
-    let scenario = Scenario::default().with_rule("many", turn(vec![Step::Tools { calls }]));
+    let scenario = Scenario::default()
+        .with_rule("many", turn(vec![Step::Tools { calls }]))
+        .with_rule("ping", reply("pong"));
     let mut h = Harness::start(scenario, &[("TURNSTILE_TURN_MAX_MESSAGES", "3")]).await;
     h.say(1, USER, "many please");
     let (_, outcome, _) = h.turn_ended(1, 1).await;
@@ -341,7 +343,20 @@ async fn past_max_messages_send_fails_the_chat_is_told_once_and_the_turn_ends() 
         matches!(outcome, turnstile::chat::TurnOutcome::Terminated { .. }),
         "{outcome:?}"
     );
-    let texts = h.api.wait_for_texts(1, 4, SOON).await;
+    // The next turn's answer comes after anything the first one queued.
+    h.say(1, USER, "ping");
+    let texts = h
+        .api
+        .wait_for(SOON, "the next answer", |calls| {
+            let texts: Vec<String> = calls
+                .iter()
+                .filter(|c| c.method == "sendmessage")
+                .map(|c| text_of(c).to_string())
+                .collect();
+            (texts.last().map(String::as_str) == Some("pong")).then_some(texts)
+        })
+        .await;
+    let texts = &texts[..texts.len() - 1];
     assert_eq!(&texts[..3], ["message 1", "message 2", "message 3"]);
     assert!(texts[3].contains("limit of 3 messages"), "{}", texts[3]);
     assert_eq!(texts.len(), 4, "one notice: {texts:#?}");
@@ -392,38 +407,42 @@ async fn a_send_past_max_output_is_cut_with_a_notice_and_the_next_is_refused() {
 }
 
 #[actix_rt::test]
-async fn stop_drops_the_messages_the_turn_queued() {
-    let mut calls: Vec<_> = (1..=6)
-        .map(|i| tool(SEND, json!({ "text": format!("flood {i}") })))
-        .collect();
-    calls.push(tool(END, json!({})));
-    let scenario =
-        Scenario::default().with_rule("flood", turn(vec![Step::Tools { calls }, wait(60_000)]));
-    // One message every 2 s: the flood queues in the outbox.
+async fn stop_drops_the_pieces_of_a_long_message_still_queued() {
+    // Ten pieces of 4,000 characters, one every 2 s.
+    let long = format!("{}\n\n", "x".repeat(4000)).repeat(10);
+    let scenario = Scenario::default()
+        .with_rule("long", reply(&long))
+        .with_rule("ping", reply("pong"));
     let limits = RateLimits {
         chat_burst: 1.0,
         chat_per_sec: 0.5,
         ..Harness::fast_limits()
     };
-    let mut h = Harness::start_with_limits(scenario, &[], limits).await;
-    h.say(1, USER, "flood please");
+    let env = [("TURNSTILE_TURN_MAX_OUTPUT", "100000")];
+    let mut h = Harness::start_with_limits(scenario, &env, limits).await;
+    h.say(1, USER, "long please");
     h.api.wait_for_texts(1, 1, SOON).await;
     h.say(1, USER, "/stop");
     h.turn_ended(1, 1).await;
+    h.say(1, USER, "ping");
     let texts = h
         .api
-        .wait_for(Duration::from_secs(30), "the stop notice", |calls| {
+        .wait_for(Duration::from_secs(30), "the next answer", |calls| {
             let texts: Vec<String> = calls
                 .iter()
                 .filter(|c| c.method == "sendmessage")
                 .map(|c| text_of(c).to_string())
                 .collect();
-            texts.iter().any(|t| t.starts_with("⏹")).then_some(texts)
+            texts.iter().any(|t| t == "pong").then_some(texts)
         })
         .await;
-    let flood = texts.iter().filter(|t| t.starts_with("flood")).count();
+    let pieces = texts.iter().filter(|t| t.starts_with('x')).count();
     assert!(
-        flood <= 2,
-        "the messages queued at /stop were still sent: {texts:#?}"
+        pieces <= 2,
+        "{pieces} pieces of the stopped message were sent after /stop"
+    );
+    assert!(
+        texts.iter().any(|t| t.starts_with("⏹ Stopped")),
+        "{texts:?}"
     );
 }

@@ -596,10 +596,6 @@ impl Handler<InterruptTurn> for TurnActor {
     type Result = ();
 
     fn handle(&mut self, _msg: InterruptTurn, ctx: &mut Self::Context) {
-        // `/stop`: what the turn queued and did not send yet goes.
-        if let Some(lane) = &self.lane {
-            lane.cut();
-        }
         self.record(TurnEvent::Interrupt, ctx);
     }
 }

@@ -167,10 +167,8 @@ impl LiveView {
     }
 
     fn flush_status(&mut self) {
+        // Ticks begin at `progress.after` (`arm_view`).
         let elapsed = self.started.elapsed();
-        if elapsed < self.config.after {
-            return;
-        }
         let previewing = self.preview.as_ref().is_some_and(|p| p.shown.is_some());
         if self.status.slot.is_none() && self.status.calls == 0 && previewing {
             // The answer shows as it is written: "working" adds nothing.

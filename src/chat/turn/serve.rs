@@ -4,7 +4,7 @@
 //! in order.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::{AsyncContext, Context, Handler, Message};
 use teloxide::types::ChatId;
@@ -23,13 +23,8 @@ use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
 /// outbox, in the order given. It outlives the turn actor, so nothing queued
 /// is lost when the actor stops.
 pub(super) struct ReplyLane {
-    /// Texts and files to forward, numbered; closed when the turn actor
-    /// drops it.
-    tx: mpsc::UnboundedSender<(u64, Outgoing)>,
-    /// How many were queued.
-    queued: u64,
-    /// Those numbered below this are dropped, not forwarded (`/stop`).
-    cut: Arc<AtomicU64>,
+    /// Texts and files to forward; closed when the turn actor drops it.
+    tx: mpsc::UnboundedSender<Outgoing>,
 }
 
 /// What a turn sends to its chat.
@@ -37,23 +32,6 @@ pub(super) struct ReplyLane {
 pub(super) enum Outgoing {
     Text(SendText),
     File(SendFile),
-}
-
-impl Outgoing {
-    /// Tells whoever waits that it was not sent.
-    fn refuse(self, err: OutboxError) {
-        match self {
-            Self::Text(SendText {
-                reply: Some(reply), ..
-            }) => {
-                let _ = reply.send(Err(err));
-            }
-            Self::Text(_) => {}
-            Self::File(file) => {
-                let _ = file.reply.send(Err(err));
-            }
-        }
-    }
 }
 
 /// What the agent sent in a turn, against `turn.max_messages` and
@@ -79,37 +57,23 @@ enum Allowance {
 impl ReplyLane {
     /// Opens the lane: the "replied" write is asked now.
     pub(super) fn open(inbox: &Inbox, update_ids: Vec<i64>, outbox: actix::Addr<Outbox>) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Outgoing)>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let durable = inbox.replying(update_ids);
-        let cut = Arc::new(AtomicU64::new(0));
-        let dropped_below = Arc::clone(&cut);
         actix::spawn(async move {
             durable.await;
-            while let Some((n, out)) = rx.recv().await {
-                if n < dropped_below.load(Ordering::SeqCst) {
-                    out.refuse(OutboxError::Dropped);
-                    continue;
-                }
+            while let Some(out) = rx.recv().await {
                 match out {
                     Outgoing::Text(send) => outbox.do_send(send),
                     Outgoing::File(send) => outbox.do_send(send),
                 }
             }
         });
-        Self { tx, queued: 0, cut }
-    }
-
-    /// Drops what was queued so far and is not forwarded yet (`/stop`);
-    /// what is queued later goes.
-    pub(super) fn cut(&self) {
-        self.cut.store(self.queued, Ordering::SeqCst);
+        Self { tx }
     }
 
     /// Queues a text or file behind the "replied" write.
-    pub(super) fn send(&mut self, out: Outgoing) {
-        let n = self.queued;
-        self.queued += 1;
-        if let Err(mpsc::error::SendError((_, out))) = self.tx.send((n, out)) {
+    pub(super) fn send(&self, out: Outgoing) {
+        if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
             tracing::error!(?out, "reply lane closed; dropped");
