@@ -272,7 +272,7 @@ async fn a_draft_streams_in_a_private_chat_then_the_answer_is_one_message() {
     h.say(1, USER, "stream it");
     h.turn_ended(1, 1).await;
     let texts = h.api.wait_for_texts(1, 1, SOON).await;
-    assert_eq!(texts, [whole.clone()]);
+    assert_eq!(texts, std::slice::from_ref(&whole));
     let drafts = h.api.calls_of("sendMessageDraft");
     let shown: Vec<&str> = drafts.iter().map(text_of).collect();
     assert!(!drafts.is_empty(), "no draft");
