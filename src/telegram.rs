@@ -4,6 +4,7 @@
 pub mod addressing;
 pub(crate) mod call;
 pub mod files;
+pub mod format;
 pub(crate) mod intake;
 pub(crate) mod outbox;
 pub mod split;
