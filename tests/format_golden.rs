@@ -180,3 +180,62 @@ fn a_code_block_cut_across_pieces_is_pre_in_both() {
         validate(&piece.text, &piece.entities).unwrap();
     }
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Markdown-ish tokens that stress the parser and the renderer.
+    const TOKENS: &[&str] = &[
+        "*", "**", "_", "__", "`", "```", "```rust\n", "~~", "[", "](", ")", "](https://e.com/a_(b))",
+        "<https://x.y>", "|", "| a | b |\n|---|---|\n", "#", "# ", ">", "> ", "-", "- ", "1. ",
+        "- [ ] ", "- [x] ", "\n", "\n\n", "  ", "    ", "\t", "word", "snake_case", "😀", "🇺🇦",
+        "👩‍💻", "𝒳", "字", "<b>", "&amp;", "&", "\\", "!", "![alt](https://e.com/i.png)", "---\n",
+        "\r\n", " ",
+    ];
+
+    fn markdownish() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop::sample::select(TOKENS), 0..120).prop_map(|t| t.concat())
+    }
+
+    fn check(markdown: &str, limit: usize) -> Result<(), TestCaseError> {
+        let rendered = format::render(markdown);
+        let pieces = format::split(&rendered, limit);
+        for (i, piece) in pieces.iter().enumerate() {
+            prop_assert!(piece.units() <= limit, "piece {i}: {} units", piece.units());
+            prop_assert!(!piece.text.trim().is_empty(), "piece {i} is blank");
+            if let Err(e) = validate(&piece.text, &piece.entities) {
+                return Err(TestCaseError::fail(format!("piece {i} refused: {e}: {piece:?}")));
+            }
+        }
+        let joined: String = pieces.iter().map(|p| p.text.as_str()).collect();
+        prop_assert_eq!(non_whitespace(&joined), non_whitespace(&rendered.text));
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn arbitrary_strings_render_to_valid_pieces(s in any::<String>(), small in 2usize..80) {
+            check(&s, TELEGRAM_TEXT_LIMIT)?;
+            check(&s, small)?;
+        }
+
+        #[test]
+        fn markdownish_strings_render_to_valid_pieces(s in markdownish(), small in 2usize..80) {
+            check(&s, TELEGRAM_TEXT_LIMIT)?;
+            check(&s, 50)?;
+            check(&s, small)?;
+        }
+
+        #[test]
+        fn long_markdownish_strings_split_at_the_limit(
+            parts in prop::collection::vec(markdownish(), 1..40)
+        ) {
+            let s = parts.join("\n\n").repeat(4);
+            check(&s, TELEGRAM_TEXT_LIMIT)?;
+            check(&s, 300)?;
+        }
+    }
+}
