@@ -62,7 +62,10 @@ fn markdown(size: usize) -> String {
         if i % 3 == 0 {
             out.push_str("```rust\n");
             for line in 0..(20 + i % 200) {
-                let _ = writeln!(out, "    let value_{line} = compute(&input[{line}..], flag);");
+                let _ = writeln!(
+                    out,
+                    "    let value_{line} = compute(&input[{line}..], flag);"
+                );
             }
             out.push_str("```\n\n");
         }
@@ -146,7 +149,10 @@ fn main() {
 
     let (both_time, pieces) = time(runs, || format::pieces(&md));
     rows.push([
-        format!("`format::render` + `split` of {:.1} MB Markdown", md.len() as f64 / MB as f64),
+        format!(
+            "`format::render` + `split` of {:.1} MB Markdown",
+            md.len() as f64 / MB as f64
+        ),
         ms(both_time),
         format!("{} pieces", pieces.len()),
         "—".into(),
@@ -155,7 +161,10 @@ fn main() {
     let plain = &rendered.text;
     let (plain_time, plain_pieces) = time(runs, || split_message(plain, TELEGRAM_TEXT_LIMIT));
     rows.push([
-        format!("`split_message` (now linear) of {:.1} MB plain text", plain.len() as f64 / MB as f64),
+        format!(
+            "`split_message` (now linear) of {:.1} MB plain text",
+            plain.len() as f64 / MB as f64
+        ),
         ms(plain_time),
         format!("{} pieces", plain_pieces.len()),
         format!(
@@ -175,10 +184,17 @@ fn main() {
         legacy::split_message(small, TELEGRAM_TEXT_LIMIT)
     });
     rows.push([
-        format!("old quadratic `split_message` of {:.1} MB (for comparison)", small.len() as f64 / MB as f64),
+        format!(
+            "old quadratic `split_message` of {:.1} MB (for comparison)",
+            small.len() as f64 / MB as f64
+        ),
         ms(old_small),
         format!("{} pieces", old_pieces.len()),
-        format!("now {} ({:.0}× faster)", ms(new_small), old_small.as_secs_f64() / new_small.as_secs_f64().max(1e-9)),
+        format!(
+            "now {} ({:.0}× faster)",
+            ms(new_small),
+            old_small.as_secs_f64() / new_small.as_secs_f64().max(1e-9)
+        ),
     ]);
 
     let mut report = String::new();
@@ -187,7 +203,11 @@ fn main() {
         report,
         "Mode {}; {}; median of {runs} runs (the old splitter: {} runs). Target: split 8 MB under 100 ms.\n",
         if args.quick { "quick" } else { "full" },
-        if cfg!(debug_assertions) { "debug build" } else { "release build" },
+        if cfg!(debug_assertions) {
+            "debug build"
+        } else {
+            "release build"
+        },
         1.max(runs / 3),
     );
     let _ = writeln!(report, "| what | time | output | target |");

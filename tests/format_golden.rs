@@ -95,7 +95,10 @@ fn check_pieces(name: &str, rendered: &Rendered) {
         let pieces = format::split(rendered, limit);
         assert!(!pieces.is_empty(), "{name}: no pieces");
         for (i, piece) in pieces.iter().enumerate() {
-            assert!(piece.units() <= limit, "{name}: piece {i} too long at {limit}");
+            assert!(
+                piece.units() <= limit,
+                "{name}: piece {i} too long at {limit}"
+            );
             validate(&piece.text, &piece.entities)
                 .unwrap_or_else(|e| panic!("{name}: piece {i} at limit {limit} refused: {e}"));
         }
@@ -125,10 +128,16 @@ fn golden_answers_render_as_expected_and_validate() {
             std::fs::write(&expected_path, &actual).unwrap();
             continue;
         }
-        let expected = std::fs::read_to_string(&expected_path)
-            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", expected_path.display()));
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (UPDATE_GOLDEN=1 writes it)",
+                expected_path.display()
+            )
+        });
         if expected != actual {
-            mismatches.push(format!("{name}:\n--- expected\n{expected}\n--- actual\n{actual}"));
+            mismatches.push(format!(
+                "{name}:\n--- expected\n{expected}\n--- actual\n{actual}"
+            ));
         }
     }
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n\n"));
@@ -141,7 +150,11 @@ fn a_code_block_cut_across_pieces_is_pre_in_both() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format");
     let markdown = std::fs::read_to_string(dir.join("30-long-answer-with-code.md")).unwrap();
     let rendered = format::render(&markdown);
-    assert!(rendered.units() > TELEGRAM_TEXT_LIMIT, "{}", rendered.units());
+    assert!(
+        rendered.units() > TELEGRAM_TEXT_LIMIT,
+        "{}",
+        rendered.units()
+    );
     let pieces = format::pieces(&markdown);
     assert!(pieces.len() >= 2, "{}", pieces.len());
     let pre_languages = |p: &Rendered| -> Vec<Option<String>> {
@@ -172,7 +185,10 @@ fn a_code_block_cut_across_pieces_is_pre_in_both() {
             assert_eq!(first.as_deref(), Some("rust"));
             // The cut is at a line break: the first piece ends a code line.
             let next_line = b.text.lines().next().unwrap();
-            assert!(rendered.text.contains(&format!("\n{next_line}")), "{next_line:?}");
+            assert!(
+                rendered.text.contains(&format!("\n{next_line}")),
+                "{next_line:?}"
+            );
         }
     }
     assert!(cut_blocks >= 1, "no code block was cut: {pieces:#?}");
@@ -187,11 +203,51 @@ mod props {
 
     /// Markdown-ish tokens that stress the parser and the renderer.
     const TOKENS: &[&str] = &[
-        "*", "**", "_", "__", "`", "```", "```rust\n", "~~", "[", "](", ")", "](https://e.com/a_(b))",
-        "<https://x.y>", "|", "| a | b |\n|---|---|\n", "#", "# ", ">", "> ", "-", "- ", "1. ",
-        "- [ ] ", "- [x] ", "\n", "\n\n", "  ", "    ", "\t", "word", "snake_case", "😀", "🇺🇦",
-        "👩‍💻", "𝒳", "字", "<b>", "&amp;", "&", "\\", "!", "![alt](https://e.com/i.png)", "---\n",
-        "\r\n", " ",
+        "*",
+        "**",
+        "_",
+        "__",
+        "`",
+        "```",
+        "```rust\n",
+        "~~",
+        "[",
+        "](",
+        ")",
+        "](https://e.com/a_(b))",
+        "<https://x.y>",
+        "|",
+        "| a | b |\n|---|---|\n",
+        "#",
+        "# ",
+        ">",
+        "> ",
+        "-",
+        "- ",
+        "1. ",
+        "- [ ] ",
+        "- [x] ",
+        "\n",
+        "\n\n",
+        "  ",
+        "    ",
+        "\t",
+        "word",
+        "snake_case",
+        "😀",
+        "🇺🇦",
+        "👩‍💻",
+        "𝒳",
+        "字",
+        "<b>",
+        "&amp;",
+        "&",
+        "\\",
+        "!",
+        "![alt](https://e.com/i.png)",
+        "---\n",
+        "\r\n",
+        " ",
     ];
 
     fn markdownish() -> impl Strategy<Value = String> {
@@ -205,7 +261,9 @@ mod props {
             prop_assert!(piece.units() <= limit, "piece {i}: {} units", piece.units());
             prop_assert!(!piece.text.trim().is_empty(), "piece {i} is blank");
             if let Err(e) = validate(&piece.text, &piece.entities) {
-                return Err(TestCaseError::fail(format!("piece {i} refused: {e}: {piece:?}")));
+                return Err(TestCaseError::fail(format!(
+                    "piece {i} refused: {e}: {piece:?}"
+                )));
             }
         }
         let joined: String = pieces.iter().map(|p| p.text.as_str()).collect();

@@ -261,4 +261,3 @@ fn hard_cut(rest: &str, budget: usize) -> Cut<'_> {
         fence: None,
     }
 }
-

@@ -55,7 +55,11 @@ enum Frame {
     /// An entity (index into `Renderer::open`).
     Entity,
     /// A link or image: an entity or not, and its URL to show when it has no text.
-    Link { entity: bool, url: String, written: usize },
+    Link {
+        entity: bool,
+        url: String,
+        written: usize,
+    },
     /// A list item: restores the indentation.
     Item { indent: usize },
     /// A list.
@@ -113,7 +117,8 @@ struct Renderer {
 
 impl Renderer {
     fn run(mut self, markdown: &str) -> Rendered {
-        let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+        let options =
+            Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
         for event in Parser::new_ext(markdown, options) {
             self.event(event);
         }
@@ -348,7 +353,12 @@ impl Renderer {
     /// A count that grows with every char written anywhere, to tell
     /// whether a link got any text.
     fn written(&self) -> usize {
-        self.units + self.code.as_ref().or(self.cell.as_ref()).map_or(0, String::len)
+        self.units
+            + self
+                .code
+                .as_ref()
+                .or(self.cell.as_ref())
+                .map_or(0, String::len)
     }
 
     /// Asks for a blank line before the next content (a single line break
@@ -524,7 +534,11 @@ fn repair(mut spans: Vec<Span>) -> Vec<MessageEntity> {
         });
         if fits {
             stack.push(kept.len());
-            kept.push(MessageEntity::new(span.kind, span.start, span.end - span.start));
+            kept.push(MessageEntity::new(
+                span.kind,
+                span.start,
+                span.end - span.start,
+            ));
         }
     }
     kept
@@ -594,4 +608,119 @@ fn table_text(table: &Table) -> String {
         }
     }
     lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::validate;
+    use super::*;
+
+    fn kinds(r: &Rendered) -> Vec<(&'static str, usize, usize)> {
+        r.entities
+            .iter()
+            .map(|e| {
+                (
+                    super::super::validate::kind_name(&e.kind),
+                    e.offset,
+                    e.length,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn styles_become_entities() {
+        let r = render("a **b** *c* ~~d~~ `e`");
+        assert_eq!(r.text, "a b c d e");
+        assert_eq!(
+            kinds(&r),
+            [
+                ("bold", 2, 1),
+                ("italic", 4, 1),
+                ("strikethrough", 6, 1),
+                ("code", 8, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn offsets_count_utf16_units() {
+        let r = render("😀 **b**");
+        assert_eq!(kinds(&r), [("bold", 3, 1)]);
+    }
+
+    #[test]
+    fn fenced_code_keeps_its_language_and_text() {
+        let r = render("```rust\nlet a = b < c && d;\n```");
+        assert_eq!(r.text, "let a = b < c && d;");
+        assert_eq!(
+            r.entities,
+            vec![MessageEntity::pre(Some("rust".into()), 0, 19)]
+        );
+        let r = render("``` not a language!\nx\n```");
+        assert_eq!(
+            r.entities,
+            vec![MessageEntity::pre(Some("not".into()), 0, 1)]
+        );
+        let r = render("```py{x}\nx\n```");
+        assert_eq!(
+            r.entities,
+            vec![MessageEntity::pre(Some("py".into()), 0, 1)]
+        );
+    }
+
+    #[test]
+    fn forbidden_nesting_is_repaired() {
+        // Bold inside a (bold) heading, code inside a link, a quote in a quote.
+        let r = render("# a **b** c\n\n[`x`](https://e.com)\n\n> q\n>\n> > qq");
+        validate(&r.text, &r.entities).unwrap();
+        assert_eq!(
+            kinds(&r),
+            [("bold", 0, 5), ("text_link", 7, 1), ("blockquote", 10, 5)]
+        );
+    }
+
+    #[test]
+    fn links_without_an_openable_url_are_text() {
+        let r = render("[a](javascript:alert(1)) [b](./x.md) [c](mailto:a@b.c)");
+        assert_eq!(r.text, "a b c");
+        assert!(r.entities.is_empty(), "{:?}", r.entities);
+    }
+
+    #[test]
+    fn no_trailing_whitespace_and_one_blank_line_between_paragraphs() {
+        let r = render("one   \n\n\n\ntwo  \n\n- \n\n   ");
+        assert_eq!(r.text, "one\n\ntwo\n\n•");
+    }
+
+    #[test]
+    fn empty_input_renders_empty() {
+        assert_eq!(render(""), Rendered::default());
+        assert_eq!(render("   \n\n"), Rendered::default());
+    }
+
+    #[test]
+    fn deep_nesting_does_not_overflow() {
+        let quotes = render(&format!("{}x", "> ".repeat(5000)));
+        validate(&quotes.text, &quotes.entities).unwrap();
+        let stars = render(&format!("{}x{}", "*".repeat(3000), "*".repeat(3000)));
+        assert_eq!(stars.text, "x");
+        validate(&stars.text, &stars.entities).unwrap();
+        let nested: String = (0..200)
+            .map(|i| format!("{}- a\n", "  ".repeat(i)))
+            .collect();
+        let lists = render(&nested);
+        assert!(
+            lists.text.lines().count() == 200,
+            "{}",
+            lists.text.lines().count()
+        );
+    }
+
+    #[test]
+    fn tables_are_aligned_pre_blocks() {
+        let r = render("| a | bb |\n|:-:|--:|\n| ccc | d |");
+        assert_eq!(r.text, " a  | bb\n----+---\nccc |  d");
+        assert_eq!(r.entities, vec![MessageEntity::pre(None, 0, r.units())]);
+    }
 }

@@ -72,7 +72,16 @@ pub fn split(rendered: &Rendered, limit: usize) -> Vec<Rendered> {
         if start >= text_end {
             break;
         }
-        let cut = choose_cut(text, bytes, start, start_units, limit, text_end, &code, &mut code_at);
+        let cut = choose_cut(
+            text,
+            bytes,
+            start,
+            start_units,
+            limit,
+            text_end,
+            &code,
+            &mut code_at,
+        );
         if cut.content_end > start {
             let piece_text = text[start..cut.content_end].to_owned();
             let piece_entities = entities.slice(start_units, cut.content_units);
@@ -201,7 +210,12 @@ fn pick(best: &[[Option<Cut>; 4]; 2], limit: usize, start_units: usize) -> Optio
 fn code_ranges(entities: &[MessageEntity]) -> Vec<(usize, usize)> {
     let mut ranges: Vec<(usize, usize)> = entities
         .iter()
-        .filter(|e| matches!(e.kind, MessageEntityKind::Pre { .. } | MessageEntityKind::Code))
+        .filter(|e| {
+            matches!(
+                e.kind,
+                MessageEntityKind::Pre { .. } | MessageEntityKind::Code
+            )
+        })
         .map(|e| (e.offset, e.offset.saturating_add(e.length)))
         .collect();
     ranges.sort_unstable();
@@ -248,11 +262,186 @@ impl<'a> Entities<'a> {
             let start = e.offset.max(from);
             let end = e.offset.saturating_add(e.length).min(to);
             if end > start {
-                piece.push(MessageEntity::new(e.kind.clone(), start - from, end - start));
+                piece.push(MessageEntity::new(
+                    e.kind.clone(),
+                    start - from,
+                    end - start,
+                ));
             }
         }
-        self.active.retain(|e| e.offset.saturating_add(e.length) > to);
+        self.active
+            .retain(|e| e.offset.saturating_add(e.length) > to);
         piece.sort_by_key(|e| (e.offset, std::cmp::Reverse(e.length)));
         piece
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::validate;
+    use super::*;
+
+    fn pre(language: &str, offset: usize, length: usize) -> MessageEntity {
+        MessageEntity::pre(Some(language.to_owned()), offset, length)
+    }
+
+    fn texts(pieces: &[Rendered]) -> Vec<&str> {
+        pieces.iter().map(|p| p.text.as_str()).collect()
+    }
+
+    #[track_caller]
+    fn check(rendered: &Rendered, limit: usize, pieces: &[Rendered]) {
+        for (i, p) in pieces.iter().enumerate() {
+            assert!(p.units() <= limit.max(2), "piece {i}: {} units", p.units());
+            assert!(!p.text.trim().is_empty(), "piece {i} empty");
+            assert_eq!(
+                p.text.trim_end(),
+                p.text,
+                "piece {i} has trailing whitespace"
+            );
+            validate(&p.text, &p.entities).unwrap_or_else(|e| panic!("piece {i}: {e}"));
+        }
+        let kept: String = pieces
+            .iter()
+            .flat_map(|p| p.text.chars())
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        let all: String = rendered
+            .text
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        assert_eq!(kept, all);
+    }
+
+    #[test]
+    fn short_text_is_one_piece_and_blank_text_none() {
+        let r = Rendered {
+            text: "Hello world".into(),
+            entities: vec![MessageEntity::bold(0, 5)],
+        };
+        assert_eq!(split(&r, 4096), vec![r.clone()]);
+        assert!(split(&Rendered::plain(" \n\n\t "), 4096).is_empty());
+        assert!(split(&Rendered::default(), 4096).is_empty());
+    }
+
+    #[test]
+    fn prefers_paragraph_then_line_then_space() {
+        let r = Rendered::plain("aaaa bbbb\ncccc\n\ndddd eeee");
+        assert_eq!(texts(&split(&r, 16)), ["aaaa bbbb\ncccc", "dddd eeee"]);
+        let r = Rendered::plain("aaaa bbbb\ncccc dddd eeee");
+        assert_eq!(texts(&split(&r, 16)), ["aaaa bbbb", "cccc dddd eeee"]);
+        let r = Rendered::plain("aaaa bbbb cccc dddd");
+        assert_eq!(texts(&split(&r, 12)), ["aaaa bbbb", "cccc dddd"]);
+        let r = Rendered::plain("x".repeat(10));
+        assert_eq!(texts(&split(&r, 4)), ["xxxx", "xxxx", "xx"]);
+    }
+
+    #[test]
+    fn never_cuts_inside_a_surrogate_pair() {
+        let r = Rendered::plain("😀".repeat(5));
+        for limit in [2, 3, 5] {
+            let pieces = split(&r, limit);
+            check(&r, limit, &pieces);
+            assert!(pieces.iter().all(|p| p.text.chars().all(|c| c == '😀')));
+        }
+        assert_eq!(split(&r, 3).len(), 5);
+    }
+
+    #[test]
+    fn entities_are_sliced_with_the_text() {
+        // "intro\n\n" then a bold run across the cut.
+        let text = "intro text\n\nbold bold bold bold";
+        let r = Rendered {
+            text: text.into(),
+            entities: vec![MessageEntity::bold(12, 19), MessageEntity::italic(0, 5)],
+        };
+        let pieces = split(&r, 19);
+        check(&r, 19, &pieces);
+        assert_eq!(texts(&pieces), ["intro text", "bold bold bold bold"]);
+        assert_eq!(pieces[0].entities, vec![MessageEntity::italic(0, 5)]);
+        assert_eq!(pieces[1].entities, vec![MessageEntity::bold(0, 19)]);
+        // Cut inside the bold run: bold in both pieces.
+        let pieces = split(&r, 16);
+        check(&r, 16, &pieces);
+        assert_eq!(texts(&pieces), ["intro text", "bold bold bold", "bold"]);
+        assert_eq!(pieces[1].entities, vec![MessageEntity::bold(0, 14)]);
+        assert_eq!(pieces[2].entities, vec![MessageEntity::bold(0, 4)]);
+    }
+
+    #[test]
+    fn a_pre_block_cut_is_pre_in_both_pieces_cut_at_a_line() {
+        let code = "fn a() {\n    one(1, 2);\n    two(3, 4);\n}";
+        let text = format!("Look:\n\n{code}\n\nDone.");
+        let r = Rendered {
+            entities: vec![pre("rust", 7, code.len())],
+            text,
+        };
+        let pieces = split(&r, 30);
+        check(&r, 30, &pieces);
+        assert_eq!(
+            texts(&pieces),
+            [
+                "Look:\n\nfn a() {\n    one(1, 2);",
+                "    two(3, 4);\n}\n\nDone."
+            ]
+        );
+        assert_eq!(pieces[0].entities, vec![pre("rust", 7, 23)]);
+        assert_eq!(pieces[1].entities, vec![pre("rust", 0, 16)]);
+    }
+
+    #[test]
+    fn a_break_outside_code_beats_one_inside() {
+        // The limit could cut inside the block at a line; the paragraph
+        // break before the block fills half the piece and wins.
+        let code = "x = 1\ny = 2\nz = 3";
+        let text = format!("{}\n\n{code}", "word ".repeat(5).trim_end());
+        let r = Rendered {
+            entities: vec![pre("py", 26, code.len())],
+            text,
+        };
+        let pieces = split(&r, 36);
+        check(&r, 36, &pieces);
+        assert_eq!(
+            texts(&pieces),
+            ["word word word word word", "x = 1\ny = 2\nz = 3"]
+        );
+        assert_eq!(pieces[1].entities, vec![pre("py", 0, code.len())]);
+    }
+
+    #[test]
+    fn inside_code_a_line_beats_a_space() {
+        let code = "let a = 1; let b = 2;\nlet c = 3;";
+        let r = Rendered {
+            entities: vec![pre("rust", 0, code.len())],
+            text: code.into(),
+        };
+        let pieces = split(&r, 25);
+        assert_eq!(texts(&pieces), ["let a = 1; let b = 2;", "let c = 3;"]);
+        check(&r, 25, &pieces);
+    }
+
+    #[test]
+    fn leading_whitespace_only_window_gives_no_empty_piece() {
+        let r = Rendered::plain(format!("{}x", " ".repeat(30)));
+        let pieces = split(&r, 10);
+        check(&r, 10, &pieces);
+        assert_eq!(texts(&pieces), ["x"]);
+    }
+
+    #[test]
+    fn malformed_entities_do_not_panic() {
+        let r = Rendered {
+            text: "abc def ghi".into(),
+            entities: vec![
+                MessageEntity::bold(usize::MAX - 1, 5),
+                MessageEntity::italic(2, 100),
+                MessageEntity::code(9, 0),
+            ],
+        };
+        for limit in [0, 1, 2, 5, 4096] {
+            let pieces = split(&r, limit);
+            assert!(!pieces.is_empty());
+        }
     }
 }

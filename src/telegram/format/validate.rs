@@ -71,7 +71,9 @@ pub fn validate(text: &str, entities: &[MessageEntity]) -> Result<(), String> {
                 describe(e)
             ));
         }
-        kind_problem(&e.kind).map_or(Ok(()), |p| Err(format!("entity {i} ({}): {p}", describe(e))))?;
+        kind_problem(&e.kind).map_or(Ok(()), |p| {
+            Err(format!("entity {i} ({}): {p}", describe(e)))
+        })?;
     }
     nesting(entities)
 }
@@ -83,8 +85,7 @@ fn kind_problem(kind: &MessageEntityKind) -> Option<String> {
         MessageEntityKind::Pre {
             language: Some(language),
         } => {
-            let word = !language.is_empty()
-                && language.chars().all(|c| c.is_ascii_graphic());
+            let word = !language.is_empty() && language.chars().all(|c| c.is_ascii_graphic());
             (!word).then(|| format!("pre language {language:?} is not one word of printable ASCII"))
         }
         _ => None,
@@ -118,7 +119,10 @@ pub(super) fn containment_problem(
     if std::mem::discriminant(outer) == std::mem::discriminant(inner) {
         return Some("is nested in an entity of the same kind");
     }
-    if matches!(outer, MessageEntityKind::Pre { .. } | MessageEntityKind::Code) {
+    if matches!(
+        outer,
+        MessageEntityKind::Pre { .. } | MessageEntityKind::Code
+    ) {
         return Some("pre and code contain no other entity");
     }
     if is_style(inner) || is_style(outer) {
@@ -147,10 +151,7 @@ fn nesting(entities: &[MessageEntity]) -> Result<(), String> {
     let mut stack: Vec<usize> = Vec::new();
     for &i in &order {
         let e = &entities[i];
-        while stack
-            .last()
-            .is_some_and(|&o| end(&entities[o]) <= e.offset)
-        {
+        while stack.last().is_some_and(|&o| end(&entities[o]) <= e.offset) {
             stack.pop();
         }
         // Every entity left on the stack starts at or before `e` and ends after its start.
@@ -165,7 +166,8 @@ fn nesting(entities: &[MessageEntity]) -> Result<(), String> {
             }
             let same = outer.offset == e.offset && outer.length == e.length;
             let problem = if same {
-                (!same_range_allowed(&outer.kind, &e.kind)).then_some("has the same range as an entity it may not nest with")
+                (!same_range_allowed(&outer.kind, &e.kind))
+                    .then_some("has the same range as an entity it may not nest with")
             } else {
                 containment_problem(&outer.kind, &e.kind)
             };
@@ -334,19 +336,40 @@ mod tests {
 
     #[test]
     fn partial_overlap_is_refused() {
-        refused(TEXT, &[bold(0, 5), MessageEntity::italic(3, 5)], "partially overlaps");
+        refused(
+            TEXT,
+            &[bold(0, 5), MessageEntity::italic(3, 5)],
+            "partially overlaps",
+        );
         // Touching is not overlapping.
-        assert_eq!(validate(TEXT, &[bold(0, 5), MessageEntity::italic(5, 5)]), Ok(()));
+        assert_eq!(
+            validate(TEXT, &[bold(0, 5), MessageEntity::italic(5, 5)]),
+            Ok(())
+        );
     }
 
     #[test]
     fn nothing_inside_pre_or_code() {
         refused(TEXT, &[pre(None, 0, 10), bold(2, 3)], "pre and code");
-        refused(TEXT, &[MessageEntity::code(0, 10), MessageEntity::italic(2, 3)], "pre and code");
-        refused(TEXT, &[MessageEntity::code(0, 10), link("https://a.b", 0, 10)], "may not nest");
+        refused(
+            TEXT,
+            &[MessageEntity::code(0, 10), MessageEntity::italic(2, 3)],
+            "pre and code",
+        );
+        refused(
+            TEXT,
+            &[MessageEntity::code(0, 10), link("https://a.b", 0, 10)],
+            "may not nest",
+        );
         // A style around code is fine, also over the same range.
-        assert_eq!(validate(TEXT, &[bold(0, 10), MessageEntity::code(2, 3)]), Ok(()));
-        assert_eq!(validate(TEXT, &[MessageEntity::code(0, 10), bold(0, 10)]), Ok(()));
+        assert_eq!(
+            validate(TEXT, &[bold(0, 10), MessageEntity::code(2, 3)]),
+            Ok(())
+        );
+        assert_eq!(
+            validate(TEXT, &[MessageEntity::code(0, 10), bold(0, 10)]),
+            Ok(())
+        );
     }
 
     #[test]
@@ -359,20 +382,44 @@ mod tests {
     fn blockquotes_do_not_nest() {
         let quote = |o, l| e(MessageEntityKind::Blockquote, o, l);
         let expandable = |o, l| e(MessageEntityKind::ExpandableBlockquote, o, l);
-        refused(TEXT, &[quote(0, 20), expandable(2, 3)], "blockquote is not nested");
-        refused(TEXT, &[expandable(0, 20), quote(2, 3)], "blockquote is not nested");
+        refused(
+            TEXT,
+            &[quote(0, 20), expandable(2, 3)],
+            "blockquote is not nested",
+        );
+        refused(
+            TEXT,
+            &[expandable(0, 20), quote(2, 3)],
+            "blockquote is not nested",
+        );
         // A blockquote holds links, code and styles; a style holds a blockquote.
-        let fine = [quote(0, 20), link("https://a.b", 1, 2), pre(Some("sh"), 5, 3)];
+        let fine = [
+            quote(0, 20),
+            link("https://a.b", 1, 2),
+            pre(Some("sh"), 5, 3),
+        ];
         assert_eq!(validate(TEXT, &fine), Ok(()));
         assert_eq!(validate(TEXT, &[bold(0, 20), quote(2, 3)]), Ok(()));
         // ... but a link does not.
-        refused(TEXT, &[link("https://a.b", 0, 20), quote(2, 3)], "blockquote is not nested");
+        refused(
+            TEXT,
+            &[link("https://a.b", 0, 20), quote(2, 3)],
+            "blockquote is not nested",
+        );
     }
 
     #[test]
     fn other_entities_do_not_contain_each_other() {
-        refused(TEXT, &[link("https://a.b", 0, 10), MessageEntity::code(2, 3)], "do not contain");
-        refused(TEXT, &[link("https://a.b", 0, 10), e(MessageEntityKind::Url, 2, 3)], "do not contain");
+        refused(
+            TEXT,
+            &[link("https://a.b", 0, 10), MessageEntity::code(2, 3)],
+            "do not contain",
+        );
+        refused(
+            TEXT,
+            &[link("https://a.b", 0, 10), e(MessageEntityKind::Url, 2, 3)],
+            "do not contain",
+        );
     }
 
     #[test]
@@ -381,7 +428,10 @@ mod tests {
         refused(TEXT, &[link("file:///etc/passwd", 0, 5)], "scheme");
         refused(TEXT, &[link("mailto:a@b.c", 0, 5)], "scheme");
         assert_eq!(validate(TEXT, &[link("tg://user?id=1", 0, 5)]), Ok(()));
-        assert_eq!(validate(TEXT, &[link("http://localhost:8080/x", 0, 5)]), Ok(()));
+        assert_eq!(
+            validate(TEXT, &[link("http://localhost:8080/x", 0, 5)]),
+            Ok(())
+        );
     }
 
     #[test]
