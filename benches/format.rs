@@ -59,7 +59,7 @@ fn markdown(size: usize) -> String {
              Then the caller retries up to {i} times before it gives up and reports.\n\n\
              - first item with `code`\n- second item\n  - nested ~~item~~\n\n"
         );
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             out.push_str("```rust\n");
             for line in 0..(20 + i % 200) {
                 let _ = writeln!(
@@ -69,7 +69,7 @@ fn markdown(size: usize) -> String {
             }
             out.push_str("```\n\n");
         }
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             out.push_str("| key | value |\n|---|---:|\n| retries | 3 |\n| timeout | 30 s |\n\n");
         }
         i += 1;

@@ -293,11 +293,6 @@ impl Renderer {
                         table.head_rows = table.rows.len();
                     }
                 }
-                TagEnd::Paragraph | TagEnd::HtmlBlock => {
-                    if self.lists.is_empty() {
-                        self.pending_breaks = self.pending_breaks.max(2);
-                    }
-                }
                 _ => {}
             },
             Frame::Entity | Frame::Heading => self.close_entity(),
