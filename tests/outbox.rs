@@ -63,6 +63,26 @@ async fn retry_after_is_honoured() {
     assert_eq!(h.texts(1), vec!["echo: hello"], "delivered exactly once");
 }
 
+#[actix_rt::test]
+async fn a_429_on_a_formatted_message_is_waited_out_not_taken_for_a_formatting_error() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject("sendMessage", Fault::RetryAfter(1));
+    h.say(1, USER, "**loud** news");
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, vec!["echo: loud news"]);
+    h.turn_ended(1, 1).await;
+    let attempts = send_attempts(&h, 1, "echo: loud news");
+    assert_eq!(statuses(&attempts), vec![429, 200], "{attempts:#?}");
+    for attempt in &attempts {
+        assert_eq!(
+            attempt.params["entities"],
+            json!([{"type": "bold", "offset": 6, "length": 4}]),
+            "both attempts formatted: {}",
+            attempt.params
+        );
+    }
+}
+
 /// A ~5,000-character reply whose fenced block straddles UTF-16 offset 4096,
 /// so a naive cut at the limit would split the block. Returns the text and
 /// the block.
