@@ -18,6 +18,25 @@ use crate::telegram::outbox::{Clear, Outbox, Show, ShowAs, Slot};
 /// The preview appears once the text has this many characters.
 pub const PREVIEW_AFTER_CHARS: usize = 40;
 
+/// A preview keeps at most this much of its text: it shows 4096 UTF-16
+/// units at most (the answer itself comes whole from the tool call).
+pub const PREVIEW_KEPT_BYTES: usize = 16 * 1024;
+
+/// Appends `appended` to a preview's `text` within [`PREVIEW_KEPT_BYTES`]
+/// (cut at a char); whether the text changed.
+fn grow(text: &mut String, appended: &str) -> bool {
+    let room = PREVIEW_KEPT_BYTES.saturating_sub(text.len());
+    if room == 0 || appended.is_empty() {
+        return false;
+    }
+    let mut end = appended.len().min(room);
+    while !appended.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.push_str(&appended[..end]);
+    end > 0
+}
+
 /// The longest summary of a tool's input on the status line.
 const SUMMARY_CHARS: usize = 60;
 
@@ -103,28 +122,23 @@ impl LiveView {
         if self.over || self.config.stream == Stream::Off {
             return;
         }
-        match &mut self.preview {
-            Some(preview) if preview.stream == stream => preview.text.push_str(appended),
-            Some(preview) => {
-                // A new text replaces the one shown (the agent's narration
-                // before a tool call, say): same message, new text.
-                preview.stream = stream.to_string();
-                preview.text = appended.to_string();
-            }
-            None => {
-                self.preview = Some(Preview {
-                    slot: Slot::next(),
-                    stream: stream.to_string(),
-                    text: appended.to_string(),
-                    shown: None,
-                    dirty: true,
-                });
-            }
+        let preview = self.preview.get_or_insert_with(|| Preview {
+            slot: Slot::next(),
+            stream: String::new(),
+            text: String::new(),
+            shown: None,
+            dirty: false,
+        });
+        if preview.stream != stream {
+            // A new text replaces the one shown (the agent's narration
+            // before a tool call, say): same message, new text.
+            preview.stream = stream.to_string();
+            preview.text.clear();
         }
-        if let Some(preview) = &mut self.preview {
+        if grow(&mut preview.text, appended) {
             preview.dirty = true;
+            self.flush_preview(false);
         }
-        self.flush_preview(false);
     }
 
     /// Refreshes the status and the preview when they are due.
@@ -353,6 +367,22 @@ mod tests {
         let long = summary("Bash", &json!({"command": "x".repeat(500)}), dir);
         assert_eq!(long.chars().count(), SUMMARY_CHARS);
         assert!(long.ends_with('…'));
+    }
+
+    #[test]
+    fn a_preview_keeps_a_bounded_prefix_of_its_text() {
+        let mut text = String::new();
+        assert!(grow(&mut text, "Hello"));
+        assert!(!grow(&mut text, ""));
+        for _ in 0..10_000 {
+            grow(&mut text, "🦀 and more text ");
+        }
+        assert!(text.len() <= PREVIEW_KEPT_BYTES, "{}", text.len());
+        assert!(text.len() > PREVIEW_KEPT_BYTES - 8);
+        assert!(text.starts_with("Hello🦀"));
+        grow(&mut text, &"x".repeat(100));
+        assert_eq!(text.len(), PREVIEW_KEPT_BYTES);
+        assert!(!grow(&mut text, "more"), "full: nothing changes");
     }
 
     #[test]
