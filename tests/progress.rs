@@ -63,6 +63,44 @@ fn text_of(call: &Call) -> &str {
     call.params["text"].as_str().unwrap_or_default()
 }
 
+/// Waits for a call of `method` (lowercase) whose text passes `text`; with
+/// `last`, the latest such call.
+async fn call_with(
+    h: &Harness,
+    what: &str,
+    method: &str,
+    last: bool,
+    text: impl Fn(&str) -> bool,
+) -> Call {
+    h.api
+        .wait_for(SOON, what, |calls| {
+            let mut found = calls
+                .iter()
+                .filter(|c| c.method == method && text(text_of(c)));
+            if last { found.last() } else { found.next() }.cloned()
+        })
+        .await
+}
+
+/// The texts of every `sendMessage`, once they pass `done`.
+async fn sent_texts_until(
+    h: &Harness,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    h.api
+        .wait_for(timeout, what, |calls| {
+            let texts: Vec<String> = calls
+                .iter()
+                .filter(|c| c.method == "sendmessage")
+                .map(|c| text_of(c).to_string())
+                .collect();
+            done(&texts).then_some(texts)
+        })
+        .await
+}
+
 /// Every request about message `id` of chat 1 (its send, edits, delete).
 fn about(h: &Harness, id: i64) -> Vec<Call> {
     h.api
@@ -79,15 +117,10 @@ fn about(h: &Harness, id: i64) -> Vec<Call> {
 async fn a_long_turn_shows_its_status_then_the_status_goes() {
     let mut h = Harness::start(working(), LIVE).await;
     h.say(1, USER, "work please");
-    let status = h
-        .api
-        .wait_for(SOON, "the status message", |calls| {
-            calls
-                .iter()
-                .find(|c| c.method == "sendmessage" && text_of(c).starts_with("🔧"))
-                .cloned()
-        })
-        .await;
+    let status = call_with(&h, "the status message", "sendmessage", false, |t| {
+        t.starts_with("🔧")
+    })
+    .await;
     assert!(
         text_of(&status).starts_with("🔧 Bash: cargo test\n1 tool call · "),
         "{}",
@@ -137,15 +170,10 @@ async fn with_keep_fold_the_status_stays_as_one_line() {
     let mut h = Harness::start(working(), &env).await;
     h.say(1, USER, "work please");
     h.turn_ended(1, 1).await;
-    let folded = h
-        .api
-        .wait_for(SOON, "the folded status", |calls| {
-            calls
-                .iter()
-                .find(|c| c.method == "editmessagetext" && text_of(c).starts_with("✅"))
-                .cloned()
-        })
-        .await;
+    let folded = call_with(&h, "the folded status", "editmessagetext", false, |t| {
+        t.starts_with("✅")
+    })
+    .await;
     assert!(
         text_of(&folded).starts_with("✅ 2 tool calls · "),
         "{}",
@@ -164,15 +192,10 @@ async fn a_turn_shorter_than_progress_after_shows_no_status() {
     h.turn_ended(1, 1).await;
     // The next turn runs past `after`: the first status of the chat is its.
     h.say(1, USER, "work please");
-    let status = h
-        .api
-        .wait_for(SOON, "a status message", |calls| {
-            calls
-                .iter()
-                .find(|c| c.method == "sendmessage" && text_of(c).starts_with("🔧"))
-                .cloned()
-        })
-        .await;
+    let status = call_with(&h, "a status message", "sendmessage", false, |t| {
+        t.starts_with("🔧")
+    })
+    .await;
     let sends = h.api.calls_of("sendMessage");
     let before: Vec<&str> = sends
         .iter()
@@ -221,16 +244,14 @@ async fn the_text_of_end_turn_shows_as_it_is_written_and_becomes_the_answer() {
     let mut h = Harness::start(scenario, STREAMING).await;
     h.say(1, USER, "stream it");
     h.turn_ended(1, 1).await;
-    let final_edit = h
-        .api
-        .wait_for(SOON, "the answer in the preview", |calls| {
-            calls
-                .iter()
-                .rev()
-                .find(|c| c.method == "editmessagetext" && text_of(c) == whole)
-                .cloned()
-        })
-        .await;
+    let final_edit = call_with(
+        &h,
+        "the answer in the preview",
+        "editmessagetext",
+        true,
+        |t| t == whole,
+    )
+    .await;
     let sends = h.api.calls_of("sendMessage");
     assert_eq!(
         sends.len(),
@@ -310,14 +331,7 @@ async fn a_plain_text_answer_streams_into_its_preview_with_no_status_beside_it()
     let mut h = Harness::start(scenario, &env).await;
     h.say(1, USER, "plain please");
     h.turn_ended(1, 1).await;
-    h.api
-        .wait_for(SOON, "the answer", |calls| {
-            calls
-                .iter()
-                .find(|c| c.method == "editmessagetext" && text_of(c) == whole)
-                .cloned()
-        })
-        .await;
+    call_with(&h, "the answer", "editmessagetext", false, |t| t == whole).await;
     let sends = h.api.calls_of("sendMessage");
     assert_eq!(
         sends.len(),
@@ -346,17 +360,10 @@ async fn past_max_messages_send_fails_the_chat_is_told_once_and_the_turn_ends() 
     );
     // The next turn's answer comes after anything the first one queued.
     h.say(1, USER, "ping");
-    let texts = h
-        .api
-        .wait_for(SOON, "the next answer", |calls| {
-            let texts: Vec<String> = calls
-                .iter()
-                .filter(|c| c.method == "sendmessage")
-                .map(|c| text_of(c).to_string())
-                .collect();
-            (texts.last().map(String::as_str) == Some("pong")).then_some(texts)
-        })
-        .await;
+    let texts = sent_texts_until(&h, SOON, "the next answer", |texts| {
+        texts.last().map(String::as_str) == Some("pong")
+    })
+    .await;
     let texts = &texts[..texts.len() - 1];
     assert_eq!(&texts[..3], ["message 1", "message 2", "message 3"]);
     assert!(texts[3].contains("limit of 3 messages"), "{}", texts[3]);
@@ -426,17 +433,10 @@ async fn stop_drops_the_pieces_of_a_long_message_still_queued() {
     h.say(1, USER, "/stop");
     h.turn_ended(1, 1).await;
     h.say(1, USER, "ping");
-    let texts = h
-        .api
-        .wait_for(Duration::from_secs(30), "the next answer", |calls| {
-            let texts: Vec<String> = calls
-                .iter()
-                .filter(|c| c.method == "sendmessage")
-                .map(|c| text_of(c).to_string())
-                .collect();
-            texts.iter().any(|t| t == "pong").then_some(texts)
-        })
-        .await;
+    let texts = sent_texts_until(&h, Duration::from_secs(30), "the next answer", |texts| {
+        texts.iter().any(|t| t == "pong")
+    })
+    .await;
     let pieces = texts.iter().filter(|t| t.starts_with('x')).count();
     assert!(
         pieces <= 2,
@@ -461,14 +461,14 @@ async fn in_a_group_the_preview_replies_to_the_message_that_started_the_turn() {
     message["message_id"] = id.into();
     h.api.push_message(message);
     h.turn_ended(-100_777, 1).await;
-    h.api
-        .wait_for(SOON, "the answer in the preview", |calls| {
-            calls
-                .iter()
-                .find(|c| c.method == "editmessagetext" && text_of(c) == whole)
-                .cloned()
-        })
-        .await;
+    call_with(
+        &h,
+        "the answer in the preview",
+        "editmessagetext",
+        false,
+        |t| t == whole,
+    )
+    .await;
     let sends = h.api.calls_of("sendMessage");
     assert_eq!(sends.len(), 1, "{sends:#?}");
     assert_eq!(sends[0].params["reply_parameters"]["message_id"], json!(id));

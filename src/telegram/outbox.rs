@@ -752,32 +752,29 @@ async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u
             Err(mpsc::error::TryRecvError::Disconnected) => return,
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
-        if !worker.light.is_empty() {
-            let wait = worker.bucket.light_wait();
-            if wait.is_zero() {
-                if let Some((show, epoch)) = worker.light.take() {
-                    worker.show(show, epoch).await;
-                    worker.finished();
-                }
-                continue;
-            }
-            tokio::select! {
-                biased;
-                job = rx.recv() => match job {
-                    Some((job, epoch)) => worker.real(job, epoch).await,
-                    None => return,
-                },
-                () = tokio::time::sleep(wait) => {}
+        // Live text waits for a free send; with none queued, for one to come.
+        let wait = (!worker.light.is_empty()).then(|| worker.bucket.light_wait());
+        if wait.is_some_and(|wait| wait.is_zero()) {
+            if let Some((show, epoch)) = worker.light.take() {
+                worker.show(show, epoch).await;
+                worker.finished();
             }
             continue;
         }
+        let light = Arc::clone(&worker.light);
+        let ready = async move {
+            match wait {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => light.wake.notified().await,
+            }
+        };
         tokio::select! {
             biased;
             job = rx.recv() => match job {
                 Some((job, epoch)) => worker.real(job, epoch).await,
                 None => return,
             },
-            () = worker.light.wake.notified() => {}
+            () = ready => {}
         }
     }
 }

@@ -300,7 +300,7 @@ pub(crate) fn summary(name: &str, input: &Value, workdir: &str) -> String {
         "react" => "👍 Reacting".to_string(),
         other => format!("🔧 {other}"),
     };
-    cut_chars(line.trim_end_matches([' ', ':']), SUMMARY_CHARS)
+    crate::chat::notices::bounded(line.trim_end_matches([' ', ':']), SUMMARY_CHARS - 1)
 }
 
 fn first_line(text: &str) -> &str {
@@ -319,15 +319,6 @@ fn short_path<'a>(path: &'a str, workdir: &str) -> &'a str {
         .map(|rest| rest.trim_start_matches('/'))
         .filter(|rest| !rest.is_empty())
         .unwrap_or(path)
-}
-
-fn cut_chars(text: &str, limit: usize) -> String {
-    if text.chars().count() <= limit {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(limit - 1).collect();
-    out.push('…');
-    out
 }
 
 #[cfg(test)]
