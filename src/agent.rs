@@ -51,6 +51,19 @@ pub struct OpenSession {
     pub shutdown: crate::shutdown::Shutdown,
 }
 
+impl OpenSession {
+    /// A new session of `chat` itself (no topic), resuming nothing, under a
+    /// host that is not stopping.
+    pub fn fresh(chat: ChatId) -> Self {
+        Self {
+            chat,
+            conversation: chat.into(),
+            resume: None,
+            shutdown: crate::shutdown::Shutdown::new(),
+        }
+    }
+}
+
 /// Errors at the backend boundary.
 ///
 /// The messages name their cause too, since the turn shows only the

@@ -684,12 +684,7 @@ async fn the_driver_reports_streamed_text_and_tool_calls_as_activity() {
     let files = FakeLog::new(&scenario);
     let backend = bare_backend(&files, &[]);
     let mut session = backend
-        .open(OpenSession {
-            chat: ChatId(1),
-            conversation: ChatId(1).into(),
-            resume: None,
-            shutdown: Shutdown::new(),
-        })
+        .open(OpenSession::fresh(ChatId(1)))
         .await
         .expect("the fake starts");
     session

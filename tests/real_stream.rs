@@ -79,12 +79,7 @@ async fn one_turn(api: &FakeAnthropic) -> Vec<Seen> {
     let home = tempfile::tempdir().expect("a temp home");
     let backend = backend(api, &home);
     let mut session = backend
-        .open(OpenSession {
-            chat: ChatId(1),
-            conversation: ChatId(1).into(),
-            resume: None,
-            shutdown: Shutdown::new(),
-        })
+        .open(OpenSession::fresh(ChatId(1)))
         .await
         .expect("the CLI starts");
     session

@@ -745,7 +745,6 @@ pub fn fill_value(value: &Value, text: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shutdown::Shutdown;
     use teloxide::types::ChatId;
 
     /// A session playing `steps` (read from JSON, as a scenario file
@@ -761,12 +760,7 @@ mod tests {
         );
         let backend = ScriptedBackend::new(scenario);
         let session = backend
-            .open(OpenSession {
-                chat: ChatId(1),
-                conversation: ChatId(1).into(),
-                resume: None,
-                shutdown: Shutdown::new(),
-            })
+            .open(OpenSession::fresh(ChatId(1)))
             .await
             .expect("a scripted session opens");
         session
