@@ -25,7 +25,6 @@ use turnstile::agent::{
     Permission, SessionCommand, ToolReply, WritingSource,
 };
 use turnstile::chat::ToolRegistry;
-use turnstile::shutdown::Shutdown;
 
 const INNER: &[&str] = &[
     "plain_text_streams_in_three_pieces",
