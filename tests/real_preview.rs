@@ -95,7 +95,7 @@ fn list(calls: &[Call]) -> String {
 /// answered [`NEXT`], then checks what chat 1 saw of the first: one
 /// `sendMessage` (the preview, a strict prefix of `whole`), edits of that
 /// message that grow, at least one of them a longer strict prefix, the last
-/// the whole answer, and no other message or edit carrying answer text.
+/// the whole answer, and no other message, edit or delete.
 async fn one_preview_becomes_the_answer(api: FakeAnthropic, whole: &str, ends: TurnOutcome) {
     // The second turn: its answer comes after anything the first queued.
     api.push(Reply::tools(&[(
@@ -125,14 +125,20 @@ async fn one_preview_becomes_the_answer(api: FakeAnthropic, whole: &str, ends: T
     let first: Vec<Call> = calls[..next]
         .iter()
         .filter(|c| {
-            matches!(c.method.as_str(), "sendmessage" | "editmessagetext")
-                && c.params["chat_id"] == json!(1)
+            matches!(
+                c.method.as_str(),
+                "sendmessage" | "editmessagetext" | "deletemessage"
+            ) && c.params["chat_id"] == json!(1)
         })
         .cloned()
         .collect();
     let all = list(&first);
     println!("the first turn's messages:\n{all}");
 
+    assert!(
+        first.iter().all(|c| c.method != "deletemessage"),
+        "the preview stays (it is the answer):\n{all}"
+    );
     let sends: Vec<&Call> = first.iter().filter(|c| c.method == "sendmessage").collect();
     assert_eq!(sends.len(), 1, "one message for the answer:\n{all}");
     let preview = sends[0];
