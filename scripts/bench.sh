@@ -9,7 +9,8 @@
 # backend. Benchmarks 4-6 (benches/real_cli.rs) run the real Claude Code CLI
 # (installed by scripts/install-claude.sh, which needs npm) against a fake
 # Anthropic API, inside a loopback-only network namespace: `unshare -n`
-# needs root, as the real-CLI tests do.
+# needs root, as the real-CLI tests do. benches/format.rs times the Telegram
+# formatting splitter (split 8 MB, target under 100 ms).
 #
 # It fails only when a benchmark could not run or a run broke an invariant
 # (an error, a timeout, lost events, a sendChatAction after TurnEnded); a
@@ -23,21 +24,21 @@ flags=()
 for arg in "$@"; do
   case "$arg" in
     --quick) mode=quick; flags+=(--quick) ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (use --quick)" >&2; exit 2 ;;
   esac
 done
 
 out=target/bench
 mkdir -p "$out"
-rm -f "$out/turns.md" "$out/real_cli.md" "$out/report.md"
+rm -f "$out/turns.md" "$out/real_cli.md" "$out/format.md" "$out/report.md"
 
 started=$(date +%s)
 load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 echo "bench: building (release, cargo bench profile)" >&2
 # Build once and run the binaries themselves, so every benchmark of a run
 # measures the same build even if the sources change meanwhile.
-artifacts=$(cargo bench --locked --no-run --bench turns --bench real_cli \
+artifacts=$(cargo bench --locked --no-run --bench turns --bench real_cli --bench format \
   --message-format=json-render-diagnostics)
 exe() {
   printf '%s\n' "$artifacts" | grep -o '"executable":"[^"]*/'"$1"'-[^"]*"' |
@@ -45,7 +46,8 @@ exe() {
 }
 turns_exe=$(exe turns)
 real_cli_exe=$(exe real_cli)
-if [ -z "$turns_exe" ] || [ -z "$real_cli_exe" ]; then
+format_exe=$(exe format)
+if [ -z "$turns_exe" ] || [ -z "$real_cli_exe" ] || [ -z "$format_exe" ]; then
   echo "bench: could not find the bench binaries in cargo's output" >&2
   exit 1
 fi
@@ -67,6 +69,7 @@ run() {
 }
 run turns "$turns_exe" ${flags[@]+"${flags[@]}"}
 run real_cli "$real_cli_exe" ${flags[@]+"${flags[@]}"}
+run format "$format_exe" ${flags[@]+"${flags[@]}"}
 finished=$(date +%s)
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -84,7 +87,7 @@ mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/nu
   echo
   echo "Percentiles are nearest-rank over every sample; every ratio compares two figures of the same run."
   echo
-  cat "$out/turns.md" "$out/real_cli.md"
+  cat "$out/turns.md" "$out/real_cli.md" "$out/format.md"
 } >"$out/report.md"
 cat "$out/report.md"
 echo "bench: report written to $out/report.md" >&2

@@ -15,10 +15,13 @@
 //! - `telegram`: the way in and out:
 //!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
-//!     its requests (texts, questions with buttons, edits, callback answers) in
-//!     `outbox/requests.rs`, the retry rules in `outbox/retry.rs`;
+//!     its requests (texts, live slots, purges, questions with buttons, edits, callback
+//!     answers) in `outbox/requests.rs`, the retry rules in `outbox/retry.rs`, the
+//!     requests of live slots (drafts, edits, deletes) in `outbox/live.rs`;
 //!   - `telegram::call`: a Bot API call without teloxide's 10 s pause after a 5xx;
-//!   - `telegram::split`: long text cut into 4096-unit pieces, code fences kept;
+//!   - `telegram::format`: the agent's Markdown rendered to text plus message entities,
+//!     split into 4096-unit pieces (entities sliced), and Telegram's entity rules;
+//!   - `telegram::split`: long plain text cut into 4096-unit pieces, code fences kept;
 //!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
 //!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription,
 //!     the checks of `send_file`.
@@ -26,7 +29,8 @@
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, tools, watchdogs,
-//!     `approval`: tool approvals in the chat, with buttons);
+//!     `approval`: tool approvals in the chat, with buttons; `live`: the status message
+//!     and the answer's preview);
 //!   - `chat::typing`: the `TypingActor`, one per chat, and the `TypingLease`;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::tools`: `ChatTool`, `ToolRegistry`, terminators and `bare_tool_name`;

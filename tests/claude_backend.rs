@@ -425,9 +425,10 @@ async fn bash_turn(env: &[(&str, &str)]) -> (Vec<String>, Value) {
     (texts, the_one_permission_answer(&cli))
 }
 
-/// What the model reads when config denies Bash, as the chat shows it.
+/// What the model reads when config denies Bash, as the chat shows it (the
+/// backticks rendered as a code entity).
 const BASH_DENIED: &str =
-    "denied: The tool `Bash` is not allowed in this chat. Answer with the send and end_turn tools.";
+    "denied: The tool Bash is not allowed in this chat. Answer with the send and end_turn tools.";
 
 #[actix_rt::test]
 async fn permission_mode_deny_denies_a_tool_no_list_names() {

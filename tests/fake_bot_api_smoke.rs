@@ -605,3 +605,68 @@ async fn callback_answers_and_edits_answer_as_telegram_does() {
         "{missing:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_that_break_telegrams_rules_are_refused_as_telegram_refuses_them() {
+    use teloxide::types::MessageEntity;
+    let fake = FakeBotApi::start().await;
+    let bot = fake.bot();
+    let good = bot
+        .send_message(ChatId(1), "bold text")
+        .entities(vec![MessageEntity::bold(0, 4)])
+        .await
+        .expect("valid entities are taken");
+    assert_eq!(good.text(), Some("bold text"));
+    // Past the end of the text, and a partial overlap.
+    for entities in [
+        vec![MessageEntity::bold(5, 10)],
+        vec![MessageEntity::bold(0, 6), MessageEntity::italic(3, 6)],
+    ] {
+        let refused = bot
+            .send_message(ChatId(1), "bold text")
+            .entities(entities.clone())
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(RequestError::Api(ApiError::CantParseEntities(_)))
+            ),
+            "{entities:?}: {refused:?}"
+        );
+    }
+    let refused = bot
+        .edit_message_text(ChatId(1), good.id, "short")
+        .entities(vec![MessageEntity::code(0, 9)])
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(RequestError::Api(ApiError::CantParseEntities(_)))
+        ),
+        "{refused:?}"
+    );
+    let (status, body) = raw(
+        &fake,
+        "/bottoken/sendMessageDraft",
+        "application/json",
+        r#"{"chat_id":-100,"draft_id":1,"text":"in a group"}"#,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = raw(
+        &fake,
+        "/bottoken/deleteMessage",
+        "application/json",
+        &format!(r#"{{"chat_id":1,"message_id":{}}}"#, good.id.0),
+    )
+    .await;
+    assert_eq!((status, body["result"].clone()), (200, json!(true)));
+    let (status, _) = raw(
+        &fake,
+        "/bottoken/deleteMessage",
+        "application/json",
+        &format!(r#"{{"chat_id":1,"message_id":{}}}"#, good.id.0),
+    )
+    .await;
+    assert_eq!(status, 400, "a deleted message is gone");
+}

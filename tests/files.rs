@@ -265,7 +265,7 @@ async fn a_transcription_past_its_timeout_gives_the_agent_the_audio_file() {
     bot.h.api.push_message(voice(private(USER), USER, "v1", 4));
     let text = bot.nth_text(USER, 1).await;
     assert!(
-        text.contains("could not be transcribed: `sh` took longer than 300ms"),
+        text.contains("could not be transcribed: sh took longer than 300ms"),
         "{text}"
     );
     let name = saved_name(&text);

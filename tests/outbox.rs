@@ -63,6 +63,26 @@ async fn retry_after_is_honoured() {
     assert_eq!(h.texts(1), vec!["echo: hello"], "delivered exactly once");
 }
 
+#[actix_rt::test]
+async fn a_429_on_a_formatted_message_is_waited_out_not_taken_for_a_formatting_error() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject("sendMessage", Fault::RetryAfter(1));
+    h.say(1, USER, "**loud** news");
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, vec!["echo: loud news"]);
+    h.turn_ended(1, 1).await;
+    let attempts = send_attempts(&h, 1, "echo: loud news");
+    assert_eq!(statuses(&attempts), vec![429, 200], "{attempts:#?}");
+    for attempt in &attempts {
+        assert_eq!(
+            attempt.params["entities"],
+            json!([{"type": "bold", "offset": 6, "length": 4}]),
+            "both attempts formatted: {}",
+            attempt.params
+        );
+    }
+}
+
 /// A ~5,000-character reply whose fenced block straddles UTF-16 offset 4096,
 /// so a naive cut at the limit would split the block. Returns the text and
 /// the block.
@@ -123,14 +143,44 @@ async fn a_5000_character_reply_arrives_as_two_messages_with_its_code_block_inta
             utf16_len(piece)
         );
     }
+    // Rendered: the fence lines are gone, the code is a `pre` entity.
+    let code = block
+        .trim_start_matches("```rust\n")
+        .trim_end_matches("```")
+        .trim_end();
+    let sends = h.api.calls_of("sendMessage");
+    let holding: Vec<&Call> = sends
+        .iter()
+        .filter(|c| c.params["text"].as_str().is_some_and(|t| t.contains(code)))
+        .collect();
     assert_eq!(
-        texts.iter().filter(|t| t.contains(&block)).count(),
+        holding.len(),
         1,
         "the code block must arrive whole in one message: {texts:#?}"
     );
+    let piece = holding[0].params["text"].as_str().unwrap_or_default();
+    let at = utf16_len(&piece[..piece.find(code).unwrap_or_default()]);
+    let pre = holding[0].params["entities"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["type"] == json!("pre"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(pre["language"], json!("rust"), "{pre}");
+    let (offset, length) = (
+        pre["offset"].as_u64().unwrap_or(u64::MAX) as usize,
+        pre["length"].as_u64().unwrap_or(0) as usize,
+    );
+    assert!(
+        offset <= at && at + utf16_len(code) <= offset + length,
+        "the pre entity {offset}..{} covers the code at {at}..{}",
+        offset + length,
+        at + utf16_len(code)
+    );
     assert_eq!(
         non_whitespace(&texts.concat()),
-        non_whitespace(&text),
+        non_whitespace(&text.replace("```rust", "").replace("```", "")),
         "the pieces must keep all the content and add none"
     );
 }

@@ -25,6 +25,7 @@ fn show(chat: i64, slot: Slot, text: &str) -> Show {
         chat: ChatId(chat),
         topic: None,
         slot,
+        reply_to: None,
         text: text.into(),
         markdown: false,
         show_as: ShowAs::Message,

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::bot_api::files::{supergroup, text_message};
 use support::*;
 use turnstile::agent::{Scenario, Step};
 use turnstile::telegram::RateLimits;
@@ -272,7 +273,7 @@ async fn a_draft_streams_in_a_private_chat_then_the_answer_is_one_message() {
     h.say(1, USER, "stream it");
     h.turn_ended(1, 1).await;
     let texts = h.api.wait_for_texts(1, 1, SOON).await;
-    assert_eq!(texts, [whole.clone()]);
+    assert_eq!(texts, std::slice::from_ref(&whole));
     let drafts = h.api.calls_of("sendMessageDraft");
     let shown: Vec<&str> = drafts.iter().map(text_of).collect();
     assert!(!drafts.is_empty(), "no draft");
@@ -445,4 +446,30 @@ async fn stop_drops_the_pieces_of_a_long_message_still_queued() {
         texts.iter().any(|t| t.starts_with("⏹ Stopped")),
         "{texts:?}"
     );
+}
+
+#[actix_rt::test]
+async fn in_a_group_the_preview_replies_to_the_message_that_started_the_turn() {
+    let (scenario, whole) = streamed_end_turn(300);
+    let mut h = Harness::start(scenario, STREAMING).await;
+    let id = h.api.next_message_id();
+    let mut message = text_message(
+        supergroup(-100_777, false),
+        USER,
+        "@turnstile_bot stream it",
+    );
+    message["message_id"] = id.into();
+    h.api.push_message(message);
+    h.turn_ended(-100_777, 1).await;
+    h.api
+        .wait_for(SOON, "the answer in the preview", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "editmessagetext" && text_of(c) == whole)
+                .cloned()
+        })
+        .await;
+    let sends = h.api.calls_of("sendMessage");
+    assert_eq!(sends.len(), 1, "{sends:#?}");
+    assert_eq!(sends[0].params["reply_parameters"]["message_id"], json!(id));
 }

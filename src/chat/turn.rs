@@ -240,6 +240,7 @@ impl TurnActor {
             to,
             deps.outbox.clone(),
             deps.workdir_of(to).to_string_lossy().into_owned(),
+            spec.answer_to,
         );
         Self {
             spec,

@@ -72,7 +72,7 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
     let mut reopen: Option<String> = None;
     loop {
         rest = rest.trim_start_matches(['\n', '\r']);
-        if rest.trim().is_empty() {
+        if rest.trim_start().is_empty() {
             break;
         }
         let mut piece = reopen
@@ -81,7 +81,7 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
             .unwrap_or_default();
         let budget = limit - units(&piece);
         let tail = rest.trim_end();
-        if units(tail) <= budget {
+        if fits(tail, budget) {
             piece.push_str(tail);
             pieces.push(piece);
             break;
@@ -117,6 +117,21 @@ fn units(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
 
+/// Whether `s` is at most `budget` UTF-16 units long, reading no further
+/// than the budget (the rest of a long text is measured once per piece, so
+/// reading it all would make splitting quadratic).
+fn fits(s: &str, budget: usize) -> bool {
+    let mut used = 0;
+    for c in s.chars() {
+        used += c.len_utf16();
+        if used > budget {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
 fn is_fence_line(line: &str) -> bool {
     line.trim_start().starts_with(FENCE)
 }
@@ -189,8 +204,12 @@ fn choose_cut<'a>(
             break;
         }
         if i == line_start {
-            let line = rest[i..].split('\n').next().unwrap_or_default();
-            line_is_fence = fence_aware && is_fence_line(line);
+            // Only the line's start is read: finding its end could read
+            // the whole rest of a text without newlines, once per piece.
+            let indent = rest[i..]
+                .find(|c: char| c == '\n' || !c.is_whitespace())
+                .unwrap_or(rest.len() - i);
+            line_is_fence = fence_aware && rest[i + indent..].starts_with(FENCE);
         }
         // Never cut inside a fence line.
         let within_fence_line = line_is_fence && i > line_start;

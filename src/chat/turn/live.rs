@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use serde_json::Value;
+use teloxide::types::MessageId;
 
 use crate::config::{Keep, ProgressConfig, Stream};
 use crate::ids::Conversation;
@@ -28,6 +29,8 @@ pub(crate) struct LiveView {
     started: Instant,
     /// The working directory, cut from paths on the status line.
     workdir: String,
+    /// What the preview replies to (the answer's place in a group).
+    answer_to: Option<MessageId>,
     status: Status,
     preview: Option<Preview>,
     /// Set at the end of the turn: nothing more is shown.
@@ -64,6 +67,7 @@ impl LiveView {
         to: Conversation,
         outbox: Addr<Outbox>,
         workdir: String,
+        answer_to: Option<MessageId>,
     ) -> Self {
         Self {
             config,
@@ -71,6 +75,7 @@ impl LiveView {
             outbox,
             started: Instant::now(),
             workdir,
+            answer_to,
             status: Status::default(),
             preview: None,
             over: false,
@@ -160,6 +165,7 @@ impl LiveView {
             chat: self.to.chat,
             topic: self.to.topic,
             slot: preview.slot,
+            reply_to: self.answer_to,
             text: preview.text.clone(),
             markdown: true,
             show_as,
@@ -186,6 +192,7 @@ impl LiveView {
             chat: self.to.chat,
             topic: self.to.topic,
             slot,
+            reply_to: None,
             text,
             markdown: false,
             show_as: ShowAs::Message,

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use teloxide::payloads::{DeleteMessage, EditMessageText, SendMessage};
 use teloxide::requests::Payload;
-use teloxide::types::{ChatId, MessageEntity, MessageId, ThreadId, True};
+use teloxide::types::{ChatId, MessageEntity, MessageId, ReplyParameters, ThreadId, True};
 use teloxide::{ApiError, RequestError};
 
 use super::retry::{Rule, deliver};
@@ -91,6 +91,9 @@ async fn once(
     }
     let mut payload = SendMessage::new(chat, rendered.text.clone());
     payload.message_thread_id = show.topic;
+    payload.reply_parameters = show
+        .reply_to
+        .map(|message| ReplyParameters::new(message).allow_sending_without_reply());
     payload.entities = entities(rendered);
     let answer = call(&shared.bot, &payload).await;
     shared.events.metrics().telegram("sendMessage", &answer);

@@ -137,6 +137,9 @@ pub struct Show {
     pub topic: Option<ThreadId>,
     /// Which live message.
     pub slot: Slot,
+    /// The message its first send replies to (in groups, the message that
+    /// started the turn, as the answer it becomes would).
+    pub reply_to: Option<MessageId>,
     /// Its text (cut at 4096 units).
     pub text: String,
     /// `text` is Markdown.
