@@ -1,8 +1,8 @@
 //! Telegram formatting benchmark (issue 12, item 5: "time to split 8 MB,
 //! target under 100 ms"): `format::split` of 8 MB of rendered text
 //! (paragraphs, code blocks, entities), `format::render` + `split` of 8 MB
-//! of Markdown, `split_message` (the plain-text splitter the outbox uses)
-//! on 8 MB, and, for comparison, the old quadratic `split_message` on
+//! of Markdown, `split_message` (the older fence-aware splitter of raw
+//! text; the outbox now splits rendered text) on 8 MB, and, for comparison, the old quadratic `split_message` on
 //! 1.6 MB (the size of issue 12's report; a copy of it lives in
 //! benches/legacy/split_quadratic.rs).
 //!
