@@ -1422,13 +1422,21 @@ const TEN_TOOLS: [(&str, &str, &str); 10] = [
     ("Bash", "command", "git diff --stat"),
 ];
 
+/// The pause between the end of one ten-tool turn and the next message
+/// (the outbox's per-chat bucket refills meanwhile).
+const REQUESTS_GAP: Duration = Duration::from_millis(3_000);
+
 /// The answer of the ten-tool turn.
 const TEN_TOOLS_ANSWER: &str = "Done: the build is green.";
 
+/// The answer arrived and the status message was deleted (it always shows:
+/// the turn is longer than `progress.after`; a run where it does not times
+/// out and says so).
 fn ten_tools_answered(calls: &[Call]) -> bool {
-    calls
+    let answered = calls
         .iter()
-        .any(|c| c.method == "sendmessage" && c.status == 200 && call_text(c) == TEN_TOOLS_ANSWER)
+        .any(|c| c.method == "sendmessage" && c.status == 200 && call_text(c) == TEN_TOOLS_ANSWER);
+    answered && calls.iter().any(|c| c.method == "deletemessage")
 }
 
 fn requests(args: &Args) -> Result<Outcome, String> {
@@ -1464,7 +1472,7 @@ fn requests(args: &Args) -> Result<Outcome, String> {
             scenario,
             env,
             turns,
-            Duration::from_millis(wait_ms * 5 / 2),
+            REQUESTS_GAP,
             ten_tools_answered,
         )
     })?;
@@ -1555,10 +1563,11 @@ fn requests(args: &Args) -> Result<Outcome, String> {
          (`activity` steps: Bash, Read, Grep, Edit, WebSearch) {wait_ms} ms apart, so it lasts about {:.1} s, \
          then calls `send` (the answer) and `end_turn` in one batch. Settings: {settings}; the outbox at \
          Telegram's pacing (`RateLimits::default()`). Counted: every request the fake Telegram received \
-         from a turn's message to the next one (the last: until {} ms after its answer), `getUpdates` \
-         aside (the intake's long polls: {polls} in the whole run). Status messages sent per turn: {}.\n",
+         from a turn's message to the next one, pushed {} ms after the turn's answer arrived and its status \
+         was deleted (the last turn: until then), `getUpdates` aside (the intake's long polls: {polls} in \
+         the whole run). Status messages sent per turn: {}.\n",
         (wait_ms * 10) as f64 / 1e3,
-        wait_ms * 5 / 2,
+        REQUESTS_GAP.as_millis(),
         spread(&statuses),
     );
     fragment.push_str(&table(
