@@ -1195,11 +1195,7 @@ async fn sequential(
     let mut pushes = Vec::new();
     let mut outcomes = Vec::new();
     for k in 0..turns {
-        let push = tg.push_many(std::iter::once((
-            LIVE_CHAT,
-            USER,
-            format!("message {k}"),
-        )));
+        let push = tg.push_many(std::iter::once((LIVE_CHAT, USER, format!("message {k}"))));
         pushes.push(push);
         let turn = match tokio::time::timeout(TURN_TIMEOUT, over.recv()).await {
             Ok(Some(turn)) => turn,
@@ -1467,15 +1463,8 @@ fn requests(args: &Args) -> Result<Outcome, String> {
     let scenario = scenario(json!({"default": {"steps": steps}}))?;
     eprintln!("requests: {turns} turns of 10 tool calls, {wait_ms} ms apart");
     let shown_env = env.clone();
-    let run = in_system(move || {
-        sequential(
-            scenario,
-            env,
-            turns,
-            REQUESTS_GAP,
-            ten_tools_answered,
-        )
-    })?;
+    let run =
+        in_system(move || sequential(scenario, env, turns, REQUESTS_GAP, ten_tools_answered))?;
     let mut broken = Vec::new();
     sequence_checks("requests", &run, "terminated", &mut broken);
     // Method → count per turn.
@@ -1503,7 +1492,11 @@ fn requests(args: &Args) -> Result<Outcome, String> {
         }
         statuses.push(status);
     }
-    let polls: usize = run.calls.iter().filter(|c| c.method == "getupdates").count();
+    let polls: usize = run
+        .calls
+        .iter()
+        .filter(|c| c.method == "getupdates")
+        .count();
     let spread = |v: &[usize]| {
         let (lo, hi) = (
             v.iter().min().copied().unwrap_or(0),
@@ -1570,10 +1563,7 @@ fn requests(args: &Args) -> Result<Outcome, String> {
         REQUESTS_GAP.as_millis(),
         spread(&statuses),
     );
-    fragment.push_str(&table(
-        &["method", "requests per turn", "each turn"],
-        &rows,
-    ));
+    fragment.push_str(&table(&["method", "requests per turn", "each turn"], &rows));
     fragment.push('\n');
     Ok(Outcome { fragment, broken })
 }

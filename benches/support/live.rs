@@ -44,7 +44,7 @@ pub fn is_text_request(method: &str) -> bool {
 
 /// The whole answer reached the chat (as a message or the preview's edit).
 pub fn answer_complete(calls: &[Call]) -> bool {
-    calls.iter().any(|c| is_whole_answer(c))
+    calls.iter().any(is_whole_answer)
 }
 
 /// A successful `sendMessage` or `editMessageText` carrying the whole answer.
