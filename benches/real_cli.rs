@@ -163,7 +163,7 @@ fn inner(args: &Args) {
     };
     let iterations = if args.quick { 4 } else { 20 };
     let started = Instant::now();
-    let stream_turns = if args.quick { 3 } else { 20 };
+    let stream_turns = if args.quick { 2 } else { 20 };
     let result = actix::System::new().block_on(async {
         let (mut fragment, mut broken) = run(claude.clone(), iterations).await?;
         let (more, more_broken) = stream_run(claude, stream_turns).await?;

@@ -1289,7 +1289,8 @@ fn end_turn_json_pieces() -> Vec<String> {
 }
 
 fn stream(args: &Args) -> Result<Outcome, String> {
-    let turns = if args.quick { 5 } else { 30 };
+    // Quick: fewer turns, shorter pauses between them (CI runs it).
+    let (turns, gap_ms) = if args.quick { (3, 500) } else { (20, 1_000) };
     let piece_ms: u64 = 150;
     let whole = answer();
     let mut rows = Vec::new();
@@ -1324,7 +1325,7 @@ fn stream(args: &Args) -> Result<Outcome, String> {
                     scenario,
                     env,
                     turns,
-                    Duration::from_millis(1_000),
+                    Duration::from_millis(gap_ms),
                     answer_complete,
                 )
             })?;
@@ -1370,8 +1371,8 @@ fn stream(args: &Args) -> Result<Outcome, String> {
     let _ = writeln!(fragment, "### 7. First text token → first text visible\n");
     let _ = writeln!(
         fragment,
-        "Scripted backend, one chat, {turns} turns one after another (each 1 s after the previous answer \
-         arrived), the outbox at Telegram's own pacing (`RateLimits::default()`: 1 message a second per \
+        "Scripted backend, one chat, {turns} turns one after another (each {gap_ms} ms after the previous \
+         answer arrived), the outbox at Telegram's own pacing (`RateLimits::default()`: 1 message a second per \
          chat, bursts of 5), `progress.interval` at its default (2 s). Each turn writes the same {}-character \
          answer in {} pieces {piece_ms} ms apart: as the `text` of `end_turn` (its input JSON streaming, \
          `stream_tool` then the `end_turn` call) or as plain assistant text (`stream` then `result`). \
