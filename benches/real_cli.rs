@@ -47,6 +47,7 @@ use turnstile::chat::ToolRegistry;
 
 use support::bot_api::{FakeBotApi, Options, Record};
 use support::collect::{Collector, Ev, TurnOver, check_typing};
+use support::live;
 use support::stats::{Summary, ms, ms_between, ratio, table, verdict};
 use support::{Args, Fakes, USER};
 
@@ -162,7 +163,14 @@ fn inner(args: &Args) {
     };
     let iterations = if args.quick { 4 } else { 20 };
     let started = Instant::now();
-    let result = actix::System::new().block_on(run(claude, iterations));
+    let stream_turns = if args.quick { 2 } else { 20 };
+    let result = actix::System::new().block_on(async {
+        let (mut fragment, mut broken) = run(claude.clone(), iterations).await?;
+        let (more, more_broken) = stream_run(claude, stream_turns).await?;
+        fragment.push_str(&more);
+        broken.extend(more_broken);
+        Ok::<_, String>((fragment, broken))
+    });
     eprintln!("real_cli: {:.1} s", started.elapsed().as_secs_f64());
     match result {
         Ok((fragment, broken)) => support::finish("real_cli", &fragment, &broken),
@@ -204,10 +212,16 @@ async fn start_bot(
     claude: &str,
     keep_warm: &str,
     hook: bool,
+    more: &[(&'static str, String)],
 ) -> Result<Bot, String> {
+    let record = if more.is_empty() {
+        Record::Arrivals
+    } else {
+        Record::Calls
+    };
     let tg = fakes
         .bot_api(Options {
-            record: Record::Arrivals,
+            record,
             idle_close: None,
         })
         .await;
@@ -232,6 +246,7 @@ async fn start_bot(
         ("TURNSTILE_AGENT_BATCH_HOOK", hook.to_string()),
         ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s".into()),
     ];
+    let extra: Vec<(&str, String)> = extra.into_iter().chain(more.iter().cloned()).collect();
     let config = support::config(&tg.url(), state.path(), &extra);
     let settings = ClaudeSettings::from_config(&config);
     let backend = Arc::new(ClaudeBackend::new(
@@ -291,16 +306,26 @@ impl Bot {
                 self.api.describe()
             ));
         }
-        let Some((reply, text)) = self
-            .tg
-            .message_after(CHAT, push, Duration::from_secs(10))
-            .await
-        else {
-            return Err(format!("{name}: no reply reached the fake Telegram"));
+        // The reply, past the live view's status message (a turn longer
+        // than `progress.after`, such as a cold start on a loaded machine,
+        // shows one first).
+        let mut from = push;
+        let reply = loop {
+            let Some((at, text)) = self
+                .tg
+                .message_after(CHAT, from, Duration::from_secs(10))
+                .await
+            else {
+                return Err(format!("{name}: no reply reached the fake Telegram"));
+            };
+            if text == REPLY_TEXT {
+                break at;
+            }
+            if !is_status(&text) {
+                return Err(format!("{name}: the reply was {text:?}"));
+            }
+            from = at + Duration::from_nanos(1);
         };
-        if text != REPLY_TEXT {
-            return Err(format!("{name}: the reply was {text:?}"));
-        }
         let first_call = self
             .api
             .model_call_times()
@@ -373,6 +398,14 @@ impl Bot {
         let check = check_typing(&collected.events, &pushes, &self.tg.log().chat_actions);
         Ok((check, started.into_iter().map(|s| s.1).collect()))
     }
+}
+
+/// Whether `text` is the live view's status message (`💬 Writing to the
+/// chat\n1 tool call · 3s`): its second line counts the tool calls.
+fn is_status(text: &str) -> bool {
+    text.lines()
+        .nth(1)
+        .is_some_and(|l| l.contains(" tool call") && l.contains(" · "))
 }
 
 fn end_turn_reply() -> Reply {
@@ -574,9 +607,9 @@ impl Direct {
 
 async fn run(claude: String, iterations: usize) -> Result<(String, Vec<String>), String> {
     let fakes = Fakes::new();
-    let mut hook = start_bot("hook", &fakes, &claude, "10m", true).await?;
-    let mut nohook = start_bot("no hook", &fakes, &claude, "10m", false).await?;
-    let mut cold = start_bot("cold", &fakes, &claude, "0s", true).await?;
+    let mut hook = start_bot("hook", &fakes, &claude, "10m", true, &[]).await?;
+    let mut nohook = start_bot("no hook", &fakes, &claude, "10m", false, &[]).await?;
+    let mut cold = start_bot("cold", &fakes, &claude, "0s", true, &[]).await?;
     let mut direct = Direct::spawn(&fakes, &claude, &hook.settings).await?;
     let with_second_call = [end_turn_reply(), Reply::Text("done".into())];
 
@@ -813,6 +846,195 @@ async fn run(claude: String, iterations: usize) -> Result<(String, Vec<String>),
          turnstile sends the reply while serving the `end_turn` call, before the CLI's `result`.\n"
     );
     f.push_str(&table(&["measure", "p50 / p99 / max"], &rows6));
+    f.push('\n');
+    Ok((f, broken))
+}
+
+// ---------------------------------------------------------------------------
+// 7b. First text token → first text visible, through the real CLI.
+
+/// The pause between two streamed pieces of the answer.
+const PIECE_PAUSE: Duration = Duration::from_millis(150);
+
+/// One streamed turn's figures, in milliseconds from the fake API's first
+/// delta.
+struct StreamTurn {
+    visible: f64,
+    whole: Option<f64>,
+    text_requests: usize,
+}
+
+impl Bot {
+    /// One user message answered by `reply` (the answer in chunks), ending
+    /// `expect`; waits until the whole answer reached the fake Telegram.
+    async fn stream_turn(&mut self, reply: Reply, expect: &str) -> Result<StreamTurn, String> {
+        let name = self.name;
+        self.api.push(reply);
+        let answered_before = self.api.answer_times().len();
+        let push = self
+            .tg
+            .push_many(std::iter::once((CHAT, USER, USER_TEXT.to_string())));
+        self.pushes.push(push);
+        let over = match tokio::time::timeout(TURN_TIMEOUT, self.over.recv()).await {
+            Ok(Some(over)) => over,
+            Ok(None) => return Err(format!("{name}: the event collector stopped")),
+            Err(_) => {
+                return Err(format!(
+                    "{name}: no TurnEnded within {TURN_TIMEOUT:?}; API: {}",
+                    self.api.describe()
+                ));
+            }
+        };
+        if over.outcome != expect {
+            return Err(format!(
+                "{name}: the turn ended {}, expected {expect}; API: {}",
+                over.outcome,
+                self.api.describe()
+            ));
+        }
+        let seen = self.tg.wait_for(TURN_TIMEOUT, "the whole answer", |calls| {
+            live::answer_complete(
+                &calls
+                    .iter()
+                    .filter(|c| c.at >= push)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            )
+            .then_some(())
+        });
+        if tokio::time::timeout(TURN_TIMEOUT, seen).await.is_err() {
+            return Err(format!(
+                "{name}: the whole answer never reached the fake Telegram"
+            ));
+        }
+        let token = self
+            .api
+            .answer_times()
+            .get(answered_before)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "{name}: no model call answered; API: {}",
+                    self.api.describe()
+                )
+            })?;
+        let calls = self.tg.calls();
+        let (first, whole, text_requests) =
+            live::answer_calls(calls.iter().filter(|c| c.at >= push));
+        let Some(first) = first else {
+            return Err(format!("{name}: the answer never showed"));
+        };
+        Ok(StreamTurn {
+            visible: ms_between(token, first.at),
+            whole: whole.map(|c| ms_between(token, c.at)),
+            text_requests,
+        })
+    }
+}
+
+async fn stream_run(claude: String, turns: usize) -> Result<(String, Vec<String>), String> {
+    let fakes = Fakes::new();
+    let end_turn = || {
+        Reply::tool_text_in_chunks(
+            "mcp__telegram-tools__end_turn",
+            &live::ANSWER_PIECES,
+            PIECE_PAUSE,
+        )
+    };
+    let plain = || Reply::text_in_chunks(&live::ANSWER_PIECES, PIECE_PAUSE);
+    let mut rows = Vec::new();
+    let broken = Vec::new();
+    for (label, source) in [("`end_turn {text}`", "end_turn"), ("plain text", "text")] {
+        for mode in ["edit", "off"] {
+            let name: &'static str = match (source, mode) {
+                ("end_turn", "edit") => "stream end_turn edit",
+                ("end_turn", _) => "stream end_turn off",
+                (_, "edit") => "stream text edit",
+                _ => "stream text off",
+            };
+            let more = [("TURNSTILE_PROGRESS_STREAM", mode.to_string())];
+            let mut bot = start_bot(name, &fakes, &claude, "10m", true, &more).await?;
+            let expect = if source == "end_turn" {
+                "terminated"
+            } else {
+                "completed"
+            };
+            let reply = || {
+                if source == "end_turn" {
+                    end_turn()
+                } else {
+                    plain()
+                }
+            };
+            eprintln!("real_cli: {name}: warm-up and {turns} turns");
+            bot.stream_turn(reply(), expect).await?;
+            let mut got = Vec::new();
+            for _ in 0..turns {
+                tokio::time::sleep(GAP * 2).await;
+                got.push(bot.stream_turn(reply(), expect).await?);
+            }
+            let _ = bot.bot.stop().await;
+            let visible: Vec<f64> = got.iter().map(|t| t.visible).collect();
+            let whole: Vec<f64> = got.iter().filter_map(|t| t.whole).collect();
+            let requests: Vec<f64> = got.iter().map(|t| t.text_requests as f64).collect();
+            let s = Summary::of(&visible);
+            let w = Summary::of(&whole);
+            let r = Summary::of(&requests);
+            rows.push(vec![
+                label.to_string(),
+                format!("`{mode}`"),
+                got.len().to_string(),
+                s.map_or("–".into(), |s| format!("**{}**", ms(s.p50))),
+                s.map_or("–".into(), |s| format!("**{}**", ms(s.p99))),
+                s.map_or("–".into(), |s| ms(s.max)),
+                w.map_or("–".into(), |w| format!("{} / {}", ms(w.p50), ms(w.p99))),
+                r.map_or("–".into(), |r| {
+                    if r.min == r.max {
+                        format!("{:.0}", r.p50)
+                    } else {
+                        format!("{:.0}–{:.0}", r.min, r.max)
+                    }
+                }),
+            ]);
+        }
+    }
+    let mut f = String::new();
+    let _ = writeln!(
+        f,
+        "### 7b. First text token → first text visible, real CLI\n"
+    );
+    let _ = writeln!(
+        f,
+        "The real Claude Code CLI (warm process, hook on) against the fake Anthropic API, which answers \
+         each model call after {} ms by streaming the same {}-character answer in {} `content_block_delta` \
+         pieces {} ms apart: as the `text` of an `end_turn` call (`input_json_delta`) or as plain text \
+         (`text_delta`). One bot per row, a warm-up turn, then {turns} turns, each {} ms after the previous \
+         answer arrived; the outbox without rate limits (as in 4–6), `progress.interval` at its default \
+         (2 s). **First text token**: the moment the fake API hands its answer's body to the connection \
+         (after the delay; that first frame carries the first delta). **Visible**: the arrival at the \
+         fake Telegram of the turn's first `sendMessage` or `editMessageText` answered 200 whose text is a \
+         non-empty prefix of the answer; \"whole answer\" is the first carrying all of it. Both clocks are \
+         this process's. {}.\n",
+        API_DELAY.as_millis(),
+        live::answer().chars().count(),
+        live::ANSWER_PIECES.len(),
+        PIECE_PAUSE.as_millis(),
+        (GAP * 2).as_millis(),
+        support::build_profile()
+    );
+    f.push_str(&table(
+        &[
+            "answer as",
+            "progress.stream",
+            "turns",
+            "token → visible p50",
+            "p99",
+            "max",
+            "token → whole answer p50 / p99",
+            "text requests per turn",
+        ],
+        &rows,
+    ));
     f.push('\n');
     Ok((f, broken))
 }

@@ -10,6 +10,11 @@
 //!   chat's release, minus the grace, at 1 and 1,000 concurrent chats.
 //! - `scale`: 10,000 chats at once, turns per second, resident memory per
 //!   idle chat, and RSS after 100,000 turns against after 10,000.
+//! - `stream` (issue 12): from the agent's first text token to the first
+//!   text visible in the chat, `progress.stream` edit, draft and off, for an
+//!   answer written as `end_turn`'s `text` and as plain text.
+//! - `requests` (issue 12): the Telegram requests of a turn with 10 tool
+//!   calls (status message and its edits included), by method.
 //!
 //! `cargo bench --bench turns [-- --quick] [--report PATH]` runs each in a
 //! child process of its own (a fresh heap for the memory figures) and prints
@@ -30,9 +35,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use turnstile::Turnstile;
 use turnstile::agent::{Scenario, ScriptedBackend};
+use turnstile::telegram::RateLimits;
 
-use support::bot_api::{FakeBotApi, Log, Options, Record};
+use support::bot_api::{Call, FakeBotApi, Log, Options, Record};
 use support::collect::{Collector, Ev, TypingCheck, check_typing};
+use support::live::{ANSWER_PIECES, answer, answer_calls, answer_complete, call_text};
 use support::stats::{Summary, bytes, ms_between, ratio, table, verdict};
 use support::timed::{Mark, MarkKind, Timed};
 use support::{Args, Fakes, USER};
@@ -40,7 +47,7 @@ use support::{Args, Fakes, USER};
 #[global_allocator]
 static GLOBAL: support::alloc::Counting = support::alloc::Counting;
 
-const BENCHES: &[&str] = &["typing", "wedge", "scale"];
+const BENCHES: &[&str] = &["typing", "wedge", "scale", "stream", "requests"];
 
 /// What a benchmark hands back: its report section, and the invariants a
 /// run broke (which fail the run).
@@ -63,6 +70,8 @@ fn main() {
         "typing" => typing(&args),
         "wedge" => wedge(&args),
         "scale" => scale(&args),
+        "stream" => stream(&args),
+        "requests" => requests(&args),
         other => Err(format!("unknown benchmark `{other}` (use {BENCHES:?})")),
     };
     match result {
@@ -1105,4 +1114,457 @@ fn scale(args: &Args) -> Result<Outcome, String> {
         fragment,
         broken: Vec::new(),
     })
+}
+
+// ---------------------------------------------------------------------------
+// One chat, turns one after another, every Bot API call recorded (the live
+// view's benchmarks, issue 12).
+
+/// The chat of the live-view benchmarks.
+const LIVE_CHAT: i64 = 1;
+
+/// What a run of [`sequential`] recorded.
+struct Sequence {
+    /// When each message was pushed.
+    pushes: Vec<Instant>,
+    /// Every Bot API call, with its parameters and arrival.
+    calls: Vec<Call>,
+    /// The agent's stamps.
+    marks: Vec<Mark>,
+    /// Each turn's outcome, in order.
+    outcomes: Vec<&'static str>,
+    /// Events the collector lost.
+    lagged: u64,
+    /// `sendChatAction` dispatched after TurnEnded.
+    typing_after_end: usize,
+}
+
+impl Sequence {
+    /// The calls that arrived while turn `k` held the chat: from its push
+    /// to the next one (the last turn: to the end of the run).
+    fn calls_of_turn(&self, k: usize) -> impl Iterator<Item = &Call> {
+        let from = self.pushes[k];
+        let until = self.pushes.get(k + 1).copied();
+        self.calls
+            .iter()
+            .filter(move |c| c.at >= from && until.is_none_or(|u| c.at < u))
+    }
+
+    /// The first stamp of `kind` inside turn `k`'s window.
+    fn first_mark(&self, k: usize, kind: MarkKind) -> Option<Instant> {
+        let from = self.pushes[k];
+        let until = self.pushes.get(k + 1).copied();
+        self.marks
+            .iter()
+            .filter(|m| m.kind == kind && m.at >= from && until.is_none_or(|u| m.at < u))
+            .map(|m| m.at)
+            .min()
+    }
+}
+
+/// Runs `turns` turns of one chat on `scenario` with `env`, with Telegram's
+/// own rate limits in the outbox (`RateLimits::default()`: 1 message a
+/// second per chat, bursts of 5): each message is pushed once the previous
+/// turn is over (TurnEnded, typing stopped), `done` holds for the calls
+/// since its push, and `gap` has passed.
+async fn sequential(
+    scenario: Scenario,
+    env: Vec<(&'static str, String)>,
+    turns: usize,
+    gap: Duration,
+    done: fn(&[Call]) -> bool,
+) -> Result<Sequence, String> {
+    const TURN_TIMEOUT: Duration = Duration::from_secs(60);
+    let fakes = Fakes::new();
+    let tg = fakes
+        .bot_api(Options {
+            record: Record::Calls,
+            idle_close: None,
+        })
+        .await;
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let config = support::config(&tg.url(), dir.path(), &env);
+    let timed = Arc::new(Timed::new(
+        Arc::new(ScriptedBackend::new(scenario)),
+        &config.turn.terminator_tools,
+    ));
+    let bot = Turnstile::start_with_limits(&config, timed.clone(), RateLimits::default())
+        .await
+        .map_err(|e| format!("the bot did not start: {e}"))?;
+    let (collector, mut over) = Collector::start(&bot.events);
+    let mut pushes = Vec::new();
+    let mut outcomes = Vec::new();
+    for k in 0..turns {
+        let push = tg.push_many(std::iter::once((LIVE_CHAT, USER, format!("message {k}"))));
+        pushes.push(push);
+        let turn = match tokio::time::timeout(TURN_TIMEOUT, over.recv()).await {
+            Ok(Some(turn)) => turn,
+            Ok(None) => return Err("the event collector stopped".into()),
+            Err(_) => return Err(format!("turn {k}: not over within {TURN_TIMEOUT:?}")),
+        };
+        outcomes.push(turn.outcome);
+        let seen = tg.wait_for(TURN_TIMEOUT * 2, "the turn's answer", |calls| {
+            let since: Vec<Call> = calls.iter().filter(|c| c.at >= push).cloned().collect();
+            done(&since).then_some(())
+        });
+        if tokio::time::timeout(TURN_TIMEOUT, seen).await.is_err() {
+            let calls: Vec<String> = tg
+                .calls()
+                .iter()
+                .filter(|c| c.at >= push && c.method != "getupdates")
+                .map(|c| format!("{} {} {:?}", c.method, c.status, call_text(c)))
+                .collect();
+            return Err(format!(
+                "turn {k}: the answer did not reach the fake Telegram within {TURN_TIMEOUT:?}; calls: {calls:#?}"
+            ));
+        }
+        tokio::time::sleep(gap).await;
+    }
+    let collected = collector.finish();
+    let calls = tg.calls();
+    let chat_actions: Vec<(i64, Instant)> = calls
+        .iter()
+        .filter(|c| c.method == "sendchataction")
+        .map(|c| (LIVE_CHAT, c.at))
+        .collect();
+    let typing = check_typing(
+        &collected.events,
+        &[(LIVE_CHAT, pushes.clone())].into_iter().collect(),
+        &chat_actions,
+    );
+    let marks = timed.marks();
+    drop(bot);
+    Ok(Sequence {
+        pushes,
+        calls,
+        marks,
+        outcomes,
+        lagged: collected.lagged,
+        typing_after_end: typing.dispatched_after_end,
+    })
+}
+
+/// Invariants every [`sequential`] run keeps.
+fn sequence_checks(name: &str, run: &Sequence, outcome: &str, broken: &mut Vec<String>) {
+    if run.lagged > 0 {
+        broken.push(format!("{name}: the collector lost {} events", run.lagged));
+    }
+    if let Some(bad) = run.outcomes.iter().find(|o| **o != outcome) {
+        broken.push(format!("{name}: a turn ended {bad}, expected {outcome}"));
+    }
+    if run.typing_after_end > 0 {
+        broken.push(format!(
+            "{name}: {} sendChatAction dispatched after TurnEnded",
+            run.typing_after_end
+        ));
+    }
+    let notices = run
+        .calls
+        .iter()
+        .filter(|c| c.method == "sendmessage" && call_text(c).starts_with("⚠️"))
+        .count();
+    if notices > 0 {
+        broken.push(format!("{name}: {notices} notices (⚠️) sent"));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 7. First text visible.
+
+/// The input JSON of `end_turn {text}` cut so each piece carries one
+/// piece of the answer.
+fn end_turn_json_pieces() -> Vec<String> {
+    let mut pieces: Vec<String> = ANSWER_PIECES
+        .iter()
+        .map(|p| {
+            let quoted = serde_json::Value::String((*p).to_string()).to_string();
+            quoted[1..quoted.len() - 1].to_string()
+        })
+        .collect();
+    pieces[0].insert_str(0, "{\"text\": \"");
+    if let Some(last) = pieces.last_mut() {
+        last.push_str("\"}");
+    }
+    pieces
+}
+
+fn stream(args: &Args) -> Result<Outcome, String> {
+    // Quick: fewer turns, shorter pauses between them (CI runs it).
+    let (turns, gap_ms) = if args.quick { (3, 500) } else { (20, 1_000) };
+    let piece_ms: u64 = 150;
+    let whole = answer();
+    let mut rows = Vec::new();
+    let mut broken = Vec::new();
+    for (source, label) in [("end_turn", "`end_turn {text}`"), ("text", "plain text")] {
+        let steps = if source == "end_turn" {
+            json!([
+                {"do": "stream_tool", "tool": "mcp__telegram-tools__end_turn",
+                 "pieces": end_turn_json_pieces(), "ms": piece_ms},
+                {"do": "tools", "calls": [
+                    {"name": "mcp__telegram-tools__end_turn", "input": {"text": whole}},
+                ]},
+            ])
+        } else {
+            json!([
+                {"do": "stream", "pieces": ANSWER_PIECES, "ms": piece_ms},
+                {"do": "result", "text": whole},
+            ])
+        };
+        let outcome = if source == "end_turn" {
+            "terminated"
+        } else {
+            "completed"
+        };
+        for mode in ["edit", "draft", "off"] {
+            let name = format!("{source}, stream {mode}");
+            eprintln!("stream: {name}, {turns} turns");
+            let scenario = scenario(json!({"default": {"steps": steps}}))?;
+            let env = vec![("TURNSTILE_PROGRESS_STREAM", mode.to_string())];
+            let run = in_system(move || {
+                sequential(
+                    scenario,
+                    env,
+                    turns,
+                    Duration::from_millis(gap_ms),
+                    answer_complete,
+                )
+            })?;
+            sequence_checks(&name, &run, outcome, &mut broken);
+            let (mut first, mut complete, mut requests) = (Vec::new(), Vec::new(), Vec::new());
+            for k in 0..run.pushes.len() {
+                let Some(token) = run.first_mark(k, MarkKind::Writing) else {
+                    broken.push(format!("{name}: turn {k} wrote no text"));
+                    continue;
+                };
+                let (shown, all, n) = answer_calls(run.calls_of_turn(k));
+                match shown {
+                    Some(c) => first.push(ms_between(token, c.at)),
+                    None => broken.push(format!("{name}: turn {k}: the answer never showed")),
+                }
+                if let Some(c) = all {
+                    complete.push(ms_between(token, c.at));
+                }
+                requests.push(n as f64);
+            }
+            let [a, b, c] = summary_cells(&first);
+            let [d, e, _] = summary_cells(&complete);
+            let reqs = Summary::of(&requests).map_or("–".into(), |s| {
+                if s.min == s.max {
+                    format!("{:.0}", s.p50)
+                } else {
+                    format!("{:.0}–{:.0}", s.min, s.max)
+                }
+            });
+            rows.push(vec![
+                label.to_string(),
+                format!("`{mode}`"),
+                first.len().to_string(),
+                format!("**{a}**"),
+                format!("**{b}**"),
+                c,
+                format!("{d} / {e}"),
+                reqs,
+            ]);
+        }
+    }
+    let mut fragment = String::new();
+    let _ = writeln!(fragment, "### 7. First text token → first text visible\n");
+    let _ = writeln!(
+        fragment,
+        "Scripted backend, one chat, {turns} turns one after another (each {gap_ms} ms after the previous \
+         answer arrived), the outbox at Telegram's own pacing (`RateLimits::default()`: 1 message a second per \
+         chat, bursts of 5), `progress.interval` at its default (2 s). Each turn writes the same {}-character \
+         answer in {} pieces {piece_ms} ms apart: as the `text` of `end_turn` (its input JSON streaming, \
+         `stream_tool` then the `end_turn` call) or as plain assistant text (`stream` then `result`). \
+         **First text token**: the first `Activity::Writing` with a non-empty piece leaving the agent \
+         (stamped in `benches/support/timed.rs`, before the turn actor sees it). **Visible**: the arrival \
+         at the fake Telegram of the turn's first `sendMessage`, `editMessageText` or `sendMessageDraft` \
+         answered 200 whose text is a non-empty prefix of the answer. \"Whole answer\" is the first \
+         `sendMessage`/`editMessageText` carrying all of it. Every turn counted. {}.\n",
+        whole.chars().count(),
+        ANSWER_PIECES.len(),
+        support::build_profile()
+    );
+    fragment.push_str(&table(
+        &[
+            "answer as",
+            "progress.stream",
+            "turns",
+            "token → visible p50",
+            "p99",
+            "max",
+            "token → whole answer p50 / p99",
+            "text requests per turn",
+        ],
+        &rows,
+    ));
+    fragment.push('\n');
+    Ok(Outcome { fragment, broken })
+}
+
+// ---------------------------------------------------------------------------
+// 8. Telegram requests of a turn with 10 tool calls.
+
+/// The ten tool calls.
+const TEN_TOOLS: [(&str, &str, &str); 10] = [
+    ("Bash", "command", "cargo build"),
+    ("Read", "file_path", "src/main.rs"),
+    ("Grep", "pattern", "fn main"),
+    ("Bash", "command", "cargo test"),
+    ("Read", "file_path", "src/lib.rs"),
+    ("Edit", "file_path", "src/lib.rs"),
+    ("Bash", "command", "cargo test --lib"),
+    ("WebSearch", "query", "rust linker libssl"),
+    ("Bash", "command", "cargo clippy"),
+    ("Bash", "command", "git diff --stat"),
+];
+
+/// The pause between the end of one ten-tool turn and the next message
+/// (the outbox's per-chat bucket refills meanwhile).
+const REQUESTS_GAP: Duration = Duration::from_millis(3_000);
+
+/// The answer of the ten-tool turn.
+const TEN_TOOLS_ANSWER: &str = "Done: the build is green.";
+
+/// The answer arrived and the status message was deleted (it always shows:
+/// the turn is longer than `progress.after`; a run where it does not times
+/// out and says so).
+fn ten_tools_answered(calls: &[Call]) -> bool {
+    let answered = calls
+        .iter()
+        .any(|c| c.method == "sendmessage" && c.status == 200 && call_text(c) == TEN_TOOLS_ANSWER);
+    answered && calls.iter().any(|c| c.method == "deletemessage")
+}
+
+fn requests(args: &Args) -> Result<Outcome, String> {
+    // Full: the defaults (status after 3 s, edits every 2 s), 0.8 s per
+    // tool call; quick: everything a fifth of that.
+    let (turns, wait_ms, env): (usize, u64, Vec<(&'static str, String)>) = if args.quick {
+        (
+            2,
+            160,
+            vec![
+                ("TURNSTILE_PROGRESS_AFTER", "600ms".into()),
+                ("TURNSTILE_PROGRESS_INTERVAL", "400ms".into()),
+                ("TURNSTILE_TURN_TYPING_INTERVAL", "800ms".into()),
+            ],
+        )
+    } else {
+        (5, 800, Vec::new())
+    };
+    let mut steps = Vec::new();
+    for (tool, key, value) in TEN_TOOLS {
+        steps.push(json!({"do": "activity", "tool": tool, "input": {key: value}}));
+        steps.push(json!({"do": "wait", "ms": wait_ms}));
+    }
+    steps.push(json!({"do": "tools", "calls": [
+        {"name": "mcp__telegram-tools__send", "input": {"text": TEN_TOOLS_ANSWER}},
+        {"name": "mcp__telegram-tools__end_turn", "input": {}},
+    ]}));
+    let scenario = scenario(json!({"default": {"steps": steps}}))?;
+    eprintln!("requests: {turns} turns of 10 tool calls, {wait_ms} ms apart");
+    let shown_env = env.clone();
+    let run =
+        in_system(move || sequential(scenario, env, turns, REQUESTS_GAP, ten_tools_answered))?;
+    let mut broken = Vec::new();
+    sequence_checks("requests", &run, "terminated", &mut broken);
+    // Method → count per turn.
+    let mut per_method: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+    let mut totals = Vec::new();
+    let mut statuses = Vec::new();
+    for k in 0..run.pushes.len() {
+        let calls: Vec<&Call> = run
+            .calls_of_turn(k)
+            .filter(|c| c.method != "getupdates")
+            .collect();
+        for c in &calls {
+            let counts = per_method
+                .entry(c.method.clone())
+                .or_insert_with(|| vec![0; run.pushes.len()]);
+            counts[k] += 1;
+        }
+        totals.push(calls.len());
+        let status = calls
+            .iter()
+            .filter(|c| c.method == "sendmessage" && call_text(c) != TEN_TOOLS_ANSWER)
+            .count();
+        if status == 0 {
+            broken.push(format!("requests: turn {k}: no status message was sent"));
+        }
+        statuses.push(status);
+    }
+    let polls: usize = run
+        .calls
+        .iter()
+        .filter(|c| c.method == "getupdates")
+        .count();
+    let spread = |v: &[usize]| {
+        let (lo, hi) = (
+            v.iter().min().copied().unwrap_or(0),
+            v.iter().max().copied().unwrap_or(0),
+        );
+        if lo == hi {
+            lo.to_string()
+        } else {
+            format!("{lo}–{hi}")
+        }
+    };
+    let mut rows: Vec<Vec<String>> = per_method
+        .iter()
+        .map(|(method, counts)| {
+            vec![
+                format!("`{method}`"),
+                spread(counts),
+                counts
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "**total**".into(),
+        format!("**{}**", spread(&totals)),
+        totals
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    ]);
+    let settings = if shown_env.is_empty() {
+        "the defaults: `progress.after` 3 s, `progress.interval` 2 s, `turn.typing_interval` 4 s, \
+         `progress.keep = \"delete\"`"
+            .to_string()
+    } else {
+        format!(
+            "shortened for `--quick`: {}",
+            shown_env
+                .iter()
+                .map(|(k, v)| format!("`{k}={v}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let mut fragment = String::new();
+    let _ = writeln!(
+        fragment,
+        "### 8. Telegram requests of a turn with 10 tool calls\n"
+    );
+    let _ = writeln!(
+        fragment,
+        "Scripted backend, one chat, {turns} turns one after another; each turn starts 10 tool calls \
+         (`activity` steps: Bash, Read, Grep, Edit, WebSearch) {wait_ms} ms apart, so it lasts about {:.1} s, \
+         then calls `send` (the answer) and `end_turn` in one batch. Settings: {settings}; the outbox at \
+         Telegram's pacing (`RateLimits::default()`). Counted: every request the fake Telegram received \
+         from a turn's message to the next one, pushed {} ms after the turn's answer arrived and its status \
+         was deleted (the last turn: until then), `getUpdates` aside (the intake's long polls: {polls} in \
+         the whole run). Status messages sent per turn: {}.\n",
+        (wait_ms * 10) as f64 / 1e3,
+        REQUESTS_GAP.as_millis(),
+        spread(&statuses),
+    );
+    fragment.push_str(&table(&["method", "requests per turn", "each turn"], &rows));
+    fragment.push('\n');
+    Ok(Outcome { fragment, broken })
 }

@@ -18,6 +18,7 @@ pub mod bot_api;
 pub mod collect;
 #[path = "../../tests/support/config.rs"]
 pub mod config;
+pub mod live;
 pub mod stats;
 pub mod timed;
 

@@ -1,6 +1,7 @@
 //! [`Timed`]: an agent backend that wraps another and stamps, as each event
 //! leaves the agent, the moments the benchmarks start their clocks from: a
-//! tool batch holding a terminator has resolved, and a `result` arrived.
+//! tool batch holding a terminator has resolved, a `result` arrived, and a
+//! piece of text being written (the live view's input) came out.
 //!
 //! Each session's events pass through one forwarding task (commands go
 //! straight to the inner session), so the stamp is taken before the turn
@@ -12,7 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 use turnstile::agent::{
-    AgentBackend, AgentError, AgentEvent, AgentSession, BoxFuture, OpenSession,
+    Activity, AgentBackend, AgentError, AgentEvent, AgentSession, BoxFuture, OpenSession,
 };
 use turnstile::chat::ToolRegistry;
 
@@ -23,6 +24,9 @@ pub enum MarkKind {
     TerminatorResolved,
     /// The agent's `result`.
     Result,
+    /// Text being written (an [`Activity::Writing`] with a non-empty piece:
+    /// assistant text, or the `text` of `send`/`end_turn` as it streams).
+    Writing,
 }
 
 /// One stamp.
@@ -78,6 +82,11 @@ impl AgentBackend for Timed {
                             Some(MarkKind::TerminatorResolved)
                         }
                         AgentEvent::Result(_) => Some(MarkKind::Result),
+                        AgentEvent::Activity(Activity::Writing { appended, .. })
+                            if !appended.is_empty() =>
+                        {
+                            Some(MarkKind::Writing)
+                        }
                         _ => None,
                     };
                     if let Some(kind) = kind {

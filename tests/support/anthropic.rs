@@ -156,6 +156,9 @@ struct State {
     /// side and error answers alike): the `N` of `msg_fake_N` and
     /// `toolu_fake_N_i`.
     last_message: u64,
+    /// When the answer to each model call started to go out (after the
+    /// delay; a streamed answer's first frame holds its first delta).
+    answered: Vec<Instant>,
 }
 
 /// How to answer one request.
@@ -170,6 +173,7 @@ struct MessagePlan {
     stream: bool,
     number: u64,
     delay: Duration,
+    model_call: bool,
 }
 
 /// One content block of an answer.
@@ -279,6 +283,13 @@ impl FakeAnthropic {
         calls.map(|r| r.at).collect()
     }
 
+    /// When the answer to each model call started to go out, in order: after
+    /// the delay, as its body is handed to the connection (a streamed
+    /// answer's first frame carries its first `content_block_delta`).
+    pub fn answer_times(&self) -> Vec<Instant> {
+        self.shared.lock().answered.clone()
+    }
+
     /// Waits until at least `n` model calls have arrived; panics describing
     /// every recorded request if `timeout` passes first.
     pub async fn wait_for_model_calls(&self, n: usize, timeout: Duration) {
@@ -386,6 +397,7 @@ impl Shared {
                     stream: body.get("stream").and_then(Value::as_bool) == Some(true),
                     number: state.last_message,
                     delay,
+                    model_call,
                 })
             }
             (true, "/v1/messages/count_tokens", Some(_)) => {
@@ -455,7 +467,12 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             if !plan.delay.is_zero() {
                 tokio::time::sleep(plan.delay).await;
             }
-            message_response(plan)
+            let model_call = plan.model_call;
+            let response = message_response(plan);
+            if model_call {
+                shared.lock().answered.push(Instant::now());
+            }
+            response
         }
     }
 }
