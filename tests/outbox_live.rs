@@ -145,30 +145,36 @@ async fn a_real_message_is_never_delayed_behind_live_edits() {
     };
     let outbox = outbox(&api, limits);
     let slot = Slot::next();
-    let mut worst = Duration::ZERO;
-    for round in 0..3 {
-        // Live text keeps coming...
-        for i in 0..10 {
-            outbox.do_send(show(1, slot, &format!("working {round}.{i}")));
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    let live = |n: usize| {
+        move |calls: &[Call]| {
+            let live: Vec<Call> = calls
+                .iter()
+                .filter(|c| c.method == "sendmessage" || c.method == "editmessagetext")
+                .cloned()
+                .collect();
+            (live.len() >= n).then_some(live)
         }
-        // ...and a real message goes at once all the same.
-        let asked = Instant::now();
-        send(&outbox, SendText::new(ChatId(1), format!("real {round}")))
-            .await
-            .expect("delivered");
-        worst = worst.max(asked.elapsed());
-        // The chat refills its send before the next round.
-        tokio::time::sleep(Duration::from_millis(2100)).await;
-    }
+    };
+    // The first live text takes one of the two sends...
+    outbox.do_send(show(1, slot, "working 1"));
+    api.wait_for(SOON, "the first live text", live(1)).await;
+    // ...the second must wait until the chat has two again, so that...
+    outbox.do_send(show(1, slot, "working 2"));
+    let shown = api.wait_for(SOON, "the second live text", live(2)).await;
+    let gap = shown[1].at.duration_since(shown[0].at);
     assert!(
-        worst < Duration::from_millis(1000),
-        "a real message waited {worst:?} behind live text"
+        gap >= Duration::from_millis(1000),
+        "live text took the chat's last send: the second came {gap:?} after the first at one send per 2 s"
     );
-    let shown = api.calls_of("sendMessage").len() + api.calls_of("editMessageText").len() - 3;
+    // ...a real message still goes at once.
+    let asked = Instant::now();
+    send(&outbox, SendText::new(ChatId(1), "real"))
+        .await
+        .expect("delivered");
+    let waited = asked.elapsed();
     assert!(
-        shown <= 4,
-        "live text took {shown} sends in about 7 s at one send per 2 s"
+        waited < Duration::from_millis(1000),
+        "a real message waited {waited:?} behind live text"
     );
 }
 
