@@ -431,6 +431,19 @@ impl ScriptedAgent {
     }
 
     /// Handles a command that arrived mid-turn.
+    /// Waits `ms`, unless a command or the host's going ends the turn
+    /// first: then how it ends.
+    async fn pause(&mut self, ms: u64, turn: &ScriptTurn, calls: u32) -> Option<Flow> {
+        match self
+            .wait(tokio::time::sleep(Duration::from_millis(ms)))
+            .await
+        {
+            Woken::Done(()) => None,
+            Woken::Command(cmd) => Some(self.on_command(cmd, turn, calls).await),
+            Woken::HostGone => Some(Flow::Exit),
+        }
+    }
+
     async fn on_command(&mut self, cmd: SessionCommand, turn: &ScriptTurn, calls: u32) -> Flow {
         match cmd {
             SessionCommand::Interrupt => {
@@ -470,13 +483,8 @@ impl ScriptedAgent {
         for step in &turn.steps {
             match step {
                 Step::Wait { ms } => {
-                    match self
-                        .wait(tokio::time::sleep(Duration::from_millis(*ms)))
-                        .await
-                    {
-                        Woken::Done(()) => {}
-                        Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
-                        Woken::HostGone => return Flow::Exit,
+                    if let Some(flow) = self.pause(*ms, &turn, calls).await {
+                        return flow;
                     }
                 }
                 Step::Text { text } => self.emit(AgentEvent::Text(fill(text))),
@@ -629,17 +637,11 @@ impl ScriptedAgent {
                     let stream = format!("msg_scripted_{}:0", self.streams);
                     let mut whole = String::new();
                     for (i, piece) in pieces.iter().enumerate() {
-                        if i > 0 && *ms > 0 {
-                            match self
-                                .wait(tokio::time::sleep(Duration::from_millis(*ms)))
-                                .await
-                            {
-                                Woken::Done(()) => {}
-                                Woken::Command(cmd) => {
-                                    return self.on_command(cmd, &turn, calls).await;
-                                }
-                                Woken::HostGone => return Flow::Exit,
-                            }
+                        if i > 0
+                            && *ms > 0
+                            && let Some(flow) = self.pause(*ms, &turn, calls).await
+                        {
+                            return flow;
                         }
                         let piece = fill(piece);
                         whole.push_str(&piece);
@@ -659,17 +661,11 @@ impl ScriptedAgent {
                     let bare = streamed_tool(tool).map(str::to_owned);
                     let mut field = StringField::new("text");
                     for (i, piece) in pieces.iter().enumerate() {
-                        if i > 0 && *ms > 0 {
-                            match self
-                                .wait(tokio::time::sleep(Duration::from_millis(*ms)))
-                                .await
-                            {
-                                Woken::Done(()) => {}
-                                Woken::Command(cmd) => {
-                                    return self.on_command(cmd, &turn, calls).await;
-                                }
-                                Woken::HostGone => return Flow::Exit,
-                            }
+                        if i > 0
+                            && *ms > 0
+                            && let Some(flow) = self.pause(*ms, &turn, calls).await
+                        {
+                            return flow;
                         }
                         let appended = field.push(&fill(piece));
                         match &bare {
