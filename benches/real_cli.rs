@@ -285,27 +285,7 @@ impl Bot {
         for reply in replies {
             self.api.push(reply.clone());
         }
-        let push = self
-            .tg
-            .push_many(std::iter::once((CHAT, USER, USER_TEXT.to_string())));
-        self.pushes.push(push);
-        let over = match tokio::time::timeout(TURN_TIMEOUT, self.over.recv()).await {
-            Ok(Some(over)) => over,
-            Ok(None) => return Err(format!("{name}: the event collector stopped")),
-            Err(_) => {
-                return Err(format!(
-                    "{name}: no TurnEnded within {TURN_TIMEOUT:?}; API: {}",
-                    self.api.describe()
-                ));
-            }
-        };
-        if over.outcome != expect {
-            return Err(format!(
-                "{name}: the turn ended {}, expected {expect}; API: {}",
-                over.outcome,
-                self.api.describe()
-            ));
-        }
+        let (push, over) = self.say_and_end(expect).await?;
         // The reply, past the live view's status message (a turn longer
         // than `progress.after`, such as a cold start on a loaded machine,
         // shows one first).
@@ -865,12 +845,10 @@ struct StreamTurn {
 }
 
 impl Bot {
-    /// One user message answered by `reply` (the answer in chunks), ending
-    /// `expect`; waits until the whole answer reached the fake Telegram.
-    async fn stream_turn(&mut self, reply: Reply, expect: &str) -> Result<StreamTurn, String> {
+    /// Sends the user's message and waits for its TurnEnded, which must
+    /// be `expect`: when the message went, and how the turn ended.
+    async fn say_and_end(&mut self, expect: &str) -> Result<(Instant, TurnOver), String> {
         let name = self.name;
-        self.api.push(reply);
-        let answered_before = self.api.answer_times().len();
         let push = self
             .tg
             .push_many(std::iter::once((CHAT, USER, USER_TEXT.to_string())));
@@ -892,6 +870,16 @@ impl Bot {
                 self.api.describe()
             ));
         }
+        Ok((push, over))
+    }
+
+    /// One user message answered by `reply` (the answer in chunks), ending
+    /// `expect`; waits until the whole answer reached the fake Telegram.
+    async fn stream_turn(&mut self, reply: Reply, expect: &str) -> Result<StreamTurn, String> {
+        let name = self.name;
+        self.api.push(reply);
+        let answered_before = self.api.answer_times().len();
+        let (push, _) = self.say_and_end(expect).await?;
         let seen = self.tg.wait_for(TURN_TIMEOUT, "the whole answer", |calls| {
             live::answer_complete(
                 &calls
