@@ -22,6 +22,7 @@ use crate::chat::turn::{ButtonPressed, TurnDeps};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
+use crate::ops::panics::contain;
 use crate::state::{InboxRow, InboxState, now_ms};
 use crate::telegram::addressing::strip_address;
 use crate::telegram::files::attachments;
@@ -442,7 +443,20 @@ impl Actor for Dispatcher {
 impl Handler<UpdateReceived> for Dispatcher {
     type Result = ();
 
+    /// One update; should handling it panic, it is dropped with an ERROR
+    /// log and the next one is handled as usual.
     fn handle(&mut self, UpdateReceived(update): UpdateReceived, ctx: &mut Self::Context) {
+        let update_id = i64::from(update.id.0);
+        if let Err(panic) = contain(|| self.update(update, ctx)) {
+            tracing::error!(update_id, %panic, "handling the update panicked; dropped");
+            self.deps.inbox.dropped(vec![update_id]);
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Checks, answers or routes one update.
+    fn update(&mut self, update: teloxide::types::Update, ctx: &mut Context<Self>) {
         let update_id = i64::from(update.id.0);
         let message = match update.kind {
             UpdateKind::Message(message) => message,
