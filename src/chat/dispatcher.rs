@@ -146,24 +146,16 @@ impl Dispatcher {
     }
 
     fn is_admin(&self, user: UserId) -> bool {
-        self.access
-            .admins
-            .iter()
-            .any(|&a| a >= 0 && a as u64 == user.0)
+        self.access.is_admin(user.0)
     }
 
     /// Whether everyone in `chat` may talk to the bot (`access.allowed_chats`).
     fn is_allowed_chat(&self, chat: ChatId) -> bool {
-        self.access.allowed_chats.contains(&chat.0)
+        self.access.is_allowed_chat(chat.0)
     }
 
     fn is_allowed(&self, user: UserId) -> bool {
-        self.is_admin(user)
-            || self
-                .access
-                .allowed_users
-                .iter()
-                .any(|&a| a >= 0 && a as u64 == user.0)
+        self.access.is_allowed(user.0)
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {

@@ -14,6 +14,7 @@ use teloxide::requests::HasPayload;
 use teloxide::types::{AllowedUpdate, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 
+use crate::config::AccessConfig;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, InboxMessage, UPDATE_ID_RESET_GAP};
@@ -52,6 +53,9 @@ pub struct Intake {
     inbox: Inbox,
     /// Which messages are for this bot; the others are never handed over.
     addressing: Addressing,
+    /// Who may talk to the bot: a stranger's message is written to the
+    /// inbox without its text and files (the dispatcher refuses it).
+    access: AccessConfig,
     /// Counts polls (and `/healthz` reads when the last one answered).
     metrics: Option<std::sync::Arc<crate::ops::Metrics>>,
 }
@@ -64,7 +68,7 @@ impl Intake {
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
         inbox: Inbox,
-        addressing: Addressing,
+        (addressing, access): (Addressing, AccessConfig),
     ) -> Self {
         Self {
             bot,
@@ -74,6 +78,7 @@ impl Intake {
             offset: 0,
             inbox,
             addressing,
+            access,
             metrics: None,
         }
     }
@@ -111,11 +116,13 @@ impl Intake {
     /// What becomes of an update: `None` when it is not for the bot,
     /// otherwise its inbox row, if it carries a message to answer.
     fn take(&mut self, update: &Update) -> Option<Option<InboxMessage>> {
-        self.for_us(update).then(|| Self::row(update))
+        self.for_us(update).then(|| Self::row(update, &self.access))
     }
 
-    /// The inbox row of an update that carries a message to answer.
-    fn row(update: &Update) -> Option<InboxMessage> {
+    /// The inbox row of an update that carries a message to answer. A
+    /// stranger's message keeps no text and no files: it is refused, and
+    /// what they wrote never reaches the state file.
+    fn row(update: &Update, access: &AccessConfig) -> Option<InboxMessage> {
         let UpdateKind::Message(message) = &update.kind else {
             return None;
         };
@@ -125,6 +132,11 @@ impl Intake {
         if text.is_none() && files.is_empty() {
             return None;
         }
+        let (text, files) = if access.admits(user.id.0, message.chat.id.0) {
+            (text, files)
+        } else {
+            (None, Vec::new())
+        };
         let topic = message
             .thread_id
             .filter(|_| message.is_topic_message)
