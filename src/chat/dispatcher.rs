@@ -93,6 +93,9 @@ pub struct Dispatcher {
     username: String,
     /// When each refused user was last told so.
     refused: HashMap<UserId, Instant>,
+    /// When each stranger's button press was last answered: at most once
+    /// per `access.refusal_cooldown`, so presses cost Telegram nothing.
+    refused_presses: HashMap<UserId, Instant>,
     /// No new turns once set.
     stopping: bool,
     /// `agent.keep_warm`, handed to each supervisor.
@@ -132,6 +135,7 @@ impl Dispatcher {
             chats: HashMap::new(),
             username,
             refused: HashMap::new(),
+            refused_presses: HashMap::new(),
             stopping: false,
             keep_warm,
             warm_slots,
@@ -200,17 +204,7 @@ impl Dispatcher {
             "message from a user not on the allowlist refused"
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
-        let now = Instant::now();
-        let cooldown = self.access.refusal_cooldown;
-        let due = self
-            .refused
-            .get(&user)
-            .is_none_or(|at| now.duration_since(*at) >= cooldown);
-        if due {
-            // Entries past the cooldown say nothing any more.
-            self.refused
-                .retain(|_, at| now.duration_since(*at) < cooldown);
-            self.refused.insert(user, now);
+        if due(&mut self.refused, user, self.access.refusal_cooldown) {
             self.say(
                 to,
                 "Sorry, this bot only answers the people it was set up for.",
@@ -317,12 +311,24 @@ impl Dispatcher {
             });
         };
         if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
+            self.events.publish(BotEvent::AccessDenied { chat, user });
+            if !due(
+                &mut self.refused_presses,
+                user,
+                self.access.refusal_cooldown,
+            ) {
+                tracing::debug!(
+                    user_id = user.0,
+                    chat_id = chat.0,
+                    "button press from a user not on the allowlist ignored (refused lately)"
+                );
+                return;
+            }
             tracing::warn!(
                 user_id = user.0,
                 chat_id = chat.0,
                 "button press from a user not on the allowlist refused"
             );
-            self.events.publish(BotEvent::AccessDenied { chat, user });
             return answer(
                 self,
                 "Sorry, this bot only answers the people it was set up for.",
@@ -417,6 +423,20 @@ impl Dispatcher {
             .into_actor(self),
         );
     }
+}
+
+/// Whether `user` is due a refusal now: none within `cooldown`. Notes it
+/// when so, and forgets entries past the cooldown.
+fn due(refused: &mut HashMap<UserId, Instant>, user: UserId, cooldown: Duration) -> bool {
+    let now = Instant::now();
+    let due = refused
+        .get(&user)
+        .is_none_or(|at| now.duration_since(*at) >= cooldown);
+    if due {
+        refused.retain(|_, at| now.duration_since(*at) < cooldown);
+        refused.insert(user, now);
+    }
+    due
 }
 
 /// Who asked a command, and where.
