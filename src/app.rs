@@ -373,7 +373,10 @@ impl Turnstile {
             dispatcher.clone().recipient(),
             shutdown.clone(),
             inbox.clone(),
-            Addressing::new(me, config.access.group_mode),
+            (
+                Addressing::new(me, config.access.group_mode),
+                config.access.clone(),
+            ),
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();

@@ -458,6 +458,33 @@ impl Default for TelegramConfig {
     }
 }
 
+impl AccessConfig {
+    /// Whether `user` is an admin.
+    pub fn is_admin(&self, user: u64) -> bool {
+        self.admins.iter().any(|&a| u64::try_from(a) == Ok(user))
+    }
+
+    /// Whether `user` is an allowed user (admins are).
+    pub fn is_allowed(&self, user: u64) -> bool {
+        self.is_admin(user)
+            || self
+                .allowed_users
+                .iter()
+                .any(|&a| u64::try_from(a) == Ok(user))
+    }
+
+    /// Whether everyone in `chat` may talk to the bot.
+    pub fn is_allowed_chat(&self, chat: i64) -> bool {
+        self.allowed_chats.contains(&chat)
+    }
+
+    /// Whether `user` may talk to the bot in `chat`: an allowed user
+    /// anywhere, anyone in an allowed chat.
+    pub fn admits(&self, user: u64, chat: i64) -> bool {
+        self.is_allowed(user) || self.is_allowed_chat(chat)
+    }
+}
+
 impl Default for AccessConfig {
     fn default() -> Self {
         Self {

@@ -47,6 +47,9 @@
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
 //!   its own thread and holds the states of a message.
 //! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
+//! - `ops`: the metrics, the `[ops] listen` endpoint, the log set-up, and
+//!   `ops::panics`: a panic drops the input it was handling (`contain`) or
+//!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.

@@ -65,6 +65,8 @@ fn main() -> ExitCode {
         }
     };
     turnstile::ops::logging::init(config.log.format);
+    // A panic never leaves a live process that answers nobody.
+    turnstile::ops::panics::exit_on_uncontained_panic();
     // A state file that cannot be used is a start-up error like bad config.
     if !check && let Err(err) = turnstile::state::Store::open(&config.state.path) {
         eprintln!("turnstile: {err}");

@@ -8,11 +8,13 @@
 //! entities" is retried as plain text; a 403 (bot blocked) is reported and
 //! not retried. Typing requests are sent only while their lease is alive.
 //!
-//! Questions ([`SendQuestion`]: text under callback buttons), their edits
-//! ([`EditQuestion`]) and callback answers ([`AnswerCallback`]) take the
-//! same lanes, limits and retry rules; an edit may be repeated (the same
-//! edit twice is harmless), a question may not, and a callback answer is
-//! dropped once Telegram would no longer take it.
+//! Questions ([`SendQuestion`]: text under callback buttons) and their
+//! edits ([`EditQuestion`]) take the same lanes, limits and retry rules; an
+//! edit may be repeated (the same edit twice is harmless), a question may
+//! not. Callback answers ([`AnswerCallback`]) are no messages: they take no
+//! lane and no rate limit, so presses never delay a chat's messages nor
+//! wait behind them, and one is dropped once Telegram would no longer take
+//! it. Nothing takes a rate-limit slot for a request it then drops.
 //!
 //! The request types are in `outbox/requests.rs`, the retry rules in
 //! `outbox/retry.rs`.
@@ -46,8 +48,8 @@ pub use requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge, React,
     SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot, StopOutbox,
 };
-use requests::{CAPTION_LIMIT, Job, Place, TextJob, cut};
-use retry::{Rule, Sent, classify, deliver, retry_allowed, send_piece};
+use requests::{CAPTION_LIMIT, CallbackAnswer, Job, Place, TextJob, cut};
+use retry::{Rule, Sent, classify, deliver, deliver_unpaced, retry_allowed, send_piece};
 
 /// Why a request did not get through.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -142,6 +144,18 @@ impl Bucket {
         self.held
             .map(|until| until.saturating_duration_since(Instant::now()))
             .unwrap_or_default()
+    }
+
+    /// How long until a token is free; takes none.
+    fn wait(&mut self) -> Duration {
+        self.refill();
+        let short = 1.0 - self.tokens;
+        let wait = if short <= 0.0 || self.per_sec <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(short / self.per_sec)
+        };
+        wait.max(self.held_for())
     }
 
     /// Takes one token, returning how long to wait before using it.
@@ -551,8 +565,51 @@ impl Handler<EditQuestion> for Outbox {
 impl Handler<AnswerCallback> for Outbox {
     type Result = ();
 
+    /// Sent at once from a task of its own, beside the chat's lane: however
+    /// many buttons are pressed, the chat's messages and pacing are
+    /// untouched. Counted as pending, so [`Flush`] waits for it.
     fn handle(&mut self, msg: AnswerCallback, _ctx: &mut Self::Context) {
-        self.enqueue(msg.chat, Job::answer(msg));
+        if self.refused(msg.chat) {
+            return;
+        }
+        self.shared.pending.fetch_add(1, Ordering::SeqCst);
+        let shared = Arc::clone(&self.shared);
+        let answer = CallbackAnswer::new(msg);
+        actix::spawn(async move {
+            answer_callback(&shared, answer).await;
+            done(&shared, 1);
+        });
+    }
+}
+
+/// Answers a callback query, with the retry rules of any request but no
+/// rate limit, never past its `until`.
+async fn answer_callback(shared: &Shared, answer: CallbackAnswer) {
+    let CallbackAnswer {
+        chat,
+        id,
+        text,
+        alert,
+        until,
+    } = answer;
+    let rule = Rule {
+        method: "answerCallbackQuery",
+        idempotent: true,
+        until: Some(until),
+    };
+    let result = deliver_unpaced(shared, chat, rule, || {
+        let mut request = shared
+            .bot
+            .answer_callback_query(CallbackQueryId(id.clone()))
+            .show_alert(alert);
+        if !text.is_empty() {
+            request = request.text(text.as_str());
+        }
+        async move { request.await.map(|_| ()) }
+    })
+    .await;
+    if let Err(err) = result {
+        tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
     }
 }
 
@@ -1037,32 +1094,6 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             }
             if let Some(reply) = reply {
                 let _ = reply.send(result);
-            }
-        }
-        Job::Answer {
-            id,
-            text,
-            alert,
-            until,
-        } => {
-            let rule = Rule {
-                method: "answerCallbackQuery",
-                idempotent: true,
-                until: Some(until),
-            };
-            let result = deliver(shared, chat, bucket, rule, || {
-                let mut request = shared
-                    .bot
-                    .answer_callback_query(CallbackQueryId(id.clone()))
-                    .show_alert(alert);
-                if !text.is_empty() {
-                    request = request.text(text.as_str());
-                }
-                async move { request.await.map(|_| ()) }
-            })
-            .await;
-            if let Err(err) = result {
-                tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
             }
         }
     }

@@ -164,8 +164,8 @@ pub struct Clear {
 }
 
 /// Drops what a conversation has queued (`/stop`): texts, files, questions
-/// and live text not yet sent. Typing, reactions, callback answers and
-/// anything queued after it go on.
+/// and live text not yet sent. Typing, reactions, callback answers (which
+/// take no lane) and anything queued after it go on.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Purge {
@@ -319,11 +319,12 @@ impl EditQuestion {
 
 /// Answers a callback query (stops the spinner on the pressed button).
 /// Fire and forget: failures are logged; never retried past
-/// [`CALLBACK_ANSWER_WINDOW`] from when the outbox got it.
+/// [`CALLBACK_ANSWER_WINDOW`] from when the outbox got it. It takes no
+/// lane and no pacing: it is no message, and waits behind none.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct AnswerCallback {
-    /// The chat of the question, whose lane the answer takes.
+    /// The chat of the question (for the logs).
     pub chat: ChatId,
     /// The callback query's id.
     pub id: String,
@@ -417,13 +418,28 @@ pub(super) enum Job {
         String,
         Option<oneshot::Sender<Result<(), OutboxError>>>,
     ),
-    /// A callback answer, useless after `until`.
-    Answer {
-        id: String,
-        text: String,
-        alert: bool,
-        until: Instant,
-    },
+}
+
+/// A callback answer on its way, useless after `until`.
+pub(super) struct CallbackAnswer {
+    pub(super) chat: ChatId,
+    pub(super) id: String,
+    pub(super) text: String,
+    pub(super) alert: bool,
+    pub(super) until: Instant,
+}
+
+impl CallbackAnswer {
+    /// The answer to send, useless after the answer window.
+    pub(super) fn new(msg: AnswerCallback) -> Self {
+        Self {
+            chat: msg.chat,
+            id: msg.id,
+            text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
+            alert: msg.alert,
+            until: Instant::now() + CALLBACK_ANSWER_WINDOW,
+        }
+    }
 }
 
 impl Job {
@@ -447,8 +463,7 @@ impl Job {
             Self::Text(TextJob { reply: None, .. })
             | Self::Clear(_)
             | Self::Typing(..)
-            | Self::Edit(_, _, None)
-            | Self::Answer { .. } => {}
+            | Self::Edit(_, _, None) => {}
         }
     }
 
@@ -458,11 +473,7 @@ impl Job {
             Self::Text(job) => Some(job.place.topic),
             Self::File(file) => Some(file.topic),
             Self::Question(_, _, topic, _) => Some(*topic),
-            Self::Clear(_)
-            | Self::Typing(..)
-            | Self::React(..)
-            | Self::Edit(..)
-            | Self::Answer { .. } => None,
+            Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
         }
     }
 
@@ -501,16 +512,6 @@ impl Job {
             cut(&msg.text, TELEGRAM_TEXT_LIMIT),
             msg.reply,
         )
-    }
-
-    /// The job of a callback answer, useless after the answer window.
-    pub(super) fn answer(msg: AnswerCallback) -> Self {
-        Self::Answer {
-            id: msg.id,
-            text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
-            alert: msg.alert,
-            until: Instant::now() + CALLBACK_ANSWER_WINDOW,
-        }
     }
 }
 
