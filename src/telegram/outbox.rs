@@ -12,7 +12,8 @@
 //! ([`EditQuestion`]) and callback answers ([`AnswerCallback`]) take the
 //! same lanes, limits and retry rules; an edit may be repeated (the same
 //! edit twice is harmless), a question may not, and a callback answer is
-//! dropped once Telegram would no longer take it.
+//! dropped once Telegram would no longer take it. A question is never cut:
+//! what does not fit its message goes first as a text file it replies to.
 //!
 //! The request types are in `outbox/requests.rs`, the retry rules in
 //! `outbox/retry.rs`.
@@ -29,7 +30,8 @@ use teloxide::payloads::{
 };
 use teloxide::prelude::Requester;
 use teloxide::types::{
-    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ThreadId,
+    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ReplyParameters,
+    ThreadId,
 };
 use teloxide::{ApiError, Bot, RequestError};
 use tokio::sync::mpsc;
@@ -43,8 +45,9 @@ mod requests;
 mod retry;
 
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge, React,
-    SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot, StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge,
+    QuestionFile, React, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
+    StopOutbox,
 };
 use requests::{CAPTION_LIMIT, Job, Place, TextJob, cut};
 use retry::{Rule, Sent, classify, deliver, retry_allowed, send_piece};
@@ -526,9 +529,9 @@ impl Handler<SendQuestion> for Outbox {
         let chat = msg.chat;
         match Job::question(msg) {
             Ok(job) => self.enqueue(chat, job),
-            Err((err, msg)) => {
+            Err((err, reply)) => {
                 tracing::warn!(chat_id = chat.0, cause = %err, "question not sent");
-                let _ = msg.reply.send(Err(err));
+                let _ = reply.send(Err(err));
             }
         }
     }
@@ -654,6 +657,34 @@ async fn send_file(
             };
             Ok(message.id)
         }
+    })
+    .await
+}
+
+/// Sends the text file of a question (from memory, never twice).
+async fn send_question_file(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    topic: Option<ThreadId>,
+    file: &QuestionFile,
+) -> Result<MessageId, OutboxError> {
+    let rule = Rule {
+        method: "sendDocument",
+        idempotent: false,
+        until: None,
+    };
+    let caption = cut(&file.caption, CAPTION_LIMIT);
+    deliver(shared, chat, bucket, rule, || {
+        let input = InputFile::memory(file.text.clone().into_bytes()).file_name(file.name.clone());
+        let mut request = shared
+            .bot
+            .send_document(chat, input)
+            .caption(caption.clone());
+        if let Some(topic) = topic {
+            request = request.message_thread_id(topic);
+        }
+        async move { request.await.map(|message| message.id) }
     })
     .await
 }
@@ -991,22 +1022,35 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             }
             let _ = file.reply.send(result);
         }
-        Job::Question(text, keyboard, topic, reply) => {
-            let rule = Rule {
-                method: "sendMessage",
-                idempotent: false,
-                until: None,
-            };
-            let result = deliver(shared, chat, bucket, rule, || {
-                let mut request = shared
-                    .bot
-                    .send_message(chat, text.as_str())
-                    .reply_markup(keyboard.clone());
-                if let Some(topic) = topic {
-                    request = request.message_thread_id(topic);
-                }
-                async move { request.await.map(|message| message.id) }
-            })
+        Job::Question(text, keyboard, topic, file, reply) => {
+            let result = async {
+                // The file first: a question never goes without it.
+                let file = match &file {
+                    Some(file) => {
+                        Some(send_question_file(shared, chat, bucket, topic, file).await?)
+                    }
+                    None => None,
+                };
+                let rule = Rule {
+                    method: "sendMessage",
+                    idempotent: false,
+                    until: None,
+                };
+                deliver(shared, chat, bucket, rule, || {
+                    let mut request = shared
+                        .bot
+                        .send_message(chat, text.as_str())
+                        .reply_markup(keyboard.clone());
+                    if let Some(topic) = topic {
+                        request = request.message_thread_id(topic);
+                    }
+                    if let Some(file) = file {
+                        request = request.reply_parameters(ReplyParameters::new(file));
+                    }
+                    async move { request.await.map(|message| message.id) }
+                })
+                .await
+            }
             .await;
             if let Err(err) = &result {
                 tracing::warn!(chat_id = chat.0, cause = %err, "question not delivered");
