@@ -740,8 +740,9 @@ impl Handler<ButtonPressed> for TurnActor {
             name: press.name.clone(),
         };
         match (press.choice, &mut waiting.kind) {
-            (Choice::Allow | Choice::Always, Kind::Tool { .. }) => {
-                let always = press.choice == Choice::Always;
+            (Choice::Allow | Choice::Always, Kind::Tool { rule }) => {
+                // "Always" is offered only where a rule can be remembered.
+                let always = press.choice == Choice::Always && rule.is_some();
                 answer(
                     self,
                     if always {
