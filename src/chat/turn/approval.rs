@@ -210,7 +210,7 @@ fn always_allows(grants: &[AlwaysGrant], tool: &str, input: &Value) -> bool {
     rule_for(tool, input).is_some_and(|rule| grants.iter().any(|g| g.rule == rule))
 }
 
-/// A rule as `/permissions` and the decided question show it.
+/// A rule as `/permissions` lists it.
 pub(crate) fn describe_rule(rule: &AlwaysRule) -> String {
     match rule {
         AlwaysRule::Tool(name) => format!("{} (every call)", visible(name)),
@@ -222,7 +222,7 @@ pub(crate) fn describe_rule(rule: &AlwaysRule) -> String {
 /// tabs) and line breaks becomes one line break when it holds one and one
 /// space otherwise; none is kept at either end. Nothing else changes: other
 /// characters, even Unicode spaces, are not blanks to the shell.
-pub(crate) fn collapse(command: &str) -> String {
+fn collapse(command: &str) -> String {
     let mut out = String::with_capacity(command.len());
     // Inside a run: whether it held a line break.
     let mut run: Option<bool> = None;
@@ -274,7 +274,7 @@ fn hidden(c: char) -> bool {
 /// `text` as a question shows it: each character that would not show is
 /// written out as `⟦U+202E⟧`, a run of the same one as `⟦U+00A0 ×700⟧`, so
 /// nothing can hide, or reorder, what follows it.
-pub(crate) fn visible(text: &str) -> String {
+fn visible(text: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
