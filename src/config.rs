@@ -289,7 +289,9 @@ pub struct AgentConfig {
     /// The system prompt given to the agent (`claude`).
     pub system_prompt: String,
     /// Tools besides the chat tools the agent may use without asking
-    /// (`claude`; any other tool is denied with a message the model reads).
+    /// (`claude`), passed unchanged to the CLI's `--allowedTools`: names, or
+    /// the CLI's own patterns (`Bash(cargo test:*)`), which it enforces
+    /// itself. Any other tool is decided by `permission_mode`.
     pub allowed_tools: Vec<String>,
     /// The model (`claude`); empty means the CLI's default.
     pub model: String,

@@ -56,7 +56,8 @@ pub struct ClaudeSettings {
     pub mcp_servers: BTreeMap<String, serde_json::Value>,
     /// The system prompt.
     pub system_prompt: String,
-    /// Other tools the agent may use.
+    /// Other tools the agent may use without asking: names, or the CLI's
+    /// own patterns (`Bash(cargo test:*)`), passed on unchanged.
     pub allowed_tools: Vec<String>,
     /// Tools the agent may never use (`--disallowedTools`, and denied if
     /// the CLI asks); they beat `allowed_tools`.
@@ -263,6 +264,50 @@ impl AgentBackend for ClaudeBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_tools_patterns_reach_the_cli_unchanged() {
+        // The CLI enforces these patterns itself (`Bash(cargo test:*)`
+        // allows that prefix only, and it understands `&&`, `;` and pipes);
+        // turnstile passes them on as written, from the file and from the
+        // environment alike.
+        let patterns = ["Bash(cargo test:*)", "Bash(git log --oneline:*)", "Read"];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("turnstile.toml");
+        let listed: Vec<String> = patterns.iter().map(|p| format!("{p:?}")).collect();
+        std::fs::write(
+            &file,
+            format!("[agent]\nallowed_tools = [{}]\n", listed.join(", ")),
+        )
+        .expect("config written");
+        let token = ("TELEGRAM_BOT_TOKEN".to_string(), "1:x".to_string());
+        let from_file = Config::load(Some(&file), &BTreeMap::from([token.clone()]));
+        let from_env = Config::load(
+            None,
+            &BTreeMap::from([
+                token,
+                (
+                    "TURNSTILE_AGENT_ALLOWED_TOOLS".to_string(),
+                    patterns.join(","),
+                ),
+            ]),
+        );
+        for config in [from_file, from_env] {
+            let config = config.expect("loads");
+            assert_eq!(config.agent.allowed_tools, patterns);
+            let settings = ClaudeSettings::from_config(&config);
+            let argv = settings.argv(&ToolRegistry::new(&config.turn.terminator_tools), None);
+            let allowed = argv
+                .iter()
+                .find_map(|a| a.strip_prefix("--allowedTools="))
+                .unwrap_or_else(|| panic!("no --allowedTools in {argv:?}"));
+            let tail = patterns.join(",");
+            assert!(
+                allowed.ends_with(&format!(",{tail}")),
+                "{allowed} does not end with {tail}"
+            );
+        }
+    }
 
     #[test]
     fn argv_always_asks_for_partial_messages() {

@@ -18,7 +18,7 @@ use crate::chat::supervisor::{
     ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
     StopChatForHost, UserMessage,
 };
-use crate::chat::turn::{ButtonPressed, TurnDeps};
+use crate::chat::turn::{ButtonPressed, TurnDeps, describe_rule};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
@@ -273,7 +273,7 @@ impl Dispatcher {
                         "🔐 These run without asking in this chat:\n{}\n/permissions clear forgets them.",
                         rules
                             .iter()
-                            .map(|r| format!("• {r}"))
+                            .map(|grant| format!("• {}", describe_rule(&grant.rule)))
                             .collect::<Vec<_>>()
                             .join("\n")
                     )

@@ -15,6 +15,8 @@
 //! lane and no rate limit, so presses never delay a chat's messages nor
 //! wait behind them, and one is dropped once Telegram would no longer take
 //! it. Nothing takes a rate-limit slot for a request it then drops.
+//! A question is never cut: what does not fit its message goes first as a
+//! text file it replies to.
 //!
 //! The request types are in `outbox/requests.rs`, the retry rules in
 //! `outbox/retry.rs`.
@@ -31,7 +33,8 @@ use teloxide::payloads::{
 };
 use teloxide::prelude::Requester;
 use teloxide::types::{
-    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ThreadId,
+    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ReplyParameters,
+    ThreadId,
 };
 use teloxide::{ApiError, Bot, RequestError};
 use tokio::sync::mpsc;
@@ -45,8 +48,9 @@ mod requests;
 mod retry;
 
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge, React,
-    SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot, StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge,
+    QuestionFile, React, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
+    StopOutbox,
 };
 use requests::{CAPTION_LIMIT, CallbackAnswer, Job, Place, TextJob, cut};
 use retry::{Rule, Sent, classify, deliver, deliver_unpaced, retry_allowed, send_piece};
@@ -540,9 +544,9 @@ impl Handler<SendQuestion> for Outbox {
         let chat = msg.chat;
         match Job::question(msg) {
             Ok(job) => self.enqueue(chat, job),
-            Err((err, msg)) => {
+            Err((err, reply)) => {
                 tracing::warn!(chat_id = chat.0, cause = %err, "question not sent");
-                let _ = msg.reply.send(Err(err));
+                let _ = reply.send(Err(err));
             }
         }
     }
@@ -711,6 +715,34 @@ async fn send_file(
             };
             Ok(message.id)
         }
+    })
+    .await
+}
+
+/// Sends the text file of a question (from memory, never twice).
+async fn send_question_file(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    topic: Option<ThreadId>,
+    file: &QuestionFile,
+) -> Result<MessageId, OutboxError> {
+    let rule = Rule {
+        method: "sendDocument",
+        idempotent: false,
+        until: None,
+    };
+    let caption = cut(&file.caption, CAPTION_LIMIT);
+    deliver(shared, chat, bucket, rule, || {
+        let input = InputFile::memory(file.text.clone().into_bytes()).file_name(file.name.clone());
+        let mut request = shared
+            .bot
+            .send_document(chat, input)
+            .caption(caption.clone());
+        if let Some(topic) = topic {
+            request = request.message_thread_id(topic);
+        }
+        async move { request.await.map(|message| message.id) }
     })
     .await
 }
@@ -1048,22 +1080,35 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             }
             let _ = file.reply.send(result);
         }
-        Job::Question(text, keyboard, topic, reply) => {
-            let rule = Rule {
-                method: "sendMessage",
-                idempotent: false,
-                until: None,
-            };
-            let result = deliver(shared, chat, bucket, rule, || {
-                let mut request = shared
-                    .bot
-                    .send_message(chat, text.as_str())
-                    .reply_markup(keyboard.clone());
-                if let Some(topic) = topic {
-                    request = request.message_thread_id(topic);
-                }
-                async move { request.await.map(|message| message.id) }
-            })
+        Job::Question(text, keyboard, topic, file, reply) => {
+            let result = async {
+                // The file first: a question never goes without it.
+                let file = match &file {
+                    Some(file) => {
+                        Some(send_question_file(shared, chat, bucket, topic, file).await?)
+                    }
+                    None => None,
+                };
+                let rule = Rule {
+                    method: "sendMessage",
+                    idempotent: false,
+                    until: None,
+                };
+                deliver(shared, chat, bucket, rule, || {
+                    let mut request = shared
+                        .bot
+                        .send_message(chat, text.as_str())
+                        .reply_markup(keyboard.clone());
+                    if let Some(topic) = topic {
+                        request = request.message_thread_id(topic);
+                    }
+                    if let Some(file) = file {
+                        request = request.reply_parameters(ReplyParameters::new(file));
+                    }
+                    async move { request.await.map(|message| message.id) }
+                })
+                .await
+            }
             .await;
             if let Err(err) = &result {
                 tracing::warn!(chat_id = chat.0, cause = %err, "question not delivered");

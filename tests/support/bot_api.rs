@@ -293,7 +293,7 @@ impl FakeBotApi {
             let id = format!("{}", 4_000_000_000_000 + queue.last_callback_id);
             queue.push(json!({"callback_query": {
                 "id": id,
-                "from": {"id": user_id, "is_bot": false, "first_name": "u"},
+                "from": {"id": user_id, "is_bot": false, "first_name": format!("u{user_id}")},
                 "message": message,
                 "chat_instance": format!("instance-{chat_id}"),
                 "data": data,

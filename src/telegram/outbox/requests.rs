@@ -240,9 +240,11 @@ impl Button {
     }
 }
 
-/// Sends a question: plain text (no parse mode, cut at 4096) under rows of
-/// callback buttons. `reply` gets the id of the sent message, which an
-/// [`EditQuestion`] and the callback queries refer to.
+/// Sends a question: plain text (no parse mode) under rows of callback
+/// buttons, never cut: a text longer than Telegram's 4096 is refused, and
+/// what does not fit goes in [`QuestionFile`] sent just before it (the
+/// question replies to it). `reply` gets the id of the question's message,
+/// which an [`EditQuestion`] and the callback queries refer to.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendQuestion {
@@ -254,6 +256,8 @@ pub struct SendQuestion {
     pub text: String,
     /// Rows of buttons, top to bottom.
     pub buttons: Vec<Vec<Button>>,
+    /// A text file sent first, holding what the question is about in full.
+    pub file: Option<QuestionFile>,
     /// Who wants the message id (or why there is none).
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
 }
@@ -272,10 +276,34 @@ impl SendQuestion {
             topic: to.topic,
             text: text.into(),
             buttons,
+            file: None,
             reply: tx,
         };
         (question, rx)
     }
+
+    /// The same question, `file` sent just before it: the question is sent
+    /// only once the file is.
+    #[must_use]
+    pub fn with_file(mut self, file: Option<QuestionFile>) -> Self {
+        self.file = file;
+        self
+    }
+}
+
+/// Who waits for a question's message id.
+pub(super) type QuestionReply = oneshot::Sender<Result<MessageId, OutboxError>>;
+
+/// A text document sent with a question (`sendDocument`), for what is too
+/// long for the question's own message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuestionFile {
+    /// The file's name in the chat (`command.txt`).
+    pub name: String,
+    /// Its caption (cut at Telegram's 1024).
+    pub caption: String,
+    /// Its text (UTF-8).
+    pub text: String,
 }
 
 /// Replaces a question's text and removes its buttons (the text shows the
@@ -411,6 +439,7 @@ pub(super) enum Job {
         String,
         InlineKeyboardMarkup,
         Option<ThreadId>,
+        Option<QuestionFile>,
         oneshot::Sender<Result<MessageId, OutboxError>>,
     ),
     Edit(
@@ -457,7 +486,7 @@ impl Job {
             Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
                 let _ = reply.send(Err(err));
             }
-            Self::Question(_, _, _, reply) => {
+            Self::Question(_, _, _, _, reply) => {
                 let _ = reply.send(Err(err));
             }
             Self::Text(TextJob { reply: None, .. })
@@ -472,15 +501,23 @@ impl Job {
         match self {
             Self::Text(job) => Some(job.place.topic),
             Self::File(file) => Some(file.topic),
-            Self::Question(_, _, topic, _) => Some(*topic),
+            Self::Question(_, _, topic, _, _) => Some(*topic),
             Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
         }
     }
 
-    /// The job of a question, or why it cannot be sent.
-    pub(super) fn question(msg: SendQuestion) -> Result<Self, (OutboxError, SendQuestion)> {
+    /// The job of a question, or why it cannot be sent (and who to tell).
+    pub(super) fn question(msg: SendQuestion) -> Result<Self, (OutboxError, QuestionReply)> {
         if msg.text.trim().is_empty() {
-            return Err((OutboxError::EmptyText, msg));
+            return Err((OutboxError::EmptyText, msg.reply));
+        }
+        let units = msg.text.encode_utf16().count();
+        if units > TELEGRAM_TEXT_LIMIT {
+            // Never a part of a question: its asker must attach the rest.
+            let why = format!(
+                "a question of {units} UTF-16 units is longer than Telegram's {TELEGRAM_TEXT_LIMIT}"
+            );
+            return Err((OutboxError::Refused(why), msg.reply));
         }
         let bad = msg
             .buttons
@@ -493,7 +530,7 @@ impl Job {
                 bad.label,
                 bad.data.len()
             );
-            return Err((OutboxError::Refused(why), msg));
+            return Err((OutboxError::Refused(why), msg.reply));
         }
         let rows = msg.buttons.iter().map(|row| {
             row.iter()
@@ -501,8 +538,9 @@ impl Job {
                 .collect::<Vec<_>>()
         });
         let keyboard = InlineKeyboardMarkup::new(rows);
-        let text = cut(&msg.text, TELEGRAM_TEXT_LIMIT);
-        Ok(Self::Question(text, keyboard, msg.topic, msg.reply))
+        Ok(Self::Question(
+            msg.text, keyboard, msg.topic, msg.file, msg.reply,
+        ))
     }
 
     /// The job of an edit.
@@ -580,5 +618,18 @@ mod tests {
         assert!(matches!(Job::question(q), Err((OutboxError::EmptyText, _))));
         let (q, _rx) = SendQuestion::new(ChatId(1), "ok?", vec![vec![Button::new("Yes", "y")]]);
         assert!(matches!(Job::question(q), Ok(Job::Question(..))));
+    }
+
+    #[test]
+    fn a_question_is_never_cut() {
+        let yes = || vec![vec![Button::new("Yes", "y")]];
+        let (q, _rx) = SendQuestion::new(ChatId(1), "a".repeat(TELEGRAM_TEXT_LIMIT + 1), yes());
+        assert!(matches!(
+            Job::question(q),
+            Err((OutboxError::Refused(_), _))
+        ));
+        let whole = "a".repeat(TELEGRAM_TEXT_LIMIT);
+        let (q, _rx) = SendQuestion::new(ChatId(1), whole.clone(), yes());
+        assert!(matches!(Job::question(q), Ok(Job::Question(text, ..)) if text == whole));
     }
 }
