@@ -442,12 +442,12 @@ impl Swapper {
             let mut swaps: u64 = 0;
             while !stopped.load(Ordering::Relaxed)
                 && swaps < RACE_SWAPS
-                && (swaps % 1024 != 0 || Instant::now() < deadline)
+                && (!swaps.is_multiple_of(1024) || Instant::now() < deadline)
             {
                 swap()?;
                 swaps += 1;
             }
-            if swaps % 2 == 1 {
+            if !swaps.is_multiple_of(2) {
                 swap()?;
                 swaps += 1;
             }
