@@ -260,7 +260,15 @@ async fn a_voice_note_is_transcribed_by_the_configured_command() {
 #[actix_rt::test]
 async fn a_transcription_past_its_timeout_gives_the_agent_the_audio_file() {
     let tools = tempfile::tempdir().unwrap();
-    let command = transcriber(tools.path(), "exec sleep 30");
+    // It starts a child of its own too; the timeout ends both.
+    let pidfile = tools.path().join("child.pid");
+    let command = transcriber(
+        tools.path(),
+        &format!(
+            "sleep 300 &\necho $! > {}.tmp && mv {0}.tmp {0}\nexec sleep 30",
+            pidfile.display()
+        ),
+    );
     let bot = FileBot::start(
         Scenario::default(),
         &[
@@ -283,6 +291,25 @@ async fn a_transcription_past_its_timeout_gives_the_agent_the_audio_file() {
         sent.elapsed() < std::time::Duration::from_secs(20),
         "the 30 s transcriber was not waited out"
     );
+    let pid = std::fs::read_to_string(&pidfile).expect("the child was started");
+    let stat = format!("/proc/{}/stat", pid.trim());
+    // Gone, or a zombie nobody reaps yet: not running either way.
+    let running = || {
+        std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + SOON;
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "the transcriber's child {} still runs {SOON:?} after the timeout",
+            pid.trim()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[actix_rt::test]

@@ -332,19 +332,15 @@ impl Files {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("`{program}` could not start: {e}"))?;
-        let group = child.id().and_then(|pid| libc::pid_t::try_from(pid).ok());
+        let mut group = Group(child.id().and_then(|pid| libc::pid_t::try_from(pid).ok()));
         let timeout = self.policy.transcribe_timeout;
         let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-            Ok(Ok(output)) => output,
+            Ok(Ok(output)) => {
+                group.reaped();
+                output
+            }
             Ok(Err(e)) => return Err(format!("`{program}` failed: {e}")),
             Err(_) => {
-                if let Some(group) = group.filter(|g| *g > 1) {
-                    // SAFETY: killpg only sends a signal; the group is the
-                    // transcriber's own (not yet reaped, so not reused).
-                    unsafe {
-                        libc::killpg(group, libc::SIGKILL);
-                    }
-                }
                 return Err(format!(
                     "`{program}` took longer than {}",
                     humantime::format_duration(timeout)
@@ -366,6 +362,31 @@ impl Files {
             return Err(format!("`{program}` printed nothing"));
         }
         Ok(text)
+    }
+}
+
+/// A transcriber's process group, killed whole when it is dropped before
+/// its leader was reaped (a timeout, a failure, a turn that ended
+/// meanwhile): whatever it started goes with it.
+struct Group(Option<libc::pid_t>);
+
+impl Group {
+    /// The leader was reaped: its id may be reused, so nothing is sent.
+    fn reaped(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(group) = self.0.filter(|g| *g > 1) {
+            // SAFETY: killpg only sends a signal; the group is the
+            // transcriber's own and its leader not yet reaped, so the id
+            // is not reused.
+            unsafe {
+                libc::killpg(group, libc::SIGKILL);
+            }
+        }
     }
 }
 
