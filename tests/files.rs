@@ -579,7 +579,7 @@ async fn send_file_sends_only_the_checked_file_while_its_directory_is_swapped_fo
 
 #[actix_rt::test]
 async fn an_inbox_swapped_for_a_symlink_never_gets_a_file_written_outside() {
-    const ROUNDS: usize = 60;
+    const ROUNDS: usize = 200;
     let mut bot = FileBot::start(Scenario::default(), &[]).await;
     let ws = bot.workdir(&USER.to_string());
     std::fs::create_dir_all(ws.join("inbox")).unwrap();
