@@ -237,9 +237,13 @@ impl Dir {
     /// Opens `relative` beneath this directory for reading: no component
     /// may be a symlink and none may lead out of it (`..` only within).
     /// `ELOOP` says a symlink was met, `EXDEV` that the path leads out.
+    /// Without `openat2` (`ENOSYS`, or `EPERM` from a seccomp filter that
+    /// does not know it) the walk does the same.
     pub fn open_beneath(&self, relative: &Path) -> io::Result<File> {
         match self.openat2(relative) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => self.walk(relative),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+                self.walk(relative)
+            }
             other => other,
         }
     }
