@@ -215,16 +215,30 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
 }
 
-/// Prunes old state now and then once a day, on the store thread.
-fn start_pruning(inbox: &Inbox, retention: Duration) {
+/// Prunes old state now and then once a day, on the store thread; and as
+/// often the files in each conversation's `inbox/` as old, off the actors'
+/// thread.
+fn start_pruning(inbox: &Inbox, retention: Duration, workdirs: std::path::PathBuf) {
     inbox.prune(retention);
     let inbox = inbox.clone();
     actix_rt::spawn(async move {
         let day = Duration::from_secs(86_400);
-        let mut every_day = tokio::time::interval_at(tokio::time::Instant::now() + day, day);
+        let mut every_day = tokio::time::interval(day);
+        let mut first = true;
         loop {
             every_day.tick().await;
-            inbox.prune(retention);
+            if !std::mem::take(&mut first) {
+                inbox.prune(retention);
+            }
+            let workdirs = workdirs.clone();
+            let files = tokio::task::spawn_blocking(move || {
+                crate::telegram::files::prune_inboxes(&workdirs, retention)
+            })
+            .await
+            .unwrap_or(0);
+            if files > 0 {
+                tracing::info!(files, "pruned inbox files older than the retention");
+            }
         }
     });
 }
@@ -328,11 +342,13 @@ impl Turnstile {
         }
         let inbox = Inbox::start(store);
         backend.record_processes_in(inbox.clone());
-        start_pruning(&inbox, config.state.retention);
+        start_pruning(&inbox, config.state.retention, config.agent_workdir());
         // Asked of the store thread before the intake writes anything: what
         // the previous process left unfinished.
         let recovered = Box::pin(inbox.recover());
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
+        // The transcriber runs sealed as the agent is.
+        let sealed = crate::agent::claude::ClaudeSettings::from_config(config);
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -350,6 +366,8 @@ impl Turnstile {
                     max_download: config.files.max_download,
                     transcribe: config.files.transcribe.clone(),
                     transcribe_timeout: config.files.transcribe_timeout,
+                    seal: sealed.seal,
+                    env: sealed.env,
                 },
             ),
             workdir: config.agent_workdir(),

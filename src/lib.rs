@@ -23,8 +23,10 @@
 //!     split into 4096-unit pieces (entities sliced), and Telegram's entity rules;
 //!   - `telegram::split`: long plain text cut into 4096-unit pieces, code fences kept;
 //!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
-//!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription,
-//!     the checks of `send_file`.
+//!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription
+//!     (sealed as the agent), the file `send_file` opens once, inbox pruning;
+//!     `files/beneath.rs`: everything in a workdir reached through its
+//!     descriptor, no symlink followed.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);

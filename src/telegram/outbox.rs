@@ -76,6 +76,10 @@ pub enum OutboxError {
     /// `/stop` dropped it before it was sent.
     #[error("dropped by /stop before it was sent")]
     Dropped,
+    /// The file to send could not be read from its descriptor (it grew
+    /// past the limit or was emptied after the check); not retried.
+    #[error("the file could not be read: {0}")]
+    Unreadable(String),
 }
 
 /// Rate limits and retry policy.
@@ -687,8 +691,18 @@ async fn send_file(
         until: None,
     };
     let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
+    // Read once, off this thread, from the descriptor the turn opened and
+    // checked; every attempt sends these bytes.
+    let unreadable = |e: &dyn std::fmt::Display| OutboxError::Unreadable(e.to_string());
+    let reader = file.file.try_clone().map_err(|e| unreadable(&e))?;
+    let bytes = tokio::task::spawn_blocking(move || reader.read())
+        .await
+        .map_err(|e| unreadable(&e))?
+        .map_err(|e| unreadable(&e))?;
+    let bytes = bytes::Bytes::from(bytes);
+    let name = file.file.name.clone();
     deliver(shared, chat, bucket, rule, || {
-        let input = InputFile::file(file.path.clone());
+        let input = InputFile::memory(bytes.clone()).file_name(name.clone());
         let caption = caption.clone();
         let topic = file.topic;
         let bot = &shared.bot;
@@ -1076,7 +1090,7 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
         Job::File(file) => {
             let result = send_file(shared, chat, bucket, &file).await;
             if let Err(err) = &result {
-                tracing::warn!(chat_id = chat.0, path = %file.path.display(), cause = %err, "file not delivered");
+                tracing::warn!(chat_id = chat.0, file = %file.file.name, cause = %err, "file not delivered");
             }
             let _ = file.reply.send(result);
         }

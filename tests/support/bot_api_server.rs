@@ -62,6 +62,9 @@ impl Shared {
         } else {
             None
         };
+        if let Some(part) = &file {
+            self.received_file(&part.bytes);
+        }
         let (answer, delay) = match fault {
             None => (self.answer(&method, &params, at, file), Duration::ZERO),
             Some(Fault::Delay(delay)) => (self.answer(&method, &params, at, file), delay),

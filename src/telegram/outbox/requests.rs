@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use actix::Message;
-use std::path::PathBuf;
 
 use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId, ThreadId};
 use tokio::sync::oneshot;
@@ -12,6 +11,7 @@ use tokio::sync::oneshot;
 use super::OutboxError;
 use crate::chat::typing::TypingLease;
 use crate::ids::Conversation;
+use crate::telegram::files::OutgoingFile;
 use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
 
 /// How long Telegram waits for a callback query's answer; a later answer
@@ -175,9 +175,11 @@ pub struct Purge {
     pub topic: Option<ThreadId>,
 }
 
-/// Sends a file from disk as a document (`sendDocument`) or, when
-/// `as_photo`, a photo (`sendPhoto`). A file is never sent twice: an unknown
-/// outcome is not retried.
+/// Sends a file as a document (`sendDocument`) or, when `as_photo`, a
+/// photo (`sendPhoto`). Its bytes are read once from the descriptor the
+/// sender opened and checked (never from a path), and every retry sends
+/// those bytes. A file is never sent twice: an unknown outcome is not
+/// retried.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendFile {
@@ -185,8 +187,8 @@ pub struct SendFile {
     pub chat: ChatId,
     /// The forum topic, when the conversation is one.
     pub topic: Option<ThreadId>,
-    /// The file, already checked by the sender.
-    pub path: PathBuf,
+    /// The file, opened and checked by the sender.
+    pub file: OutgoingFile,
     /// Its caption (cut at Telegram's 1024).
     pub caption: Option<String>,
     /// Send as a photo rather than a document.
@@ -199,7 +201,7 @@ impl SendFile {
     /// A file and the receiver of its outcome.
     pub fn new(
         to: impl Into<Conversation>,
-        path: PathBuf,
+        file: OutgoingFile,
         caption: Option<String>,
         as_photo: bool,
     ) -> (Self, oneshot::Receiver<Result<MessageId, OutboxError>>) {
@@ -208,7 +210,7 @@ impl SendFile {
         let send = Self {
             chat: to.chat,
             topic: to.topic,
-            path,
+            file,
             caption,
             as_photo,
             reply: tx,
