@@ -311,14 +311,15 @@ impl Turnstile {
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {
-                let killed = crate::agent::claude::kill_leftover_groups(&groups);
+                let boot = crate::agent::claude::boot_id();
+                let killed = crate::agent::claude::kill_leftover_groups(&groups, boot.as_deref());
                 tracing::info!(
                     recorded = groups.len(),
                     killed,
                     "agent process groups of the previous run checked"
                 );
-                for (pgid, _) in groups {
-                    let _ = store.forget_group(pgid);
+                for group in groups {
+                    let _ = store.forget_group(group.pgid);
                 }
             }
             Ok(_) => {}

@@ -34,7 +34,7 @@ use crate::config::{Config, PermissionMode, SettingSource};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
-pub use process::kill_leftover_groups;
+pub use process::{boot_id, kill_leftover_groups};
 pub use seal::{Seal, is_session_id};
 
 /// How to start the CLI.
