@@ -335,6 +335,47 @@ pub fn kill_leftover_groups(groups: &[AgentGroup], boot_id: Option<&str>) -> usi
     killed
 }
 
+/// Runs `bwrap <base flags> true` (see `seal::bwrap_base`), with its own
+/// user namespace first unless `root` (where the capabilities are dropped
+/// instead); answers whether that user namespace is to be used, or why
+/// bwrap cannot run.
+pub(super) fn probe_bubblewrap(root: bool) -> Result<bool, String> {
+    let tries: &[bool] = if root { &[false] } else { &[true, false] };
+    let mut failed = Vec::new();
+    for &user_ns in tries {
+        let mut argv = seal::bwrap_base(user_ns);
+        argv.extend(["--".to_owned(), "true".to_owned()]);
+        let Some((program, args)) = argv.split_first() else {
+            continue;
+        };
+        let out = std::process::Command::new(program)
+            .args(args)
+            .env_clear()
+            .envs(std::env::var_os("PATH").map(|path| ("PATH", path)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => return Ok(user_ns),
+            Ok(out) => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let stderr: String = stderr.trim().chars().take(STDERR_LINE_CHARS).collect();
+                failed.push(format!(
+                    "`{}` failed ({}): {stderr}",
+                    argv.join(" "),
+                    out.status
+                ));
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!("`{program}` is not on PATH"));
+            }
+            Err(err) => failed.push(format!("`{program}` could not be run: {err}")),
+        }
+    }
+    Err(failed.join("; "))
+}
+
 /// Creates `dir` and its missing parents with mode 0700; an existing one is
 /// left as it is.
 fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
