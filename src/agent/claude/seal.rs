@@ -401,7 +401,7 @@ fn cli_files(command: &str, path: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
 
 /// `name` as the kernel or `env` would find it: an absolute path as it
 /// is, a bare name in the first directory of `path` holding it.
-fn find_program(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+pub(super) fn find_program(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     let given = Path::new(name);
     if given.is_absolute() {
         return given.exists().then(|| given.to_owned());
