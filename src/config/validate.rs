@@ -185,8 +185,10 @@ impl Config {
         if self.agent.backend == Backend::Claude && self.agent.sandbox == Sandbox::None {
             warnings.push(
                 "agent.sandbox = \"none\": the agent runs unconfined as turnstile's user; it can \
-                 read the state file and other chats' workdirs, and a process it starts with \
-                 setsid outlives its session (the default \"bubblewrap\" seals it)"
+                 read the state file and other chats' workdirs, and only its process group is \
+                 killed when its session ends: a background job of a Bash command (which the \
+                 CLI starts in a session of its own) or anything started with setsid outlives it \
+                 (the default \"bubblewrap\" seals it)"
                     .to_string(),
             );
         }
@@ -358,7 +360,7 @@ mod tests {
             warnings[0].starts_with("agent.sandbox = \"none\": the agent runs unconfined"),
             "{warnings:?}"
         );
-        assert!(warnings[0].contains("setsid"), "{warnings:?}");
+        assert!(warnings[0].contains("outlives it"), "{warnings:?}");
         assert_eq!(
             warnings_of("[agent]\nbackend = \"claude\"\n"),
             Vec::<String>::new(),
