@@ -380,28 +380,6 @@ async fn inner_bubblewrap_hides_the_state_and_turnstile() {
     );
 }
 
-/// A test's own `sleep` argument: `sleep` with it is a process no one
-/// else runs, found by its argv in `/proc` from outside any PID namespace.
-fn marker() -> String {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("300.{}{n:04}", std::process::id())
-}
-
-/// The pids (as seen here) of the live processes running `sleep marker`.
-fn sleeping(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            // A zombie's cmdline is empty: only the living match.
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|argv| argv == format!("sleep\0{marker}\0").as_bytes())
-        })
-        .collect()
-}
-
 /// An agent command: a shell script in `dir` that runs `prelude`, then
 /// becomes `fake-claude`.
 fn agent_script(dir: &Path, prelude: &str) -> std::path::PathBuf {
@@ -554,7 +532,8 @@ async fn under_bubblewrap_no_background_job_even_setsid_outlives_the_stop() {
 
 /// Run as root (so the sandbox is all that stands in the way), the agent
 /// has no capability: it cannot unmount the tmpfs over the state directory
-/// nor make `/` writable.
+/// (lazily, as the home bound beneath it keeps it busy) nor make `/`
+/// writable.
 #[cfg(feature = "real-cli")]
 #[actix_rt::test]
 async fn under_bubblewrap_root_has_no_capability_and_cannot_undo_a_mount() {
@@ -566,7 +545,7 @@ async fn under_bubblewrap_root_has_no_capability_and_cannot_undo_a_mount() {
         bin.path(),
         &format!(
             "{{ grep '^CapEff:' /proc/self/status
-               if umount '{}'; then echo umount=done; else echo umount=refused; fi
+               if umount -l '{}'; then echo umount=done; else echo umount=refused; fi
                if mount -o remount,rw /; then echo remount=done; else echo remount=refused; fi
              }} > caps.txt 2>&1",
             state.path().display()
@@ -716,6 +695,16 @@ async fn without_bwrap_the_default_sandbox_is_exit_2_naming_the_key_the_package_
     }
 }
 
+/// A child killed when the test ends, however it ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Makes `command` run as `nobody` when this test runs as root (root may
 /// read any process's environ); as this test's own user otherwise.
 fn as_same_unprivileged_user(command: &mut Command) {
@@ -781,18 +770,17 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
         .stdout(std::process::Stdio::null())
         .stderr(stderr);
     as_same_unprivileged_user(&mut command);
-    let mut bot = command.spawn().expect("turnstile starts");
-    let pid = bot.id();
+    let mut bot = Reaped(command.spawn().expect("turnstile starts"));
+    let pid = bot.0.id();
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // A process of that user that did not forbid it: its environ reads.
     let mut sleeper = Command::new("sleep");
     sleeper.arg("60").env(SECRET.0, SECRET.1);
     as_same_unprivileged_user(&mut sleeper);
-    let mut sleeper = sleeper.spawn().expect("sleep runs");
-    let read = environ_as_the_same_user(sleeper.id());
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
+    let sleeper = Reaped(sleeper.spawn().expect("sleep runs"));
+    let read = environ_as_the_same_user(sleeper.0.id());
+    drop(sleeper);
     assert!(
         read.as_ref().is_ok_and(|env| env.contains(SECRET.1)),
         "the reader can read a same-user process's environ: {read:?}"
@@ -811,7 +799,7 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
     api.push_text(ADMIN, ADMIN, "/restart");
     let told = api.wait_for_texts(ADMIN, 2, Duration::from_secs(30)).await;
     assert!(told[1].contains("Restarted."), "{told:?}\n{}", log_text());
-    assert_eq!(bot.try_wait().expect("waitable"), None, "{}", log_text());
+    assert_eq!(bot.0.try_wait().expect("waitable"), None, "{}", log_text());
     assert!(
         log_text().contains("re-executing for /restart"),
         "{}",
@@ -826,6 +814,155 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
     );
     // SAFETY: a plain kill(2) of our own child.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-    let status = bot.wait().expect("turnstile exits");
+    let status = bot.0.wait().expect("turnstile exits");
     assert!(status.success(), "{status:?}\n{}", log_text());
+}
+
+/// turnstile run as `nobody` with the default sandbox, `bin` first on its
+/// PATH: answers a message; the log and what its agent saw of
+/// `/proc/self/uid_map` and the state directory.
+#[cfg(feature = "real-cli")]
+async fn one_turn_as_nobody(bin: Option<&Path>) -> (String, Value) {
+    use std::os::unix::fs::chown;
+    let api = FakeBotApi::start().await;
+    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    chown(state.path(), Some(65534), Some(65534)).expect("chown");
+    let db = state.path().join("turnstile.db");
+    let log = state.path().join("bot.log");
+    let stderr = std::fs::File::create(&log).expect("log");
+    let probes = [
+        "/proc/self/uid_map".to_owned(),
+        "/proc/self/status".to_owned(),
+        state.path().display().to_string(),
+    ];
+    let vars = ConfigVars::new(&api.url())
+        .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
+        .set("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string())
+        .set("TURNSTILE_STATE_PATH", db.display().to_string())
+        .set("TURNSTILE_AGENT_BACKEND", "claude")
+        .set("TURNSTILE_AGENT_COMMAND", env!("CARGO_BIN_EXE_fake-claude"))
+        .set("TURNSTILE_AGENT_KEEP_WARM", "0s")
+        .set("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_DUMP", "dump.jsonl")
+        .set("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_PROBE", probes.join(":"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(
+        bin.map(Path::to_owned)
+            .into_iter()
+            .chain(std::env::split_paths(&path)),
+    )
+    .expect("PATH");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .current_dir(state.path())
+        .env_clear()
+        .env("PATH", path)
+        .env("TURNSTILE_LOG", "info")
+        .envs(vars.iter())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr);
+    as_same_unprivileged_user(&mut command);
+    let mut bot = Reaped(command.spawn().expect("turnstile starts"));
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    eventually("turnstile polling", SOON, || {
+        let polled = !api.calls_of("getUpdates").is_empty();
+        let exited = bot.0.try_wait().ok().flatten();
+        let log = log_text();
+        async move {
+            if polled {
+                Ok(())
+            } else {
+                Err(format!("exited: {exited:?}; log:\n{log}"))
+            }
+        }
+    })
+    .await;
+    api.push_text(USER, USER, "hi");
+    let told = api.wait_for_texts(USER, 1, Duration::from_secs(30)).await;
+    assert_eq!(told, vec!["echo: hi"], "{}", log_text());
+    // SAFETY: a plain kill(2) of our own child.
+    unsafe { libc::kill(bot.0.id() as libc::pid_t, libc::SIGTERM) };
+    let status = bot.0.wait().expect("turnstile exits");
+    assert!(status.success(), "{status:?}\n{}", log_text());
+    let seen = dumps(&state.path().join(format!("workspaces/{USER}/dump.jsonl")));
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let mut probes = seen[0]["probes"].clone();
+    // Named by what it is, not where this run put it.
+    if let Some(listing) = probes
+        .as_object_mut()
+        .and_then(|p| p.remove(&state.path().display().to_string()))
+    {
+        probes["state dir"] = listing;
+    }
+    (log_text(), probes)
+}
+
+/// The `/proc/self/uid_map` the agent saw, as words.
+#[cfg(feature = "real-cli")]
+fn uid_map(probes: &Value) -> Vec<String> {
+    probes["/proc/self/uid_map"]
+        .as_str()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// Not root (`nobody`), turnstile probes bwrap with its own user
+/// namespace, and the agent runs in one; a setuid bwrap runs on its own
+/// privileges instead (without trying: here it cannot make one, and
+/// bubblewrap 0.8 then leaves its child behind). Either way no capability,
+/// and the state hidden.
+#[cfg(feature = "real-cli")]
+#[actix_rt::test]
+async fn not_root_the_sandbox_takes_a_user_namespace_where_it_can() {
+    require_bubblewrap_as_root();
+    let (log, probes) = one_turn_as_nobody(None).await;
+    assert!(log.contains("user_ns=true"), "{log}");
+    // Not the initial namespace's `0 0 4294967295`: one id, its own.
+    let map = uid_map(&probes);
+    assert_eq!(
+        (
+            map.first().map(String::as_str),
+            map.get(2).map(String::as_str),
+            map.len()
+        ),
+        (Some("65534"), Some("1"), 3),
+        "its own user namespace: {probes:#}"
+    );
+    assert_eq!(
+        probes["state dir"],
+        json!(["homes", "workspaces"]),
+        "{probes:#}"
+    );
+    let status = probes["/proc/self/status"].as_str().unwrap_or_default();
+    assert!(status.contains("CapEff:\t0000000000000000\n"), "{status}");
+
+    // A setuid bwrap, first on PATH.
+    let bin = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bwrap = bin.path().join("bwrap");
+    let system = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v bwrap"])
+            .output()
+            .expect("sh")
+            .stdout,
+    )
+    .expect("utf-8");
+    std::fs::copy(system.trim(), &bwrap).expect("copied");
+    std::fs::set_permissions(&bwrap, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
+    let (log, probes) = one_turn_as_nobody(Some(bin.path())).await;
+    assert!(log.contains("user_ns=false"), "{log}");
+    assert!(
+        !log.contains("cannot make its own user namespace"),
+        "not tried: {log}"
+    );
+    assert_eq!(
+        probes["state dir"],
+        json!(["homes", "workspaces"]),
+        "{probes:#}"
+    );
+    let status = probes["/proc/self/status"].as_str().unwrap_or_default();
+    assert!(status.contains("CapEff:\t0000000000000000\n"), "{status}");
 }
