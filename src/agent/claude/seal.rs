@@ -315,13 +315,14 @@ fn mounts(
 ) -> Vec<Mount> {
     let mut hidden: Vec<PathBuf> = Vec::new();
     let mut files: Vec<PathBuf> = Vec::new();
+    // A directory already hidden, or beneath `/tmp` (the base hides it),
+    // needs nothing more; one holding hidden ones replaces them.
     let mut hide = |dir: &Path| {
         if is_system(dir) || dir.starts_with(TMP) || hidden.iter().any(|h| dir.starts_with(h)) {
-            return false;
+            return;
         }
         hidden.retain(|h| !h.starts_with(dir));
         hidden.push(dir.to_owned());
-        true
     };
     for file in &seal.secrets {
         let Some(dir) = file.parent() else { continue };
