@@ -244,6 +244,7 @@ async fn start_bot(
         ),
         ("TURNSTILE_AGENT_KEEP_WARM", keep_warm.into()),
         ("TURNSTILE_AGENT_BATCH_HOOK", hook.to_string()),
+        ("TURNSTILE_AGENT_SANDBOX", "none".into()),
         ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s".into()),
     ];
     let extra: Vec<(&str, String)> = extra.into_iter().chain(more.iter().cloned()).collect();

@@ -40,6 +40,10 @@ pub enum StartError {
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
     Backend(String),
+    /// `agent.sandbox` asks for bubblewrap and it cannot run: a
+    /// configuration error, exit 2.
+    #[error("{0}")]
+    Sandbox(String),
     /// `ops.listen` could not be bound.
     #[error("ops.listen {listen:?}: {source}")]
     Ops {
@@ -67,10 +71,12 @@ pub enum StartError {
 
 impl StartError {
     /// The process exit code for this error: 3 for a rejected token (a
-    /// service manager should not restart on it), 1 otherwise.
+    /// service manager should not restart on it), 2 for a sandbox that
+    /// cannot run (as for bad configuration), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::TokenRejected | Self::WebhookSet { .. } => 3,
+            Self::Sandbox(_) => 2,
             _ => 1,
         }
     }
@@ -189,10 +195,14 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             };
             Ok(Arc::new(ScriptedBackend::new(scenario)))
         }
-        Backend::Claude => Ok(Arc::new(ClaudeBackend::new(
-            ClaudeSettings::from_config(config),
-            Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-        ))),
+        Backend::Claude => {
+            let mut settings = ClaudeSettings::from_config(config);
+            settings.probe_sandbox().map_err(StartError::Sandbox)?;
+            Ok(Arc::new(ClaudeBackend::new(
+                settings,
+                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+            )))
+        }
     }
 }
 
@@ -325,14 +335,15 @@ impl Turnstile {
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {
-                let killed = crate::agent::claude::kill_leftover_groups(&groups);
+                let boot = crate::agent::claude::boot_id();
+                let killed = crate::agent::claude::kill_leftover_groups(&groups, boot.as_deref());
                 tracing::info!(
                     recorded = groups.len(),
                     killed,
                     "agent process groups of the previous run checked"
                 );
-                for (pgid, _) in groups {
-                    let _ = store.forget_group(pgid);
+                for group in groups {
+                    let _ = store.forget_group(group.pgid);
                 }
             }
             Ok(_) => {}

@@ -321,7 +321,8 @@ pub struct AgentConfig {
     /// What answers a tool the agent asks to run that neither
     /// `allowed_tools` nor `denied_tools` decides.
     pub permission_mode: PermissionMode,
-    /// The OS sandbox around the agent process (`claude`).
+    /// The OS sandbox around the agent process (`claude`); bubblewrap by
+    /// default, probed at start, `"none"` only when asked for.
     pub sandbox: Sandbox,
     /// An argv prefix the agent command runs under (`claude`), with
     /// `{chat}` and `{workdir}` placeholders; empty runs it directly.
@@ -520,7 +521,7 @@ impl Default for AgentConfig {
             mcp_servers: BTreeMap::new(),
             denied_tools: Vec::new(),
             permission_mode: PermissionMode::Ask,
-            sandbox: Sandbox::None,
+            sandbox: Sandbox::Bubblewrap,
             launcher: Vec::new(),
         }
     }

@@ -42,6 +42,7 @@ fn parse_args() -> Result<Command, String> {
 }
 
 fn main() -> ExitCode {
+    forbid_same_user_reads();
     let command = match parse_args() {
         Ok(command) => command,
         Err(err) => {
@@ -92,6 +93,21 @@ fn main() -> ExitCode {
                 .map_or(1, turnstile::StartError::exit_code);
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
+    }
+}
+
+/// Makes this process not dumpable, first thing (and so again after
+/// `/restart`'s re-exec, which runs `main` anew: an exec makes a process
+/// dumpable again): no process of the same user, the agent without a
+/// sandbox included, can read its `/proc/<pid>/environ` (the bot token),
+/// `mem` or `fd`s, nor attach to it.
+fn forbid_same_user_reads() {
+    // SAFETY: PR_SET_DUMPABLE only changes an attribute of this process.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        eprintln!(
+            "turnstile: warning: prctl(PR_SET_DUMPABLE, 0) failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 

@@ -21,7 +21,7 @@ mod inbox;
 pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -103,6 +103,9 @@ const MIGRATIONS: &[&str] = &[
         SELECT chat_id, 'tool', rule, granted_by, created_at FROM permissions
         WHERE rule <> 'Bash' AND substr(rule, 1, 5) <> 'Bash(';
      DROP TABLE permissions;",
+    // 6 → 7: the boot each agent process group was recorded in (a group
+    // of an earlier boot is never killed; rows from before have none).
+    "ALTER TABLE agent_groups ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';",
 ];
 
 /// The migration (from this version) that drops the old Bash "always"
@@ -147,6 +150,20 @@ pub struct AlwaysGrant {
     pub rule: AlwaysRule,
     /// The Telegram user who pressed "Always in this chat".
     pub granted_by: i64,
+}
+
+/// An agent process group recorded while it ran: what a next start needs
+/// to tell whether the group is still the one recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentGroup {
+    /// The group's id, its leader's pid.
+    pub pgid: i64,
+    /// The leader's start time (clock ticks after boot), so a reused pid
+    /// is never mistaken for it.
+    pub start_time: i64,
+    /// The kernel's boot id when it was recorded (empty: unknown), since
+    /// pids and start times begin again at every boot.
+    pub boot_id: String,
 }
 
 /// Inbox states that are finished, and so may be pruned.
@@ -714,14 +731,21 @@ impl Store {
         Ok(forgotten)
     }
 
-    /// Records a live agent process group: its leader's pid and that
-    /// process's start time (so a reused pid is never mistaken for it).
-    pub fn record_group(&self, pgid: i64, start_time: i64, chat_id: i64) -> Result<(), StateError> {
+    /// Records a live agent process group of `chat_id`.
+    pub fn record_group(&self, group: &AgentGroup, chat_id: i64) -> Result<(), StateError> {
         self.lock().execute(
-            "INSERT INTO agent_groups (pgid, start_time, chat_id, started_at) VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO agent_groups (pgid, start_time, chat_id, started_at, boot_id)
+             VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(pgid) DO UPDATE SET start_time = excluded.start_time,
-                chat_id = excluded.chat_id, started_at = excluded.started_at",
-            params![pgid, start_time, chat_id, now_ms()],
+                chat_id = excluded.chat_id, started_at = excluded.started_at,
+                boot_id = excluded.boot_id",
+            params![
+                group.pgid,
+                group.start_time,
+                chat_id,
+                now_ms(),
+                group.boot_id
+            ],
         )?;
         Ok(())
     }
@@ -733,11 +757,18 @@ impl Store {
         Ok(())
     }
 
-    /// The recorded groups: (pgid, leader start time).
-    pub fn groups(&self) -> Result<Vec<(i64, i64)>, StateError> {
+    /// The recorded groups.
+    pub fn groups(&self) -> Result<Vec<AgentGroup>, StateError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare("SELECT pgid, start_time FROM agent_groups ORDER BY pgid")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let mut stmt =
+            conn.prepare("SELECT pgid, start_time, boot_id FROM agent_groups ORDER BY pgid")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(AgentGroup {
+                pgid: r.get(0)?,
+                start_time: r.get(1)?,
+                boot_id: r.get(2)?,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -1112,10 +1143,15 @@ mod tests {
     #[test]
     fn agent_groups_are_recorded_and_forgotten() {
         let store = Store::in_memory().unwrap();
-        store.record_group(4242, 777, 1).unwrap();
-        store.record_group(4343, 888, 2).unwrap();
+        let group = |pgid, start_time, boot: &str| AgentGroup {
+            pgid,
+            start_time,
+            boot_id: boot.into(),
+        };
+        store.record_group(&group(4242, 777, "boot-a"), 1).unwrap();
+        store.record_group(&group(4343, 888, "boot-b"), 2).unwrap();
         store.forget_group(4242).unwrap();
-        assert_eq!(store.groups().unwrap(), vec![(4343, 888)]);
+        assert_eq!(store.groups().unwrap(), vec![group(4343, 888, "boot-b")]);
     }
 
     #[test]

@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
-use crate::config::{Config, PermissionMode, SettingSource};
+use crate::config::{Config, PermissionMode, Sandbox, SettingSource};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
-pub use process::kill_leftover_groups;
+pub use process::{boot_id, kill_leftover_groups};
 pub use seal::{Seal, is_session_id};
 
 /// How to start the CLI.
@@ -93,6 +93,7 @@ impl ClaudeSettings {
                     .into_iter()
                     .chain(config.file.clone())
                     .collect(),
+                user_ns: false,
             },
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),
@@ -104,6 +105,37 @@ impl ClaudeSettings {
             max_turns: agent.max_turns,
             batch_hook: agent.batch_hook,
             kill_grace: config.turn.post_result_grace,
+        }
+    }
+
+    /// With `agent.sandbox = "bubblewrap"`, runs `bwrap` once as every
+    /// session will ([`seal::bwrap_base`], the command `true`), taking its
+    /// own user namespace when turnstile is not root and that works. Not
+    /// under `agent.launcher`, which may start it elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// bwrap is missing or cannot make its namespaces: the message names
+    /// `agent.sandbox`, the package and the opt-out.
+    pub fn probe_sandbox(&mut self) -> Result<(), String> {
+        if self.seal.sandbox != Sandbox::Bubblewrap || !self.seal.launcher.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        match process::probe_bubblewrap(root) {
+            Ok(user_ns) => {
+                tracing::info!(user_ns, "bubblewrap works: the agent runs sandboxed");
+                self.seal.user_ns = user_ns;
+                Ok(())
+            }
+            Err(why) => Err(format!(
+                "agent.sandbox = \"bubblewrap\" (the default for the claude backend), but \
+                 bubblewrap cannot sandbox the agent here: {why}. Install the package \
+                 `bubblewrap` (its `bwrap` on PATH, able to make namespaces: as root, or \
+                 with user namespaces allowed), or set agent.sandbox = \"none\" to run the \
+                 agent without a sandbox"
+            )),
         }
     }
 

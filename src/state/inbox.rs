@@ -213,10 +213,10 @@ impl Inbox {
         async move { ask.await.unwrap_or_else(|| vec![true; count]) }
     }
 
-    /// Records a live agent process group (its leader's pid and start time).
-    pub fn record_group(&self, pgid: i64, start_time: i64, chat_id: i64) {
+    /// Records a live agent process group of `chat_id`.
+    pub fn record_group(&self, group: super::AgentGroup, chat_id: i64) {
         self.tell("recording an agent process group", move |store| {
-            store.record_group(pgid, start_time, chat_id)
+            store.record_group(&group, chat_id)
         });
     }
 
