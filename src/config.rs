@@ -195,6 +195,10 @@ pub struct Config {
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
     pub file: Option<PathBuf>,
+    /// systemd's `$CREDENTIALS_DIRECTORY`, when set: it may hold the token,
+    /// so the sandbox hides it.
+    #[serde(skip)]
+    pub credentials: Option<PathBuf>,
 }
 
 /// `[telegram]`
@@ -604,6 +608,10 @@ impl Config {
             return Err(ConfigError::MissingToken);
         }
         config.telegram.token = Secret(token.to_owned());
+        config.credentials = env
+            .get(CREDENTIALS_ENV)
+            .filter(|dir| !dir.is_empty())
+            .map(|dir| sealing::absolute(&sealing::cwd(), Path::new(dir)));
         Ok(config)
     }
 }

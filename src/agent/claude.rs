@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
-use crate::config::{Config, PermissionMode, Sandbox, SettingSource};
+use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
@@ -92,6 +92,12 @@ impl ClaudeSettings {
                     .state_file()
                     .into_iter()
                     .chain(config.file.clone())
+                    .chain(
+                        config
+                            .credentials
+                            .as_ref()
+                            .map(|dir| dir.join(TOKEN_CREDENTIAL)),
+                    )
                     .collect(),
                 user_ns: false,
             },
@@ -296,6 +302,36 @@ impl AgentBackend for ClaudeBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandbox_hides_systemds_credentials_folder() {
+        // Under systemd the token may be a credential the agent's user could
+        // read: its folder is one of the secrets the sandbox hides.
+        let vars = BTreeMap::from([
+            ("TELEGRAM_BOT_TOKEN".to_string(), "1:x".to_string()),
+            (
+                crate::config::CREDENTIALS_ENV.to_string(),
+                "/run/credentials/turnstile.service".to_string(),
+            ),
+        ]);
+        let config = Config::load(None, &vars).expect("loads");
+        let mut settings = ClaudeSettings::from_config(&config);
+        settings.seal.sandbox = Sandbox::Bubblewrap;
+        let plan = seal::plan(
+            &settings.seal,
+            "1",
+            "claude",
+            &[],
+            Vec::new(),
+            &BTreeMap::new(),
+            |_| true,
+        );
+        let argv = plan.argv.join(" ");
+        assert!(
+            argv.contains("--tmpfs /run/credentials/turnstile.service "),
+            "{argv}"
+        );
+    }
 
     #[test]
     fn allowed_tools_patterns_reach_the_cli_unchanged() {
