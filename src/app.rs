@@ -358,8 +358,13 @@ impl Turnstile {
         // the previous process left unfinished.
         let recovered = Box::pin(inbox.recover());
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
-        // The transcriber runs sealed as the agent is.
-        let sealed = crate::agent::claude::ClaudeSettings::from_config(config);
+        // The transcriber runs sealed as the agent is, whatever the backend:
+        // under the sandbox that was proven to work (probed here when the
+        // backend itself did not need it).
+        let mut sealed = crate::agent::claude::ClaudeSettings::from_config(config);
+        if !config.files.transcribe.is_empty() {
+            sealed.probe_sandbox().map_err(StartError::Sandbox)?;
+        }
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),

@@ -33,7 +33,12 @@ impl FileBot {
         let dir = tempfile::tempdir().unwrap();
         let workdir = dir.path().join("ws").join("{chat}");
         let workdir = workdir.display().to_string();
-        let mut vars = vec![("TURNSTILE_AGENT_WORKDIR", workdir.as_str())];
+        // The transcriber runs under `agent.sandbox`, bubblewrap by default:
+        // these tests run it plainly (needing no bwrap) unless `env` asks.
+        let mut vars = vec![
+            ("TURNSTILE_AGENT_WORKDIR", workdir.as_str()),
+            ("TURNSTILE_AGENT_SANDBOX", "none"),
+        ];
         vars.extend_from_slice(env);
         let h = Harness::start(scenario, &vars).await;
         Self { h, dir }

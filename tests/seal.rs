@@ -695,6 +695,35 @@ async fn without_bwrap_the_default_sandbox_is_exit_2_naming_the_key_the_package_
     }
 }
 
+/// The voice transcriber runs under `agent.sandbox` whatever the backend:
+/// with the scripted agent and a transcriber, a sandbox that cannot run is
+/// exit 2 too, never a transcriber run unsandboxed.
+#[actix_rt::test]
+async fn a_transcriber_without_bwrap_under_the_default_sandbox_is_exit_2() {
+    let api = FakeBotApi::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("dir");
+    let env: Vec<(&str, String)> = vec![
+        ("PATH", empty.display().to_string()),
+        ("TURNSTILE_STATE_PATH", ":memory:".into()),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1".into()),
+        ("TURNSTILE_FILES_TRANSCRIBE", "/bin/cat,{file}".into()),
+    ];
+    let log = dir.path().join("bot.log");
+    let mut bot = support::process::BotProcess::spawn(&api, &log, &env);
+    let status = bot.exit().await;
+    let text = bot.log_text();
+    assert_eq!(status.code(), Some(2), "{text}");
+    for part in [
+        "voice transcriber",
+        "`bwrap` is not on PATH",
+        "agent.sandbox = \"none\"",
+    ] {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+}
+
 /// A child killed when the test ends, however it ends.
 struct Reaped(std::process::Child);
 

@@ -136,8 +136,8 @@ impl ClaudeSettings {
                 Ok(())
             }
             Err(why) => Err(format!(
-                "agent.sandbox = \"bubblewrap\" (the default for the claude backend), but \
-                 bubblewrap cannot sandbox the agent here: {why}. Install the package \
+                "agent.sandbox = \"bubblewrap\" (the default), but bubblewrap cannot \
+                 sandbox the agent (or the voice transcriber) here: {why}. Install the package \
                  `bubblewrap` (its `bwrap` on PATH, able to make namespaces: as root, or \
                  with user namespaces allowed), or set agent.sandbox = \"none\" to run the \
                  agent without a sandbox"
