@@ -839,7 +839,9 @@ async fn round(
     chats: std::ops::RangeInclusive<i64>,
 ) -> Result<(Duration, i64), String> {
     let before = tg.counts();
+    let before_by_chat = tg.messages_by_chat();
     let count = (chats.end() - chats.start() + 1) as u64;
+    let range = chats.clone();
     let started = tg.push_many(chats.map(|chat| (chat, USER, "hello".to_string())));
     let deadline = started + Duration::from_secs(300);
     let mut peak = 0;
@@ -865,13 +867,48 @@ async fn round(
             return Ok((took, peak));
         }
         if Instant::now() > deadline {
+            let lost = lost_replies(bot, tg, &before_by_chat, range).await;
             return Err(format!(
-                "round timed out: {} of {count} replies, {live} turns live",
+                "round timed out: {} of {count} replies, {live} turns live; {lost}",
                 counts.messages - before.messages
             ));
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Which chats of a round got no reply, and where their messages stopped:
+/// the inbox state of each unfinished row, and the bot's gauges.
+async fn lost_replies(
+    bot: &Turnstile,
+    tg: &FakeBotApi,
+    before: &HashMap<i64, u64>,
+    chats: std::ops::RangeInclusive<i64>,
+) -> String {
+    let now = tg.messages_by_chat();
+    let replies = |chat: i64, of: &HashMap<i64, u64>| of.get(&chat).copied().unwrap_or(0);
+    let missing: Vec<i64> = chats
+        .filter(|&chat| replies(chat, &now) <= replies(chat, before))
+        .collect();
+    let unfinished = bot.inbox.unfinished().await;
+    let mut rows = String::new();
+    for row in unfinished.iter().take(20) {
+        let _ = write!(
+            rows,
+            " [chat {} update {}: {:?}]",
+            row.message.chat_id, row.message.update_id, row.state
+        );
+    }
+    let counts = bot.inbox.counts().await;
+    format!(
+        "{} chats without a reply (first: {:?}); inbox {counts:?}; {} unfinished rows:{rows}; \
+         gauges: {} supervisors, {} typing",
+        missing.len(),
+        &missing[..missing.len().min(20)],
+        unfinished.len(),
+        bot.gauges.supervisors.load(Ordering::SeqCst),
+        bot.gauges.typing.load(Ordering::SeqCst),
+    )
 }
 
 struct ScaleFigures {

@@ -476,6 +476,41 @@ async fn counts_keep_no_call_and_idle_connections_are_closed() {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
+/// A fake that only counts keeps a window of the bot's last messages (for
+/// edits and presses), not every one: otherwise the fake itself grows with
+/// every turn of a memory benchmark.
+#[tokio::test]
+async fn counts_keep_only_the_last_messages_for_edits() {
+    let fake = FakeBotApi::start_with(Options {
+        record: Record::Counts,
+        idle_close: None,
+    })
+    .await;
+    let bot = fake.bot();
+    let mut ids = Vec::new();
+    for n in 0..=bot_api::SENT_WINDOW {
+        let sent = bot
+            .send_message(ChatId(3), format!("reply {n}"))
+            .await
+            .expect("sendMessage");
+        ids.push(sent.id);
+    }
+    assert_eq!(fake.counts().messages, ids.len() as u64);
+    assert_eq!(fake.messages_by_chat().get(&3), Some(&(ids.len() as u64)));
+    let oldest = bot.edit_message_text(ChatId(3), ids[0], "edited").await;
+    assert!(
+        matches!(
+            &oldest,
+            Err(RequestError::Api(ApiError::MessageToEditNotFound))
+        ),
+        "the oldest message is no longer kept: {oldest:?}"
+    );
+    let newest = ids[ids.len() - 1];
+    bot.edit_message_text(ChatId(3), newest, "edited")
+        .await
+        .expect("the newest message is kept");
+}
+
 #[tokio::test]
 async fn a_pushed_callback_arrives_as_a_callback_query_on_the_bots_message() {
     let fake = FakeBotApi::start().await;

@@ -100,6 +100,10 @@ pub enum Record {
     Counts,
 }
 
+/// How many of the bot's last messages a fake that does not record
+/// [`Record::Calls`] keeps for edits, deletes and button presses.
+pub const SENT_WINDOW: usize = 1_024;
+
 /// How a fake is started, see [`FakeBotApi::start_with`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
@@ -176,9 +180,14 @@ struct Shared {
     /// [`Counts::errors`].
     errors: AtomicU64,
     /// The bot's messages by `(chat, message_id)`, as Telegram returned
-    /// them, for edits and callback queries: all of them with
-    /// [`Record::Calls`], only those with buttons otherwise.
+    /// them, for edits, deletes and callback queries: all of them with
+    /// [`Record::Calls`], the last [`SENT_WINDOW`] otherwise (a fake that
+    /// keeps every reply would itself grow with every turn).
     sent: Mutex<HashMap<(i64, i64), Value>>,
+    /// The keys of `sent` in the order sent, when it is a window.
+    sent_order: Mutex<VecDeque<(i64, i64)>>,
+    /// Successful `sendMessage` calls per chat, whatever the recording.
+    per_chat: Mutex<HashMap<i64, u64>>,
     /// Callback query ids pushed and not yet answered.
     unanswered: Mutex<HashSet<String>>,
     /// Registered files and received uploads.
@@ -415,6 +424,11 @@ impl FakeBotApi {
             polls: s.polls.load(Ordering::SeqCst),
             errors: s.errors.load(Ordering::SeqCst),
         }
+    }
+
+    /// Successful `sendMessage` calls per chat so far, whatever the recording.
+    pub fn messages_by_chat(&self) -> HashMap<i64, u64> {
+        lock(&self.shared.per_chat).clone()
     }
 
     /// A copy of the arrivals (empty unless [`Record::Arrivals`]).

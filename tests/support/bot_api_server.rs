@@ -162,6 +162,7 @@ impl Shared {
             return refusal;
         }
         self.messages.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.per_chat).entry(chat_id).or_default() += 1;
         if text.starts_with('⚠') {
             self.notices.fetch_add(1, Ordering::Relaxed);
         }
@@ -191,8 +192,24 @@ impl Shared {
             message["reply_markup"] = markup;
         }
         // Kept, as Telegram keeps it: it can be edited or deleted later.
-        lock(&self.sent).insert((chat_id, message_id), message.clone());
+        self.keep_sent((chat_id, message_id), message.clone());
         ok(message)
+    }
+
+    /// Keeps a sent message; unless every call is recorded, only the last
+    /// [`SENT_WINDOW`] are kept.
+    fn keep_sent(&self, key: (i64, i64), message: Value) {
+        let mut sent = lock(&self.sent);
+        sent.insert(key, message);
+        if self.options.record != Record::Calls {
+            let mut order = lock(&self.sent_order);
+            order.push_back(key);
+            while order.len() > SENT_WINDOW {
+                if let Some(old) = order.pop_front() {
+                    sent.remove(&old);
+                }
+            }
+        }
     }
 
     /// `editMessageText` (`text`) or `editMessageReplyMarkup`: replaces the
