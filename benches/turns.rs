@@ -928,6 +928,11 @@ struct ScaleFigures {
 /// figures at rest hold the bot's state and not the connection pools.
 const IDLE_CLOSE: Duration = Duration::from_millis(500);
 
+/// The bot's `telegram.pool_idle_timeout` against that fake: below its
+/// keep-alive, so no request crosses a close (the default, 4 s, is below
+/// the 5 s a server commonly keeps an idle connection).
+const POOL_IDLE: Duration = Duration::from_millis(100);
+
 async fn scale_run(
     chats: usize,
     rounds: usize,
@@ -950,6 +955,11 @@ async fn scale_run(
                 (chats * 2 + 16).to_string(),
             ),
             ("TURNSTILE_AGENT_KEEP_WARM", keep_warm.to_string()),
+            // Below the fake's keep-alive, as the default is below Telegram's.
+            (
+                "TURNSTILE_TELEGRAM_POOL_IDLE_TIMEOUT",
+                format!("{}ms", POOL_IDLE.as_millis()),
+            ),
         ],
     );
     let backend = Arc::new(ScriptedBackend::new(Scenario::default()));

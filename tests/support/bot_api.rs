@@ -111,7 +111,10 @@ pub struct Options {
     pub record: Record,
     /// Close a keep-alive connection that carried no request for this long
     /// (as Telegram's servers close idle connections), so a process at rest
-    /// holds no HTTP connection; `None` keeps connections open.
+    /// holds no HTTP connection; `None` keeps connections open. A request
+    /// that arrives on a connection idle this long crossed the close: it is
+    /// dropped unread with the connection, as a real server's closed socket
+    /// drops it, and the client cannot tell whether it arrived.
     pub idle_close: Option<Duration>,
 }
 

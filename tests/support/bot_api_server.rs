@@ -3,8 +3,6 @@
 //! HTTP/1.1 connections (keep-alive, no Nagle delay, optionally closed once
 //! idle).
 
-use std::convert::Infallible;
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -422,17 +420,23 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 };
                 let _ = stream.set_nodelay(true);
                 let idle_close = shared.options.idle_close;
-                let activity = Arc::new(Activity::default());
+                let activity = Arc::new(Activity::new());
                 let seen = Arc::clone(&activity);
                 let shared = Arc::clone(&shared);
                 let service = hyper::service::service_fn(move |request| {
                     let shared = Arc::clone(&shared);
                     let seen = Arc::clone(&seen);
                     async move {
+                        // The connection's idle time was up before this
+                        // request arrived: the server closed it, and the
+                        // request crossed the close. Unread, unanswered.
+                        if idle_close.is_some_and(|idle| seen.idle_for() >= idle) {
+                            return Err(ClosedWhileIdle);
+                        }
                         seen.begin();
                         let response = handle(&shared, request).await;
                         seen.end();
-                        Ok::<_, Infallible>(response)
+                        Ok(response)
                     }
                 });
                 let connection = http1::Builder::new()
@@ -445,16 +449,36 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// A request that arrived on a connection past its idle time: the server
+/// had closed it (as Telegram's servers close idle keep-alive connections),
+/// so the connection is dropped without an answer.
+#[derive(Debug)]
+struct ClosedWhileIdle;
+
+impl std::fmt::Display for ClosedWhileIdle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request on a connection closed for idleness")
+    }
+}
+
+impl std::error::Error for ClosedWhileIdle {}
+
 /// Requests in flight on a connection and when the last one ended.
-#[derive(Default)]
 struct Activity {
     /// A connection with a request in flight is never idle.
     inflight: AtomicU64,
-    /// When the last request ended (`None`: none yet).
+    /// When the last request ended (at first: when the connection opened).
     last: Mutex<Option<Instant>>,
 }
 
 impl Activity {
+    fn new() -> Self {
+        Self {
+            inflight: AtomicU64::new(0),
+            last: Mutex::new(Some(Instant::now())),
+        }
+    }
+
     fn begin(&self) {
         self.inflight.fetch_add(1, Ordering::SeqCst);
     }
