@@ -125,6 +125,8 @@ pub struct Log {
     pub chat_actions: Vec<(i64, Instant)>,
     /// Successful `sendMessage` arrivals: chat, when, text.
     pub messages: Vec<(i64, Instant, String)>,
+    /// Successful `editMessageText` arrivals: chat, when, the new text.
+    pub edits: Vec<(i64, Instant, String)>,
 }
 
 /// Totals, always kept.
@@ -427,6 +429,37 @@ impl FakeBotApi {
             polls: s.polls.load(Ordering::SeqCst),
             errors: s.errors.load(Ordering::SeqCst),
         }
+    }
+
+    /// Takes the arrivals recorded so far ([`Record::Arrivals`]), so a long
+    /// run can check them as it goes without the fake keeping them all.
+    pub fn take_log(&self) -> Log {
+        std::mem::take(&mut *lock(&self.shared.log))
+    }
+
+    /// The newest message with buttons the bot sent to `chat` (among those
+    /// the fake still keeps): its id and its buttons' `(label, data)`.
+    pub fn last_buttons(&self, chat: i64) -> Option<(i64, Vec<Vec<(String, String)>>)> {
+        let sent = lock(&self.shared.sent);
+        let (id, message) = sent
+            .iter()
+            .filter(|((c, _), m)| *c == chat && m.get("reply_markup").is_some())
+            .max_by_key(|((_, id), _)| *id)?;
+        let rows = message["reply_markup"]["inline_keyboard"].as_array()?;
+        let buttons = rows
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|b| {
+                        let field = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+                        (field("text"), field("callback_data"))
+                    })
+                    .collect()
+            })
+            .collect();
+        Some((id.1, buttons))
     }
 
     /// Successful `sendMessage` calls per chat so far, whatever the recording.

@@ -251,6 +251,14 @@ impl Shared {
             None => fields.remove("reply_markup"),
         };
         fields.insert("edit_date".into(), unix_now().into());
+        if let Some(new_text) = new_text.filter(|_| text)
+            && self.options.record == Record::Arrivals
+        {
+            lock(&self.log)
+                .edits
+                .push((key.0, Instant::now(), new_text.to_string()));
+            self.recorded.notify_waiters();
+        }
         ok(message.clone())
     }
 
