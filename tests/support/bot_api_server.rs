@@ -267,7 +267,11 @@ impl Shared {
         let int = |name: &str| params.get(name).and_then(as_i64);
         let key = (int("chat_id").unwrap_or(0), int("message_id").unwrap_or(0));
         match lock(&self.sent).remove(&key) {
-            Some(_) => Answer::Json(200, OK_TRUE.to_string()),
+            Some(_) => {
+                // The window holds messages that still exist.
+                lock(&self.sent_order).retain(|k| *k != key);
+                Answer::Json(200, OK_TRUE.to_string())
+            }
             None => error(400, "Bad Request: message to delete not found", None),
         }
     }
