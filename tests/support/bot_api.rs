@@ -129,6 +129,9 @@ pub struct Log {
     pub edits: Vec<(i64, Instant, String)>,
 }
 
+/// Rows of inline buttons as `(label, callback data)`.
+pub type Buttons = Vec<Vec<(String, String)>>;
+
 /// Totals, always kept.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counts {
@@ -439,7 +442,7 @@ impl FakeBotApi {
 
     /// The newest message with buttons the bot sent to `chat` (among those
     /// the fake still keeps): its id and its buttons' `(label, data)`.
-    pub fn last_buttons(&self, chat: i64) -> Option<(i64, Vec<Vec<(String, String)>>)> {
+    pub fn last_buttons(&self, chat: i64) -> Option<(i64, Buttons)> {
         let sent = lock(&self.shared.sent);
         let (id, message) = sent
             .iter()
