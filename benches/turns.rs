@@ -184,6 +184,7 @@ async fn drive(
         .bot_api(Options {
             record: Record::Arrivals,
             idle_close: None,
+            strict_idle: false,
         })
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -956,6 +957,7 @@ async fn scale_run(
         .bot_api(Options {
             record: Record::Counts,
             idle_close: Some(IDLE_CLOSE),
+            strict_idle: false,
         })
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -1288,6 +1290,7 @@ async fn sequential(
         .bot_api(Options {
             record: Record::Calls,
             idle_close: None,
+            strict_idle: false,
         })
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -1940,6 +1943,7 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
         .bot_api(Options {
             record: Record::Arrivals,
             idle_close: Some(IDLE_CLOSE),
+            strict_idle: false,
         })
         .await;
     let (file_id, file_path, file_bytes) = SOAK_FILE;

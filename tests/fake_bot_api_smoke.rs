@@ -411,6 +411,7 @@ async fn arrivals_keep_chat_actions_and_messages_and_counts_keep_totals() {
     let fake = FakeBotApi::start_with(Options {
         record: Record::Arrivals,
         idle_close: None,
+        strict_idle: false,
     })
     .await;
     let bot = fake.bot();
@@ -457,6 +458,7 @@ async fn counts_keep_no_call_and_idle_connections_are_closed() {
     let fake = FakeBotApi::start_with(Options {
         record: Record::Counts,
         idle_close: Some(Duration::from_millis(50)),
+        strict_idle: false,
     })
     .await;
     fake.bot()
@@ -484,6 +486,7 @@ async fn counts_keep_only_the_last_messages_for_edits() {
     let fake = FakeBotApi::start_with(Options {
         record: Record::Counts,
         idle_close: None,
+        strict_idle: false,
     })
     .await;
     let bot = fake.bot();

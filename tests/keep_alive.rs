@@ -37,6 +37,7 @@ async fn a_reply_after_the_servers_keep_alive_is_never_lost() {
     let api = FakeBotApi::start_with(Options {
         record: Record::Calls,
         idle_close: Some(SERVER_KEEP_ALIVE),
+        strict_idle: true,
     })
     .await;
     let config = ConfigVars::new(&api.url())

@@ -111,11 +111,17 @@ pub struct Options {
     pub record: Record,
     /// Close a keep-alive connection that carried no request for this long
     /// (as Telegram's servers close idle connections), so a process at rest
-    /// holds no HTTP connection; `None` keeps connections open. A request
-    /// that arrives on a connection idle this long crossed the close: it is
-    /// dropped unread with the connection, as a real server's closed socket
-    /// drops it, and the client cannot tell whether it arrived.
+    /// holds no HTTP connection; `None` keeps connections open. The close
+    /// is checked every `idle_close`, so it comes between one and two times
+    /// that after the last request.
     pub idle_close: Option<Duration>,
+    /// With `idle_close`: a request that arrives on a connection already
+    /// idle that long crossed the close, as if it had come exactly then: it
+    /// is dropped unread with the connection, as a closed socket drops it,
+    /// and the client cannot tell whether it arrived. Deterministic, for
+    /// tests; on a loaded machine a late fake would drop requests that were
+    /// sent in time.
+    pub strict_idle: bool,
 }
 
 /// What the fake has seen with [`Record::Arrivals`].

@@ -432,6 +432,7 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 };
                 let _ = stream.set_nodelay(true);
                 let idle_close = shared.options.idle_close;
+                let strict = idle_close.filter(|_| shared.options.strict_idle);
                 let activity = Arc::new(Activity::new());
                 let seen = Arc::clone(&activity);
                 let shared = Arc::clone(&shared);
@@ -442,7 +443,7 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                         // The connection's idle time was up before this
                         // request arrived: the server closed it, and the
                         // request crossed the close. Unread, unanswered.
-                        if idle_close.is_some_and(|idle| seen.idle_for() >= idle) {
+                        if strict.is_some_and(|idle| seen.idle_for() >= idle) {
                             return Err(ClosedWhileIdle);
                         }
                         seen.begin();
