@@ -1038,7 +1038,7 @@ fn scale_figures(f: &ScaleFigures, first: f64, warm: &[f64]) {
         first,
         "/s",
         Better::Higher,
-        (35.0, 0.0),
+        (50.0, 0.0),
     );
     if let Some(s) = Summary::of(warm) {
         fig(
@@ -1046,7 +1046,7 @@ fn scale_figures(f: &ScaleFigures, first: f64, warm: &[f64]) {
             s.p50,
             "/s",
             Better::Higher,
-            (35.0, 0.0),
+            (50.0, 0.0),
         );
     }
     fig(
