@@ -223,6 +223,7 @@ async fn start_bot(
         .bot_api(Options {
             record,
             idle_close: None,
+            strict_idle: false,
         })
         .await;
     let api = fakes.run(FakeAnthropic::start()).await;

@@ -220,6 +220,9 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
                 .poll_timeout
                 .saturating_add(Duration::from_secs(15)),
         )
+        // Never write a request to a connection the server may be closing
+        // for idleness: a message on it would be lost, not known to be.
+        .pool_idle_timeout(config.telegram.pool_idle_timeout)
         .build()
         .map_err(StartError::Client)?;
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))

@@ -213,6 +213,12 @@ pub struct TelegramConfig {
     /// Remove a webhook found on the token at start (otherwise its presence
     /// is an error: Telegram refuses `getUpdates` while one is set).
     pub delete_webhook: bool,
+    /// A kept-alive connection to the Bot API unused this long is not used
+    /// again: below the server's own keep-alive, so no request is ever
+    /// written to a connection the server is closing (such a message would
+    /// be lost: it cannot be sent again without risking a duplicate).
+    #[serde(with = "humantime_serde")]
+    pub pool_idle_timeout: Duration,
     /// The bot token. Never read from the file or logged: it comes from
     /// `TELEGRAM_BOT_TOKEN` only.
     #[serde(skip)]
@@ -460,6 +466,7 @@ impl Default for TelegramConfig {
             api_url: "https://api.telegram.org".into(),
             poll_timeout: Duration::from_secs(30),
             delete_webhook: false,
+            pool_idle_timeout: Duration::from_secs(4),
             token: Secret::default(),
         }
     }

@@ -91,6 +91,10 @@ impl Config {
         }
         let durations = [
             ("telegram.poll_timeout", self.telegram.poll_timeout),
+            (
+                "telegram.pool_idle_timeout",
+                self.telegram.pool_idle_timeout,
+            ),
             ("access.refusal_cooldown", self.access.refusal_cooldown),
             ("agent.keep_warm", self.agent.keep_warm),
             ("turn.typing_interval", turn.typing_interval),

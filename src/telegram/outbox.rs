@@ -200,6 +200,11 @@ impl Bucket {
     }
 }
 
+/// A job on a lane's queue, with the purge epoch of its topic when it was
+/// queued; boxed, so an idle lane's queue (a block of slots, allocated with
+/// the channel) stays small.
+type Queued = Box<(Job, u64)>;
+
 /// What every chat worker shares.
 struct Shared {
     /// Requests queued or running across all chats.
@@ -216,7 +221,7 @@ struct Shared {
 struct Lane {
     /// The worker's queue of real requests, each with the purge epoch of
     /// its topic when it was queued.
-    tx: mpsc::UnboundedSender<(Job, u64)>,
+    tx: mpsc::UnboundedSender<Queued>,
     /// Live text waiting for a free send; the worker takes it only when no
     /// real request is queued.
     light: Arc<LightQueue>,
@@ -419,7 +424,7 @@ impl Outbox {
         let lane = self.lane(chat);
         lane.state.pending.fetch_add(1, Ordering::SeqCst);
         let epoch = lane.state.epoch(job.purgeable().flatten());
-        if let Err(mpsc::error::SendError(job)) = lane.tx.send((job, epoch)) {
+        if let Err(mpsc::error::SendError(job)) = lane.tx.send(Box::new((job, epoch))) {
             // The worker is gone (it cannot be while the lane exists, but a
             // job must never vanish): replace the lane and queue again.
             tracing::warn!(chat_id = chat.0, "outbox worker missing; restarting it");
@@ -845,11 +850,16 @@ struct Worker {
 /// Runs a chat's jobs one after another, until its lane is dropped: real
 /// requests first, in order; live text only when none is queued and the
 /// chat can spare a send.
-async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u64)>) {
+///
+/// An idle chat keeps its worker for a while, so what an idle worker holds
+/// is kept small: a job's future (the request, its retries) is boxed while
+/// it runs, and the queue holds boxed jobs.
+async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<Queued>) {
     loop {
         match rx.try_recv() {
-            Ok((job, epoch)) => {
-                worker.real(job, epoch).await;
+            Ok(queued) => {
+                let (job, epoch) = *queued;
+                Box::pin(worker.real(job, epoch)).await;
                 continue;
             }
             Err(mpsc::error::TryRecvError::Disconnected) => return,
@@ -859,7 +869,7 @@ async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u
         let wait = (!worker.light.is_empty()).then(|| worker.bucket.light_wait());
         if wait.is_some_and(|wait| wait.is_zero()) {
             if let Some((show, epoch)) = worker.light.take() {
-                worker.show(show, epoch).await;
+                Box::pin(worker.show(show, epoch)).await;
                 worker.finished();
             }
             continue;
@@ -874,7 +884,10 @@ async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u
         tokio::select! {
             biased;
             job = rx.recv() => match job {
-                Some((job, epoch)) => worker.real(job, epoch).await,
+                Some(queued) => {
+                    let (job, epoch) = *queued;
+                    Box::pin(worker.real(job, epoch)).await;
+                }
                 None => return,
             },
             () = ready => {}
@@ -1155,5 +1168,41 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
                 let _ = reply.send(result);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle chat keeps its lane (and so its worker) for a while: what an
+    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
+    /// idle chat's memory, when a job's future was part of the worker's).
+    #[test]
+    fn an_idle_lane_holds_a_small_worker_and_queue() {
+        let limits = RateLimits::default();
+        let chat = ChatId(7);
+        let shared = Arc::new(Shared {
+            pending: AtomicUsize::new(0),
+            drained: tokio::sync::Notify::new(),
+            bot: Bot::new("1:test"),
+            global: Mutex::new(Bucket::new(limits.global_burst, limits.global_per_sec)),
+            limits: limits.clone(),
+            events: EventBus::new(),
+        });
+        let worker = Worker {
+            shared,
+            chat,
+            light: Arc::default(),
+            state: Arc::default(),
+            typing_queued: TypingQueued::default(),
+            bucket: chat_bucket(&limits, chat),
+        };
+        let (_tx, rx) = mpsc::unbounded_channel::<Queued>();
+        let worker = chat_worker(worker, rx);
+        let size = std::mem::size_of_val(&worker);
+        assert!(size <= 1024, "an idle chat's worker holds {size} bytes");
+        // The channel allocates a block of 32 slots up front.
+        assert!(std::mem::size_of::<Queued>() <= 8);
     }
 }
