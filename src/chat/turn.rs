@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
+pub(crate) use self::approval::Choice;
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
