@@ -5,22 +5,27 @@
 #
 #   scripts/fuzz.sh SECONDS [TARGET...]    all targets when none is named
 #   JOBS=2 scripts/fuzz.sh 600             two targets at a time
+#   scripts/fuzz.sh --merge [TARGET...]    adds to fuzz/corpus/<target>/ the
+#                                          scratch inputs that reach code it
+#                                          does not (a greedy set cover)
 #
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz
-# --locked`). The committed corpus (fuzz/corpus/<target>/) is read, never
-# written: new inputs go to fuzz/target/scratch/<target>/. A crash leaves
+# --locked`). A run reads the committed corpus (fuzz/corpus/<target>/) and
+# never writes it: new inputs go to fuzz/target/scratch/<target>/. A crash leaves
 # its input in fuzz/artifacts/<target>/; copy it to fuzz/crashes/<target>/
 # so that `cargo test --test fuzz_corpus` replays it. Logs go to
 # fuzz/target/logs/<target>.log. Exits 1 when a target crashed.
 set -euo pipefail
-cd "$(dirname "$0")/../fuzz"
+self=$(realpath "$0")
+cd "$(dirname "$self")/../fuzz"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 case "${1:-}" in
-  ''|-h|--help) sed -n '2,14p' "$0"; exit 2 ;;
+  ''|-h|--help) sed -n '2,17p' "$self"; exit 2 ;;
+  --merge) ;;
   *[!0-9]*) echo "SECONDS must be a number: $1" >&2; exit 2 ;;
 esac
-seconds=$1
+mode=$1
 shift
 jobs=${JOBS:-1}
 if (($# > 0)); then
@@ -65,6 +70,22 @@ report() {
   fi
   printf '%-16s %12s runs %8s exec/s  %s\n' "$target" "${runs:-?}" "${rate:-?}" "$result"
 }
+
+if [[ $mode == --merge ]]; then
+  for target in "${targets[@]}"; do
+    before=$(find "corpus/$target" -type f | wc -l)
+    mkdir -p "target/scratch/$target"
+    nice -n 10 cargo +nightly fuzz run "${flags[@]}" "$target" \
+      "corpus/$target" "target/scratch/$target" -- \
+      -set_cover_merge=1 -use_counters=0 >"target/logs/merge-$target.log" 2>&1 || {
+      tail -n 30 "target/logs/merge-$target.log" >&2
+      exit 1
+    }
+    echo "$target: $before -> $(find "corpus/$target" -type f | wc -l) inputs"
+  done
+  exit 0
+fi
+seconds=$mode
 
 failed=0
 pending=("${targets[@]}")
