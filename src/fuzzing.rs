@@ -174,8 +174,9 @@ pub fn callback_data(data: &[u8]) {
     press(data, ChatId(-100_123), UserId(7), "@someone".to_owned());
 }
 
-/// Parses callback data; what parses names a token and a choice that,
-/// written back in the shapes the approval questions use, parse the same.
+/// Parses callback data; what parses is in one of the shapes the approval
+/// questions use (`ap:<token>:<y|a|n>`, `aq:<token>:<question>:<option>`),
+/// and written back it parses the same.
 fn press(data: &str, chat: ChatId, user: UserId, name: String) {
     let parse =
         |data: &str| ButtonPressed::parse(data, chat, user, name.clone(), false, "cb".into());
@@ -194,6 +195,10 @@ fn press(data: &str, chat: ChatId, user: UserId, name: String) {
         Choice::Deny => format!("ap:{token}:n"),
         Choice::Option { question, option } => format!("aq:{token}:{question}:{option}"),
     };
+    assert!(
+        data.split(':').count() == written.split(':').count() && data.get(..3) == written.get(..3),
+        "{data:?} parsed as {written:?}"
+    );
     let again = parse(&written)
         .unwrap_or_else(|| panic!("{data:?} written back as {written:?} does not parse"));
     assert_eq!(
@@ -481,7 +486,7 @@ pub fn format(data: &[u8]) {
         && rendered.units() <= TELEGRAM_TEXT_LIMIT
         && let Err(why) = validate(&rendered.text, &rendered.entities)
     {
-        panic!("the rendering is refused: {why}: {rendered:?}");
+        panic!("the rendering is refused: {why}");
     }
     let small = 2 + Draw::new(data).next() % 60;
     for limit in [TELEGRAM_TEXT_LIMIT, 64, small] {
@@ -513,7 +518,7 @@ fn check_pieces(rendered: &Rendered, pieces: &[Rendered], limit: usize) {
             piece.units()
         );
         if let Err(why) = validate(&piece.text, &piece.entities) {
-            panic!("piece {i} at limit {limit} is refused: {why}: {piece:?}");
+            panic!("piece {i} at limit {limit} is refused: {why}");
         }
     }
     let joined: String = pieces.iter().map(|p| p.text.as_str()).collect();
