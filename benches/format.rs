@@ -11,6 +11,9 @@
 //! reported, not failed; the run fails only if a piece breaks Telegram's
 //! rules or content is lost.
 
+#[path = "support/figures.rs"]
+#[allow(dead_code)]
+mod figures;
 #[path = "legacy/split_quadratic.rs"]
 #[allow(dead_code)]
 mod legacy;
@@ -146,6 +149,15 @@ fn main() {
             }
         ),
     ]);
+
+    figures::figure(
+        "format",
+        &format!("split {} MB (ms)", size / MB),
+        split_time.as_secs_f64() * 1e3,
+        "ms",
+        figures::Better::Lower,
+        (30.0, 5.0),
+    );
 
     let (both_time, pieces) = time(runs, || format::pieces(&md));
     rows.push([

@@ -223,6 +223,7 @@ async fn start_bot(
         .bot_api(Options {
             record,
             idle_close: None,
+            strict_idle: false,
         })
         .await;
     let api = fakes.run(FakeAnthropic::start()).await;
@@ -244,6 +245,7 @@ async fn start_bot(
         ),
         ("TURNSTILE_AGENT_KEEP_WARM", keep_warm.into()),
         ("TURNSTILE_AGENT_BATCH_HOOK", hook.to_string()),
+        ("TURNSTILE_AGENT_SANDBOX", "none".into()),
         ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s".into()),
     ];
     let extra: Vec<(&str, String)> = extra.into_iter().chain(more.iter().cloned()).collect();

@@ -25,7 +25,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::process::Command;
 use std::sync::Arc;
@@ -35,10 +35,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use turnstile::Turnstile;
 use turnstile::agent::{Scenario, ScriptedBackend};
+use turnstile::events::BotEvent;
 use turnstile::telegram::RateLimits;
 
 use support::bot_api::{Call, FakeBotApi, Log, Options, Record};
 use support::collect::{Collector, Ev, TypingCheck, check_typing};
+use support::figures::{Better, figure};
 use support::live::{ANSWER_PIECES, answer, answer_calls, answer_complete, call_text};
 use support::stats::{Summary, bytes, ms_between, ratio, table, verdict};
 use support::timed::{Mark, MarkKind, Timed};
@@ -47,7 +49,7 @@ use support::{Args, Fakes, USER};
 #[global_allocator]
 static GLOBAL: support::alloc::Counting = support::alloc::Counting;
 
-const BENCHES: &[&str] = &["typing", "wedge", "scale", "stream", "requests"];
+const BENCHES: &[&str] = &["typing", "wedge", "scale", "stream", "requests", "soak"];
 
 /// What a benchmark hands back: its report section, and the invariants a
 /// run broke (which fail the run).
@@ -58,7 +60,7 @@ struct Outcome {
 
 fn main() {
     let args = Args::parse();
-    if args.only.as_deref() == Some("scale") {
+    if matches!(args.only.as_deref(), Some("scale" | "soak")) {
         support::alloc::start();
     }
     support::init_logging();
@@ -72,6 +74,7 @@ fn main() {
         "scale" => scale(&args),
         "stream" => stream(&args),
         "requests" => requests(&args),
+        "soak" => soak(&args),
         other => Err(format!("unknown benchmark `{other}` (use {BENCHES:?})")),
     };
     match result {
@@ -181,6 +184,7 @@ async fn drive(
         .bot_api(Options {
             record: Record::Arrivals,
             idle_close: None,
+            strict_idle: false,
         })
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -559,6 +563,16 @@ fn typing(args: &Args) -> Result<Outcome, String> {
             )
         };
         let p99_ok = Summary::of(&to_stop).is_some_and(|s| s.p99 < 1.0);
+        if let Some(s) = Summary::of(&to_stop) {
+            figure(
+                "typing",
+                &format!("typing stop p99, {} chats (ms)", level.chats),
+                s.p99,
+                "ms",
+                Better::Lower,
+                (100.0, 1.0),
+            );
+        }
         let [a, b, c] = summary_cells(&to_stop);
         rows.push(vec![
             who.clone(),
@@ -839,7 +853,9 @@ async fn round(
     chats: std::ops::RangeInclusive<i64>,
 ) -> Result<(Duration, i64), String> {
     let before = tg.counts();
+    let before_by_chat = tg.messages_by_chat();
     let count = (chats.end() - chats.start() + 1) as u64;
+    let range = chats.clone();
     let started = tg.push_many(chats.map(|chat| (chat, USER, "hello".to_string())));
     let deadline = started + Duration::from_secs(300);
     let mut peak = 0;
@@ -865,13 +881,48 @@ async fn round(
             return Ok((took, peak));
         }
         if Instant::now() > deadline {
+            let lost = lost_replies(bot, tg, &before_by_chat, range).await;
             return Err(format!(
-                "round timed out: {} of {count} replies, {live} turns live",
+                "round timed out: {} of {count} replies, {live} turns live; {lost}",
                 counts.messages - before.messages
             ));
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Which chats of a round got no reply, and where their messages stopped:
+/// the inbox state of each unfinished row, and the bot's gauges.
+async fn lost_replies(
+    bot: &Turnstile,
+    tg: &FakeBotApi,
+    before: &HashMap<i64, u64>,
+    chats: std::ops::RangeInclusive<i64>,
+) -> String {
+    let now = tg.messages_by_chat();
+    let replies = |chat: i64, of: &HashMap<i64, u64>| of.get(&chat).copied().unwrap_or(0);
+    let missing: Vec<i64> = chats
+        .filter(|&chat| replies(chat, &now) <= replies(chat, before))
+        .collect();
+    let unfinished = bot.inbox.unfinished().await;
+    let mut rows = String::new();
+    for row in unfinished.iter().take(20) {
+        let _ = write!(
+            rows,
+            " [chat {} update {}: {:?}]",
+            row.message.chat_id, row.message.update_id, row.state
+        );
+    }
+    let counts = bot.inbox.counts().await;
+    format!(
+        "{} chats without a reply (first: {:?}); inbox {counts:?}; {} unfinished rows:{rows}; \
+         gauges: {} supervisors, {} typing",
+        missing.len(),
+        &missing[..missing.len().min(20)],
+        unfinished.len(),
+        bot.gauges.supervisors.load(Ordering::SeqCst),
+        bot.gauges.typing.load(Ordering::SeqCst),
+    )
 }
 
 struct ScaleFigures {
@@ -891,6 +942,11 @@ struct ScaleFigures {
 /// figures at rest hold the bot's state and not the connection pools.
 const IDLE_CLOSE: Duration = Duration::from_millis(500);
 
+/// The bot's `telegram.pool_idle_timeout` against that fake: below its
+/// keep-alive, so no request crosses a close (the default, 4 s, is below
+/// the 5 s a server commonly keeps an idle connection).
+const POOL_IDLE: Duration = Duration::from_millis(100);
+
 async fn scale_run(
     chats: usize,
     rounds: usize,
@@ -901,6 +957,7 @@ async fn scale_run(
         .bot_api(Options {
             record: Record::Counts,
             idle_close: Some(IDLE_CLOSE),
+            strict_idle: false,
         })
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -913,6 +970,11 @@ async fn scale_run(
                 (chats * 2 + 16).to_string(),
             ),
             ("TURNSTILE_AGENT_KEEP_WARM", keep_warm.to_string()),
+            // Below the fake's keep-alive, as the default is below Telegram's.
+            (
+                "TURNSTILE_TELEGRAM_POOL_IDLE_TIMEOUT",
+                format!("{}ms", POOL_IDLE.as_millis()),
+            ),
         ],
     );
     let backend = Arc::new(ScriptedBackend::new(Scenario::default()));
@@ -961,6 +1023,53 @@ async fn scale_run(
 /// Sizes: (chats, rounds).
 fn scale_sizes(args: &Args) -> (usize, usize) {
     if args.quick { (1_000, 3) } else { (10_000, 10) }
+}
+
+/// The scale figures `--compare` checks.
+fn scale_figures(f: &ScaleFigures, first: f64, warm: &[f64]) {
+    let n = f.chats as f64;
+    let last = f.rest[f.rest.len() - 1];
+    let later_turns = (f.chats * (f.rounds.len() - 1)).max(1) as f64;
+    let fig = |name: &str, value: f64, unit: &str, better: Better, band: (f64, f64)| {
+        figure("scale", name, value, unit, better, band);
+    };
+    fig(
+        "turns/s, first round",
+        first,
+        "/s",
+        Better::Higher,
+        (50.0, 0.0),
+    );
+    if let Some(s) = Summary::of(warm) {
+        fig(
+            "turns/s, warm rounds p50",
+            s.p50,
+            "/s",
+            Better::Higher,
+            (50.0, 0.0),
+        );
+    }
+    fig(
+        "live heap per idle chat (bytes)",
+        (f.after_extra.heap - last.heap) as f64 / n,
+        "B",
+        Better::Lower,
+        (10.0, 256.0),
+    );
+    fig(
+        "RSS per idle chat (bytes)",
+        (f.after_extra.rss as f64 - last.rss as f64) / n,
+        "B",
+        Better::Lower,
+        (50.0, 2048.0),
+    );
+    fig(
+        "live heap growth per later turn (bytes)",
+        (last.heap - f.rest[1].heap) as f64 / later_turns,
+        "B",
+        Better::Lower,
+        (0.0, 200.0),
+    );
 }
 
 /// The memory rows every scale run reports.
@@ -1082,6 +1191,7 @@ fn scale(args: &Args) -> Result<Outcome, String> {
     ]);
     let (memory, _, _) = memory_rows(&f);
     rows.extend(memory);
+    scale_figures(&f, first, &warm);
     rows.push(vec![
         "RSS at start (no chat yet)".into(),
         bytes(f.rest[0].rss as f64),
@@ -1180,6 +1290,7 @@ async fn sequential(
         .bot_api(Options {
             record: Record::Calls,
             idle_close: None,
+            strict_idle: false,
         })
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -1567,4 +1678,686 @@ fn requests(args: &Args) -> Result<Outcome, String> {
     fragment.push_str(&table(&["method", "requests per turn", "each turn"], &rows));
     fragment.push('\n');
     Ok(Outcome { fragment, broken })
+}
+
+// ---------------------------------------------------------------------------
+// 9. Soak (issue 19): many turns per chat, every kind of turn mixed in;
+// memory must stay flat and every message be answered exactly once.
+
+/// Sizes of a soak run.
+#[derive(Debug, Clone, Copy)]
+struct SoakPlan {
+    chats: usize,
+    /// Turns per chat, one after another.
+    turns: usize,
+    /// Memory is sampled every this many turns, at rest.
+    sample_every: usize,
+    /// Growth is measured from this sample (from 0) to the last: after the
+    /// warm-up.
+    from_sample: usize,
+    /// The RSS growth allowed, in percent (the heap's is 1 %): quick runs
+    /// end before RSS settles to within 1 %.
+    rss_band: f64,
+}
+
+/// Sizes; a sample falls after the same number of turns of every chat.
+fn soak_plan(args: &Args) -> SoakPlan {
+    if args.quick {
+        SoakPlan {
+            chats: 20,
+            turns: 250,
+            sample_every: 500,
+            from_sample: 2,
+            rss_band: 5.0,
+        }
+    } else {
+        SoakPlan {
+            chats: 100,
+            turns: 1_000,
+            sample_every: 10_000,
+            from_sample: 1,
+            rss_band: 1.0,
+        }
+    }
+}
+
+/// What turn `k` of a chat does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum SoakKind {
+    /// `send` and `end_turn`.
+    Plain,
+    /// A tool call shown in the status message, text streamed into a
+    /// preview, and the answer written into the preview.
+    Live,
+    /// The agent asks to run a tool; the driver presses "Allow".
+    Ask,
+    /// The message is a document with a caption: fetched into the workdir.
+    File,
+    /// The agent exits after its result: the next turn opens a new session.
+    Restart,
+}
+
+impl SoakKind {
+    fn of(k: usize) -> Self {
+        match k % 10 {
+            3 => Self::Live,
+            6 => Self::Ask,
+            8 => Self::File,
+            _ if k % 25 == 12 => Self::Restart,
+            _ => Self::Plain,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Live => "live",
+            Self::Ask => "ask",
+            Self::File => "file",
+            Self::Restart => "restart",
+        }
+    }
+}
+
+/// `/new` goes before turn `k` of each chat when this holds.
+fn soak_new_before(k: usize) -> bool {
+    k % 100 == 50
+}
+
+/// The text of turn `k` in `chat`; its answer is `echo: ` and the turn's
+/// text (for a file, the line naming the file comes first).
+fn soak_text(chat: i64, k: usize) -> String {
+    format!("soak {chat}/{k} {}", SoakKind::of(k).label())
+}
+
+/// The turn a reply to `chat` answers, if it is an answer.
+fn soak_answered(chat: i64, text: &str) -> Option<usize> {
+    let rest = text.strip_prefix("echo: ")?;
+    let marker = format!("soak {chat}/");
+    let at = rest.find(&marker)? + marker.len();
+    let digits: String = rest[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+fn soak_scenario() -> Result<Scenario, String> {
+    let answer = json!([
+        {"name": "mcp__telegram-tools__send", "input": {"text": "echo: {text}"}},
+        {"name": "mcp__telegram-tools__end_turn", "input": {}},
+    ]);
+    scenario(json!({
+        "rules": [
+            {"contains": " live", "turn": {"steps": [
+                {"do": "activity", "tool": "Bash", "input": {"command": "make test"}},
+                {"do": "wait", "ms": 40},
+                {"do": "stream", "pieces": ["Working", " on", " it"], "ms": 15},
+                {"do": "tools", "calls": answer},
+            ]}},
+            {"contains": " ask", "turn": {"steps": [
+                {"do": "ask", "tool": "Bash", "input": {"command": "echo hi"}},
+                {"do": "tools", "calls": answer},
+            ]}},
+            {"contains": " restart", "turn": {
+                "steps": [{"do": "tools", "calls": answer}],
+                "after_result": "exit",
+            }},
+        ],
+        "default": {"steps": [{"do": "tools", "calls": answer}]},
+    }))
+}
+
+/// The file every file turn sends.
+const SOAK_FILE: (&str, &str, &[u8]) = ("soak-doc", "documents/notes.txt", b"soak notes\n");
+
+/// Memory and actors at rest after `turns` turns.
+#[derive(Debug, Clone, Copy)]
+struct SoakSample {
+    turns: usize,
+    heap: i64,
+    rss: u64,
+    /// What SQLite holds (its own allocations, not in the live heap).
+    sqlite: i64,
+    /// RSS once the allocator gave the free memory it keeps back to the
+    /// system (`malloc_trim`): what the process holds.
+    trimmed: u64,
+    tasks: usize,
+    supervisors: i64,
+    typing: i64,
+}
+
+/// The driver's view of one chat.
+#[derive(Debug, Default, Clone)]
+struct SoakChat {
+    /// Turns pushed.
+    pushed: usize,
+    /// TurnEnded seen.
+    ended: usize,
+    /// The next turn whose answer is due (answers arrive in turn order).
+    next_answer: usize,
+    /// The newest question pressed.
+    pressed: i64,
+    /// An `ask` turn waits for its question.
+    asking: bool,
+}
+
+/// What a soak run saw.
+struct SoakRun {
+    plan: SoakPlan,
+    wall: Duration,
+    samples: Vec<SoakSample>,
+    start: SoakSample,
+    end: SoakSample,
+    answers: usize,
+    pressed: usize,
+    kinds: HashMap<SoakKind, usize>,
+    news: usize,
+    outcomes: HashMap<String, usize>,
+    broken: Vec<String>,
+}
+
+fn tasks_alive() -> usize {
+    tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_alive_tasks())
+}
+
+fn soak_sample(bot: &Turnstile, turns: usize) -> SoakSample {
+    SoakSample {
+        turns,
+        heap: support::alloc::live(),
+        rss: support::rss_bytes(),
+        // SAFETY: a read of SQLite's own counter, safe from any thread.
+        sqlite: unsafe { rusqlite::ffi::sqlite3_memory_used() },
+        trimmed: {
+            // SAFETY: glibc's malloc_trim only returns free pages.
+            unsafe { libc::malloc_trim(0) };
+            support::rss_bytes()
+        },
+        tasks: tasks_alive(),
+        supervisors: bot.gauges.supervisors.load(Ordering::SeqCst),
+        typing: bot.gauges.typing.load(Ordering::SeqCst),
+    }
+}
+
+/// Pushes turn `k` of `chat` (after `/new` when it is due).
+fn soak_push(tg: &FakeBotApi, chat: i64, k: usize) {
+    if soak_new_before(k) {
+        tg.push_text(chat, USER, "/new");
+    }
+    let text = soak_text(chat, k);
+    match SoakKind::of(k) {
+        SoakKind::File => {
+            use support::bot_api::files::{captioned, document, private};
+            let (id, _, bytes) = SOAK_FILE;
+            let doc = document(private(chat), USER, id, "notes.txt", bytes.len() as u64);
+            tg.push_message(captioned(doc, &text));
+        }
+        _ => {
+            tg.push_text(chat, USER, &text);
+        }
+    }
+}
+
+/// Checks the answers that arrived since the last look: per chat, in turn
+/// order, each exactly once.
+fn soak_check_answers(
+    tg: &FakeBotApi,
+    chats: &mut HashMap<i64, SoakChat>,
+    answers: &mut usize,
+    broken: &mut Vec<String>,
+) {
+    let log = tg.take_log();
+    let mut arrived: Vec<(Instant, i64, String)> = log
+        .messages
+        .into_iter()
+        .chain(log.edits)
+        .map(|(chat, at, text)| (at, chat, text))
+        .collect();
+    arrived.sort_by_key(|(at, _, _)| *at);
+    for (_, chat, text) in arrived {
+        let Some(state) = chats.get_mut(&chat) else {
+            continue;
+        };
+        let Some(k) = soak_answered(chat, &text) else {
+            continue;
+        };
+        *answers += 1;
+        if k != state.next_answer {
+            broken.push(format!(
+                "chat {chat}: the answer to turn {k} arrived when turn {}'s was due ({})",
+                state.next_answer,
+                if k < state.next_answer {
+                    "a duplicate"
+                } else {
+                    "the ones between were lost"
+                }
+            ));
+        }
+        state.next_answer = k + 1;
+    }
+}
+
+async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
+    let fakes = Fakes::new();
+    let tg = fakes
+        .bot_api(Options {
+            record: Record::Arrivals,
+            idle_close: Some(IDLE_CLOSE),
+            strict_idle: false,
+        })
+        .await;
+    let (file_id, file_path, file_bytes) = SOAK_FILE;
+    tg.add_file(file_id, file_path, file_bytes);
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let config = support::config(
+        &tg.url(),
+        dir.path(),
+        &[
+            (
+                "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
+                (plan.chats * 2 + 16).to_string(),
+            ),
+            ("TURNSTILE_AGENT_KEEP_WARM", "2s".into()),
+            ("TURNSTILE_DISPATCHER_IDLE_EVICTION", "2s".into()),
+            ("TURNSTILE_PROGRESS_AFTER", "20ms".into()),
+            ("TURNSTILE_PROGRESS_INTERVAL", "20ms".into()),
+            ("TURNSTILE_PROGRESS_STREAM", "edit".into()),
+            (
+                "TURNSTILE_TELEGRAM_POOL_IDLE_TIMEOUT",
+                format!("{}ms", POOL_IDLE.as_millis()),
+            ),
+        ],
+    );
+    let bot = Turnstile::start_with_limits(
+        &config,
+        Arc::new(ScriptedBackend::new(soak_scenario()?)),
+        support::generous_limits(),
+    )
+    .await
+    .map_err(|e| format!("the bot did not start: {e}"))?;
+    let settle = IDLE_CLOSE * 2;
+    tokio::time::sleep(settle).await;
+    let start = soak_sample(&bot, 0);
+    let mut events = bot.events.subscribe();
+    let total = plan.chats * plan.turns;
+    let mut chats: HashMap<i64, SoakChat> = (1..=plan.chats as i64)
+        .map(|chat| (chat, SoakChat::default()))
+        .collect();
+    let mut kinds: HashMap<SoakKind, usize> = HashMap::new();
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    let (mut pushed, mut ended, mut answers, mut pressed, mut news) = (0, 0, 0, 0, 0);
+    let mut broken = Vec::new();
+    let mut samples = Vec::new();
+    let mut limit = plan.sample_every.min(total);
+    let mut waiting: VecDeque<i64> = (1..=plan.chats as i64).collect();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let deadline = Instant::now() + Duration::from_secs(60 + (total as u64) / 50);
+    let started = Instant::now();
+    // Each chat stops at the same turn before a sample, so every chat has
+    // run as many turns (and none has sat idle longer) when it is taken.
+    let mut push_waiting = |chats: &mut HashMap<i64, SoakChat>,
+                            waiting: &mut VecDeque<i64>,
+                            pushed: &mut usize,
+                            limit: usize| {
+        let per_chat = limit / plan.chats;
+        let mut held = VecDeque::new();
+        while let Some(chat) = waiting.pop_front() {
+            let Some(state) = chats.get_mut(&chat) else {
+                continue;
+            };
+            if state.pushed >= per_chat {
+                held.push_back(chat);
+                continue;
+            }
+            let k = state.pushed;
+            soak_push(&tg, chat, k);
+            *kinds.entry(SoakKind::of(k)).or_default() += 1;
+            news += usize::from(soak_new_before(k));
+            state.asking = SoakKind::of(k) == SoakKind::Ask;
+            state.pushed += 1;
+            *pushed += 1;
+        }
+        *waiting = held;
+    };
+    push_waiting(&mut chats, &mut waiting, &mut pushed, limit);
+    while ended < total {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(BotEvent::TurnEnded { chat, outcome, .. }) => {
+                    let Some(state) = chats.get_mut(&chat.0) else { continue };
+                    ended += 1;
+                    state.ended += 1;
+                    state.asking = false;
+                    *outcomes.entry(outcome.label().to_string()).or_default() += 1;
+                    if outcome.label() != "terminated" {
+                        broken.push(format!(
+                            "chat {}: turn {} ended {}",
+                            chat.0,
+                            state.ended - 1,
+                            outcome.label()
+                        ));
+                    }
+                    if state.pushed < plan.turns {
+                        waiting.push_back(chat.0);
+                    }
+                    push_waiting(&mut chats, &mut waiting, &mut pushed, limit);
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    return Err(format!("the soak driver lost {n} events"));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    return Err("the event bus closed".into());
+                }
+            },
+            _ = tick.tick() => {
+                // Approvals: press "Allow" on each new question.
+                for (&chat, state) in chats.iter_mut().filter(|(_, s)| s.asking) {
+                    let Some((id, buttons)) = tg.last_buttons(chat) else { continue };
+                    if id <= state.pressed {
+                        continue;
+                    }
+                    let allow = buttons
+                        .iter()
+                        .flatten()
+                        .find(|(label, _)| label == "Allow")
+                        .map(|(_, data)| data.clone());
+                    let Some(data) = allow else { continue };
+                    state.pressed = id;
+                    state.asking = false;
+                    pressed += 1;
+                    tg.push_callback(chat, USER, i32::try_from(id).unwrap_or(0), &data);
+                }
+                if Instant::now() > deadline {
+                    let stuck: Vec<String> = chats
+                        .iter()
+                        .filter(|(_, s)| s.ended < s.pushed)
+                        .take(10)
+                        .map(|(c, s)| format!("chat {c} turn {} ({})", s.ended, SoakKind::of(s.ended).label()))
+                        .collect();
+                    return Err(format!(
+                        "soak timed out: {ended} of {total} turns over ({pushed} pushed); waiting: {stuck:?}; {} turns live",
+                        bot.gauges.turns.load(Ordering::SeqCst)
+                    ));
+                }
+            }
+        }
+        if ended == pushed && (pushed == limit || pushed == total) {
+            // At rest: every turn pushed so far is over.
+            let _ = bot.outbox.send(turnstile::telegram::Flush).await;
+            tokio::time::sleep(settle).await;
+            soak_check_answers(&tg, &mut chats, &mut answers, &mut broken);
+            let sample = soak_sample(&bot, ended);
+            eprintln!(
+                "soak: {ended} of {total} turns ({:.1} s): live heap {}, RSS {} (trimmed {}), SQLite {}, {} tasks, {} supervisors",
+                started.elapsed().as_secs_f64(),
+                bytes(sample.heap as f64),
+                bytes(sample.rss as f64),
+                bytes(sample.trimmed as f64),
+                bytes(sample.sqlite as f64),
+                sample.tasks,
+                sample.supervisors
+            );
+            samples.push(sample);
+            limit = (limit + plan.sample_every).min(total);
+            push_waiting(&mut chats, &mut waiting, &mut pushed, limit);
+        }
+    }
+    let wall = started.elapsed();
+    // Every answer due has arrived (they may trail their TurnEnded).
+    let answers_deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        soak_check_answers(&tg, &mut chats, &mut answers, &mut broken);
+        if chats.values().all(|s| s.next_answer == s.ended) || Instant::now() > answers_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut missing: Vec<_> = chats
+        .iter()
+        .filter(|(_, s)| s.next_answer != s.ended)
+        .collect();
+    missing.sort_by_key(|(c, _)| **c);
+    for (chat, s) in missing.iter().take(20) {
+        broken.push(format!(
+            "chat {chat}: answers up to turn {} of {} turns over",
+            s.next_answer, s.ended
+        ));
+    }
+    // Idle chats retire (keep-warm and idle eviction are 2 s): every actor
+    // must be gone.
+    let gone = tokio::time::timeout(Duration::from_secs(30), bot.gauges.all_stopped()).await;
+    let end = soak_sample(&bot, ended);
+    if gone.is_err() {
+        broken.push(format!(
+            "actors left after the chats went idle: {} supervisors, {} typing, {} turns",
+            end.supervisors,
+            end.typing,
+            bot.gauges.turns.load(Ordering::SeqCst)
+        ));
+    }
+    drop(bot);
+    Ok(SoakRun {
+        plan,
+        wall,
+        samples,
+        start,
+        end,
+        answers,
+        pressed,
+        kinds,
+        news,
+        outcomes,
+        broken,
+    })
+}
+
+fn soak(args: &Args) -> Result<Outcome, String> {
+    let plan = soak_plan(args);
+    let run = in_system(move || soak_run(plan))?;
+    let mut broken = run.broken.clone();
+    let total = run.plan.chats * run.plan.turns;
+    if run.answers != total {
+        broken.push(format!("{} answers for {total} turns", run.answers));
+    }
+    let answers_ok = run.answers == total && broken.is_empty();
+    let (second, last) = match (run.samples.get(run.plan.from_sample), run.samples.last()) {
+        (Some(from), Some(last)) if from.turns < last.turns => (*from, *last),
+        _ => return Err(format!("only {} samples", run.samples.len())),
+    };
+    let rss_band = run.plan.rss_band;
+    let growth = |a: f64, b: f64| 100.0 * (b - a) / a;
+    let heap_growth = growth(second.heap as f64, last.heap as f64);
+    // SQLite's page cache fills up to its cache_size (2 MB) as the state
+    // file grows, then stays: it is reported, not counted as growth.
+    let rss_less_sqlite = |s: &SoakSample| s.rss as f64 - s.sqlite as f64;
+    let rss_growth = growth(rss_less_sqlite(&second), rss_less_sqlite(&last));
+    if heap_growth > 1.0 {
+        broken.push(format!(
+            "live heap grew {heap_growth:+.2} % from {} turns to {} (1 % allowed)",
+            second.turns, last.turns
+        ));
+    }
+    if rss_growth > rss_band {
+        broken.push(format!(
+            "RSS less SQLite's memory grew {rss_growth:+.2} % from {} turns to {} ({rss_band} % allowed)",
+            second.turns, last.turns
+        ));
+    }
+    figure(
+        "soak",
+        "turns/s",
+        total as f64 / run.wall.as_secs_f64(),
+        "/s",
+        Better::Higher,
+        (35.0, 0.0),
+    );
+    figure(
+        "soak",
+        "live heap growth (%)",
+        heap_growth,
+        "%",
+        Better::Lower,
+        (0.0, 1.0),
+    );
+    figure(
+        "soak",
+        "RSS growth (%)",
+        rss_growth,
+        "%",
+        Better::Lower,
+        (0.0, 2.0),
+    );
+    figure(
+        "soak",
+        "live heap at the end (bytes)",
+        last.heap as f64,
+        "B",
+        Better::Lower,
+        (10.0, 0.0),
+    );
+    let series = |f: fn(&SoakSample) -> f64| {
+        run.samples
+            .iter()
+            .map(|s| format!("{:.2}", f(s) / 1_048_576.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut kinds: Vec<String> = [
+        SoakKind::Plain,
+        SoakKind::Live,
+        SoakKind::Ask,
+        SoakKind::File,
+        SoakKind::Restart,
+    ]
+    .iter()
+    .map(|k| format!("{} {}", run.kinds.get(k).copied().unwrap_or(0), k.label()))
+    .collect();
+    kinds.push(format!("{} `/new`", run.news));
+    let mut outcomes: Vec<String> = run
+        .outcomes
+        .iter()
+        .map(|(o, n)| format!("{n} {o}"))
+        .collect();
+    outcomes.sort();
+    let rows = vec![
+        vec![
+            "turns".into(),
+            thousands(total),
+            format!(
+                "{} chats × {} turns; {}",
+                run.plan.chats,
+                thousands(run.plan.turns),
+                kinds.join(", ")
+            ),
+        ],
+        vec![
+            "turns per second".into(),
+            format!("{:.0}/s", total as f64 / run.wall.as_secs_f64()),
+            format!(
+                "{:.1} s in all, the pauses to sample memory included",
+                run.wall.as_secs_f64()
+            ),
+        ],
+        vec![
+            "**answers**".into(),
+            format!(
+                "{} of {} ({})",
+                thousands(run.answers),
+                thousands(total),
+                verdict(answers_ok)
+            ),
+            format!(
+                "each turn's `echo:` answer (a message, or the preview's last edit), per chat in turn order, \
+                 exactly once; outcomes: {}; {} approvals pressed",
+                outcomes.join(", "),
+                run.pressed
+            ),
+        ],
+        vec![
+            format!(
+                "**live heap** after {} → {} turns",
+                thousands(second.turns),
+                thousands(last.turns)
+            ),
+            format!(
+                "{} → {} ({heap_growth:+.2} %; 1 % allowed: {})",
+                bytes(second.heap as f64),
+                bytes(last.heap as f64),
+                verdict(heap_growth <= 1.0)
+            ),
+            format!(
+                "every {} turns, MiB: {}",
+                thousands(run.plan.sample_every),
+                series(|s| s.heap as f64)
+            ),
+        ],
+        vec![
+            format!(
+                "**RSS** after {} → {} turns, less SQLite's memory",
+                thousands(second.turns),
+                thousands(last.turns)
+            ),
+            format!(
+                "{} → {} ({rss_growth:+.2} %; {rss_band} % allowed: {})",
+                bytes(rss_less_sqlite(&second)),
+                bytes(rss_less_sqlite(&last)),
+                verdict(rss_growth <= rss_band)
+            ),
+            format!(
+                "RSS, MiB: {}; SQLite's own memory, MiB: {}; RSS right after `malloc_trim`, MiB: {}",
+                series(|s| s.rss as f64),
+                series(|s| s.sqlite as f64),
+                series(|s| s.trimmed as f64)
+            ),
+        ],
+        vec![
+            "actors and tasks".into(),
+            format!(
+                "{} supervisors, {} typing at the end",
+                run.end.supervisors, run.end.typing
+            ),
+            format!(
+                "tokio tasks alive: {} at start, {} at each sample (first to last: {} → {}), {} at the end, \
+                 once every chat was retired",
+                run.start.tasks,
+                run.samples.len(),
+                run.samples.first().map_or(0, |s| s.tasks),
+                last.tasks,
+                run.end.tasks
+            ),
+        ],
+    ];
+    let mut fragment = String::new();
+    let _ = writeln!(fragment, "### 9. Soak\n");
+    let _ = writeln!(
+        fragment,
+        "{} chats each run {} turns one after another on the scripted backend, every kind mixed in by \
+         turn number: a tool call in the status message with the answer streamed into a preview (1 in 10), \
+         an approval the driver allows by pressing its button (1 in 10), a document fetched into the \
+         workdir (1 in 10), an agent that exits after its result (1 in 25) and `/new` (1 in 100). Every \
+         {} turns the driver stops pushing, waits for every turn to end and the outbox to drain, then \
+         {} ms, and samples at rest the bot's live heap (counting allocator; the fakes' allocations are not \
+         counted), RSS (this process, the fake Telegram included) and SQLite's own memory (its page cache \
+         fills up to its 2 MB cache_size as the state file grows), then has glibc return the free memory \
+         it keeps (`malloc_trim`), so each RSS shows what one stretch of turns leaves behind rather than \
+         the allocator's slow climb to its plateau. It fails when an answer is lost, duplicated or out \
+         of order, when the heap grows more than 1 % or RSS less SQLite's memory more than {} % from \
+         sample {} (after the warm-up) to the last, or when an actor is left once the chats went idle. \
+         {}.\n",
+        run.plan.chats,
+        thousands(run.plan.turns),
+        thousands(run.plan.sample_every),
+        settle_ms(),
+        run.plan.rss_band,
+        run.plan.from_sample + 1,
+        support::build_profile()
+    );
+    fragment.push_str(&table(&["measure", "value", "how"], &rows));
+    fragment.push('\n');
+    Ok(Outcome { fragment, broken })
+}
+
+fn settle_ms() -> u128 {
+    (IDLE_CLOSE * 2).as_millis()
 }

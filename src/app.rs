@@ -40,6 +40,10 @@ pub enum StartError {
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
     Backend(String),
+    /// `agent.sandbox` asks for bubblewrap and it cannot run: a
+    /// configuration error, exit 2.
+    #[error("{0}")]
+    Sandbox(String),
     /// `ops.listen` could not be bound.
     #[error("ops.listen {listen:?}: {source}")]
     Ops {
@@ -67,10 +71,12 @@ pub enum StartError {
 
 impl StartError {
     /// The process exit code for this error: 3 for a rejected token (a
-    /// service manager should not restart on it), 1 otherwise.
+    /// service manager should not restart on it), 2 for a sandbox that
+    /// cannot run (as for bad configuration), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::TokenRejected | Self::WebhookSet { .. } => 3,
+            Self::Sandbox(_) => 2,
             _ => 1,
         }
     }
@@ -189,10 +195,14 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             };
             Ok(Arc::new(ScriptedBackend::new(scenario)))
         }
-        Backend::Claude => Ok(Arc::new(ClaudeBackend::new(
-            ClaudeSettings::from_config(config),
-            Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-        ))),
+        Backend::Claude => {
+            let mut settings = ClaudeSettings::from_config(config);
+            settings.probe_sandbox().map_err(StartError::Sandbox)?;
+            Ok(Arc::new(ClaudeBackend::new(
+                settings,
+                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+            )))
+        }
     }
 }
 
@@ -210,21 +220,38 @@ pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
                 .poll_timeout
                 .saturating_add(Duration::from_secs(15)),
         )
+        // Never write a request to a connection the server may be closing
+        // for idleness: a message on it would be lost, not known to be.
+        .pool_idle_timeout(config.telegram.pool_idle_timeout)
         .build()
         .map_err(StartError::Client)?;
     Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
 }
 
-/// Prunes old state now and then once a day, on the store thread.
-fn start_pruning(inbox: &Inbox, retention: Duration) {
+/// Prunes old state now and then once a day, on the store thread; and as
+/// often the files in each conversation's `inbox/` as old, off the actors'
+/// thread.
+fn start_pruning(inbox: &Inbox, retention: Duration, workdirs: std::path::PathBuf) {
     inbox.prune(retention);
     let inbox = inbox.clone();
     actix_rt::spawn(async move {
         let day = Duration::from_secs(86_400);
-        let mut every_day = tokio::time::interval_at(tokio::time::Instant::now() + day, day);
+        let mut every_day = tokio::time::interval(day);
+        let mut first = true;
         loop {
             every_day.tick().await;
-            inbox.prune(retention);
+            if !std::mem::take(&mut first) {
+                inbox.prune(retention);
+            }
+            let workdirs = workdirs.clone();
+            let files = tokio::task::spawn_blocking(move || {
+                crate::telegram::files::prune_inboxes(&workdirs, retention)
+            })
+            .await
+            .unwrap_or(0);
+            if files > 0 {
+                tracing::info!(files, "pruned inbox files older than the retention");
+            }
         }
     });
 }
@@ -311,14 +338,15 @@ impl Turnstile {
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {
-                let killed = crate::agent::claude::kill_leftover_groups(&groups);
+                let boot = crate::agent::claude::boot_id();
+                let killed = crate::agent::claude::kill_leftover_groups(&groups, boot.as_deref());
                 tracing::info!(
                     recorded = groups.len(),
                     killed,
                     "agent process groups of the previous run checked"
                 );
-                for (pgid, _) in groups {
-                    let _ = store.forget_group(pgid);
+                for group in groups {
+                    let _ = store.forget_group(group.pgid);
                 }
             }
             Ok(_) => {}
@@ -328,11 +356,18 @@ impl Turnstile {
         }
         let inbox = Inbox::start(store);
         backend.record_processes_in(inbox.clone());
-        start_pruning(&inbox, config.state.retention);
+        start_pruning(&inbox, config.state.retention, config.agent_workdir());
         // Asked of the store thread before the intake writes anything: what
         // the previous process left unfinished.
         let recovered = Box::pin(inbox.recover());
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
+        // The transcriber runs sealed as the agent is, whatever the backend:
+        // under the sandbox that was proven to work (probed here when the
+        // backend itself did not need it).
+        let mut sealed = crate::agent::claude::ClaudeSettings::from_config(config);
+        if !config.files.transcribe.is_empty() {
+            sealed.probe_sandbox().map_err(StartError::Sandbox)?;
+        }
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -350,6 +385,8 @@ impl Turnstile {
                     max_download: config.files.max_download,
                     transcribe: config.files.transcribe.clone(),
                     transcribe_timeout: config.files.transcribe_timeout,
+                    seal: sealed.seal,
+                    env: sealed.env,
                 },
             ),
             workdir: config.agent_workdir(),
@@ -373,7 +410,10 @@ impl Turnstile {
             dispatcher.clone().recipient(),
             shutdown.clone(),
             inbox.clone(),
-            Addressing::new(me, config.access.group_mode),
+            (
+                Addressing::new(me, config.access.group_mode),
+                config.access.clone(),
+            ),
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();

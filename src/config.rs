@@ -55,6 +55,14 @@ pub use self::validate::{MAX_COUNT, MAX_DURATION};
 /// it is read from).
 pub const TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
 
+/// Set by systemd's `LoadCredential=`: the folder holding the service's
+/// credentials. When [`TOKEN_ENV`] is unset, the token is read from the file
+/// [`TOKEN_CREDENTIAL`] in it.
+pub const CREDENTIALS_ENV: &str = "CREDENTIALS_DIRECTORY";
+
+/// The credential's name (`LoadCredential=telegram-bot-token:/etc/…`).
+pub const TOKEN_CREDENTIAL: &str = "telegram-bot-token";
+
 /// Set by `/restart` for the new process: the chat to tell it is back.
 pub const RESTARTED_FROM_ENV: &str = "TURNSTILE_RESTARTED_FROM_CHAT";
 
@@ -106,12 +114,23 @@ pub enum ConfigError {
         /// What is wrong with it, and where it came from if not the file.
         reason: String,
     },
-    /// `TELEGRAM_BOT_TOKEN` is unset, empty or only whitespace.
+    /// `TELEGRAM_BOT_TOKEN` is unset, empty or only whitespace, and no
+    /// systemd credential holds the token.
     #[error(
         "{TOKEN_ENV} is not set (or is empty): the bot token is read only from \
-         this environment variable, never from the config file"
+         this environment variable or, under systemd, from the credential \
+         `{TOKEN_CREDENTIAL}` (LoadCredential=), never from the config file"
     )]
     MissingToken,
+    /// `$CREDENTIALS_DIRECTORY/telegram-bot-token` exists but could not be
+    /// read.
+    #[error("cannot read the token's credential `{}`: {source}", .path.display())]
+    Credential {
+        /// The credential file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: io::Error,
+    },
 }
 
 /// The extra advice for someone who tried to put the token in the config.
@@ -176,6 +195,10 @@ pub struct Config {
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
     pub file: Option<PathBuf>,
+    /// systemd's `$CREDENTIALS_DIRECTORY`, when set: it may hold the token,
+    /// so the sandbox hides it.
+    #[serde(skip)]
+    pub credentials: Option<PathBuf>,
 }
 
 /// `[telegram]`
@@ -190,6 +213,12 @@ pub struct TelegramConfig {
     /// Remove a webhook found on the token at start (otherwise its presence
     /// is an error: Telegram refuses `getUpdates` while one is set).
     pub delete_webhook: bool,
+    /// A kept-alive connection to the Bot API unused this long is not used
+    /// again: below the server's own keep-alive, so no request is ever
+    /// written to a connection the server is closing (such a message would
+    /// be lost: it cannot be sent again without risking a duplicate).
+    #[serde(with = "humantime_serde")]
+    pub pool_idle_timeout: Duration,
     /// The bot token. Never read from the file or logged: it comes from
     /// `TELEGRAM_BOT_TOKEN` only.
     #[serde(skip)]
@@ -270,7 +299,9 @@ pub struct AgentConfig {
     /// The system prompt given to the agent (`claude`).
     pub system_prompt: String,
     /// Tools besides the chat tools the agent may use without asking
-    /// (`claude`; any other tool is denied with a message the model reads).
+    /// (`claude`), passed unchanged to the CLI's `--allowedTools`: names, or
+    /// the CLI's own patterns (`Bash(cargo test:*)`), which it enforces
+    /// itself. Any other tool is decided by `permission_mode`.
     pub allowed_tools: Vec<String>,
     /// The model (`claude`); empty means the CLI's default.
     pub model: String,
@@ -300,7 +331,8 @@ pub struct AgentConfig {
     /// What answers a tool the agent asks to run that neither
     /// `allowed_tools` nor `denied_tools` decides.
     pub permission_mode: PermissionMode,
-    /// The OS sandbox around the agent process (`claude`).
+    /// The OS sandbox around the agent process (`claude`); bubblewrap by
+    /// default, probed at start, `"none"` only when asked for.
     pub sandbox: Sandbox,
     /// An argv prefix the agent command runs under (`claude`), with
     /// `{chat}` and `{workdir}` placeholders; empty runs it directly.
@@ -434,8 +466,36 @@ impl Default for TelegramConfig {
             api_url: "https://api.telegram.org".into(),
             poll_timeout: Duration::from_secs(30),
             delete_webhook: false,
+            pool_idle_timeout: Duration::from_secs(4),
             token: Secret::default(),
         }
+    }
+}
+
+impl AccessConfig {
+    /// Whether `user` is an admin.
+    pub fn is_admin(&self, user: u64) -> bool {
+        self.admins.iter().any(|&a| u64::try_from(a) == Ok(user))
+    }
+
+    /// Whether `user` is an allowed user (admins are).
+    pub fn is_allowed(&self, user: u64) -> bool {
+        self.is_admin(user)
+            || self
+                .allowed_users
+                .iter()
+                .any(|&a| u64::try_from(a) == Ok(user))
+    }
+
+    /// Whether everyone in `chat` may talk to the bot.
+    pub fn is_allowed_chat(&self, chat: i64) -> bool {
+        self.allowed_chats.contains(&chat)
+    }
+
+    /// Whether `user` may talk to the bot in `chat`: an allowed user
+    /// anywhere, anyone in an allowed chat.
+    pub fn admits(&self, user: u64, chat: i64) -> bool {
+        self.is_allowed(user) || self.is_allowed_chat(chat)
     }
 }
 
@@ -472,7 +532,7 @@ impl Default for AgentConfig {
             mcp_servers: BTreeMap::new(),
             denied_tools: Vec::new(),
             permission_mode: PermissionMode::Ask,
-            sandbox: Sandbox::None,
+            sandbox: Sandbox::Bubblewrap,
             launcher: Vec::new(),
         }
     }
@@ -528,7 +588,8 @@ impl Config {
     /// unreadable or malformed file, an unknown key or `TURNSTILE_*` variable,
     /// a value of the wrong type or out of range, or a missing token.
     pub fn load(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
-        let token = env.get(TOKEN_ENV).map_or("", |token| token.trim());
+        let token = token_from(env)?;
+        let token = token.trim();
         let file = match path {
             Some(path) => read_file(path),
             None => Ok(Table::new()),
@@ -554,7 +615,29 @@ impl Config {
             return Err(ConfigError::MissingToken);
         }
         config.telegram.token = Secret(token.to_owned());
+        config.credentials = env
+            .get(CREDENTIALS_ENV)
+            .filter(|dir| !dir.is_empty())
+            .map(|dir| sealing::absolute(&sealing::cwd(), Path::new(dir)));
         Ok(config)
+    }
+}
+
+/// The token: `TELEGRAM_BOT_TOKEN` when it is set and not blank, otherwise
+/// the systemd credential `$CREDENTIALS_DIRECTORY/telegram-bot-token` when
+/// there is one, otherwise empty (a [`ConfigError::MissingToken`] later).
+fn token_from(env: &BTreeMap<String, String>) -> Result<String, ConfigError> {
+    if let Some(token) = env.get(TOKEN_ENV).filter(|t| !t.trim().is_empty()) {
+        return Ok(token.clone());
+    }
+    let Some(dir) = env.get(CREDENTIALS_ENV).filter(|d| !d.is_empty()) else {
+        return Ok(String::new());
+    };
+    let path = Path::new(dir).join(TOKEN_CREDENTIAL);
+    match std::fs::read_to_string(&path) {
+        Ok(token) => Ok(token),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(String::new()),
+        Err(source) => Err(ConfigError::Credential { path, source }),
     }
 }
 
@@ -735,6 +818,31 @@ mod tests {
             Config::default().access.refusal_cooldown,
             Duration::from_secs(60)
         );
+    }
+
+    #[test]
+    fn the_token_comes_from_the_systemd_credential_when_the_variable_is_unset() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join(TOKEN_CREDENTIAL), format!("{TOKEN}\n")).unwrap();
+        let dir_text = dir.path().to_string_lossy().into_owned();
+        let vars = BTreeMap::from([(CREDENTIALS_ENV.to_owned(), dir_text.clone())]);
+        let config = Config::load(None, &vars).expect("loads");
+        assert_eq!(config.telegram.token.0, TOKEN);
+        // The variable, when set, wins over the credential.
+        let vars = BTreeMap::from([
+            (CREDENTIALS_ENV.to_owned(), dir_text.clone()),
+            (TOKEN_ENV.to_owned(), "77:from-env".to_owned()),
+        ]);
+        assert_eq!(
+            Config::load(None, &vars).unwrap().telegram.token.0,
+            "77:from-env"
+        );
+        // A credentials folder without the token is a missing token.
+        std::fs::remove_file(dir.path().join(TOKEN_CREDENTIAL)).unwrap();
+        let vars = BTreeMap::from([(CREDENTIALS_ENV.to_owned(), dir_text)]);
+        let err = Config::load(None, &vars).expect_err("no token");
+        assert!(matches!(err, ConfigError::MissingToken), "{err:?}");
+        assert!(err.to_string().contains(TOKEN_CREDENTIAL), "{err}");
     }
 
     #[test]

@@ -23,8 +23,10 @@
 //!     split into 4096-unit pieces (entities sliced), and Telegram's entity rules;
 //!   - `telegram::split`: long plain text cut into 4096-unit pieces, code fences kept;
 //!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
-//!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription,
-//!     the checks of `send_file`.
+//!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription
+//!     (sealed as the agent), the file `send_file` opens once, inbox pruning;
+//!     `files/beneath.rs`: everything in a workdir reached through its
+//!     descriptor, no symlink followed.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
@@ -47,6 +49,9 @@
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
 //!   its own thread and holds the states of a message.
 //! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
+//! - `ops`: the metrics, the `[ops] listen` endpoint, the log set-up, and
+//!   `ops::panics`: a panic drops the input it was handling (`contain`) or
+//!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.

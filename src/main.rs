@@ -42,6 +42,7 @@ fn parse_args() -> Result<Command, String> {
 }
 
 fn main() -> ExitCode {
+    forbid_same_user_reads();
     let command = match parse_args() {
         Ok(command) => command,
         Err(err) => {
@@ -65,6 +66,8 @@ fn main() -> ExitCode {
         }
     };
     turnstile::ops::logging::init(config.log.format);
+    // A panic never leaves a live process that answers nobody.
+    turnstile::ops::panics::exit_on_uncontained_panic();
     // A state file that cannot be used is a start-up error like bad config.
     if !check && let Err(err) = turnstile::state::Store::open(&config.state.path) {
         eprintln!("turnstile: {err}");
@@ -82,14 +85,32 @@ fn main() -> ExitCode {
     }
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("turnstile: {}", causes(&err));
-            // A rejected token is exit 3: restarting cannot help.
-            let code = err
-                .downcast_ref::<turnstile::StartError>()
-                .map_or(1, turnstile::StartError::exit_code);
-            ExitCode::from(u8::try_from(code).unwrap_or(1))
-        }
+        Err(err) => ExitCode::from(report(&err)),
+    }
+}
+
+/// Prints why the bot could not run; answers its exit code (a rejected
+/// token is 3 and a bad sandbox 2: restarting cannot help).
+fn report(err: &anyhow::Error) -> u8 {
+    eprintln!("turnstile: {}", causes(err));
+    let code = err
+        .downcast_ref::<turnstile::StartError>()
+        .map_or(1, turnstile::StartError::exit_code);
+    u8::try_from(code).unwrap_or(1)
+}
+
+/// Makes this process not dumpable, first thing (and so again after
+/// `/restart`'s re-exec, which runs `main` anew: an exec makes a process
+/// dumpable again): no process of the same user, the agent without a
+/// sandbox included, can read its `/proc/<pid>/environ` (the bot token),
+/// `mem` or `fd`s, nor attach to it.
+fn forbid_same_user_reads() {
+    // SAFETY: PR_SET_DUMPABLE only changes an attribute of this process.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        eprintln!(
+            "turnstile: warning: prctl(PR_SET_DUMPABLE, 0) failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -123,7 +144,12 @@ fn run(config: Config) -> anyhow::Result<()> {
     let exit = system.block_on(async move {
         let backend =
             turnstile::backend_from_config(&config).context("starting the agent backend")?;
-        let bot = Turnstile::start(&config, backend).await?;
+        // A start that fails once actors run ends here, inside the runtime:
+        // dropping the actix system with those actors still in it panics.
+        let bot = match Turnstile::start(&config, backend).await {
+            Ok(bot) => bot,
+            Err(err) => std::process::exit(i32::from(report(&err.into()))),
+        };
         if let Some(chat) = std::env::var(RESTARTED_FROM_ENV)
             .ok()
             .and_then(|c| c.parse::<i64>().ok())

@@ -1,9 +1,11 @@
 //! Running it like a service: the Prometheus [`Metrics`] every part of the
 //! bot counts into (reached through the [`EventBus`](crate::events::EventBus)),
 //! the `[ops] listen` HTTP endpoint serving `GET /healthz` and
-//! `GET /metrics` ([`server`]), and the log set-up ([`logging`]).
+//! `GET /metrics` ([`server`]), the log set-up ([`logging`]) and what a
+//! panic does ([`panics`]).
 
 pub mod logging;
+pub mod panics;
 pub mod server;
 
 use std::collections::HashMap;

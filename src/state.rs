@@ -21,7 +21,7 @@ mod inbox;
 pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -88,7 +88,83 @@ const MIGRATIONS: &[&str] = &[
         chat_id     INTEGER NOT NULL,
         started_at  INTEGER NOT NULL
      );",
+    // 5 → 6: "always" rules by kind: a tool (every call) or one exact Bash
+    // command. The old Bash rules (`Bash(<first word>)`) allowed far more
+    // than the chat agreed to and are dropped (see `OLD_BASH_RULES`).
+    "CREATE TABLE always_allowed (
+        chat_id    INTEGER NOT NULL,
+        kind       TEXT NOT NULL CHECK (kind IN ('tool', 'bash_command')),
+        value      TEXT NOT NULL,
+        granted_by INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, kind, value)
+     );
+     INSERT INTO always_allowed (chat_id, kind, value, granted_by, created_at)
+        SELECT chat_id, 'tool', rule, granted_by, created_at FROM permissions
+        WHERE rule <> 'Bash' AND substr(rule, 1, 5) <> 'Bash(';
+     DROP TABLE permissions;",
+    // 6 → 7: the boot each agent process group was recorded in (a group
+    // of an earlier boot is never killed; rows from before have none).
+    "ALTER TABLE agent_groups ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';",
 ];
+
+/// The migration (from this version) that drops the old Bash "always"
+/// rules, and the query counting them first, for its one log line.
+const OLD_BASH_RULES: (i64, &str) = (
+    5,
+    "SELECT COUNT(*) FROM permissions WHERE rule = 'Bash' OR substr(rule, 1, 5) = 'Bash('",
+);
+
+/// What "always in this chat" lets run without asking.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AlwaysRule {
+    /// Every call of this tool (any tool but Bash).
+    Tool(String),
+    /// Bash running exactly this command (its whitespace runs collapsed).
+    BashCommand(String),
+}
+
+impl AlwaysRule {
+    /// The stored kind and value.
+    fn stored(&self) -> (&'static str, &str) {
+        match self {
+            Self::Tool(name) => ("tool", name),
+            Self::BashCommand(command) => ("bash_command", command),
+        }
+    }
+
+    /// The rule a stored row holds; `None` for a kind this build does not know.
+    fn from_stored(kind: &str, value: String) -> Option<Self> {
+        match kind {
+            "tool" => Some(Self::Tool(value)),
+            "bash_command" => Some(Self::BashCommand(value)),
+            _ => None,
+        }
+    }
+}
+
+/// An "always" rule and who granted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlwaysGrant {
+    /// What runs without asking.
+    pub rule: AlwaysRule,
+    /// The Telegram user who pressed "Always in this chat".
+    pub granted_by: i64,
+}
+
+/// An agent process group recorded while it ran: what a next start needs
+/// to tell whether the group is still the one recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentGroup {
+    /// The group's id, its leader's pid.
+    pub pgid: i64,
+    /// The leader's start time (clock ticks after boot), so a reused pid
+    /// is never mistaken for it.
+    pub start_time: i64,
+    /// The kernel's boot id when it was recorded (empty: unknown), since
+    /// pids and start times begin again at every boot.
+    pub boot_id: String,
+}
 
 /// Inbox states that are finished, and so may be pruned.
 const FINISHED_STATES: &str = "('done', 'dropped', 'reported')";
@@ -401,10 +477,18 @@ impl Store {
         }
         for version in found..target {
             let tx = conn.transaction()?;
+            let dropped: i64 = if version == OLD_BASH_RULES.0 {
+                tx.query_row(OLD_BASH_RULES.1, [], |r| r.get(0))?
+            } else {
+                0
+            };
             tx.execute_batch(MIGRATIONS[usize::try_from(version).unwrap_or(0)])?;
             tx.pragma_update(None, "user_version", version + 1)?;
             tx.commit()?;
             tracing::info!(path = %path.display(), from = version, to = version + 1, "state store migrated");
+            if dropped > 0 {
+                tracing::warn!(path = %path.display(), dropped, "dropped {dropped} \"always in this chat\" Bash rule(s) of the old shape (the command's first word); those commands ask again");
+            }
         }
         Ok(())
     }
@@ -561,35 +645,52 @@ impl Store {
         Ok(())
     }
 
-    /// Remembers that `rule` runs without asking in the chat.
+    /// Remembers that `rule` runs without asking in the chat, granted by
+    /// `granted_by` (the first grant of a rule is kept).
     pub fn allow_always(
         &self,
         chat_id: i64,
-        rule: &str,
+        rule: &AlwaysRule,
         granted_by: i64,
     ) -> Result<(), StateError> {
+        let (kind, value) = rule.stored();
         self.lock().execute(
-            "INSERT INTO permissions (chat_id, rule, granted_by, created_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT(chat_id, rule) DO NOTHING",
-            params![chat_id, rule, granted_by, now_ms()],
+            "INSERT INTO always_allowed (chat_id, kind, value, granted_by, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(chat_id, kind, value) DO NOTHING",
+            params![chat_id, kind, value, granted_by, now_ms()],
         )?;
         Ok(())
     }
 
     /// The chat's "always" rules, oldest first.
-    pub fn always_rules(&self, chat_id: i64) -> Result<Vec<String>, StateError> {
+    pub fn always_rules(&self, chat_id: i64) -> Result<Vec<AlwaysGrant>, StateError> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT rule FROM permissions WHERE chat_id = ?1 ORDER BY created_at, rule",
+            "SELECT kind, value, granted_by FROM always_allowed WHERE chat_id = ?1
+             ORDER BY created_at, kind, value",
         )?;
-        let rows = stmt.query_map(params![chat_id], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = stmt.query_map(params![chat_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        let mut grants = Vec::new();
+        for row in rows {
+            let (kind, value, granted_by) = row?;
+            if let Some(rule) = AlwaysRule::from_stored(&kind, value) {
+                grants.push(AlwaysGrant { rule, granted_by });
+            }
+        }
+        Ok(grants)
     }
 
     /// Forgets the chat's "always" rules; returns how many there were.
     pub fn clear_always(&self, chat_id: i64) -> Result<usize, StateError> {
         Ok(self.lock().execute(
-            "DELETE FROM permissions WHERE chat_id = ?1",
+            "DELETE FROM always_allowed WHERE chat_id = ?1",
             params![chat_id],
         )?)
     }
@@ -630,14 +731,21 @@ impl Store {
         Ok(forgotten)
     }
 
-    /// Records a live agent process group: its leader's pid and that
-    /// process's start time (so a reused pid is never mistaken for it).
-    pub fn record_group(&self, pgid: i64, start_time: i64, chat_id: i64) -> Result<(), StateError> {
+    /// Records a live agent process group of `chat_id`.
+    pub fn record_group(&self, group: &AgentGroup, chat_id: i64) -> Result<(), StateError> {
         self.lock().execute(
-            "INSERT INTO agent_groups (pgid, start_time, chat_id, started_at) VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO agent_groups (pgid, start_time, chat_id, started_at, boot_id)
+             VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(pgid) DO UPDATE SET start_time = excluded.start_time,
-                chat_id = excluded.chat_id, started_at = excluded.started_at",
-            params![pgid, start_time, chat_id, now_ms()],
+                chat_id = excluded.chat_id, started_at = excluded.started_at,
+                boot_id = excluded.boot_id",
+            params![
+                group.pgid,
+                group.start_time,
+                chat_id,
+                now_ms(),
+                group.boot_id
+            ],
         )?;
         Ok(())
     }
@@ -649,11 +757,18 @@ impl Store {
         Ok(())
     }
 
-    /// The recorded groups: (pgid, leader start time).
-    pub fn groups(&self) -> Result<Vec<(i64, i64)>, StateError> {
+    /// The recorded groups.
+    pub fn groups(&self) -> Result<Vec<AgentGroup>, StateError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare("SELECT pgid, start_time FROM agent_groups ORDER BY pgid")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let mut stmt =
+            conn.prepare("SELECT pgid, start_time, boot_id FROM agent_groups ORDER BY pgid")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(AgentGroup {
+                pgid: r.get(0)?,
+                start_time: r.get(1)?,
+                boot_id: r.get(2)?,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -777,15 +892,99 @@ mod tests {
     #[test]
     fn always_rules_are_kept_per_chat_and_cleared() {
         let store = Store::in_memory().unwrap();
-        store.allow_always(1, "Bash(git)", 7).unwrap();
-        store.allow_always(1, "Bash(git)", 7).unwrap();
-        store.allow_always(1, "WebFetch", 7).unwrap();
-        store.allow_always(2, "Read", 8).unwrap();
-        assert_eq!(store.always_rules(1).unwrap().len(), 2);
-        assert_eq!(store.always_rules(2).unwrap(), vec!["Read".to_string()]);
+        let git = AlwaysRule::BashCommand("git status".into());
+        store.allow_always(1, &git, 7).unwrap();
+        store.allow_always(1, &git, 8).unwrap();
+        store
+            .allow_always(1, &AlwaysRule::Tool("WebFetch".into()), 7)
+            .unwrap();
+        store
+            .allow_always(2, &AlwaysRule::Tool("Read".into()), 8)
+            .unwrap();
+        let rules = store.always_rules(1).unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            rules[0],
+            AlwaysGrant {
+                rule: git,
+                granted_by: 7
+            },
+            "the first grant is kept"
+        );
+        assert_eq!(
+            store.always_rules(2).unwrap()[0].rule,
+            AlwaysRule::Tool("Read".into())
+        );
         assert_eq!(store.clear_always(1).unwrap(), 2);
         assert!(store.always_rules(1).unwrap().is_empty());
         assert_eq!(store.always_rules(2).unwrap().len(), 1);
+    }
+
+    /// What a closure logged, as text.
+    fn logged(run: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(std::sync::Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, run);
+        let bytes = sink.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn old_bash_rules_are_dropped_at_the_upgrade_with_one_log_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let old = Store::create_at_version(&path, 5).unwrap();
+            // Rules as version 5 stored them: a Bash rule was the command's
+            // first word; any other tool, its name.
+            old.lock()
+                .execute_batch(
+                    "INSERT INTO permissions (chat_id, rule, granted_by, created_at) VALUES
+                        (1, 'Bash(git)', 7, 1), (1, 'WebFetch', 7, 2),
+                        (2, 'Bash(rm)', 8, 3), (2, 'mcp__files__read', 8, 4);",
+                )
+                .unwrap();
+        }
+        let mut store = None;
+        let log = logged(|| store = Some(Store::open(&path).unwrap()));
+        let store = store.unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let rules = |chat| -> Vec<AlwaysRule> {
+            store
+                .always_rules(chat)
+                .unwrap()
+                .into_iter()
+                .map(|g| g.rule)
+                .collect()
+        };
+        assert_eq!(rules(1), vec![AlwaysRule::Tool("WebFetch".into())]);
+        assert_eq!(rules(2), vec![AlwaysRule::Tool("mcp__files__read".into())]);
+        assert_eq!(store.always_rules(1).unwrap()[0].granted_by, 7);
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("old shape")).collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        assert!(lines[0].contains("dropped 2 "), "{log}");
+        // A file with no old rules says nothing of them.
+        let fresh = dir.path().join("fresh.db");
+        let log = logged(|| drop(Store::open(&fresh).unwrap()));
+        assert!(!log.contains("old shape"), "{log}");
     }
 
     #[test]
@@ -944,10 +1143,15 @@ mod tests {
     #[test]
     fn agent_groups_are_recorded_and_forgotten() {
         let store = Store::in_memory().unwrap();
-        store.record_group(4242, 777, 1).unwrap();
-        store.record_group(4343, 888, 2).unwrap();
+        let group = |pgid, start_time, boot: &str| AgentGroup {
+            pgid,
+            start_time,
+            boot_id: boot.into(),
+        };
+        store.record_group(&group(4242, 777, "boot-a"), 1).unwrap();
+        store.record_group(&group(4343, 888, "boot-b"), 2).unwrap();
         store.forget_group(4242).unwrap();
-        assert_eq!(store.groups().unwrap(), vec![(4343, 888)]);
+        assert_eq!(store.groups().unwrap(), vec![group(4343, 888, "boot-b")]);
     }
 
     #[test]

@@ -12,5 +12,6 @@ pub mod split;
 pub use intake::Intake;
 pub use outbox::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Outbox,
-    OutboxError, Purge, RateLimits, SendFile, SendQuestion, SendText, Show, ShowAs, Slot,
+    OutboxError, Purge, QuestionFile, RateLimits, SendFile, SendQuestion, SendText, Show, ShowAs,
+    Slot,
 };

@@ -185,3 +185,55 @@ async fn a_recovered_message_from_a_user_no_longer_allowed_is_dropped() {
     assert_eq!(h.backend.opened(), 1, "only the allowed user's message ran");
     assert!(h.texts(STRANGER).is_empty(), "{:?}", h.texts(STRANGER));
 }
+
+/// A stranger's message is refused and leaves nothing of what they wrote or
+/// sent in the state file: its row keeps no text and no files.
+#[actix_rt::test]
+async fn a_strangers_message_leaves_no_text_in_the_state_file() {
+    use support::bot_api::files::{captioned, document, private};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.say(50, STRANGER, "let me in: xyzzy-secret-words");
+    h.api.push_message(captioned(
+        document(private(50), STRANGER, "file-xyzzy", "xyzzy-secret.pdf", 10),
+        "xyzzy-secret-caption",
+    ));
+    h.event("both refused", {
+        let mut n = 0;
+        move |e| {
+            n += usize::from(matches!(e, BotEvent::AccessDenied { .. }));
+            n == 2
+        }
+    })
+    .await;
+    // An allowed user's words afterwards: the file holds text, just not theirs.
+    h.say(1, USER, "plugh-allowed-words");
+    h.turn_ended(1, 1).await;
+    h.bot.inbox.flushed().await;
+
+    let rows: Vec<(String, String, String)> = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let mut rows = conn
+            .prepare("SELECT text, files, state FROM inbox WHERE user_id = ?1")
+            .unwrap();
+        rows.query_map([STRANGER], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (text, files, state) in &rows {
+        assert_eq!((text.as_str(), files.as_str()), ("", ""), "{rows:?}");
+        assert_eq!(state, "dropped", "{rows:?}");
+    }
+    // Nowhere in the database or its write-ahead log either.
+    let mut bytes = Vec::new();
+    for name in ["state.db", "state.db-wal"] {
+        bytes.extend(std::fs::read(dir.path().join(name)).unwrap_or_default());
+    }
+    let holds = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(holds("plugh-allowed-words"), "the scan reads the file");
+    assert!(!holds("xyzzy"), "a stranger's words are in the state file");
+}

@@ -391,3 +391,39 @@ fn check_config_warns_when_every_tool_runs_without_asking() {
         assert!(!run.stderr.contains("warning"), "{mode}:\n{run:?}");
     }
 }
+
+#[test]
+fn check_config_warns_when_the_claude_agent_runs_without_a_sandbox() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_BACKEND", "claude"),
+            ("TURNSTILE_AGENT_SANDBOX", "none"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "a warning is not an error:\n{run:?}");
+    let warning = "turnstile: warning: agent.sandbox = \"none\": the agent runs unconfined";
+    assert!(run.stderr.contains(warning), "{run:?}");
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_BACKEND", "claude"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        !run.stderr.contains("warning"),
+        "the default sandbox:\n{run:?}"
+    );
+    let printed: toml::Table = run.stdout.parse().expect("check-config prints TOML");
+    assert_eq!(
+        printed["agent"]["sandbox"].as_str(),
+        Some("bubblewrap"),
+        "{run:?}"
+    );
+}

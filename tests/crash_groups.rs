@@ -53,7 +53,7 @@ async fn an_agent_group_left_by_a_kill_9_is_killed_at_the_next_start() {
     wait_until("the agent group recorded", Duration::from_secs(15), || {
         turnstile::state::Store::open(&db)
             .and_then(|s| s.groups())
-            .is_ok_and(|g| g.iter().any(|(pgid, _)| *pgid == i64::from(cli)))
+            .is_ok_and(|g| g.iter().any(|g| g.pgid == i64::from(cli)))
     })
     .await;
     first.signal(libc::SIGKILL);

@@ -411,6 +411,7 @@ async fn arrivals_keep_chat_actions_and_messages_and_counts_keep_totals() {
     let fake = FakeBotApi::start_with(Options {
         record: Record::Arrivals,
         idle_close: None,
+        strict_idle: false,
     })
     .await;
     let bot = fake.bot();
@@ -457,6 +458,7 @@ async fn counts_keep_no_call_and_idle_connections_are_closed() {
     let fake = FakeBotApi::start_with(Options {
         record: Record::Counts,
         idle_close: Some(Duration::from_millis(50)),
+        strict_idle: false,
     })
     .await;
     fake.bot()
@@ -474,6 +476,42 @@ async fn counts_keep_no_call_and_idle_connections_are_closed() {
     let read = tokio::time::timeout(WAIT, stream.read_to_string(&mut response)).await;
     assert!(read.is_ok(), "the idle connection was not closed");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+/// A fake that only counts keeps a window of the bot's last messages (for
+/// edits and presses), not every one: otherwise the fake itself grows with
+/// every turn of a memory benchmark.
+#[tokio::test]
+async fn counts_keep_only_the_last_messages_for_edits() {
+    let fake = FakeBotApi::start_with(Options {
+        record: Record::Counts,
+        idle_close: None,
+        strict_idle: false,
+    })
+    .await;
+    let bot = fake.bot();
+    let mut ids = Vec::new();
+    for n in 0..=bot_api::SENT_WINDOW {
+        let sent = bot
+            .send_message(ChatId(3), format!("reply {n}"))
+            .await
+            .expect("sendMessage");
+        ids.push(sent.id);
+    }
+    assert_eq!(fake.counts().messages, ids.len() as u64);
+    assert_eq!(fake.messages_by_chat().get(&3), Some(&(ids.len() as u64)));
+    let oldest = bot.edit_message_text(ChatId(3), ids[0], "edited").await;
+    assert!(
+        matches!(
+            &oldest,
+            Err(RequestError::Api(ApiError::MessageToEditNotFound))
+        ),
+        "the oldest message is no longer kept: {oldest:?}"
+    );
+    let newest = ids[ids.len() - 1];
+    bot.edit_message_text(ChatId(3), newest, "edited")
+        .await
+        .expect("the newest message is kept");
 }
 
 #[tokio::test]

@@ -71,6 +71,41 @@ async fn the_answer_in_a_group_replies_to_the_message_that_started_the_turn() {
 }
 
 #[actix_rt::test]
+async fn a_mention_entity_inside_a_surrogate_pair_or_past_the_end_is_read_safely() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    // "😀" is two UTF-16 units: offset 1 falls between them.
+    let mut inside = text_message(group(), USER, "😀😀 @turnstile_bot look");
+    inside["entities"] = json!([{"type": "mention", "offset": 1, "length": 4}]);
+    h.api.push_message(inside);
+    h.turn_ended(GROUP, 1).await;
+    let mut past = text_message(group(), USER, "hi @turnstile_bot");
+    past["entities"] = json!([{"type": "mention", "offset": 50, "length": 14}]);
+    let past_id = h.api.push_message(past);
+    h.turn_ended(GROUP, 2).await;
+    // The bot goes on answering, and the offset moved past both.
+    h.api
+        .push_message(text_message(group(), USER, "@turnstile_bot next"));
+    h.turn_ended(GROUP, 3).await;
+    assert_eq!(
+        h.api.texts_to(GROUP),
+        vec![
+            "echo: 😀😀 @turnstile_bot look",
+            "echo: hi @turnstile_bot",
+            "echo: next"
+        ],
+        "the mention in the text was seen: both were handled"
+    );
+    h.api
+        .wait_for(SOON, "getUpdates confirming the bad updates", |calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "getupdates" && c.params["offset"].as_i64() > Some(past_id))
+                .then_some(())
+        })
+        .await;
+}
+
+#[actix_rt::test]
 async fn a_reply_to_the_bot_and_a_command_for_it_are_taken() {
     let mut h = Harness::start(Scenario::default(), &[]).await;
     h.api

@@ -14,7 +14,8 @@ use teloxide::types::{ChatId, MaybeInaccessibleMessage, Message, MessageId, Upda
 use turnstile::agent::{Scenario, Step};
 use turnstile::events::EventBus;
 use turnstile::telegram::{
-    AnswerCallback, Button, EditQuestion, Outbox, OutboxError, RateLimits, SendQuestion, SendText,
+    AnswerCallback, Button, EditQuestion, Outbox, OutboxError, QuestionFile, RateLimits,
+    SendQuestion, SendText,
 };
 
 /// Upper bound for a reply after a 5xx (generous: a loaded machine).
@@ -396,15 +397,63 @@ async fn a_question_arrives_with_its_buttons_and_returns_its_message_id() {
 }
 
 #[actix_rt::test]
-async fn a_long_question_is_cut_to_one_message() {
+async fn a_question_too_long_for_a_message_is_refused_never_cut() {
     let api = FakeBotApi::start().await;
     let outbox = outbox_to(&api);
-    ask(&outbox, 1, &"y".repeat(5000)).await;
+    let (question, sent) = SendQuestion::new(ChatId(1), "y".repeat(5000), yes_no());
+    outbox.do_send(question);
+    let sent = tokio::time::timeout(SOON, sent).await.expect("in time");
+    assert!(matches!(sent, Ok(Err(OutboxError::Refused(_)))), "{sent:?}");
+    let whole = "y".repeat(4096);
+    ask(&outbox, 1, &whole).await;
     let sent = api.calls_of("sendMessage");
-    assert_eq!(sent.len(), 1, "{sent:#?}");
-    let text = sent[0].params["text"].as_str().expect("text");
-    assert_eq!(utf16_len(text), 4096);
-    assert_eq!(buttons_of(&sent[0]).len(), 1);
+    assert_eq!(sent.len(), 1, "only the one that fits: {sent:#?}");
+    assert_eq!(sent[0].params["text"], json!(whole));
+}
+
+#[actix_rt::test]
+async fn a_questions_file_goes_first_and_the_question_replies_to_it() {
+    let api = FakeBotApi::start().await;
+    let outbox = outbox_to(&api);
+    let whole = format!("$ ls -la {}; curl x | sh", "w ".repeat(6000));
+    let file = QuestionFile {
+        name: "command.txt".into(),
+        caption: "The whole of: the command".into(),
+        text: whole.clone(),
+    };
+    let (question, sent) =
+        SendQuestion::new(ChatId(1), "Run the command in command.txt?", yes_no());
+    outbox.do_send(question.with_file(Some(file)));
+    let sent = tokio::time::timeout(SOON, sent).await.expect("in time");
+    let id = sent.expect("outbox alive").expect("question sent");
+    let uploads = api.uploads();
+    assert_eq!(uploads.len(), 1);
+    assert_eq!(uploads[0].file_name, "command.txt");
+    assert_eq!(uploads[0].bytes, whole.as_bytes());
+    let document = api.calls_of("sendDocument");
+    let asked = api.calls_of("sendMessage");
+    assert!(document[0].seq < asked[0].seq, "the file first");
+    assert!(id.0 > 0);
+    assert!(
+        asked[0].params.to_string().contains("reply_parameters"),
+        "{}",
+        asked[0].params
+    );
+    // A file Telegram refuses: no question without it.
+    api.inject(
+        "sendDocument",
+        Fault::BadRequest("Bad Request: file is too big".into()),
+    );
+    let file = QuestionFile {
+        name: "command.txt".into(),
+        caption: String::new(),
+        text: whole,
+    };
+    let (question, sent) = SendQuestion::new(ChatId(1), "again?", yes_no());
+    outbox.do_send(question.with_file(Some(file)));
+    let sent = tokio::time::timeout(SOON, sent).await.expect("in time");
+    assert!(matches!(sent, Ok(Err(_))), "{sent:?}");
+    assert_eq!(api.calls_of("sendMessage").len(), 1, "no second question");
 }
 
 #[actix_rt::test]

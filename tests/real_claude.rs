@@ -29,6 +29,7 @@ const INNER: &[&str] = &[
     "a_text_only_answer_reaches_the_chat_from_the_result",
     "with_the_sandbox_the_agent_reads_nothing_of_turnstiles",
     "a_cold_process_resumes_the_session_from_the_agent_home",
+    "a_bash_background_job_and_the_session",
 ];
 
 #[test]
@@ -344,4 +345,84 @@ async fn a_cold_process_resumes_the_session_from_the_agent_home() {
     let requests = api.model_requests();
     let last = requests.last().expect("requests")["messages"].to_string();
     assert!(last.contains("first") && last.contains("second"), "{last}");
+}
+
+/// The model runs Bash starting two background jobs, `nohup sleep &` and
+/// `setsid sleep &`, and ends the turn; the session closes after it
+/// (`keep_warm` 0). Under the sandbox no job outlives it. Without, the
+/// CLI starts every Bash command in a session of its own (Node's
+/// `detached`), out of the agent's process group: both jobs outlive it, as
+/// the README says; the test ends them.
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_cli_in_a_loopback_namespace"]
+async fn a_bash_background_job_and_the_session() {
+    let sandboxed = std::env::var(support::real_cli::SANDBOX_SWITCH).as_deref() == Ok("bubblewrap");
+    let api = FakeAnthropic::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let jobs = [("nohup", marker()), ("setsid", marker())];
+    let command: Vec<String> = jobs
+        .iter()
+        .map(|(how, m)| format!("{how} sleep {m} >/dev/null 2>&1 &"))
+        .collect();
+    api.push(Reply::tools(&[(
+        "Bash",
+        json!({"command": format!("{} echo started", command.join(" ")), "description": "jobs"}),
+    )]));
+    api.push(Reply::tools(&[(
+        "mcp__telegram-tools__end_turn",
+        json!({"text": "started"}),
+    )]));
+    let (mut h, backend) = start(
+        &api,
+        &home,
+        &[
+            ("TURNSTILE_AGENT_PERMISSION_MODE", "allow"),
+            ("TURNSTILE_AGENT_ALLOWED_TOOLS", "Bash"),
+        ],
+    )
+    .await;
+    h.say(1, USER, "start jobs");
+    h.turn_ended(1, 1).await;
+    assert_eq!(h.texts(1), vec!["started"], "{}", api.describe());
+    let seen = api.model_requests()[1]["messages"].to_string();
+    assert!(seen.contains("started"), "the Bash command ran: {seen}");
+    all_exited(&backend).await;
+    // Every job was seen running, or is gone now.
+    let left = |jobs: &[(&str, String)]| -> Vec<(String, Vec<u32>)> {
+        jobs.iter()
+            .map(|(how, m)| (how.to_string(), sleeping(m)))
+            .filter(|(_, pids)| !pids.is_empty())
+            .collect()
+    };
+    if sandboxed {
+        eventually(
+            "no job left after the session",
+            Duration::from_secs(30),
+            || {
+                let left = left(&jobs);
+                async move {
+                    if left.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("{left:?}"))
+                    }
+                }
+            },
+        )
+        .await;
+    } else {
+        let outlived = left(&jobs);
+        for (_, pids) in &outlived {
+            for pid in pids {
+                // SAFETY: a plain kill(2) of the job this test started.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+        println!("without the sandbox, outlived the session: {outlived:?}");
+        assert_eq!(
+            outlived.len(),
+            2,
+            "both jobs outlive the session: {outlived:?}"
+        );
+    }
 }

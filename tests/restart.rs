@@ -4,8 +4,10 @@
 
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
+use rusqlite::OpenFlags;
 use serde_json::json;
 use support::process::BotProcess;
 use support::*;
@@ -33,6 +35,15 @@ fn scenario() -> Scenario {
             },
         ]),
     )
+}
+
+/// The first process's agent for a crash at a set moment of the first turn:
+/// `before` plays, then the turn goes silent until the kill (only a kill
+/// ends it), so the kill lands at that moment however slow the machine is.
+fn stuck_after(before: Vec<Step>) -> Scenario {
+    let mut steps = before;
+    steps.push(Step::HangForever);
+    Scenario::default().with_rule("slow", turn(steps))
 }
 
 struct Setup {
@@ -103,20 +114,45 @@ fn resolved(texts: &[String]) -> bool {
     })
 }
 
-/// Kills the bot with SIGKILL once `moment` holds, restarts it on the same
-/// state file, and tallies what the chat got.
-async fn crash_at(on_interrupted: &str, moment: impl Fn(&FakeBotApi) -> bool) -> Tally {
+/// The state of the inbox row of the message `text`, as the state file
+/// says now (`None`: no row yet, or the file is busy).
+fn row_state(db: &Path, text: &str) -> Option<String> {
+    let conn = rusqlite::Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    conn.query_row("SELECT state FROM inbox WHERE text = ?1", [text], |r| {
+        r.get(0)
+    })
+    .ok()
+}
+
+/// Runs the bot with `first` as its agent, kills it with SIGKILL once
+/// `moment` holds (given the fake and the state file, which sends no
+/// notification: checked every 20 ms, up to 20 s), restarts it on the same
+/// state file with [`scenario`], and tallies what the chat got.
+async fn crash_at(
+    on_interrupted: &str,
+    first: Scenario,
+    moment: impl Fn(&FakeBotApi, &Path) -> bool,
+) -> Tally {
     let s = setup(on_interrupted).await;
     let log = s.dir.path().join("bot.log");
-    let mut first = BotProcess::spawn(&s.api, &log, &s.env);
+    let script = s.dir.path().join("first.json");
+    std::fs::write(&script, serde_json::to_string(&first).unwrap()).unwrap();
+    let mut env = s.env.clone();
+    for (key, value) in &mut env {
+        if *key == "TURNSTILE_AGENT_SCRIPT" {
+            *value = script.display().to_string();
+        }
+    }
+    let mut first = BotProcess::spawn(&s.api, &log, &env);
     for m in MESSAGES {
         s.api.push_text(1, USER, m);
     }
-    s.api
-        .wait_for(Duration::from_secs(20), "the crash moment", |_| {
-            moment(&s.api).then_some(())
-        })
-        .await;
+    let db = s.dir.path().join("state.db");
+    eventually("the crash moment", Duration::from_secs(20), || {
+        let now = moment(&s.api, &db);
+        async move { now.then_some(()).ok_or_else(|| "not yet".to_string()) }
+    })
+    .await;
     first.signal(libc::SIGKILL);
     first.exit().await;
     let mut second = BotProcess::spawn(&s.api, &log, &s.env);
@@ -144,27 +180,47 @@ async fn crash_at(on_interrupted: &str, moment: impl Fn(&FakeBotApi) -> bool) ->
     t
 }
 
+/// The first turn is running (typing is shown) and the state file says so.
+/// Typing alone is not enough: the row is marked running by the store
+/// thread while the typing request goes out, so on a loaded machine the
+/// kill could come before the mark, and the message then ran again as
+/// queued rather than being reported.
+fn while_thinking(api: &FakeBotApi, db: &Path) -> bool {
+    !api.calls_of("sendChatAction").is_empty()
+        && row_state(db, "slow A").as_deref() == Some("running")
+}
+
 #[tokio::test]
 async fn kill_9_while_the_first_turn_thinks_reports_it_and_answers_the_queue() {
-    let t = crash_at("report", |api| !api.calls_of("sendChatAction").is_empty()).await;
-    assert!(t.reported >= 1);
+    let t = crash_at("report", stuck_after(vec![]), while_thinking).await;
+    assert_eq!((t.reported, t.answered), (1, 2), "{t:?}");
 }
 
 #[tokio::test]
 async fn kill_9_after_a_partial_reply_reports_it_and_answers_the_queue() {
-    let t = crash_at("report", |api| {
+    let partial = stuck_after(vec![Step::Tools {
+        calls: vec![tool(
+            "mcp__telegram-tools__send",
+            json!({"text": "part 1: {text}"}),
+        )],
+    }]);
+    // The row is marked replied before the text leaves; both are checked.
+    let t = crash_at("report", partial, |api, db| {
         api.texts_to(1).iter().any(|t| t == "part 1: slow A")
+            && row_state(db, "slow A").as_deref() == Some("replied")
     })
     .await;
-    assert!(
-        t.reported >= 1,
-        "the partly answered message is reported, not re-run"
+    assert_eq!(
+        (t.reported, t.answered),
+        (1, 2),
+        "the partly answered message is reported, not re-run: {t:?}"
     );
 }
 
 #[tokio::test]
 async fn kill_9_after_the_final_reply_answers_nothing_twice() {
-    crash_at("report", |api| {
+    // Any moment after the reply will do: every outcome is checked the same.
+    crash_at("report", scenario(), |api, _| {
         api.texts_to(1).iter().any(|t| t == "part 2: slow A")
     })
     .await;
@@ -174,7 +230,7 @@ async fn kill_9_after_the_final_reply_answers_nothing_twice() {
 async fn kill_9_with_retry_runs_the_interrupted_message_again() {
     // Killed before the first turn replied: with "retry" it runs again and
     // every message is answered.
-    let t = crash_at("retry", |api| !api.calls_of("sendChatAction").is_empty()).await;
+    let t = crash_at("retry", stuck_after(vec![]), while_thinking).await;
     assert_eq!(t.answered, MESSAGES.len(), "{t:?}");
 }
 

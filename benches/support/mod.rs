@@ -18,6 +18,7 @@ pub mod bot_api;
 pub mod collect;
 #[path = "../../tests/support/config.rs"]
 pub mod config;
+pub mod figures;
 pub mod live;
 pub mod stats;
 pub mod timed;
@@ -259,6 +260,8 @@ impl Fakes {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("bench-fakes")
+            // The fakes' memory is not the bot's (benches/support/alloc.rs).
+            .on_thread_start(alloc::exclude_this_thread)
             .enable_all()
             .build();
         match rt {

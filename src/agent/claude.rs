@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
-use crate::config::{Config, PermissionMode, SettingSource};
+use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
-pub use process::kill_leftover_groups;
+pub use process::{boot_id, kill_leftover_groups};
 pub use seal::{Seal, is_session_id};
 
 /// How to start the CLI.
@@ -56,7 +56,8 @@ pub struct ClaudeSettings {
     pub mcp_servers: BTreeMap<String, serde_json::Value>,
     /// The system prompt.
     pub system_prompt: String,
-    /// Other tools the agent may use.
+    /// Other tools the agent may use without asking: names, or the CLI's
+    /// own patterns (`Bash(cargo test:*)`), passed on unchanged.
     pub allowed_tools: Vec<String>,
     /// Tools the agent may never use (`--disallowedTools`, and denied if
     /// the CLI asks); they beat `allowed_tools`.
@@ -91,7 +92,14 @@ impl ClaudeSettings {
                     .state_file()
                     .into_iter()
                     .chain(config.file.clone())
+                    .chain(
+                        config
+                            .credentials
+                            .as_ref()
+                            .map(|dir| dir.join(TOKEN_CREDENTIAL)),
+                    )
                     .collect(),
+                user_ns: false,
             },
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),
@@ -103,6 +111,37 @@ impl ClaudeSettings {
             max_turns: agent.max_turns,
             batch_hook: agent.batch_hook,
             kill_grace: config.turn.post_result_grace,
+        }
+    }
+
+    /// With `agent.sandbox = "bubblewrap"`, runs `bwrap` once as every
+    /// session will ([`seal::bwrap_base`], the command `true`), taking its
+    /// own user namespace when turnstile is not root and that works. Not
+    /// under `agent.launcher`, which may start it elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// bwrap is missing or cannot make its namespaces: the message names
+    /// `agent.sandbox`, the package and the opt-out.
+    pub fn probe_sandbox(&mut self) -> Result<(), String> {
+        if self.seal.sandbox != Sandbox::Bubblewrap || !self.seal.launcher.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        match process::probe_bubblewrap(root) {
+            Ok(user_ns) => {
+                tracing::info!(user_ns, "bubblewrap works: the agent runs sandboxed");
+                self.seal.user_ns = user_ns;
+                Ok(())
+            }
+            Err(why) => Err(format!(
+                "agent.sandbox = \"bubblewrap\" (the default), but bubblewrap cannot \
+                 sandbox the agent (or the voice transcriber) here: {why}. Install the package \
+                 `bubblewrap` (its `bwrap` on PATH, able to make namespaces: as root, or \
+                 with user namespaces allowed), or set agent.sandbox = \"none\" to run the \
+                 agent without a sandbox"
+            )),
         }
     }
 
@@ -263,6 +302,80 @@ impl AgentBackend for ClaudeBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandbox_hides_systemds_credentials_folder() {
+        // Under systemd the token may be a credential the agent's user could
+        // read: its folder is one of the secrets the sandbox hides.
+        let vars = BTreeMap::from([
+            ("TELEGRAM_BOT_TOKEN".to_string(), "1:x".to_string()),
+            (
+                crate::config::CREDENTIALS_ENV.to_string(),
+                "/run/credentials/turnstile.service".to_string(),
+            ),
+        ]);
+        let config = Config::load(None, &vars).expect("loads");
+        let mut settings = ClaudeSettings::from_config(&config);
+        settings.seal.sandbox = Sandbox::Bubblewrap;
+        let plan = seal::plan(
+            &settings.seal,
+            "1",
+            "claude",
+            &[],
+            Vec::new(),
+            &BTreeMap::new(),
+            |_| true,
+        );
+        let argv = plan.argv.join(" ");
+        assert!(
+            argv.contains("--tmpfs /run/credentials/turnstile.service "),
+            "{argv}"
+        );
+    }
+
+    #[test]
+    fn allowed_tools_patterns_reach_the_cli_unchanged() {
+        // The CLI enforces these patterns itself (`Bash(cargo test:*)`
+        // allows that prefix only, and it understands `&&`, `;` and pipes);
+        // turnstile passes them on as written, from the file and from the
+        // environment alike.
+        let patterns = ["Bash(cargo test:*)", "Bash(git log --oneline:*)", "Read"];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("turnstile.toml");
+        let listed: Vec<String> = patterns.iter().map(|p| format!("{p:?}")).collect();
+        std::fs::write(
+            &file,
+            format!("[agent]\nallowed_tools = [{}]\n", listed.join(", ")),
+        )
+        .expect("config written");
+        let token = ("TELEGRAM_BOT_TOKEN".to_string(), "1:x".to_string());
+        let from_file = Config::load(Some(&file), &BTreeMap::from([token.clone()]));
+        let from_env = Config::load(
+            None,
+            &BTreeMap::from([
+                token,
+                (
+                    "TURNSTILE_AGENT_ALLOWED_TOOLS".to_string(),
+                    patterns.join(","),
+                ),
+            ]),
+        );
+        for config in [from_file, from_env] {
+            let config = config.expect("loads");
+            assert_eq!(config.agent.allowed_tools, patterns);
+            let settings = ClaudeSettings::from_config(&config);
+            let argv = settings.argv(&ToolRegistry::new(&config.turn.terminator_tools), None);
+            let allowed = argv
+                .iter()
+                .find_map(|a| a.strip_prefix("--allowedTools="))
+                .unwrap_or_else(|| panic!("no --allowedTools in {argv:?}"));
+            let tail = patterns.join(",");
+            assert!(
+                allowed.ends_with(&format!(",{tail}")),
+                "{allowed} does not end with {tail}"
+            );
+        }
+    }
 
     #[test]
     fn argv_always_asks_for_partial_messages() {

@@ -286,10 +286,15 @@ pub struct ScriptedBackend {
     /// Numbers the sessions it opens, for their ids.
     opened: AtomicU64,
     /// What its sessions saw, for tests.
-    log: Arc<std::sync::Mutex<ScriptLog>>,
+    log: Arc<std::sync::Mutex<Recent>>,
 }
 
+/// How many entries of each kind the [`ScriptLog`] keeps: the newest, so a
+/// scripted bot that runs for long does not grow with every turn.
+pub const LOG_LIMIT: usize = 1_000;
+
 /// What the scripted sessions saw.
+
 #[derive(Debug, Default, Clone)]
 pub struct ScriptLog {
     /// Each session opened: its conversation's key and the session id it
@@ -298,6 +303,28 @@ pub struct ScriptLog {
     /// Each tool call's name and the result the host gave (`Ok: …`,
     /// `Error: …`).
     pub tool_results: Vec<(String, String)>,
+}
+
+/// The newest [`LOG_LIMIT`] entries of each list of a [`ScriptLog`].
+#[derive(Debug, Default)]
+struct Recent {
+    opens: VecDeque<(String, Option<String>)>,
+    tool_results: VecDeque<(String, String)>,
+}
+
+impl Recent {
+    fn push<T>(list: &mut VecDeque<T>, entry: T) {
+        if list.len() >= LOG_LIMIT {
+            list.pop_front();
+        }
+        list.push_back(entry);
+    }
+}
+
+/// Locks the log, ignoring poisoning.
+fn lock(log: &std::sync::Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {
+    log.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl ScriptedBackend {
@@ -315,12 +342,13 @@ impl ScriptedBackend {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// A copy of what the sessions saw.
+    /// A copy of what the sessions saw (the newest [`LOG_LIMIT`] of each).
     pub fn log(&self) -> ScriptLog {
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        let log = lock(&self.log);
+        ScriptLog {
+            opens: log.opens.iter().cloned().collect(),
+            tool_results: log.tool_results.iter().cloned().collect(),
+        }
     }
 }
 
@@ -328,11 +356,10 @@ impl AgentBackend for ScriptedBackend {
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
         let key = request.conversation.key();
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .opens
-            .push((key.clone(), request.resume.clone()));
+        Recent::push(
+            &mut lock(&self.log).opens,
+            (key.clone(), request.resume.clone()),
+        );
         let session_id = request
             .resume
             .unwrap_or_else(|| format!("scripted-{key}-{n}"));
@@ -367,7 +394,7 @@ struct ScriptedAgent {
     /// User turns that arrived while a turn ran.
     queued: VecDeque<String>,
     /// Where tool results are recorded.
-    log: Arc<std::sync::Mutex<ScriptLog>>,
+    log: Arc<std::sync::Mutex<Recent>>,
     /// Streams and activities played so far (numbers their ids).
     streams: u64,
 }
@@ -521,11 +548,10 @@ impl ScriptedAgent {
                                     Ok(other) => format!("{other:?}"),
                                     Err(err) => format!("no answer: {err:?}"),
                                 };
-                                self.log
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                    .tool_results
-                                    .push((tool.name.clone(), shown));
+                                Recent::push(
+                                    &mut lock(&self.log).tool_results,
+                                    (tool.name.clone(), shown),
+                                );
                                 self.emit(AgentEvent::Progress);
                             }
                             Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
@@ -764,6 +790,25 @@ mod tests {
             .send(SessionCommand::UserTurn("hi".into()))
             .expect("the agent runs");
         session
+    }
+
+    /// A scripted bot that runs for long keeps only the newest log entries,
+    /// so it does not grow with every session and tool call.
+    #[tokio::test]
+    async fn the_log_keeps_only_the_newest_entries() {
+        let backend = ScriptedBackend::new(Scenario::default());
+        let extra = 5;
+        for chat in 0..(LOG_LIMIT + extra) as i64 {
+            let session = backend
+                .open(OpenSession::fresh(ChatId(chat)))
+                .await
+                .expect("a scripted session opens");
+            drop(session);
+        }
+        let opens = backend.log().opens;
+        assert_eq!(opens.len(), LOG_LIMIT, "the log is bounded");
+        assert_eq!(opens[0].0, extra.to_string());
+        assert_eq!(opens[LOG_LIMIT - 1].0, (LOG_LIMIT + extra - 1).to_string());
     }
 
     /// The activities (and texts) until the result, each with when it came.

@@ -18,10 +18,11 @@ use crate::chat::supervisor::{
     ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
     StopChatForHost, UserMessage,
 };
-use crate::chat::turn::{ButtonPressed, TurnDeps};
+use crate::chat::turn::{ButtonPressed, TurnDeps, describe_rule};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
+use crate::ops::panics::contain;
 use crate::state::{InboxRow, InboxState, now_ms};
 use crate::telegram::addressing::strip_address;
 use crate::telegram::files::attachments;
@@ -92,6 +93,9 @@ pub struct Dispatcher {
     username: String,
     /// When each refused user was last told so.
     refused: HashMap<UserId, Instant>,
+    /// When each stranger's button press was last answered: at most once
+    /// per `access.refusal_cooldown`, so presses cost Telegram nothing.
+    refused_presses: HashMap<UserId, Instant>,
     /// No new turns once set.
     stopping: bool,
     /// `agent.keep_warm`, handed to each supervisor.
@@ -131,6 +135,7 @@ impl Dispatcher {
             chats: HashMap::new(),
             username,
             refused: HashMap::new(),
+            refused_presses: HashMap::new(),
             stopping: false,
             keep_warm,
             warm_slots,
@@ -145,24 +150,16 @@ impl Dispatcher {
     }
 
     fn is_admin(&self, user: UserId) -> bool {
-        self.access
-            .admins
-            .iter()
-            .any(|&a| a >= 0 && a as u64 == user.0)
+        self.access.is_admin(user.0)
     }
 
     /// Whether everyone in `chat` may talk to the bot (`access.allowed_chats`).
     fn is_allowed_chat(&self, chat: ChatId) -> bool {
-        self.access.allowed_chats.contains(&chat.0)
+        self.access.is_allowed_chat(chat.0)
     }
 
     fn is_allowed(&self, user: UserId) -> bool {
-        self.is_admin(user)
-            || self
-                .access
-                .allowed_users
-                .iter()
-                .any(|&a| a >= 0 && a as u64 == user.0)
+        self.access.is_allowed(user.0)
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
@@ -207,17 +204,7 @@ impl Dispatcher {
             "message from a user not on the allowlist refused"
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
-        let now = Instant::now();
-        let cooldown = self.access.refusal_cooldown;
-        let due = self
-            .refused
-            .get(&user)
-            .is_none_or(|at| now.duration_since(*at) >= cooldown);
-        if due {
-            // Entries past the cooldown say nothing any more.
-            self.refused
-                .retain(|_, at| now.duration_since(*at) < cooldown);
-            self.refused.insert(user, now);
+        if due(&mut self.refused, user, self.access.refusal_cooldown) {
             self.say(
                 to,
                 "Sorry, this bot only answers the people it was set up for.",
@@ -286,7 +273,7 @@ impl Dispatcher {
                         "🔐 These run without asking in this chat:\n{}\n/permissions clear forgets them.",
                         rules
                             .iter()
-                            .map(|r| format!("• {r}"))
+                            .map(|grant| format!("• {}", describe_rule(&grant.rule)))
                             .collect::<Vec<_>>()
                             .join("\n")
                     )
@@ -324,12 +311,24 @@ impl Dispatcher {
             });
         };
         if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
+            self.events.publish(BotEvent::AccessDenied { chat, user });
+            if !due(
+                &mut self.refused_presses,
+                user,
+                self.access.refusal_cooldown,
+            ) {
+                tracing::debug!(
+                    user_id = user.0,
+                    chat_id = chat.0,
+                    "button press from a user not on the allowlist ignored (refused lately)"
+                );
+                return;
+            }
             tracing::warn!(
                 user_id = user.0,
                 chat_id = chat.0,
                 "button press from a user not on the allowlist refused"
             );
-            self.events.publish(BotEvent::AccessDenied { chat, user });
             return answer(
                 self,
                 "Sorry, this bot only answers the people it was set up for.",
@@ -426,6 +425,20 @@ impl Dispatcher {
     }
 }
 
+/// Whether `user` is due a refusal now: none within `cooldown`. Notes it
+/// when so, and forgets entries past the cooldown.
+fn due(refused: &mut HashMap<UserId, Instant>, user: UserId, cooldown: Duration) -> bool {
+    let now = Instant::now();
+    let due = refused
+        .get(&user)
+        .is_none_or(|at| now.duration_since(*at) >= cooldown);
+    if due {
+        refused.retain(|_, at| now.duration_since(*at) < cooldown);
+        refused.insert(user, now);
+    }
+    due
+}
+
 /// Who asked a command, and where.
 #[derive(Debug, Clone, Copy)]
 struct Asked {
@@ -442,7 +455,20 @@ impl Actor for Dispatcher {
 impl Handler<UpdateReceived> for Dispatcher {
     type Result = ();
 
+    /// One update; should handling it panic, it is dropped with an ERROR
+    /// log and the next one is handled as usual.
     fn handle(&mut self, UpdateReceived(update): UpdateReceived, ctx: &mut Self::Context) {
+        let update_id = i64::from(update.id.0);
+        if let Err(panic) = contain(|| self.update(update, ctx)) {
+            tracing::error!(update_id, %panic, "handling the update panicked; dropped");
+            self.deps.inbox.dropped(vec![update_id]);
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Checks, answers or routes one update.
+    fn update(&mut self, update: teloxide::types::Update, ctx: &mut Context<Self>) {
         let update_id = i64::from(update.id.0);
         let message = match update.kind {
             UpdateKind::Message(message) => message,

@@ -254,6 +254,10 @@ impl ChatSupervisor {
 
     /// Arms the idle timer when nothing is queued, running or kept warm.
     fn watch_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.queue.is_empty() {
+            // An idle chat keeps no buffer for its queue.
+            self.queue.shrink_to_fit();
+        }
         if !self.state.is_idle() || !self.queue.is_empty() || self.warm.is_some() {
             return;
         }

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
-pub(crate) use self::approval::Choice;
+pub(crate) use self::approval::{Choice, describe_rule};
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
@@ -281,9 +281,9 @@ impl TurnActor {
     /// starts the agent.
     fn receive_files(&mut self, ctx: &mut Context<Self>) {
         let files = self.deps.files.clone();
-        let workdir = self.deps.workdir_of(self.to());
+        let chat = self.to().key();
         let attachments = std::mem::take(&mut self.spec.files);
-        let fetch = async move { files.receive(&workdir, &attachments).await };
+        let fetch = async move { files.receive(&chat, &attachments).await };
         ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
             for notice in received.notices {
                 act.deps

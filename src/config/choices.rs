@@ -153,10 +153,12 @@ choice! {
 choice! {
     /// `agent.sandbox`: the OS sandbox around the agent process.
     Sandbox {
-        /// `"none"`: the process runs as turnstile's user, unconfined.
+        /// `"none"`: the process runs as turnstile's user, unconfined (an
+        /// explicit opt-out, warned about).
         None = "none",
-        /// `"bubblewrap"`: under `bwrap`, the system read-only, only the
-        /// chat's workdir writable, its own PID namespace.
+        /// `"bubblewrap"` (the default): under `bwrap`, no capability, the
+        /// system read-only, the state hidden, only the chat's workdir and
+        /// home writable, its own PID namespace.
         Bubblewrap = "bubblewrap",
     }
 }

@@ -19,7 +19,7 @@ impl ConfigError {
         match self {
             // A path and an I/O error hold nothing read from the file or from
             // the environment's values.
-            Self::Read { .. } | Self::MissingToken => self,
+            Self::Read { .. } | Self::MissingToken | Self::Credential { .. } => self,
             Self::Parse { path, message } => Self::Parse {
                 path,
                 message: scrub(message),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::{Config, ConfigError, PermissionMode, bad_value};
+use super::{Backend, Config, ConfigError, PermissionMode, Sandbox, bad_value};
 
 /// The longest duration any key accepts (longer ones are surely typos, and
 /// would overflow clock arithmetic).
@@ -91,6 +91,10 @@ impl Config {
         }
         let durations = [
             ("telegram.poll_timeout", self.telegram.poll_timeout),
+            (
+                "telegram.pool_idle_timeout",
+                self.telegram.pool_idle_timeout,
+            ),
             ("access.refusal_cooldown", self.access.refusal_cooldown),
             ("agent.keep_warm", self.agent.keep_warm),
             ("turn.typing_interval", turn.typing_interval),
@@ -181,6 +185,39 @@ impl Config {
                 "agent.permission_mode = \"allow\": every tool the agent asks for runs without asking anyone (agent.denied_tools still applies)"
                     .to_string(),
             );
+        }
+        if self.agent.backend == Backend::Claude && self.agent.sandbox == Sandbox::None {
+            warnings.push(
+                "agent.sandbox = \"none\": the agent runs unconfined as turnstile's user; it can \
+                 read the state file and other chats' workdirs, and only its process group is \
+                 killed when its session ends: a background job of a Bash command (which the \
+                 CLI starts in a session of its own) or anything started with setsid outlives it \
+                 (the default \"bubblewrap\" seals it)"
+                    .to_string(),
+            );
+        }
+        if !self.agent.setting_sources.is_empty() {
+            let sources: Vec<&str> = self
+                .agent
+                .setting_sources
+                .iter()
+                .map(|s| s.as_str())
+                .collect();
+            warnings.push(format!(
+                "agent.setting_sources = {sources:?}: the CLI reads settings (permissions, hooks) \
+                 from files the agent itself can write (its workdir's .claude/, its home); an \
+                 agent can widen its own permissions for its next session"
+            ));
+        }
+        let listen = self.ops.listen.trim();
+        if let Ok(addr) = listen.parse::<std::net::SocketAddr>()
+            && !addr.ip().is_loopback()
+        {
+            warnings.push(format!(
+                "ops.listen = \"{listen}\" is not a loopback address: /healthz and /metrics \
+                 (chat counts, turn figures) are served without authentication to whoever \
+                 reaches it"
+            ));
         }
         warnings
     }
@@ -309,6 +346,68 @@ mod tests {
         }
         for url in ["http://127.0.0.1:1234", "https://api.telegram.org"] {
             load_text(&format!("[telegram]\napi_url = \"{url}\"\n"), &[]).expect(url);
+        }
+    }
+
+    /// The warnings of a config from `text`.
+    fn warnings_of(text: &str) -> Vec<String> {
+        load_text(text, &[])
+            .unwrap_or_else(|err| panic!("{text}: {err}"))
+            .warnings()
+    }
+
+    #[test]
+    fn no_sandbox_with_the_claude_backend_is_warned_about() {
+        let warnings = warnings_of("[agent]\nbackend = \"claude\"\nsandbox = \"none\"\n");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("agent.sandbox = \"none\": the agent runs unconfined"),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].contains("outlives it"), "{warnings:?}");
+        assert_eq!(
+            warnings_of("[agent]\nbackend = \"claude\"\n"),
+            Vec::<String>::new(),
+            "bubblewrap is the default"
+        );
+        assert_eq!(
+            warnings_of("[agent]\nsandbox = \"none\"\n"),
+            Vec::<String>::new(),
+            "the scripted backend runs no agent process"
+        );
+    }
+
+    #[test]
+    fn setting_sources_are_warned_about() {
+        let warnings = warnings_of("[agent]\nsetting_sources = [\"project\", \"local\"]\n");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "agent.setting_sources = [\"project\", \"local\"]: the CLI reads settings"
+            ),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[0].contains("the agent itself can write"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn ops_listen_off_loopback_is_warned_about() {
+        for listen in ["0.0.0.0:9464", "[::]:9464", "192.168.1.5:9464"] {
+            let warnings = warnings_of(&format!("[ops]\nlisten = \"{listen}\"\n"));
+            assert_eq!(warnings.len(), 1, "{listen}: {warnings:?}");
+            assert!(
+                warnings[0].starts_with(&format!(
+                    "ops.listen = \"{listen}\" is not a loopback address"
+                )),
+                "{warnings:?}"
+            );
+        }
+        for listen in ["127.0.0.1:9464", "127.0.0.2:1", "[::1]:9464"] {
+            let warnings = warnings_of(&format!("[ops]\nlisten = \"{listen}\"\n"));
+            assert!(warnings.is_empty(), "{listen}: {warnings:?}");
         }
     }
 

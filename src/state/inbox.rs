@@ -40,7 +40,9 @@ use std::time::Duration;
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::oneshot;
 
-use super::{InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord};
+use super::{
+    AlwaysGrant, AlwaysRule, InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord,
+};
 use crate::ids::{Conversation, TurnId};
 
 /// A job for the store thread.
@@ -211,10 +213,10 @@ impl Inbox {
         async move { ask.await.unwrap_or_else(|| vec![true; count]) }
     }
 
-    /// Records a live agent process group (its leader's pid and start time).
-    pub fn record_group(&self, pgid: i64, start_time: i64, chat_id: i64) {
+    /// Records a live agent process group of `chat_id`.
+    pub fn record_group(&self, group: super::AgentGroup, chat_id: i64) {
         self.tell("recording an agent process group", move |store| {
-            store.record_group(pgid, start_time, chat_id)
+            store.record_group(&group, chat_id)
         });
     }
 
@@ -342,8 +344,9 @@ impl Inbox {
         });
     }
 
-    /// Remembers "always in this chat" for `rule`.
-    pub fn allow_always(&self, chat: ChatId, rule: String, granted_by: UserId) {
+    /// Remembers "always in this chat" for `rule`, granted by `granted_by`
+    /// (who pressed the button).
+    pub fn allow_always(&self, chat: ChatId, rule: AlwaysRule, granted_by: UserId) {
         let by = i64::try_from(granted_by.0).unwrap_or(i64::MAX);
         self.tell("remembering a tool approval", move |store| {
             store.allow_always(chat.0, &rule, by)
@@ -351,7 +354,10 @@ impl Inbox {
     }
 
     /// The chat's "always" rules, after every job asked before.
-    pub fn always_rules(&self, chat: ChatId) -> impl Future<Output = Vec<String>> + Send + 'static {
+    pub fn always_rules(
+        &self,
+        chat: ChatId,
+    ) -> impl Future<Output = Vec<AlwaysGrant>> + Send + 'static {
         let ask = self.ask("reading tool approvals", move |store| {
             store.always_rules(chat.0)
         });

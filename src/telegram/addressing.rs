@@ -94,16 +94,23 @@ impl Addressing {
 
     fn mentions_me(&self, message: &Message) -> bool {
         let mention = format!("@{}", self.me.username);
-        let by_entity = message
-            .parse_entities()
-            .or_else(|| message.parse_caption_entities())
-            .unwrap_or_default()
-            .iter()
-            .any(|e| match e.kind() {
-                MessageEntityKind::Mention => e.text().eq_ignore_ascii_case(&mention),
+        // Telegram's offsets are read with checked slicing: an entity out
+        // of the text or splitting a surrogate pair names nothing (teloxide's
+        // `parse_entities` would panic on it).
+        let by_entity = [
+            (message.text(), message.entities()),
+            (message.caption(), message.caption_entities()),
+        ]
+        .into_iter()
+        .filter_map(|(text, entities)| Some((text?, entities?)))
+        .any(|(text, entities)| {
+            entities.iter().any(|e| match &e.kind {
+                MessageEntityKind::Mention => entity_text(text, e.offset, e.length)
+                    .is_some_and(|named| named.eq_ignore_ascii_case(&mention)),
                 MessageEntityKind::TextMention { user } => user.id == self.me.id,
                 _ => false,
-            });
+            })
+        });
         by_entity
             || message
                 .text()
@@ -124,6 +131,31 @@ impl Addressing {
         }
         replied.from.as_ref().is_some_and(|u| u.id == self.me.id)
     }
+}
+
+/// The part of `text` an entity covers, its `offset` and `length` in UTF-16
+/// units as Telegram counts them; `None` when it reaches past the end or
+/// either end falls inside a surrogate pair.
+pub fn entity_text(text: &str, offset: usize, length: usize) -> Option<&str> {
+    let end = offset.checked_add(length)?;
+    let mut start = None;
+    let mut units = 0;
+    for (byte, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), '\0')))
+    {
+        if units == offset {
+            start = Some(byte);
+        }
+        if units == end {
+            return text.get(start?..byte);
+        }
+        if units > end {
+            return None;
+        }
+        units += c.len_utf16();
+    }
+    None
 }
 
 /// The bot a command names (`/cmd@Name` → `Name`), when it names one.
@@ -171,6 +203,72 @@ mod tests {
         assert_eq!(command_target("/restart"), None);
         assert_eq!(command_target("hi /x@y"), None);
         assert_eq!(command_target("/@"), Some(""));
+    }
+
+    #[test]
+    fn an_entity_is_read_by_utf16_units_and_never_past_the_text() {
+        // "😀" is two UTF-16 units (a surrogate pair), "é" one.
+        let text = "😀 é @bot!";
+        assert_eq!(entity_text(text, 5, 4), Some("@bot"));
+        assert_eq!(entity_text(text, 0, 2), Some("😀"));
+        assert_eq!(entity_text(text, 0, 0), Some(""));
+        assert_eq!(entity_text(text, 10, 0), Some(""), "the very end");
+        assert_eq!(entity_text(text, 0, 10), Some(text));
+        // Inside the surrogate pair, at either end.
+        assert_eq!(entity_text(text, 1, 3), None);
+        assert_eq!(entity_text(text, 0, 1), None);
+        // Past the end.
+        assert_eq!(entity_text(text, 5, 6), None);
+        assert_eq!(entity_text(text, 11, 0), None);
+        assert_eq!(entity_text(text, usize::MAX, 1), None);
+        assert_eq!(entity_text(text, 1, usize::MAX), None);
+        assert_eq!(entity_text("", 0, 0), Some(""));
+        assert_eq!(entity_text("", 0, 1), None);
+    }
+
+    fn addressing() -> Addressing {
+        let me = BotIdentity {
+            id: UserId(1),
+            username: "turnbot".into(),
+        };
+        Addressing::new(me, GroupMode::Mention)
+    }
+
+    /// A group message with these fields besides chat, sender and date.
+    fn group_message(fields: serde_json::Value) -> Message {
+        let mut message = serde_json::json!({
+            "message_id": 1, "date": 0,
+            "chat": {"id": -100, "type": "supergroup", "title": "g"},
+            "from": {"id": 5, "is_bot": false, "first_name": "a"},
+        });
+        for (key, value) in fields.as_object().expect("fields").clone() {
+            message[key] = value;
+        }
+        serde_json::from_value(message).expect("a message")
+    }
+
+    #[test]
+    fn entities_out_of_bounds_or_inside_a_surrogate_pair_name_nobody() {
+        let mut a = addressing();
+        let bad = serde_json::json!([
+            {"type": "mention", "offset": 1, "length": 8},
+            {"type": "mention", "offset": 40, "length": 8},
+            {"type": "bold", "offset": 3, "length": 90},
+        ]);
+        let text = group_message(serde_json::json!({"text": "😀😀 hello", "entities": bad}));
+        assert_eq!(a.check(&text), Err(NotForUs::NotAddressed));
+        // The mention in the words is still seen, in a text or a caption.
+        let text = group_message(serde_json::json!({"text": "😀 @turnbot hi", "entities": bad}));
+        assert_eq!(a.check(&text), Ok(()));
+        let caption = group_message(serde_json::json!({
+            "photo": [{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1, "file_size": 1}],
+            "caption": "😀 @turnbot hi", "caption_entities": bad,
+        }));
+        assert_eq!(a.check(&caption), Ok(()));
+        // A well-placed mention entity after a surrogate pair is read.
+        let good = serde_json::json!([{"type": "mention", "offset": 3, "length": 8}]);
+        let text = group_message(serde_json::json!({"text": "😀 @TurnBot's hi", "entities": good}));
+        assert_eq!(a.check(&text), Ok(()));
     }
 
     #[test]

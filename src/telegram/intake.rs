@@ -14,6 +14,8 @@ use teloxide::requests::HasPayload;
 use teloxide::types::{AllowedUpdate, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 
+use crate::config::AccessConfig;
+use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, InboxMessage, UPDATE_ID_RESET_GAP};
 use crate::telegram::addressing::{Addressing, NotForUs};
@@ -51,6 +53,9 @@ pub struct Intake {
     inbox: Inbox,
     /// Which messages are for this bot; the others are never handed over.
     addressing: Addressing,
+    /// Who may talk to the bot: a stranger's message is written to the
+    /// inbox without its text and files (the dispatcher refuses it).
+    access: AccessConfig,
     /// Counts polls (and `/healthz` reads when the last one answered).
     metrics: Option<std::sync::Arc<crate::ops::Metrics>>,
 }
@@ -63,7 +68,7 @@ impl Intake {
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
         inbox: Inbox,
-        addressing: Addressing,
+        (addressing, access): (Addressing, AccessConfig),
     ) -> Self {
         Self {
             bot,
@@ -73,6 +78,7 @@ impl Intake {
             offset: 0,
             inbox,
             addressing,
+            access,
             metrics: None,
         }
     }
@@ -107,8 +113,16 @@ impl Intake {
         self
     }
 
-    /// The inbox row of an update that carries a message to answer.
-    fn row(update: &Update) -> Option<InboxMessage> {
+    /// What becomes of an update: `None` when it is not for the bot,
+    /// otherwise its inbox row, if it carries a message to answer.
+    fn take(&mut self, update: &Update) -> Option<Option<InboxMessage>> {
+        self.for_us(update).then(|| Self::row(update, &self.access))
+    }
+
+    /// The inbox row of an update that carries a message to answer. A
+    /// stranger's message keeps no text and no files: it is refused, and
+    /// what they wrote never reaches the state file.
+    fn row(update: &Update, access: &AccessConfig) -> Option<InboxMessage> {
         let UpdateKind::Message(message) = &update.kind else {
             return None;
         };
@@ -118,6 +132,11 @@ impl Intake {
         if text.is_none() && files.is_empty() {
             return None;
         }
+        let (text, files) = if access.admits(user.id.0, message.chat.id.0) {
+            (text, files)
+        } else {
+            (None, Vec::new())
+        };
         let topic = message
             .thread_id
             .filter(|_| message.is_topic_message)
@@ -137,11 +156,11 @@ impl Intake {
     /// Writes a batch to the inbox (moving the offset past it), then hands
     /// over, in order, each update that was not there already; then polls
     /// again. Nothing else is handled meanwhile.
-    fn accept(&mut self, mut updates: Vec<Update>, ctx: &mut Context<Self>) {
+    fn accept(&mut self, updates: Vec<Update>, ctx: &mut Context<Self>) {
         let ids: Vec<i64> = updates.iter().map(|u| i64::from(u.id.0)).collect();
         // The offset moves past every update; only those for the bot go on.
-        updates.retain(|u| self.for_us(u));
-        let rows: Vec<InboxMessage> = updates.iter().filter_map(Self::row).collect();
+        let taken = take_each(updates, |u| self.take(u));
+        let rows: Vec<InboxMessage> = taken.iter().filter_map(|(_, row)| row.clone()).collect();
         let next = match reset_start(i64::from(self.offset), &ids) {
             Some(first) => {
                 // Ordered before the batch's write on the store thread.
@@ -157,9 +176,9 @@ impl Intake {
         let written = self.inbox.accept(rows, i64::from(next));
         ctx.wait(written.into_actor(self).map(move |fresh, act, ctx| {
             let mut fresh = fresh.into_iter();
-            for update in updates {
+            for (update, row) in taken {
                 // A store failure must not lose the message: hand it over anyway.
-                let new = Self::row(&update).is_none() || fresh.next().unwrap_or(true);
+                let new = row.is_none() || fresh.next().unwrap_or(true);
                 if new {
                     act.to.do_send(UpdateReceived(update));
                 } else {
@@ -255,6 +274,29 @@ impl Handler<StopIntake> for Intake {
     }
 }
 
+/// Runs `take` on each update, keeping those it takes with what it gave.
+/// An update whose handling panics is dropped with an ERROR log; the
+/// offset still moves past it, so it is not fetched again and the intake
+/// goes on with the next one.
+fn take_each<T>(
+    updates: Vec<Update>,
+    mut take: impl FnMut(&Update) -> Option<T>,
+) -> Vec<(Update, T)> {
+    let mut taken = Vec::with_capacity(updates.len());
+    for update in updates {
+        match contain(|| take(&update)) {
+            Ok(Some(value)) => taken.push((update, value)),
+            Ok(None) => {}
+            Err(panic) => tracing::error!(
+                update_id = update.id.0,
+                %panic,
+                "reading the update panicked; dropped, and the offset moves past it"
+            ),
+        }
+    }
+    taken
+}
+
 /// The rule for Telegram's reset of update ids (after about a week without
 /// updates they restart at a random, lower number): a batch holding an id
 /// more than [`UPDATE_ID_RESET_GAP`] below the stored `offset` starts a new
@@ -268,8 +310,65 @@ fn reset_start(offset: i64, ids: &[i64]) -> Option<i64> {
 }
 
 #[cfg(test)]
-mod reset_tests {
+mod tests {
     use super::*;
+
+    fn update(id: i32) -> Update {
+        serde_json::from_value(serde_json::json!({
+            "update_id": id,
+            "message": {
+                "message_id": id, "date": 0, "text": "hi",
+                "chat": {"id": 5, "type": "private", "first_name": "a"},
+                "from": {"id": 5, "is_bot": false, "first_name": "a"},
+            }
+        }))
+        .expect("an update")
+    }
+
+    /// A writer appending to a shared buffer, for the log.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_update_whose_reading_panics_is_dropped_with_an_error_and_the_rest_go_on() {
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let taken = tracing::subscriber::with_default(subscriber, || {
+            take_each(vec![update(1), update(2), update(3)], |u| {
+                assert_ne!(u.id.0, 2, "injected: update 2 cannot be read");
+                Some(u.id.0)
+            })
+        });
+        let kept: Vec<u32> = taken.iter().map(|(_, id)| *id).collect();
+        assert_eq!(kept, vec![1, 3]);
+        let log = String::from_utf8_lossy(&log.0.lock().expect("log")).into_owned();
+        let line = log
+            .lines()
+            .find(|l| l.contains("ERROR"))
+            .unwrap_or_else(|| panic!("no ERROR line in {log}"));
+        assert!(
+            line.contains("update_id=2") && line.contains("injected: update 2"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn an_id_far_below_the_offset_is_a_reset_and_a_near_one_is_not() {

@@ -8,11 +8,15 @@
 //! entities" is retried as plain text; a 403 (bot blocked) is reported and
 //! not retried. Typing requests are sent only while their lease is alive.
 //!
-//! Questions ([`SendQuestion`]: text under callback buttons), their edits
-//! ([`EditQuestion`]) and callback answers ([`AnswerCallback`]) take the
-//! same lanes, limits and retry rules; an edit may be repeated (the same
-//! edit twice is harmless), a question may not, and a callback answer is
-//! dropped once Telegram would no longer take it.
+//! Questions ([`SendQuestion`]: text under callback buttons) and their
+//! edits ([`EditQuestion`]) take the same lanes, limits and retry rules; an
+//! edit may be repeated (the same edit twice is harmless), a question may
+//! not. Callback answers ([`AnswerCallback`]) are no messages: they take no
+//! lane and no rate limit, so presses never delay a chat's messages nor
+//! wait behind them, and one is dropped once Telegram would no longer take
+//! it. Nothing takes a rate-limit slot for a request it then drops.
+//! A question is never cut: what does not fit its message goes first as a
+//! text file it replies to.
 //!
 //! The request types are in `outbox/requests.rs`, the retry rules in
 //! `outbox/retry.rs`.
@@ -29,7 +33,8 @@ use teloxide::payloads::{
 };
 use teloxide::prelude::Requester;
 use teloxide::types::{
-    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ThreadId,
+    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ReplyParameters,
+    ThreadId,
 };
 use teloxide::{ApiError, Bot, RequestError};
 use tokio::sync::mpsc;
@@ -43,11 +48,12 @@ mod requests;
 mod retry;
 
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge, React,
-    SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot, StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge,
+    QuestionFile, React, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
+    StopOutbox,
 };
-use requests::{CAPTION_LIMIT, Job, Place, TextJob, cut};
-use retry::{Rule, Sent, classify, deliver, retry_allowed, send_piece};
+use requests::{CAPTION_LIMIT, CallbackAnswer, Job, Place, TextJob, cut};
+use retry::{Rule, Sent, classify, deliver, deliver_unpaced, retry_allowed, send_piece};
 
 /// Why a request did not get through.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -70,6 +76,10 @@ pub enum OutboxError {
     /// `/stop` dropped it before it was sent.
     #[error("dropped by /stop before it was sent")]
     Dropped,
+    /// The file to send could not be read from its descriptor (it grew
+    /// past the limit or was emptied after the check); not retried.
+    #[error("the file could not be read: {0}")]
+    Unreadable(String),
 }
 
 /// Rate limits and retry policy.
@@ -144,6 +154,18 @@ impl Bucket {
             .unwrap_or_default()
     }
 
+    /// How long until a token is free; takes none.
+    fn wait(&mut self) -> Duration {
+        self.refill();
+        let short = 1.0 - self.tokens;
+        let wait = if short <= 0.0 || self.per_sec <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(short / self.per_sec)
+        };
+        wait.max(self.held_for())
+    }
+
     /// Takes one token, returning how long to wait before using it.
     fn reserve(&mut self) -> Duration {
         self.refill();
@@ -178,6 +200,11 @@ impl Bucket {
     }
 }
 
+/// A job on a lane's queue, with the purge epoch of its topic when it was
+/// queued; boxed, so an idle lane's queue (a block of slots, allocated with
+/// the channel) stays small.
+type Queued = Box<(Job, u64)>;
+
 /// What every chat worker shares.
 struct Shared {
     /// Requests queued or running across all chats.
@@ -194,7 +221,7 @@ struct Shared {
 struct Lane {
     /// The worker's queue of real requests, each with the purge epoch of
     /// its topic when it was queued.
-    tx: mpsc::UnboundedSender<(Job, u64)>,
+    tx: mpsc::UnboundedSender<Queued>,
     /// Live text waiting for a free send; the worker takes it only when no
     /// real request is queued.
     light: Arc<LightQueue>,
@@ -397,7 +424,7 @@ impl Outbox {
         let lane = self.lane(chat);
         lane.state.pending.fetch_add(1, Ordering::SeqCst);
         let epoch = lane.state.epoch(job.purgeable().flatten());
-        if let Err(mpsc::error::SendError(job)) = lane.tx.send((job, epoch)) {
+        if let Err(mpsc::error::SendError(job)) = lane.tx.send(Box::new((job, epoch))) {
             // The worker is gone (it cannot be while the lane exists, but a
             // job must never vanish): replace the lane and queue again.
             tracing::warn!(chat_id = chat.0, "outbox worker missing; restarting it");
@@ -526,9 +553,9 @@ impl Handler<SendQuestion> for Outbox {
         let chat = msg.chat;
         match Job::question(msg) {
             Ok(job) => self.enqueue(chat, job),
-            Err((err, msg)) => {
+            Err((err, reply)) => {
                 tracing::warn!(chat_id = chat.0, cause = %err, "question not sent");
-                let _ = msg.reply.send(Err(err));
+                let _ = reply.send(Err(err));
             }
         }
     }
@@ -551,8 +578,51 @@ impl Handler<EditQuestion> for Outbox {
 impl Handler<AnswerCallback> for Outbox {
     type Result = ();
 
+    /// Sent at once from a task of its own, beside the chat's lane: however
+    /// many buttons are pressed, the chat's messages and pacing are
+    /// untouched. Counted as pending, so [`Flush`] waits for it.
     fn handle(&mut self, msg: AnswerCallback, _ctx: &mut Self::Context) {
-        self.enqueue(msg.chat, Job::answer(msg));
+        if self.refused(msg.chat) {
+            return;
+        }
+        self.shared.pending.fetch_add(1, Ordering::SeqCst);
+        let shared = Arc::clone(&self.shared);
+        let answer = CallbackAnswer::new(msg);
+        actix::spawn(async move {
+            answer_callback(&shared, answer).await;
+            done(&shared, 1);
+        });
+    }
+}
+
+/// Answers a callback query, with the retry rules of any request but no
+/// rate limit, never past its `until`.
+async fn answer_callback(shared: &Shared, answer: CallbackAnswer) {
+    let CallbackAnswer {
+        chat,
+        id,
+        text,
+        alert,
+        until,
+    } = answer;
+    let rule = Rule {
+        method: "answerCallbackQuery",
+        idempotent: true,
+        until: Some(until),
+    };
+    let result = deliver_unpaced(shared, chat, rule, || {
+        let mut request = shared
+            .bot
+            .answer_callback_query(CallbackQueryId(id.clone()))
+            .show_alert(alert);
+        if !text.is_empty() {
+            request = request.text(text.as_str());
+        }
+        async move { request.await.map(|_| ()) }
+    })
+    .await;
+    if let Err(err) = result {
+        tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
     }
 }
 
@@ -626,8 +696,18 @@ async fn send_file(
         until: None,
     };
     let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
+    // Read once, off this thread, from the descriptor the turn opened and
+    // checked; every attempt sends these bytes.
+    let unreadable = |e: &dyn std::fmt::Display| OutboxError::Unreadable(e.to_string());
+    let reader = file.file.try_clone().map_err(|e| unreadable(&e))?;
+    let bytes = tokio::task::spawn_blocking(move || reader.read())
+        .await
+        .map_err(|e| unreadable(&e))?
+        .map_err(|e| unreadable(&e))?;
+    let bytes = bytes::Bytes::from(bytes);
+    let name = file.file.name.clone();
     deliver(shared, chat, bucket, rule, || {
-        let input = InputFile::file(file.path.clone());
+        let input = InputFile::memory(bytes.clone()).file_name(name.clone());
         let caption = caption.clone();
         let topic = file.topic;
         let bot = &shared.bot;
@@ -654,6 +734,34 @@ async fn send_file(
             };
             Ok(message.id)
         }
+    })
+    .await
+}
+
+/// Sends the text file of a question (from memory, never twice).
+async fn send_question_file(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    topic: Option<ThreadId>,
+    file: &QuestionFile,
+) -> Result<MessageId, OutboxError> {
+    let rule = Rule {
+        method: "sendDocument",
+        idempotent: false,
+        until: None,
+    };
+    let caption = cut(&file.caption, CAPTION_LIMIT);
+    deliver(shared, chat, bucket, rule, || {
+        let input = InputFile::memory(file.text.clone().into_bytes()).file_name(file.name.clone());
+        let mut request = shared
+            .bot
+            .send_document(chat, input)
+            .caption(caption.clone());
+        if let Some(topic) = topic {
+            request = request.message_thread_id(topic);
+        }
+        async move { request.await.map(|message| message.id) }
     })
     .await
 }
@@ -742,11 +850,16 @@ struct Worker {
 /// Runs a chat's jobs one after another, until its lane is dropped: real
 /// requests first, in order; live text only when none is queued and the
 /// chat can spare a send.
-async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u64)>) {
+///
+/// An idle chat keeps its worker for a while, so what an idle worker holds
+/// is kept small: a job's future (the request, its retries) is boxed while
+/// it runs, and the queue holds boxed jobs.
+async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<Queued>) {
     loop {
         match rx.try_recv() {
-            Ok((job, epoch)) => {
-                worker.real(job, epoch).await;
+            Ok(queued) => {
+                let (job, epoch) = *queued;
+                Box::pin(worker.real(job, epoch)).await;
                 continue;
             }
             Err(mpsc::error::TryRecvError::Disconnected) => return,
@@ -756,7 +869,7 @@ async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u
         let wait = (!worker.light.is_empty()).then(|| worker.bucket.light_wait());
         if wait.is_some_and(|wait| wait.is_zero()) {
             if let Some((show, epoch)) = worker.light.take() {
-                worker.show(show, epoch).await;
+                Box::pin(worker.show(show, epoch)).await;
                 worker.finished();
             }
             continue;
@@ -771,7 +884,10 @@ async fn chat_worker(mut worker: Worker, mut rx: mpsc::UnboundedReceiver<(Job, u
         tokio::select! {
             biased;
             job = rx.recv() => match job {
-                Some((job, epoch)) => worker.real(job, epoch).await,
+                Some(queued) => {
+                    let (job, epoch) = *queued;
+                    Box::pin(worker.real(job, epoch)).await;
+                }
                 None => return,
             },
             () = ready => {}
@@ -987,26 +1103,39 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
         Job::File(file) => {
             let result = send_file(shared, chat, bucket, &file).await;
             if let Err(err) = &result {
-                tracing::warn!(chat_id = chat.0, path = %file.path.display(), cause = %err, "file not delivered");
+                tracing::warn!(chat_id = chat.0, file = %file.file.name, cause = %err, "file not delivered");
             }
             let _ = file.reply.send(result);
         }
-        Job::Question(text, keyboard, topic, reply) => {
-            let rule = Rule {
-                method: "sendMessage",
-                idempotent: false,
-                until: None,
-            };
-            let result = deliver(shared, chat, bucket, rule, || {
-                let mut request = shared
-                    .bot
-                    .send_message(chat, text.as_str())
-                    .reply_markup(keyboard.clone());
-                if let Some(topic) = topic {
-                    request = request.message_thread_id(topic);
-                }
-                async move { request.await.map(|message| message.id) }
-            })
+        Job::Question(text, keyboard, topic, file, reply) => {
+            let result = async {
+                // The file first: a question never goes without it.
+                let file = match &file {
+                    Some(file) => {
+                        Some(send_question_file(shared, chat, bucket, topic, file).await?)
+                    }
+                    None => None,
+                };
+                let rule = Rule {
+                    method: "sendMessage",
+                    idempotent: false,
+                    until: None,
+                };
+                deliver(shared, chat, bucket, rule, || {
+                    let mut request = shared
+                        .bot
+                        .send_message(chat, text.as_str())
+                        .reply_markup(keyboard.clone());
+                    if let Some(topic) = topic {
+                        request = request.message_thread_id(topic);
+                    }
+                    if let Some(file) = file {
+                        request = request.reply_parameters(ReplyParameters::new(file));
+                    }
+                    async move { request.await.map(|message| message.id) }
+                })
+                .await
+            }
             .await;
             if let Err(err) = &result {
                 tracing::warn!(chat_id = chat.0, cause = %err, "question not delivered");
@@ -1039,31 +1168,41 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
                 let _ = reply.send(result);
             }
         }
-        Job::Answer {
-            id,
-            text,
-            alert,
-            until,
-        } => {
-            let rule = Rule {
-                method: "answerCallbackQuery",
-                idempotent: true,
-                until: Some(until),
-            };
-            let result = deliver(shared, chat, bucket, rule, || {
-                let mut request = shared
-                    .bot
-                    .answer_callback_query(CallbackQueryId(id.clone()))
-                    .show_alert(alert);
-                if !text.is_empty() {
-                    request = request.text(text.as_str());
-                }
-                async move { request.await.map(|_| ()) }
-            })
-            .await;
-            if let Err(err) = result {
-                tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
-            }
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle chat keeps its lane (and so its worker) for a while: what an
+    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
+    /// idle chat's memory, when a job's future was part of the worker's).
+    #[test]
+    fn an_idle_lane_holds_a_small_worker_and_queue() {
+        let limits = RateLimits::default();
+        let chat = ChatId(7);
+        let shared = Arc::new(Shared {
+            pending: AtomicUsize::new(0),
+            drained: tokio::sync::Notify::new(),
+            bot: Bot::new("1:test"),
+            global: Mutex::new(Bucket::new(limits.global_burst, limits.global_per_sec)),
+            limits: limits.clone(),
+            events: EventBus::new(),
+        });
+        let worker = Worker {
+            shared,
+            chat,
+            light: Arc::default(),
+            state: Arc::default(),
+            typing_queued: TypingQueued::default(),
+            bucket: chat_bucket(&limits, chat),
+        };
+        let (_tx, rx) = mpsc::unbounded_channel::<Queued>();
+        let worker = chat_worker(worker, rx);
+        let size = std::mem::size_of_val(&worker);
+        assert!(size <= 1024, "an idle chat's worker holds {size} bytes");
+        // The channel allocates a block of 32 slots up front.
+        assert!(std::mem::size_of::<Queued>() <= 8);
     }
 }

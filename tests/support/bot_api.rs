@@ -100,6 +100,10 @@ pub enum Record {
     Counts,
 }
 
+/// How many of the bot's last messages a fake that does not record
+/// [`Record::Calls`] keeps for edits, deletes and button presses.
+pub const SENT_WINDOW: usize = 1_024;
+
 /// How a fake is started, see [`FakeBotApi::start_with`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
@@ -107,8 +111,17 @@ pub struct Options {
     pub record: Record,
     /// Close a keep-alive connection that carried no request for this long
     /// (as Telegram's servers close idle connections), so a process at rest
-    /// holds no HTTP connection; `None` keeps connections open.
+    /// holds no HTTP connection; `None` keeps connections open. The close
+    /// is checked every `idle_close`, so it comes between one and two times
+    /// that after the last request.
     pub idle_close: Option<Duration>,
+    /// With `idle_close`: a request that arrives on a connection already
+    /// idle that long crossed the close, as if it had come exactly then: it
+    /// is dropped unread with the connection, as a closed socket drops it,
+    /// and the client cannot tell whether it arrived. Deterministic, for
+    /// tests; on a loaded machine a late fake would drop requests that were
+    /// sent in time.
+    pub strict_idle: bool,
 }
 
 /// What the fake has seen with [`Record::Arrivals`].
@@ -118,7 +131,12 @@ pub struct Log {
     pub chat_actions: Vec<(i64, Instant)>,
     /// Successful `sendMessage` arrivals: chat, when, text.
     pub messages: Vec<(i64, Instant, String)>,
+    /// Successful `editMessageText` arrivals: chat, when, the new text.
+    pub edits: Vec<(i64, Instant, String)>,
 }
+
+/// Rows of inline buttons as `(label, callback data)`.
+pub type Buttons = Vec<Vec<(String, String)>>;
 
 /// Totals, always kept.
 #[derive(Debug, Default, Clone, Copy)]
@@ -176,9 +194,14 @@ struct Shared {
     /// [`Counts::errors`].
     errors: AtomicU64,
     /// The bot's messages by `(chat, message_id)`, as Telegram returned
-    /// them, for edits and callback queries: all of them with
-    /// [`Record::Calls`], only those with buttons otherwise.
+    /// them, for edits, deletes and callback queries: all of them with
+    /// [`Record::Calls`], the last [`SENT_WINDOW`] otherwise (a fake that
+    /// keeps every reply would itself grow with every turn).
     sent: Mutex<HashMap<(i64, i64), Value>>,
+    /// The keys of `sent` in the order sent, when it is a window.
+    sent_order: Mutex<VecDeque<(i64, i64)>>,
+    /// Successful `sendMessage` calls per chat, whatever the recording.
+    per_chat: Mutex<HashMap<i64, u64>>,
     /// Callback query ids pushed and not yet answered.
     unanswered: Mutex<HashSet<String>>,
     /// Registered files and received uploads.
@@ -293,7 +316,7 @@ impl FakeBotApi {
             let id = format!("{}", 4_000_000_000_000 + queue.last_callback_id);
             queue.push(json!({"callback_query": {
                 "id": id,
-                "from": {"id": user_id, "is_bot": false, "first_name": "u"},
+                "from": {"id": user_id, "is_bot": false, "first_name": format!("u{user_id}")},
                 "message": message,
                 "chat_instance": format!("instance-{chat_id}"),
                 "data": data,
@@ -415,6 +438,42 @@ impl FakeBotApi {
             polls: s.polls.load(Ordering::SeqCst),
             errors: s.errors.load(Ordering::SeqCst),
         }
+    }
+
+    /// Takes the arrivals recorded so far ([`Record::Arrivals`]), so a long
+    /// run can check them as it goes without the fake keeping them all.
+    pub fn take_log(&self) -> Log {
+        std::mem::take(&mut *lock(&self.shared.log))
+    }
+
+    /// The newest message with buttons the bot sent to `chat` (among those
+    /// the fake still keeps): its id and its buttons' `(label, data)`.
+    pub fn last_buttons(&self, chat: i64) -> Option<(i64, Buttons)> {
+        let sent = lock(&self.shared.sent);
+        let (id, message) = sent
+            .iter()
+            .filter(|((c, _), m)| *c == chat && m.get("reply_markup").is_some())
+            .max_by_key(|((_, id), _)| *id)?;
+        let rows = message["reply_markup"]["inline_keyboard"].as_array()?;
+        let buttons = rows
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|b| {
+                        let field = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+                        (field("text"), field("callback_data"))
+                    })
+                    .collect()
+            })
+            .collect();
+        Some((id.1, buttons))
+    }
+
+    /// Successful `sendMessage` calls per chat so far, whatever the recording.
+    pub fn messages_by_chat(&self) -> HashMap<i64, u64> {
+        lock(&self.shared.per_chat).clone()
     }
 
     /// A copy of the arrivals (empty unless [`Record::Arrivals`]).

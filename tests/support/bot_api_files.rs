@@ -32,6 +32,9 @@ pub(super) struct FileStore {
     by_id: HashMap<String, (String, Vec<u8>, u64)>,
     /// Uploads in order of arrival.
     uploads: Vec<Upload>,
+    /// The bytes of every file part received, answered or failed (an
+    /// injected fault) alike, in order of arrival.
+    received: Vec<Vec<u8>>,
 }
 
 impl FakeBotApi {
@@ -52,6 +55,12 @@ impl FakeBotApi {
     /// The uploads so far.
     pub fn uploads(&self) -> Vec<Upload> {
         lock(&self.shared.files).uploads.clone()
+    }
+
+    /// The bytes of every file part received so far, including those of
+    /// requests answered with an injected fault.
+    pub fn received_files(&self) -> Vec<Vec<u8>> {
+        lock(&self.shared.files).received.clone()
     }
 
     /// Waits until `n` uploads arrived; returns them all.
@@ -204,6 +213,11 @@ pub fn in_album(mut message: Value, group: &str) -> Value {
 }
 
 impl Shared {
+    /// Keeps the bytes of a file part, whatever the answer.
+    pub(super) fn received_file(&self, bytes: &[u8]) {
+        lock(&self.files).received.push(bytes.to_vec());
+    }
+
     /// `getFile`.
     pub(super) fn get_file(&self, params: &Value) -> Answer {
         let id = params.get("file_id").and_then(Value::as_str).unwrap_or("");

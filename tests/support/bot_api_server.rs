@@ -3,8 +3,6 @@
 //! HTTP/1.1 connections (keep-alive, no Nagle delay, optionally closed once
 //! idle).
 
-use std::convert::Infallible;
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -62,6 +60,9 @@ impl Shared {
         } else {
             None
         };
+        if let Some(part) = &file {
+            self.received_file(&part.bytes);
+        }
         let (answer, delay) = match fault {
             None => (self.answer(&method, &params, at, file), Duration::ZERO),
             Some(Fault::Delay(delay)) => (self.answer(&method, &params, at, file), delay),
@@ -162,6 +163,7 @@ impl Shared {
             return refusal;
         }
         self.messages.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.per_chat).entry(chat_id).or_default() += 1;
         if text.starts_with('⚠') {
             self.notices.fetch_add(1, Ordering::Relaxed);
         }
@@ -191,8 +193,24 @@ impl Shared {
             message["reply_markup"] = markup;
         }
         // Kept, as Telegram keeps it: it can be edited or deleted later.
-        lock(&self.sent).insert((chat_id, message_id), message.clone());
+        self.keep_sent((chat_id, message_id), message.clone());
         ok(message)
+    }
+
+    /// Keeps a sent message; unless every call is recorded, only the last
+    /// [`SENT_WINDOW`] are kept.
+    fn keep_sent(&self, key: (i64, i64), message: Value) {
+        let mut sent = lock(&self.sent);
+        sent.insert(key, message);
+        if self.options.record != Record::Calls {
+            let mut order = lock(&self.sent_order);
+            order.push_back(key);
+            while order.len() > SENT_WINDOW {
+                if let Some(old) = order.pop_front() {
+                    sent.remove(&old);
+                }
+            }
+        }
     }
 
     /// `editMessageText` (`text`) or `editMessageReplyMarkup`: replaces the
@@ -236,6 +254,14 @@ impl Shared {
             None => fields.remove("reply_markup"),
         };
         fields.insert("edit_date".into(), unix_now().into());
+        if let Some(new_text) = new_text.filter(|_| text)
+            && self.options.record == Record::Arrivals
+        {
+            lock(&self.log)
+                .edits
+                .push((key.0, Instant::now(), new_text.to_string()));
+            self.recorded.notify_waiters();
+        }
         ok(message.clone())
     }
 
@@ -244,7 +270,11 @@ impl Shared {
         let int = |name: &str| params.get(name).and_then(as_i64);
         let key = (int("chat_id").unwrap_or(0), int("message_id").unwrap_or(0));
         match lock(&self.sent).remove(&key) {
-            Some(_) => Answer::Json(200, OK_TRUE.to_string()),
+            Some(_) => {
+                // The window holds messages that still exist.
+                lock(&self.sent_order).retain(|k| *k != key);
+                Answer::Json(200, OK_TRUE.to_string())
+            }
             None => error(400, "Bad Request: message to delete not found", None),
         }
     }
@@ -405,17 +435,24 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 };
                 let _ = stream.set_nodelay(true);
                 let idle_close = shared.options.idle_close;
-                let activity = Arc::new(Activity::default());
+                let strict = idle_close.filter(|_| shared.options.strict_idle);
+                let activity = Arc::new(Activity::new());
                 let seen = Arc::clone(&activity);
                 let shared = Arc::clone(&shared);
                 let service = hyper::service::service_fn(move |request| {
                     let shared = Arc::clone(&shared);
                     let seen = Arc::clone(&seen);
                     async move {
+                        // The connection's idle time was up before this
+                        // request arrived: the server closed it, and the
+                        // request crossed the close. Unread, unanswered.
+                        if strict.is_some_and(|idle| seen.idle_for() >= idle) {
+                            return Err(ClosedWhileIdle);
+                        }
                         seen.begin();
                         let response = handle(&shared, request).await;
                         seen.end();
-                        Ok::<_, Infallible>(response)
+                        Ok(response)
                     }
                 });
                 let connection = http1::Builder::new()
@@ -428,16 +465,36 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// A request that arrived on a connection past its idle time: the server
+/// had closed it (as Telegram's servers close idle keep-alive connections),
+/// so the connection is dropped without an answer.
+#[derive(Debug)]
+struct ClosedWhileIdle;
+
+impl std::fmt::Display for ClosedWhileIdle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request on a connection closed for idleness")
+    }
+}
+
+impl std::error::Error for ClosedWhileIdle {}
+
 /// Requests in flight on a connection and when the last one ended.
-#[derive(Default)]
 struct Activity {
     /// A connection with a request in flight is never idle.
     inflight: AtomicU64,
-    /// When the last request ended (`None`: none yet).
+    /// When the last request ended (at first: when the connection opened).
     last: Mutex<Option<Instant>>,
 }
 
 impl Activity {
+    fn new() -> Self {
+        Self {
+            inflight: AtomicU64::new(0),
+            last: Mutex::new(Some(Instant::now())),
+        }
+    }
+
     fn begin(&self) {
         self.inflight.fetch_add(1, Ordering::SeqCst);
     }

@@ -77,6 +77,8 @@ impl FakeLog {
                 "1".into(),
             ),
             ("TURNSTILE_AGENT_KEEP_WARM".into(), "0s".into()),
+            // Unsandboxed unless a test asks: these run without root or bwrap.
+            ("TURNSTILE_AGENT_SANDBOX".into(), "none".into()),
             (
                 "TURNSTILE_AGENT_WORKDIR".into(),
                 self.workdir_template().display().to_string(),

@@ -340,3 +340,25 @@ pub async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() ->
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A test's own `sleep` argument: `sleep` with it is a process no one
+/// else runs, found by its argv in `/proc` from outside any PID namespace.
+pub fn marker() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("300.{}{n:04}", std::process::id())
+}
+
+/// The pids (as seen here) of the live processes running `sleep marker`.
+pub fn sleeping(marker: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // A zombie's cmdline is empty: only the living match.
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|argv| argv == format!("sleep\0{marker}\0").as_bytes())
+        })
+        .collect()
+}

@@ -144,8 +144,8 @@ pub const SANDBOX_SWITCH: &str = "TURNSTILE_TEST_SANDBOX";
 /// The environment every real-CLI test starts the bot with: the `claude`
 /// backend on the CLI inside the namespace, talking to the fake Messages API
 /// at `base_url`, with `home` as its home and config dir and `workdir` as
-/// `agent.workdir`, no warm process, a 60 s no-progress clock, and the
-/// sandbox when [`SANDBOX_SWITCH`] asks for it.
+/// `agent.workdir`, no warm process, a 60 s no-progress clock, and no
+/// sandbox unless [`SANDBOX_SWITCH`] asks for one.
 pub fn agent_env(base_url: &str, home: &str, workdir: &str) -> Vec<(String, String)> {
     let claude = claude_in_namespace();
     let mut vars: Vec<(String, String)> = [
@@ -166,9 +166,8 @@ pub fn agent_env(base_url: &str, home: &str, workdir: &str) -> Vec<(String, Stri
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    if let Ok(sandbox) = std::env::var(SANDBOX_SWITCH) {
-        println!("{SANDBOX_SWITCH}={sandbox}");
-        vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
-    }
+    let sandbox = std::env::var(SANDBOX_SWITCH).unwrap_or_else(|_| "none".into());
+    println!("{SANDBOX_SWITCH}={sandbox}");
+    vars.push(("TURNSTILE_AGENT_SANDBOX".into(), sandbox));
     vars
 }

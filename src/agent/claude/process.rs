@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use super::{ClaudeSettings, seal};
 use crate::agent::AgentError;
+use crate::state::AgentGroup;
 
 /// Stderr lines logged per session before the rest are only counted.
 const STDERR_LINES_LOGGED: usize = 200;
@@ -56,7 +57,12 @@ impl LiveProcesses {
                 .next()
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(0);
-            ledger.record_group(i64::from(pid), start, chat);
+            let group = AgentGroup {
+                pgid: i64::from(pid),
+                start_time: start,
+                boot_id: boot_id().unwrap_or_default(),
+            };
+            ledger.record_group(group, chat);
         }
     }
 
@@ -264,16 +270,41 @@ pub fn start_time(pid: u32) -> Option<i64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`),
+/// read once; `None` when it cannot be read.
+pub fn boot_id() -> Option<String> {
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|id| id.trim().to_owned())
+                .filter(|id| !id.is_empty())
+        })
+        .clone()
+}
+
 /// Kills the agent process groups a previous turnstile left alive (it was
-/// killed with `kill -9`, so it could not): for each recorded group, when
-/// its leader still runs with the recorded start time, or is gone (then
-/// what is left of the group can only be its survivors: a pid is not handed
-/// out while a group of that id exists), the whole group gets SIGKILL; a
-/// leader pid now naming another process is left alone. Answers how many
-/// groups were killed.
-pub fn kill_leftover_groups(groups: &[(i64, i64)]) -> usize {
+/// killed with `kill -9`, so it could not): for each group recorded in
+/// this boot (`boot_id`; pids and start times begin again at every boot,
+/// so a group of an earlier boot, or of an unknown one, is never touched),
+/// when its leader still runs with the recorded start time, or is gone
+/// (then what is left of the group can only be its survivors: a pid is not
+/// handed out while a group of that id exists), the whole group gets
+/// SIGKILL; a leader pid now naming another process is left alone. Answers
+/// how many groups were killed.
+pub fn kill_leftover_groups(groups: &[AgentGroup], boot_id: Option<&str>) -> usize {
     let mut killed = 0;
-    for &(pgid, recorded) in groups {
+    for group in groups {
+        let (pgid, recorded) = (group.pgid, group.start_time);
+        if group.boot_id.is_empty() || Some(group.boot_id.as_str()) != boot_id {
+            tracing::info!(
+                pgid,
+                recorded_boot = %group.boot_id,
+                "recorded agent group is of an earlier boot (or an unknown one); left alone"
+            );
+            continue;
+        }
         let Ok(pid) = u32::try_from(pgid) else {
             continue;
         };
@@ -302,6 +333,101 @@ pub fn kill_leftover_groups(groups: &[(i64, i64)]) -> usize {
         }
     }
     killed
+}
+
+/// How long the start probe waits for `bwrap … true`.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs `bwrap <base flags> true` (see `seal::bwrap_base`) as every
+/// session will. Not root, it tries bwrap's own user namespace first, but
+/// not with a setuid bwrap, which uses its own privileges (and whose child
+/// bubblewrap 0.8 leaves behind, stuck, when that namespace cannot be made);
+/// root drops its capabilities instead. Answers whether the user namespace
+/// is to be used, or why bwrap cannot run.
+pub(super) fn probe_bubblewrap(root: bool) -> Result<bool, String> {
+    let path = std::env::var_os("PATH");
+    let Some(bwrap) = seal::find_program(seal::BWRAP, path.as_deref()) else {
+        return Err(format!("`{}` is not on PATH", seal::BWRAP));
+    };
+    let tries: &[bool] = if root || is_setuid(&bwrap) {
+        &[false]
+    } else {
+        &[true, false]
+    };
+    let mut failed = Vec::new();
+    for &user_ns in tries {
+        let mut argv = seal::bwrap_base(user_ns);
+        argv.extend(["--".to_owned(), "true".to_owned()]);
+        match run_probe(&bwrap, &argv[1..], path.as_deref()) {
+            Ok(()) => return Ok(user_ns),
+            Err(why) => {
+                let why = format!("`{}` {why}", argv.join(" "));
+                if user_ns {
+                    tracing::info!(cause = %why, "bwrap cannot make its own user namespace; trying without");
+                }
+                failed.push(why);
+            }
+        }
+    }
+    Err(failed.join("; "))
+}
+
+/// Whether `file` is set-user-ID.
+fn is_setuid(file: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(file).is_ok_and(|m| m.permissions().mode() & 0o4000 != 0)
+}
+
+/// Runs `program args` from an environment of `path` alone; waits for the
+/// process itself (not for its stderr to close, which a child it leaves
+/// behind may hold), at most [`PROBE_TIMEOUT`].
+fn run_probe(
+    program: &std::path::Path,
+    args: &[String],
+    path: Option<&std::ffi::OsStr>,
+) -> Result<(), String> {
+    use std::io::Read as _;
+    use std::os::fd::AsRawFd as _;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(path.map(|path| ("PATH", path)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| format!("could not be run: {err}"))?;
+    let mut stderr = child.stderr.take();
+    if let Some(pipe) = &stderr {
+        // SAFETY: fcntl on a descriptor this function owns.
+        unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("did not finish within {PROBE_TIMEOUT:?}"));
+            }
+            Err(err) => return Err(format!("could not be waited for: {err}")),
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let mut said = vec![0u8; 4 * STDERR_LINE_CHARS];
+    let read = stderr
+        .as_mut()
+        .and_then(|pipe| pipe.read(&mut said).ok())
+        .unwrap_or(0);
+    let said = String::from_utf8_lossy(&said[..read]);
+    let said: String = said.trim().chars().take(STDERR_LINE_CHARS).collect();
+    Err(format!("failed ({status}): {said}"))
 }
 
 /// Creates `dir` and its missing parents with mode 0700; an existing one is
@@ -420,6 +546,54 @@ mod tests {
         let tail = tail.lock().unwrap();
         assert_eq!(tail.len(), 1);
         assert_eq!(tail[0].chars().count(), STDERR_LINE_CHARS);
+    }
+
+    /// A `sleep` leading its own process group, and its start time.
+    fn group_leader() -> (std::process::Child, AgentGroup) {
+        use std::os::unix::process::CommandExt as _;
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .expect("sleep runs");
+        let group = AgentGroup {
+            pgid: i64::from(child.id()),
+            start_time: start_time(child.id()).expect("its start time"),
+            boot_id: boot_id().expect("this boot's id"),
+        };
+        (child, group)
+    }
+
+    /// The signal that ended `child`, after a SIGTERM of the test's own: a
+    /// SIGKILL sent before it wins, so SIGTERM means nothing killed it.
+    fn ended_by(mut child: std::process::Child) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt as _;
+        kill_group(child.id(), libc::SIGTERM);
+        child.wait().expect("reaped").signal()
+    }
+
+    #[test]
+    fn a_group_recorded_in_an_earlier_boot_is_never_killed() {
+        let now = boot_id().expect("this boot's id");
+        let (child, this_boot) = group_leader();
+        let earlier = AgentGroup {
+            boot_id: "00000000-0000-4000-8000-000000000000".into(),
+            ..this_boot.clone()
+        };
+        let unknown = AgentGroup {
+            boot_id: String::new(),
+            ..this_boot.clone()
+        };
+        assert_eq!(kill_leftover_groups(&[earlier, unknown], Some(&now)), 0);
+        assert_eq!(
+            kill_leftover_groups(std::slice::from_ref(&this_boot), None),
+            0
+        );
+        assert_eq!(ended_by(child), Some(libc::SIGTERM), "nothing killed it");
+        // Recorded in this boot, the same group is killed.
+        let (child, this_boot) = group_leader();
+        assert_eq!(kill_leftover_groups(&[this_boot], Some(&now)), 1);
+        assert_eq!(ended_by(child), Some(libc::SIGKILL));
     }
 
     #[tokio::test]

@@ -5,11 +5,14 @@
 //! from an empty environment plus a small base ([`BASE_ENV`], `LC_*`), the
 //! names in `agent.pass_env` and `agent.env`; never the bot token or a
 //! `TURNSTILE_*` variable. It runs in its chat's own working directory,
-//! created 0700 on first use. With `agent.sandbox = "bubblewrap"` it runs
-//! under `bwrap`: the system read-only, the state and config directories
-//! hidden under a tmpfs, a fresh `/tmp`, `/proc` and `/dev`, its own PID
-//! namespace, and only the workdir and its home writable. `agent.launcher`
-//! goes first of all (`ssh HOST`, `docker run -i …`).
+//! created 0700 on first use. With `agent.sandbox = "bubblewrap"` (the
+//! default) it runs under `bwrap` ([`bwrap_base`]): no capability, the
+//! system read-only, the state and config directories and the directories
+//! holding every chat's workdir and home hidden whole under a tmpfs (what
+//! the CLI itself is run from bound back read-only), a fresh `/tmp`,
+//! `/proc` and `/dev`, its own PID namespace, which ends with it, and only
+//! its own workdir and home writable. `agent.launcher` goes first of all
+//! (`ssh HOST`, `docker run -i …`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -28,8 +31,8 @@ pub const WORKDIR: &str = "{workdir}";
 /// The sandbox program.
 pub const BWRAP: &str = "bwrap";
 
-/// Directories never hidden under a tmpfs (the sandbox hides only the
-/// files in them): the system itself.
+/// Directories never hidden whole under a tmpfs (the sandbox covers only
+/// the secret files in them): the system itself.
 const SYSTEM_DIRS: &[&str] = &[
     "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
     "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/usr", "/var", "/var/lib",
@@ -52,8 +55,12 @@ pub struct Seal {
     /// `agent.launcher`, placeholders unfilled.
     pub launcher: Vec<String>,
     /// Files the sandbox must hide (the state file, the config file),
-    /// absolute.
+    /// absolute: their whole directories are hidden.
     pub secrets: Vec<PathBuf>,
+    /// Whether bwrap makes its own user namespace (`--unshare-user`): the
+    /// start probe sets it when turnstile does not run as root and bwrap
+    /// can.
+    pub user_ns: bool,
 }
 
 /// A process to start: what `process` hands the OS.
@@ -129,7 +136,8 @@ pub fn launcher_argv(launcher: &[String], chat: &str, workdir: &Path) -> Vec<Str
 /// The process for `chat`: `command` and `args` sealed as `seal` says,
 /// environment from `parent`, `extra` (`agent.env`) and the protocol's own
 /// variables. `exists` tells which files are there (the sandbox hides the
-/// ones that are).
+/// ones that are); under the sandbox the CLI's own files are looked up
+/// (on `PATH`, through symlinks and its `#!` line) to bind them back.
 pub fn plan(
     seal: &Seal,
     chat: &str,
@@ -160,13 +168,15 @@ pub fn plan(
                 }
             }
         }
+        let cli = cli_files(
+            command,
+            env.get(&OsString::from("PATH")).map(OsString::as_os_str),
+        );
         env.insert("TMPDIR".into(), "/tmp".into());
-        let keep: Vec<PathBuf> = writable.iter().map(|b| b.path().to_owned()).collect();
         argv.extend(bwrap_argv(
-            &hides(&seal.secrets, &keep, command, &exists),
-            &writable,
+            seal.user_ns,
+            &mounts(seal, writable, &cli, &exists),
             &workdir,
-            &under_tmp(command),
         ));
     }
     argv.push(command.to_owned());
@@ -178,6 +188,46 @@ pub fn plan(
         create,
     }
 }
+
+/// `bwrap` and the flags every sandbox starts with (and the start probe
+/// runs `true` under): a new session; its own PID, IPC, UTS and cgroup
+/// namespaces, and its own user namespace when `user_ns`; no capability
+/// at all, even for root (so no mount can be undone or made writable);
+/// the system read-only; fresh `/dev`, `/proc` and `/tmp`; killed with its
+/// parent, and then, as its PID namespace's init is gone, every process
+/// in it.
+#[must_use]
+pub fn bwrap_base(user_ns: bool) -> Vec<String> {
+    let mut argv = vec![
+        BWRAP,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ];
+    if user_ns {
+        argv.push("--unshare-user");
+    }
+    argv.extend([
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        TMP,
+    ]);
+    argv.into_iter().map(str::to_owned).collect()
+}
+
+/// The sandbox's own `/tmp`, an empty tmpfs.
+const TMP: &str = "/tmp";
 
 /// A writable directory in the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,36 +246,88 @@ impl Bind {
     }
 }
 
-/// What the sandbox covers.
+/// One mount over the read-only system, after the base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Hide {
-    /// A directory under an empty tmpfs.
-    Dir(PathBuf),
-    /// A file under `/dev/null`.
-    File(PathBuf),
+enum Mount {
+    /// An empty tmpfs over a directory the agent must not see.
+    Hide(PathBuf),
+    /// A directory the agent writes: its workdir, its home.
+    Writable(Bind),
+    /// What the CLI needs from a hidden directory, bound back read-only.
+    Needed(PathBuf),
+    /// `/dev/null` over a secret file in a directory that cannot be
+    /// hidden whole (a system directory such as `/etc`).
+    HideFile(PathBuf),
 }
 
-/// How to hide each secret file: its whole directory under a tmpfs, unless
-/// that is a system directory or holds the CLI or a writable directory
-/// (then only the file and its SQLite companions that exist).
-fn hides(
-    secrets: &[PathBuf],
-    writable: &[PathBuf],
-    command: &str,
+impl Mount {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Hide(path) | Self::Needed(path) | Self::HideFile(path) => path,
+            Self::Writable(bind) => bind.path(),
+        }
+    }
+
+    /// Among mounts at the same depth: hides first, so what is bound on
+    /// the same path shows; a file's `/dev/null` last, so nothing shows it
+    /// again.
+    fn rank(&self) -> u8 {
+        match self {
+            Self::Hide(_) => 0,
+            Self::Writable(_) => 1,
+            Self::Needed(_) => 2,
+            Self::HideFile(_) => 3,
+        }
+    }
+}
+
+/// Whether `dir` is one the sandbox never hides whole: the system itself.
+fn is_system(dir: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| Path::new(d) == dir)
+}
+
+/// The directory holding every chat's directory made from `template`
+/// (the path before its first `{chat}`); `None` when there is no
+/// placeholder (one directory for every chat).
+fn chat_root(template: &Path) -> Option<PathBuf> {
+    let mut root = PathBuf::new();
+    for part in template.components() {
+        if part.as_os_str().to_string_lossy().contains(CHAT) {
+            return Some(root);
+        }
+        root.push(part);
+    }
+    None
+}
+
+/// Everything mounted over the read-only system, parents before what lies
+/// beneath them: each secret's whole directory under an empty tmpfs (a
+/// system directory keeps its place, and only the secret and its SQLite
+/// companions that `exists` are covered), the directories holding every
+/// chat's workdirs and homes too; then this chat's own `writable`
+/// directories, and the `cli` files the agent needs from a hidden
+/// directory, read-only.
+fn mounts(
+    seal: &Seal,
+    writable: Vec<Bind>,
+    cli: &[PathBuf],
     exists: &impl Fn(&Path) -> bool,
-) -> Vec<Hide> {
-    let command = Path::new(command);
-    let mut out: Vec<Hide> = Vec::new();
-    for file in secrets {
+) -> Vec<Mount> {
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    let mut files: Vec<PathBuf> = Vec::new();
+    // A directory already hidden, or beneath `/tmp` (the base hides it),
+    // needs nothing more; one holding hidden ones replaces them.
+    let mut hide = |dir: &Path| {
+        if is_system(dir) || dir.starts_with(TMP) || hidden.iter().any(|h| dir.starts_with(h)) {
+            return;
+        }
+        hidden.retain(|h| !h.starts_with(dir));
+        hidden.push(dir.to_owned());
+    };
+    for file in &seal.secrets {
         let Some(dir) = file.parent() else { continue };
-        let system = SYSTEM_DIRS.iter().any(|d| Path::new(d) == dir);
-        let needed = command.is_absolute() && command.starts_with(dir)
-            || writable.iter().any(|w| dir.starts_with(w));
-        if !system && !needed {
-            let hide = Hide::Dir(dir.to_owned());
-            if !out.contains(&hide) {
-                out.push(hide);
-            }
+        if !is_system(dir) {
+            hide(dir);
             continue;
         }
         for suffix in ["", "-wal", "-shm", "-journal"] {
@@ -233,80 +335,120 @@ fn hides(
             name.push(suffix);
             let path = PathBuf::from(name);
             if exists(&path) {
-                out.push(Hide::File(path));
+                files.push(path);
             }
         }
     }
+    let roots: Vec<PathBuf> = [&seal.workdir, &seal.home]
+        .into_iter()
+        .filter_map(|template| chat_root(template))
+        .collect();
+    for root in &roots {
+        hide(root);
+    }
+    let mut out: Vec<Mount> = hidden.iter().cloned().map(Mount::Hide).collect();
+    out.extend(writable.into_iter().map(Mount::Writable));
+    for file in cli {
+        let under_hidden = file.starts_with(TMP) || hidden.iter().any(|h| file.starts_with(h));
+        if !under_hidden {
+            continue;
+        }
+        // The file's whole directory, unless that would show a hidden
+        // directory, a secret, or any chat's directory.
+        let whole_dir = file.parent().filter(|dir| {
+            *dir != Path::new(TMP)
+                && !seal
+                    .secrets
+                    .iter()
+                    .chain(&roots)
+                    .chain(&hidden)
+                    .any(|p| p.starts_with(dir))
+                && !roots.iter().any(|root| dir.starts_with(root))
+        });
+        let needed = Mount::Needed(whole_dir.unwrap_or(file).to_owned());
+        if !out.contains(&needed) {
+            out.push(needed);
+        }
+    }
+    out.extend(files.into_iter().map(Mount::HideFile));
+    out.sort_by_key(|m| (m.path().components().count(), m.rank()));
     out
 }
 
-/// The directories of the command (and of the file it links to) that lie
-/// under `/tmp`, which the sandbox replaces with an empty tmpfs: they are
-/// bound back read-only so the command can still be run.
-fn under_tmp(command: &str) -> Vec<PathBuf> {
-    let path = Path::new(command);
-    if !path.is_absolute() {
-        return Vec::new();
-    }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let real = std::fs::canonicalize(path).ok();
-    for file in [Some(path.to_path_buf()), real].into_iter().flatten() {
-        if let Some(dir) = file.parent()
-            && dir.starts_with("/tmp")
-            && !dirs.iter().any(|d| d == dir)
-        {
-            dirs.push(dir.to_path_buf());
+/// The files the CLI is run from: `command` (found on `path` when it is a
+/// bare name), the file it links to, and the interpreter of its `#!` line
+/// (found on `path` for `/usr/bin/env NAME`) and the file that links to.
+/// Only files that are there.
+fn cli_files(command: &str, path: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    let add = |file: PathBuf, files: &mut Vec<PathBuf>| {
+        let real = std::fs::canonicalize(&file).ok();
+        for file in [Some(file), real].into_iter().flatten() {
+            if !files.contains(&file) {
+                files.push(file);
+            }
         }
+    };
+    let Some(found) = find_program(command, path) else {
+        return files;
+    };
+    add(found, &mut files);
+    let script = files.last().cloned();
+    if let Some(interpreter) = script.and_then(|s| interpreter(&s, path)) {
+        add(interpreter, &mut files);
     }
-    dirs
+    files
+}
+
+/// `name` as the kernel or `env` would find it: an absolute path as it
+/// is, a bare name in the first directory of `path` holding it.
+pub(super) fn find_program(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    let given = Path::new(name);
+    if given.is_absolute() {
+        return given.exists().then(|| given.to_owned());
+    }
+    if name.contains('/') || name.is_empty() {
+        return None;
+    }
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(name))
+        .find(|file| file.is_absolute() && file.is_file())
+}
+
+/// The interpreter a script's `#!` line names (`/usr/bin/env NAME` looks
+/// `NAME` up on `path`); `None` for a binary.
+fn interpreter(script: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let line = head[..read].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    let program = words.next()?;
+    if Path::new(program).file_name() == Some(std::ffi::OsStr::new("env")) {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        return find_program(name, path);
+    }
+    find_program(program, path)
 }
 
 /// `bwrap` and its arguments up to the command.
-fn bwrap_argv(hides: &[Hide], writable: &[Bind], workdir: &Path, tools: &[PathBuf]) -> Vec<String> {
-    let mut argv: Vec<String> = [
-        BWRAP,
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+fn bwrap_argv(user_ns: bool, mounts: &[Mount], workdir: &Path) -> Vec<String> {
+    let mut argv = bwrap_base(user_ns);
     let text = |p: &Path| p.to_string_lossy().into_owned();
-    for dir in tools {
-        argv.extend(["--ro-bind".into(), text(dir), text(dir)]);
-    }
-    // Directories first, so the writable binds show through them; files
-    // last, so no bind shows them again.
-    for hide in hides {
-        if let Hide::Dir(dir) = hide {
-            argv.extend(["--tmpfs".into(), text(dir)]);
-        }
-    }
-    for bind in writable {
-        let flag = match bind {
-            Bind::Made(_) => "--bind",
-            Bind::Given(_) => "--bind-try",
+    for mount in mounts {
+        let (flag, source) = match mount {
+            Mount::Hide(dir) => {
+                argv.extend(["--tmpfs".into(), text(dir)]);
+                continue;
+            }
+            Mount::Writable(Bind::Made(dir)) => ("--bind", text(dir)),
+            Mount::Writable(Bind::Given(dir)) => ("--bind-try", text(dir)),
+            Mount::Needed(path) => ("--ro-bind", text(path)),
+            Mount::HideFile(_) => ("--ro-bind", "/dev/null".to_owned()),
         };
-        let path = text(bind.path());
-        argv.extend([flag.into(), path.clone(), path]);
-    }
-    for hide in hides {
-        if let Hide::File(file) = hide {
-            argv.extend(["--ro-bind".into(), "/dev/null".into(), text(file)]);
-        }
+        argv.extend([flag.into(), source, text(mount.path())]);
     }
     argv.extend(["--chdir".into(), text(workdir), "--".into()]);
     argv
@@ -413,6 +555,7 @@ mod tests {
                 PathBuf::from("/var/lib/turnstile/turnstile.db"),
                 PathBuf::from("/etc/turnstile.toml"),
             ],
+            user_ns: false,
         }
     }
 
@@ -459,6 +602,7 @@ mod tests {
         assert!(argv.starts_with("bwrap --die-with-parent "), "{argv}");
         for part in [
             "--unshare-pid",
+            "--cap-drop ALL",
             "--ro-bind / /",
             "--proc /proc",
             "--tmpfs /tmp",
@@ -485,33 +629,181 @@ mod tests {
         assert_eq!(plan.create.len(), 2);
     }
 
+    /// The mounts after the base, as text.
+    fn mount_args(seal: &Seal, writable: Vec<Bind>, cli: &[&str], exists: &[&str]) -> String {
+        let cli: Vec<PathBuf> = cli.iter().map(PathBuf::from).collect();
+        let mounts = mounts(seal, writable, &cli, &|p: &Path| {
+            exists.iter().any(|e| Path::new(e) == p)
+        });
+        let argv = bwrap_argv(false, &mounts, Path::new("/w"));
+        argv[bwrap_base(false).len()..].join(" ")
+    }
+
     #[test]
-    fn a_secret_beside_the_cli_or_a_writable_dir_is_hidden_file_by_file() {
+    fn every_sandbox_drops_every_capability_and_takes_a_user_namespace_when_asked() {
+        let base = bwrap_base(false).join(" ");
+        assert!(base.contains(" --cap-drop ALL "), "{base}");
+        assert!(!base.contains("--unshare-user"), "{base}");
+        let base = bwrap_base(true).join(" ");
+        assert!(base.contains(" --unshare-user --cap-drop ALL "), "{base}");
         let mut seal = seal(Sandbox::Bubblewrap);
-        seal.secrets = vec![PathBuf::from("/opt/bot/state.db")];
-        seal.workdir = PathBuf::from("/opt/bot/ws/{chat}");
+        seal.user_ns = true;
         let plan = plan(
             &seal,
             "1",
-            "/opt/bot/bin/claude",
+            "/nowhere/claude",
             &[],
             Vec::new(),
-            &BTreeMap::from([("HOME".to_owned(), "/h".to_owned())]),
-            |p| p.to_string_lossy().ends_with(".db") || p.ends_with("state.db-wal"),
+            &BTreeMap::new(),
+            |_| false,
         );
-        let argv = plan.argv.join(" ");
-        assert!(!argv.contains("--tmpfs /opt/bot"), "{argv}");
-        assert!(
-            argv.contains("--ro-bind /dev/null /opt/bot/state.db "),
-            "{argv}"
+        assert_eq!(plan.argv[..bwrap_base(true).len()], bwrap_base(true)[..]);
+    }
+
+    #[test]
+    fn the_whole_state_dir_is_hidden_even_when_it_holds_the_cli() {
+        let mut seal = seal(Sandbox::Bubblewrap);
+        seal.secrets = vec![PathBuf::from("/opt/bot/state.db")];
+        seal.workdir = PathBuf::from("/opt/bot/ws/{chat}");
+        seal.home = PathBuf::from("/opt/bot/homes/{chat}");
+        let args = mount_args(
+            &seal,
+            vec![
+                Bind::Made("/opt/bot/ws/1".into()),
+                Bind::Made("/opt/bot/homes/1".into()),
+            ],
+            &[
+                "/opt/bot/.local/bin/claude",
+                "/opt/bot/.local/share/claude/versions/2.1.0",
+            ],
+            &["/opt/bot/state.db", "/opt/bot/state.db-wal"],
         );
-        assert!(
-            argv.contains("--ro-bind /dev/null /opt/bot/state.db-wal "),
-            "{argv}"
+        assert_eq!(
+            args,
+            "--tmpfs /opt/bot \
+             --bind /opt/bot/ws/1 /opt/bot/ws/1 \
+             --bind /opt/bot/homes/1 /opt/bot/homes/1 \
+             --ro-bind /opt/bot/.local/bin /opt/bot/.local/bin \
+             --ro-bind /opt/bot/.local/share/claude/versions /opt/bot/.local/share/claude/versions \
+             --chdir /w --"
         );
-        assert!(!argv.contains("state.db-shm"), "{argv}");
-        assert!(argv.contains("--bind-try /h /h"), "{argv}");
-        assert_eq!(plan.env[&OsString::from("HOME")], "/h");
+    }
+
+    #[test]
+    fn a_cli_beside_a_secret_or_a_chat_dir_is_bound_back_alone() {
+        let mut seal = seal(Sandbox::Bubblewrap);
+        seal.secrets = vec![PathBuf::from("/opt/bot/state.db")];
+        seal.workdir = PathBuf::from("/opt/bot/x/ws/{chat}");
+        seal.home = PathBuf::from("/opt/bot/homes/{chat}");
+        let args = mount_args(
+            &seal,
+            Vec::new(),
+            &[
+                "/opt/bot/claude",
+                "/opt/bot/x/claude",
+                "/tmp/claude",
+                "/tmp/t/claude",
+            ],
+            &[],
+        );
+        assert_eq!(
+            args,
+            "--tmpfs /opt/bot \
+             --ro-bind /tmp/claude /tmp/claude \
+             --ro-bind /tmp/t /tmp/t \
+             --ro-bind /opt/bot/claude /opt/bot/claude \
+             --ro-bind /opt/bot/x/claude /opt/bot/x/claude \
+             --chdir /w --"
+        );
+    }
+
+    #[test]
+    fn every_chats_dirs_are_hidden_wherever_they_are() {
+        let mut seal = seal(Sandbox::Bubblewrap);
+        seal.workdir = PathBuf::from("/srv/agents/{chat}/work");
+        seal.home = PathBuf::from("/home/bot/{chat}");
+        let args = mount_args(
+            &seal,
+            vec![
+                Bind::Made("/srv/agents/1/work".into()),
+                Bind::Made("/home/bot/1".into()),
+            ],
+            &["/usr/bin/claude"],
+            &[],
+        );
+        assert_eq!(
+            args,
+            "--tmpfs /srv/agents --tmpfs /home/bot --tmpfs /var/lib/turnstile \
+             --bind /home/bot/1 /home/bot/1 \
+             --bind /srv/agents/1/work /srv/agents/1/work \
+             --chdir /w --"
+        );
+    }
+
+    #[test]
+    fn secrets_in_system_dirs_are_hidden_file_by_file_even_under_a_writable_dir() {
+        let mut seal = seal(Sandbox::Bubblewrap);
+        seal.secrets = vec![
+            PathBuf::from("/var/lib/state.db"),
+            PathBuf::from("/etc/turnstile.toml"),
+            PathBuf::from("/h/conf/turnstile.toml"),
+        ];
+        seal.workdir = PathBuf::from("/var/lib/ws/{chat}");
+        let args = mount_args(
+            &seal,
+            vec![Bind::Given("/h".into())],
+            &[],
+            &[
+                "/var/lib/state.db",
+                "/var/lib/state.db-shm",
+                "/etc/turnstile.toml",
+            ],
+        );
+        assert_eq!(
+            args,
+            "--bind-try /h /h \
+             --tmpfs /h/conf \
+             --ro-bind /dev/null /etc/turnstile.toml \
+             --tmpfs /var/lib/ws \
+             --ro-bind /dev/null /var/lib/state.db \
+             --ro-bind /dev/null /var/lib/state.db-shm \
+             --tmpfs /var/lib/turnstile/homes \
+             --chdir /w --"
+        );
+    }
+
+    #[test]
+    fn the_cli_is_found_on_path_through_its_links_and_its_interpreter() {
+        use std::os::unix::fs::{PermissionsExt as _, symlink};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().canonicalize().expect("canonical");
+        for sub in ["bin", "pkg", "node/bin"] {
+            std::fs::create_dir_all(root.join(sub)).expect("dirs");
+        }
+        let node = root.join("node/bin/node");
+        std::fs::write(&node, "\x7fELF").expect("node");
+        std::fs::write(root.join("pkg/cli.js"), "#!/usr/bin/env -S node --x\n").expect("cli");
+        for file in [&node, &root.join("pkg/cli.js")] {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        symlink("../pkg/cli.js", root.join("bin/claude")).expect("link");
+        let path = std::env::join_paths([
+            root.join("nothing"),
+            root.join("bin"),
+            root.join("node/bin"),
+        ])
+        .expect("PATH");
+        assert_eq!(
+            cli_files("claude", Some(&path)),
+            [
+                root.join("bin/claude"),
+                root.join("pkg/cli.js"),
+                root.join("node/bin/node"),
+            ]
+        );
+        assert_eq!(cli_files("absent", Some(&path)), Vec::<PathBuf>::new());
+        assert_eq!(cli_files("./claude", Some(&path)), Vec::<PathBuf>::new());
+        assert_eq!(cli_files(&node.display().to_string(), None), [node]);
     }
 
     #[test]

@@ -236,8 +236,8 @@ impl TurnActor {
                 as_photo,
             } => {
                 let workdir = self.deps.workdir_of(self.to());
-                let real = match outgoing(&workdir, &path, as_photo) {
-                    Ok(real) => real,
+                let file = match outgoing(&workdir, &path, as_photo) {
+                    Ok(file) => file,
                     Err(why) => {
                         tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
                         reply.answer(ToolReply::Error(why));
@@ -249,7 +249,7 @@ impl TurnActor {
                     reply.answer(ToolReply::Error(why));
                     return;
                 }
-                let (send, rx) = SendFile::new(self.to(), real, caption, as_photo);
+                let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
                 self.reply(Outgoing::File(send));
                 let pending = self.pending_tool(id, tool_name, reply);
                 answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());

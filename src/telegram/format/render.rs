@@ -27,7 +27,7 @@ const COLUMN_GAP: &str = " | ";
 /// Renders the agent's Markdown to plain text plus entities. Never panics:
 /// should the parser ever panic, the Markdown comes back as plain text.
 pub fn render(markdown: &str) -> Rendered {
-    let rendered = std::panic::catch_unwind(|| Renderer::default().run(markdown));
+    let rendered = crate::ops::panics::contain(|| Renderer::default().run(markdown));
     rendered.unwrap_or_else(|_| Rendered::plain(markdown.trim()))
 }
 

@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use actix::Message;
-use std::path::PathBuf;
 
 use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId, ThreadId};
 use tokio::sync::oneshot;
@@ -12,6 +11,7 @@ use tokio::sync::oneshot;
 use super::OutboxError;
 use crate::chat::typing::TypingLease;
 use crate::ids::Conversation;
+use crate::telegram::files::OutgoingFile;
 use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
 
 /// How long Telegram waits for a callback query's answer; a later answer
@@ -164,8 +164,8 @@ pub struct Clear {
 }
 
 /// Drops what a conversation has queued (`/stop`): texts, files, questions
-/// and live text not yet sent. Typing, reactions, callback answers and
-/// anything queued after it go on.
+/// and live text not yet sent. Typing, reactions, callback answers (which
+/// take no lane) and anything queued after it go on.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Purge {
@@ -175,9 +175,11 @@ pub struct Purge {
     pub topic: Option<ThreadId>,
 }
 
-/// Sends a file from disk as a document (`sendDocument`) or, when
-/// `as_photo`, a photo (`sendPhoto`). A file is never sent twice: an unknown
-/// outcome is not retried.
+/// Sends a file as a document (`sendDocument`) or, when `as_photo`, a
+/// photo (`sendPhoto`). Its bytes are read once from the descriptor the
+/// sender opened and checked (never from a path), and every retry sends
+/// those bytes. A file is never sent twice: an unknown outcome is not
+/// retried.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendFile {
@@ -185,8 +187,8 @@ pub struct SendFile {
     pub chat: ChatId,
     /// The forum topic, when the conversation is one.
     pub topic: Option<ThreadId>,
-    /// The file, already checked by the sender.
-    pub path: PathBuf,
+    /// The file, opened and checked by the sender.
+    pub file: OutgoingFile,
     /// Its caption (cut at Telegram's 1024).
     pub caption: Option<String>,
     /// Send as a photo rather than a document.
@@ -199,7 +201,7 @@ impl SendFile {
     /// A file and the receiver of its outcome.
     pub fn new(
         to: impl Into<Conversation>,
-        path: PathBuf,
+        file: OutgoingFile,
         caption: Option<String>,
         as_photo: bool,
     ) -> (Self, oneshot::Receiver<Result<MessageId, OutboxError>>) {
@@ -208,7 +210,7 @@ impl SendFile {
         let send = Self {
             chat: to.chat,
             topic: to.topic,
-            path,
+            file,
             caption,
             as_photo,
             reply: tx,
@@ -240,9 +242,11 @@ impl Button {
     }
 }
 
-/// Sends a question: plain text (no parse mode, cut at 4096) under rows of
-/// callback buttons. `reply` gets the id of the sent message, which an
-/// [`EditQuestion`] and the callback queries refer to.
+/// Sends a question: plain text (no parse mode) under rows of callback
+/// buttons, never cut: a text longer than Telegram's 4096 is refused, and
+/// what does not fit goes in [`QuestionFile`] sent just before it (the
+/// question replies to it). `reply` gets the id of the question's message,
+/// which an [`EditQuestion`] and the callback queries refer to.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendQuestion {
@@ -254,6 +258,8 @@ pub struct SendQuestion {
     pub text: String,
     /// Rows of buttons, top to bottom.
     pub buttons: Vec<Vec<Button>>,
+    /// A text file sent first, holding what the question is about in full.
+    pub file: Option<QuestionFile>,
     /// Who wants the message id (or why there is none).
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
 }
@@ -272,10 +278,34 @@ impl SendQuestion {
             topic: to.topic,
             text: text.into(),
             buttons,
+            file: None,
             reply: tx,
         };
         (question, rx)
     }
+
+    /// The same question, `file` sent just before it: the question is sent
+    /// only once the file is.
+    #[must_use]
+    pub fn with_file(mut self, file: Option<QuestionFile>) -> Self {
+        self.file = file;
+        self
+    }
+}
+
+/// Who waits for a question's message id.
+pub(super) type QuestionReply = oneshot::Sender<Result<MessageId, OutboxError>>;
+
+/// A text document sent with a question (`sendDocument`), for what is too
+/// long for the question's own message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuestionFile {
+    /// The file's name in the chat (`command.txt`).
+    pub name: String,
+    /// Its caption (cut at Telegram's 1024).
+    pub caption: String,
+    /// Its text (UTF-8).
+    pub text: String,
 }
 
 /// Replaces a question's text and removes its buttons (the text shows the
@@ -319,11 +349,12 @@ impl EditQuestion {
 
 /// Answers a callback query (stops the spinner on the pressed button).
 /// Fire and forget: failures are logged; never retried past
-/// [`CALLBACK_ANSWER_WINDOW`] from when the outbox got it.
+/// [`CALLBACK_ANSWER_WINDOW`] from when the outbox got it. It takes no
+/// lane and no pacing: it is no message, and waits behind none.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct AnswerCallback {
-    /// The chat of the question, whose lane the answer takes.
+    /// The chat of the question (for the logs).
     pub chat: ChatId,
     /// The callback query's id.
     pub id: String,
@@ -410,6 +441,7 @@ pub(super) enum Job {
         String,
         InlineKeyboardMarkup,
         Option<ThreadId>,
+        Option<QuestionFile>,
         oneshot::Sender<Result<MessageId, OutboxError>>,
     ),
     Edit(
@@ -417,13 +449,28 @@ pub(super) enum Job {
         String,
         Option<oneshot::Sender<Result<(), OutboxError>>>,
     ),
-    /// A callback answer, useless after `until`.
-    Answer {
-        id: String,
-        text: String,
-        alert: bool,
-        until: Instant,
-    },
+}
+
+/// A callback answer on its way, useless after `until`.
+pub(super) struct CallbackAnswer {
+    pub(super) chat: ChatId,
+    pub(super) id: String,
+    pub(super) text: String,
+    pub(super) alert: bool,
+    pub(super) until: Instant,
+}
+
+impl CallbackAnswer {
+    /// The answer to send, useless after the answer window.
+    pub(super) fn new(msg: AnswerCallback) -> Self {
+        Self {
+            chat: msg.chat,
+            id: msg.id,
+            text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
+            alert: msg.alert,
+            until: Instant::now() + CALLBACK_ANSWER_WINDOW,
+        }
+    }
 }
 
 impl Job {
@@ -441,14 +488,13 @@ impl Job {
             Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
                 let _ = reply.send(Err(err));
             }
-            Self::Question(_, _, _, reply) => {
+            Self::Question(_, _, _, _, reply) => {
                 let _ = reply.send(Err(err));
             }
             Self::Text(TextJob { reply: None, .. })
             | Self::Clear(_)
             | Self::Typing(..)
-            | Self::Edit(_, _, None)
-            | Self::Answer { .. } => {}
+            | Self::Edit(_, _, None) => {}
         }
     }
 
@@ -457,19 +503,23 @@ impl Job {
         match self {
             Self::Text(job) => Some(job.place.topic),
             Self::File(file) => Some(file.topic),
-            Self::Question(_, _, topic, _) => Some(*topic),
-            Self::Clear(_)
-            | Self::Typing(..)
-            | Self::React(..)
-            | Self::Edit(..)
-            | Self::Answer { .. } => None,
+            Self::Question(_, _, topic, _, _) => Some(*topic),
+            Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
         }
     }
 
-    /// The job of a question, or why it cannot be sent.
-    pub(super) fn question(msg: SendQuestion) -> Result<Self, (OutboxError, SendQuestion)> {
+    /// The job of a question, or why it cannot be sent (and who to tell).
+    pub(super) fn question(msg: SendQuestion) -> Result<Self, (OutboxError, QuestionReply)> {
         if msg.text.trim().is_empty() {
-            return Err((OutboxError::EmptyText, msg));
+            return Err((OutboxError::EmptyText, msg.reply));
+        }
+        let units = msg.text.encode_utf16().count();
+        if units > TELEGRAM_TEXT_LIMIT {
+            // Never a part of a question: its asker must attach the rest.
+            let why = format!(
+                "a question of {units} UTF-16 units is longer than Telegram's {TELEGRAM_TEXT_LIMIT}"
+            );
+            return Err((OutboxError::Refused(why), msg.reply));
         }
         let bad = msg
             .buttons
@@ -482,7 +532,7 @@ impl Job {
                 bad.label,
                 bad.data.len()
             );
-            return Err((OutboxError::Refused(why), msg));
+            return Err((OutboxError::Refused(why), msg.reply));
         }
         let rows = msg.buttons.iter().map(|row| {
             row.iter()
@@ -490,8 +540,9 @@ impl Job {
                 .collect::<Vec<_>>()
         });
         let keyboard = InlineKeyboardMarkup::new(rows);
-        let text = cut(&msg.text, TELEGRAM_TEXT_LIMIT);
-        Ok(Self::Question(text, keyboard, msg.topic, msg.reply))
+        Ok(Self::Question(
+            msg.text, keyboard, msg.topic, msg.file, msg.reply,
+        ))
     }
 
     /// The job of an edit.
@@ -501,16 +552,6 @@ impl Job {
             cut(&msg.text, TELEGRAM_TEXT_LIMIT),
             msg.reply,
         )
-    }
-
-    /// The job of a callback answer, useless after the answer window.
-    pub(super) fn answer(msg: AnswerCallback) -> Self {
-        Self::Answer {
-            id: msg.id,
-            text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
-            alert: msg.alert,
-            until: Instant::now() + CALLBACK_ANSWER_WINDOW,
-        }
     }
 }
 
@@ -579,5 +620,18 @@ mod tests {
         assert!(matches!(Job::question(q), Err((OutboxError::EmptyText, _))));
         let (q, _rx) = SendQuestion::new(ChatId(1), "ok?", vec![vec![Button::new("Yes", "y")]]);
         assert!(matches!(Job::question(q), Ok(Job::Question(..))));
+    }
+
+    #[test]
+    fn a_question_is_never_cut() {
+        let yes = || vec![vec![Button::new("Yes", "y")]];
+        let (q, _rx) = SendQuestion::new(ChatId(1), "a".repeat(TELEGRAM_TEXT_LIMIT + 1), yes());
+        assert!(matches!(
+            Job::question(q),
+            Err((OutboxError::Refused(_), _))
+        ));
+        let whole = "a".repeat(TELEGRAM_TEXT_LIMIT);
+        let (q, _rx) = SendQuestion::new(ChatId(1), whole.clone(), yes());
+        assert!(matches!(Job::question(q), Ok(Job::Question(text, ..)) if text == whole));
     }
 }

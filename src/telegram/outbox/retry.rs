@@ -2,7 +2,7 @@
 //! teloxide's result into a [`Sent`], [`retry_allowed`] waits before a
 //! retry (or gives up), [`send_piece`] sends one piece of text and
 //! [`deliver`] sends any other request under the chat's and the global
-//! rate limits.
+//! rate limits ([`deliver_unpaced`]: under none).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -175,6 +175,14 @@ pub(super) fn reserve_global(shared: &Shared) -> Duration {
     }
 }
 
+/// How long until the global limit has a token free; takes none.
+fn global_wait(shared: &Shared) -> Duration {
+    match shared.global.lock() {
+        Ok(mut bucket) => bucket.wait(),
+        Err(poisoned) => poisoned.into_inner().wait(),
+    }
+}
+
 /// How a request other than text may be repeated.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rule {
@@ -196,6 +204,37 @@ pub(super) async fn deliver<T, F, Fut>(
     chat: ChatId,
     bucket: &mut Bucket,
     rule: Rule,
+    request: F,
+) -> Result<T, OutboxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    attempts(shared, chat, Some(bucket), rule, request).await
+}
+
+/// [`deliver`] under no rate limit (a callback answer, which is no message).
+pub(super) async fn deliver_unpaced<T, F, Fut>(
+    shared: &Shared,
+    chat: ChatId,
+    rule: Rule,
+    request: F,
+) -> Result<T, OutboxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    attempts(shared, chat, None, rule, request).await
+}
+
+/// The attempts of [`deliver`]: under the chat's `bucket` and the global
+/// limit when given, under none otherwise. A request that would only go
+/// after its `rule.until` is dropped before it takes a token.
+async fn attempts<T, F, Fut>(
+    shared: &Shared,
+    chat: ChatId,
+    mut bucket: Option<&mut Bucket>,
+    rule: Rule,
     mut request: F,
 ) -> Result<T, OutboxError>
 where
@@ -205,13 +244,20 @@ where
     let late = || OutboxError::Unreachable(format!("{} is too late to be useful", rule.method));
     let mut attempt = 0;
     loop {
-        let wait = bucket.reserve().max(reserve_global(shared));
+        // Looked at first, taken only when the request will go: a request
+        // dropped as too late leaves the chat's pacing as it was.
+        let wait = bucket
+            .as_deref_mut()
+            .map_or(Duration::ZERO, |b| b.wait().max(global_wait(shared)));
         if rule
             .until
             .is_some_and(|until| Instant::now() + wait >= until)
         {
             return Err(late());
         }
+        let wait = bucket
+            .as_deref_mut()
+            .map_or(Duration::ZERO, |b| b.reserve().max(reserve_global(shared)));
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
@@ -255,5 +301,61 @@ where
         if !retry_allowed(shared, &mut attempt, wait, chat, &why).await {
             return Err(OutboxError::Unreachable(why));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::super::RateLimits;
+    use super::*;
+    use crate::events::EventBus;
+
+    fn shared() -> Shared {
+        let limits = RateLimits::default();
+        Shared {
+            pending: AtomicUsize::new(0),
+            drained: tokio::sync::Notify::new(),
+            // Never called: nothing here reaches the network.
+            bot: teloxide::Bot::new("1:x"),
+            global: Mutex::new(Bucket::new(limits.global_burst, limits.global_per_sec)),
+            limits,
+            events: EventBus::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_too_late_to_be_useful_takes_no_slot() {
+        let shared = shared();
+        // A group whose burst is used up: its next send waits 3 s.
+        let mut bucket = Bucket::new(5.0, 20.0 / 60.0);
+        for _ in 0..5 {
+            bucket.reserve();
+        }
+        let before = bucket.wait();
+        assert!(before > Duration::from_secs(2), "{before:?}");
+        let rule = Rule {
+            method: "answerCallbackQuery",
+            idempotent: true,
+            until: Some(Instant::now() + Duration::from_secs(1)),
+        };
+        let calls = Cell::new(0);
+        let sent = deliver(&shared, ChatId(-5), &mut bucket, rule, || {
+            calls.set(calls.get() + 1);
+            async { Ok::<(), RequestError>(()) }
+        })
+        .await;
+        assert!(matches!(sent, Err(OutboxError::Unreachable(_))), "{sent:?}");
+        assert_eq!(calls.get(), 0, "nothing was sent");
+        let after = bucket.wait();
+        assert!(
+            after <= before,
+            "the dropped request took the chat's slot: {before:?}, then {after:?}"
+        );
+        let global = shared.global.lock().expect("global bucket").tokens;
+        assert!(global > 29.5, "it took a global slot: {global} left of 30");
     }
 }
