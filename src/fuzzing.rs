@@ -25,7 +25,9 @@ use crate::agent::claude::{MAX_LINE_BYTES, is_session_id};
 use crate::agent::{Activity, AgentResult, HookReply, ToolReply};
 use crate::chat::dispatcher::command_of;
 use crate::chat::tools::{ChatTool, TOOL_SERVER, ToolRegistry};
-use crate::chat::turn::{ButtonPressed, Choice};
+use crate::chat::turn::ButtonPressed;
+use crate::chat::turn::approval::{self, Choice};
+use crate::chat::turn::live;
 use crate::config::{Config, GroupMode};
 use crate::ids::Conversation;
 use crate::telegram::addressing::{Addressing, BotIdentity, strip_address};
@@ -216,10 +218,11 @@ fn registry() -> ToolRegistry {
 }
 
 /// The CLI's stdout, line by line, through what the driver does with each
-/// line: parsed, its live activity (stream events, tool calls) followed
-/// across lines, its text and result read, each control request answered
-/// (`can_use_tool` from config, hooks, `mcp_message`, unknown ones), and
-/// the chat tool calls parsed.
+/// line: parsed, its live activity (stream events, tool calls and their
+/// status lines) followed across lines, its text and result read, each
+/// control request answered (`can_use_tool` from config and as the approval
+/// question shows it, hooks, `mcp_message`, unknown ones), and the chat
+/// tool calls parsed.
 pub fn stream_json(data: &[u8]) {
     let tools = registry();
     let allowed = ["Read".to_owned(), "WebSearch".to_owned()];
@@ -281,17 +284,60 @@ pub fn stream_json(data: &[u8]) {
     }
 }
 
-/// A streamed piece is never empty.
+/// A streamed piece is never empty; a tool call gets its status line.
 fn check_activity(activity: &Activity) {
-    if let Activity::Writing { appended, .. } = activity {
-        assert!(!appended.is_empty(), "an empty piece: {activity:?}");
+    match activity {
+        Activity::Writing { appended, .. } => {
+            assert!(!appended.is_empty(), "an empty piece: {activity:?}");
+        }
+        Activity::ToolStarted { name, input, .. } => {
+            let _ = live::summary(name, input, "/var/lib/turnstile/work/5");
+        }
     }
+}
+
+/// What an approval question shows of a tool call leaves nothing out and
+/// hides nothing: every top-level string of the input (a Bash command with
+/// its blank runs collapsed) is in it, each character that shows in order,
+/// and no character that would not show is left in it.
+fn check_question(tool: &str, input: &Value) {
+    let shown = approval::summary(tool, input);
+    if let Some(c) = shown.chars().find(|&c| invisible(c)) {
+        panic!("U+{:04X} left in the question: {shown:?}", u32::from(c));
+    }
+    let Some(fields) = input.as_object() else {
+        return;
+    };
+    let showing = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|&c| !c.is_whitespace() && !invisible(c))
+            .collect()
+    };
+    for (name, value) in fields {
+        if let Value::String(text) = value {
+            assert!(
+                is_subsequence(&showing(text), &showing(&shown)),
+                "{tool}'s `{name}` is not whole in the question: {shown:?}"
+            );
+        }
+    }
+}
+
+/// A character that would not show in a message, or would change how what
+/// follows shows: controls but line breaks and tabs, zero-width and
+/// direction marks, embeddings, overrides and isolates, the BOM.
+fn invisible(c: char) -> bool {
+    (c.is_control() && !matches!(c, '\n' | '\t'))
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
 
 /// The answer to a control request, as the driver makes it.
 fn control_request(request: ControlRequest, tools: &ToolRegistry, allowed: &[String]) -> Value {
     match request {
-        ControlRequest::CanUseTool(ask) => ask.answer(tools, allowed),
+        ControlRequest::CanUseTool(ask) => {
+            check_question(&ask.tool_name, &ask.input);
+            ask.answer(tools, allowed)
+        }
         ControlRequest::HookCallback(HookCallback {
             input: HookInput::PostToolBatch(batch),
             ..

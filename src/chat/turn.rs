@@ -8,9 +8,9 @@
 //! turn, or force-closes it. Late events are logged and dropped, never
 //! delivered to the chat.
 
-mod approval;
+pub(crate) mod approval;
 mod closing;
-mod live;
+pub(crate) mod live;
 mod phase;
 mod serve;
 mod watchdogs;
@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
-pub(crate) use self::approval::{Choice, describe_rule};
+pub(crate) use self::approval::describe_rule;
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
