@@ -55,6 +55,8 @@
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.
+//! - `fuzzing`: the fuzz harnesses, one per boundary of outside data, run by
+//!   the cargo-fuzz targets in `fuzz/` and replayed by `tests/fuzz_corpus.rs`.
 //! - `src/main.rs`: the `turnstile` binary (run, `check-config`, `/restart` re-exec).
 //! - `src/bin/fake_claude.rs`: `fake-claude`, a stand-in CLI for the tests.
 //!
@@ -90,6 +92,8 @@ mod app;
 pub mod chat;
 pub mod config;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ids;
 pub mod ops;
 pub mod shutdown;

@@ -15,7 +15,7 @@
 //! from and can reach (clean environment, per-chat workdir, bubblewrap,
 //! launcher).
 
-mod driver;
+pub(crate) mod driver;
 mod permissions;
 mod process;
 pub(crate) mod seal;

@@ -527,16 +527,7 @@ impl Dispatcher {
             done(InboxState::Done);
             return;
         }
-        if let Some(command) = text.strip_prefix('/') {
-            let mut words = command.splitn(2, char::is_whitespace);
-            let word = words
-                .next()
-                .unwrap_or("")
-                .split('@')
-                .next()
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            let args = words.next().unwrap_or("").trim();
+        if let Some((word, args)) = command_of(text) {
             let asked = Asked {
                 date: message.date.timestamp(),
                 private: message.chat.is_private(),
@@ -575,6 +566,23 @@ impl Dispatcher {
         };
         self.route(to, msg, ctx);
     }
+}
+
+/// The command in `text` (`/Stop@Bot now` → `("stop", "now")`): its word in
+/// lowercase without a bot's name, and its arguments trimmed; `None` when
+/// `text` is not a command.
+pub(crate) fn command_of(text: &str) -> Option<(String, &str)> {
+    let command = text.strip_prefix('/')?;
+    let mut words = command.splitn(2, char::is_whitespace);
+    let word = words
+        .next()
+        .unwrap_or("")
+        .split('@')
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let args = words.next().unwrap_or("").trim();
+    Some((word, args))
 }
 
 /// Sent once at start, before any update: the inbox rows a previous

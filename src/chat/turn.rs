@@ -8,9 +8,9 @@
 //! turn, or force-closes it. Late events are logged and dropped, never
 //! delivered to the chat.
 
-mod approval;
+pub(crate) mod approval;
 mod closing;
-mod live;
+pub(crate) mod live;
 mod phase;
 mod serve;
 mod watchdogs;

@@ -50,7 +50,7 @@ where
     parse(&raw, status.as_u16())
 }
 
-fn parse<T: DeserializeOwned>(raw: &str, status: u16) -> Result<T, RequestError> {
+pub(crate) fn parse<T: DeserializeOwned>(raw: &str, status: u16) -> Result<T, RequestError> {
     let invalid = |source: serde_json::Error| RequestError::InvalidJson {
         source: Arc::new(source),
         raw: raw.into(),

@@ -3,7 +3,7 @@
 //! the session step by step.
 
 mod answers;
-mod live;
+pub(crate) mod live;
 
 use std::sync::Arc;
 

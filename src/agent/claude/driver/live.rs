@@ -15,7 +15,7 @@ const TEXT_FIELD: &str = "text";
 
 /// The streams of the current API message and the tool calls already told.
 #[derive(Debug, Default)]
-pub(super) struct Live {
+pub(crate) struct Live {
     /// The current API message's id (from `message_start`).
     message: String,
     /// Its open content blocks, by index.
@@ -38,7 +38,7 @@ enum Block {
 
 impl Live {
     /// The activity a stream event shows, if any.
-    pub(super) fn on_stream(&mut self, event: StreamEvent) -> Option<Activity> {
+    pub(crate) fn on_stream(&mut self, event: StreamEvent) -> Option<Activity> {
         match event {
             StreamEvent::MessageStart { message } => {
                 self.message = message.id;
@@ -96,7 +96,7 @@ impl Live {
     }
 
     /// The tool calls of an `assistant` line not reported yet.
-    pub(super) fn on_assistant(&mut self, message: &AssistantMessage) -> Vec<Activity> {
+    pub(crate) fn on_assistant(&mut self, message: &AssistantMessage) -> Vec<Activity> {
         message
             .tool_uses()
             .filter(|(id, _, _)| id.is_empty() || self.told.insert((*id).to_owned()))
@@ -109,7 +109,7 @@ impl Live {
     }
 
     /// The turn ended: forget its streams and tool calls.
-    pub(super) fn turn_ended(&mut self) {
+    pub(crate) fn turn_ended(&mut self) {
         self.blocks.clear();
         self.told.clear();
     }
