@@ -145,18 +145,7 @@ fn check_safe_component(name: &str) {
 /// A button press as the dispatcher reads it.
 fn button(query: &CallbackQuery) {
     let user = query.from.id;
-    let chat = query
-        .message
-        .as_ref()
-        .map(|m| m.chat().id)
-        .unwrap_or(ChatId(i64::try_from(user.0).unwrap_or(0)));
-    let topic = query
-        .message
-        .as_ref()
-        .and_then(|m| m.regular_message())
-        .filter(|m| m.is_topic_message)
-        .and_then(|m| m.thread_id);
-    let _ = Conversation::new(chat, topic);
+    let chat = crate::chat::dispatcher::press_conversation(query).chat;
     let name = query
         .from
         .username

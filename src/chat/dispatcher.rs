@@ -289,19 +289,8 @@ impl Dispatcher {
     /// answered "expired" at once.
     fn button(&mut self, query: CallbackQuery, ctx: &mut Context<Self>) {
         let user = query.from.id;
-        let chat = query
-            .message
-            .as_ref()
-            .map(|m| m.chat().id)
-            .unwrap_or(ChatId(i64::try_from(user.0).unwrap_or(0)));
-        // The question's topic: its conversation.
-        let topic = query
-            .message
-            .as_ref()
-            .and_then(|m| m.regular_message())
-            .filter(|m| m.is_topic_message)
-            .and_then(|m| m.thread_id);
-        let to = Conversation::new(chat, topic);
+        let to = press_conversation(&query);
+        let chat = to.chat;
         let answer = |act: &Self, text: &str| {
             act.deps.outbox.do_send(AnswerCallback {
                 chat,
@@ -722,4 +711,21 @@ impl Handler<RunningTurns> for Dispatcher {
     fn handle(&mut self, _msg: RunningTurns, _ctx: &mut Self::Context) -> usize {
         self.slots.running()
     }
+}
+
+/// The conversation a button press belongs to: the question's chat and
+/// topic (a press without its message: the presser's private chat).
+pub(crate) fn press_conversation(query: &CallbackQuery) -> Conversation {
+    let chat = query
+        .message
+        .as_ref()
+        .map(|m| m.chat().id)
+        .unwrap_or(ChatId(i64::try_from(query.from.id.0).unwrap_or(0)));
+    let topic = query
+        .message
+        .as_ref()
+        .and_then(|m| m.regular_message())
+        .filter(|m| m.is_topic_message)
+        .and_then(|m| m.thread_id);
+    Conversation::new(chat, topic)
 }
