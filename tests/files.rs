@@ -10,7 +10,6 @@ mod support;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -630,24 +629,14 @@ const PASSED: (&str, &str) = ("TRANSCRIBE_PASSED", "passed-value");
 /// Runs the ignored test `name` of this binary in a child process whose
 /// environment holds the bot token, a `TURNSTILE_*` variable and one more.
 fn run_inner(name: &str) {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            name,
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TELEGRAM_BOT_TOKEN", PARENT_TOKEN)
-        .env(PARENT_TURNSTILE.0, PARENT_TURNSTILE.1)
-        .env(PASSED.0, PASSED.1)
-        .output()
-        .expect("the test binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{name} failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
+    support::process::run_ignored_test(
+        name,
+        &[
+            ("TELEGRAM_BOT_TOKEN", PARENT_TOKEN),
+            PARENT_TURNSTILE,
+            PASSED,
+        ],
+    );
 }
 
 /// Panics unless started by [`run_inner`].
@@ -709,7 +698,9 @@ async fn inner_transcriber_environment() {
 fn under_bubblewrap_the_transcriber_runs_in_the_agents_sandbox() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let bwrap = Command::new("bwrap").arg("--version").output();
+    let bwrap = std::process::Command::new("bwrap")
+        .arg("--version")
+        .output();
     assert!(
         uid == 0 && bwrap.as_ref().is_ok_and(|o| o.status.success()),
         "the bubblewrap test (--features real-cli) cannot run here: it needs root \

@@ -36,25 +36,15 @@ const NOT_PASSED: (&str, &str) = ("SEAL_NOT_PASSED", "operator-secret");
 /// Runs the ignored test `name` of this binary in a child process whose
 /// environment holds the bot token, a `TURNSTILE_*` variable and two more.
 fn run_inner(name: &str) {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            name,
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TELEGRAM_BOT_TOKEN", PARENT_TOKEN)
-        .env(PARENT_TURNSTILE.0, PARENT_TURNSTILE.1)
-        .env(PASSED.0, PASSED.1)
-        .env(NOT_PASSED.0, NOT_PASSED.1)
-        .output()
-        .expect("the test binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{name} failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
+    support::process::run_ignored_test(
+        name,
+        &[
+            ("TELEGRAM_BOT_TOKEN", PARENT_TOKEN),
+            PARENT_TURNSTILE,
+            PASSED,
+            NOT_PASSED,
+        ],
+    );
 }
 
 /// Panics unless started by [`run_inner`].

@@ -76,3 +76,26 @@ impl BotProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// Runs the ignored test `name` of the current test binary in a child
+/// process with `env` added to its environment (a parent's secrets, which
+/// no test may set in its own running process), and asserts it ran and
+/// passed.
+pub fn run_ignored_test(name: &str, env: &[(&str, &str)]) {
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = std::process::Command::new(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            name,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().copied())
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
+}
