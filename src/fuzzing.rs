@@ -288,7 +288,8 @@ fn check_activity(activity: &Activity) {
 /// What an approval question shows of a tool call leaves nothing out and
 /// hides nothing: every top-level string of the input (a Bash command with
 /// its blank runs collapsed) is in it, each character that shows in order,
-/// and no character that would not show is left in it.
+/// and no character that would not show is left in it (such characters
+/// are written out, as `⟦U+202E⟧`).
 fn check_question(tool: &str, input: &Value) {
     let shown = approval::summary(tool, input);
     if let Some(c) = shown.chars().find(|&c| invisible(c)) {
@@ -297,9 +298,14 @@ fn check_question(tool: &str, input: &Value) {
     let Some(fields) = input.as_object() else {
         return;
     };
+    // A character the question writes out (`⟦U+206E⟧`) is not itself in it.
     let showing = |text: &str| -> Vec<char> {
         text.chars()
-            .filter(|&c| !c.is_whitespace() && !invisible(c))
+            .filter(|&c| {
+                !c.is_whitespace()
+                    && !invisible(c)
+                    && !shown.contains(&format!("⟦U+{:04X}", u32::from(c)))
+            })
             .collect()
     };
     for (name, value) in fields {
