@@ -297,6 +297,16 @@ fn require_bubblewrap_as_root() {
         "the bubblewrap test (--features real-cli) cannot run here: it needs root \
          (uid {uid}) and `bwrap` on PATH (Debian package bubblewrap): {bwrap:?}"
     );
+    // The sandbox mounts a fresh /tmp, so a fake agent and files built
+    // below /tmp would vanish from the agent's view.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    assert!(
+        !target.starts_with("/tmp"),
+        "the bubblewrap test cannot run with its build below /tmp ({}): the sandbox \
+         gives the agent a fresh /tmp, which hides the fake agent; set CARGO_TARGET_DIR \
+         to a directory outside /tmp",
+        target.display()
+    );
 }
 
 /// Bubblewrap around `fake-claude`: needs root and `bwrap`, so it is part
