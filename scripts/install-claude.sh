@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Claude Code CLI used by the real-CLI tests and benchmarks into
 # .cache/claude-code (once; later runs reuse it) and prints the binary's path.
-# The version is pinned here and nowhere else.
+# The version is pinned here and nowhere else; `--version` prints it.
 set -euo pipefail
 CLAUDE_CODE_VERSION=2.1.332
+# `--version` prints the pin alone (the Dockerfile installs the same one).
+if [ "${1:-}" = "--version" ]; then
+  echo "$CLAUDE_CODE_VERSION"
+  exit 0
+fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 prefix="$root/.cache/claude-code"
