@@ -46,7 +46,7 @@ struct MethodLabel {
     method: String,
 }
 
-/// Every metric of one bot (listed in the README, "Health and metrics").
+/// Every metric of one bot (listed in docs/operations.md, "Health and metrics").
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,

@@ -108,7 +108,7 @@ fn require_prerequisites() {
     assert!(
         missing.is_empty(),
         "the real-CLI tests (--features real-cli) cannot run here; missing:\n- {}\n\
-         See \"Testing\" in README.md.",
+         See \"Testing\" in docs/development.md.",
         missing.join("\n- ")
     );
 }
