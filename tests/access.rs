@@ -71,7 +71,7 @@ async fn status_is_for_admins_only() {
     assert_eq!(refused, vec!["Only admins can use /status."]);
     h.say(ADMIN, ADMIN, "/status@turnstile_bot");
     let status = h.api.wait_for_texts(ADMIN, 1, SOON).await;
-    assert!(status[0].contains("1 turn(s) running"), "{status:?}");
+    assert!(status[0].contains("1 turn running"), "{status:?}");
     assert!(status[0].contains("chat 1: turn 1 running"), "{status:?}");
 }
 
@@ -236,4 +236,19 @@ async fn a_strangers_message_leaves_no_text_in_the_state_file() {
     let holds = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     assert!(holds("plugh-allowed-words"), "the scan reads the file");
     assert!(!holds("xyzzy"), "a stranger's words are in the state file");
+}
+
+/// A stranger learns their Telegram user id from the refusal, so they can
+/// ask the operator to add it; the refusal still comes once per cooldown.
+#[actix_rt::test]
+async fn a_strangers_refusal_tells_them_their_user_id_and_the_key_to_add_it_to() {
+    let h = Harness::start(Scenario::default(), &[]).await;
+    h.say(50, STRANGER, "let me in");
+    let told = h.api.wait_for_texts(50, 1, SOON).await;
+    assert!(
+        told[0].contains("Your Telegram user id is 666;"),
+        "{told:?}"
+    );
+    assert!(told[0].contains("access.allowed_users"), "{told:?}");
+    assert_eq!(h.backend.opened(), 0);
 }
