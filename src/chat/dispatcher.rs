@@ -13,7 +13,7 @@ use teloxide::types::{CallbackQuery, ChatId, UpdateKind, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::chat::commands::{self, Abilities, Command, Parsed, Who};
-use crate::chat::notices::{bounded, counted};
+use crate::chat::notices::{bounded, counted, not_accepted};
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
     ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
@@ -568,10 +568,7 @@ impl Dispatcher {
         }
         if self.stopping {
             done(InboxState::Dropped);
-            self.say(
-                to,
-                "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
-            );
+            self.say(to, not_accepted(self.deps.shutdown.is_restarting()));
             return;
         }
         let mut text = text.to_string();

@@ -67,6 +67,28 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String
     Some(text)
 }
 
+/// Told for a message that came while the bot stops (for `/restart` when
+/// `restarting`): it was not taken.
+pub(crate) fn not_accepted(restarting: bool) -> &'static str {
+    if restarting {
+        "⚠️ The bot is restarting; this message was not accepted. Send it again in a moment."
+    } else {
+        "⚠️ The bot is stopping; this message was not accepted. Send it again once it is back."
+    }
+}
+
+/// Told for a message refused because `waiting` messages fill the chat's
+/// queue (`dispatcher.queue_limit`).
+pub(crate) fn queue_full(waiting: usize) -> String {
+    let waiting = match waiting {
+        1 => "1 message is".to_string(),
+        n => format!("{n} messages are"),
+    };
+    format!(
+        "⚠️ {waiting} already waiting; this one was not queued. Send it again once I have answered."
+    )
+}
+
 /// Told when the hard deadline released a chat.
 pub(crate) const FORCE_RELEASED: &str = "⚠️ This turn took too long and was ended.";
 
@@ -139,6 +161,8 @@ mod tests {
     fn counts_take_the_singular_only_for_one() {
         assert_eq!(counted(0, "chat", "chats"), "0 chats");
         assert_eq!(counted(1, "chat", "chats"), "1 chat");
+        assert!(queue_full(1).starts_with("⚠️ 1 message is already waiting;"));
+        assert!(queue_full(3).starts_with("⚠️ 3 messages are already waiting;"));
         assert_eq!(
             counted(2, "queued message", "queued messages"),
             "2 queued messages"
@@ -165,6 +189,11 @@ mod tests {
             let restart = notice_for(&TurnOutcome::HostStopping, restart).unwrap_or_default();
             assert!(restart.contains("restarting"), "{restart}");
         }
+        assert!(
+            not_accepted(false).contains("stopping")
+                && !not_accepted(false).contains("in a moment")
+        );
+        assert!(not_accepted(true).contains("restarting"));
     }
 
     #[test]
