@@ -252,3 +252,44 @@ async fn a_strangers_refusal_tells_them_their_user_id_and_the_key_to_add_it_to()
     assert!(told[0].contains("access.allowed_users"), "{told:?}");
     assert_eq!(h.backend.opened(), 0);
 }
+
+/// In a group the refusal replies to the stranger's message, so the user id
+/// it tells is plainly theirs; in a private chat it is a plain message.
+#[actix_rt::test]
+async fn in_a_group_the_refusal_replies_to_the_strangers_message() {
+    use support::bot_api::files::{supergroup, text_message};
+    const GROUP: i64 = -100_444;
+    let h = Harness::start(Scenario::default(), &[]).await;
+    let id = h.api.next_message_id();
+    let mut message = text_message(supergroup(GROUP, false), STRANGER, "@turnstile_bot hi");
+    message["message_id"] = id.into();
+    h.api.push_message(message);
+    let told = h.api.wait_for_texts(GROUP, 1, SOON).await;
+    assert!(told[0].contains("user id is 666"), "{told:?}");
+    let sent: Vec<_> = h
+        .api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == serde_json::json!(GROUP))
+        .collect();
+    assert_eq!(
+        sent[0].params["reply_parameters"]["message_id"],
+        serde_json::json!(id),
+        "{:?}",
+        sent[0].params
+    );
+    // Another stranger: one refusal per user per cooldown.
+    h.say(50, 667, "hi");
+    h.api.wait_for_texts(50, 1, SOON).await;
+    let private: Vec<_> = h
+        .api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == serde_json::json!(50))
+        .collect();
+    assert!(
+        private[0].params.get("reply_parameters").is_none(),
+        "{:?}",
+        private[0].params
+    );
+}

@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use teloxide::types::{CallbackQuery, ChatId, UpdateKind, UserId};
+use teloxide::types::{CallbackQuery, ChatId, MessageId, UpdateKind, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::chat::commands::{self, Abilities, Command, Parsed, Who};
@@ -197,7 +197,10 @@ impl Dispatcher {
         }
     }
 
-    fn refuse(&mut self, to: Conversation, user: UserId) {
+    /// A stranger's message: logged, and once per cooldown answered with
+    /// their user id (in a group, as a reply to their message, so the id is
+    /// plainly theirs).
+    fn refuse(&mut self, to: Conversation, user: UserId, reply_to: Option<MessageId>) {
         let chat = to.chat;
         tracing::warn!(
             user_id = user.0,
@@ -206,7 +209,9 @@ impl Dispatcher {
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
         if due(&mut self.refused, user, self.access.refusal_cooldown) {
-            self.say(to, refusal(user));
+            self.deps
+                .outbox
+                .do_send(SendText::new(to, refusal(user)).replying_to(reply_to));
         }
     }
 
@@ -529,7 +534,7 @@ impl Dispatcher {
         };
         if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
             done(InboxState::Dropped);
-            self.refuse(to, user);
+            self.refuse(to, user, in_group.then_some(message.id));
             return;
         }
         let text = strip_address(text, &self.username);
