@@ -255,12 +255,12 @@ pub(crate) fn greeting(admin: bool, abilities: &Abilities) -> String {
     text.join("\n\n")
 }
 
-/// `/help`: the greeting, shorter.
+/// `/help`: the greeting, shorter: one line on what to send, how to
+/// address the bot in a group, and the commands (admins' marked so).
 pub(crate) fn help(admin: bool, abilities: &Abilities) -> String {
-    let mut text = vec![format!(
-        "Send a message and the agent answers. {}",
-        takes(abilities)
-    )];
+    let mut text = vec![
+        "Send a message (text, photos, files, voice notes) and the agent answers here.".to_string(),
+    ];
     text.extend(in_group(abilities));
     let (everyone, admins) = command_lines(admin);
     let mut commands = everyone;
@@ -380,8 +380,8 @@ mod tests {
         );
         abilities.transcribes = false;
         abilities.mention_in_group = Some("TurnBot".into());
+        assert!(greeting(true, &abilities).contains("as audio files"));
         let text = help(true, &abilities);
-        assert!(text.contains("as audio files"), "{text}");
         assert!(text.contains("mention @TurnBot"), "{text}");
         assert!(
             text.contains("/restart: drain and restart the bot (admins)"),
