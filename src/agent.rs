@@ -79,6 +79,16 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// A directory the agent needs (its working directory, its home under
+    /// the sandbox) could not be made.
+    #[error("could not start the agent: creating {dir}: {source}")]
+    Directory {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why it could not be made.
+        #[source]
+        source: std::io::Error,
+    },
     /// The agent started without the pipes its protocol runs over.
     #[error("could not start the agent: the agent's pipes are missing")]
     MissingPipes,

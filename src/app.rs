@@ -113,43 +113,26 @@ async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartError> {
     }
 }
 
-/// The chat commands everyone sees in Telegram's menu.
-const COMMANDS: &[(&str, &str)] = &[
-    ("stop", "End the current turn"),
-    ("new", "Start a fresh conversation"),
-    ("permissions", "Tools allowed without asking here"),
-    ("help", "What this bot does"),
-];
-
-/// What admins also see, in their private chat with the bot.
-const ADMIN_COMMANDS: &[(&str, &str)] = &[
-    ("status", "Chats and turns (admins)"),
-    ("restart", "Drain and restart the bot (admins)"),
-];
-
 /// `setMyCommands`: the menu for everyone, and in each admin's private chat
 /// the admin commands too. A failure is logged; the bot works without.
 async fn set_commands(bot: &Bot, admins: &[i64]) {
     use teloxide::payloads::SetMyCommandsSetters;
     use teloxide::prelude::Requester;
     use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
-    let list = |items: &[&[(&str, &str)]]| -> Vec<BotCommand> {
-        items
-            .iter()
-            .flat_map(|i| i.iter())
-            .map(|(c, d)| BotCommand::new(*c, *d))
+    let list = |admin: bool| -> Vec<BotCommand> {
+        crate::chat::commands::menu(admin)
+            .into_iter()
+            .map(|(c, d)| BotCommand::new(c, d))
             .collect()
     };
-    if let Err(err) = bot.set_my_commands(list(&[COMMANDS])).await {
+    if let Err(err) = bot.set_my_commands(list(false)).await {
         tracing::warn!(cause = %err, "setMyCommands failed; the command menu may be stale");
     }
     for &admin in admins {
         let scope = BotCommandScope::Chat {
             chat_id: Recipient::Id(ChatId(admin)),
         };
-        let request = bot
-            .set_my_commands(list(&[COMMANDS, ADMIN_COMMANDS]))
-            .scope(scope);
+        let request = bot.set_my_commands(list(true)).scope(scope);
         if let Err(err) = request.await {
             tracing::warn!(admin, cause = %err, "setMyCommands for an admin failed");
         }
@@ -467,9 +450,16 @@ impl Turnstile {
         self.ops.as_ref().map(|ops| ops.addr)
     }
 
-    /// The next request from a chat to the host process (`/restart`).
+    /// The next request from a chat to the host process (`/restart`). Once
+    /// it answers a restart, the next [`Turnstile::stop`] tells the chats
+    /// whose turns it cuts short that the bot is restarting (otherwise, that
+    /// it is stopping).
     pub async fn host_request(&self) -> Option<HostRequest> {
-        self.host_requests.lock().await.recv().await
+        let request = self.host_requests.lock().await.recv().await;
+        if let Some(HostRequest::Restart { .. }) = request {
+            self.shutdown.for_restart();
+        }
+        request
     }
 
     /// Stops in order: intake (confirming the offset with Telegram), then

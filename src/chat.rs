@@ -3,6 +3,7 @@
 //! and the chat tools. The actors are internal; what a test or an embedder
 //! needs is re-exported here.
 
+pub(crate) mod commands;
 pub(crate) mod dispatcher;
 pub(crate) mod notices;
 pub(crate) mod outcome;

@@ -23,7 +23,7 @@ use crate::agent::claude::protocol::{
 };
 use crate::agent::claude::{MAX_LINE_BYTES, is_session_id};
 use crate::agent::{Activity, AgentResult, HookReply, ToolReply};
-use crate::chat::dispatcher::command_of;
+use crate::chat::commands::{self, Parsed};
 use crate::chat::tools::{ChatTool, TOOL_SERVER, ToolRegistry};
 use crate::chat::turn::ButtonPressed;
 use crate::chat::turn::approval::{self, Choice};
@@ -117,11 +117,17 @@ fn taken_message(message: &Message) {
     };
     let text = strip_address(text, BOT_USERNAME);
     let text = text.trim();
-    if let Some((word, _args)) = command_of(text) {
-        assert!(
-            !word.contains('@') && word == word.to_ascii_lowercase(),
+    match commands::parse(text, BOT_USERNAME) {
+        Parsed::Unknown(word) => assert!(
+            !word.is_empty()
+                && word.len() <= 32
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'_'),
             "command word {word:?} of {text:?}"
-        );
+        ),
+        Parsed::Known(_, args) => assert_eq!(args, args.trim(), "arguments of {text:?}"),
+        Parsed::Text | Parsed::ForAnotherBot => {}
     }
     let _cut: String = text.chars().take(16_384).collect();
 }

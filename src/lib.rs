@@ -29,6 +29,7 @@
 //!     descriptor, no symlink followed.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
+//!   - `chat::commands`: the command table (parser, menu, `/start` and `/help` texts);
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, tools, watchdogs,
 //!     `approval`: tool approvals in the chat, with buttons; `live`: the status message

@@ -11,6 +11,9 @@ use tokio::sync::watch;
 pub struct Shutdown {
     /// Set once the drain is over.
     closing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Set when the stop is for `/restart`: the chats are told the bot
+    /// comes back, not that it stops.
+    restarting: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Shared flag; `true` once stop has begun.
     rx: watch::Receiver<bool>,
     /// Kept so any holder can begin the stop.
@@ -29,6 +32,7 @@ impl Shutdown {
         let (tx, rx) = watch::channel(false);
         Self {
             closing: Default::default(),
+            restarting: Default::default(),
             rx,
             tx: std::sync::Arc::new(tx),
         }
@@ -44,6 +48,18 @@ impl Shutdown {
         self.trigger();
         self.closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Marks the stop (begun or to come) as one for `/restart`.
+    pub fn for_restart(&self) {
+        self.restarting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the stop is for `/restart` (otherwise the bot stops for good,
+    /// as far as the chats can know).
+    pub fn is_restarting(&self) -> bool {
+        self.restarting.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether the drain is over.

@@ -71,7 +71,7 @@ async fn status_is_for_admins_only() {
     assert_eq!(refused, vec!["Only admins can use /status."]);
     h.say(ADMIN, ADMIN, "/status@turnstile_bot");
     let status = h.api.wait_for_texts(ADMIN, 1, SOON).await;
-    assert!(status[0].contains("1 turn(s) running"), "{status:?}");
+    assert!(status[0].contains("1 turn running"), "{status:?}");
     assert!(status[0].contains("chat 1: turn 1 running"), "{status:?}");
 }
 
@@ -236,4 +236,60 @@ async fn a_strangers_message_leaves_no_text_in_the_state_file() {
     let holds = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     assert!(holds("plugh-allowed-words"), "the scan reads the file");
     assert!(!holds("xyzzy"), "a stranger's words are in the state file");
+}
+
+/// A stranger learns their Telegram user id from the refusal, so they can
+/// ask the operator to add it; the refusal still comes once per cooldown.
+#[actix_rt::test]
+async fn a_strangers_refusal_tells_them_their_user_id_and_the_key_to_add_it_to() {
+    let h = Harness::start(Scenario::default(), &[]).await;
+    h.say(50, STRANGER, "let me in");
+    let told = h.api.wait_for_texts(50, 1, SOON).await;
+    assert!(
+        told[0].contains("Your Telegram user id is 666;"),
+        "{told:?}"
+    );
+    assert!(told[0].contains("access.allowed_users"), "{told:?}");
+    assert_eq!(h.backend.opened(), 0);
+}
+
+/// In a group the refusal replies to the stranger's message, so the user id
+/// it tells is plainly theirs; in a private chat it is a plain message.
+#[actix_rt::test]
+async fn in_a_group_the_refusal_replies_to_the_strangers_message() {
+    use support::bot_api::files::{supergroup, text_message};
+    const GROUP: i64 = -100_444;
+    let h = Harness::start(Scenario::default(), &[]).await;
+    let id = h.api.next_message_id();
+    let mut message = text_message(supergroup(GROUP, false), STRANGER, "@turnstile_bot hi");
+    message["message_id"] = id.into();
+    h.api.push_message(message);
+    let told = h.api.wait_for_texts(GROUP, 1, SOON).await;
+    assert!(told[0].contains("user id is 666"), "{told:?}");
+    let sent: Vec<_> = h
+        .api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == serde_json::json!(GROUP))
+        .collect();
+    assert_eq!(
+        sent[0].params["reply_parameters"]["message_id"],
+        serde_json::json!(id),
+        "{:?}",
+        sent[0].params
+    );
+    // Another stranger: one refusal per user per cooldown.
+    h.say(50, 667, "hi");
+    h.api.wait_for_texts(50, 1, SOON).await;
+    let private: Vec<_> = h
+        .api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == serde_json::json!(50))
+        .collect();
+    assert!(
+        private[0].params.get("reply_parameters").is_none(),
+        "{:?}",
+        private[0].params
+    );
 }

@@ -734,3 +734,66 @@ async fn the_driver_reports_streamed_text_and_tool_calls_as_activity() {
     session.commands.send(SessionCommand::Kill).ok();
     while !matches!(next_event(&mut session).await, AgentEvent::Exited { .. }) {}
 }
+
+/// Runs `command` as the `claude` backend's CLI (with `sandbox`) and asserts
+/// the operator's log names it and the OS error `error` at ERROR, while the
+/// chat gets one plain sentence without either.
+async fn a_cli_that_cannot_start(command: &str, sandbox: &str, error: &str) {
+    let logs = LogCapture::start();
+    let files = FakeLog::new(&Scenario::default());
+    let mut env = files.env();
+    env.extend([
+        ("TURNSTILE_AGENT_COMMAND".to_string(), command.to_string()),
+        ("TURNSTILE_AGENT_SANDBOX".to_string(), sandbox.to_string()),
+    ]);
+    let (mut h, backend) = Harness::launch_claude(&env).await;
+    h.say(1, USER, "hello");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert!(
+        matches!(outcome, TurnOutcome::AgentFailed { .. }),
+        "{outcome:?}"
+    );
+    let told = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(
+        told,
+        ["⚠️ The agent could not start; the operator has been told in the log."]
+    );
+    let log = logs.text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("the agent could not start"))
+        .unwrap_or_else(|| panic!("no start failure in the log:\n{log}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(&format!("command={command}")), "{line}");
+    assert!(line.contains(error), "{line}");
+    assert!(line.contains("chat_id=1"), "{line}");
+    assert_eq!(backend.spawned(), 0, "nothing was started");
+    h.bot.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_missing_cli_is_logged_with_its_path_and_error_and_the_chat_told_plainly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("no-claude-here");
+    a_cli_that_cannot_start(
+        &missing.display().to_string(),
+        "none",
+        "No such file or directory",
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn under_the_sandbox_a_cli_that_is_not_executable_is_logged_and_told_the_same_way() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plain = dir.path().join("claude");
+    std::fs::write(&plain, "#!/bin/sh\n").expect("written");
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    a_cli_that_cannot_start(
+        &plain.display().to_string(),
+        "bubblewrap",
+        "Permission denied",
+    )
+    .await;
+}

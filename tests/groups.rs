@@ -151,7 +151,10 @@ async fn a_command_for_another_bot_is_ignored_everywhere() {
         .push_message(text_message(group(), ADMIN, "/status@OtherBot"));
     h.api
         .push_message(text_message(group(), USER, "/stop@OtherBot"));
-    // Afterwards, proof that all three were seen and passed over.
+    // Not even the pointer to /help for a command unknown here.
+    h.api
+        .push_message(text_message(private(ADMIN), ADMIN, "/frobnicate@OtherBot"));
+    // Afterwards, proof that all four were seen and passed over.
     h.api
         .push_message(text_message(private(ADMIN), ADMIN, "/help"));
     let texts = h.api.wait_for_texts(ADMIN, 1, SOON).await;

@@ -57,7 +57,7 @@ async fn a_full_queue_is_told_so() {
     );
     h.say(1, USER, "/stop");
     let texts = h.api.wait_for_texts(1, 2, SOON).await;
-    assert_eq!(texts[1], "⏹ Stopped. 2 queued message(s) dropped.");
+    assert_eq!(texts[1], "⏹ Stopped. 2 queued messages dropped.");
 }
 
 #[actix_rt::test]

@@ -249,7 +249,7 @@ async fn restart_drains_re_executes_and_is_not_repeated() {
     assert_eq!(
         told,
         vec![
-            "🔄 Restarting; waiting for 1 running turn(s) first.",
+            "🔄 Restarting; waiting for 1 running turn first.",
             "✅ Restarted."
         ]
     );

@@ -155,3 +155,51 @@ async fn with_retry_a_turn_whose_reply_was_on_its_way_is_not_queued_again() {
     let told = h.texts(1);
     assert!(told.iter().any(|t| t.contains("cut short")), "{told:?}");
 }
+
+/// A turn the drain cuts short at a plain stop (a signal) is told the bot is
+/// stopping; at a `/restart`, that it is restarting.
+async fn cut_short_by(restart: bool) -> Vec<String> {
+    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let mut h = Harness::start(scenario, &[("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "200ms")]).await;
+    h.say(ADMIN, ADMIN, "slow");
+    h.event("turn start", |e| {
+        matches!(e, turnstile::events::BotEvent::TurnStarted { .. })
+    })
+    .await;
+    if restart {
+        h.say(ADMIN, ADMIN, "/restart");
+        let asked = tokio::time::timeout(SOON, h.bot.host_request()).await;
+        assert!(
+            matches!(
+                asked,
+                Ok(Some(turnstile::chat::HostRequest::Restart { .. }))
+            ),
+            "{asked:?}"
+        );
+    }
+    assert_eq!(h.bot.stop().await, 1, "the drain cut the turn short");
+    h.texts(ADMIN)
+}
+
+#[actix_rt::test]
+async fn a_plain_stop_says_the_bot_is_stopping_not_restarting() {
+    let told = cut_short_by(false).await;
+    assert_eq!(
+        told,
+        [
+            "⚠️ The bot is stopping and this turn was cut short. Send your message again once it is back if you still need an answer."
+        ]
+    );
+}
+
+#[actix_rt::test]
+async fn a_restart_says_the_bot_is_restarting() {
+    let told = cut_short_by(true).await;
+    assert_eq!(
+        told,
+        [
+            "🔄 Restarting; waiting for 1 running turn first.",
+            "⚠️ The bot is restarting and this turn was cut short. Send your message again if you still need an answer."
+        ]
+    );
+}

@@ -9,17 +9,18 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use teloxide::types::{CallbackQuery, ChatId, UpdateKind, UserId};
+use teloxide::types::{CallbackQuery, ChatId, MessageId, UpdateKind, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::chat::notices::bounded;
+use crate::chat::commands::{self, Abilities, Command, Parsed, Who};
+use crate::chat::notices::{bounded, counted, not_accepted};
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
     ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
     StopChatForHost, UserMessage,
 };
 use crate::chat::turn::{ButtonPressed, TurnDeps, describe_rule};
-use crate::config::{AccessConfig, DispatcherConfig};
+use crate::config::{AccessConfig, DispatcherConfig, GroupMode};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
 use crate::ops::panics::contain;
@@ -196,7 +197,10 @@ impl Dispatcher {
         }
     }
 
-    fn refuse(&mut self, to: Conversation, user: UserId) {
+    /// A stranger's message: logged, and once per cooldown answered with
+    /// their user id (in a group, as a reply to their message, so the id is
+    /// plainly theirs).
+    fn refuse(&mut self, to: Conversation, user: UserId, reply_to: Option<MessageId>) {
         let chat = to.chat;
         tracing::warn!(
             user_id = user.0,
@@ -205,39 +209,51 @@ impl Dispatcher {
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
         if due(&mut self.refused, user, self.access.refusal_cooldown) {
-            self.say(
-                to,
-                "Sorry, this bot only answers the people it was set up for.",
-            );
+            self.deps
+                .outbox
+                .do_send(SendText::new(to, refusal(user)).replying_to(reply_to));
         }
     }
 
+    /// A command this bot knows, from `user` (admins' commands refused to
+    /// everyone else).
     fn command(
         &mut self,
         chat: Conversation,
         user: UserId,
-        word: &str,
-        args: &str,
+        (command, args): (Command, &str),
         asked: Asked,
         ctx: &mut Context<Self>,
-    ) -> bool {
+    ) {
         let Asked { date, private } = asked;
-        match word {
-            "permissions" => self.permissions(chat, args, ctx),
-            "stop" if self.chats.contains_key(&chat) => self.deliver(chat, ForChat::Stop, ctx),
-            "stop" => self.say(chat, "Nothing to stop."),
-            "new" => self.deliver(chat, ForChat::New, ctx),
-            "status" if self.is_admin(user) => self.status(chat, private, ctx),
-            "status" => self.say(chat, "Only admins can use /status."),
-            "restart" if self.is_admin(user) => self.restart(chat, user, date),
-            "restart" => self.say(chat, "Only admins can use /restart."),
-            "start" | "help" => self.say(
-                chat,
-                "Send a message and the agent answers. /stop ends the current turn, /new starts a fresh conversation, /permissions lists the tools allowed in this chat (/permissions clear forgets them).",
-            ),
-            _ => return false,
+        let admin = self.is_admin(user);
+        if command.who() == Who::Admins && !admin {
+            self.say(chat, format!("Only admins can use /{}.", command.word()));
+            return;
         }
-        true
+        match command {
+            Command::Permissions => self.permissions(chat, args, ctx),
+            Command::Stop if self.chats.contains_key(&chat) => {
+                self.deliver(chat, ForChat::Stop, ctx);
+            }
+            Command::Stop => self.say(chat, "Nothing to stop."),
+            Command::New => self.deliver(chat, ForChat::New, ctx),
+            Command::Status => self.status(chat, private, ctx),
+            Command::Restart => self.restart(chat, user, date),
+            Command::Start => self.say(chat, commands::greeting(admin, &self.abilities(private))),
+            Command::Help => self.say(chat, commands::help(admin, &self.abilities(private))),
+        }
+    }
+
+    /// What the bot takes in a private chat or a group, for `/start` and `/help`.
+    fn abilities(&self, private: bool) -> Abilities {
+        let policy = self.deps.files.policy();
+        Abilities {
+            max_download: policy.max_download,
+            transcribes: !policy.transcribe.is_empty(),
+            mention_in_group: (!private && self.access.group_mode == GroupMode::Mention)
+                .then(|| self.username.clone()),
+        }
     }
 
     /// `/permissions`: the tools that run without asking in this chat;
@@ -251,9 +267,10 @@ impl Dispatcher {
                 async move {
                     let text = match cleared.await {
                         Some(0) => "No tool was allowed without asking in this chat.".to_string(),
-                        Some(n) => {
-                            format!("🔐 Forgot {n} tool approval(s); every tool asks again.")
-                        }
+                        Some(n) => format!(
+                            "🔐 Forgot {}; every tool asks again.",
+                            counted(n, "tool approval", "tool approvals")
+                        ),
                         None => "⚠️ The approvals could not be cleared; try again.".to_string(),
                     };
                     outbox.do_send(SendText::new(to, text));
@@ -371,7 +388,14 @@ impl Dispatcher {
         );
         self.say(
             to,
-            format!("🔄 Restarting; waiting for {running} running turn(s) first."),
+            if running == 0 {
+                "🔄 Restarting.".to_string()
+            } else {
+                format!(
+                    "🔄 Restarting; waiting for {} first.",
+                    counted(running, "running turn", "running turns")
+                )
+            },
         );
         if self.host.send(HostRequest::Restart { chat }).is_err() {
             tracing::error!("no host is listening for /restart");
@@ -383,12 +407,7 @@ impl Dispatcher {
     /// is shown to the group's members.
     fn status(&mut self, chat: Conversation, private: bool, ctx: &mut Context<Self>) {
         let header = if private {
-            format!(
-                "{} chat(s), {} turn(s) running, {} permit(s) free",
-                self.chats.len(),
-                self.slots.running(),
-                self.slots.free()
-            )
+            commands::status_header(self.chats.len(), self.slots.running(), self.slots.free())
         } else {
             "This chat only (ask in a private chat with the bot for all chats).".to_owned()
         };
@@ -412,6 +431,15 @@ impl Dispatcher {
             .into_actor(self),
         );
     }
+}
+
+/// What a stranger is told: that the bot is not for them, and their user
+/// id, which the operator adds to `access.allowed_users` to let them in.
+fn refusal(user: UserId) -> String {
+    format!(
+        "Sorry, this bot only answers the people it was set up for. Your Telegram user id is {}; to be let in, ask the bot's operator to add it to access.allowed_users.",
+        user.0
+    )
 }
 
 /// Whether `user` is due a refusal now: none within `cooldown`. Notes it
@@ -506,7 +534,7 @@ impl Dispatcher {
         };
         if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
             done(InboxState::Dropped);
-            self.refuse(to, user);
+            self.refuse(to, user, in_group.then_some(message.id));
             return;
         }
         let text = strip_address(text, &self.username);
@@ -516,22 +544,36 @@ impl Dispatcher {
             done(InboxState::Done);
             return;
         }
-        if let Some((word, args)) = command_of(text) {
-            let asked = Asked {
-                date: message.date.timestamp(),
-                private: message.chat.is_private(),
-            };
-            if self.command(to, user, &word, args, asked, ctx) {
+        match commands::parse(text, &self.username) {
+            Parsed::Text => {}
+            Parsed::Known(command, args) => {
+                let asked = Asked {
+                    date: message.date.timestamp(),
+                    private: message.chat.is_private(),
+                };
+                self.command(to, user, (command, args), asked, ctx);
+                done(InboxState::Done);
+                return;
+            }
+            Parsed::Unknown(word) => {
+                tracing::debug!(update_id, chat_id = chat.0, command = %word, "unknown command answered with a pointer to /help");
+                self.say(to, commands::unknown(&word));
+                done(InboxState::Done);
+                return;
+            }
+            Parsed::ForAnotherBot => {
+                tracing::debug!(
+                    update_id,
+                    chat_id = chat.0,
+                    "command for another bot; skipped"
+                );
                 done(InboxState::Done);
                 return;
             }
         }
         if self.stopping {
             done(InboxState::Dropped);
-            self.say(
-                to,
-                "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
-            );
+            self.say(to, not_accepted(self.deps.shutdown.is_restarting()));
             return;
         }
         let mut text = text.to_string();
@@ -555,23 +597,6 @@ impl Dispatcher {
         };
         self.route(to, msg, ctx);
     }
-}
-
-/// The command in `text` (`/Stop@Bot now` → `("stop", "now")`): its word in
-/// lowercase without a bot's name, and its arguments trimmed; `None` when
-/// `text` is not a command.
-pub(crate) fn command_of(text: &str) -> Option<(String, &str)> {
-    let command = text.strip_prefix('/')?;
-    let mut words = command.splitn(2, char::is_whitespace);
-    let word = words
-        .next()
-        .unwrap_or("")
-        .split('@')
-        .next()
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let args = words.next().unwrap_or("").trim();
-    Some((word, args))
 }
 
 /// Sent once at start, before any update: the inbox rows a previous

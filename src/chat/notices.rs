@@ -10,19 +10,52 @@ pub const REPROMPT: &str = "[turnstile] Your last turn ended without a reply to 
 pub const STOP_REASON: &str =
     "You ended the previous turn with end_turn; the user has seen your reply.";
 
-/// What the chat is told when a turn ends without a reply.
-pub(crate) fn notice_for(outcome: &TurnOutcome, replied: bool, retry: bool) -> Option<String> {
+/// What else the notice at a turn's end depends on, besides its outcome.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Ending {
+    /// Whether any text of the turn reached the chat.
+    pub(crate) replied: bool,
+    /// `dispatcher.on_interrupted = "retry"`: a message cut off before it
+    /// replied runs again in the next process.
+    pub(crate) retry: bool,
+    /// The host stops for `/restart` (not for a signal): it comes back.
+    pub(crate) restarting: bool,
+    /// Whether the agent ever started: a session was open, or the open
+    /// failed (then the operator's log says why, not the chat).
+    pub(crate) agent_started: bool,
+}
+
+/// Told when the agent could not be started (its executable missing, not
+/// executable, its working directory not made): the details are for the
+/// operator, in the log.
+pub(crate) const AGENT_NOT_STARTED: &str =
+    "⚠️ The agent could not start; the operator has been told in the log.";
+
+/// What the chat is told when a turn ends without a reply, or is cut short
+/// by the host stopping.
+pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String> {
     if let TurnOutcome::HostStopping = outcome {
-        return Some(if retry && !replied {
-            "⏸ The bot is restarting; your message will be answered once it is back.".to_string()
-        } else {
-            "⚠️ The bot is restarting and this turn was cut short. Send your message again if you still need an answer.".to_string()
-        });
+        return Some(match (ending.restarting, ending.retry && !ending.replied) {
+            (true, true) => {
+                "⏸ The bot is restarting; your message will be answered once it is back."
+            }
+            (true, false) => {
+                "⚠️ The bot is restarting and this turn was cut short. Send your message again if you still need an answer."
+            }
+            (false, true) => {
+                "⏸ The bot is stopping; your message will be answered when it runs again."
+            }
+            (false, false) => {
+                "⚠️ The bot is stopping and this turn was cut short. Send your message again once it is back if you still need an answer."
+            }
+        }
+        .to_string());
     }
-    if replied {
+    if ending.replied {
         return None;
     }
     let text = match outcome {
+        TurnOutcome::AgentFailed { .. } if !ending.agent_started => AGENT_NOT_STARTED.to_string(),
         TurnOutcome::NoProgress => "⚠️ The agent stopped responding, so this turn was ended. Send your message again to retry.".to_string(),
         TurnOutcome::BudgetExceeded => "⚠️ This turn ran past its time budget and was stopped.".to_string(),
         TurnOutcome::ForceClosedAfterResult => "⚠️ The agent finished without a reply and did not close; the turn was ended.".to_string(),
@@ -32,6 +65,28 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, replied: bool, retry: bool) -> O
         _ => return None,
     };
     Some(text)
+}
+
+/// Told for a message that came while the bot stops (for `/restart` when
+/// `restarting`): it was not taken.
+pub(crate) fn not_accepted(restarting: bool) -> &'static str {
+    if restarting {
+        "⚠️ The bot is restarting; this message was not accepted. Send it again in a moment."
+    } else {
+        "⚠️ The bot is stopping; this message was not accepted. Send it again once it is back."
+    }
+}
+
+/// Told for a message refused because `waiting` messages fill the chat's
+/// queue (`dispatcher.queue_limit`).
+pub(crate) fn queue_full(waiting: usize) -> String {
+    let waiting = match waiting {
+        1 => "1 message is".to_string(),
+        n => format!("{n} messages are"),
+    };
+    format!(
+        "⚠️ {waiting} already waiting; this one was not queued. Send it again once I have answered."
+    )
 }
 
 /// Told when the hard deadline released a chat.
@@ -44,6 +99,16 @@ pub(crate) fn bounded(text: &str, max: usize) -> String {
         out.push('…');
     }
     out
+}
+
+/// `n` and the noun that fits it: `counted(1, "chat", "chats")` is
+/// `1 chat`, `counted(2, …)` is `2 chats` (and `0 chats`).
+pub(crate) fn counted(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
 }
 
 /// `65536` as `64 KiB`, `1000` as `1000 bytes`.
@@ -87,3 +152,67 @@ pub(crate) fn output_refused(max: u64) -> String {
 
 /// Closes a text cut at `turn.max_output`.
 pub(crate) const CUT_MARK: &str = "\n\n[…]";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_take_the_singular_only_for_one() {
+        assert_eq!(counted(0, "chat", "chats"), "0 chats");
+        assert_eq!(counted(1, "chat", "chats"), "1 chat");
+        assert!(queue_full(1).starts_with("⚠️ 1 message is already waiting;"));
+        assert!(queue_full(3).starts_with("⚠️ 3 messages are already waiting;"));
+        assert_eq!(
+            counted(2, "queued message", "queued messages"),
+            "2 queued messages"
+        );
+    }
+
+    #[test]
+    fn a_stop_says_stopping_and_a_restart_says_restarting() {
+        for (retry, replied) in [(false, false), (true, false), (true, true)] {
+            let ending = Ending {
+                replied,
+                retry,
+                ..Ending::default()
+            };
+            let stop = notice_for(&TurnOutcome::HostStopping, ending).unwrap_or_default();
+            assert!(
+                stop.contains("stopping") && !stop.contains("restart"),
+                "{stop}"
+            );
+            let restart = Ending {
+                restarting: true,
+                ..ending
+            };
+            let restart = notice_for(&TurnOutcome::HostStopping, restart).unwrap_or_default();
+            assert!(restart.contains("restarting"), "{restart}");
+        }
+        assert!(
+            not_accepted(false).contains("stopping")
+                && !not_accepted(false).contains("in a moment")
+        );
+        assert!(not_accepted(true).contains("restarting"));
+    }
+
+    #[test]
+    fn an_agent_that_never_started_is_told_plainly() {
+        let failed = TurnOutcome::AgentFailed {
+            detail:
+                "could not start the agent: /nowhere/claude: No such file or directory (os error 2)"
+                    .into(),
+        };
+        let ending = Ending::default();
+        assert_eq!(
+            notice_for(&failed, ending).as_deref(),
+            Some(AGENT_NOT_STARTED)
+        );
+        let started = Ending {
+            agent_started: true,
+            ..ending
+        };
+        let told = notice_for(&failed, started).unwrap_or_default();
+        assert!(told.starts_with("⚠️ The agent failed:"), "{told}");
+    }
+}

@@ -27,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
-use crate::chat::notices::FORCE_RELEASED;
+use crate::chat::notices::{FORCE_RELEASED, not_accepted, queue_full};
 use crate::chat::outcome::TurnOutcome;
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, SessionReleased, TurnActor, TurnDeps, TurnEnded, TurnSpec};
@@ -534,9 +534,7 @@ impl Handler<UserMessage> for ChatSupervisor {
     fn handle(&mut self, msg: UserMessage, ctx: &mut Self::Context) {
         self.touched(ctx);
         if self.stopping {
-            self.say(
-                "⚠️ The bot is stopping; this message was not accepted. Send it again in a moment.",
-            );
+            self.say(not_accepted(self.deps.shutdown.is_restarting()));
             return;
         }
         if self.queue.len() >= self.settings.queue_limit {
@@ -546,10 +544,7 @@ impl Handler<UserMessage> for ChatSupervisor {
                 "queue full; message refused"
             );
             self.deps.inbox.dropped(vec![msg.update_id]);
-            self.say(format!(
-                "⚠️ {} messages are already waiting; this one was not queued. Send it again once I have answered.",
-                self.queue.len()
-            ));
+            self.say(queue_full(self.queue.len()));
             return;
         }
         self.queue.push_back(Pending {

@@ -34,7 +34,8 @@ use self::phase::{Step, TurnPhase};
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
 use crate::agent::{
-    Activity, AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession, SessionCommand,
+    Activity, AgentBackend, AgentError, AgentEvent, AgentSession, HookReply, OpenSession,
+    SessionCommand,
 };
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
@@ -364,14 +365,40 @@ impl TurnActor {
         ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
             Ok(session) if act.phase.is_live() => act.attach(session, false, ctx),
             Ok(session) => drop(session),
-            Err(err) => act.record(
-                TurnEvent::Exited {
-                    code: None,
-                    detail: err.to_string(),
-                },
-                ctx,
-            ),
+            Err(err) => {
+                act.start_failed(&err);
+                act.record(
+                    TurnEvent::Exited {
+                        code: None,
+                        detail: err.to_string(),
+                    },
+                    ctx,
+                );
+            }
         }));
+    }
+
+    /// The backend could not start the agent: the operator's log says what
+    /// and why (the chat is told only that it failed, at the turn's end).
+    fn start_failed(&self, err: &AgentError) {
+        let (chat_id, turn_id) = (self.chat_id(), self.spec.turn.get());
+        match err {
+            AgentError::Spawn { command, source } => tracing::error!(
+                chat_id,
+                turn_id,
+                command = %command,
+                error = %source,
+                "the agent could not start; check agent.command (a path, or a name on the agent's PATH) and that it is executable"
+            ),
+            AgentError::Directory { dir, source } => tracing::error!(
+                chat_id,
+                turn_id,
+                dir = %dir.display(),
+                error = %source,
+                "the agent could not start: its directory could not be made"
+            ),
+            other => tracing::error!(chat_id, turn_id, cause = %other, "the agent could not start"),
+        }
     }
 
     fn attach(&mut self, session: AgentSession, warm: bool, ctx: &mut Context<Self>) {

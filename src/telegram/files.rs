@@ -194,6 +194,11 @@ impl Files {
         Self { bot, policy }
     }
 
+    /// How files are taken in (`[files]`).
+    pub fn policy(&self) -> &FilesPolicy {
+        &self.policy
+    }
+
     /// Fetches each attachment into the `inbox/` of conversation `chat`'s
     /// working directory (`chat` fills `{chat}`) and says what happened.
     /// Never fails: a file that cannot be taken becomes a note and a notice.
@@ -552,7 +557,7 @@ pub fn safe_component(name: &str) -> Option<String> {
 }
 
 /// `12.3 MB`, `5 KB`, `12 bytes`.
-fn megabytes(bytes: u64) -> String {
+pub(crate) fn megabytes(bytes: u64) -> String {
     if bytes < 1_000 {
         return format!("{bytes} bytes");
     }

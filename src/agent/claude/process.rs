@@ -3,6 +3,7 @@
 //! every process it started is gone.
 
 use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,33 @@ use tokio::sync::watch;
 
 use super::{ClaudeSettings, seal};
 use crate::agent::AgentError;
+use crate::config::Sandbox;
 use crate::state::AgentGroup;
+
+/// Whether `command` can be executed, found as `bwrap`'s exec finds it
+/// (an absolute path as it is, a bare name on `path`), with the error the
+/// exec would meet. The sandbox runs `bwrap`, which would start and then
+/// fail with only a line on its stderr; looked up here first, a missing or
+/// non-executable CLI is the same [`AgentError::Spawn`] as without it. A
+/// relative path with a `/` is left to the exec.
+fn executable(command: &str, path: Option<&std::ffi::OsStr>) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    if command.contains('/') && !command.starts_with('/') {
+        return Ok(());
+    }
+    let found = seal::find_program(command, path)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+    let c_path = std::ffi::CString::new(found.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call.
+    if unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if found.is_dir() {
+        return Err(std::io::Error::from_raw_os_error(libc::EACCES));
+    }
+    Ok(())
+}
 
 /// Stderr lines logged per session before the rest are only counted.
 const STDERR_LINES_LOGGED: usize = 200;
@@ -139,9 +166,18 @@ impl AgentProcess {
             &settings.env,
             |path| path.exists(),
         );
+        if settings.seal.sandbox == Sandbox::Bubblewrap && settings.seal.launcher.is_empty() {
+            let path = plan.env.get(std::ffi::OsStr::new("PATH"));
+            executable(&settings.command, path.map(OsString::as_os_str)).map_err(|source| {
+                AgentError::Spawn {
+                    command: settings.command.clone(),
+                    source,
+                }
+            })?;
+        }
         for dir in &plan.create {
-            create_private_dir(dir).map_err(|source| AgentError::Spawn {
-                command: format!("{} (creating {})", settings.command, dir.display()),
+            create_private_dir(dir).map_err(|source| AgentError::Directory {
+                dir: dir.clone(),
                 source,
             })?;
         }
@@ -510,6 +546,39 @@ async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cli_that_is_missing_or_not_executable_is_found_out_before_the_sandbox_runs() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let plain = dir.path().join("not-executable");
+        std::fs::write(&plain, "#!/bin/sh\n").expect("written");
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let errno = |command: &str, path: Option<&str>| {
+            executable(command, path.map(std::ffi::OsStr::new))
+                .err()
+                .and_then(|e| e.raw_os_error())
+        };
+        let missing = dir.path().join("missing");
+        assert_eq!(errno(&missing.to_string_lossy(), None), Some(libc::ENOENT));
+        assert_eq!(errno(&plain.to_string_lossy(), None), Some(libc::EACCES));
+        assert_eq!(
+            errno(&dir.path().to_string_lossy(), None),
+            Some(libc::EACCES)
+        );
+        assert_eq!(errno("sh", Some("/usr/bin:/bin")), None);
+        assert_eq!(errno("/bin/sh", None), None);
+        assert_eq!(
+            errno("no-such-cli-here", Some("/usr/bin:/bin")),
+            Some(libc::ENOENT)
+        );
+        assert_eq!(
+            errno("sh", None),
+            Some(libc::ENOENT),
+            "no PATH, no bare name"
+        );
+        assert_eq!(errno("./relative/cli", None), None, "left to the exec");
+    }
 
     #[tokio::test]
     async fn a_10_mb_stderr_line_without_a_newline_is_cut_not_held() {

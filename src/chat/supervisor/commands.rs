@@ -5,6 +5,7 @@ use actix::{ActorContext, AsyncContext, Handler};
 
 use super::state::{ChatState, ChatStep};
 use super::{ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat, StopChatForHost};
+use crate::chat::notices::counted;
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
 use crate::ids::TurnId;
 use crate::telegram::outbox::{AnswerCallback, Purge};
@@ -36,16 +37,21 @@ impl Handler<StopChat> for ChatSupervisor {
                 });
                 running.addr.do_send(InterruptTurn);
                 self.say(if dropped > 0 {
-                    format!("⏹ Stopped. {dropped} queued message(s) dropped.")
+                    format!("⏹ Stopped. {} dropped.", queued(dropped))
                 } else {
                     "⏹ Stopped.".to_string()
                 });
             }
-            None if dropped > 0 => self.say(format!("⏹ {dropped} queued message(s) dropped.")),
+            None if dropped > 0 => self.say(format!("⏹ {} dropped.", queued(dropped))),
             None => self.say("Nothing to stop."),
         }
         self.watch_idle(ctx);
     }
+}
+
+/// `2 queued messages`, `1 queued message`.
+fn queued(n: usize) -> String {
+    counted(n, "queued message", "queued messages")
 }
 
 impl Handler<NewSession> for ChatSupervisor {

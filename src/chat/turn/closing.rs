@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use actix::{ActorContext, Context};
 
-use super::phase::Step;
+use super::phase::{Step, TurnPhase};
 use super::{Link, SessionReleased, TurnActor, TurnEnded};
 use crate::agent::{AgentEvent, AgentSession, HookReply, SessionCommand, ToolReply};
-use crate::chat::notices::{STOP_REASON, notice_for};
+use crate::chat::notices::{Ending, STOP_REASON, notice_for};
 use crate::chat::outcome::{TurnEvent, TurnOutcome};
 use crate::events::BotEvent;
 
@@ -62,6 +62,8 @@ impl TurnActor {
     /// Sends TurnEnded and starts closing the session.
     pub(super) fn finish(&mut self, outcome: TurnOutcome, ctx: &mut Context<Self>) {
         let at = Instant::now();
+        // Still opening: the agent never had the prompt (its start failed).
+        let agent_started = self.phase != TurnPhase::Opening;
         self.disarm_live_clocks(ctx);
         self.step(Step::Ended(outcome.clone()));
         self.close_approvals(
@@ -117,7 +119,13 @@ impl TurnActor {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );
-        if let Some(notice) = notice_for(&outcome, replied, self.deps.retry_interrupted) {
+        let ending = Ending {
+            replied,
+            retry: self.deps.retry_interrupted,
+            restarting: self.deps.shutdown.is_restarting(),
+            agent_started,
+        };
+        if let Some(notice) = notice_for(&outcome, ending) {
             self.deliver(notice);
         }
         if self.settled() {
