@@ -44,8 +44,9 @@ pub enum StartError {
     /// configuration error, exit 2.
     #[error("{0}")]
     Sandbox(String),
-    /// `ops.listen` could not be bound.
-    #[error("ops.listen {listen:?}: {source}")]
+    /// `ops.listen` could not be bound (taken, or not this host's): a
+    /// configuration error, exit 2.
+    #[error("ops.listen {listen}: cannot listen there: {source}")]
     Ops {
         /// The value.
         listen: String,
@@ -72,11 +73,12 @@ pub enum StartError {
 impl StartError {
     /// The process exit code for this error: 3 for a rejected token (a
     /// service manager should not restart on it), 2 for a sandbox that
-    /// cannot run (as for bad configuration), 1 otherwise.
+    /// cannot run or an `ops.listen` that cannot be bound (as for bad
+    /// configuration), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::TokenRejected | Self::WebhookSet { .. } => 3,
-            Self::Sandbox(_) => 2,
+            Self::Sandbox(_) | Self::Ops { .. } => 2,
             _ => 1,
         }
     }
@@ -327,6 +329,19 @@ impl Turnstile {
         limits: RateLimits,
         store: Arc<Store>,
     ) -> Result<Self, StartError> {
+        // Bound before Telegram is asked anything: a taken port fails the
+        // start at once, with no actor to stop.
+        let listener = if config.ops.listen.trim().is_empty() {
+            None
+        } else {
+            let listener = crate::ops::server::bind(&config.ops.listen).map_err(|source| {
+                StartError::Ops {
+                    listen: config.ops.listen.clone(),
+                    source,
+                }
+            })?;
+            Some(listener)
+        };
         let bot = telegram_client(config)?;
         let me = identify(&bot).await?;
         check_webhook(&bot, config.telegram.delete_webhook).await?;
@@ -418,9 +433,7 @@ impl Turnstile {
         .with_metrics(Arc::clone(events.metrics()))
         .start();
         let follower = events.metrics().follow(&events);
-        let ops = if config.ops.listen.trim().is_empty() {
-            None
-        } else {
+        let ops = if let Some(listener) = listener {
             let probe = crate::ops::server::Probe {
                 metrics: Arc::clone(events.metrics()),
                 gauges: Arc::clone(&gauges),
@@ -428,14 +441,15 @@ impl Turnstile {
                 dispatcher: dispatcher.clone(),
                 poll_timeout: config.telegram.poll_timeout,
             };
-            let server =
-                crate::ops::server::serve(&config.ops.listen, probe).map_err(|source| {
-                    StartError::Ops {
-                        listen: config.ops.listen.clone(),
-                        source,
-                    }
-                })?;
+            let server = crate::ops::server::serve(listener, probe).map_err(|source| {
+                StartError::Ops {
+                    listen: config.ops.listen.clone(),
+                    source,
+                }
+            })?;
             Some(server)
+        } else {
+            None
         };
         tracing::info!(
             api = %config.telegram.api_url,

@@ -1,0 +1,123 @@
+//! The binary as an operator meets it: `--help` and `--version`, and the
+//! start-up failures a service manager must not restart in a loop (a taken
+//! `ops.listen` port, a state file from a newer turnstile), each one clear
+//! line on stderr and a documented exit code, never a panic.
+
+mod support;
+
+use std::time::Duration;
+
+use support::process::BotProcess;
+use support::*;
+
+/// Runs the binary with `args` and no environment but PATH; bounded.
+fn run(args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("turnstile {args:?} did not exit within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Asserts a start that failed as an operator should see it: exit `code`,
+/// no panic, and a `turnstile: ` line holding every one of `named`.
+fn assert_clean_failure(status: std::process::ExitStatus, log: &str, code: i32, named: &[&str]) {
+    assert_eq!(status.code(), Some(code), "{log}");
+    assert!(!log.contains("panicked"), "a panic on the way out:\n{log}");
+    assert!(!log.contains("reactor"), "a panic on the way out:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("turnstile: ") && named.iter().all(|n| l.contains(n)))
+        .unwrap_or_else(|| panic!("no line naming {named:?}:\n{log}"));
+    assert!(!line.contains(bot_api::TOKEN), "{line}");
+}
+
+#[tokio::test]
+async fn a_taken_ops_port_exits_2_with_one_line_naming_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let listen = taken.local_addr().expect("addr").to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [
+        ("TURNSTILE_OPS_LISTEN", listen.clone()),
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.path().join("state.db").display().to_string(),
+        ),
+    ];
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let status = bot.exit().await;
+    let text = bot.log_text();
+    assert_clean_failure(status, &text, 2, &["ops.listen", &listen, "in use"]);
+    assert!(
+        api.calls_of("getMe").is_empty(),
+        "refused before Telegram is asked anything:\n{text}"
+    );
+    drop(taken);
+}
+
+#[test]
+fn version_prints_the_name_and_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let out = run(&[flag]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("turnstile {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}
+
+#[test]
+fn help_lists_the_commands_options_environment_and_exit_codes() {
+    for flag in ["--help", "-h"] {
+        let out = run(&[flag]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for needle in [
+            "turnstile [run]",
+            "turnstile check-config",
+            "turnstile backup [--config FILE] PATH",
+            "--config FILE",
+            "--version",
+            "TELEGRAM_BOT_TOKEN",
+            "CREDENTIALS_DIRECTORY",
+            "TURNSTILE_<SECTION>_<KEY>",
+            "TURNSTILE_AGENT_ENV_<NAME>",
+            "TURNSTILE_LOG",
+            "Exit codes:",
+        ] {
+            assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
+        }
+        for code in ["0", "1", "2", "3", "70"] {
+            assert!(
+                text.lines().any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                "--help does not explain exit code {code}:\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bad_command_line_is_exit_2_and_points_at_help() {
+    for args in [&["frobnicate"][..], &["backup"], &["check-config", "extra"]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--help"), "{args:?}: {err}");
+    }
+}
