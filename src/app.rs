@@ -334,12 +334,11 @@ impl Turnstile {
         let listener = if config.ops.listen.trim().is_empty() {
             None
         } else {
-            let listener = crate::ops::server::bind(&config.ops.listen).map_err(|source| {
-                StartError::Ops {
+            let listener =
+                crate::ops::server::bind(&config.ops.listen).map_err(|source| StartError::Ops {
                     listen: config.ops.listen.clone(),
                     source,
-                }
-            })?;
+                })?;
             Some(listener)
         };
         let bot = telegram_client(config)?;
@@ -441,12 +440,11 @@ impl Turnstile {
                 dispatcher: dispatcher.clone(),
                 poll_timeout: config.telegram.poll_timeout,
             };
-            let server = crate::ops::server::serve(listener, probe).map_err(|source| {
-                StartError::Ops {
+            let server =
+                crate::ops::server::serve(listener, probe).map_err(|source| StartError::Ops {
                     listen: config.ops.listen.clone(),
                     source,
-                }
-            })?;
+                })?;
             Some(server)
         } else {
             None

@@ -105,7 +105,8 @@ fn help_lists_the_commands_options_environment_and_exit_codes() {
         }
         for code in ["0", "1", "2", "3", "70"] {
             assert!(
-                text.lines().any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                text.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{code} "))),
                 "--help does not explain exit code {code}:\n{text}"
             );
         }
@@ -120,4 +121,41 @@ fn a_bad_command_line_is_exit_2_and_points_at_help() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--help"), "{args:?}: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_state_file_from_a_newer_turnstile_is_refused_with_exit_2_and_left_as_it_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("state.db");
+    let newer = turnstile::state::SCHEMA_VERSION + 1;
+    {
+        let conn = rusqlite::Connection::open(&db).expect("a database");
+        conn.execute_batch("CREATE TABLE future (x INTEGER);")
+            .expect("a table");
+        conn.pragma_update(None, "user_version", newer)
+            .expect("a version");
+    }
+    let before = std::fs::read(&db).expect("read");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [("TURNSTILE_STATE_PATH", db.display().to_string())];
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let status = bot.exit().await;
+    let text = bot.log_text();
+    let found = format!("schema version {newer}");
+    let supported = format!("this turnstile's {}", turnstile::state::SCHEMA_VERSION);
+    assert_clean_failure(
+        status,
+        &text,
+        2,
+        &[
+            "state.db",
+            &found,
+            &supported,
+            "newer binary",
+            "restore a backup",
+        ],
+    );
+    assert_eq!(std::fs::read(&db).expect("read"), before, "left as it was");
+    assert!(api.calls_of("getMe").is_empty(), "{text}");
 }
