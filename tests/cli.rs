@@ -159,3 +159,69 @@ async fn a_state_file_from_a_newer_turnstile_is_refused_with_exit_2_and_left_as_
     assert_eq!(std::fs::read(&db).expect("read"), before, "left as it was");
     assert!(api.calls_of("getMe").is_empty(), "{text}");
 }
+
+/// The second `getMe failed` line of a bot whose Bot API is `url`.
+async fn second_get_me_failure(api_url: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [
+        ("TURNSTILE_TELEGRAM_API_URL", api_url.to_string()),
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.path().join("state.db").display().to_string(),
+        ),
+    ];
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let line = eventually("the second getMe retry line", SOON * 3, || {
+        let text = bot.log_text();
+        async move {
+            text.lines()
+                .filter(|l| l.contains("getMe failed"))
+                .nth(1)
+                .map(str::to_owned)
+                .ok_or(text)
+        }
+    })
+    .await;
+    bot.signal(libc::SIGTERM);
+    let _ = bot.exit().await;
+    assert!(api.calls().is_empty(), "only {api_url} was asked");
+    // The second try waits twice the first's 250 ms.
+    assert!(line.contains("; retrying in 500ms (at "), "{line}");
+    assert!(!line.contains("error sending request"), "{line}");
+    assert!(!line.contains(bot_api::TOKEN), "{line}");
+    line
+}
+
+#[tokio::test]
+async fn a_get_me_that_cannot_connect_logs_the_host_the_cause_and_the_next_retry() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let host = closed.local_addr().expect("addr").to_string();
+    drop(closed);
+    let line = second_get_me_failure(&format!("http://{host}")).await;
+    let expected = format!("getMe failed: connect error reaching {host}: ");
+    assert!(line.contains(&expected), "{line}");
+    assert!(line.contains("refused"), "the OS's cause: {line}");
+}
+
+#[tokio::test]
+async fn a_get_me_whose_tls_fails_says_tls() {
+    // Plain text where a TLS server hello should be.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let host = listener.local_addr().expect("addr").to_string();
+    let server = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let line = second_get_me_failure(&format!("https://{host}")).await;
+    server.abort();
+    let expected = format!("getMe failed: TLS error reaching {host}: ");
+    assert!(line.contains(&expected), "{line}");
+}
