@@ -49,6 +49,10 @@ Exit codes:
   70 a panic (a bug): the service manager restarts the bot
 ";
 
+/// The short usage, after a bad command line.
+const USAGE: &str = "usage: turnstile [run | check-config | backup PATH] [--config FILE]\n\
+                     (turnstile --help says more)";
+
 /// What the command line asks for.
 enum Command {
     Run(Option<PathBuf>),
@@ -103,7 +107,7 @@ fn main() -> ExitCode {
     let command = match parse_args(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(err) => {
-            eprintln!("turnstile: {err}\n(turnstile --help lists the commands)");
+            eprintln!("turnstile: {err}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
