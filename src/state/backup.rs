@@ -115,7 +115,7 @@ fn check_dest(state: &Path, dest: &Path) -> Result<(), BackupError> {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut companion = state_abs.clone().into_os_string();
         companion.push(suffix);
-        if dest_abs == PathBuf::from(companion) {
+        if dest_abs.as_os_str() == companion {
             return Err(BackupError::IsState(dest.to_owned()));
         }
     }
