@@ -225,3 +225,55 @@ async fn a_get_me_whose_tls_fails_says_tls() {
     let expected = format!("getMe failed: TLS error reaching {host}: ");
     assert!(line.contains(&expected), "{line}");
 }
+
+#[tokio::test]
+async fn restart_binds_its_ops_port_again() {
+    // The port a taken one would be: the re-executed process must get it
+    // back from the old one, or /restart would end the service (exit 2).
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let listen = free.local_addr().expect("addr").to_string();
+    drop(free);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [
+        ("TURNSTILE_OPS_LISTEN", listen.clone()),
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.path().join("state.db").display().to_string(),
+        ),
+    ];
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    wait_until("the first start", SOON * 3, || {
+        bot.log_text().contains("turnstile started")
+    })
+    .await;
+    api.push_text(ADMIN, ADMIN, "/restart");
+    wait_until("the second start", SOON * 3, || {
+        bot.log_text().matches("turnstile started").count() == 2
+    })
+    .await;
+    assert!(
+        bot.child.try_wait().expect("wait").is_none(),
+        "{}",
+        bot.log_text()
+    );
+    let (status, _) = tokio::time::timeout(SOON, async {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(&listen)
+            .await
+            .expect("the ops port answers");
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        (answer.lines().next().unwrap_or_default().to_owned(), answer)
+    })
+    .await
+    .expect("the ops port answers in time");
+    assert!(status.contains("200"), "{status}");
+    bot.signal(libc::SIGTERM);
+    assert!(bot.exit().await.success(), "{}", bot.log_text());
+}
