@@ -44,8 +44,9 @@ pub enum StartError {
     /// configuration error, exit 2.
     #[error("{0}")]
     Sandbox(String),
-    /// `ops.listen` could not be bound.
-    #[error("ops.listen {listen:?}: {source}")]
+    /// `ops.listen` could not be bound (taken, or not this host's): a
+    /// configuration error, exit 2.
+    #[error("ops.listen {listen}: cannot listen there: {source}")]
     Ops {
         /// The value.
         listen: String,
@@ -72,11 +73,12 @@ pub enum StartError {
 impl StartError {
     /// The process exit code for this error: 3 for a rejected token (a
     /// service manager should not restart on it), 2 for a sandbox that
-    /// cannot run (as for bad configuration), 1 otherwise.
+    /// cannot run or an `ops.listen` that cannot be bound (as for bad
+    /// configuration), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::TokenRejected | Self::WebhookSet { .. } => 3,
-            Self::Sandbox(_) => 2,
+            Self::Sandbox(_) | Self::Ops { .. } => 2,
             _ => 1,
         }
     }
@@ -159,12 +161,82 @@ pub async fn identify(bot: &Bot) -> Result<BotIdentity, StartError> {
                 return Err(StartError::TokenRejected);
             }
             Err(err) => {
-                tracing::warn!(cause = %err, retry_in_ms = backoff.as_millis() as u64, "getMe failed; retrying");
+                let (kind, cause) = request_failure(&err);
+                let host = api_host(bot.api_url());
+                let retry_at =
+                    chrono::Utc::now() + chrono::Duration::from_std(backoff).unwrap_or_default();
+                let retry_at = retry_at.format("%H:%M:%SZ");
+                let retry_in = humantime::format_duration(backoff);
+                tracing::warn!(
+                    kind,
+                    "getMe failed: {kind} error reaching {host}: {cause}; retrying in {retry_in} (at {retry_at})"
+                );
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
     }
+}
+
+/// `host:port` of the Bot API, for the log (never the path: it holds the
+/// token).
+fn api_host(url: reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("?");
+    match url.port_or_known_default() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    }
+}
+
+/// What kind of failure a request met, and its root cause: for a network
+/// error the class found along its source chain ("DNS", "connect", "TLS",
+/// "timeout", …) and the innermost cause (`Connection refused (os error
+/// 111)`) instead of reqwest's "error sending request"; otherwise what the
+/// Bot API said.
+fn request_failure(err: &teloxide::RequestError) -> (&'static str, String) {
+    use std::error::Error as _;
+    let teloxide::RequestError::Network(network) = err else {
+        return ("Bot API", err.to_string());
+    };
+    let network: &reqwest::Error = network;
+    let mut texts = Vec::new();
+    let mut io_kinds = Vec::new();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = network.source();
+    while let Some(cause) = source {
+        texts.push(cause.to_string());
+        // An I/O error's `source()` skips the error it wraps (rustls's,
+        // itself often wrapped in another I/O error): go into it.
+        source = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) => {
+                io_kinds.push(io.kind());
+                io.get_ref()
+                    .map(|inner| inner as &(dyn std::error::Error + 'static))
+            }
+            None => cause.source(),
+        };
+    }
+    let all = texts.join(": ").to_lowercase();
+    let kind = if network.is_timeout() || io_kinds.contains(&std::io::ErrorKind::TimedOut) {
+        "timeout"
+    } else if all.contains("dns error") || all.contains("failed to lookup address") {
+        "DNS"
+    } else if ["certificate", "tls", "handshake", "ssl"]
+        .iter()
+        .any(|w| all.contains(w))
+        // rustls's errors reach here as invalid data on the connection,
+        // which a TCP connect alone never is.
+        || (network.is_connect() && io_kinds.contains(&std::io::ErrorKind::InvalidData))
+    {
+        "TLS"
+    } else if network.is_connect() {
+        "connect"
+    } else if network.is_body() || network.is_decode() {
+        "response"
+    } else {
+        "network"
+    };
+    let cause = texts.last().cloned().unwrap_or_else(|| network.to_string());
+    (kind, cause)
 }
 
 /// The agent backend named by `agent.backend`.
@@ -310,6 +382,18 @@ impl Turnstile {
         limits: RateLimits,
         store: Arc<Store>,
     ) -> Result<Self, StartError> {
+        // Bound before Telegram is asked anything: a taken port fails the
+        // start at once, with no actor to stop.
+        let listener = if config.ops.listen.trim().is_empty() {
+            None
+        } else {
+            let listener =
+                crate::ops::server::bind(&config.ops.listen).map_err(|source| StartError::Ops {
+                    listen: config.ops.listen.clone(),
+                    source,
+                })?;
+            Some(listener)
+        };
         let bot = telegram_client(config)?;
         let me = identify(&bot).await?;
         check_webhook(&bot, config.telegram.delete_webhook).await?;
@@ -401,9 +485,7 @@ impl Turnstile {
         .with_metrics(Arc::clone(events.metrics()))
         .start();
         let follower = events.metrics().follow(&events);
-        let ops = if config.ops.listen.trim().is_empty() {
-            None
-        } else {
+        let ops = if let Some(listener) = listener {
             let probe = crate::ops::server::Probe {
                 metrics: Arc::clone(events.metrics()),
                 gauges: Arc::clone(&gauges),
@@ -412,13 +494,13 @@ impl Turnstile {
                 poll_timeout: config.telegram.poll_timeout,
             };
             let server =
-                crate::ops::server::serve(&config.ops.listen, probe).map_err(|source| {
-                    StartError::Ops {
-                        listen: config.ops.listen.clone(),
-                        source,
-                    }
+                crate::ops::server::serve(listener, probe).map_err(|source| StartError::Ops {
+                    listen: config.ops.listen.clone(),
+                    source,
                 })?;
             Some(server)
+        } else {
+            None
         };
         tracing::info!(
             api = %config.telegram.api_url,

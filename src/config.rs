@@ -598,6 +598,25 @@ impl Config {
             .map_err(|err| err.redact(token))
     }
 
+    /// As [`Config::load`], for a command that never talks to Telegram
+    /// (`backup`): the token is not needed, so not read.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::load`], but never [`ConfigError::MissingToken`].
+    pub fn load_offline(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let file = match path {
+            Some(path) => read_file(path)?,
+            None => Table::new(),
+        };
+        let mut config = Self::from_table(file, env, "offline", path)?;
+        config.telegram.token = Secret::default();
+        Ok(config)
+    }
+
     /// Steps 1 to 4 of the module docs, on a parsed file.
     fn from_table(
         file: Table,

@@ -48,7 +48,8 @@
 //!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
 //!     `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
-//!   its own thread and holds the states of a message.
+//!   its own thread and holds the states of a message; `turnstile backup`'s
+//!   online copy (`state/backup.rs`).
 //! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
 //! - `ops`: the metrics, the `[ops] listen` endpoint, the log set-up, and
 //!   `ops::panics`: a panic drops the input it was handling (`contain`) or

@@ -1,5 +1,6 @@
 //! The `turnstile` binary: parses arguments, starts tracing, loads the
-//! configuration and runs the bot until SIGINT, SIGTERM or SIGHUP.
+//! configuration and runs the bot until SIGINT, SIGTERM or SIGHUP; or
+//! checks the configuration, or backs up the state file (`--help`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,41 +10,101 @@ use turnstile::chat::HostRequest;
 use turnstile::config::RESTARTED_FROM_ENV;
 use turnstile::{Config, Turnstile};
 
-const USAGE: &str =
-    "usage: turnstile [--config PATH]\n       turnstile check-config [--config PATH]";
+/// `--help`: the commands, options, environment and exit codes.
+const HELP: &str = "\
+turnstile: a Telegram bot that gives every chat its own Claude Code agent
+
+Usage:
+  turnstile [run] [--config FILE]         run the bot until SIGINT, SIGTERM or SIGHUP
+  turnstile check-config [--config FILE]  check the configuration: print it (token
+                                          redacted) on stdout, and its warnings
+  turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
+                                          while the bot runs (PATH must not exist)
+  turnstile --help | --version
+
+Options:
+  -c, --config FILE  the TOML configuration (see config.example.toml); without it,
+                     the defaults and the environment alone
+  -h, --help         print this help
+  -V, --version      print the version
+
+Environment:
+  TELEGRAM_BOT_TOKEN          the bot token (never read from the config file)
+  CREDENTIALS_DIRECTORY       set by systemd's LoadCredential=: when TELEGRAM_BOT_TOKEN
+                              is unset, the token is read from its file telegram-bot-token
+  TURNSTILE_<SECTION>_<KEY>   overrides a config key, e.g. TURNSTILE_STATE_PATH,
+                              TURNSTILE_ACCESS_ALLOWED_USERS=1,2 (lists comma-separated);
+                              an unknown TURNSTILE_* variable is an error
+  TURNSTILE_AGENT_ENV_<NAME>  sets agent.env.<NAME>, a variable of the agent's environment
+  TURNSTILE_LOG               the log filter, e.g. debug or turnstile=debug (default info)
+
+Exit codes:
+  0  stopped by SIGINT, SIGTERM or SIGHUP after draining; a command succeeded
+  1  an error a restart may cure (the Telegram client, a failed /restart), or a
+     failed backup
+  2  a bad command line or configuration; a state file that cannot be used
+     (unreadable, corrupt, or written by a newer turnstile); an agent sandbox
+     that cannot run; an ops.listen address that cannot be bound
+  3  Telegram rejected the bot token, or a webhook is set on it
+  70 a panic (a bug): the service manager restarts the bot
+";
+
+/// The short usage, after a bad command line.
+const USAGE: &str = "usage: turnstile [run | check-config | backup PATH] [--config FILE]\n\
+                     (turnstile --help says more)";
 
 /// What the command line asks for.
 enum Command {
     Run(Option<PathBuf>),
     CheckConfig(Option<PathBuf>),
+    Backup(Option<PathBuf>, PathBuf),
     Help,
+    Version,
 }
 
-fn parse_args() -> Result<Command, String> {
-    let mut args = std::env::args().skip(1);
-    let mut check = false;
+/// The subcommands.
+#[derive(Clone, Copy, PartialEq)]
+enum Sub {
+    Run,
+    CheckConfig,
+    Backup,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut args = args.into_iter();
+    let mut sub = None;
     let mut config = None;
+    let mut dest = None;
     while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "check-config" if !check => check = true,
-            "--config" | "-c" => match args.next() {
+        match (arg.as_str(), sub) {
+            ("--config" | "-c", _) => match args.next() {
                 Some(path) => config = Some(PathBuf::from(path)),
                 None => return Err("--config needs a path".into()),
             },
-            "--help" | "-h" => return Ok(Command::Help),
-            other => return Err(format!("unexpected argument {other:?}")),
+            ("--help" | "-h", _) => return Ok(Command::Help),
+            ("--version" | "-V", _) => return Ok(Command::Version),
+            ("run", None) => sub = Some(Sub::Run),
+            ("check-config", None) => sub = Some(Sub::CheckConfig),
+            ("backup", None) => sub = Some(Sub::Backup),
+            (path, Some(Sub::Backup)) if dest.is_none() && !path.starts_with('-') => {
+                dest = Some(PathBuf::from(path));
+            }
+            (other, _) => return Err(format!("unexpected argument {other:?}")),
         }
     }
-    Ok(if check {
-        Command::CheckConfig(config)
-    } else {
-        Command::Run(config)
-    })
+    match sub {
+        None | Some(Sub::Run) => Ok(Command::Run(config)),
+        Some(Sub::CheckConfig) => Ok(Command::CheckConfig(config)),
+        Some(Sub::Backup) => match dest {
+            Some(dest) => Ok(Command::Backup(config, dest)),
+            None => Err("backup needs the PATH to write the copy to".into()),
+        },
+    }
 }
 
 fn main() -> ExitCode {
     forbid_same_user_reads();
-    let command = match parse_args() {
+    let command = match parse_args(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(err) => {
             eprintln!("turnstile: {err}\n{USAGE}");
@@ -52,9 +113,14 @@ fn main() -> ExitCode {
     };
     let (path, check) = match command {
         Command::Help => {
-            println!("{USAGE}");
+            print!("{HELP}");
             return ExitCode::SUCCESS;
         }
+        Command::Version => {
+            println!("turnstile {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Command::Backup(path, dest) => return backup(path.as_deref(), &dest),
         Command::Run(path) => (path, false),
         Command::CheckConfig(path) => (path, true),
     };
@@ -86,6 +152,36 @@ fn main() -> ExitCode {
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(report(&err)),
+    }
+}
+
+/// `turnstile backup PATH`: the state file named by the configuration,
+/// copied to `dest` (the token is not needed).
+fn backup(path: Option<&std::path::Path>, dest: &std::path::Path) -> ExitCode {
+    let config = match Config::offline_from_env_and_file(path) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("turnstile: configuration error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let state = &config.state.path;
+    match turnstile::state::backup(state, dest) {
+        Ok(report) => {
+            eprintln!(
+                "turnstile: backed up {} to {} ({} bytes, schema version {}, {} inbox rows)",
+                state.display(),
+                dest.display(),
+                report.bytes,
+                report.schema_version,
+                report.inbox_rows
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("turnstile: backup failed: {err}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -16,8 +16,10 @@ use teloxide::types::{ChatId, MessageId, ThreadId};
 use crate::ids::Conversation;
 use crate::telegram::files::Attachment;
 
+mod backup;
 mod inbox;
 
+pub use backup::{BackupError, BackupReport, backup};
 pub use inbox::{Disposition, Inbox};
 
 /// The schema version this build writes.
@@ -231,8 +233,14 @@ pub enum StateError {
         /// What SQLite said.
         detail: String,
     },
-    /// The file was written by a newer turnstile.
-    #[error("state file {path} has schema version {found}, newer than this build's {supported}")]
+    /// The file was written by a newer turnstile: a downgrade, refused
+    /// (this build cannot know what the newer schema means).
+    #[error(
+        "state file {path} has schema version {found}, newer than this turnstile's {supported} \
+         (turnstile {version}): it was written by a newer turnstile; run that newer binary, or \
+         restore a backup taken before the upgrade",
+        version = env!("CARGO_PKG_VERSION")
+    )]
     Newer {
         /// The file.
         path: PathBuf,
@@ -419,6 +427,17 @@ impl Store {
             return Err(StateError::Corrupt {
                 path: path.to_path_buf(),
                 detail: check,
+            });
+        }
+        // A newer file is refused before anything of it is changed.
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(corrupt)?;
+        if found > SCHEMA_VERSION {
+            return Err(StateError::Newer {
+                path: path.to_path_buf(),
+                found,
+                supported: SCHEMA_VERSION,
             });
         }
         conn.pragma_update(None, "journal_mode", "WAL")

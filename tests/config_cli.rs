@@ -385,6 +385,7 @@ fn check_config_warns_when_every_tool_runs_without_asking() {
             &[
                 ("TELEGRAM_BOT_TOKEN", TOKEN),
                 ("TURNSTILE_AGENT_PERMISSION_MODE", mode),
+                ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
             ],
         );
         assert_eq!(run.code, Some(0), "{run:?}");
@@ -413,6 +414,8 @@ fn check_config_warns_when_the_claude_agent_runs_without_a_sandbox() {
         &[
             ("TELEGRAM_BOT_TOKEN", TOKEN),
             ("TURNSTILE_AGENT_BACKEND", "claude"),
+            ("TURNSTILE_AGENT_COMMAND", "sh"),
+            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
         ],
     );
     assert_eq!(run.code, Some(0), "{run:?}");
@@ -426,4 +429,118 @@ fn check_config_warns_when_the_claude_agent_runs_without_a_sandbox() {
         Some("bubblewrap"),
         "{run:?}"
     );
+}
+
+/// `check-config` with `env` (and the token): exit 0, its stderr.
+fn check_config_stderr(env: &[(&str, &str)]) -> String {
+    let dir = scratch();
+    let mut vars = vec![("TELEGRAM_BOT_TOKEN", TOKEN)];
+    vars.extend_from_slice(env);
+    let run = turnstile(dir.path(), &["check-config"], &vars);
+    assert_eq!(run.code, Some(0), "a warning is not an error:\n{run:?}");
+    run.stderr
+}
+
+#[test]
+fn check_config_warns_when_nobody_can_talk_to_the_bot() {
+    let warning = "turnstile: warning: access.allowed_users, access.admins and \
+                   access.allowed_chats are all empty: nobody can talk to the bot";
+    let stderr = check_config_stderr(&[]);
+    assert!(stderr.contains(warning), "{stderr}");
+    for (var, value) in [
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+        ("TURNSTILE_ACCESS_ADMINS", "9"),
+        ("TURNSTILE_ACCESS_ALLOWED_CHATS", "-100123"),
+    ] {
+        let stderr = check_config_stderr(&[(var, value)]);
+        assert!(!stderr.contains("warning"), "{var}:\n{stderr}");
+    }
+}
+
+#[test]
+fn check_config_warns_when_the_agent_command_is_missing_or_not_executable() {
+    let dir = scratch();
+    let claude = [
+        ("TURNSTILE_AGENT_BACKEND", "claude"),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+    ];
+    let with = |extra: &[(&str, &str)]| {
+        let mut env = claude.to_vec();
+        env.extend_from_slice(extra);
+        check_config_stderr(&env)
+    };
+    let stderr = with(&[("TURNSTILE_AGENT_COMMAND", "no-such-agent-cli-zq9")]);
+    assert!(
+        stderr.contains(
+            "turnstile: warning: agent.command = \"no-such-agent-cli-zq9\": not found on PATH"
+        ),
+        "{stderr}"
+    );
+    // The agent's own PATH (agent.env.PATH) is where it is looked up.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    let cli = bin.join("my-agent");
+    std::fs::write(&cli, "#!/bin/sh\n").expect("write");
+    let path = bin.display().to_string();
+    let stderr = with(&[
+        ("TURNSTILE_AGENT_COMMAND", "my-agent"),
+        ("TURNSTILE_AGENT_ENV_PATH", &path),
+    ]);
+    let not_executable = format!(
+        "turnstile: warning: agent.command = \"my-agent\": {} is not executable",
+        cli.display()
+    );
+    assert!(stderr.contains(&not_executable), "{stderr}");
+    let absolute = cli.display().to_string();
+    let stderr = with(&[("TURNSTILE_AGENT_COMMAND", &absolute)]);
+    assert!(stderr.contains("is not executable"), "{stderr}");
+    let gone = dir.path().join("gone").display().to_string();
+    let stderr = with(&[("TURNSTILE_AGENT_COMMAND", &gone)]);
+    assert!(
+        stderr.contains(&format!("agent.command = \"{gone}\": no such file")),
+        "{stderr}"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let stderr = with(&[
+        ("TURNSTILE_AGENT_COMMAND", "my-agent"),
+        ("TURNSTILE_AGENT_ENV_PATH", &path),
+    ]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    // With a launcher, the launcher is what must be found.
+    let stderr = with(&[
+        ("TURNSTILE_AGENT_COMMAND", "no-such-agent-cli-zq9"),
+        ("TURNSTILE_AGENT_LAUNCHER", "no-such-launcher-zq9"),
+    ]);
+    assert!(
+        stderr.contains("agent.launcher = \"no-such-launcher-zq9\": not found on PATH"),
+        "{stderr}"
+    );
+    // The scripted backend starts no program.
+    let stderr = check_config_stderr(&[
+        ("TURNSTILE_AGENT_COMMAND", "no-such-agent-cli-zq9"),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+    ]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+#[test]
+fn check_config_warns_that_group_mode_all_needs_privacy_mode_off() {
+    let stderr = check_config_stderr(&[
+        ("TURNSTILE_ACCESS_GROUP_MODE", "all"),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+    ]);
+    assert!(
+        stderr.contains("turnstile: warning: access.group_mode = \"all\"")
+            && stderr.contains("privacy mode is off")
+            && stderr.contains("BotFather"),
+        "{stderr}"
+    );
+    let stderr = check_config_stderr(&[
+        ("TURNSTILE_ACCESS_GROUP_MODE", "mention"),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+    ]);
+    assert!(!stderr.contains("warning"), "{stderr}");
 }

@@ -25,16 +25,29 @@ impl Config {
     ///
     /// As [`Config::load`].
     pub fn from_env_and_file(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let env: BTreeMap<String, String> = std::env::vars_os()
-            .map(|(name, value)| {
-                (
-                    name.to_string_lossy().into_owned(),
-                    value.to_string_lossy().into_owned(),
-                )
-            })
-            .collect();
-        Self::load(path, &env)
+        Self::load(path, &process_env())
     }
+
+    /// [`Config::load_offline`] with this process's environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::load_offline`].
+    pub fn offline_from_env_and_file(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_offline(path, &process_env())
+    }
+}
+
+/// This process's environment, read lossily.
+fn process_env() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .map(|(name, value)| {
+            (
+                name.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
 }
 
 /// Where a `TURNSTILE_*` variable points.

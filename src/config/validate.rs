@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::{Backend, Config, ConfigError, PermissionMode, Sandbox, bad_value};
+use super::{Backend, Config, ConfigError, GroupMode, PermissionMode, Sandbox, bad_value};
 
 /// The longest duration any key accepts (longer ones are surely typos, and
 /// would overflow clock arithmetic).
@@ -219,7 +219,109 @@ impl Config {
                  reaches it"
             ));
         }
+        let access = &self.access;
+        if access.allowed_users.is_empty()
+            && access.admins.is_empty()
+            && access.allowed_chats.is_empty()
+        {
+            warnings.push(
+                "access.allowed_users, access.admins and access.allowed_chats are all empty: \
+                 nobody can talk to the bot (every message is refused); add your Telegram user \
+                 id to access.allowed_users"
+                    .to_string(),
+            );
+        }
+        if access.group_mode == GroupMode::All {
+            warnings.push(
+                "access.group_mode = \"all\": Telegram gives a bot every group message only \
+                 when its privacy mode is off (BotFather: /setprivacy, Disable; then remove and \
+                 re-add the bot to the groups it is already in) or it is an admin of the group; \
+                 with privacy mode on (the default) it gets little more than commands and \
+                 replies to it"
+                    .to_string(),
+            );
+        }
+        if self.agent.backend == Backend::Claude {
+            warnings.extend(self.agent_program_warning());
+        }
         warnings
+    }
+
+    /// The program the `claude` backend starts, when it cannot be found on
+    /// `PATH` (the agent's, `agent.env.PATH` if set) or is not executable:
+    /// `agent.launcher`'s first word when there is one (the command then
+    /// runs wherever the launcher takes it), else `agent.command`. A
+    /// relative path with a slash is resolved in each chat's workdir and
+    /// not checked.
+    fn agent_program_warning(&self) -> Option<String> {
+        let (key, program) = match self.agent.launcher.first() {
+            Some(first) => ("agent.launcher", first.as_str()),
+            None => ("agent.command", self.agent.command.as_str()),
+        };
+        let path = self
+            .agent
+            .env
+            .get("PATH")
+            .cloned()
+            .or_else(|| std::env::var("PATH").ok())
+            .unwrap_or_default();
+        match find_executable(program, &path) {
+            Lookup::Found => None,
+            Lookup::Unchecked => None,
+            Lookup::Missing if program.starts_with('/') => Some(format!(
+                "{key} = \"{program}\": no such file; the agent cannot start (every turn \
+                 fails)"
+            )),
+            Lookup::Missing => Some(format!(
+                "{key} = \"{program}\": not found on PATH ({path}); the agent cannot start \
+                 (every turn fails): install it, or give its full path; the service's PATH \
+                 may differ from this shell's"
+            )),
+            Lookup::NotExecutable(file) => Some(format!(
+                "{key} = \"{program}\": {} is not executable; the agent cannot start (every \
+                 turn fails)",
+                file.display()
+            )),
+        }
+    }
+}
+
+/// Where a program was looked for.
+#[derive(Debug, PartialEq)]
+enum Lookup {
+    /// An executable file.
+    Found,
+    /// Nothing by that name.
+    Missing,
+    /// Only a file that may not be executed.
+    NotExecutable(std::path::PathBuf),
+    /// A relative path with a slash: not checked.
+    Unchecked,
+}
+
+/// Looks `program` up as `execvp` would: an absolute path as it is, a bare
+/// name in each directory of `path`.
+fn find_executable(program: &str, path: &str) -> Lookup {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |file: &std::path::Path| {
+        std::fs::metadata(file).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let candidates: Vec<std::path::PathBuf> = if program.starts_with('/') {
+        vec![program.into()]
+    } else if program.contains('/') || program.is_empty() {
+        return Lookup::Unchecked;
+    } else {
+        std::env::split_paths(path)
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(program))
+            .collect()
+    };
+    if candidates.iter().any(|file| executable(file)) {
+        return Lookup::Found;
+    }
+    match candidates.into_iter().find(|file| file.is_file()) {
+        Some(file) => Lookup::NotExecutable(file),
+        None => Lookup::Missing,
     }
 }
 
@@ -349,11 +451,66 @@ mod tests {
         }
     }
 
-    /// The warnings of a config from `text`.
+    /// What keeps the other warnings out of a test: someone may talk to
+    /// the bot, and the `claude` backend's program is found.
+    const QUIET: &[(&str, &str)] = &[
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1"),
+        ("TURNSTILE_AGENT_COMMAND", "sh"),
+    ];
+
+    /// The warnings of a config from `text` (and [`QUIET`]).
     fn warnings_of(text: &str) -> Vec<String> {
-        load_text(text, &[])
+        load_text(text, QUIET)
             .unwrap_or_else(|err| panic!("{text}: {err}"))
             .warnings()
+    }
+
+    #[test]
+    fn nobody_allowed_group_mode_all_and_a_missing_cli_are_warned_about() {
+        let nobody = load_text("", &[]).expect("defaults").warnings();
+        assert_eq!(nobody.len(), 1, "{nobody:?}");
+        assert!(
+            nobody[0].contains("nobody can talk to the bot"),
+            "{nobody:?}"
+        );
+        let all = warnings_of("[access]\ngroup_mode = \"all\"\n");
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(all[0].contains("privacy mode"), "{all:?}");
+        let missing = load_text(
+            "[agent]\nbackend = \"claude\"\ncommand = \"no-such-cli-zq9\"\n",
+            &[("TURNSTILE_ACCESS_ALLOWED_USERS", "1")],
+        )
+        .expect("loads")
+        .warnings();
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(missing[0].contains("not found on PATH"), "{missing:?}");
+    }
+
+    #[test]
+    fn a_program_is_looked_up_as_execvp_would() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir(&first).unwrap();
+        std::fs::create_dir(&second).unwrap();
+        std::fs::write(first.join("cli"), "").unwrap();
+        let path = std::env::join_paths([&first, &second]).unwrap();
+        let path = path.to_str().unwrap();
+        assert_eq!(
+            find_executable("cli", path),
+            Lookup::NotExecutable(first.join("cli"))
+        );
+        std::fs::write(second.join("cli"), "").unwrap();
+        std::fs::set_permissions(second.join("cli"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        assert_eq!(
+            find_executable("cli", path),
+            Lookup::Found,
+            "the next one runs"
+        );
+        assert_eq!(find_executable("other", path), Lookup::Missing);
+        assert_eq!(find_executable("./cli", path), Lookup::Unchecked);
+        assert_eq!(find_executable("cli", "relative:dirs"), Lookup::Missing);
     }
 
     #[test]
@@ -413,13 +570,13 @@ mod tests {
 
     #[test]
     fn permission_mode_allow_is_warned_about_and_nothing_else_is() {
-        assert_eq!(Config::default().warnings(), Vec::<String>::new());
+        assert_eq!(warnings_of(""), Vec::<String>::new());
         for mode in ["ask", "deny"] {
             let config =
-                load_text(&format!("[agent]\npermission_mode = \"{mode}\"\n"), &[]).expect(mode);
+                load_text(&format!("[agent]\npermission_mode = \"{mode}\"\n"), QUIET).expect(mode);
             assert!(config.warnings().is_empty(), "{mode}");
         }
-        let config = load_text("[agent]\npermission_mode = \"allow\"\n", &[]).expect("allow");
+        let config = load_text("[agent]\npermission_mode = \"allow\"\n", QUIET).expect("allow");
         let warnings = config.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(

@@ -78,20 +78,29 @@ impl Drop for OpsServer {
     }
 }
 
-/// Binds `listen` now (so a taken port fails the start) and serves on the
-/// current runtime.
+/// Binds `listen`, first thing at start, so that a taken port fails the
+/// start before anything else runs.
 ///
 /// # Errors
 ///
 /// The address does not parse or cannot be bound.
-pub fn serve(listen: &str, probe: Probe) -> std::io::Result<OpsServer> {
+pub fn bind(listen: &str) -> std::io::Result<std::net::TcpListener> {
     let addr: SocketAddr = listen
         .trim()
         .parse()
         .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
-    let std_listener = std::net::TcpListener::bind(addr)?;
-    std_listener.set_nonblocking(true)?;
-    let listener = tokio::net::TcpListener::from_std(std_listener)?;
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Serves on `listener` (from [`bind`]) on the current runtime.
+///
+/// # Errors
+///
+/// The listener cannot be registered with the runtime.
+pub fn serve(listener: std::net::TcpListener, probe: Probe) -> std::io::Result<OpsServer> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving /healthz and /metrics");
     let task = tokio::spawn(async move {
