@@ -1,8 +1,8 @@
 //! Telegram formatting benchmark (issue 12, item 5: "time to split 8 MB,
 //! target under 100 ms"): `format::split` of 8 MB of rendered text
 //! (paragraphs, code blocks, entities), `format::render` + `split` of 8 MB
-//! of Markdown, `split_message` (the older fence-aware splitter of raw
-//! text; the outbox now splits rendered text) on 8 MB, and, for comparison, the old quadratic `split_message` on
+//! of Markdown, `format::split` of 8 MB of plain text (as the outbox cuts a
+//! plain text), and, for comparison, the old quadratic `split_message` on
 //! 1.6 MB (the size of issue 12's report; a copy of it lives in
 //! benches/legacy/split_quadratic.rs).
 //!
@@ -22,8 +22,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use turnstile::telegram::format::{self, Rendered};
-use turnstile::telegram::split::{TELEGRAM_TEXT_LIMIT, split_message};
+use turnstile::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 
 const MB: usize = 1 << 20;
 const TARGET: Duration = Duration::from_millis(100);
@@ -171,10 +170,11 @@ fn main() {
     ]);
 
     let plain = &rendered.text;
-    let (plain_time, plain_pieces) = time(runs, || split_message(plain, TELEGRAM_TEXT_LIMIT));
+    let plain_split = |text: &str| format::split(&Rendered::plain(text), TELEGRAM_TEXT_LIMIT);
+    let (plain_time, plain_pieces) = time(runs, || plain_split(plain));
     rows.push([
         format!(
-            "`split_message` (now linear) of {:.1} MB plain text",
+            "`format::split` of {:.1} MB plain text",
             plain.len() as f64 / MB as f64
         ),
         ms(plain_time),
@@ -191,7 +191,7 @@ fn main() {
 
     let cut = plain.floor_char_boundary(old_size.min(plain.len()));
     let small = &plain[..cut];
-    let (new_small, _) = time(runs, || split_message(small, TELEGRAM_TEXT_LIMIT));
+    let (new_small, _) = time(runs, || plain_split(small));
     let (old_small, old_pieces) = time(1.max(runs / 3), || {
         legacy::split_message(small, TELEGRAM_TEXT_LIMIT)
     });

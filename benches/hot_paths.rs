@@ -6,7 +6,7 @@
 use divan::{Bencher, black_box};
 use turnstile::agent::AgentResult;
 use turnstile::chat::{ToolRegistry, TurnEvent, bare_tool_name, decide};
-use turnstile::telegram::split::{TELEGRAM_TEXT_LIMIT, split_message};
+use turnstile::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 
 fn main() {
     divan::main();
@@ -60,5 +60,6 @@ fn split_a_long_reply(bencher: Bencher) {
     }
     text.push_str("```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n\n");
     text.push_str(&"tail ".repeat(200));
-    bencher.bench(|| split_message(black_box(&text), TELEGRAM_TEXT_LIMIT));
+    let text = Rendered::plain(text);
+    bencher.bench(|| format::split(black_box(&text), TELEGRAM_TEXT_LIMIT));
 }

@@ -19,9 +19,9 @@
 //!     answers) in `outbox/requests.rs`, the retry rules in `outbox/retry.rs`, the
 //!     requests of live slots (drafts, edits, deletes) in `outbox/live.rs`;
 //!   - `telegram::call`: a Bot API call without teloxide's 10 s pause after a 5xx;
-//!   - `telegram::format`: the agent's Markdown rendered to text plus message entities,
-//!     split into 4096-unit pieces (entities sliced), and Telegram's entity rules;
-//!   - `telegram::split`: long plain text cut into 4096-unit pieces, code fences kept;
+//!   - `telegram::format`: where text is cut: the agent's Markdown (or plain text) rendered
+//!     to text plus message entities, split into pieces of `TELEGRAM_TEXT_LIMIT`
+//!     (4096 UTF-16 units; entities sliced), and Telegram's entity rules;
 //!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
 //!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription
 //!     (sealed as the agent), the file `send_file` opens once, inbox pruning;

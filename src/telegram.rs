@@ -1,5 +1,6 @@
 //! Telegram: the [`Intake`] that long-polls updates, the [`Outbox`] every
-//! request leaves through, and text splitting for the 4096-character limit.
+//! request leaves through, and the formatting that cuts text to the
+//! 4096-unit limit ([`format`]).
 
 pub mod addressing;
 pub(crate) mod call;
@@ -7,7 +8,6 @@ pub mod files;
 pub mod format;
 pub(crate) mod intake;
 pub(crate) mod outbox;
-pub mod split;
 
 pub use intake::Intake;
 pub use outbox::{

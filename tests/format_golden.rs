@@ -11,8 +11,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use turnstile::telegram::format::TELEGRAM_TEXT_LIMIT;
 use turnstile::telegram::format::{self, MessageEntityKind, Rendered, validate};
-use turnstile::telegram::split::TELEGRAM_TEXT_LIMIT;
 
 const SEPARATOR: &str = "---- entities ----";
 

@@ -15,7 +15,9 @@ pub use render::render;
 pub use split::split;
 pub use validate::validate;
 
-use super::split::TELEGRAM_TEXT_LIMIT;
+/// The longest text message Telegram takes, in UTF-16 code units (an emoji
+/// outside the Basic Multilingual Plane counts twice).
+pub const TELEGRAM_TEXT_LIMIT: usize = 4096;
 
 /// Text as Telegram shows it: plain text plus entities (UTF-16 offsets/lengths).
 #[derive(Debug, Clone, PartialEq, Default)]

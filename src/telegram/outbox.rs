@@ -40,8 +40,8 @@ use teloxide::{ApiError, Bot, RequestError};
 use tokio::sync::mpsc;
 
 use crate::events::{BotEvent, EventBus};
+use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::format::{self, Rendered};
-use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
 
 mod live;
 mod requests;

@@ -27,7 +27,7 @@ use crate::chat::notices::bounded;
 use crate::chat::tools::bare_tool_name;
 use crate::state::{AlwaysGrant, AlwaysRule};
 use crate::telegram::outbox::{AnswerCallback, Button, EditQuestion, QuestionFile, SendQuestion};
-use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
+use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 
 /// Callback data of an approval button: `ap:<token>:<y|a|n>`.
 const TOOL_PREFIX: &str = "ap";

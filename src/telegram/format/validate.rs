@@ -26,8 +26,8 @@
 //! rubenlagus/TelegramBots#854) rather than refusing the message, so that is
 //! not checked.
 
+use super::TELEGRAM_TEXT_LIMIT;
 use super::{MessageEntity, MessageEntityKind, link_url_problem};
-use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
 
 /// Checks `entities` against Telegram's rules for `text`; `Err` names the
 /// first broken rule and the entity that breaks it.

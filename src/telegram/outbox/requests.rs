@@ -12,7 +12,7 @@ use super::OutboxError;
 use crate::chat::typing::TypingLease;
 use crate::ids::Conversation;
 use crate::telegram::files::OutgoingFile;
-use crate::telegram::split::TELEGRAM_TEXT_LIMIT;
+use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 
 /// How long Telegram waits for a callback query's answer; a later answer
 /// is refused, so an [`AnswerCallback`] is never retried past it.
