@@ -484,7 +484,7 @@ impl Turnstile {
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let follower = events.metrics().follow(&events);
+        let follower = crate::ops::follow(events.metrics(), &events);
         let ops = if let Some(listener) = listener {
             let probe = crate::ops::server::Probe {
                 metrics: Arc::clone(events.metrics()),

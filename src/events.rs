@@ -9,6 +9,7 @@ use tokio::sync::broadcast;
 
 use crate::chat::outcome::TurnOutcome;
 use crate::ids::TurnId;
+use crate::ops::metrics::Metrics;
 
 /// One thing that happened.
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ pub struct EventBus {
     /// The channel; sends with no subscriber are dropped.
     tx: broadcast::Sender<BotEvent>,
     /// The Prometheus metrics, counted into by whoever holds the bus.
-    metrics: std::sync::Arc<crate::ops::Metrics>,
+    metrics: std::sync::Arc<Metrics>,
 }
 
 impl Default for EventBus {
@@ -88,12 +89,12 @@ impl EventBus {
         let (tx, _) = broadcast::channel(1 << 16);
         Self {
             tx,
-            metrics: std::sync::Arc::new(crate::ops::Metrics::new()),
+            metrics: std::sync::Arc::new(Metrics::new()),
         }
     }
 
     /// The metrics of this bot.
-    pub fn metrics(&self) -> &std::sync::Arc<crate::ops::Metrics> {
+    pub fn metrics(&self) -> &std::sync::Arc<Metrics> {
         &self.metrics
     }
 

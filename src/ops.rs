@@ -1,402 +1,66 @@
 //! Running it like a service: the Prometheus [`Metrics`] every part of the
-//! bot counts into (reached through the [`EventBus`](crate::events::EventBus)),
-//! the `[ops] listen` HTTP endpoint serving `GET /healthz` and
+//! bot counts into ([`metrics`]; reached through the
+//! [`EventBus`](crate::events::EventBus)), what only the bus tells them
+//! ([`follow`]), the `[ops] listen` HTTP endpoint serving `GET /healthz` and
 //! `GET /metrics` ([`server`]), the log set-up ([`logging`]) and what a
 //! panic does ([`panics`]).
 
 pub mod logging;
+pub mod metrics;
 pub mod panics;
 pub mod server;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
-use teloxide::RequestError;
 use teloxide::types::ChatId;
-use tokio::sync::Semaphore;
 
-use crate::chat::outcome::TurnOutcome;
-use crate::events::{BotEvent, EventBus, Gauges};
+use crate::events::{BotEvent, EventBus};
 use crate::ids::TurnId;
+pub use metrics::Metrics;
 
-/// `outcome` label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: String,
-}
-
-/// `method` and `status` labels.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    method: String,
-    status: String,
-}
-
-/// `method` label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MethodLabel {
-    method: String,
-}
-
-/// Every metric of one bot (listed in docs/operations.md, "Health and metrics").
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    turns: Family<OutcomeLabel, Counter>,
-    turn_duration: Histogram,
-    turn_api_calls: Histogram,
-    turn_cost: Histogram,
-    cost_total: Counter<f64, AtomicU64>,
-    typing_stop: Histogram,
-    wedges: Counter,
-    queue_depth: Gauge<i64, AtomicI64>,
-    live_chats: Gauge<i64, AtomicI64>,
-    live_turns: Gauge<i64, AtomicI64>,
-    warm_agents: Gauge<i64, AtomicI64>,
-    telegram_requests: Family<RequestLabels, Counter>,
-    rate_limited: Family<MethodLabel, Counter>,
-    retries: Counter,
-    store_errors: Counter,
-    /// The last successful `getUpdates`.
-    last_poll: Mutex<Option<Instant>>,
-    /// The shared warm-process slots and their number, once the dispatcher exists.
-    warm: Mutex<Option<(Arc<Semaphore>, usize)>>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    /// Every metric at zero, registered.
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
-        let turns = Family::<OutcomeLabel, Counter>::default();
-        let turn_duration = Histogram::new(exponential_buckets(0.05, 2.0, 16));
-        let turn_api_calls = Histogram::new(exponential_buckets(1.0, 2.0, 10));
-        let turn_cost = Histogram::new(exponential_buckets(0.001, 4.0, 10));
-        let cost_total = Counter::<f64, AtomicU64>::default();
-        let typing_stop = Histogram::new(exponential_buckets(0.001, 2.0, 14));
-        let wedges = Counter::default();
-        let queue_depth = Gauge::<i64, AtomicI64>::default();
-        let live_chats = Gauge::<i64, AtomicI64>::default();
-        let live_turns = Gauge::<i64, AtomicI64>::default();
-        let warm_agents = Gauge::<i64, AtomicI64>::default();
-        let telegram_requests = Family::<RequestLabels, Counter>::default();
-        let rate_limited = Family::<MethodLabel, Counter>::default();
-        let retries = Counter::default();
-        let store_errors = Counter::default();
-        registry.register("turnstile_turns", "Turns ended, by outcome", turns.clone());
-        registry.register(
-            "turnstile_turn_duration_seconds",
-            "How long turns took, start to end",
-            turn_duration.clone(),
-        );
-        registry.register(
-            "turnstile_turn_api_calls",
-            "Model API calls per turn, as the agent's result reports them",
-            turn_api_calls.clone(),
-        );
-        registry.register(
-            "turnstile_turn_cost_usd",
-            "Cost per turn in USD, as the agent's result reports it",
-            turn_cost.clone(),
-        );
-        registry.register(
-            "turnstile_cost_usd",
-            "Cost of all turns in USD, as the agents' results report it",
-            cost_total.clone(),
-        );
-        registry.register(
-            "turnstile_typing_stop_latency_seconds",
-            "From a turn's end to its typing indicator stopping",
-            typing_stop.clone(),
-        );
-        registry.register(
-            "turnstile_wedges_force_closed",
-            "Agent sessions force-closed because they did not settle",
-            wedges.clone(),
-        );
-        registry.register(
-            "turnstile_queue_depth",
-            "Messages waiting for a turn, all chats together",
-            queue_depth.clone(),
-        );
-        registry.register(
-            "turnstile_live_chats",
-            "Chat supervisors alive",
-            live_chats.clone(),
-        );
-        registry.register("turnstile_live_turns", "Turns running", live_turns.clone());
-        registry.register(
-            "turnstile_warm_agents",
-            "Agent processes kept warm between turns",
-            warm_agents.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_requests",
-            "Bot API requests by method and status (200, 429, 4xx, 5xx, network, invalid_json, error)",
-            telegram_requests.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_rate_limited",
-            "Bot API answers 429 (retry after), by method",
-            rate_limited.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_retries",
-            "Bot API requests sent again after a failure",
-            retries.clone(),
-        );
-        registry.register(
-            "turnstile_store_errors",
-            "State store statements that failed",
-            store_errors.clone(),
-        );
-        Self {
-            registry,
-            turns,
-            turn_duration,
-            turn_api_calls,
-            turn_cost,
-            cost_total,
-            typing_stop,
-            wedges,
-            queue_depth,
-            live_chats,
-            live_turns,
-            warm_agents,
-            telegram_requests,
-            rate_limited,
-            retries,
-            store_errors,
-            last_poll: Mutex::new(None),
-            warm: Mutex::new(None),
-        }
-    }
-
-    /// A turn ended after `took`, with what its agent reported.
-    pub fn turn_ended(&self, outcome: &TurnOutcome, took: Duration, api_calls: u32, cost_usd: f64) {
-        self.turns
-            .get_or_create(&OutcomeLabel {
-                outcome: outcome.label().to_string(),
-            })
-            .inc();
-        self.turn_duration.observe(took.as_secs_f64());
-        if api_calls > 0 {
-            self.turn_api_calls.observe(f64::from(api_calls));
-        }
-        if cost_usd.is_finite() && cost_usd > 0.0 {
-            self.turn_cost.observe(cost_usd);
-            self.cost_total.inc_by(cost_usd);
-        }
-    }
-
-    /// A message joined a chat's queue (`1`) or left it (`-n`).
-    pub fn queued(&self, delta: i64) {
-        self.queue_depth.inc_by(delta);
-    }
-
-    /// A Bot API request was answered with `result`.
-    pub fn telegram<T>(&self, method: &str, result: &Result<T, RequestError>) {
-        let status = match result {
-            Ok(_) => "200",
-            Err(RequestError::RetryAfter(_)) => "429",
-            Err(RequestError::Api(teloxide::ApiError::Unknown(why)))
-                if [
-                    "Internal Server Error",
-                    "Bad Gateway",
-                    "Service Unavailable",
-                    "Gateway Timeout",
-                ]
-                .iter()
-                .any(|s| why.contains(s)) =>
-            {
-                "5xx"
-            }
-            Err(RequestError::Api(_) | RequestError::MigrateToChatId(_)) => "4xx",
-            Err(RequestError::Network(_)) => "network",
-            Err(RequestError::InvalidJson { .. }) => "invalid_json",
-            Err(_) => "error",
-        };
-        self.telegram_requests
-            .get_or_create(&RequestLabels {
-                method: method.to_string(),
-                status: status.to_string(),
-            })
-            .inc();
-        if status == "429" {
-            self.rate_limited
-                .get_or_create(&MethodLabel {
-                    method: method.to_string(),
-                })
-                .inc();
-        }
-    }
-
-    /// A Bot API request is about to be sent again.
-    pub fn retried(&self) {
-        self.retries.inc();
-    }
-
-    /// `getUpdates` answered.
-    pub fn polled(&self) {
-        *lock(&self.last_poll) = Some(Instant::now());
-    }
-
-    /// How long ago `getUpdates` last answered, if it ever did.
-    pub fn since_last_poll(&self) -> Option<Duration> {
-        lock(&self.last_poll).map(|at| at.elapsed())
-    }
-
-    /// Where warm agent processes are counted: `max` slots of `slots`.
-    pub fn watch_warm(&self, slots: Arc<Semaphore>, max: usize) {
-        *lock(&self.warm) = Some((slots, max));
-    }
-
-    /// The text exposition (OpenMetrics), with the gauges read now.
-    pub fn render(&self, gauges: &Gauges, store_errors: u64) -> String {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.live_chats.set(gauges.supervisors.load(SeqCst));
-        self.live_turns.set(gauges.turns.load(SeqCst));
-        if let Some((slots, max)) = lock(&self.warm).as_ref() {
-            let used = max.saturating_sub(slots.available_permits());
-            self.warm_agents
-                .set(i64::try_from(used).unwrap_or(i64::MAX));
-        }
-        let seen = self.store_errors.get();
-        self.store_errors.inc_by(store_errors.saturating_sub(seen));
-        let mut text = String::new();
-        if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
-            tracing::warn!(cause = %err, "encoding the metrics failed");
-        }
-        text
-    }
-
-    /// Follows `events` for what only the bus knows: typing-stop latency
-    /// (TurnEnded → TypingStopped of the same turn) and force-closed sessions.
-    pub fn follow(self: &Arc<Self>, events: &EventBus) -> tokio::task::JoinHandle<()> {
-        let mut rx = events.subscribe();
-        let metrics = Arc::clone(self);
-        tokio::spawn(async move {
-            // Whichever of TurnEnded and TypingStopped came first, by turn.
-            let mut ended: HashMap<(ChatId, TurnId), Instant> = HashMap::new();
-            let mut stopped: HashMap<(ChatId, TurnId), Instant> = HashMap::new();
-            loop {
-                let event = match rx.recv().await {
-                    Ok(event) => event,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
-                match event {
-                    BotEvent::TurnEnded { chat, turn, at, .. } => {
-                        match stopped.remove(&(chat, turn)) {
-                            Some(_) => metrics.typing_stop.observe(0.0),
-                            None => {
-                                ended.insert((chat, turn), at);
-                            }
-                        }
+/// Follows `events` for what only the bus knows: typing-stop latency
+/// (TurnEnded → TypingStopped of the same turn) and force-closed sessions.
+pub fn follow(metrics: &Arc<Metrics>, events: &EventBus) -> tokio::task::JoinHandle<()> {
+    let mut rx = events.subscribe();
+    let metrics = Arc::clone(metrics);
+    tokio::spawn(async move {
+        // Whichever of TurnEnded and TypingStopped came first, by turn.
+        let mut ended: HashMap<(ChatId, TurnId), Instant> = HashMap::new();
+        let mut stopped: HashMap<(ChatId, TurnId), Instant> = HashMap::new();
+        loop {
+            let event = match rx.recv().await {
+                Ok(event) => event,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            match event {
+                BotEvent::TurnEnded { chat, turn, at, .. } => match stopped.remove(&(chat, turn)) {
+                    Some(_) => metrics.typing_stopped_after(0.0),
+                    None => {
+                        ended.insert((chat, turn), at);
                     }
-                    BotEvent::TypingStopped { chat, turn, at } => {
-                        match ended.remove(&(chat, turn)) {
-                            Some(end) => metrics
-                                .typing_stop
-                                .observe(at.saturating_duration_since(end).as_secs_f64()),
-                            None => {
-                                stopped.insert((chat, turn), at);
-                            }
-                        }
+                },
+                BotEvent::TypingStopped { chat, turn, at } => match ended.remove(&(chat, turn)) {
+                    Some(end) => metrics
+                        .typing_stopped_after(at.saturating_duration_since(end).as_secs_f64()),
+                    None => {
+                        stopped.insert((chat, turn), at);
                     }
-                    BotEvent::SessionKilled { .. } => {
-                        metrics.wedges.inc();
-                    }
-                    _ => {}
+                },
+                BotEvent::SessionKilled { .. } => {
+                    metrics.wedged();
                 }
-                // A lease without a turn end (or the reverse) is forgotten
-                // rather than kept forever.
-                for map in [&mut ended, &mut stopped] {
-                    if map.len() > 10_000 {
-                        map.clear();
-                    }
+                _ => {}
+            }
+            // A lease without a turn end (or the reverse) is forgotten
+            // rather than kept forever.
+            for map in [&mut ended, &mut stopped] {
+                if map.len() > 10_000 {
+                    map.clear();
                 }
             }
-        })
-    }
-}
-
-/// Locks, ignoring poisoning.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn api_calls_and_cost_reported_by_results_are_counted() {
-        let metrics = Metrics::new();
-        let done = TurnOutcome::Completed {
-            reason: "completed".into(),
-        };
-        metrics.turn_ended(&done, Duration::from_millis(1200), 3, 0.25);
-        metrics.turn_ended(&done, Duration::from_millis(800), 2, 0.125);
-        // A cost that is not a number (from outside) is not added.
-        metrics.turn_ended(&done, Duration::from_millis(10), 0, f64::NAN);
-        // No result: nothing reported, nothing observed.
-        metrics.turn_ended(&TurnOutcome::NoProgress, Duration::from_secs(1), 0, 0.0);
-        let text = metrics.render(&Gauges::default(), 4);
-        let line = |name: &str| {
-            text.lines()
-                .find(|l| l.starts_with(name))
-                .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
-                .to_string()
-        };
-        assert_eq!(
-            line("turnstile_cost_usd_total"),
-            "turnstile_cost_usd_total 0.375"
-        );
-        assert_eq!(
-            line("turnstile_turn_api_calls_sum"),
-            "turnstile_turn_api_calls_sum 5.0"
-        );
-        assert_eq!(
-            line("turnstile_turn_api_calls_count"),
-            "turnstile_turn_api_calls_count 2"
-        );
-        assert_eq!(
-            line("turnstile_turn_cost_usd_count"),
-            "turnstile_turn_cost_usd_count 2"
-        );
-        assert_eq!(
-            line("turnstile_turn_duration_seconds_count"),
-            "turnstile_turn_duration_seconds_count 4"
-        );
-        assert_eq!(
-            line("turnstile_turns_total{outcome=\"completed\"}"),
-            "turnstile_turns_total{outcome=\"completed\"} 3"
-        );
-        assert_eq!(
-            line("turnstile_store_errors_total"),
-            "turnstile_store_errors_total 4"
-        );
-        // Read again: the store count is not added twice.
-        let again = metrics.render(&Gauges::default(), 4);
-        assert!(
-            again.contains("turnstile_store_errors_total 4\n"),
-            "{again}"
-        );
-    }
+        }
+    })
 }

@@ -15,7 +15,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use super::Metrics;
+use super::metrics::Metrics;
 use crate::chat::dispatcher::{Dispatcher, RunningTurns};
 use crate::events::Gauges;
 use crate::state::Inbox;
@@ -167,7 +167,14 @@ async fn answer(probe: &Probe, req: &Request<Incoming>) -> Response<Full<Bytes>>
         "/metrics" => text(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            probe.metrics.render(&probe.gauges, probe.inbox.errors()),
+            probe.metrics.render(
+                probe
+                    .gauges
+                    .supervisors
+                    .load(std::sync::atomic::Ordering::SeqCst),
+                probe.gauges.turns.load(std::sync::atomic::Ordering::SeqCst),
+                probe.inbox.errors(),
+            ),
         ),
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
