@@ -91,6 +91,7 @@
 
 pub mod agent;
 mod app;
+pub mod attachment;
 pub mod chat;
 pub mod config;
 pub mod events;

@@ -13,8 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, params};
 use teloxide::types::{ChatId, MessageId, ThreadId};
 
+use crate::attachment::Attachment;
 use crate::ids::Conversation;
-use crate::telegram::files::Attachment;
 
 mod backup;
 mod inbox;
@@ -897,7 +897,7 @@ mod tests {
         let mut m = msg(1, -100);
         m.topic = 42;
         m.files = vec![Attachment {
-            kind: crate::telegram::files::FileKind::Voice,
+            kind: crate::attachment::FileKind::Voice,
             file_id: "f1".into(),
             name: None,
             size: 9,

@@ -27,6 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
+use crate::attachment::Attachment;
 use crate::chat::notices::{FORCE_RELEASED, not_accepted, queue_full};
 use crate::chat::outcome::TurnOutcome;
 use crate::chat::slots::{TurnSlot, TurnSlots};
@@ -35,7 +36,6 @@ use crate::chat::typing::{RetireTyping, StartTyping, TypingActor, TypingLease};
 use crate::events::BotEvent;
 use crate::ids::{Conversation, TurnId};
 use crate::state::{Disposition, TurnRecord, now_ms};
-use crate::telegram::files::Attachment;
 use crate::telegram::outbox::SendText;
 
 /// A user's message for the chat's agent.

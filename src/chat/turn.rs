@@ -37,6 +37,7 @@ use crate::agent::{
     Activity, AgentBackend, AgentError, AgentEvent, AgentSession, HookReply, OpenSession,
     SessionCommand,
 };
+use crate::attachment::Attachment;
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
 use crate::chat::tools::ToolRegistry;
@@ -46,7 +47,7 @@ use crate::events::{BotEvent, EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
 use crate::state::Inbox;
-use crate::telegram::files::{Attachment, Files};
+use crate::telegram::files::Files;
 use crate::telegram::outbox::{Outbox, SendText};
 
 /// Sent once per turn, to the supervisor and to the typing actor, when the

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
 use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::prelude::Requester;
@@ -30,6 +29,7 @@ use teloxide::types::{FileId, Message};
 
 use crate::agent::claude::Seal;
 use crate::agent::claude::seal;
+use crate::attachment::{Attachment, FileKind};
 use beneath::Dir;
 
 /// The folder, inside a conversation's working directory, files land in.
@@ -37,68 +37,6 @@ pub const INBOX_DIR: &str = "inbox";
 
 /// The most a transcription may print; more is cut.
 const MAX_TRANSCRIPT: usize = 64 * 1024;
-
-/// What kind of file a message carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FileKind {
-    /// A photo (its largest size).
-    Photo,
-    /// A document (any file sent as a file).
-    Document,
-    /// A music file.
-    Audio,
-    /// A video.
-    Video,
-    /// An animation (GIF or soundless video).
-    Animation,
-    /// A voice note.
-    Voice,
-    /// A round video note.
-    VideoNote,
-}
-
-impl FileKind {
-    /// How the agent and the chat read it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Photo => "photo",
-            Self::Document => "document",
-            Self::Audio => "audio",
-            Self::Video => "video",
-            Self::Animation => "animation",
-            Self::Voice => "voice note",
-            Self::VideoNote => "video note",
-        }
-    }
-
-    /// The name stem and extension when the sender gave no name.
-    fn default_name(self) -> (&'static str, &'static str) {
-        match self {
-            Self::Photo => ("photo", "jpg"),
-            Self::Document => ("document", "bin"),
-            Self::Audio => ("audio", "mp3"),
-            Self::Video => ("video", "mp4"),
-            Self::Animation => ("animation", "mp4"),
-            Self::Voice => ("voice", "oga"),
-            Self::VideoNote => ("video-note", "mp4"),
-        }
-    }
-}
-
-/// A file a message carried, as Telegram describes it (kept in the inbox
-/// row, so a recovered message fetches it again).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attachment {
-    /// What it is.
-    pub kind: FileKind,
-    /// Telegram's id, for `getFile`.
-    pub file_id: String,
-    /// The sender's file name, when there was one (untrusted).
-    pub name: Option<String>,
-    /// Its size in bytes as Telegram announced it (0: unknown).
-    pub size: u64,
-}
 
 /// The files a message carries (a photo as its largest size).
 pub fn attachments(message: &Message) -> Vec<Attachment> {
@@ -512,10 +450,23 @@ fn workdirs(template: &Path) -> Vec<(PathBuf, Dir)> {
     out
 }
 
+/// The name stem and extension of a file of `kind` whose sender gave no name.
+fn default_name(kind: FileKind) -> (&'static str, &'static str) {
+    match kind {
+        FileKind::Photo => ("photo", "jpg"),
+        FileKind::Document => ("document", "bin"),
+        FileKind::Audio => ("audio", "mp3"),
+        FileKind::Video => ("video", "mp4"),
+        FileKind::Animation => ("animation", "mp4"),
+        FileKind::Voice => ("voice", "oga"),
+        FileKind::VideoNote => ("video-note", "mp4"),
+    }
+}
+
 /// The name's stem and extension: from the sender's name when it has a
 /// safe one, else from the kind (the extension from Telegram's path).
 fn name_parts(attachment: &Attachment, telegram_path: &str) -> (String, String) {
-    let (kind_stem, kind_ext) = attachment.kind.default_name();
+    let (kind_stem, kind_ext) = default_name(attachment.kind);
     let from_path = safe_component(telegram_path)
         .and_then(|n| n.rsplit_once('.').map(|(_, e)| e.to_string()))
         .filter(|e| !e.is_empty() && e.len() <= 10);
