@@ -1,11 +1,12 @@
 //! Micro-benchmarks (divan) of the pure functions every turn runs through:
-//! the outcome decision, terminator detection and message splitting.
+//! the outcome decision, parsing a tool call and message splitting.
 //! `cargo bench --bench hot_paths`; the end-to-end benchmarks are in
 //! `benches/turns.rs` and `benches/real_cli.rs` (see scripts/bench.sh).
 
 use divan::{Bencher, black_box};
-use turnstile::agent::AgentResult;
-use turnstile::chat::{ToolRegistry, TurnEvent, bare_tool_name, decide};
+use serde_json::json;
+use turnstile::agent::{AgentResult, BatchCall, ToolName, ToolRegistry};
+use turnstile::chat::{TurnEvent, decide};
 use turnstile::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 
 fn main() {
@@ -20,20 +21,17 @@ fn registry() -> ToolRegistry {
 #[divan::bench]
 fn decide_terminator_batch(bencher: Bencher) {
     let tools = registry();
-    let events = vec![TurnEvent::ToolBatch {
-        tools: vec![
-            "mcp__telegram-tools__send".into(),
-            "mcp__telegram-tools__end_turn".into(),
-        ],
-        inputs: vec![],
-    }];
-    bencher.bench(|| decide(black_box(&events), &tools));
+    let calls: Vec<BatchCall> = ["mcp__telegram-tools__send", "mcp__telegram-tools__end_turn"]
+        .into_iter()
+        .map(|name| tools.batch_call(&ToolName::parse(name), &json!({})))
+        .collect();
+    let events = vec![TurnEvent::ToolBatch { calls }];
+    bencher.bench(|| decide(black_box(&events)));
 }
 
 /// A completed turn: result then idle.
 #[divan::bench]
 fn decide_settled_result(bencher: Bencher) {
-    let tools = registry();
     let events = vec![
         TurnEvent::Result(AgentResult {
             subtype: "success".into(),
@@ -43,12 +41,20 @@ fn decide_settled_result(bencher: Bencher) {
         }),
         TurnEvent::Idle,
     ];
-    bencher.bench(|| decide(black_box(&events), &tools));
+    bencher.bench(|| decide(black_box(&events)));
 }
 
+/// One call of a batch as the agent names it, parsed at the boundary.
 #[divan::bench]
-fn strip_mcp_prefix() -> &'static str {
-    bare_tool_name(black_box("mcp__telegram-tools__end_turn"))
+fn parse_a_batch_call(bencher: Bencher) {
+    let tools = registry();
+    let input = json!({});
+    bencher.bench(|| {
+        tools.batch_call(
+            &ToolName::parse(black_box("mcp__telegram-tools__end_turn")),
+            &input,
+        )
+    });
 }
 
 /// A 5,000-character reply with a code block: split into two messages.

@@ -41,9 +41,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use turnstile::Turnstile;
 use turnstile::agent::claude::protocol::{self, McpRequest};
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
-use turnstile::agent::{HookReply, ToolReply};
-use turnstile::chat::ToolRegistry;
+use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings, permission};
+use turnstile::agent::tools::terminator;
+use turnstile::agent::{HookReply, ToolRegistry, ToolReply};
 
 use support::bot_api::{FakeBotApi, Options, Record};
 use support::collect::{Collector, Ev, TurnOver, check_typing};
@@ -494,12 +494,12 @@ impl Direct {
                 }
             },
             "can_use_tool" => (
-                protocol::control_success(id, protocol::permission(request, &self.tools, &[])),
+                protocol::control_success(id, permission(request, &self.tools, &[])),
                 false,
             ),
             "hook_callback" => {
-                let calls = protocol::batch_calls(&request["input"]);
-                let reply = if self.tools.terminator_in(&calls).is_some() {
+                let calls = protocol::batch_calls(&request["input"], &self.tools);
+                let reply = if terminator(&calls).is_some() {
                     HookReply::Stop {
                         reason: "done".into(),
                     }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use turnstile::Turnstile;
-use turnstile::agent::{Scenario, ScriptedBackend};
+use turnstile::agent::{Scenario, ScriptedBackend, ToolRegistry};
 use turnstile::events::BotEvent;
 use turnstile::telegram::RateLimits;
 
@@ -194,10 +194,10 @@ async fn drive(
     )];
     extra.extend(env);
     let config = support::config(&tg.url(), dir.path(), &extra);
-    let timed = Arc::new(Timed::new(
-        Arc::new(ScriptedBackend::new(scenario)),
-        &config.turn.terminator_tools,
-    ));
+    let timed = Arc::new(Timed::new(Arc::new(
+        ScriptedBackend::new(scenario)
+            .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+    )));
     let bot = Turnstile::start_with_limits(&config, timed.clone(), support::generous_limits())
         .await
         .map_err(|e| format!("the bot did not start: {e}"))?;
@@ -1295,10 +1295,10 @@ async fn sequential(
         .await;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let config = support::config(&tg.url(), dir.path(), &env);
-    let timed = Arc::new(Timed::new(
-        Arc::new(ScriptedBackend::new(scenario)),
-        &config.turn.terminator_tools,
-    ));
+    let timed = Arc::new(Timed::new(Arc::new(
+        ScriptedBackend::new(scenario)
+            .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+    )));
     let bot = Turnstile::start_with_limits(&config, timed.clone(), RateLimits::default())
         .await
         .map_err(|e| format!("the bot did not start: {e}"))?;

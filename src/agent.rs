@@ -1,9 +1,17 @@
 //! Agent backends: the [`AgentBackend`] trait, the [`AgentSession`] handle a
 //! turn drives, the [`AgentEvent`]s a session yields and the [`Responder`]
 //! that answers each request an agent makes exactly once.
+//!
+//! Everything a session yields is agent-neutral: a backend reads its own
+//! protocol and parses each tool call once, with the [`tools::ToolRegistry`]
+//! it was made with, into the typed values of [`tools`]; the turn sees no
+//! protocol and compares no tool names.
 
 pub mod claude;
+#[doc(hidden)]
+pub mod partial_json;
 pub mod scripted;
+pub mod tools;
 
 use std::fmt;
 use std::future::Future;
@@ -16,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use scripted::{
     AfterResult, Rule, Scenario, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend, Step,
 };
+pub use tools::{BatchCall, ChatCall, ChatTool, ToolName, ToolRegistry};
 
 /// A boxed future, as backends return from [`AgentBackend::open`].
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -171,8 +180,8 @@ pub enum Activity {
     ToolStarted {
         /// The tool-use id the agent gave the call.
         id: String,
-        /// The tool's name as the agent sent it (possibly MCP-prefixed).
-        name: String,
+        /// The tool's name.
+        name: ToolName,
         /// The tool's input object.
         input: Value,
     },
@@ -193,31 +202,20 @@ pub enum WritingSource {
     /// Assistant text (a plain-text answer; reaches the chat at `result`
     /// today).
     Text,
-    /// The `text` argument of a host tool call being written (`send`,
-    /// `end_turn`): the bare tool name.
+    /// The `text` argument of a chat tool call being written (`send`,
+    /// `end_turn`, [`tools::STREAMED_TOOLS`]): the tool's bare name.
     ToolText(String),
 }
 
-/// A call of a host tool.
+/// A call of one of the host's chat tools.
 #[derive(Debug)]
 pub struct ToolCall {
     /// The tool-use id the agent gave the call.
     pub id: String,
-    /// The tool's name as the agent sent it (possibly MCP-prefixed).
-    pub name: String,
-    /// The tool's input object.
-    pub input: Value,
+    /// The call, parsed.
+    pub call: ChatCall,
     /// Answers the call exactly once.
     pub reply: Responder<ToolReply>,
-}
-
-/// A tool call as the batch hook reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BatchCall {
-    /// The tool's name as the agent sent it (possibly MCP-prefixed).
-    pub name: String,
-    /// The tool's input object.
-    pub input: Value,
 }
 
 /// A resolved tool batch, waiting for the hook's answer.
@@ -229,13 +227,20 @@ pub struct ToolBatch {
     pub reply: Responder<HookReply>,
 }
 
+impl ToolBatch {
+    /// The first call of the batch that ends the turn: its bare name.
+    pub fn terminator(&self) -> Option<&str> {
+        tools::terminator(&self.calls)
+    }
+}
+
 /// A tool the agent wants to run, waiting for a person's decision.
 #[derive(Debug)]
 pub struct PermissionAsk {
     /// The tool-use id the agent gave the call.
     pub id: String,
-    /// The tool's name as the agent sent it (`Bash`, `mcp__server__tool`).
-    pub tool: String,
+    /// The tool's name (`Bash`, `mcp__server__tool`).
+    pub tool: ToolName,
     /// The tool's input object, as the agent would run it.
     pub input: Value,
     /// Answers the ask exactly once; dropped unanswered, it denies.

@@ -9,10 +9,10 @@ use teloxide::Bot;
 use tokio::sync::mpsc;
 
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
+use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
-use crate::chat::tools::ToolRegistry;
 use crate::chat::turn::TurnDeps;
 use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
@@ -240,7 +240,11 @@ fn request_failure(err: &teloxide::RequestError) -> (&'static str, String) {
 }
 
 /// The agent backend named by `agent.backend`.
+///
+/// Each backend parses the agent's tool calls with the chat tools and
+/// `turn.terminator_tools`.
 pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, StartError> {
+    let tools = Arc::new(ToolRegistry::new(&config.turn.terminator_tools));
     match config.agent.backend {
         Backend::Scripted => {
             let scenario = if config.agent.script.as_os_str().is_empty() {
@@ -248,15 +252,12 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             } else {
                 Scenario::from_file(&config.agent.script).map_err(StartError::Backend)?
             };
-            Ok(Arc::new(ScriptedBackend::new(scenario)))
+            Ok(Arc::new(ScriptedBackend::new(scenario).with_tools(tools)))
         }
         Backend::Claude => {
             let mut settings = ClaudeSettings::from_config(config);
             settings.probe_sandbox().map_err(StartError::Sandbox)?;
-            Ok(Arc::new(ClaudeBackend::new(
-                settings,
-                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
-            )))
+            Ok(Arc::new(ClaudeBackend::new(settings, tools)))
         }
     }
 }
@@ -438,7 +439,6 @@ impl Turnstile {
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
-            tools: Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
             config: Arc::new(config.turn.clone()),
             progress: Arc::new(config.progress.clone()),
             events: events.clone(),

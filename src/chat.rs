@@ -1,6 +1,6 @@
 //! The chat actors: the [`Dispatcher`], one `ChatSupervisor` per chat, one
-//! `TurnActor` per turn and one `TypingActor` per chat; the turn outcome
-//! and the chat tools. The actors are internal; what a test or an embedder
+//! `TurnActor` per turn and one `TypingActor` per chat; the turn outcome.
+//! The actors are internal; what a test or an embedder
 //! needs is re-exported here.
 
 pub(crate) mod commands;
@@ -9,7 +9,6 @@ pub(crate) mod notices;
 pub(crate) mod outcome;
 pub(crate) mod slots;
 pub(crate) mod supervisor;
-pub(crate) mod tools;
 pub(crate) mod turn;
 pub(crate) mod typing;
 
@@ -19,7 +18,4 @@ pub use outcome::{TurnEvent, TurnOutcome, decide};
 /// The report a chat sends when idle; public so a test can send a stale one.
 #[doc(hidden)]
 pub use supervisor::ChatReport;
-pub use tools::{
-    ChatTool, Ends, TOOL_SERVER, ToolInputError, ToolRegistry, ToolSpec, bare_tool_name,
-};
 pub use typing::TypingLease;

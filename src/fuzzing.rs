@@ -16,15 +16,16 @@ use serde_json::{Value, json};
 use teloxide::types::{CallbackQuery, ChatId, Message, Update, UpdateKind, UserId};
 
 use crate::agent::claude::driver::live::Live;
-use crate::agent::claude::protocol::partial_json::StringField;
+use crate::agent::claude::permissions::answer_unasked;
 use crate::agent::claude::protocol::{
     self, CliLine, ControlRequest, HookCallback, HookInput, Line, McpMessage, McpRequest,
     SHOWN_CHARS, SystemLine,
 };
 use crate::agent::claude::{MAX_LINE_BYTES, is_session_id};
+use crate::agent::partial_json::StringField;
+use crate::agent::tools::{TOOL_SERVER, ToolName, ToolRegistry, terminator};
 use crate::agent::{Activity, AgentResult, HookReply, ToolReply};
 use crate::chat::commands::{self, Parsed};
-use crate::chat::tools::{ChatTool, TOOL_SERVER, ToolRegistry};
 use crate::chat::turn::ButtonPressed;
 use crate::chat::turn::approval::{self, Choice};
 use crate::chat::turn::live;
@@ -248,9 +249,7 @@ pub fn stream_json(data: &[u8]) {
                 }
                 let _ = message.text();
                 for (_, name, input) in message.tool_uses() {
-                    if tools.get(name).is_some() {
-                        let _ = ChatTool::parse(name, input);
-                    }
+                    let _ = tools.call(&ToolName::parse(name), input);
                 }
             }
             CliLine::StreamEvent {
@@ -295,7 +294,7 @@ fn check_activity(activity: &Activity) {
 /// its blank runs collapsed) is in it, each character that shows in order,
 /// and no character that would not show is left in it (such characters
 /// are written out, as `⟦U+202E⟧`).
-fn check_question(tool: &str, input: &Value) {
+fn check_question(tool: &ToolName, input: &Value) {
     let shown = approval::summary(tool, input);
     if let Some(c) = shown.chars().find(|&c| invisible(c)) {
         panic!("U+{:04X} left in the question: {shown:?}", u32::from(c));
@@ -335,20 +334,14 @@ fn invisible(c: char) -> bool {
 fn control_request(request: ControlRequest, tools: &ToolRegistry, allowed: &[String]) -> Value {
     match request {
         ControlRequest::CanUseTool(ask) => {
-            check_question(&ask.tool_name, &ask.input);
-            ask.answer(tools, allowed)
+            check_question(&ToolName::parse(ask.tool_name.as_str()), &ask.input);
+            answer_unasked(&ask, tools, allowed)
         }
         ControlRequest::HookCallback(HookCallback {
             input: HookInput::PostToolBatch(batch),
             ..
         }) => {
-            let calls = batch.calls();
-            let _ = tools.terminator_in(&calls);
-            for call in &calls {
-                if tools.get(&call.name).is_some() {
-                    let _ = ChatTool::parse(&call.name, &call.input);
-                }
-            }
+            let _ = terminator(&batch.calls(tools));
             protocol::hook_output(&HookReply::Continue).unwrap_or_default()
         }
         ControlRequest::HookCallback(_) => json!({}),
@@ -402,14 +395,12 @@ fn mcp_answer(served: McpRequest, tools: &ToolRegistry) -> Value {
             assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
             answer
         }
-        McpRequest::Call {
-            rpc_id,
-            tool,
-            input,
-            ..
-        } => {
-            assert!(tools.get(&tool).is_some(), "a call of {tool:?} served");
-            let _ = ChatTool::parse(&tool, &input);
+        McpRequest::Call { rpc_id, call, .. } => {
+            assert!(
+                tools.get(&call.name).is_some(),
+                "a call of {:?} served",
+                call.name
+            );
             for reply in [
                 ToolReply::Error("e".into()),
                 ToolReply::Refused("r".into()),

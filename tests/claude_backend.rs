@@ -11,10 +11,11 @@ use support::*;
 use teloxide::types::ChatId;
 use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{
-    Activity, AfterResult, AgentBackend, AgentEvent, AgentSession, HookReply, OpenSession,
-    Permission, PermissionAsk, Scenario, ScriptTurn, SessionCommand, Step, ToolReply,
+    Activity, AfterResult, AgentBackend, AgentEvent, AgentSession, ChatTool, HookReply,
+    OpenSession, Permission, PermissionAsk, Scenario, ScriptTurn, SessionCommand, Step,
+    ToolRegistry, ToolReply,
 };
-use turnstile::chat::{ToolRegistry, TurnOutcome};
+use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 use turnstile::shutdown::Shutdown;
 
@@ -560,7 +561,7 @@ async fn the_driver_goes_on_serving_while_an_ask_waits() {
     let shutdown = Shutdown::new();
     let (mut session, ask) = session_with_an_ask(&backend, &shutdown).await;
     assert_eq!(
-        (ask.id.as_str(), ask.tool.as_str(), &ask.input),
+        (ask.id.as_str(), ask.tool.full(), &ask.input),
         ("toolu_1_0", "Bash", &json!({"command": "echo hi"}))
     );
     // While the ask waits, a host command goes out and the agent's answer
@@ -596,8 +597,10 @@ async fn the_driver_goes_on_serving_while_an_ask_waits() {
         }
     };
     assert_eq!(
-        report.input["text"],
-        r#"allowed: {"command":"echo changed"}"#
+        report.call.tool,
+        Ok(ChatTool::Send {
+            text: r#"allowed: {"command":"echo changed"}"#.into()
+        })
     );
     drop(report);
     let answer = the_one_permission_answer(&files);
@@ -696,7 +699,7 @@ async fn the_driver_reports_streamed_text_and_tool_calls_as_activity() {
         match next_event(&mut session).await {
             AgentEvent::Result(_) => break,
             AgentEvent::ToolCall(call) => {
-                seen.push(format!("call {} {}", call.id, call.name));
+                seen.push(format!("call {} {:?}", call.id, call.call));
                 call.reply.answer(ToolReply::Ok("sent".into()));
             }
             AgentEvent::BatchResolved(batch) => {
@@ -723,7 +726,7 @@ async fn the_driver_reports_streamed_text_and_tool_calls_as_activity() {
             r#"writing msg_stream_2:0 ToolText("end_turn") Bye "#,
             r#"writing msg_stream_2:0 ToolText("end_turn") 🦀"#,
             r#"started toolu_1_0 mcp__telegram-tools__send {"text":"sent"}"#,
-            "call toolu_1_0 mcp__telegram-tools__send",
+            r#"call toolu_1_0 ChatCall { name: "send", tool: Ok(Send { text: "sent" }), ends_turn: false }"#,
         ]
     );
     let args = &files.processes()[0].1;

@@ -1,7 +1,7 @@
 //! The golden fixture pins the mapping from a turn's events to its outcome.
 
 use serde::Deserialize;
-use turnstile::chat::{ToolRegistry, TurnEvent, TurnOutcome, decide};
+use turnstile::chat::{TurnEvent, TurnOutcome, decide};
 
 #[derive(Deserialize)]
 struct Row {
@@ -22,10 +22,9 @@ fn every_row_of_the_golden_fixture_holds() {
     let text = include_str!("fixtures/turn_outcome_contract.json");
     let rows: Vec<Row> = serde_json::from_str(text).expect("the fixture parses");
     assert!(rows.len() >= 10);
-    let tools = ToolRegistry::new(&["end_turn".to_string()]);
     let mut failures = Vec::new();
     for row in &rows {
-        let got = decide(&row.events, &tools);
+        let got = decide(&row.events);
         let finished = got.as_ref().is_some_and(TurnOutcome::finished);
         let releases = got.is_some();
         if got != row.expect.outcome

@@ -21,10 +21,9 @@ use support::*;
 use teloxide::types::ChatId;
 use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{
-    Activity, AgentBackend, AgentEvent, AgentResult, AgentSession, HookReply, OpenSession,
-    Permission, SessionCommand, ToolReply, WritingSource,
+    Activity, AgentBackend, AgentEvent, AgentResult, AgentSession, ChatCall, ChatTool, HookReply,
+    OpenSession, Permission, SessionCommand, ToolRegistry, ToolReply, WritingSource,
 };
-use turnstile::chat::ToolRegistry;
 
 const INNER: &[&str] = &[
     "plain_text_streams_in_three_pieces",
@@ -68,7 +67,7 @@ enum Seen {
         appended: String,
     },
     ToolStarted(String),
-    ToolCall(String, serde_json::Value),
+    ToolCall(ChatCall),
     Result(AgentResult),
 }
 
@@ -102,14 +101,14 @@ async fn one_turn(api: &FakeAnthropic) -> Vec<Seen> {
                 appended,
             }),
             AgentEvent::Activity(Activity::ToolStarted { name, .. }) => {
-                seen.push(Seen::ToolStarted(name));
+                seen.push(Seen::ToolStarted(name.full().to_string()));
             }
             AgentEvent::ToolCall(call) => {
-                seen.push(Seen::ToolCall(call.name.clone(), call.input.clone()));
+                seen.push(Seen::ToolCall(call.call.clone()));
                 call.reply.answer(ToolReply::Ok("delivered".into()));
             }
             AgentEvent::BatchResolved(batch) => {
-                let ends = batch.calls.iter().any(|c| c.name.ends_with("__end_turn"));
+                let ends = batch.terminator().is_some();
                 batch.reply.answer(if ends {
                     HookReply::Stop {
                         reason: "the turn has ended".into(),
@@ -229,15 +228,17 @@ async fn the_text_of_end_turn_streams_in_three_pieces() {
         .position(|e| matches!(e, Seen::ToolCall(..)))
         .unwrap_or_else(|| panic!("end_turn was called: {seen:?}"));
     assert!(last < call, "every piece before the tool call: {seen:?}");
-    let Seen::ToolCall(name, input) = &seen[call] else {
+    let Seen::ToolCall(parsed) = &seen[call] else {
         unreachable!()
     };
-    assert_eq!(name, "mcp__telegram-tools__end_turn");
     assert_eq!(
-        input["text"],
-        CHUNKS.concat(),
+        parsed.tool,
+        Ok(ChatTool::EndTurn {
+            text: Some(CHUNKS.concat())
+        }),
         "the call carries the whole text"
     );
+    assert!(parsed.ends_turn, "end_turn ends the turn");
     let started = seen
         .iter()
         .position(|e| matches!(e, Seen::ToolStarted(n) if n == "mcp__telegram-tools__end_turn"))

@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use support::fake_cli::{self, FakeLog};
 use support::*;
 use turnstile::agent::Scenario;
+use turnstile::agent::ToolRegistry;
 use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
-use turnstile::chat::ToolRegistry;
 
 /// The bot token in the parent's environment.
 const PARENT_TOKEN: &str = "4242:parent-token-never-for-the-agent";

@@ -15,7 +15,6 @@ use tokio::sync::mpsc;
 use turnstile::agent::{
     Activity, AgentBackend, AgentError, AgentEvent, AgentSession, BoxFuture, OpenSession,
 };
-use turnstile::chat::ToolRegistry;
 
 /// What was stamped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,16 +42,14 @@ pub struct Mark {
 /// The wrapper.
 pub struct Timed {
     inner: Arc<dyn AgentBackend>,
-    tools: Arc<ToolRegistry>,
     marks: Arc<Mutex<Vec<Mark>>>,
 }
 
 impl Timed {
-    /// Wraps `inner`; `terminators` as in `turn.terminator_tools`.
-    pub fn new(inner: Arc<dyn AgentBackend>, terminators: &[String]) -> Self {
+    /// Wraps `inner` (whose batches say which call ends the turn).
+    pub fn new(inner: Arc<dyn AgentBackend>) -> Self {
         Self {
             inner,
-            tools: Arc::new(ToolRegistry::new(terminators)),
             marks: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -67,7 +64,6 @@ impl AgentBackend for Timed {
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let chat = request.chat.0;
         let opening = self.inner.open(request);
-        let tools = Arc::clone(&self.tools);
         let marks = Arc::clone(&self.marks);
         Box::pin(async move {
             let mut session = opening.await?;
@@ -76,9 +72,7 @@ impl AgentBackend for Timed {
             tokio::spawn(async move {
                 while let Some(event) = from_agent.recv().await {
                     let kind = match &event {
-                        AgentEvent::BatchResolved(batch)
-                            if tools.terminator_in(&batch.calls).is_some() =>
-                        {
+                        AgentEvent::BatchResolved(batch) if batch.terminator().is_some() => {
                             Some(MarkKind::TerminatorResolved)
                         }
                         AgentEvent::Result(_) => Some(MarkKind::Result),

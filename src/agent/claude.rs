@@ -7,6 +7,13 @@
 //! answered exactly once. Closing is data: `end_session`, close stdin, then
 //! SIGTERM and SIGKILL to the process group, each after a grace.
 //!
+//! This is where a tool call crosses into the host: the MCP server, the
+//! batch hook, `can_use_tool` and the stream are read here, and every tool
+//! name and call is parsed once (with the backend's
+//! [`ToolRegistry`](crate::agent::tools::ToolRegistry)) into the
+//! agent-neutral values of [`crate::agent::tools`] before an
+//! [`AgentEvent`](crate::agent::AgentEvent) leaves the driver.
+//!
 //! Layout: this file holds the settings and the backend; [`protocol`] the
 //! wire format, parsed into typed enums at the boundary; `process` the child
 //! (spawn, process group, signals, reaping); `driver` the per-session task
@@ -16,7 +23,7 @@
 //! launcher).
 
 pub(crate) mod driver;
-mod permissions;
+pub(crate) mod permissions;
 mod process;
 pub(crate) mod seal;
 // The wire types; public (hidden) for the benchmarks' minimal direct driver.
@@ -28,12 +35,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::tools::{TOOL_SERVER, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
-use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
 use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
 use process::{AgentProcess, LiveProcesses};
 
 pub use driver::MAX_LINE_BYTES;
+#[doc(hidden)]
+pub use permissions::permission;
 pub use process::{boot_id, kill_leftover_groups};
 pub use seal::{Seal, is_session_id};
 

@@ -17,12 +17,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::claude::protocol::partial_json::StringField;
-use super::claude::protocol::streamed_tool;
+use super::partial_json::StringField;
+use super::tools::{ToolName, ToolRegistry, streamed_tool};
 use super::{
-    Activity, AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BatchCall,
-    BoxFuture, HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand,
-    ToolBatch, ToolCall, ToolReply, WritingSource,
+    Activity, AgentBackend, AgentError, AgentEvent, AgentResult, AgentSession, BoxFuture,
+    HookReply, OpenSession, Permission, PermissionAsk, Responder, SessionCommand, ToolBatch,
+    ToolCall, ToolReply, WritingSource,
 };
 
 /// Which turn the agent plays for which message.
@@ -181,7 +181,8 @@ pub enum Step {
     /// A host tool's input JSON written piece by piece, `ms` apart: its
     /// top-level `text` field as [`Activity::Writing`] with
     /// [`WritingSource::ToolText`], decoded as the `claude` driver decodes
-    /// `input_json_delta` pieces (only for `send` and `end_turn`, bare or
+    /// `input_json_delta` pieces (only for the
+    /// [`STREAMED_TOOLS`](super::tools::STREAMED_TOOLS), bare or
     /// `mcp__telegram-tools__`-prefixed; other tools write nothing). The
     /// call itself is a later `tools` step.
     StreamTool {
@@ -283,6 +284,8 @@ impl Scenario {
 pub struct ScriptedBackend {
     /// The turns it plays.
     scenario: Arc<Scenario>,
+    /// The chat tools its calls are parsed with.
+    tools: Arc<ToolRegistry>,
     /// Numbers the sessions it opens, for their ids.
     opened: AtomicU64,
     /// What its sessions saw, for tests.
@@ -328,13 +331,22 @@ fn lock(log: &std::sync::Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {
 }
 
 impl ScriptedBackend {
-    /// A backend playing `scenario`.
+    /// A backend playing `scenario`, its tool calls parsed with the
+    /// default chat tools and terminators.
     pub fn new(scenario: Scenario) -> Self {
         Self {
             scenario: Arc::new(scenario),
+            tools: Arc::default(),
             opened: AtomicU64::new(0),
             log: Arc::default(),
         }
+    }
+
+    /// The same backend, its tool calls parsed with `tools` (as
+    /// `turn.terminator_tools` configures them).
+    pub fn with_tools(mut self, tools: Arc<ToolRegistry>) -> Self {
+        self.tools = tools;
+        self
     }
 
     /// Sessions opened so far.
@@ -369,6 +381,7 @@ impl AgentBackend for ScriptedBackend {
             commands: cmd_rx,
             events: ev_tx,
             scenario: Arc::clone(&self.scenario),
+            tools: Arc::clone(&self.tools),
             session_id,
             queued: VecDeque::new(),
             log: Arc::clone(&self.log),
@@ -390,6 +403,8 @@ struct ScriptedAgent {
     commands: mpsc::UnboundedReceiver<SessionCommand>,
     events: mpsc::UnboundedSender<AgentEvent>,
     scenario: Arc<Scenario>,
+    /// What its tool calls are parsed with.
+    tools: Arc<ToolRegistry>,
     session_id: String,
     /// User turns that arrived while a turn ran.
     queued: VecDeque<String>,
@@ -533,11 +548,11 @@ impl ScriptedAgent {
                                 Woken::HostGone => return Flow::Exit,
                             }
                         }
+                        let name = ToolName::parse(tool.name.as_str());
                         let (reply, rx) = Responder::new(format!("tool call {}", tool.name));
                         self.emit(AgentEvent::ToolCall(ToolCall {
                             id: format!("toolu_{calls}_{i}"),
-                            name: tool.name.clone(),
-                            input: input.clone(),
+                            call: self.tools.call(&name, &input),
                             reply,
                         }));
                         match self.wait(rx).await {
@@ -557,10 +572,7 @@ impl ScriptedAgent {
                             Woken::Command(cmd) => return self.on_command(cmd, &turn, calls).await,
                             Woken::HostGone => return Flow::Exit,
                         }
-                        batch.push(BatchCall {
-                            name: tool.name.clone(),
-                            input,
-                        });
+                        batch.push(self.tools.batch_call(&name, &input));
                     }
                     if !hook {
                         continue;
@@ -593,7 +605,7 @@ impl ScriptedAgent {
                     let (reply, rx) = Responder::new(format!("permission ask {tool}"));
                     self.emit(AgentEvent::PermissionAsk(PermissionAsk {
                         id: format!("toolu_ask_{calls}"),
-                        tool: tool.clone(),
+                        tool: ToolName::parse(tool.as_str()),
                         input,
                         reply,
                     }));
@@ -609,8 +621,9 @@ impl ScriptedAgent {
                     let (reply, rx) = Responder::new("tool call send");
                     self.emit(AgentEvent::ToolCall(ToolCall {
                         id: format!("toolu_told_{calls}"),
-                        name: "mcp__telegram-tools__send".into(),
-                        input: json!({ "text": text }),
+                        call: self
+                            .tools
+                            .call(&ToolName::parse("send"), &json!({ "text": text })),
                         reply,
                     }));
                     match self.wait(rx).await {
@@ -654,7 +667,7 @@ impl ScriptedAgent {
                     self.streams += 1;
                     self.emit(AgentEvent::Activity(Activity::ToolStarted {
                         id: format!("toolu_activity_{}", self.streams),
-                        name: tool.clone(),
+                        name: ToolName::parse(tool.as_str()),
                         input: fill_value(input, user_text),
                     }));
                 }
@@ -684,7 +697,7 @@ impl ScriptedAgent {
                 Step::StreamTool { tool, pieces, ms } => {
                     self.streams += 1;
                     let stream = format!("msg_scripted_{}:0", self.streams);
-                    let bare = streamed_tool(tool).map(str::to_owned);
+                    let bare = streamed_tool(&ToolName::parse(tool.as_str()));
                     let mut field = StringField::new("text");
                     for (i, piece) in pieces.iter().enumerate() {
                         if i > 0
@@ -698,7 +711,7 @@ impl ScriptedAgent {
                             Some(bare) if !appended.is_empty() => {
                                 self.emit(AgentEvent::Activity(Activity::Writing {
                                     stream: stream.clone(),
-                                    source: WritingSource::ToolText(bare.clone()),
+                                    source: WritingSource::ToolText(bare.to_string()),
                                     appended,
                                 }));
                             }
@@ -855,8 +868,8 @@ mod tests {
                 [
                     AgentEvent::Activity(Activity::ToolStarted { name: bash, input, .. }),
                     AgentEvent::Activity(Activity::ToolStarted { name: read, input: empty, .. }),
-                ] if bash == "Bash" && *input == json!({"command": "echo hi"})
-                    && read == "Read" && *empty == json!({})
+                ] if bash.full() == "Bash" && *input == json!({"command": "echo hi"})
+                    && read.full() == "Read" && *empty == json!({})
             ),
             "{started:?}"
         );

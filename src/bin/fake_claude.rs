@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use turnstile::agent::scripted::fill_value;
+use turnstile::agent::tools::{TOOL_SERVER, ToolName};
 use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
 
 /// Shared by the stdin reader and the player.
@@ -307,7 +308,7 @@ fn permission_report(answer: &Value) -> String {
 /// returns its entry for the batch hook; `None` when stdin is gone.
 fn send_tool(fake: &Fake, rpc_id: u32, id: &str, text: &str) -> Option<Value> {
     let input = json!({"text": text});
-    fake.ask(json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {
+    fake.ask(json!({"subtype": "mcp_message", "server_name": TOOL_SERVER, "message": {
         "jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
         "params": {"name": "send", "arguments": input, "_meta": {"claudecode/toolUseId": id}}
     }}))
@@ -412,13 +413,16 @@ fn play_turn(fake: &Fake, turn: &ScriptTurn, user_text: &str) {
                     let id = format!("toolu_{calls}_{i}");
                     let input = fill_value(&tool.input, user_text);
                     fake.write(&json!({"type": "assistant", "message": {"id": format!("msg_{calls}"), "role": "assistant", "content": [{"type": "tool_use", "id": id, "name": tool.name, "input": input}], "stop_reason": null}, "parent_tool_use_id": null, "session_id": fake.session_id}));
-                    let chat_tool = tool.name.starts_with("mcp__telegram-tools__");
-                    let response = match tool.name.strip_prefix("mcp__telegram-tools__") {
-                        Some(bare) => fake.ask(json!({"subtype": "mcp_message", "server_name": "telegram-tools", "message": {
+                    // As the CLI does: the host's server's tools go to it by their bare name.
+                    let name = ToolName::parse(tool.name.as_str());
+                    let chat_tool = name.is_served_here();
+                    let response = if chat_tool {
+                        fake.ask(json!({"subtype": "mcp_message", "server_name": TOOL_SERVER, "message": {
                             "jsonrpc": "2.0", "id": calls * 100 + i as u32, "method": "tools/call",
-                            "params": {"name": bare, "arguments": input, "_meta": {"claudecode/toolUseId": id}}
-                        }})),
-                        None => fake.ask(json!({"subtype": "can_use_tool", "tool_name": tool.name, "input": input, "tool_use_id": id})),
+                            "params": {"name": name.bare(), "arguments": input, "_meta": {"claudecode/toolUseId": id}}
+                        }}))
+                    } else {
+                        fake.ask(json!({"subtype": "can_use_tool", "tool_name": tool.name, "input": input, "tool_use_id": id}))
                     };
                     let Some(response) = response else { return };
                     fake.write(&json!({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": response.to_string()}]}]}, "session_id": fake.session_id}));

@@ -4,20 +4,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{AgentResult, BatchCall};
-use crate::chat::tools::ToolRegistry;
+use crate::agent::AgentResult;
+use crate::agent::tools::{BatchCall, terminator};
 
 /// What a turn has seen so far that bears on how it ends, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TurnEvent {
-    /// A tool batch fully resolved (PostToolBatch), by tool name.
+    /// A tool batch fully resolved (PostToolBatch).
     ToolBatch {
-        /// The batch's tool names, as the agent sent them.
-        tools: Vec<String>,
-        /// The inputs, in the same order (missing means `{}`).
-        #[serde(default)]
-        inputs: Vec<serde_json::Value>,
+        /// Its calls, in order, as the backend parsed them.
+        calls: Vec<BatchCall>,
     },
     /// The agent's `result`.
     Result(AgentResult),
@@ -141,26 +138,12 @@ fn from_result(result: &AgentResult) -> TurnOutcome {
 /// Decides whether the events so far end the turn, and how: the earliest
 /// trigger of the turn contract wins. `None` means the turn goes on and the
 /// chat stays held.
-pub fn decide(events: &[TurnEvent], tools: &ToolRegistry) -> Option<TurnOutcome> {
+pub fn decide(events: &[TurnEvent]) -> Option<TurnOutcome> {
     let mut result: Option<&AgentResult> = None;
     for event in events {
         match event {
-            TurnEvent::ToolBatch {
-                tools: names,
-                inputs,
-            } => {
-                let calls: Vec<BatchCall> = names
-                    .iter()
-                    .enumerate()
-                    .map(|(i, name)| BatchCall {
-                        name: name.clone(),
-                        input: inputs
-                            .get(i)
-                            .cloned()
-                            .unwrap_or_else(|| serde_json::json!({})),
-                    })
-                    .collect();
-                if let Some(tool) = tools.terminator_in(&calls) {
+            TurnEvent::ToolBatch { calls } => {
+                if let Some(tool) = terminator(calls) {
                     return Some(TurnOutcome::Terminated {
                         tool: tool.to_string(),
                     });

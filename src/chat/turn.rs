@@ -35,12 +35,11 @@ use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
 use crate::agent::{
     Activity, AgentBackend, AgentError, AgentEvent, AgentSession, HookReply, OpenSession,
-    SessionCommand,
+    SessionCommand, ToolBatch,
 };
 use crate::attachment::Attachment;
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
-use crate::chat::tools::ToolRegistry;
 use crate::chat::typing::TypingLease;
 use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{BotEvent, EventBus, Gauges};
@@ -136,8 +135,6 @@ pub struct TurnDeps {
     pub backend: Arc<dyn AgentBackend>,
     /// The way out to Telegram.
     pub outbox: Addr<Outbox>,
-    /// The chat tools and terminators.
-    pub tools: Arc<ToolRegistry>,
     /// The clocks.
     pub config: Arc<TurnConfig>,
     /// What the chat sees while a turn works.
@@ -475,7 +472,7 @@ impl TurnActor {
             return;
         }
         self.log.push(event);
-        if let Some(outcome) = decide(&self.log, &self.deps.tools) {
+        if let Some(outcome) = decide(&self.log) {
             self.finish(outcome, ctx);
         }
     }
@@ -516,11 +513,8 @@ impl TurnActor {
                 stream, appended, ..
             }) => self.view.writing(&stream, &appended),
             AgentEvent::ToolCall(call) => self.serve_tool(call, ctx),
-            AgentEvent::BatchResolved(batch) => {
-                let tools = batch.calls.iter().map(|c| c.name.clone()).collect();
-                let inputs = batch.calls.iter().map(|c| c.input.clone()).collect();
-                let reply = batch.reply;
-                self.record(TurnEvent::ToolBatch { tools, inputs }, ctx);
+            AgentEvent::BatchResolved(ToolBatch { calls, reply }) => {
+                self.record(TurnEvent::ToolBatch { calls }, ctx);
                 let answer = match self.phase.outcome() {
                     _ if self.deps.shutdown.is_closing() => {
                         HookReply::Refused("the host is stopping".into())

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use teloxide::types::ChatId;
 use tokio::sync::broadcast;
+use turnstile::agent::ToolRegistry;
 use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{AgentBackend, Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
-use turnstile::chat::{ToolRegistry, TurnOutcome};
+use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 use turnstile::telegram::RateLimits;
 use turnstile::{Config, Turnstile};
@@ -78,11 +79,18 @@ impl Harness {
         env: &[(&str, &str)],
         limits: RateLimits,
     ) -> Self {
-        let backend = Arc::new(ScriptedBackend::new(scenario));
-        let scripted = Arc::clone(&backend);
-        Self::launch(env, limits, move |_| scripted)
-            .await
-            .with_scripted(backend)
+        let mut slot = None;
+        let harness = Self::launch(env, limits, |config| {
+            let backend = Arc::new(
+                ScriptedBackend::new(scenario)
+                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+            );
+            slot = Some(Arc::clone(&backend));
+            backend
+        })
+        .await;
+        let backend = slot.expect("backend built");
+        harness.with_scripted(backend)
     }
 
     /// Starts with the backend `make` builds from the effective config.

@@ -19,8 +19,8 @@ use super::protocol::{
     self, CliLine, ControlRequest, ControlResponse, HookCallback, HookInput, Line, McpMessage,
     McpRequest, SessionState, SystemLine,
 };
+use crate::agent::tools::{TOOL_SERVER, ToolRegistry};
 use crate::agent::{AgentEvent, AgentSession, Responder, SessionCommand, ToolBatch, ToolCall};
-use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
 use crate::shutdown::Shutdown;
 use answers::{Answers, Refusal};
 use live::Live;
@@ -32,7 +32,7 @@ pub const MAX_LINE_BYTES: usize = 8 << 20;
 pub(super) struct Start {
     /// How the CLI was started (the grace, the allowed tools).
     pub(super) settings: Arc<ClaudeSettings>,
-    /// The chat tools.
+    /// The chat tools, served over MCP and parsed with.
     pub(super) tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     pub(super) shutdown: Shutdown,
@@ -413,11 +413,10 @@ impl Driver {
                     McpRequest::Answer(answer) => reply(protocol::mcp_response(&id, answer)),
                     McpRequest::Call {
                         rpc_id,
-                        tool,
                         tool_use_id,
-                        ..
+                        call,
                     } if stopping => {
-                        tracing::info!(pid = self.pid, call_id = %tool_use_id, tool = %tool, "tools/call refused: the host is stopping");
+                        tracing::info!(pid = self.pid, call_id = %tool_use_id, tool = %call.name, "tools/call refused: the host is stopping");
                         reply(protocol::mcp_response(
                             &id,
                             protocol::rpc_error(
@@ -429,16 +428,14 @@ impl Driver {
                     }
                     McpRequest::Call {
                         rpc_id,
-                        tool,
                         tool_use_id,
-                        input,
+                        call,
                     } => {
                         let (responder, rx) =
-                            Responder::new(format!("tools/call {tool} ({tool_use_id})"));
+                            Responder::new(format!("tools/call {} ({tool_use_id})", call.name));
                         self.emit(AgentEvent::ToolCall(ToolCall {
                             id: tool_use_id,
-                            name: format!("mcp__{TOOL_SERVER}__{tool}"),
-                            input,
+                            call,
                             reply: responder,
                         }));
                         tokio::spawn(async move {
@@ -487,7 +484,7 @@ impl Driver {
             }) => {
                 let (responder, rx) = Responder::new("PostToolBatch hook");
                 self.emit(AgentEvent::BatchResolved(ToolBatch {
-                    calls: batch.calls(),
+                    calls: batch.calls(&self.tools),
                     reply: responder,
                 }));
                 tokio::spawn(async move {

@@ -2,19 +2,21 @@
 //! then `agent.denied_tools`, then `agent.allowed_tools`, then
 //! `agent.permission_mode`, which for `ask` hands the request to the host as
 //! an [`AgentEvent::PermissionAsk`] and answers once its [`Responder`]
-//! resolves, off the driver's loop.
+//! resolves, off the driver's loop. The wire format is `protocol`'s; the
+//! decision is made here, once.
 //!
 //! A tool is named in `denied_tools` and `allowed_tools` by its whole name
 //! as the agent sends it (`Bash`, `mcp__server__tool`); patterns such as
 //! `Bash(rm:*)` are the CLI's own `--allowedTools` syntax and never match
 //! here.
 
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::protocol::{self, PermissionAsk};
+use super::protocol::{self, CanUseTool};
+use crate::agent::tools::{ToolName, ToolRegistry};
 use crate::agent::{self, AgentEvent, Permission, Responder};
-use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
 use crate::config::PermissionMode;
 
 /// The config that decides a tool: `agent.allowed_tools`,
@@ -43,15 +45,11 @@ pub enum Decision {
 }
 
 impl Rules<'_> {
-    /// Decides `tool` (the name as the agent sent it), in order: chat tool,
-    /// denied, allowed, mode.
-    pub fn decide(&self, tool: &str, tools: &ToolRegistry) -> Decision {
-        let ours = tool
-            .strip_prefix("mcp__")
-            .and_then(|rest| rest.strip_prefix(TOOL_SERVER))
-            .and_then(|rest| rest.strip_prefix("__"))
-            .is_some_and(|bare| tools.get(bare).is_some());
-        let named = |list: &[String]| list.iter().any(|entry| entry == tool);
+    /// Decides `tool`, in order: chat tool (served by the host's own
+    /// server), denied, allowed, mode; the lists name it whole.
+    pub fn decide(&self, tool: &ToolName, tools: &ToolRegistry) -> Decision {
+        let ours = tool.is_served_here() && tools.get(tool.bare()).is_some();
+        let named = |list: &[String]| list.iter().any(|entry| entry == tool.full());
         if ours {
             Decision::ChatTool
         } else if named(self.denied) {
@@ -72,7 +70,7 @@ pub fn not_allowed(tool: &str) -> String {
 }
 
 /// The answer to `ask` when config decides it; `None` for `ask` mode.
-pub fn answer_from_config(ask: &PermissionAsk, decision: Decision) -> Option<Value> {
+pub fn answer_from_config(ask: &CanUseTool, decision: Decision) -> Option<Value> {
     match decision {
         Decision::ChatTool | Decision::Allowed | Decision::Mode(PermissionMode::Allow) => {
             Some(protocol::permission_allow(&ask.input, &ask.tool_use_id))
@@ -84,33 +82,56 @@ pub fn answer_from_config(ask: &PermissionAsk, decision: Decision) -> Option<Val
     }
 }
 
+/// The answer to `ask` with no one to ask: chat tools and `allowed` tools
+/// run, every other tool is denied (`agent.permission_mode = "deny"`).
+pub fn answer_unasked(ask: &CanUseTool, tools: &ToolRegistry, allowed: &[String]) -> Value {
+    let rules = Rules {
+        allowed,
+        denied: &[],
+        mode: PermissionMode::Deny,
+    };
+    let decision = rules.decide(&ToolName::parse(ask.tool_name.as_str()), tools);
+    answer_from_config(ask, decision)
+        .unwrap_or_else(|| protocol::permission_deny(&not_allowed(&ask.tool_name)))
+}
+
+/// [`answer_unasked`] for a `can_use_tool` request read as JSON.
+pub fn permission(request: &Value, tools: &ToolRegistry, allowed: &[String]) -> Value {
+    answer_unasked(
+        &CanUseTool::deserialize(request).unwrap_or_default(),
+        tools,
+        allowed,
+    )
+}
+
 /// Answers one `can_use_tool` request exactly once through `reply` (which
 /// takes the answer's body): from config at once, or, for `ask`, by emitting
 /// an [`AgentEvent::PermissionAsk`] and answering when its responder
 /// resolves, in a task of its own, so the driver goes on serving lines.
 pub(super) fn serve(
-    ask: PermissionAsk,
+    ask: CanUseTool,
     rules: Rules<'_>,
     tools: &ToolRegistry,
     events: &mpsc::UnboundedSender<AgentEvent>,
     pid: u32,
     reply: impl FnOnce(Value) + Send + 'static,
 ) {
-    let decision = rules.decide(&ask.tool_name, tools);
+    let tool = ToolName::parse(ask.tool_name.as_str());
+    let decision = rules.decide(&tool, tools);
     let call_id = tool_use_id(&ask.tool_use_id);
     if let Some(answer) = answer_from_config(&ask, decision) {
         if decision != Decision::ChatTool {
-            tracing::info!(pid, call_id = %call_id, tool = %ask.tool_name, ?decision, behavior = %answer["behavior"], "tool decided by config");
+            tracing::info!(pid, call_id = %call_id, tool = %tool, ?decision, behavior = %answer["behavior"], "tool decided by config");
         }
         return reply(answer);
     }
-    tracing::info!(pid, call_id = %call_id, tool = %ask.tool_name, "tool permission asked of the host");
-    let (responder, rx) = Responder::new(format!("can_use_tool {} ({call_id})", ask.tool_name));
+    tracing::info!(pid, call_id = %call_id, tool = %tool, "tool permission asked of the host");
+    let (responder, rx) = Responder::new(format!("can_use_tool {tool} ({call_id})"));
     let tool_use = ask.tool_use_id.clone();
     // An event nobody receives drops its responder, which denies.
     let _ = events.send(AgentEvent::PermissionAsk(agent::PermissionAsk {
         id: call_id,
-        tool: ask.tool_name,
+        tool,
         input: ask.input,
         reply: responder,
     }));
@@ -206,7 +227,7 @@ mod tests {
                 mode: *mode,
             };
             assert_eq!(
-                rules.decide(tool, &tools),
+                rules.decide(&ToolName::parse(*tool), &tools),
                 *expect,
                 "{tool} with allowed {allowed:?}, denied {denied:?}, mode {mode}"
             );
@@ -214,8 +235,29 @@ mod tests {
     }
 
     #[test]
+    fn with_no_one_to_ask_chat_tools_and_listed_tools_run_only() {
+        let ask = |name: &str| json!({"tool_name": name, "input": {"a": 1}, "tool_use_id": "t"});
+        let allowed = vec!["Read".to_string()];
+        assert_eq!(
+            permission(&ask("mcp__telegram-tools__send"), &registry(), &allowed)["behavior"],
+            "allow"
+        );
+        assert_eq!(
+            permission(&ask("Read"), &registry(), &allowed)["updatedInput"],
+            json!({"a": 1})
+        );
+        let denied = permission(&ask("Bash"), &registry(), &allowed);
+        assert_eq!(denied["behavior"], "deny");
+        assert!(denied["message"].as_str().unwrap().contains("Bash"));
+        assert_eq!(
+            permission(&ask("mcp__other-server__send"), &registry(), &allowed)["behavior"],
+            "deny"
+        );
+    }
+
+    #[test]
     fn config_answers_allow_with_the_input_and_deny_with_a_message() {
-        let ask = PermissionAsk {
+        let ask = CanUseTool {
             tool_name: "Bash".into(),
             input: json!({"command": "echo hi"}),
             tool_use_id: json!("toolu_1"),
@@ -247,8 +289,8 @@ mod tests {
         );
     }
 
-    fn ask_bash() -> PermissionAsk {
-        PermissionAsk {
+    fn ask_bash() -> CanUseTool {
+        CanUseTool {
             tool_name: "Bash".into(),
             input: json!({"command": "echo hi"}),
             tool_use_id: json!("toolu_7"),
@@ -277,7 +319,7 @@ mod tests {
     async fn an_ask_is_answered_with_what_the_host_decided() {
         let (ask, mut answer) = serve_ask();
         assert_eq!(ask.id, "toolu_7");
-        assert_eq!(ask.tool, "Bash");
+        assert_eq!(ask.tool, ToolName::parse("Bash"));
         assert_eq!(ask.input, json!({"command": "echo hi"}));
         tokio::task::yield_now().await;
         assert!(

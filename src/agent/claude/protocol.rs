@@ -3,7 +3,10 @@
 //!
 //! Every line from the CLI is parsed once, here, into typed enums: a
 //! [`Line`] holds a [`CliLine`], whose control requests are
-//! [`ControlRequest`]s, whose MCP messages are [`RpcRequest`]s. Fields are
+//! [`ControlRequest`]s, whose MCP messages are [`RpcRequest`]s; tool names
+//! and tool calls become the agent-neutral values of [`crate::agent::tools`]
+//! ([`McpRequest::Call`] carries a parsed chat call, [`PostToolBatch::calls`]
+//! the batch's parsed calls). Fields are
 //! read tolerantly (a missing or mistyped field takes its default) and an
 //! unknown `type` or `subtype` becomes an `Unknown` or `Other` variant, so
 //! nothing the CLI writes is an error that ends a turn. The lines the host
@@ -15,13 +18,10 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::{Value, json};
 
-use super::permissions::{Rules, answer_from_config, not_allowed};
-use crate::agent::{AgentResult, BatchCall, HookReply};
-use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
-use crate::config::PermissionMode;
+use crate::agent::tools::{BatchCall, TOOL_SERVER, ToolName, ToolRegistry};
+use crate::agent::{AgentResult, HookReply};
 
 mod mcp_server;
-pub mod partial_json;
 
 pub use mcp_server::{
     CallMeta, McpMethod, McpRequest, RPC_HOST_STOPPING, RPC_INTERNAL, RPC_INVALID_PARAMS,
@@ -392,22 +392,6 @@ pub enum Delta {
     Other,
 }
 
-/// The host tools whose `text` argument streams to the chat while the
-/// model writes it.
-pub const STREAMED_TOOLS: [&str; 2] = ["send", "end_turn"];
-
-/// The bare name of a host tool whose `text` argument streams
-/// ([`STREAMED_TOOLS`]), given its name as the model sends it
-/// (`mcp__telegram-tools__end_turn`) or bare; `None` for any other tool.
-pub fn streamed_tool(name: &str) -> Option<&str> {
-    let bare = name
-        .strip_prefix("mcp__")
-        .and_then(|rest| rest.strip_prefix(TOOL_SERVER))
-        .and_then(|rest| rest.strip_prefix("__"))
-        .unwrap_or(name);
-    STREAMED_TOOLS.contains(&bare).then_some(bare)
-}
-
 /// The `result` line.
 #[derive(Debug, Default, PartialEq, Deserialize)]
 pub struct ResultLine {
@@ -482,7 +466,7 @@ pub enum ControlResponse {
 #[derive(Debug, PartialEq)]
 pub enum ControlRequest {
     /// `can_use_tool`: may the agent run this tool?
-    CanUseTool(PermissionAsk),
+    CanUseTool(CanUseTool),
     /// `hook_callback`: a hook the host registered fired.
     HookCallback(HookCallback),
     /// `mcp_message`: a JSON-RPC message for an in-process MCP server.
@@ -524,7 +508,7 @@ impl<'de> Deserialize<'de> for ControlRequest {
         #[serde(tag = "subtype", rename_all = "snake_case")]
         enum Known {
             /// `can_use_tool`.
-            CanUseTool(PermissionAsk),
+            CanUseTool(CanUseTool),
             /// `hook_callback`.
             HookCallback(HookCallback),
             /// `mcp_message`.
@@ -556,7 +540,7 @@ impl<'de> Deserialize<'de> for ControlRequest {
 
 /// A `can_use_tool` request.
 #[derive(Debug, PartialEq, Deserialize)]
-pub struct PermissionAsk {
+pub struct CanUseTool {
     /// The tool's full name (`Read`, `mcp__telegram-tools__send`).
     #[serde(default, deserialize_with = "lenient")]
     pub tool_name: String,
@@ -568,28 +552,13 @@ pub struct PermissionAsk {
     pub tool_use_id: Value,
 }
 
-impl Default for PermissionAsk {
+impl Default for CanUseTool {
     fn default() -> Self {
         Self {
             tool_name: String::new(),
             input: empty_object(),
             tool_use_id: Value::Null,
         }
-    }
-}
-
-impl PermissionAsk {
-    /// The answer with no one to ask: chat tools and `allowed` tools run,
-    /// every other tool is denied (`agent.permission_mode = "deny"`).
-    pub fn answer(&self, tools: &ToolRegistry, allowed: &[String]) -> Value {
-        let rules = Rules {
-            allowed,
-            denied: &[],
-            mode: PermissionMode::Deny,
-        };
-        let decision = rules.decide(&self.tool_name, tools);
-        answer_from_config(self, decision)
-            .unwrap_or_else(|| permission_deny(&not_allowed(&self.tool_name)))
     }
 }
 
@@ -601,13 +570,6 @@ pub fn permission_allow(input: &Value, tool_use_id: &Value) -> Value {
 /// `can_use_tool` answered no; the message goes back to the model.
 pub fn permission_deny(message: &str) -> Value {
     json!({"behavior": "deny", "message": message})
-}
-
-/// The answer to `can_use_tool` for a request read as JSON.
-pub fn permission(request: &Value, tools: &ToolRegistry, allowed: &[String]) -> Value {
-    PermissionAsk::deserialize(request)
-        .unwrap_or_default()
-        .answer(tools, allowed)
 }
 
 /// A `hook_callback` request.
@@ -662,23 +624,22 @@ impl Default for BatchToolCall {
 }
 
 impl PostToolBatch {
-    /// The calls as the turn sees them.
-    pub fn calls(self) -> Vec<BatchCall> {
+    /// The calls as the turn sees them, each parsed with `tools`.
+    pub fn calls(&self, tools: &ToolRegistry) -> Vec<BatchCall> {
         self.tool_calls
-            .into_iter()
-            .map(|call| BatchCall {
-                name: call.tool_name,
-                input: call.tool_input,
+            .iter()
+            .map(|call| {
+                tools.batch_call(&ToolName::parse(call.tool_name.as_str()), &call.tool_input)
             })
             .collect()
     }
 }
 
 /// The calls of a PostToolBatch hook input read as JSON.
-pub fn batch_calls(input: &Value) -> Vec<BatchCall> {
+pub fn batch_calls(input: &Value, tools: &ToolRegistry) -> Vec<BatchCall> {
     PostToolBatch::deserialize(input)
         .unwrap_or_default()
-        .calls()
+        .calls(tools)
 }
 
 /// An `mcp_message` request.
@@ -728,6 +689,7 @@ fn empty_object() -> Value {
 mod tests {
     use super::*;
     use crate::agent::ToolReply;
+    use crate::agent::tools::{ChatCall, ChatTool};
 
     fn registry() -> ToolRegistry {
         ToolRegistry::new(&["end_turn".to_string()])
@@ -779,6 +741,14 @@ mod tests {
         );
     }
 
+    fn send(text: &str) -> ChatCall {
+        ChatCall {
+            name: "send".into(),
+            tool: Ok(ChatTool::Send { text: text.into() }),
+            ends_turn: false,
+        }
+    }
+
     #[test]
     fn tool_calls_are_served_and_unknown_ones_refused() {
         let call = json!({"id": 3, "method": "tools/call", "params": {"name": "send", "arguments": {"text": "hi"}, "_meta": {"claudecode/toolUseId": "toolu_1"}}});
@@ -786,10 +756,18 @@ mod tests {
             mcp(&call, &registry()),
             McpRequest::Call {
                 rpc_id: json!(3),
-                tool: "send".into(),
                 tool_use_id: "toolu_1".into(),
-                input: json!({"text": "hi"}),
+                call: send("hi"),
             }
+        );
+        let end = json!({"id": 6, "method": "tools/call", "params": {"name": "end_turn", "arguments": {}}});
+        let McpRequest::Call { call, .. } = mcp(&end, &registry()) else {
+            panic!("end_turn is served")
+        };
+        assert_eq!(
+            (call.tool, call.ends_turn),
+            (Ok(ChatTool::EndTurn { text: None }), true),
+            "the call says it ends the turn"
         );
         let unknown = json!({"id": 4, "method": "tools/call", "params": {"name": "teleport"}});
         let McpRequest::Answer(answer) = mcp(&unknown, &registry()) else {
@@ -822,27 +800,6 @@ mod tests {
     }
 
     #[test]
-    fn permissions_allow_chat_tools_and_listed_tools_only() {
-        let ask = |name: &str| json!({"tool_name": name, "input": {"a": 1}, "tool_use_id": "t"});
-        let allowed = vec!["Read".to_string()];
-        assert_eq!(
-            permission(&ask("mcp__telegram-tools__send"), &registry(), &allowed)["behavior"],
-            "allow"
-        );
-        assert_eq!(
-            permission(&ask("Read"), &registry(), &allowed)["updatedInput"],
-            json!({"a": 1})
-        );
-        let denied = permission(&ask("Bash"), &registry(), &allowed);
-        assert_eq!(denied["behavior"], "deny");
-        assert!(denied["message"].as_str().unwrap().contains("Bash"));
-        assert_eq!(
-            permission(&ask("mcp__other-server__send"), &registry(), &allowed)["behavior"],
-            "deny"
-        );
-    }
-
-    #[test]
     fn the_hook_stops_the_loop_with_continue_false() {
         assert_eq!(hook_output(&HookReply::Continue).unwrap(), json!({}));
         let stop = hook_output(&HookReply::Stop {
@@ -857,12 +814,30 @@ mod tests {
     fn batch_calls_and_results_are_read_tolerantly() {
         let input = json!({"hook_event_name": "PostToolBatch", "tool_calls": [
             {"tool_name": "mcp__telegram-tools__send", "tool_input": {"text": "a"}},
-            {"tool_name": "mcp__telegram-tools__end_turn"}
+            {"tool_name": "mcp__telegram-tools__end_turn"},
+            {"tool_name": "Bash", "tool_input": 7},
+            {"tool_name": "mcp__teams-tools__end_turn"},
+            {"tool_name": "mcp__telegram-tools__react", "tool_input": {"emoji": "👍", "end_turn": true}},
+            "not a call"
         ]});
-        let calls = batch_calls(&input);
-        assert_eq!(calls.len(), 2);
-        assert_eq!(calls[1].input, json!({}));
-        assert!(batch_calls(&json!({})).is_empty());
+        let calls = batch_calls(&input, &registry());
+        let read: Vec<(&str, bool)> = calls
+            .iter()
+            .map(|c| (c.tool.as_str(), c.ends_turn))
+            .collect();
+        assert_eq!(
+            read,
+            vec![
+                ("send", false),
+                ("end_turn", true),
+                ("Bash", false),
+                ("end_turn", true),
+                ("react", true),
+                ("", false)
+            ],
+            "a terminator under any server, react by its flag"
+        );
+        assert!(batch_calls(&json!({}), &registry()).is_empty());
         let r = result(
             &json!({"type": "result", "subtype": "success", "is_error": false, "num_turns": 1,
             "stop_reason": "tool_use", "terminal_reason": "hook_stopped", "result": "", "total_cost_usd": 0.01}),
@@ -1137,20 +1112,6 @@ mod tests {
     }
 
     #[test]
-    fn only_the_host_send_and_end_turn_stream_their_text() {
-        assert_eq!(streamed_tool("mcp__telegram-tools__send"), Some("send"));
-        assert_eq!(
-            streamed_tool("mcp__telegram-tools__end_turn"),
-            Some("end_turn")
-        );
-        assert_eq!(streamed_tool("end_turn"), Some("end_turn"));
-        assert_eq!(streamed_tool("mcp__telegram-tools__react"), None);
-        assert_eq!(streamed_tool("mcp__other-server__send"), None);
-        assert_eq!(streamed_tool("mcp__telegram-tools_send"), None);
-        assert_eq!(streamed_tool("Bash"), None);
-    }
-
-    #[test]
     fn a_result_line_becomes_the_agent_result() {
         let Line::Cli(CliLine::Result(line)) = parse(json!({
             "type": "result", "subtype": "error_during_execution", "is_error": true,
@@ -1215,7 +1176,7 @@ mod tests {
         assert_eq!(id.as_deref(), Some("r1"));
         assert_eq!(
             ask,
-            ControlRequest::CanUseTool(PermissionAsk {
+            ControlRequest::CanUseTool(CanUseTool {
                 tool_name: "Bash".into(),
                 input: json!({"command": "ls"}),
                 tool_use_id: json!("toolu_9"),
@@ -1238,10 +1199,10 @@ mod tests {
         };
         assert_eq!(callback_id, HOOK_ID);
         assert_eq!(
-            batch.calls(),
+            batch.calls(&registry()),
             vec![BatchCall {
-                name: "mcp__telegram-tools__end_turn".into(),
-                input: json!({}),
+                tool: "end_turn".into(),
+                ends_turn: true,
             }]
         );
         let (_, other_hook) = request(
@@ -1313,9 +1274,8 @@ mod tests {
             message.serve(&registry()),
             McpRequest::Call {
                 rpc_id: json!(9),
-                tool: "send".into(),
                 tool_use_id: "toolu_42".into(),
-                input: json!({"text": "hi"}),
+                call: send("hi"),
             }
         );
     }

@@ -19,7 +19,7 @@ impl TurnActor {
     pub(super) fn on_late_event(&mut self, event: AgentEvent, ctx: &mut Context<Self>) {
         match event {
             AgentEvent::ToolCall(call) => {
-                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %call.id, tool = %call.name, "tool call after the turn ended; refused and dropped");
+                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %call.id, tool = %call.call.name, "tool call after the turn ended; refused and dropped");
                 call.reply
                     .answer(ToolReply::Error("the turn has already ended".into()));
             }

@@ -11,6 +11,7 @@ use actix::Addr;
 use serde_json::Value;
 use teloxide::types::MessageId;
 
+use crate::agent::tools::ToolName;
 use crate::config::{Keep, ProgressConfig, Stream};
 use crate::ids::Conversation;
 use crate::telegram::outbox::{Clear, Outbox, Show, ShowAs, Slot};
@@ -112,7 +113,7 @@ impl LiveView {
     }
 
     /// The agent called a tool.
-    pub(crate) fn tool_started(&mut self, name: &str, input: &Value) {
+    pub(crate) fn tool_started(&mut self, name: &ToolName, input: &Value) {
         self.status.calls = self.status.calls.saturating_add(1);
         self.status.current = Some(summary(name, input, &self.workdir));
     }
@@ -279,10 +280,10 @@ pub(crate) fn folded_text(n: u32, elapsed: Duration) -> String {
 
 /// One line about a tool call: `🔧 Bash: cargo test`, `📖 Read src/main.rs`,
 /// `🔍 WebSearch "rust actors"`.
-pub(crate) fn summary(name: &str, input: &Value, workdir: &str) -> String {
+pub(crate) fn summary(name: &ToolName, input: &Value, workdir: &str) -> String {
     let field = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
     let path = |key: &str| short_path(field(key), workdir);
-    let bare = crate::chat::tools::bare_tool_name(name);
+    let bare = name.bare();
     let line = match bare {
         "Bash" => format!("🔧 Bash: {}", first_line(field("command"))),
         "Read" => format!("📖 Read {}", path("file_path")),
@@ -330,32 +331,58 @@ mod tests {
     fn a_tool_call_is_summarised_in_one_short_line() {
         let dir = "/work/chats/42";
         assert_eq!(
-            summary("Bash", &json!({"command": "cargo test\necho done"}), dir),
+            summary(
+                &ToolName::parse("Bash"),
+                &json!({"command": "cargo test\necho done"}),
+                dir
+            ),
             "🔧 Bash: cargo test"
         );
         assert_eq!(
             summary(
-                "Read",
+                &ToolName::parse("Read"),
                 &json!({"file_path": "/work/chats/42/src/main.rs"}),
                 dir
             ),
             "📖 Read src/main.rs"
         );
         assert_eq!(
-            summary("Read", &json!({"file_path": "/etc/hosts"}), dir),
+            summary(
+                &ToolName::parse("Read"),
+                &json!({"file_path": "/etc/hosts"}),
+                dir
+            ),
             "📖 Read /etc/hosts"
         );
         assert_eq!(
-            summary("WebSearch", &json!({"query": "actix actors"}), dir),
+            summary(
+                &ToolName::parse("WebSearch"),
+                &json!({"query": "actix actors"}),
+                dir
+            ),
             "🔍 WebSearch \"actix actors\""
         );
         assert_eq!(
-            summary("mcp__telegram-tools__send", &json!({"text": "hi"}), dir),
+            summary(
+                &ToolName::parse("mcp__telegram-tools__send"),
+                &json!({"text": "hi"}),
+                dir
+            ),
             "💬 Writing to the chat"
         );
-        assert_eq!(summary("mcp__github__search", &json!({}), dir), "🔧 search");
-        assert_eq!(summary("Bash", &json!({"command": 7}), dir), "🔧 Bash");
-        let long = summary("Bash", &json!({"command": "x".repeat(500)}), dir);
+        assert_eq!(
+            summary(&ToolName::parse("mcp__github__search"), &json!({}), dir),
+            "🔧 search"
+        );
+        assert_eq!(
+            summary(&ToolName::parse("Bash"), &json!({"command": 7}), dir),
+            "🔧 Bash"
+        );
+        let long = summary(
+            &ToolName::parse("Bash"),
+            &json!({"command": "x".repeat(500)}),
+            dir,
+        );
         assert_eq!(long.chars().count(), SUMMARY_CHARS);
         assert!(long.ends_with('…'));
     }

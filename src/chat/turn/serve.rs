@@ -11,9 +11,9 @@ use teloxide::types::ChatId;
 use tokio::sync::mpsc;
 
 use super::TurnActor;
+use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
 use crate::chat::notices::{self, bounded};
-use crate::chat::tools::ChatTool;
 use crate::state::Inbox;
 use crate::telegram::files::outgoing;
 use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
@@ -173,28 +173,21 @@ impl TurnActor {
 
     /// Serves one call of a chat tool.
     pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
-        let ToolCall {
-            id,
-            name,
-            input,
-            reply,
-        } = call;
+        let ToolCall { id, call, reply } = call;
         if self.deps.shutdown.is_closing() {
-            tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %name, "tool call refused: the host is stopping");
+            tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %call.name, "tool call refused: the host is stopping");
             reply.answer(ToolReply::Refused("the host is stopping".into()));
             return;
         }
-        if self.deps.tools.get(&name).is_none() {
-            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %name, "unknown tool called");
-            reply.answer(ToolReply::Error(format!("unknown tool `{name}`")));
-            return;
-        }
-        if self.deps.tools.ends_turn(&name, &input) {
+        if call.ends_turn {
             self.ended_explicitly = true;
         }
-        let tool = match ChatTool::parse(&name, &input) {
+        let tool = match call.tool {
             Ok(tool) => tool,
             Err(err) => {
+                if let ToolInputError::Unknown(_) = err {
+                    tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %call.name, "unknown tool called");
+                }
                 reply.answer(ToolReply::Error(err.to_string()));
                 return;
             }

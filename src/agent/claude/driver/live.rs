@@ -4,10 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::agent::claude::protocol::partial_json::StringField;
-use crate::agent::claude::protocol::{
-    AssistantMessage, Delta, StreamBlock, StreamEvent, streamed_tool,
-};
+use crate::agent::claude::protocol::{AssistantMessage, Delta, StreamBlock, StreamEvent};
+use crate::agent::partial_json::StringField;
+use crate::agent::tools::{ToolName, streamed_tool};
 use crate::agent::{Activity, WritingSource};
 
 /// The field of a streamed host tool's input that the chat shows.
@@ -51,12 +50,15 @@ impl Live {
             } => {
                 let block = match content_block {
                     StreamBlock::Text => Block::Text,
-                    StreamBlock::ToolUse { name, .. } => match streamed_tool(&name) {
-                        Some(bare) => {
-                            Block::ToolText(bare.to_owned(), Box::new(StringField::new(TEXT_FIELD)))
+                    StreamBlock::ToolUse { name, .. } => {
+                        match streamed_tool(&ToolName::parse(name)) {
+                            Some(bare) => Block::ToolText(
+                                bare.to_owned(),
+                                Box::new(StringField::new(TEXT_FIELD)),
+                            ),
+                            None => Block::Other,
                         }
-                        None => Block::Other,
-                    },
+                    }
                     StreamBlock::Other => Block::Other,
                 };
                 self.blocks.insert(index, block);
@@ -102,7 +104,7 @@ impl Live {
             .filter(|(id, _, _)| id.is_empty() || self.told.insert((*id).to_owned()))
             .map(|(id, name, input)| Activity::ToolStarted {
                 id: id.to_owned(),
-                name: name.to_owned(),
+                name: ToolName::parse(name),
                 input: input.clone(),
             })
             .collect()
@@ -279,7 +281,7 @@ mod tests {
             live.on_assistant(&line),
             vec![Activity::ToolStarted {
                 id: "t1".into(),
-                name: "Bash".into(),
+                name: ToolName::parse("Bash"),
                 input: json!({"command": "cargo test"})
             }]
         );

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{empty_object, lenient};
 use crate::agent::ToolReply;
-use crate::chat::tools::{TOOL_SERVER, ToolRegistry};
+use crate::agent::tools::{ChatCall, TOOL_SERVER, ToolName, ToolRegistry};
 
 /// JSON-RPC error: the host is stopping.
 pub const RPC_HOST_STOPPING: i64 = -32000;
@@ -173,12 +173,10 @@ pub enum McpRequest {
     Call {
         /// The JSON-RPC id to answer.
         rpc_id: Value,
-        /// The bare tool name.
-        tool: String,
         /// The agent's tool-use id.
         tool_use_id: String,
-        /// The tool input.
-        input: Value,
+        /// The call, parsed.
+        call: ChatCall,
     },
 }
 
@@ -214,7 +212,8 @@ impl RpcRequest {
                 McpRequest::Answer(rpc_result(&id, json!({"tools": list})))
             }
             McpMethod::ToolsCall(call) => {
-                if tools.get(&call.name).is_none() {
+                let name = ToolName::parse(call.name.as_str());
+                if tools.get(name.bare()).is_none() {
                     return McpRequest::Answer(rpc_error(
                         &id,
                         RPC_INVALID_PARAMS,
@@ -223,9 +222,8 @@ impl RpcRequest {
                 }
                 McpRequest::Call {
                     rpc_id: id,
-                    tool: crate::chat::tools::bare_tool_name(&call.name).to_string(),
                     tool_use_id: call.meta.tool_use_id,
-                    input: call.arguments,
+                    call: tools.call(&name, &call.arguments),
                 }
             }
             McpMethod::Unknown { method } => McpRequest::Answer(rpc_error(

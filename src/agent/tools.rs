@@ -1,33 +1,99 @@
-//! The chat tools the host serves (`send`, `end_turn`, `react`,
-//! `send_file`), their
-//! schemas, and terminator detection.
+//! The chat tools the host offers every agent (`send`, `end_turn`, `react`,
+//! `send_file`): their names, descriptions and schemas, which calls end a
+//! turn ([`ToolRegistry`]), and the typed values a backend hands the turn.
 //!
-//! Tool names arrive MCP-prefixed (`mcp__telegram-tools__end_turn`) almost
-//! everywhere; [`bare_tool_name`] strips the prefix and every comparison of a
-//! tool name in turnstile goes through it.
+//! A backend parses each tool call once, where it reads its protocol: a call
+//! of a chat tool becomes a [`ChatCall`] (the [`ChatTool`] with its input,
+//! and whether it ends the turn), a call of a resolved batch a
+//! [`BatchCall`], any other tool name a [`ToolName`]. The turn compares no
+//! names: it serves the typed call and shows the name. [`ToolName::parse`]
+//! is the one place a tool's name is taken apart.
 
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::agent::BatchCall;
-
-/// The MCP server name under which the host's tools are served.
+/// The MCP server name under which the host serves its chat tools to an
+/// agent that speaks MCP: the agent calls them `mcp__telegram-tools__send`.
 pub const TOOL_SERVER: &str = "telegram-tools";
 
-/// Strips an MCP prefix: `mcp__<server>__<tool>` becomes `<tool>`, where the
-/// server part ends at the first `__` after `mcp__`. Any other name is
-/// returned unchanged.
-pub fn bare_tool_name(name: &str) -> &str {
-    let Some(rest) = name.strip_prefix("mcp__") else {
-        return name;
-    };
-    match rest.find("__") {
-        Some(at) if at > 0 && at + 2 < rest.len() => &rest[at + 2..],
-        _ => name,
+/// The chat tools whose `text` argument the chat sees as it is written.
+pub const STREAMED_TOOLS: [&str; 2] = ["send", "end_turn"];
+
+/// A tool's name as an agent sent it, taken apart once.
+///
+/// An agent that speaks MCP names a server's tool `mcp__<server>__<tool>`,
+/// the server ending at the first `__` after `mcp__`; any other name
+/// (`Bash`, `send`) is the tool's own, with no server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ToolName {
+    /// The name as sent.
+    full: String,
+    /// Where the tool's own name starts in `full` (0 without a server).
+    bare: usize,
+}
+
+/// What an MCP tool name starts with.
+const MCP_PREFIX: &str = "mcp__";
+
+impl ToolName {
+    /// Takes `full` apart: `mcp__telegram-tools__end_turn` is `end_turn` of
+    /// the server `telegram-tools`; a name without a whole prefix (no
+    /// server, or nothing after it) is its own bare name.
+    pub fn parse(full: impl Into<String>) -> Self {
+        let full = full.into();
+        let bare = full
+            .strip_prefix(MCP_PREFIX)
+            .and_then(|rest| match rest.find("__") {
+                Some(at) if at > 0 && at + 2 < rest.len() => Some(MCP_PREFIX.len() + at + 2),
+                _ => None,
+            })
+            .unwrap_or(0);
+        Self { full, bare }
+    }
+
+    /// The name as the agent sent it: what a person is shown, and what an
+    /// "always" rule or `agent.allowed_tools` names.
+    pub fn full(&self) -> &str {
+        &self.full
+    }
+
+    /// The tool's own name, without the server that serves it (`end_turn`,
+    /// `search`, `Bash`).
+    pub fn bare(&self) -> &str {
+        &self.full[self.bare..]
+    }
+
+    /// The MCP server that serves it, when the name says.
+    pub fn server(&self) -> Option<&str> {
+        (self.bare > 0).then(|| &self.full[MCP_PREFIX.len()..self.bare - 2])
+    }
+
+    /// Whether the host's own server serves it (`mcp__telegram-tools__…`).
+    pub fn is_served_here(&self) -> bool {
+        self.server() == Some(TOOL_SERVER)
     }
 }
 
-/// A call of one of the chat tools, parsed from its bare name and input:
-/// the turn actor serves these, never names compared as strings.
+impl fmt::Display for ToolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
+/// The bare name of a chat tool whose `text` argument streams
+/// ([`STREAMED_TOOLS`]), named bare or by the host's own server; `None` for
+/// any other tool (another server's `send` included).
+pub fn streamed_tool(name: &ToolName) -> Option<&'static str> {
+    if name.server().is_some() && !name.is_served_here() {
+        return None;
+    }
+    STREAMED_TOOLS.iter().copied().find(|t| *t == name.bare())
+}
+
+/// A call of one of the chat tools, parsed from its name and input: the
+/// turn serves these, never names compared as strings.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatTool {
     /// `send {text}`: a message to the chat; does not end the turn.
@@ -62,7 +128,7 @@ pub enum ChatTool {
 /// Why a call of a chat tool cannot be served; the agent sees the text.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ToolInputError {
-    /// Not one of the chat tools.
+    /// Not one of the chat tools (the name as the agent sent it).
     #[error("unknown tool `{0}`")]
     Unknown(String),
     /// `send` without text.
@@ -77,14 +143,14 @@ pub enum ToolInputError {
 }
 
 impl ChatTool {
-    /// Parses a call by any form of its name (`send`, `mcp__telegram-tools__send`).
-    pub fn parse(name: &str, input: &Value) -> Result<Self, ToolInputError> {
+    /// Parses a call by its bare name, under any server.
+    pub fn parse(name: &ToolName, input: &Value) -> Result<Self, ToolInputError> {
         let text = input
             .get("text")
             .and_then(Value::as_str)
             .filter(|t| !t.trim().is_empty())
             .map(str::to_string);
-        match bare_tool_name(name) {
+        match name.bare() {
             "send" => text
                 .map(|text| Self::Send { text })
                 .ok_or(ToolInputError::EmptyText),
@@ -111,7 +177,7 @@ impl ChatTool {
                     as_photo: input.get("as_photo").and_then(Value::as_bool) == Some(true),
                 })
                 .ok_or(ToolInputError::NoPath),
-            _ => Err(ToolInputError::Unknown(name.to_string())),
+            _ => Err(ToolInputError::Unknown(name.full().to_string())),
         }
     }
 
@@ -124,6 +190,37 @@ impl ChatTool {
             Self::SendFile { .. } => "send_file",
         }
     }
+}
+
+/// A call of a chat tool as the turn serves it, parsed where the backend
+/// read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatCall {
+    /// The tool's bare name as called, for logs.
+    pub name: String,
+    /// The tool and its input, or why they cannot be served (the agent
+    /// reads why).
+    pub tool: Result<ChatTool, ToolInputError>,
+    /// Whether the call ends the turn (`end_turn`, `react` with its
+    /// `end_turn` flag, a name in `turn.terminator_tools`); said of a known
+    /// tool even when its input is bad, never of an unknown one.
+    pub ends_turn: bool,
+}
+
+/// One call of a resolved tool batch (any tool, the agent's own too), as
+/// the turn sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCall {
+    /// The tool's bare name (`end_turn`, `Bash`).
+    pub tool: String,
+    /// Whether the call ends the turn.
+    #[serde(default)]
+    pub ends_turn: bool,
+}
+
+/// The first call of a batch that ends the turn: its bare name.
+pub fn terminator(calls: &[BatchCall]) -> Option<&str> {
+    calls.iter().find(|c| c.ends_turn).map(|c| c.tool.as_str())
 }
 
 /// When a tool ends the turn.
@@ -150,7 +247,8 @@ pub struct ToolSpec {
     pub ends: Ends,
 }
 
-/// The host's tools plus the configured terminator names.
+/// The host's tools plus the configured terminator names: what a backend
+/// offers the agent and parses its calls with.
 #[derive(Debug, Clone)]
 pub struct ToolRegistry {
     /// The tools served to the agent.
@@ -159,8 +257,16 @@ pub struct ToolRegistry {
     terminators: Vec<String>,
 }
 
+impl Default for ToolRegistry {
+    /// The chat tools with the default `turn.terminator_tools`.
+    fn default() -> Self {
+        Self::new(&crate::config::TurnConfig::default().terminator_tools)
+    }
+}
+
 impl ToolRegistry {
-    /// The built-in chat tools with the given terminator names.
+    /// The built-in chat tools with the given terminator names (bare or
+    /// MCP-prefixed; compared bare).
     pub fn new(terminators: &[String]) -> Self {
         let tools = vec![
             ToolSpec {
@@ -214,7 +320,7 @@ impl ToolRegistry {
             tools,
             terminators: terminators
                 .iter()
-                .map(|n| bare_tool_name(n).to_string())
+                .map(|n| ToolName::parse(n.as_str()).bare().to_string())
                 .collect(),
         }
     }
@@ -224,15 +330,13 @@ impl ToolRegistry {
         &self.tools
     }
 
-    /// Looks a tool up by any form of its name.
-    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
-        let bare = bare_tool_name(name);
+    /// Looks a tool up by its bare name.
+    pub fn get(&self, bare: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| t.name == bare)
     }
 
-    /// Whether a call of `name` with `input` ends the turn.
-    pub fn ends_turn(&self, name: &str, input: &Value) -> bool {
-        let bare = bare_tool_name(name);
+    /// Whether a call of the tool `bare` with `input` ends the turn.
+    fn ends_turn(&self, bare: &str, input: &Value) -> bool {
         if self.terminators.iter().any(|t| t == bare) {
             return true;
         }
@@ -243,12 +347,23 @@ impl ToolRegistry {
         }
     }
 
-    /// The first call of a batch that ends the turn, as its bare name.
-    pub fn terminator_in<'a>(&self, calls: &'a [BatchCall]) -> Option<&'a str> {
-        calls
-            .iter()
-            .find(|c| self.ends_turn(&c.name, &c.input))
-            .map(|c| bare_tool_name(&c.name))
+    /// A call of a chat tool (by its bare name, under any server), parsed
+    /// for the turn.
+    pub fn call(&self, name: &ToolName, input: &Value) -> ChatCall {
+        let known = self.get(name.bare()).is_some();
+        ChatCall {
+            name: name.bare().to_string(),
+            tool: ChatTool::parse(name, input),
+            ends_turn: known && self.ends_turn(name.bare(), input),
+        }
+    }
+
+    /// One call of a resolved batch, any tool under any server.
+    pub fn batch_call(&self, name: &ToolName, input: &Value) -> BatchCall {
+        BatchCall {
+            tool: name.bare().to_string(),
+            ends_turn: self.ends_turn(name.bare(), input),
+        }
     }
 
     /// Bare names of every tool that always ends a turn.
@@ -269,6 +384,14 @@ mod tests {
 
     fn registry() -> ToolRegistry {
         ToolRegistry::new(&["end_turn".to_string()])
+    }
+
+    fn name(full: &str) -> ToolName {
+        ToolName::parse(full)
+    }
+
+    fn ends_turn(reg: &ToolRegistry, full: &str, input: &Value) -> bool {
+        reg.batch_call(&name(full), input).ends_turn
     }
 
     #[test]
@@ -306,9 +429,20 @@ mod tests {
                 json!({}),
                 Err(ToolInputError::Unknown("finish".into())),
             ),
+            (
+                "mcp__telegram-tools__teleport",
+                json!({}),
+                Err(ToolInputError::Unknown(
+                    "mcp__telegram-tools__teleport".into(),
+                )),
+            ),
         ];
-        for (name, input, expect) in cases {
-            assert_eq!(ChatTool::parse(name, &input), expect, "{name} {input}");
+        for (full, input, expect) in cases {
+            assert_eq!(
+                ChatTool::parse(&name(full), &input),
+                expect,
+                "{full} {input}"
+            );
         }
     }
 
@@ -316,14 +450,14 @@ mod tests {
     fn every_registered_tool_parses() {
         for spec in registry().tools() {
             let input = json!({"text": "t", "emoji": "👍", "path": "out.txt"});
-            let tool = ChatTool::parse(spec.name, &input).expect("served");
+            let tool = ChatTool::parse(&name(spec.name), &input).expect("served");
             assert_eq!(tool.name(), spec.name);
         }
     }
 
     #[test]
-    fn strip_is_noop_on_names_without_a_full_prefix() {
-        for name in [
+    fn a_name_without_a_whole_prefix_is_its_own_bare_name() {
+        for full in [
             "end_turn",
             "Read",
             "mcp__incomplete",
@@ -331,14 +465,25 @@ mod tests {
             "mcp____tool",
             "mcp__server__",
         ] {
-            assert_eq!(bare_tool_name(name), name, "{name}");
+            let parsed = name(full);
+            assert_eq!(parsed.bare(), full, "{full}");
+            assert_eq!(parsed.server(), None, "{full}");
+            assert_eq!(parsed.full(), full);
         }
     }
 
     #[test]
-    fn strip_takes_the_server_up_to_the_first_double_underscore() {
-        assert_eq!(bare_tool_name("mcp__telegram-tools__end_turn"), "end_turn");
-        assert_eq!(bare_tool_name("mcp__a__b__c"), "b__c");
+    fn the_server_runs_up_to_the_first_double_underscore() {
+        let parsed = name("mcp__telegram-tools__end_turn");
+        assert_eq!(
+            (parsed.server(), parsed.bare()),
+            (Some("telegram-tools"), "end_turn")
+        );
+        assert!(parsed.is_served_here());
+        let parsed = name("mcp__a__b__c");
+        assert_eq!((parsed.server(), parsed.bare()), (Some("a"), "b__c"));
+        assert!(!parsed.is_served_here());
+        assert_eq!(parsed.to_string(), "mcp__a__b__c");
     }
 
     #[test]
@@ -347,13 +492,17 @@ mod tests {
         let names = reg.terminator_names();
         assert!(!names.is_empty());
         for bare in names {
-            for name in [
+            for full in [
                 format!("mcp__telegram-tools__{bare}"),
                 format!("mcp__teams-tools__{bare}"),
                 format!("mcp__some-server-name__{bare}"),
                 bare.to_string(),
             ] {
-                assert!(reg.ends_turn(&name, &json!({})), "{name} must end the turn");
+                assert!(
+                    ends_turn(&reg, &full, &json!({})),
+                    "{full} must end the turn"
+                );
+                assert!(reg.call(&name(&full), &json!({})).ends_turn, "{full}");
             }
         }
     }
@@ -361,50 +510,69 @@ mod tests {
     #[test]
     fn non_terminators_do_not_end_the_turn() {
         let reg = registry();
-        for name in [
+        for full in [
             "mcp__telegram-tools__send",
             "mcp__telegram-tools__react",
             "Read",
             "mcp__telegram-tools__end_turn_later",
         ] {
-            assert!(!reg.ends_turn(name, &json!({})), "{name}");
+            assert!(!ends_turn(&reg, full, &json!({})), "{full}");
         }
     }
 
     #[test]
     fn react_ends_the_turn_only_with_its_flag() {
         let reg = registry();
-        assert!(reg.ends_turn(
-            "mcp__telegram-tools__react",
-            &json!({"emoji": "👍", "end_turn": true})
-        ));
-        assert!(!reg.ends_turn(
-            "mcp__telegram-tools__react",
-            &json!({"emoji": "👍", "end_turn": false})
-        ));
+        let react = name("mcp__telegram-tools__react");
+        assert!(
+            reg.call(&react, &json!({"emoji": "👍", "end_turn": true}))
+                .ends_turn
+        );
+        assert!(
+            !reg.call(&react, &json!({"emoji": "👍", "end_turn": false}))
+                .ends_turn
+        );
+        // Said of the call even when its input is bad.
+        let bad = reg.call(&react, &json!({"emoji": "", "end_turn": true}));
+        assert_eq!(
+            (bad.tool, bad.ends_turn),
+            (Err(ToolInputError::NoEmoji), true)
+        );
     }
 
     #[test]
     fn configured_terminators_are_compared_bare() {
         let reg = ToolRegistry::new(&["mcp__x__finish".to_string()]);
-        assert!(reg.ends_turn("mcp__telegram-tools__finish", &json!({})));
-        assert!(reg.ends_turn("finish", &json!({})));
+        assert!(ends_turn(&reg, "mcp__telegram-tools__finish", &json!({})));
+        assert!(ends_turn(&reg, "finish", &json!({})));
+        // A terminator that is no chat tool ends a batch, never a chat call.
+        let call = reg.call(&name("finish"), &json!({}));
+        assert_eq!(
+            (call.tool, call.ends_turn),
+            (Err(ToolInputError::Unknown("finish".into())), false)
+        );
     }
 
     #[test]
     fn the_batch_terminator_is_found_beside_other_tools() {
         let reg = registry();
         let calls = vec![
-            BatchCall {
-                name: "mcp__telegram-tools__send".into(),
-                input: json!({"text": "a"}),
-            },
-            BatchCall {
-                name: "mcp__telegram-tools__end_turn".into(),
-                input: json!({}),
-            },
+            reg.batch_call(&name("mcp__telegram-tools__send"), &json!({"text": "a"})),
+            reg.batch_call(&name("mcp__telegram-tools__end_turn"), &json!({})),
         ];
-        assert_eq!(reg.terminator_in(&calls), Some("end_turn"));
-        assert_eq!(reg.terminator_in(&calls[..1]), None);
+        assert_eq!(terminator(&calls), Some("end_turn"));
+        assert_eq!(terminator(&calls[..1]), None);
+    }
+
+    #[test]
+    fn only_the_hosts_send_and_end_turn_stream_their_text() {
+        let streamed = |full: &str| streamed_tool(&name(full));
+        assert_eq!(streamed("mcp__telegram-tools__send"), Some("send"));
+        assert_eq!(streamed("mcp__telegram-tools__end_turn"), Some("end_turn"));
+        assert_eq!(streamed("end_turn"), Some("end_turn"));
+        assert_eq!(streamed("mcp__telegram-tools__react"), None);
+        assert_eq!(streamed("mcp__other-server__send"), None);
+        assert_eq!(streamed("mcp__telegram-tools_send"), None);
+        assert_eq!(streamed("Bash"), None);
     }
 }
