@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::tools::{TOOL_SERVER, ToolRegistry};
+use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
 use process::{AgentProcess, LiveProcesses};
@@ -182,7 +182,7 @@ impl ClaudeSettings {
         let mut allowed: Vec<String> = tools
             .tools()
             .iter()
-            .map(|t| format!("mcp__{TOOL_SERVER}__{}", t.name))
+            .map(|t| ToolName::served_here(t.name).to_string())
             .collect();
         allowed.extend(self.allowed_tools.iter().cloned());
         argv.push(format!("--allowedTools={}", allowed.join(",")));

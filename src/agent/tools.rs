@@ -53,6 +53,12 @@ impl ToolName {
         Self { full, bare }
     }
 
+    /// The name an agent that speaks MCP calls the host's tool `bare` by
+    /// (`mcp__telegram-tools__send`).
+    pub fn served_here(bare: &str) -> Self {
+        Self::parse(format!("{MCP_PREFIX}{TOOL_SERVER}__{bare}"))
+    }
+
     /// The name as the agent sent it: what a person is shown, and what an
     /// "always" rule or `agent.allowed_tools` names.
     pub fn full(&self) -> &str {
@@ -480,6 +486,7 @@ mod tests {
             (Some("telegram-tools"), "end_turn")
         );
         assert!(parsed.is_served_here());
+        assert_eq!(ToolName::served_here("end_turn"), parsed);
         let parsed = name("mcp__a__b__c");
         assert_eq!((parsed.server(), parsed.bare()), (Some("a"), "b__c"));
         assert!(!parsed.is_served_here());

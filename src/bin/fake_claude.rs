@@ -312,7 +312,7 @@ fn send_tool(fake: &Fake, rpc_id: u32, id: &str, text: &str) -> Option<Value> {
         "jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
         "params": {"name": "send", "arguments": input, "_meta": {"claudecode/toolUseId": id}}
     }}))
-    .map(|_| json!({"tool_name": "mcp__telegram-tools__send", "tool_input": input, "tool_use_id": id, "tool_response": []}))
+    .map(|_| json!({"tool_name": ToolName::served_here("send").full(), "tool_input": input, "tool_use_id": id, "tool_response": []}))
 }
 
 fn play(fake: &Fake, scenario: &Scenario, turns: Receiver<String>) {
