@@ -31,27 +31,39 @@
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
 //!   - `chat::commands`: the command table (parser, menu, `/start` and `/help` texts);
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
-//!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, tools, watchdogs,
-//!     `approval`: tool approvals in the chat, with buttons; `live`: the status message
-//!     and the answer's preview);
+//!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, serving the
+//!     typed chat tool calls, watchdogs, `approval`: tool approvals in the chat, with
+//!     buttons; `live`: the status message and the answer's preview);
 //!   - `chat::typing`: the `TypingActor`, one per chat, and the `TypingLease`;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
-//!   - `chat::tools`: `ChatTool`, `ToolRegistry`, terminators and `bare_tool_name`;
 //!   - `chat::outcome`: `TurnOutcome` and `decide`, pinned by a golden fixture;
 //!   - `chat::notices`: every text the bot writes to a chat or its agent.
-//! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent`, `Responder`:
+//! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent` (agent-neutral:
+//!   no protocol and no tool name as the agent wrote it crosses into the chat),
+//!   `Responder`:
+//!   - `agent::tools`: the chat tools every backend offers (`ChatTool`, `ToolRegistry`
+//!     with `turn.terminator_tools`, `TOOL_SERVER`) and the typed values a backend
+//!     parses each call into, once: `ChatCall` (the tool, and whether it ends the
+//!     turn), `BatchCall`, `ToolName` (`ToolName::parse`, the one place a name is
+//!     taken apart);
+//!   - `agent::partial_json`: the `text` of a tool's input decoded as it streams;
 //!   - `agent::scripted`: the in-process backend playing a `Scenario`;
-//!   - `agent::claude`: the Claude Code CLI backend: `process` (spawn, process group,
-//!     reaping), `seal` (clean environment, per-chat workdir and home, bubblewrap and
-//!     launcher argv), `driver` (the per-session task) with `driver/answers.rs` (each CLI
-//!     request answered once), `permissions` (what answers `can_use_tool`),
+//!   - `agent::claude`: the Claude Code CLI backend, where its tool calls are parsed:
+//!     `process` (spawn, process group, reaping), `seal` (clean environment, per-chat
+//!     workdir and home, bubblewrap and launcher argv), `driver` (the per-session task)
+//!     with `driver/answers.rs` (each CLI request answered once) and `driver/live.rs`
+//!     (the stream as `Activity`), `permissions` (what answers `can_use_tool`),
 //!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
 //!     `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
 //!   its own thread and holds the states of a message; `turnstile backup`'s
 //!   online copy (`state/backup.rs`).
-//! - `events`: the broadcast of `BotEvent`s, and live actor `Gauges`.
-//! - `ops`: the metrics, the `[ops] listen` endpoint, the log set-up, and
+//! - `attachment`: `Attachment`, `FileKind`: a file a message carried, as Telegram
+//!   describes it (stored with its inbox row, fetched by `telegram::files`).
+//! - `events`: the broadcast of `BotEvent`s (it also hands out the `Metrics`), and live
+//!   actor `Gauges`.
+//! - `ops`: `follow` (what only the bus tells the metrics), `ops::metrics` (the
+//!   `Metrics` and their exposition), the `[ops] listen` endpoint, the log set-up, and
 //!   `ops::panics`: a panic drops the input it was handling (`contain`) or
 //!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).

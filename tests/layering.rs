@@ -1,0 +1,162 @@
+//! The import rules the module layout keeps (ARCHITECTURE.md, "Layers"),
+//! read from the source: an import circle compiles, so only this test sees
+//! one come back. Comments and `#[cfg(test)]` modules are not read.
+
+use std::path::{Path, PathBuf};
+
+/// One rule: no file under `under` names any of `forbidden` in its code,
+/// except where the name goes on into one of `allowed`.
+struct Rule {
+    /// Files, or folders read whole.
+    under: &'static [&'static str],
+    /// Paths those files may not use.
+    forbidden: &'static [&'static str],
+    /// Longer paths that a forbidden one may start.
+    allowed: &'static [&'static str],
+    /// Why, for the failure message.
+    why: &'static str,
+}
+
+const RULES: &[Rule] = &[
+    Rule {
+        under: &["src/agent.rs", "src/agent"],
+        forbidden: &["crate::chat", "crate::telegram", "crate::app"],
+        allowed: &[],
+        why: "the agent side knows nothing of the chat or of Telegram",
+    },
+    Rule {
+        under: &[
+            "src/agent.rs",
+            "src/agent/tools.rs",
+            "src/agent/partial_json.rs",
+            "src/agent/scripted.rs",
+        ],
+        forbidden: &["claude::"],
+        allowed: &[],
+        why: "what every backend shares imports no backend",
+    },
+    Rule {
+        under: &["src/chat.rs", "src/chat"],
+        forbidden: &["claude::protocol", "ToolRegistry", "ToolName::parse"],
+        allowed: &[],
+        why: "the turn sees typed calls: no protocol, no registry, no name taken apart",
+    },
+    Rule {
+        under: &["src/agent/claude/protocol.rs", "src/agent/claude/protocol"],
+        forbidden: &["permissions"],
+        allowed: &[],
+        why: "the wire format decides nothing (permissions reads it, not the other way)",
+    },
+    Rule {
+        under: &["src/state.rs", "src/state"],
+        forbidden: &["crate::telegram", "crate::chat", "crate::agent"],
+        allowed: &[],
+        why: "the store sits below everything it stores for",
+    },
+    Rule {
+        under: &["src/ops/metrics.rs"],
+        forbidden: &["crate::events", "super::"],
+        allowed: &[],
+        why: "the metrics know nothing of the event bus that carries them",
+    },
+    Rule {
+        under: &["src/events.rs"],
+        forbidden: &["crate::ops::"],
+        allowed: &["crate::ops::metrics::"],
+        why: "the bus knows the metrics, nothing else of ops (which follows the bus)",
+    },
+];
+
+/// The `.rs` files at `path`: the file itself, or every file beneath it.
+fn files(path: &Path) -> Vec<PathBuf> {
+    if path.is_file() {
+        return vec![path.to_path_buf()];
+    }
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for entry in entries {
+        let entry = entry.expect("a directory entry");
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The code of a file: no comment lines, nothing from its first
+/// `#[cfg(test)]` module on.
+fn code(text: &str) -> Vec<(usize, &str)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed == "#[cfg(test)]"
+            && lines[i + 1..]
+                .iter()
+                .find(|l| !l.trim().is_empty())
+                .is_some_and(|l| l.trim_start().starts_with("mod "))
+        {
+            break;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        out.push((i + 1, *line));
+    }
+    out
+}
+
+/// Where `line` names `forbidden` other than as the start of an allowed path.
+fn breaks(line: &str, forbidden: &str, allowed: &[&str]) -> bool {
+    line.match_indices(forbidden)
+        .any(|(at, _)| !allowed.iter().any(|a| line[at..].starts_with(a)))
+}
+
+#[test]
+fn no_module_imports_against_the_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    for rule in RULES {
+        for under in rule.under {
+            let path = root.join(under);
+            assert!(path.exists(), "{under} is gone: update the rule");
+            for file in files(&path) {
+                let text = std::fs::read_to_string(&file).expect("a source file");
+                for (n, line) in code(&text) {
+                    for forbidden in rule.forbidden {
+                        if breaks(line, forbidden, rule.allowed) {
+                            broken.push(format!(
+                                "{}:{n}: `{forbidden}` ({}): {}",
+                                file.strip_prefix(root).unwrap_or(&file).display(),
+                                rule.why,
+                                line.trim()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn the_reader_skips_comments_and_test_modules_only() {
+    let text = "use crate::chat::X;\n// use crate::telegram::Y;\nfn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::app::Z;\n}\n";
+    let kept: Vec<&str> = code(text).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(kept, vec!["use crate::chat::X;", "fn f() {}"]);
+    assert!(breaks("use crate::ops::Metrics;", "crate::ops::", &[]));
+    assert!(!breaks(
+        "use crate::ops::metrics::Metrics;",
+        "crate::ops::",
+        &["crate::ops::metrics::"]
+    ));
+    assert!(breaks(
+        "use crate::ops::{follow, metrics::Metrics};",
+        "crate::ops::",
+        &["crate::ops::metrics::"]
+    ));
+}
