@@ -22,15 +22,19 @@ FROM ${BINARY_FROM} AS binary
 
 FROM ${DEBIAN}
 # bubblewrap: agent.sandbox = "bubblewrap" (the default). nodejs and npm:
-# the Claude Code CLI, at the version scripts/install-claude.sh pins.
+# the Claude Code CLI, at the version scripts/install-claude.sh pins (a
+# native binary), and MCP servers the operator may start with npx.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends bubblewrap ca-certificates nodejs npm \
  && rm -rf /var/lib/apt/lists/*
 COPY scripts/install-claude.sh /usr/local/share/turnstile/install-claude.sh
 # NODE_EXTRA_CA_CERTS: npm trusts the system's CAs too, a local one included.
+# npm 9 installs the CLI's musl build beside the glibc one (it does not tell
+# the two apart); this image is glibc, so the musl one goes.
 RUN NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt npm install --global --no-audit --no-fund --loglevel=error \
       "@anthropic-ai/claude-code@$(bash /usr/local/share/turnstile/install-claude.sh --version)" \
- && rm -rf /root/.npm
+ && rm -rf /root/.npm \
+ && rm -rf /usr/local/lib/node_modules/@anthropic-ai/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64-musl
 RUN useradd --uid 10001 --user-group --home-dir /var/lib/turnstile \
       --create-home --shell /usr/sbin/nologin turnstile \
  && chmod 0700 /var/lib/turnstile

@@ -82,5 +82,5 @@ pinned=$(scripts/install-claude.sh --version)
 case "$claude" in "$pinned "*) ;; *) fail "claude --version said: $claude (pinned $pinned)" ;; esac
 mode=$(in_image stat -c '%U %a' /var/lib/turnstile)
 [ "$mode" = "turnstile 700" ] || fail "state directory is $mode"
-size=$(buildah inspect --type image --format '{{.Docker.Size}}' localhost/turnstile:smoke 2>/dev/null || true)
-echo "container smoke: ok ($version, claude $claude, state dir $mode${size:+, image $size bytes})"
+size=$(buildah images --format '{{.Size}}' localhost/turnstile:smoke 2>/dev/null || true)
+echo "container smoke: ok ($version, claude $claude, state dir $mode${size:+, image $size})"
