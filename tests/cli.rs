@@ -45,21 +45,23 @@ fn assert_clean_failure(status: std::process::ExitStatus, log: &str, code: i32, 
     assert!(!line.contains(bot_api::TOKEN), "{line}");
 }
 
+/// The binary on a fresh state file in a directory of its own, against a
+/// fresh fake Bot API, with one more variable.
+async fn spawn_with(var: (&str, String)) -> (tempfile::TempDir, FakeBotApi, BotProcess) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let state = dir.path().join("state.db").display().to_string();
+    let env = [var, ("TURNSTILE_STATE_PATH", state)];
+    let bot = BotProcess::spawn(&api, &log, &env);
+    (dir, api, bot)
+}
+
 #[tokio::test]
 async fn a_taken_ops_port_exits_2_with_one_line_naming_the_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let listen = taken.local_addr().expect("addr").to_string();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let api = FakeBotApi::start().await;
-    let log = dir.path().join("stderr.log");
-    let env = [
-        ("TURNSTILE_OPS_LISTEN", listen.clone()),
-        (
-            "TURNSTILE_STATE_PATH",
-            dir.path().join("state.db").display().to_string(),
-        ),
-    ];
-    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let (_dir, api, mut bot) = spawn_with(("TURNSTILE_OPS_LISTEN", listen.clone())).await;
     let status = bot.exit().await;
     let text = bot.log_text();
     assert_clean_failure(status, &text, 2, &["ops.listen", &listen, "in use"]);
@@ -162,17 +164,8 @@ async fn a_state_file_from_a_newer_turnstile_is_refused_with_exit_2_and_left_as_
 
 /// The second `getMe failed` line of a bot whose Bot API is `url`.
 async fn second_get_me_failure(api_url: &str) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let api = FakeBotApi::start().await;
-    let log = dir.path().join("stderr.log");
-    let env = [
-        ("TURNSTILE_TELEGRAM_API_URL", api_url.to_string()),
-        (
-            "TURNSTILE_STATE_PATH",
-            dir.path().join("state.db").display().to_string(),
-        ),
-    ];
-    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let (_dir, api, mut bot) =
+        spawn_with(("TURNSTILE_TELEGRAM_API_URL", api_url.to_string())).await;
     let line = eventually("the second getMe retry line", SOON * 3, || {
         let text = bot.log_text();
         async move {
@@ -233,17 +226,7 @@ async fn restart_binds_its_ops_port_again() {
     let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let listen = free.local_addr().expect("addr").to_string();
     drop(free);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let api = FakeBotApi::start().await;
-    let log = dir.path().join("stderr.log");
-    let env = [
-        ("TURNSTILE_OPS_LISTEN", listen.clone()),
-        (
-            "TURNSTILE_STATE_PATH",
-            dir.path().join("state.db").display().to_string(),
-        ),
-    ];
-    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let (_dir, api, mut bot) = spawn_with(("TURNSTILE_OPS_LISTEN", listen.clone())).await;
     wait_until("the first start", SOON * 3, || {
         bot.log_text().contains("turnstile started")
     })
