@@ -63,6 +63,7 @@ pub struct Metrics {
     warm_agents: Gauge<i64, AtomicI64>,
     telegram_requests: Family<RequestLabels, Counter>,
     rate_limited: Family<MethodLabel, Counter>,
+    unknown_outcome: Family<MethodLabel, Counter>,
     retries: Counter,
     store_errors: Counter,
     /// The last successful `getUpdates`.
@@ -94,6 +95,7 @@ impl Metrics {
         let warm_agents = Gauge::<i64, AtomicI64>::default();
         let telegram_requests = Family::<RequestLabels, Counter>::default();
         let rate_limited = Family::<MethodLabel, Counter>::default();
+        let unknown_outcome = Family::<MethodLabel, Counter>::default();
         let retries = Counter::default();
         let store_errors = Counter::default();
         registry.register("turnstile_turns", "Turns ended, by outcome", turns.clone());
@@ -154,6 +156,11 @@ impl Metrics {
             rate_limited.clone(),
         );
         registry.register(
+            "turnstile_telegram_unknown_outcome",
+            "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON), so Telegram may or may not have them; not sent again, by method",
+            unknown_outcome.clone(),
+        );
+        registry.register(
             "turnstile_telegram_retries",
             "Bot API requests sent again after a failure",
             retries.clone(),
@@ -178,6 +185,7 @@ impl Metrics {
             warm_agents,
             telegram_requests,
             rate_limited,
+            unknown_outcome,
             retries,
             store_errors,
             last_poll: Mutex::new(None),
@@ -242,6 +250,16 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A message of `method` may or may not have reached Telegram, and is
+    /// not sent again.
+    pub fn unknown_outcome(&self, method: &str) {
+        self.unknown_outcome
+            .get_or_create(&MethodLabel {
+                method: method.to_string(),
+            })
+            .inc();
     }
 
     /// A Bot API request is about to be sent again.

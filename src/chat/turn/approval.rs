@@ -554,7 +554,9 @@ impl TurnActor {
         tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "asking the chat");
         for (i, message) in messages.into_iter().enumerate() {
             let (send, sent) = SendQuestion::new(self.to(), message.text, message.keyboard);
-            self.deps.outbox.do_send(send.with_file(message.file));
+            self.deps
+                .outbox
+                .do_send(send.with_file(message.file).for_turn(self.spec.turn));
             let token = token.clone();
             ctx.spawn(sent.into_actor(self).map(move |sent, act, ctx| {
                 let id = match sent {
