@@ -317,7 +317,9 @@ impl Turnstile {
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
-        let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
+        // A client of its own: its connections are opened and read on the
+        // outbox's thread only (see `Outbox`), never on the actors' thread.
+        let outbox = Outbox::new(telegram_client(config)?, limits, events.clone()).start();
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {

@@ -358,6 +358,60 @@ pub struct Outbox {
     lanes: HashMap<ChatId, Lane>,
     /// Set by [`StopOutbox`]: later requests are refused.
     stopped: bool,
+    /// Where the workers run.
+    workers: Workers,
+}
+
+/// Where the chat workers and callback answers run: on a thread of their
+/// own (`turnstile-http`), so that Telegram's answers are read as they come
+/// however busy the actors' thread is. An HTTP connection's idle time starts
+/// only once its answer has been read: read late (the actors' thread busy or
+/// stalled), a connection the server had been holding idle for its whole
+/// keep-alive looked fresh, and the next message written to it crossed the
+/// server's close and was lost (its outcome unknown, never sent again).
+/// The actors' thread, should that thread not start.
+enum Workers {
+    Own(Option<tokio::runtime::Runtime>),
+    Here,
+}
+
+impl Workers {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("turnstile-http")
+            .enable_all()
+            .build();
+        match runtime {
+            Ok(runtime) => Self::Own(Some(runtime)),
+            Err(err) => {
+                tracing::warn!(cause = %err, "the outbox's thread did not start; its requests run on the actors' thread");
+                Self::Here
+            }
+        }
+    }
+
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(&self, work: F) {
+        match self {
+            Self::Own(Some(runtime)) => {
+                runtime.spawn(work);
+            }
+            Self::Own(None) | Self::Here => {
+                actix::spawn(work);
+            }
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // Dropped on the actors' thread: a runtime may not block there.
+        if let Self::Own(runtime) = self
+            && let Some(runtime) = runtime.take()
+        {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// A lane unused for this long (and empty, with no live slot) is dropped
@@ -379,18 +433,20 @@ impl Outbox {
             }),
             lanes: HashMap::new(),
             stopped: false,
+            workers: Workers::start(),
         }
     }
 
     /// The chat's lane, starting its worker when needed.
     fn lane(&mut self, chat: ChatId) -> &mut Lane {
         let shared = &self.shared;
+        let workers = &self.workers;
         let lane = self.lanes.entry(chat).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let light = Arc::new(LightQueue::default());
             let state = Arc::new(LaneState::default());
             let typing_queued = TypingQueued::default();
-            actix::spawn(chat_worker(
+            workers.spawn(chat_worker(
                 Worker {
                     shared: Arc::clone(shared),
                     chat,
@@ -599,7 +655,7 @@ impl Handler<AnswerCallback> for Outbox {
         self.shared.pending.fetch_add(1, Ordering::SeqCst);
         let shared = Arc::clone(&self.shared);
         let answer = CallbackAnswer::new(msg);
-        actix::spawn(async move {
+        self.workers.spawn(async move {
             answer_callback(&shared, answer).await;
             done(&shared, 1);
         });
@@ -1022,13 +1078,13 @@ fn live_text(text: &str, markdown: bool) -> Rendered {
 async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneView<'_>, job: Job) {
     match job {
         Job::Typing(lease, topic) => {
+            // Stamped before the lease is looked at: a lease ended (on the
+            // actors' thread) after this look ended after this stamp.
+            let at = Instant::now();
             if !lease.is_live() {
                 return;
             }
-            shared.events.publish(BotEvent::ChatActionSent {
-                chat,
-                at: Instant::now(),
-            });
+            shared.events.publish(BotEvent::ChatActionSent { chat, at });
             let mut request = shared.bot.send_chat_action(chat, ChatAction::Typing);
             if let Some(topic) = topic {
                 request = request.message_thread_id(topic);
