@@ -257,6 +257,8 @@ pub struct Turnstile {
     pub gauges: Arc<Gauges>,
     /// The durable inbox and the rest of the state, on the store's thread.
     pub inbox: Inbox,
+    /// Where received files are saved.
+    pub files: Files,
     /// The running turns.
     slots: TurnSlots,
     /// The Telegram client (for the offset confirmation at stop).
@@ -353,6 +355,16 @@ impl Turnstile {
         if !config.files.transcribe.is_empty() {
             sealed.probe_sandbox().map_err(StartError::Sandbox)?;
         }
+        let files = Files::new(
+            bot.clone(),
+            FilesPolicy {
+                max_download: config.files.max_download,
+                transcribe: config.files.transcribe.clone(),
+                transcribe_timeout: config.files.transcribe_timeout,
+                seal: sealed.seal,
+                env: sealed.env,
+            },
+        );
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -364,16 +376,7 @@ impl Turnstile {
             inbox: inbox.clone(),
             shutdown: shutdown.clone(),
             retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
-            files: Files::new(
-                bot.clone(),
-                FilesPolicy {
-                    max_download: config.files.max_download,
-                    transcribe: config.files.transcribe.clone(),
-                    transcribe_timeout: config.files.transcribe_timeout,
-                    seal: sealed.seal,
-                    env: sealed.env,
-                },
-            ),
+            files: files.clone(),
             workdir: config.agent_workdir(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
@@ -436,6 +439,7 @@ impl Turnstile {
             events,
             gauges,
             inbox,
+            files,
             slots,
             bot,
             host_requests: tokio::sync::Mutex::new(host_rx),

@@ -175,6 +175,19 @@ pub struct Received {
 pub struct Files {
     bot: Bot,
     policy: FilesPolicy,
+    /// Test hook: how long the next file write stalls, in ms (0: none).
+    stall: Stall,
+}
+
+/// A one-shot stall of the next file write ([`Files::stall_next_write`]).
+#[derive(Clone, Default)]
+struct Stall(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Stall {
+    fn take(&self) -> Option<Duration> {
+        let ms = self.0.swap(0, std::sync::atomic::Ordering::SeqCst);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
 }
 
 /// Why one file could not be taken in.
@@ -191,7 +204,19 @@ enum FetchError {
 impl Files {
     /// Files fetched through `bot` under `policy`.
     pub fn new(bot: Bot, policy: FilesPolicy) -> Self {
-        Self { bot, policy }
+        Self {
+            bot,
+            policy,
+            stall: Stall::default(),
+        }
+    }
+
+    /// Test hook: makes saving the next file take `stall` longer, as a slow
+    /// disk would.
+    #[doc(hidden)]
+    pub fn stall_next_write(&self, stall: Duration) {
+        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.stall.0.store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// How files are taken in (`[files]`).
@@ -247,6 +272,11 @@ impl Files {
 
     /// One file: size checks (announced and real), a safe unique name, the
     /// download bounded by the limit. Answers the path relative to `workdir`.
+    ///
+    /// The file is made, written and synced to disk on the blocking pool,
+    /// fed the download's chunks as they come: this runs on the actors'
+    /// thread, which a slow disk (an fsync behind a loaded machine's
+    /// writes took up to 150 ms) would stall for every chat.
     async fn fetch(&self, workdir: &Path, attachment: &Attachment) -> Result<String, FetchError> {
         let limit = self.policy.max_download;
         let too_large = |size: u64| FetchError::TooLarge {
@@ -264,32 +294,66 @@ impl Files {
         if u64::from(file.meta.size) > limit {
             return Err(too_large(u64::from(file.meta.size)));
         }
-        let inbox = open_inbox(workdir)?;
         let (stem, ext) = name_parts(attachment, &file.path);
         let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S");
-        let (name, mut out) = create_unique(&inbox, &format!("{stamp}-{stem}"), &ext)?;
-        let mut stream = self.bot.download_file_stream(&file.path);
-        let mut written: u64 = 0;
-        let result = async {
+        let base = format!("{stamp}-{stem}");
+        let (chunks, mut to_write) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+        let workdir = workdir.to_path_buf();
+        let stall = self.stall.take();
+        let writer = tokio::task::spawn_blocking(move || -> Result<(Dir, String), FetchError> {
+            if let Some(stall) = stall {
+                std::thread::sleep(stall);
+            }
+            let inbox = open_inbox(&workdir)?;
+            let (name, mut out) = create_unique(&inbox, &base, &ext)?;
+            let written = (|| {
+                while let Some(chunk) = to_write.blocking_recv() {
+                    out.write_all(&chunk)?;
+                }
+                out.sync_all()
+            })();
+            match written {
+                Ok(()) => Ok((inbox, name)),
+                Err(err) => {
+                    drop(out);
+                    // The same directory it was made in, whatever its name is now.
+                    let _ = inbox.remove_file(std::ffi::OsStr::new(&name));
+                    Err(err.into())
+                }
+            }
+        });
+        let downloaded = async {
+            let mut stream = self.bot.download_file_stream(&file.path);
+            let mut written: u64 = 0;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| FetchError::Telegram(e.to_string()))?;
                 written += chunk.len() as u64;
                 if written > limit {
                     return Err(too_large(written));
                 }
-                out.write_all(&chunk)?;
+                if chunks.send(chunk).await.is_err() {
+                    // The writer failed: its error says why.
+                    break;
+                }
             }
-            out.sync_all()?;
             Ok(())
         }
         .await;
-        if let Err(err) = result {
-            drop(out);
-            // The same directory it was made in, whatever its name is now.
-            let _ = inbox.remove_file(std::ffi::OsStr::new(&name));
-            return Err(err);
+        drop(chunks);
+        let saved = writer
+            .await
+            .map_err(|e| FetchError::Io(std::io::Error::other(e.to_string())))?;
+        match (downloaded, saved) {
+            (Ok(()), Ok((_, name))) => Ok(format!("{INBOX_DIR}/{name}")),
+            (Err(err), Ok((inbox, name))) => {
+                let _ = tokio::task::spawn_blocking(move || {
+                    inbox.remove_file(std::ffi::OsStr::new(&name))
+                })
+                .await;
+                Err(err)
+            }
+            (_, Err(err)) => Err(err),
         }
-        Ok(format!("{INBOX_DIR}/{name}"))
     }
 
     /// Runs `files.transcribe` on `file` for conversation `chat`, its
