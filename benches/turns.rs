@@ -2,7 +2,7 @@
 //! real actors (`Turnstile::start_with_limits`) on the scripted backend,
 //! talking HTTP to a fake Telegram on 127.0.0.1 served from its own thread.
 //!
-//! - `typing`: from a terminator batch resolving to the typing actor
+//! - `typing`: from a terminator batch resolving to the typing lease
 //!   stopping, and to the last `sendChatAction` the fake receives, at 1, 100
 //!   and 10,000 concurrent chats; no `sendChatAction` may leave after
 //!   TurnEnded.
@@ -525,7 +525,7 @@ fn typing(args: &Args) -> Result<Outcome, String> {
                 return Err(format!("chat {chat} turn {turn}: no TypingStopped"));
             };
             to_stop.push(ms_between(*resolved, *stop));
-            end_to_stop.push(ms_between(*ended, *stop));
+            end_to_stop.push(ms_between(*stop, *ended));
             to_end.push(ms_between(*resolved, *ended));
             let pushes = &run.pushes[chat];
             let from = pushes[*k];
@@ -577,7 +577,7 @@ fn typing(args: &Args) -> Result<Outcome, String> {
         rows.push(vec![
             who.clone(),
             setup.clone(),
-            "**batch resolved → typing actor stopped**".into(),
+            "**batch resolved → typing stopped**".into(),
             a,
             b,
             c,
@@ -597,7 +597,7 @@ fn typing(args: &Args) -> Result<Outcome, String> {
         rows.push(vec![
             who.clone(),
             setup.clone(),
-            "TurnEnded → typing actor stopped".into(),
+            "typing stopped → TurnEnded stamped".into(),
             a,
             b,
             c,
@@ -618,7 +618,7 @@ fn typing(args: &Args) -> Result<Outcome, String> {
             thousands(turns),
             format!("{:.1} s", run.wall.as_secs_f64()),
             format!(
-                "{} ({} before the typing actor stopped)",
+                "{} ({} before typing stopped)",
                 check.dispatched_after_end, check.dispatched_before_stop
             ),
             check.landed_after_end.to_string(),
@@ -636,7 +636,9 @@ fn typing(args: &Args) -> Result<Outcome, String> {
          gets more turns per second than it can serve (benchmark 3 measures its throughput), over 8 s it \
          does not, and in both all 10,000 turns are in flight together. \"Batch resolved\" is stamped as \
          the batch's PostToolBatch event leaves the agent (`benches/support/timed.rs`); TurnEnded and \
-         \"typing actor stopped\" are the bot's own event timestamps; \"received\" is the arrival at the \
+         \"typing stopped\" are the bot's own event timestamps, the latter taken as the turn's typing lease \
+         ends (the turn actor ends it first thing as the turn ends, before TurnEnded is stamped; the outbox \
+         lets no `sendChatAction` go once it has ended); \"received\" is the arrival at the \
          fake Telegram (HTTP on 127.0.0.1, served from its own thread). Every turn is counted \
          (nearest-rank percentiles). {}.\n",
         support::build_profile()
@@ -1855,6 +1857,14 @@ struct SoakRun {
     news: usize,
     outcomes: HashMap<String, usize>,
     broken: Vec<String>,
+    /// Requests that crossed the fake's idle close.
+    crossings: Vec<support::bot_api::Crossing>,
+    /// The bot's requests with an unknown outcome (its metrics), if any.
+    unknown: String,
+    /// The fake's view of how the bot reused connections.
+    timing: support::bot_api::Timing,
+    /// How late the bot's thread ran.
+    stalls: String,
 }
 
 fn tasks_alive() -> usize {
@@ -1977,6 +1987,7 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
     .map_err(|e| format!("the bot did not start: {e}"))?;
     let settle = IDLE_CLOSE * 2;
     tokio::time::sleep(settle).await;
+    let stalls = Stalls::watch();
     let start = soak_sample(&bot, 0);
     let mut events = bot.events.subscribe();
     let total = plan.chats * plan.turns;
@@ -1987,6 +1998,7 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
     let mut outcomes: HashMap<String, usize> = HashMap::new();
     let (mut pushed, mut ended, mut answers, mut pressed, mut news) = (0, 0, 0, 0, 0);
     let mut broken = Vec::new();
+    let mut unconfirmed: Vec<String> = Vec::new();
     let mut samples = Vec::new();
     let mut limit = plan.sample_every.min(total);
     let mut waiting: VecDeque<i64> = (1..=plan.chats as i64).collect();
@@ -2042,6 +2054,14 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
                     }
                     push_waiting(&mut chats, &mut waiting, &mut pushed, limit);
                 }
+                Ok(BotEvent::DeliveryUnknown { chat, turn, method, .. }) => {
+                    let k = chats.get(&chat.0).map_or(0, |s| s.ended);
+                    eprintln!(
+                        "soak: chat {} turn {k} (bot turn {turn:?}): a {method} got no answer from the fake",
+                        chat.0
+                    );
+                    unconfirmed.push(format!("chat {} turn {k} ({method})", chat.0));
+                }
                 Ok(_) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                     return Err(format!("the soak driver lost {n} events"));
@@ -2088,6 +2108,21 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
             tokio::time::sleep(settle).await;
             soak_check_answers(&tg, &mut chats, &mut answers, &mut broken);
             let sample = soak_sample(&bot, ended);
+            let parts = support::mem_parts();
+            let arenas: Vec<String> = support::arenas()
+                .iter()
+                .map(|(system, free)| {
+                    format!(
+                        "{:.1}/{:.1}",
+                        *system as f64 / 1_048_576.0,
+                        *free as f64 / 1_048_576.0
+                    )
+                })
+                .collect();
+            eprintln!(
+                "soak: memory after trim: {parts:?}; arenas (MiB held/free): {}",
+                arenas.join(" ")
+            );
             eprintln!(
                 "soak: {ended} of {total} turns ({:.1} s): live heap {}, RSS {} (trimmed {}), SQLite {}, {} tasks, {} supervisors",
                 started.elapsed().as_secs_f64(),
@@ -2124,6 +2159,31 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
             s.next_answer, s.ended
         ));
     }
+    // What the fake and the bot saw of requests that may have been lost.
+    let crossings = tg.crossings();
+    for c in &crossings {
+        eprintln!("soak: {}", describe_crossing(c));
+    }
+    let timing = tg.timing();
+    let stalls = stalls.describe();
+    eprintln!("soak: the fake's view of connection reuse: {timing:?}");
+    eprintln!("soak: the bot's thread ran late: {stalls}");
+    let unknown = unknown_outcomes(&bot);
+    if !unknown.is_empty() {
+        eprintln!("soak: requests with an unknown outcome: {unknown}");
+    }
+    if !unconfirmed.is_empty() {
+        broken.push(format!(
+            "{} messages left with no answer from the fake (not sent again; the chat told): {}",
+            unconfirmed.len(),
+            unconfirmed
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     // Idle chats retire (keep-warm and idle eviction are 2 s): every actor
     // must be gone.
     let gone = tokio::time::timeout(Duration::from_secs(30), bot.gauges.all_stopped()).await;
@@ -2149,7 +2209,88 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
         news,
         outcomes,
         broken,
+        crossings,
+        unknown,
+        timing,
+        stalls,
     })
+}
+
+/// One request that reached the fake on a connection already idle for its
+/// keep-alive (by the kernel's receive time): how long idle, how late the
+/// fake came to it, whether it was dropped, and what it was.
+fn describe_crossing(c: &support::bot_api::Crossing) -> String {
+    let ms = |d: Option<Duration>| {
+        d.map_or("?".to_string(), |d| {
+            format!("{:.1} ms", d.as_secs_f64() * 1e3)
+        })
+    };
+    let head: String = c.head.chars().take(200).collect();
+    format!(
+        "a request arrived {} after its connection's last answer (keep-alive {} ms), the fake came to it {} later, {}: {head}",
+        ms(c.idle_at_arrival()),
+        IDLE_CLOSE.as_millis(),
+        ms(c.late()),
+        if c.dropped {
+            "dropped unread"
+        } else {
+            "answered"
+        },
+    )
+}
+
+/// How late the bot's thread (the actix system's, where every actor runs)
+/// gets to a 10 ms tick: a stall there delays every chat.
+struct Stalls {
+    worst: std::rc::Rc<std::cell::RefCell<(Duration, [u64; 8])>>,
+}
+
+impl Stalls {
+    const BOUNDS_MS: [u64; 7] = [1, 10, 50, 100, 200, 300, 400];
+
+    fn watch() -> Self {
+        let worst = std::rc::Rc::new(std::cell::RefCell::new((Duration::ZERO, [0u64; 8])));
+        let seen = std::rc::Rc::clone(&worst);
+        actix::spawn(async move {
+            let period = Duration::from_millis(10);
+            loop {
+                let due = Instant::now() + period;
+                tokio::time::sleep(period).await;
+                let late = Instant::now().saturating_duration_since(due);
+                let ms = late.as_millis() as u64;
+                let mut w = seen.borrow_mut();
+                w.0 = w.0.max(late);
+                let at = Self::BOUNDS_MS.iter().position(|b| ms < *b).unwrap_or(7);
+                w.1[at] += 1;
+                if std::rc::Rc::strong_count(&seen) == 1 {
+                    return;
+                }
+            }
+        });
+        Self { worst }
+    }
+
+    fn describe(&self) -> String {
+        let (max, counts) = *self.worst.borrow();
+        format!(
+            "at most {:.1} ms; ticks late by <1, <10, <50, <100, <200, <300, <400, >=400 ms: {counts:?}",
+            max.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// The bot's count of requests whose outcome it could not know, by method
+/// and status (from its metrics), or empty.
+fn unknown_outcomes(bot: &Turnstile) -> String {
+    let text = bot.events.metrics().render(&bot.gauges, 0);
+    text.lines()
+        .filter(|l| {
+            l.starts_with("turnstile_telegram_requests_total")
+                && (l.contains("status=\"network\"") || l.contains("status=\"invalid_json\""))
+                || l.starts_with("turnstile_telegram_unknown_outcome")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn soak(args: &Args) -> Result<Outcome, String> {
@@ -2309,6 +2450,55 @@ fn soak(args: &Args) -> Result<Outcome, String> {
                 series(|s| s.rss as f64),
                 series(|s| s.sqlite as f64),
                 series(|s| s.trimmed as f64)
+            ),
+        ],
+        vec![
+            "requests that may have been lost".into(),
+            format!(
+                "{} arrived past the fake's keep-alive ({} dropped); the bot's unknown outcomes: {}",
+                run.crossings.len(),
+                run.crossings.iter().filter(|c| c.dropped).count(),
+                if run.unknown.is_empty() {
+                    "none"
+                } else {
+                    run.unknown.as_str()
+                }
+            ),
+            {
+                let mut how = "requests that reached the fake (by the kernel's receive stamp) on a connection \
+                     idle for its keep-alive, which a punctual server would have closed first, and what the bot's \
+                     metrics count as sent with no answer (a network error after writing, an answer that is not JSON)"
+                    .to_string();
+                for c in run.crossings.iter().take(5) {
+                    let _ = write!(how, "; {}", describe_crossing(c));
+                }
+                how
+            },
+        ],
+        vec![
+            "connection reuse, by the fake's clock".into(),
+            {
+                let t = &run.timing;
+                let over_pool: u64 = t.idle[4..].iter().sum();
+                format!(
+                    "{} requests on a kept-alive connection: idle at most {:.0} ms before one (sendMessage {:.0} ms); \
+                     {over_pool} after 100 ms or more",
+                    thousands(t.reused as usize),
+                    t.max_idle.as_secs_f64() * 1e3,
+                    t.max_idle_by_method
+                        .get("sendmessage")
+                        .map_or(0.0, |d| d.as_secs_f64() * 1e3),
+                )
+            },
+            format!(
+                "how long a connection had been idle, by the kernel's receive stamp of the request against \
+                 when the fake's last answer on it left: the bot's pool drops connections idle {} ms, the fake \
+                 closes them after {} ms; counts below 1, 10, 50, 100, 200, 300, 400 ms and beyond: {:?}. \
+                 The bot's thread (where every actor runs) ran a 10 ms tick late by {}",
+                POOL_IDLE.as_millis(),
+                IDLE_CLOSE.as_millis(),
+                run.timing.idle,
+                run.stalls
             ),
         ],
         vec![
