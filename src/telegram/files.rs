@@ -177,7 +177,15 @@ pub struct Files {
     policy: FilesPolicy,
     /// Test hook: how long the next file write stalls, in ms (0: none).
     stall: Stall,
+    /// Turns for [`Files::disk`].
+    disk_jobs: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// File system jobs of received files at once, all chats together.
+const DISK_JOBS: usize = 4;
+
+/// How much of a download is written at once.
+const WRITE_BATCH: usize = 256 * 1024;
 
 /// A one-shot stall of the next file write ([`Files::stall_next_write`]).
 #[derive(Clone, Default)]
@@ -208,6 +216,7 @@ impl Files {
             bot,
             policy,
             stall: Stall::default(),
+            disk_jobs: std::sync::Arc::new(tokio::sync::Semaphore::new(DISK_JOBS)),
         }
     }
 
@@ -273,10 +282,10 @@ impl Files {
     /// One file: size checks (announced and real), a safe unique name, the
     /// download bounded by the limit. Answers the path relative to `workdir`.
     ///
-    /// The file is made, written and synced to disk on the blocking pool,
-    /// fed the download's chunks as they come: this runs on the actors'
-    /// thread, which a slow disk (an fsync behind a loaded machine's
-    /// writes took up to 150 ms) would stall for every chat.
+    /// The file is made, written (in batches of [`WRITE_BATCH`] as the
+    /// download comes) and synced to disk on the blocking pool: this runs
+    /// on the actors' thread, which a slow disk (an fsync behind a loaded
+    /// machine's writes took up to 150 ms) would stall for every chat.
     async fn fetch(&self, workdir: &Path, attachment: &Attachment) -> Result<String, FetchError> {
         let limit = self.policy.max_download;
         let too_large = |size: u64| FetchError::TooLarge {
@@ -297,63 +306,87 @@ impl Files {
         let (stem, ext) = name_parts(attachment, &file.path);
         let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S");
         let base = format!("{stamp}-{stem}");
-        let (chunks, mut to_write) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
         let workdir = workdir.to_path_buf();
         let stall = self.stall.take();
-        let writer = tokio::task::spawn_blocking(move || -> Result<(Dir, String), FetchError> {
-            if let Some(stall) = stall {
-                std::thread::sleep(stall);
-            }
-            let inbox = open_inbox(&workdir)?;
-            let (name, mut out) = create_unique(&inbox, &base, &ext)?;
-            let written = (|| {
-                while let Some(chunk) = to_write.blocking_recv() {
-                    out.write_all(&chunk)?;
+        let (inbox, name, out) = self
+            .disk(move || {
+                if let Some(stall) = stall {
+                    std::thread::sleep(stall);
                 }
-                out.sync_all()
-            })();
-            match written {
-                Ok(()) => Ok((inbox, name)),
-                Err(err) => {
-                    drop(out);
-                    // The same directory it was made in, whatever its name is now.
-                    let _ = inbox.remove_file(std::ffi::OsStr::new(&name));
-                    Err(err.into())
-                }
-            }
-        });
+                let inbox = open_inbox(&workdir)?;
+                let (name, out) = create_unique(&inbox, &base, &ext)?;
+                Ok((inbox, name, out))
+            })
+            .await?;
+        let mut out = Some(out);
         let downloaded = async {
             let mut stream = self.bot.download_file_stream(&file.path);
             let mut written: u64 = 0;
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| FetchError::Telegram(e.to_string()))?;
+            let mut pending: Vec<u8> = Vec::new();
+            let mut last = false;
+            while !last {
+                let chunk = match stream.next().await {
+                    Some(chunk) => chunk.map_err(|e| FetchError::Telegram(e.to_string()))?,
+                    None => {
+                        last = true;
+                        bytes::Bytes::new()
+                    }
+                };
                 written += chunk.len() as u64;
                 if written > limit {
                     return Err(too_large(written));
                 }
-                if chunks.send(chunk).await.is_err() {
-                    // The writer failed: its error says why.
-                    break;
+                pending.extend_from_slice(&chunk);
+                if pending.len() < WRITE_BATCH && !last {
+                    continue;
                 }
+                let mut file = out
+                    .take()
+                    .ok_or_else(|| FetchError::Io(std::io::Error::other("no file")))?;
+                let batch = std::mem::take(&mut pending);
+                out = Some(
+                    self.disk(move || {
+                        file.write_all(&batch)?;
+                        if last {
+                            file.sync_all()?;
+                        }
+                        Ok(file)
+                    })
+                    .await?,
+                );
             }
             Ok(())
         }
         .await;
-        drop(chunks);
-        let saved = writer
-            .await
-            .map_err(|e| FetchError::Io(std::io::Error::other(e.to_string())))?;
-        match (downloaded, saved) {
-            (Ok(()), Ok((_, name))) => Ok(format!("{INBOX_DIR}/{name}")),
-            (Err(err), Ok((inbox, name))) => {
-                let _ = tokio::task::spawn_blocking(move || {
-                    inbox.remove_file(std::ffi::OsStr::new(&name))
-                })
-                .await;
+        drop(out);
+        match downloaded {
+            Ok(()) => Ok(format!("{INBOX_DIR}/{name}")),
+            Err(err) => {
+                // The same directory it was made in, whatever its name is now.
+                let _ = self
+                    .disk(move || Ok(inbox.remove_file(std::ffi::OsStr::new(&name))?))
+                    .await;
                 Err(err)
             }
-            (_, Err(err)) => Err(err),
         }
+    }
+
+    /// Runs `work` (file system calls) on the blocking pool, at most
+    /// [`DISK_JOBS`] at once for all chats: a slow disk then holds a few
+    /// threads, never the actors' thread nor a thread per chat.
+    async fn disk<T, F>(&self, work: F) -> Result<T, FetchError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, FetchError> + Send + 'static,
+    {
+        let _turn = self
+            .disk_jobs
+            .acquire()
+            .await
+            .map_err(|e| FetchError::Io(std::io::Error::other(e.to_string())))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| FetchError::Io(std::io::Error::other(e.to_string())))?
     }
 
     /// Runs `files.transcribe` on `file` for conversation `chat`, its
