@@ -16,6 +16,9 @@
 //! - `requests` (issue 12): the Telegram requests of a turn with 10 tool
 //!   calls (status message and its edits included), by method.
 //!
+//! `TURNSTILE_BENCH_SCALE_CHATS=N` runs `scale` on N chats (a run small
+//! enough for `valgrind --tool=callgrind`).
+//!
 //! `cargo bench --bench turns [-- --quick] [--report PATH]` runs each in a
 //! child process of its own (a fresh heap for the memory figures) and prints
 //! the markdown report; `--only NAME` runs one here. It exits non-zero only
@@ -1024,7 +1027,13 @@ async fn scale_run(
 
 /// Sizes: (chats, rounds).
 fn scale_sizes(args: &Args) -> (usize, usize) {
-    if args.quick { (1_000, 3) } else { (10_000, 10) }
+    let (chats, rounds) = if args.quick { (1_000, 3) } else { (10_000, 10) };
+    // A smaller run, to profile under valgrind (whose threads take turns).
+    let chats = std::env::var("TURNSTILE_BENCH_SCALE_CHATS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(chats);
+    (chats, rounds)
 }
 
 /// The scale figures `--compare` checks.
