@@ -394,7 +394,9 @@ impl Workers {
     fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(&self, work: F) {
         match self {
             Self::Own(Some(runtime)) => {
-                runtime.spawn(work);
+                // Logged where the actors log (a test's own subscriber too).
+                use tracing::instrument::WithSubscriber as _;
+                runtime.spawn(work.with_current_subscriber());
             }
             Self::Own(None) | Self::Here => {
                 actix::spawn(work);
