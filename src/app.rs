@@ -330,6 +330,8 @@ pub struct Turnstile {
     pub gauges: Arc<Gauges>,
     /// The durable inbox and the rest of the state, on the store's thread.
     pub inbox: Inbox,
+    /// Where received files are saved.
+    pub files: Files,
     /// The running turns.
     slots: TurnSlots,
     /// The Telegram client (for the offset confirmation at stop).
@@ -402,7 +404,9 @@ impl Turnstile {
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
-        let outbox = Outbox::new(bot.clone(), limits, events.clone()).start();
+        // A client of its own: its connections are opened and read on the
+        // outbox's thread only (see `Outbox`), never on the actors' thread.
+        let outbox = Outbox::new(telegram_client(config)?, limits, events.clone()).start();
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {
@@ -436,6 +440,16 @@ impl Turnstile {
         if !config.files.transcribe.is_empty() {
             sealed.probe_sandbox().map_err(StartError::Sandbox)?;
         }
+        let files = Files::new(
+            bot.clone(),
+            FilesPolicy {
+                max_download: config.files.max_download,
+                transcribe: config.files.transcribe.clone(),
+                transcribe_timeout: config.files.transcribe_timeout,
+                seal: sealed.seal,
+                env: sealed.env,
+            },
+        );
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -446,16 +460,7 @@ impl Turnstile {
             inbox: inbox.clone(),
             shutdown: shutdown.clone(),
             retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
-            files: Files::new(
-                bot.clone(),
-                FilesPolicy {
-                    max_download: config.files.max_download,
-                    transcribe: config.files.transcribe.clone(),
-                    transcribe_timeout: config.files.transcribe_timeout,
-                    seal: sealed.seal,
-                    env: sealed.env,
-                },
-            ),
+            files: files.clone(),
             workdir: config.agent_workdir(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
@@ -516,6 +521,7 @@ impl Turnstile {
             events,
             gauges,
             inbox,
+            files,
             slots,
             bot,
             host_requests: tokio::sync::Mutex::new(host_rx),

@@ -52,6 +52,19 @@ pub enum BotEvent {
         /// When the request left.
         at: Instant,
     },
+    /// A message left for Telegram and no answer came back (a network
+    /// failure after it was sent, an answer that is not JSON): it may or may
+    /// not have arrived, and is not sent again.
+    DeliveryUnknown {
+        /// The chat.
+        chat: ChatId,
+        /// The turn that sent it, if a turn did.
+        turn: Option<TurnId>,
+        /// The Bot API method (`sendMessage`, `sendDocument`, `sendPhoto`).
+        method: &'static str,
+        /// When the outbox gave up on knowing.
+        at: Instant,
+    },
     /// A message from someone not allowed was refused.
     AccessDenied {
         /// The chat.

@@ -522,9 +522,12 @@ impl Store {
     /// Records an accepted message; `false` when its update id was already
     /// there (a redelivery), which must not be handled again.
     pub fn accept(&self, m: &InboxMessage) -> Result<bool, StateError> {
-        let n = self.lock().execute(
+        // Cached, as every statement a turn runs: parsing one again cost
+        // about as much as running it.
+        let n = self.lock().prepare_cached(
             "INSERT OR IGNORE INTO inbox (update_id, chat_id, user_id, message_id, text, date, state, updated_at, topic, files)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9)",
+        )?.execute(
             params![m.update_id, m.chat_id, m.user_id, m.message_id, m.text, m.date, now_ms(), m.topic, files_json(&m.files)],
         )?;
         Ok(n == 1)
@@ -615,11 +618,8 @@ impl Store {
     pub fn session(&self, to: Conversation) -> Result<Option<String>, StateError> {
         Ok(self
             .lock()
-            .query_row(
-                "SELECT session_id FROM sessions WHERE chat_id = ?1 AND topic = ?2",
-                params![to.chat.0, to.topic_number()],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT session_id FROM sessions WHERE chat_id = ?1 AND topic = ?2")?
+            .query_row(params![to.chat.0, to.topic_number()], |r| r.get(0))
             .optional()?)
     }
 
@@ -632,25 +632,25 @@ impl Store {
         let conn = self.lock();
         let (chat, topic) = (to.chat.0, to.topic_number());
         match session_id {
-            Some(id) => conn.execute(
-                "INSERT INTO sessions (chat_id, topic, session_id, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(chat_id, topic) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
-                params![chat, topic, id, now_ms()],
-            )?,
-            None => conn.execute(
-                "DELETE FROM sessions WHERE chat_id = ?1 AND topic = ?2",
-                params![chat, topic],
-            )?,
+            Some(id) => conn
+                .prepare_cached(
+                    "INSERT INTO sessions (chat_id, topic, session_id, updated_at) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(chat_id, topic) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                )?
+                .execute(params![chat, topic, id, now_ms()])?,
+            None => conn
+                .prepare_cached("DELETE FROM sessions WHERE chat_id = ?1 AND topic = ?2")?
+                .execute(params![chat, topic])?,
         };
         Ok(())
     }
 
     /// Records a finished turn.
     pub fn record_turn(&self, t: &TurnRecord) -> Result<(), StateError> {
-        self.lock().execute(
+        self.lock().prepare_cached(
             "INSERT INTO turns (chat_id, turn, started_at, ended_at, outcome, finished, api_calls, cost_usd)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
+        )?.execute(params![
                 t.chat_id,
                 i64::try_from(t.turn).unwrap_or(i64::MAX),
                 t.started_at,

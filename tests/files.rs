@@ -118,6 +118,46 @@ async fn a_photo_with_a_caption_reaches_the_agent_with_its_file() {
     assert_eq!(gets[0].params["file_id"], "big-photo");
 }
 
+/// Saving a received file (made, written, synced to disk) happens off the
+/// actors' thread: a slow disk holds up no other chat. (On a loaded
+/// machine an fsync there took up to 150 ms, every chat waiting.)
+#[actix_rt::test]
+async fn a_slow_disk_while_a_file_is_saved_holds_up_no_other_chat() {
+    const STALL: Duration = Duration::from_secs(3);
+    let bot = FileBot::start(Scenario::default(), &[]).await;
+    let bytes = b"notes".to_vec();
+    bot.h
+        .api
+        .add_file("slow-doc", "documents/notes.txt", &bytes);
+    bot.h.bot.files.stall_next_write(STALL);
+    let stalled = Instant::now();
+    bot.h.api.push_message(captioned(
+        document(
+            private(USER),
+            USER,
+            "slow-doc",
+            "notes.txt",
+            bytes.len() as u64,
+        ),
+        "read this",
+    ));
+    bot.h.api.wait_for_call("getFile", SOON).await;
+    bot.h.api.push_text(1002, 1002, "meanwhile");
+    let answered = bot.h.api.wait_for_texts(1002, 1, SOON).await;
+    assert_eq!(answered, vec!["echo: meanwhile"]);
+    assert!(
+        stalled.elapsed() < STALL,
+        "another chat was answered only {:?} after the file's write stalled",
+        stalled.elapsed()
+    );
+    let text = bot.nth_text(USER, 1).await;
+    assert!(text.starts_with("echo: [document"), "{text}");
+    assert!(
+        stalled.elapsed() >= STALL,
+        "the stalled write was waited for"
+    );
+}
+
 #[actix_rt::test]
 async fn a_document_named_to_escape_lands_in_the_inbox_and_overwrites_nothing() {
     let bot = FileBot::start(Scenario::default(), &[]).await;

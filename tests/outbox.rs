@@ -12,7 +12,7 @@ use support::*;
 use teloxide::prelude::Requester;
 use teloxide::types::{ChatId, MaybeInaccessibleMessage, Message, MessageId, UpdateKind};
 use turnstile::agent::{Scenario, Step};
-use turnstile::events::EventBus;
+use turnstile::events::{BotEvent, EventBus};
 use turnstile::telegram::{
     AnswerCallback, Button, EditQuestion, Outbox, OutboxError, QuestionFile, RateLimits,
     SendQuestion, SendText,
@@ -628,4 +628,92 @@ async fn a_button_press_is_taken_by_the_intake_and_the_next_message_still_answer
                 .cloned()
         })
         .await;
+}
+
+/// What the chat is told after a message Telegram did not confirm.
+const UNCONFIRMED: &str = "⚠️ Telegram did not confirm my last message. If you see no reply above, send your message again.";
+
+/// The bot's count of `method` requests with an unknown outcome.
+fn unknown_outcomes(h: &Harness, method: &str) -> String {
+    let gauges = &h.bot.gauges;
+    let text = h.bot.events.metrics().render(
+        gauges.supervisors.load(std::sync::atomic::Ordering::SeqCst),
+        gauges.turns.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+    );
+    let name = format!("turnstile_telegram_unknown_outcome_total{{method=\"{method}\"}}");
+    text.lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or("(no such line)")
+        .to_string()
+}
+
+/// A message that left but got no answer (the connection failed after it
+/// was sent; an answer that is not JSON) may or may not have arrived: it is
+/// never sent again (it could arrive twice), but it is not dropped in
+/// silence either: a WARN names its chat, turn and request, a metric counts
+/// it, an event says so, and the chat gets a short notice right behind it.
+#[actix_rt::test]
+async fn a_message_telegram_did_not_answer_is_not_sent_again_and_the_chat_is_told() {
+    let logs = LogCapture::start();
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.inject("sendMessage", Fault::NoAnswer);
+    h.say(1, USER, "hello");
+    let (turn, _, _) = h.turn_ended(1, 1).await;
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, vec![UNCONFIRMED], "the chat is told");
+    let attempts = send_attempts(&h, 1, "echo: hello");
+    assert_eq!(statuses(&attempts), vec![0], "sent once, never again");
+    let event = h
+        .event(
+            "DeliveryUnknown in chat 1",
+            |e| matches!(e, BotEvent::DeliveryUnknown { chat, .. } if chat.0 == 1),
+        )
+        .await;
+    let BotEvent::DeliveryUnknown {
+        turn: Some(of),
+        method,
+        ..
+    } = event
+    else {
+        panic!("the event names no turn: {event:?}");
+    };
+    assert_eq!((of.get(), method), (turn, "sendMessage"));
+    assert_eq!(
+        unknown_outcomes(&h, "sendMessage"),
+        "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"} 1"
+    );
+    let log = logs.text();
+    let warn = log
+        .lines()
+        .find(|l| l.contains("may not have reached the chat"))
+        .unwrap_or_else(|| panic!("no WARN about it:\n{log}"));
+    for part in [
+        "WARN",
+        "chat_id=1",
+        &format!("turn_id={turn}"),
+        "method=\"sendMessage\"",
+        "request=\"piece 1 of a text\"",
+    ] {
+        assert!(warn.contains(part), "{part} missing from: {warn}");
+    }
+
+    // An answer that is not JSON (a proxy's error page) is the same; the
+    // next turns are answered as usual.
+    h.api.inject("sendMessage", Fault::NotJson(502));
+    h.say(1, USER, "again");
+    h.turn_ended(1, 2).await;
+    h.say(1, USER, "and again");
+    h.turn_ended(1, 3).await;
+    let texts = h.api.wait_for_texts(1, 3, SOON).await;
+    assert_eq!(texts, vec![UNCONFIRMED, UNCONFIRMED, "echo: and again"]);
+    assert_eq!(
+        statuses(&send_attempts(&h, 1, "echo: again")),
+        vec![502],
+        "sent once, never again"
+    );
+    assert_eq!(
+        unknown_outcomes(&h, "sendMessage"),
+        "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"} 2"
+    );
 }

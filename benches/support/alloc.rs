@@ -15,6 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The live bytes the excluded threads (the fakes) allocated.
+static FAKES: AtomicIsize = AtomicIsize::new(0);
+
+/// A block's flag: not counted (made before [`start`]), the bot's, the fakes'.
+const NOT_COUNTED: u8 = 0;
+const BOT: u8 = 1;
+const FAKE: u8 = 2;
 
 thread_local! {
     /// Allocations made on this thread are not counted.
@@ -34,13 +41,34 @@ pub fn live() -> i64 {
     LIVE.load(Ordering::SeqCst) as i64
 }
 
+/// Live heap bytes the fakes' threads allocated since [`start`].
+pub fn fakes_live() -> i64 {
+    FAKES.load(Ordering::SeqCst) as i64
+}
+
 /// Stops counting what this thread allocates (the fakes' threads).
 pub fn exclude_this_thread() {
     EXCLUDED.with(|e| e.set(true));
 }
 
-fn counting_here() -> bool {
-    ON.load(Ordering::Relaxed) && !EXCLUDED.try_with(Cell::get).unwrap_or(true)
+/// The flag of a block made on this thread now.
+fn counting_here() -> u8 {
+    if !ON.load(Ordering::Relaxed) {
+        return NOT_COUNTED;
+    }
+    match EXCLUDED.try_with(Cell::get) {
+        Ok(false) => BOT,
+        _ => FAKE,
+    }
+}
+
+/// The counter of blocks flagged `flag`.
+fn counter(flag: u8) -> Option<&'static AtomicIsize> {
+    match flag {
+        BOT => Some(&LIVE),
+        FAKE => Some(&FAKES),
+        _ => None,
+    }
 }
 
 /// The header in front of each allocation: its last byte says whether the
@@ -87,10 +115,10 @@ unsafe impl GlobalAlloc for Counting {
         };
         // SAFETY: `ptr` came from `alloc` with this layout: its header is
         // the `h` bytes before it.
-        let counted = unsafe { *ptr.sub(1) } == 1;
+        let flag = unsafe { *ptr.sub(1) };
         unsafe { System.dealloc(ptr.sub(h), full) };
-        if counted {
-            LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        if let Some(counter) = counter(flag) {
+            counter.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         }
     }
 
@@ -102,13 +130,13 @@ unsafe impl GlobalAlloc for Counting {
             return std::ptr::null_mut();
         };
         // SAFETY: as in `dealloc`; the header moves with the block.
-        let counted = unsafe { *ptr.sub(1) } == 1;
+        let flag = unsafe { *ptr.sub(1) };
         let base = unsafe { System.realloc(ptr.sub(h), full, new_full) };
         if base.is_null() {
             return base;
         }
-        if counted {
-            LIVE.fetch_add(
+        if let Some(counter) = counter(flag) {
+            counter.fetch_add(
                 new_size as isize - layout.size() as isize,
                 Ordering::Relaxed,
             );
@@ -123,12 +151,12 @@ unsafe impl GlobalAlloc for Counting {
 /// # Safety
 /// `base` must be a block of at least `h + size` bytes, `h >= 1`.
 unsafe fn mark(base: *mut u8, h: usize, size: usize) -> *mut u8 {
-    let counted = counting_here();
+    let flag = counting_here();
     // SAFETY: the caller's contract.
     let ptr = unsafe { base.add(h) };
-    unsafe { *ptr.sub(1) = u8::from(counted) };
-    if counted {
-        LIVE.fetch_add(size as isize, Ordering::Relaxed);
+    unsafe { *ptr.sub(1) = flag };
+    if let Some(counter) = counter(flag) {
+        counter.fetch_add(size as isize, Ordering::Relaxed);
     }
     ptr
 }

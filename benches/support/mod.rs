@@ -162,6 +162,111 @@ pub fn rss_bytes() -> u64 {
     pages * u64::try_from(page).unwrap_or(4096)
 }
 
+/// Where this process's resident memory is, from `/proc/self/smaps` and
+/// glibc's `mallinfo2` (all arenas; the fakes' allocations included).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemParts {
+    /// The main arena (`[heap]`, grown with brk).
+    pub brk_heap: u64,
+    /// Anonymous mappings: the other malloc arenas, large allocations,
+    /// thread stacks.
+    pub anon: u64,
+    /// File-backed pages: the program's code and data, libraries.
+    pub file: u64,
+    /// Threads of the process.
+    pub threads: u64,
+    /// Bytes in use as glibc counts them.
+    pub in_use: u64,
+    /// Free bytes glibc keeps in its arenas (resident or not).
+    pub free: u64,
+}
+
+/// [`MemParts`] now.
+pub fn mem_parts() -> MemParts {
+    let mut parts = MemParts::default();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut kind = 0u8;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            let path = line.split_whitespace().nth(5).unwrap_or_default();
+            kind = match path {
+                "[heap]" => 0,
+                p if p.starts_with('/') => 2,
+                _ => 1,
+            };
+        } else if let Some(kb) = line.strip_prefix("Rss:") {
+            let bytes = kb
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+                * 1024;
+            match kind {
+                0 => parts.brk_heap += bytes,
+                1 => parts.anon += bytes,
+                _ => parts.file += bytes,
+            }
+        }
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    parts.threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    // SAFETY: mallinfo2 only reads glibc's counters.
+    let info = unsafe { libc::mallinfo2() };
+    parts.in_use = (info.uordblks + info.hblkhd) as u64;
+    parts.free = info.fordblks as u64;
+    parts
+}
+
+/// glibc's arenas as `malloc_info` reports them: per arena, the bytes it
+/// holds from the system and how many of them are free.
+pub fn arenas() -> Vec<(u64, u64)> {
+    let mut buf: *mut libc::c_char = std::ptr::null_mut();
+    let mut len: libc::size_t = 0;
+    // SAFETY: open_memstream allocates the buffer it reports; malloc_info
+    // writes to the stream; the buffer is read once the stream is closed
+    // and then freed.
+    let text = unsafe {
+        let stream = libc::open_memstream(&raw mut buf, &raw mut len);
+        if stream.is_null() {
+            return Vec::new();
+        }
+        libc::malloc_info(0, stream);
+        libc::fclose(stream);
+        let bytes = std::slice::from_raw_parts(buf.cast::<u8>(), len);
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        libc::free(buf.cast());
+        text
+    };
+    let number = |line: &str| -> u64 {
+        line.split("size=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut out = Vec::new();
+    for heap in text.split("<heap nr=").skip(1) {
+        let heap = heap.split("</heap>").next().unwrap_or_default();
+        let (mut system, mut free) = (0, 0);
+        for line in heap.lines() {
+            if line.contains("<system type=\"current\"") {
+                system = number(line);
+            } else if line.contains("<total type=\"fast\"") || line.contains("<total type=\"rest\"")
+            {
+                free += number(line);
+            }
+        }
+        out.push((system, free));
+    }
+    out
+}
+
 /// Open file descriptors of this process.
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())

@@ -89,6 +89,11 @@ pub(crate) fn queue_full(waiting: usize) -> String {
     )
 }
 
+/// Told right after a message whose request got no answer from Telegram:
+/// it may or may not have arrived, and is not sent again (it could arrive
+/// twice).
+pub(crate) const DELIVERY_UNKNOWN: &str = "⚠️ Telegram did not confirm my last message. If you see no reply above, send your message again.";
+
 /// Told when the hard deadline released a chat.
 pub(crate) const FORCE_RELEASED: &str = "⚠️ This turn took too long and was ended.";
 

@@ -362,7 +362,7 @@ impl ChatSupervisor {
             warm.session
         });
         let typing = self.typing_actor();
-        let lease = TypingLease::new();
+        let lease = TypingLease::of_turn(self.chat, turn, self.deps.events.clone());
         typing.do_send(StartTyping {
             turn,
             lease: lease.clone(),
@@ -490,7 +490,6 @@ impl ChatSupervisor {
             self.deps.outbox.clone(),
             config.typing_interval,
             config.hard_deadline,
-            self.deps.events.clone(),
             Arc::clone(&self.deps.gauges),
         )
         .start();

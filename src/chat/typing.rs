@@ -18,15 +18,27 @@ use crate::telegram::outbox::{Outbox, SendTyping};
 ///
 /// The supervisor makes one per turn and hands clones to the turn actor and
 /// the typing actor. It is *ended*, once and for good, by whichever comes
-/// first: the turn actor at TurnEnded (before that message reaches any
-/// mailbox), the supervisor at the hard deadline or when the chat is
-/// retired, the typing actor when its lease ends. The turn actor *pauses*
-/// it while a person decides a tool approval (the agent is not working
-/// then) and resumes it after; an ended lease stays ended. The outbox checks
-/// it right before each `sendChatAction` leaves, so no typing goes out for a
-/// turn that is over or paused, whatever is still queued.
+/// first: the turn actor as the turn ends (before TurnEnded is stamped and
+/// sent), the supervisor at the hard deadline or when the chat is retired,
+/// the typing actor when its lease ends. The turn actor *pauses* it while a
+/// person decides a tool approval (the agent is not working then) and
+/// resumes it after; an ended lease stays ended. The outbox checks it right
+/// before each `sendChatAction` leaves, so no typing goes out for a turn
+/// that is over or paused, whatever is still queued.
+///
+/// Typing has stopped when the lease ends: that is when
+/// [`BotEvent::TypingStopped`] is published (by whoever ends it), not when
+/// the typing actor gets round to cancelling its timers, whose next pulse
+/// would find the lease ended anyway.
 #[derive(Debug, Clone)]
-pub struct TypingLease(Arc<AtomicU8>);
+pub struct TypingLease(Arc<LeaseState>);
+
+#[derive(Debug)]
+struct LeaseState {
+    state: AtomicU8,
+    /// Told when the lease ends.
+    stopped: Option<(ChatId, TurnId, EventBus)>,
+}
 
 /// [`TypingLease`] states.
 const LIVE: u8 = 0;
@@ -40,20 +52,42 @@ impl Default for TypingLease {
 }
 
 impl TypingLease {
-    /// A live lease.
+    /// A live lease that tells no one when it ends.
     pub fn new() -> Self {
-        Self(Arc::new(AtomicU8::new(LIVE)))
+        Self(Arc::new(LeaseState {
+            state: AtomicU8::new(LIVE),
+            stopped: None,
+        }))
     }
 
-    /// Ends the lease (idempotent; it never comes back).
+    /// A live lease of `turn` in `chat`: its end publishes
+    /// [`BotEvent::TypingStopped`] on `events`.
+    pub fn of_turn(chat: ChatId, turn: TurnId, events: EventBus) -> Self {
+        Self(Arc::new(LeaseState {
+            state: AtomicU8::new(LIVE),
+            stopped: Some((chat, turn, events)),
+        }))
+    }
+
+    /// Ends the lease (idempotent; it never comes back). The first end
+    /// publishes `TypingStopped`.
     pub fn end(&self) {
-        self.0.store(ENDED, Ordering::SeqCst);
+        if self.0.state.swap(ENDED, Ordering::SeqCst) != ENDED
+            && let Some((chat, turn, events)) = &self.0.stopped
+        {
+            events.publish(BotEvent::TypingStopped {
+                chat: *chat,
+                turn: *turn,
+                at: Instant::now(),
+            });
+        }
     }
 
     /// Pauses a live lease (a person is deciding, not the agent).
     pub fn pause(&self) {
         let _ = self
             .0
+            .state
             .compare_exchange(LIVE, PAUSED, Ordering::SeqCst, Ordering::SeqCst);
     }
 
@@ -61,17 +95,18 @@ impl TypingLease {
     pub fn resume(&self) {
         let _ = self
             .0
+            .state
             .compare_exchange(PAUSED, LIVE, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Whether typing may be shown for its turn now.
     pub fn is_live(&self) -> bool {
-        self.0.load(Ordering::SeqCst) == LIVE
+        self.0.state.load(Ordering::SeqCst) == LIVE
     }
 
     /// Whether the lease ended for good.
     pub fn is_ended(&self) -> bool {
-        self.0.load(Ordering::SeqCst) == ENDED
+        self.0.state.load(Ordering::SeqCst) == ENDED
     }
 }
 
@@ -116,8 +151,6 @@ pub struct TypingActor {
     hard_deadline: Duration,
     /// The live lease.
     lease: Option<Lease>,
-    /// Where it reports.
-    events: EventBus,
     /// Live actor counts.
     gauges: Arc<Gauges>,
 }
@@ -129,7 +162,6 @@ impl TypingActor {
         outbox: Addr<Outbox>,
         interval: Duration,
         hard_deadline: Duration,
-        events: EventBus,
         gauges: Arc<Gauges>,
     ) -> Self {
         gauges.typing.fetch_add(1, Ordering::SeqCst);
@@ -140,7 +172,6 @@ impl TypingActor {
             interval,
             hard_deadline,
             lease: None,
-            events,
             gauges,
         }
     }
@@ -159,14 +190,10 @@ impl TypingActor {
 
     fn end_lease(&mut self, ctx: &mut Context<Self>) {
         if let Some(lease) = self.lease.take() {
+            // Publishes TypingStopped, unless the turn ended it first.
             lease.alive.end();
             ctx.cancel_future(lease.pulse);
             ctx.cancel_future(lease.deadline);
-            self.events.publish(BotEvent::TypingStopped {
-                chat: self.chat,
-                turn: lease.turn,
-                at: Instant::now(),
-            });
         }
     }
 }

@@ -53,6 +53,7 @@ pub struct Metrics {
     warm_agents: Gauge<i64, AtomicI64>,
     telegram_requests: Family<RequestLabels, Counter>,
     rate_limited: Family<MethodLabel, Counter>,
+    unknown_outcome: Family<MethodLabel, Counter>,
     retries: Counter,
     store_errors: Counter,
     /// The last successful `getUpdates`.
@@ -84,6 +85,7 @@ impl Metrics {
         let warm_agents = Gauge::<i64, AtomicI64>::default();
         let telegram_requests = Family::<RequestLabels, Counter>::default();
         let rate_limited = Family::<MethodLabel, Counter>::default();
+        let unknown_outcome = Family::<MethodLabel, Counter>::default();
         let retries = Counter::default();
         let store_errors = Counter::default();
         registry.register("turnstile_turns", "Turns ended, by outcome", turns.clone());
@@ -144,6 +146,11 @@ impl Metrics {
             rate_limited.clone(),
         );
         registry.register(
+            "turnstile_telegram_unknown_outcome",
+            "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON), so Telegram may or may not have them; not sent again, by method",
+            unknown_outcome.clone(),
+        );
+        registry.register(
             "turnstile_telegram_retries",
             "Bot API requests sent again after a failure",
             retries.clone(),
@@ -168,6 +175,7 @@ impl Metrics {
             warm_agents,
             telegram_requests,
             rate_limited,
+            unknown_outcome,
             retries,
             store_errors,
             last_poll: Mutex::new(None),
@@ -232,6 +240,16 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A message of `method` may or may not have reached Telegram, and is
+    /// not sent again.
+    pub fn unknown_outcome(&self, method: &str) {
+        self.unknown_outcome
+            .get_or_create(&MethodLabel {
+                method: method.to_string(),
+            })
+            .inc();
     }
 
     /// A Bot API request is about to be sent again.

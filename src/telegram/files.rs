@@ -113,6 +113,27 @@ pub struct Received {
 pub struct Files {
     bot: Bot,
     policy: FilesPolicy,
+    /// Test hook: how long the next file write stalls, in ms (0: none).
+    stall: Stall,
+    /// Turns for [`Files::disk`].
+    disk_jobs: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// File system jobs of received files at once, all chats together.
+const DISK_JOBS: usize = 4;
+
+/// How much of a download is written at once.
+const WRITE_BATCH: usize = 256 * 1024;
+
+/// A one-shot stall of the next file write ([`Files::stall_next_write`]).
+#[derive(Clone, Default)]
+struct Stall(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Stall {
+    fn take(&self) -> Option<Duration> {
+        let ms = self.0.swap(0, std::sync::atomic::Ordering::SeqCst);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
 }
 
 /// Why one file could not be taken in.
@@ -129,7 +150,20 @@ enum FetchError {
 impl Files {
     /// Files fetched through `bot` under `policy`.
     pub fn new(bot: Bot, policy: FilesPolicy) -> Self {
-        Self { bot, policy }
+        Self {
+            bot,
+            policy,
+            stall: Stall::default(),
+            disk_jobs: std::sync::Arc::new(tokio::sync::Semaphore::new(DISK_JOBS)),
+        }
+    }
+
+    /// Test hook: makes saving the next file take `stall` longer, as a slow
+    /// disk would.
+    #[doc(hidden)]
+    pub fn stall_next_write(&self, stall: Duration) {
+        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.stall.0.store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// How files are taken in (`[files]`).
@@ -185,6 +219,11 @@ impl Files {
 
     /// One file: size checks (announced and real), a safe unique name, the
     /// download bounded by the limit. Answers the path relative to `workdir`.
+    ///
+    /// The file is made, written (in batches of [`WRITE_BATCH`] as the
+    /// download comes) and synced to disk on the blocking pool: this runs
+    /// on the actors' thread, which a slow disk (an fsync behind a loaded
+    /// machine's writes took up to 150 ms) would stall for every chat.
     async fn fetch(&self, workdir: &Path, attachment: &Attachment) -> Result<String, FetchError> {
         let limit = self.policy.max_download;
         let too_large = |size: u64| FetchError::TooLarge {
@@ -202,32 +241,90 @@ impl Files {
         if u64::from(file.meta.size) > limit {
             return Err(too_large(u64::from(file.meta.size)));
         }
-        let inbox = open_inbox(workdir)?;
         let (stem, ext) = name_parts(attachment, &file.path);
         let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S");
-        let (name, mut out) = create_unique(&inbox, &format!("{stamp}-{stem}"), &ext)?;
-        let mut stream = self.bot.download_file_stream(&file.path);
-        let mut written: u64 = 0;
-        let result = async {
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| FetchError::Telegram(e.to_string()))?;
+        let base = format!("{stamp}-{stem}");
+        let workdir = workdir.to_path_buf();
+        let stall = self.stall.take();
+        let (inbox, name, out) = self
+            .disk(move || {
+                if let Some(stall) = stall {
+                    std::thread::sleep(stall);
+                }
+                let inbox = open_inbox(&workdir)?;
+                let (name, out) = create_unique(&inbox, &base, &ext)?;
+                Ok((inbox, name, out))
+            })
+            .await?;
+        let mut out = Some(out);
+        let downloaded = async {
+            let mut stream = self.bot.download_file_stream(&file.path);
+            let mut written: u64 = 0;
+            let mut pending: Vec<u8> = Vec::new();
+            let mut last = false;
+            while !last {
+                let chunk = match stream.next().await {
+                    Some(chunk) => chunk.map_err(|e| FetchError::Telegram(e.to_string()))?,
+                    None => {
+                        last = true;
+                        bytes::Bytes::new()
+                    }
+                };
                 written += chunk.len() as u64;
                 if written > limit {
                     return Err(too_large(written));
                 }
-                out.write_all(&chunk)?;
+                pending.extend_from_slice(&chunk);
+                if pending.len() < WRITE_BATCH && !last {
+                    continue;
+                }
+                let mut file = out
+                    .take()
+                    .ok_or_else(|| FetchError::Io(std::io::Error::other("no file")))?;
+                let batch = std::mem::take(&mut pending);
+                out = Some(
+                    self.disk(move || {
+                        file.write_all(&batch)?;
+                        if last {
+                            file.sync_all()?;
+                        }
+                        Ok(file)
+                    })
+                    .await?,
+                );
             }
-            out.sync_all()?;
             Ok(())
         }
         .await;
-        if let Err(err) = result {
-            drop(out);
-            // The same directory it was made in, whatever its name is now.
-            let _ = inbox.remove_file(std::ffi::OsStr::new(&name));
-            return Err(err);
+        drop(out);
+        match downloaded {
+            Ok(()) => Ok(format!("{INBOX_DIR}/{name}")),
+            Err(err) => {
+                // The same directory it was made in, whatever its name is now.
+                let _ = self
+                    .disk(move || Ok(inbox.remove_file(std::ffi::OsStr::new(&name))?))
+                    .await;
+                Err(err)
+            }
         }
-        Ok(format!("{INBOX_DIR}/{name}"))
+    }
+
+    /// Runs `work` (file system calls) on the blocking pool, at most
+    /// [`DISK_JOBS`] at once for all chats: a slow disk then holds a few
+    /// threads, never the actors' thread nor a thread per chat.
+    async fn disk<T, F>(&self, work: F) -> Result<T, FetchError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, FetchError> + Send + 'static,
+    {
+        let _turn = self
+            .disk_jobs
+            .acquire()
+            .await
+            .map_err(|e| FetchError::Io(std::io::Error::other(e.to_string())))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| FetchError::Io(std::io::Error::other(e.to_string())))?
     }
 
     /// Runs `files.transcribe` on `file` for conversation `chat`, its

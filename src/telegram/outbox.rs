@@ -52,7 +52,7 @@ pub use requests::{
     QuestionFile, React, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
     StopOutbox,
 };
-use requests::{CAPTION_LIMIT, CallbackAnswer, Job, Place, TextJob, cut};
+use requests::{CAPTION_LIMIT, CallbackAnswer, Job, Place, QuestionJob, TextJob, cut};
 use retry::{Rule, Sent, classify, deliver, deliver_unpaced, retry_allowed, send_piece};
 
 /// Why a request did not get through.
@@ -64,9 +64,19 @@ pub enum OutboxError {
     /// Telegram refused the request; not retried.
     #[error("telegram refused the request: {0}")]
     Refused(String),
-    /// Retries ran out, or the outcome is unknown and a retry could send twice.
+    /// Retries ran out.
     #[error("telegram could not be reached: {0}")]
     Unreachable(String),
+    /// The request left but no answer came back (the connection failed
+    /// after it was written, the answer was not JSON): Telegram may or may
+    /// not have it. It is not sent again, so nothing arrives twice.
+    #[error("telegram did not confirm the {method} request: {cause}")]
+    Unknown {
+        /// The Bot API method.
+        method: &'static str,
+        /// What went wrong.
+        cause: String,
+    },
     /// The text was empty.
     #[error("the message text is empty")]
     EmptyText,
@@ -348,6 +358,62 @@ pub struct Outbox {
     lanes: HashMap<ChatId, Lane>,
     /// Set by [`StopOutbox`]: later requests are refused.
     stopped: bool,
+    /// Where the workers run.
+    workers: Workers,
+}
+
+/// Where the chat workers and callback answers run: on a thread of their
+/// own (`turnstile-http`), so that Telegram's answers are read as they come
+/// however busy the actors' thread is. An HTTP connection's idle time starts
+/// only once its answer has been read: read late (the actors' thread busy or
+/// stalled), a connection the server had been holding idle for its whole
+/// keep-alive looked fresh, and the next message written to it crossed the
+/// server's close and was lost (its outcome unknown, never sent again).
+/// The actors' thread, should that thread not start.
+enum Workers {
+    Own(Option<tokio::runtime::Runtime>),
+    Here,
+}
+
+impl Workers {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("turnstile-http")
+            .enable_all()
+            .build();
+        match runtime {
+            Ok(runtime) => Self::Own(Some(runtime)),
+            Err(err) => {
+                tracing::warn!(cause = %err, "the outbox's thread did not start; its requests run on the actors' thread");
+                Self::Here
+            }
+        }
+    }
+
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(&self, work: F) {
+        match self {
+            Self::Own(Some(runtime)) => {
+                // Logged where the actors log (a test's own subscriber too).
+                use tracing::instrument::WithSubscriber as _;
+                runtime.spawn(work.with_current_subscriber());
+            }
+            Self::Own(None) | Self::Here => {
+                actix::spawn(work);
+            }
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // Dropped on the actors' thread: a runtime may not block there.
+        if let Self::Own(runtime) = self
+            && let Some(runtime) = runtime.take()
+        {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// A lane unused for this long (and empty, with no live slot) is dropped
@@ -369,18 +435,20 @@ impl Outbox {
             }),
             lanes: HashMap::new(),
             stopped: false,
+            workers: Workers::start(),
         }
     }
 
     /// The chat's lane, starting its worker when needed.
     fn lane(&mut self, chat: ChatId) -> &mut Lane {
         let shared = &self.shared;
+        let workers = &self.workers;
         let lane = self.lanes.entry(chat).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let light = Arc::new(LightQueue::default());
             let state = Arc::new(LaneState::default());
             let typing_queued = TypingQueued::default();
-            actix::spawn(chat_worker(
+            workers.spawn(chat_worker(
                 Worker {
                     shared: Arc::clone(shared),
                     chat,
@@ -486,6 +554,7 @@ impl Handler<SendText> for Outbox {
                 place,
                 into: msg.into,
                 reply: msg.reply,
+                turn: msg.turn,
             }),
         );
     }
@@ -588,7 +657,7 @@ impl Handler<AnswerCallback> for Outbox {
         self.shared.pending.fetch_add(1, Ordering::SeqCst);
         let shared = Arc::clone(&self.shared);
         let answer = CallbackAnswer::new(msg);
-        actix::spawn(async move {
+        self.workers.spawn(async move {
             answer_callback(&shared, answer).await;
             done(&shared, 1);
         });
@@ -1011,13 +1080,13 @@ fn live_text(text: &str, markdown: bool) -> Rendered {
 async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneView<'_>, job: Job) {
     match job {
         Job::Typing(lease, topic) => {
+            // Stamped before the lease is looked at: a lease ended (on the
+            // actors' thread) after this look ended after this stamp.
+            let at = Instant::now();
             if !lease.is_live() {
                 return;
             }
-            shared.events.publish(BotEvent::ChatActionSent {
-                chat,
-                at: Instant::now(),
-            });
+            shared.events.publish(BotEvent::ChatActionSent { chat, at });
             let mut request = shared.bot.send_chat_action(chat, ChatAction::Typing);
             if let Some(topic) = topic {
                 request = request.message_thread_id(topic);
@@ -1031,6 +1100,7 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
         }
         Job::Text(job) => {
             let reply = job.reply;
+            let (topic, turn) = (job.place.topic, job.turn);
             let outcome = send_text(
                 shared,
                 chat,
@@ -1043,7 +1113,10 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             )
             .await;
             if let Err((err, delivered)) = &outcome {
-                tracing::warn!(chat_id = chat.0, cause = %err, delivered_pieces = delivered, "message not delivered");
+                let request = format!("piece {} of a text", delivered + 1);
+                if !unconfirmed(shared, chat, bucket, topic, turn, err, &request).await {
+                    tracing::warn!(chat_id = chat.0, cause = %err, delivered_pieces = delivered, "message not delivered");
+                }
             }
             if let Some(reply) = reply {
                 let _ = reply.send(outcome.map_err(|(err, _)| err));
@@ -1103,11 +1176,21 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
         Job::File(file) => {
             let result = send_file(shared, chat, bucket, &file).await;
             if let Err(err) = &result {
-                tracing::warn!(chat_id = chat.0, file = %file.file.name, cause = %err, "file not delivered");
+                let request = format!("the file {}", file.file.name);
+                if !unconfirmed(shared, chat, bucket, file.topic, file.turn, err, &request).await {
+                    tracing::warn!(chat_id = chat.0, file = %file.file.name, cause = %err, "file not delivered");
+                }
             }
             let _ = file.reply.send(result);
         }
-        Job::Question(text, keyboard, topic, file, reply) => {
+        Job::Question(QuestionJob {
+            text,
+            keyboard,
+            topic,
+            file,
+            reply,
+            turn,
+        }) => {
             let result = async {
                 // The file first: a question never goes without it.
                 let file = match &file {
@@ -1138,7 +1221,16 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             }
             .await;
             if let Err(err) = &result {
-                tracing::warn!(chat_id = chat.0, cause = %err, "question not delivered");
+                let request = match err {
+                    OutboxError::Unknown {
+                        method: "sendDocument",
+                        ..
+                    } => "the file of a question",
+                    _ => "a question",
+                };
+                if !unconfirmed(shared, chat, bucket, topic, turn, err, request).await {
+                    tracing::warn!(chat_id = chat.0, cause = %err, "question not delivered");
+                }
             }
             let _ = reply.send(result);
         }
@@ -1169,6 +1261,50 @@ async fn run_job(shared: &Shared, chat: ChatId, bucket: &mut Bucket, lane: LaneV
             }
         }
     }
+}
+
+/// When `err` says a message may or may not have reached the chat (it left,
+/// no answer came back): logs it with its chat, turn and request, publishes
+/// [`BotEvent::DeliveryUnknown`] and tells the chat (a short notice right
+/// behind it, so a user who sees no reply knows to ask again; nothing is
+/// sent twice, and the notice is no copy of the message). `false` for any
+/// other error.
+#[allow(clippy::too_many_arguments)]
+async fn unconfirmed(
+    shared: &Shared,
+    chat: ChatId,
+    bucket: &mut Bucket,
+    topic: Option<ThreadId>,
+    turn: Option<crate::ids::TurnId>,
+    err: &OutboxError,
+    request: &str,
+) -> bool {
+    let OutboxError::Unknown { method, cause } = err else {
+        return false;
+    };
+    tracing::warn!(
+        chat_id = chat.0,
+        turn_id = turn.map(crate::ids::TurnId::get),
+        method,
+        request,
+        cause = %cause,
+        "a message may not have reached the chat: its request got no answer after it was sent; not sent again (it could arrive twice); the chat is told"
+    );
+    shared.events.publish(BotEvent::DeliveryUnknown {
+        chat,
+        turn,
+        method,
+        at: Instant::now(),
+    });
+    let notice = Rendered::plain(crate::chat::notices::DELIVERY_UNKNOWN.to_string());
+    let place = Place {
+        topic,
+        reply_to: None,
+    };
+    if let Err(err) = send_piece(shared, chat, place, bucket, &notice).await {
+        tracing::warn!(chat_id = chat.0, turn_id = turn.map(crate::ids::TurnId::get), cause = %err, "the notice of an unconfirmed message was not delivered");
+    }
+    true
 }
 
 #[cfg(test)]

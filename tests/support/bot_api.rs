@@ -85,6 +85,12 @@ pub enum Fault {
     /// 409 with this description, e.g. another poller's
     /// `"Conflict: terminated by other getUpdates request; …"`.
     Conflict(String),
+    /// The request is read (and recorded, status 0) and the connection
+    /// closed without an answer, as when a connection fails after the
+    /// request was sent: the client cannot tell whether it arrived.
+    NoAnswer,
+    /// An answer that is not JSON (a proxy's HTML page) with this status.
+    NotJson(u16),
 }
 
 /// What the fake keeps of each call besides the totals.
@@ -133,6 +139,84 @@ pub struct Log {
     pub messages: Vec<(i64, Instant, String)>,
     /// Successful `editMessageText` arrivals: chat, when, the new text.
     pub edits: Vec<(i64, Instant, String)>,
+}
+
+/// A request that reached the fake once its connection had been idle for
+/// `idle_close` (by the kernel's receive time): a punctual server would
+/// have closed the connection first, and the client could not tell whether
+/// the request arrived ([`FakeBotApi::crossings`]). With `strict_idle` it
+/// is dropped unread; otherwise it is answered all the same.
+#[derive(Debug, Clone)]
+pub struct Crossing {
+    /// When the connection's last answer left: its idle time began.
+    pub idle_since: SystemTime,
+    /// When the kernel received the request's bytes (its receive stamp),
+    /// when it gave one.
+    pub arrived: Option<SystemTime>,
+    /// When the fake came to it (its thread may run late on a loaded
+    /// machine).
+    pub seen: SystemTime,
+    /// Dropped unread with its connection (`strict_idle`).
+    pub dropped: bool,
+    /// The request: its method and path, and as much of its body as was
+    /// read or waiting.
+    pub head: String,
+}
+
+impl Crossing {
+    /// How long the connection had been idle when the request arrived.
+    pub fn idle_at_arrival(&self) -> Option<Duration> {
+        let arrived = self.arrived?;
+        Some(arrived.duration_since(self.idle_since).unwrap_or_default())
+    }
+
+    /// How long after its arrival the fake came to it.
+    pub fn late(&self) -> Option<Duration> {
+        Some(self.seen.duration_since(self.arrived?).unwrap_or_default())
+    }
+}
+
+/// How requests met their connections' idle time, by the kernel's receive
+/// stamps ([`FakeBotApi::timing`]).
+#[derive(Debug, Default, Clone)]
+pub struct Timing {
+    /// Requests on a connection that had answered one before.
+    pub reused: u64,
+    /// The longest such a connection sat idle before a request reached it.
+    pub max_idle: Duration,
+    /// The longest from a request reaching the socket to the fake taking it
+    /// up (its thread running late).
+    pub max_late: Duration,
+    /// The idle times, counted below each of [`Timing::BOUNDS_MS`] (and past
+    /// the last).
+    pub idle: [u64; 8],
+    /// The fake's lateness, likewise.
+    pub late: [u64; 8],
+    /// The longest idle time before a request, by method (lowercased).
+    pub max_idle_by_method: std::collections::BTreeMap<String, Duration>,
+}
+
+impl Timing {
+    /// The upper bounds of the buckets, in ms.
+    pub const BOUNDS_MS: [u64; 7] = [1, 10, 50, 100, 200, 300, 400];
+
+    fn bucket(d: Duration) -> usize {
+        let ms = d.as_millis() as u64;
+        Self::BOUNDS_MS.iter().position(|b| ms < *b).unwrap_or(7)
+    }
+
+    pub(crate) fn add(&mut self, method: &str, idle: Duration, late: Duration) {
+        let longest = self
+            .max_idle_by_method
+            .entry(method.to_string())
+            .or_default();
+        *longest = (*longest).max(idle);
+        self.reused += 1;
+        self.max_idle = self.max_idle.max(idle);
+        self.max_late = self.max_late.max(late);
+        self.idle[Self::bucket(idle)] += 1;
+        self.late[Self::bucket(late)] += 1;
+    }
 }
 
 /// Rows of inline buttons as `(label, callback data)`.
@@ -208,6 +292,10 @@ struct Shared {
     files: Mutex<files::FileStore>,
     /// The webhook URL set on the token (`getWebhookInfo`); empty: none.
     webhook: Mutex<String>,
+    /// Requests that arrived on a connection past its keep-alive.
+    crossings: Mutex<Vec<Crossing>>,
+    /// How requests met their connections' idle time.
+    timing: Mutex<Timing>,
 }
 
 #[derive(Default)]
@@ -438,6 +526,17 @@ impl FakeBotApi {
             polls: s.polls.load(Ordering::SeqCst),
             errors: s.errors.load(Ordering::SeqCst),
         }
+    }
+
+    /// How requests met their connections' idle time so far.
+    pub fn timing(&self) -> Timing {
+        lock(&self.shared.timing).clone()
+    }
+
+    /// The requests that arrived on a connection idle for `idle_close` so
+    /// far (dropped unread with `strict_idle`, answered otherwise).
+    pub fn crossings(&self) -> Vec<Crossing> {
+        lock(&self.shared.crossings).clone()
     }
 
     /// Takes the arrivals recorded so far ([`Record::Arrivals`]), so a long

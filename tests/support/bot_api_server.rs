@@ -18,13 +18,18 @@ use super::*;
 pub(super) enum Answer {
     Json(u16, String),
     Poll(Option<i64>, usize, Duration),
+    /// An HTML page with this status.
+    Html(u16, String),
+    /// No answer: the connection is closed.
+    Hangup,
 }
 
 impl Answer {
     fn status(&self) -> u16 {
         match self {
-            Answer::Json(status, _) => *status,
+            Answer::Json(status, _) | Answer::Html(status, _) => *status,
             Answer::Poll(..) => 200,
+            Answer::Hangup => 0,
         }
     }
 }
@@ -434,86 +439,215 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
+                let activity = Arc::new(Activity::new());
+                let stream = Stamped::new(stream, Arc::clone(&activity));
+                let fd = stream.fd();
                 let idle_close = shared.options.idle_close;
                 let strict = idle_close.filter(|_| shared.options.strict_idle);
-                let activity = Arc::new(Activity::new());
                 let seen = Arc::clone(&activity);
-                let shared = Arc::clone(&shared);
-                let service = hyper::service::service_fn(move |request| {
-                    let shared = Arc::clone(&shared);
+                let served = Arc::clone(&shared);
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let shared = Arc::clone(&served);
                     let seen = Arc::clone(&seen);
                     async move {
-                        // The connection's idle time was up before this
-                        // request arrived: the server closed it, and the
-                        // request crossed the close. Unread, unanswered.
-                        if strict.is_some_and(|idle| seen.idle_for() >= idle) {
-                            return Err(ClosedWhileIdle);
+                        let arrival = seen.begin();
+                        if arrival.reused
+                            && let Some(at) = arrival.at
+                        {
+                            let idle = at.duration_since(arrival.idle_since).unwrap_or_default();
+                            let late = SystemTime::now().duration_since(at).unwrap_or_default();
+                            let method = request.uri().path().rsplit('/').next().unwrap_or_default();
+                            let method = method.to_ascii_lowercase();
+                            lock(&shared.timing).add(&method, idle, late);
                         }
-                        seen.begin();
+                        if let Some(idle) = idle_close
+                            && arrival.past(idle)
+                        {
+                            // It reached the socket once the connection had
+                            // been idle for the keep-alive: a punctual
+                            // server had closed it. Judged by when the
+                            // kernel received it, not by when this thread
+                            // got to it, so a fake running late drops
+                            // nothing that was sent in time.
+                            let (parts, body) = request.into_parts();
+                            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let head = format!(
+                                "{} {} {}",
+                                parts.method,
+                                parts.uri.path(),
+                                String::from_utf8_lossy(&body)
+                            );
+                            shared.crossed(&arrival, head, strict.is_some());
+                            if strict.is_some() {
+                                // Unread, unanswered: the connection goes.
+                                return Err(Unanswered::ClosedWhileIdle);
+                            }
+                            let request = Request::from_parts(parts, Full::new(body));
+                            let response = handle(&shared, request).await;
+                            seen.end();
+                            return response.ok_or(Unanswered::Injected);
+                        }
                         let response = handle(&shared, request).await;
                         seen.end();
-                        Ok(response)
+                        response.ok_or(Unanswered::Injected)
                     }
                 });
                 let connection = http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(stream), service);
-                connections.spawn(serve(connection, activity, idle_close));
+                let watch = Watch {
+                    activity,
+                    fd,
+                    shared: Arc::clone(&shared),
+                    strict: strict.is_some(),
+                };
+                connections.spawn(serve(connection, watch, idle_close));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
 }
 
-/// A request that arrived on a connection past its idle time: the server
-/// had closed it (as Telegram's servers close idle keep-alive connections),
-/// so the connection is dropped without an answer.
-#[derive(Debug)]
-struct ClosedWhileIdle;
-
-impl std::fmt::Display for ClosedWhileIdle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("request on a connection closed for idleness")
+impl Shared {
+    /// Records a request that arrived past its connection's keep-alive.
+    fn crossed(&self, arrival: &Arrival, head: String, dropped: bool) {
+        lock(&self.crossings).push(Crossing {
+            idle_since: arrival.idle_since,
+            arrived: arrival.at,
+            seen: SystemTime::now(),
+            dropped,
+            head,
+        });
     }
 }
 
-impl std::error::Error for ClosedWhileIdle {}
+/// Why a request gets no answer: the connection is dropped without one.
+#[derive(Debug)]
+enum Unanswered {
+    /// It arrived on a connection past its idle time: the server had closed
+    /// it (as Telegram's servers close idle keep-alive connections).
+    ClosedWhileIdle,
+    /// An injected [`Fault::NoAnswer`].
+    Injected,
+}
 
-/// Requests in flight on a connection and when the last one ended.
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ClosedWhileIdle => "request on a connection closed for idleness",
+            Self::Injected => "no answer (injected)",
+        })
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// A connection's requests in flight, when its last answer left and when
+/// the next request's bytes reached the socket, in wall-clock time (the
+/// kernel's receive stamps are).
 struct Activity {
     /// A connection with a request in flight is never idle.
     inflight: AtomicU64,
-    /// When the last request ended (at first: when the connection opened).
-    last: Mutex<Option<Instant>>,
+    state: Mutex<Idle>,
+}
+
+struct Idle {
+    /// When the last answer left (at first: when the connection opened).
+    since: SystemTime,
+    /// Whether an answer left yet.
+    answered: bool,
+    /// When the first bytes read since then reached the socket (a request
+    /// on its way in, not begun yet).
+    arrived: Option<SystemTime>,
+}
+
+/// When a request came, against when its connection went idle.
+struct Arrival {
+    idle_since: SystemTime,
+    /// When its bytes reached the socket (unknown for the first request of
+    /// a connection whose bytes hyper read before any stamp).
+    at: Option<SystemTime>,
+    /// The connection had answered a request before.
+    reused: bool,
+}
+
+impl Arrival {
+    /// Whether it reached the socket once the connection had been idle for
+    /// `idle`.
+    fn past(&self, idle: Duration) -> bool {
+        self.at
+            .is_some_and(|at| at.duration_since(self.idle_since).unwrap_or_default() >= idle)
+    }
 }
 
 impl Activity {
     fn new() -> Self {
         Self {
             inflight: AtomicU64::new(0),
-            last: Mutex::new(Some(Instant::now())),
+            state: Mutex::new(Idle {
+                since: SystemTime::now(),
+                answered: false,
+                arrived: None,
+            }),
         }
     }
 
-    fn begin(&self) {
+    /// Bytes that reached the socket at `at` were read.
+    fn received(&self, at: SystemTime) {
+        let mut state = lock(&self.state);
+        if self.inflight.load(Ordering::SeqCst) == 0 && state.arrived.is_none() {
+            state.arrived = Some(at);
+        }
+    }
+
+    /// A request begins: when it came, against the idle time before it.
+    fn begin(&self) -> Arrival {
+        let mut state = lock(&self.state);
         self.inflight.fetch_add(1, Ordering::SeqCst);
+        Arrival {
+            idle_since: state.since,
+            at: state.arrived.take(),
+            reused: state.answered,
+        }
     }
 
     fn end(&self) {
-        *lock(&self.last) = Some(Instant::now());
+        let mut state = lock(&self.state);
+        state.since = SystemTime::now();
+        state.answered = true;
+        drop(state);
         self.inflight.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn idle_for(&self) -> Duration {
-        if self.inflight.load(Ordering::SeqCst) > 0 {
-            return Duration::ZERO;
+    /// How long the connection has been idle, with nothing in flight nor
+    /// read: `None` when it is not idle.
+    fn idle(&self) -> Option<(SystemTime, Duration)> {
+        let state = lock(&self.state);
+        if self.inflight.load(Ordering::SeqCst) > 0 || state.arrived.is_some() {
+            return None;
         }
-        lock(&self.last).map_or(Duration::MAX, |at| at.elapsed())
+        let idle_for = SystemTime::now()
+            .duration_since(state.since)
+            .unwrap_or_default();
+        Some((state.since, idle_for))
     }
 }
 
-/// Serves one connection, closing it gracefully once idle for `idle_close`.
-async fn serve<C>(connection: C, activity: Arc<Activity>, idle_close: Option<Duration>)
+/// What the idle check of a connection looks at.
+struct Watch {
+    activity: Arc<Activity>,
+    /// The connection's socket, peeked at (never read) from beside hyper.
+    fd: std::os::fd::RawFd,
+    shared: Arc<Shared>,
+    strict: bool,
+}
+
+/// Serves one connection, closing it gracefully once idle for `idle_close`
+/// (checked every `idle_close`). Bytes waiting unread at the check are a
+/// request on its way in: answered when they reached the socket in time
+/// (or when not `strict`), else dropped with the connection, as a punctual
+/// server that had closed it would.
+async fn serve<C>(connection: C, watch: Watch, idle_close: Option<Duration>)
 where
     C: std::future::Future + GracefulShutdown,
 {
@@ -524,16 +658,185 @@ where
     };
     loop {
         tokio::select! {
+            // The connection first: a request already waiting is read
+            // before the idle check looks.
+            biased;
             _ = connection.as_mut() => return,
             () = tokio::time::sleep(idle) => {
-                if activity.idle_for() >= idle {
-                    connection.as_mut().shutdown();
-                    let _ = connection.await;
-                    return;
+                let Some((since, idle_for)) = watch.activity.idle() else { continue };
+                if idle_for < idle {
+                    continue;
                 }
+                if let Some((head, at)) = waiting(watch.fd) {
+                    let arrival = Arrival {
+                        idle_since: since,
+                        at,
+                        reused: true,
+                    };
+                    let past = arrival.past(idle);
+                    if past {
+                        watch.shared.crossed(&arrival, head, watch.strict);
+                    }
+                    if !(past && watch.strict) {
+                        // Answered: hyper reads it at the next poll.
+                        continue;
+                    }
+                }
+                connection.as_mut().shutdown();
+                let _ = connection.await;
+                return;
             }
         }
     }
+}
+
+/// A TCP stream whose reads note when the kernel received their bytes
+/// (`SO_TIMESTAMPNS`), for the idle rules.
+struct Stamped {
+    inner: tokio::net::TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Stamped {
+    fn new(inner: tokio::net::TcpStream, activity: Arc<Activity>) -> Self {
+        let on: libc::c_int = 1;
+        // SAFETY: a valid descriptor and an option value of the right size.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&inner),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&raw const on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+        Self { inner, activity }
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.inner)
+    }
+}
+
+impl tokio::io::AsyncRead for Stamped {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let fd = this.fd();
+        loop {
+            std::task::ready!(this.inner.poll_read_ready(cx))?;
+            // SAFETY: recvmsg only writes into the buffer; the bytes it
+            // wrote are marked filled below, no others.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            let (ptr, len) = (unfilled.as_mut_ptr().cast::<u8>(), unfilled.len());
+            let read = this.inner.try_io(tokio::io::Interest::READABLE, || {
+                recv_stamped(fd, ptr, len, 0)
+            });
+            match read {
+                Ok((n, at)) => {
+                    if n > 0 {
+                        this.activity.received(at.unwrap_or_else(SystemTime::now));
+                    }
+                    // SAFETY: recvmsg wrote these `n` bytes.
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return std::task::Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stamped {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// `recvmsg` into `buf` with `flags`: how many bytes, and when the kernel
+/// received them (its `SO_TIMESTAMPNS` stamp, when it gave one).
+/// (Into `len` bytes at `buf`, not zeroed first: a fake that cleared
+/// hyper's whole read buffer before every read spent 5 % of the scale
+/// benchmark's instructions doing so.)
+fn recv_stamped(
+    fd: std::os::fd::RawFd,
+    buf: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> std::io::Result<(usize, Option<SystemTime>)> {
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers point to live buffers
+    // of the lengths given (the control buffer aligned for cmsghdr); the
+    // descriptor is the connection's, open while it is served.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let n = libc::recvmsg(fd, &raw mut msg, flags | libc::MSG_DONTWAIT);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut at = None;
+        let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                at = Some(UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+            }
+            cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+        }
+        Ok((n as usize, at))
+    }
+}
+
+/// The bytes waiting unread on `fd` (a request hyper has not read yet) and
+/// when they reached the socket; `None` when nothing waits.
+fn waiting(fd: std::os::fd::RawFd) -> Option<(String, Option<SystemTime>)> {
+    let mut buf = [0u8; 2048];
+    let (n, at) = recv_stamped(fd, buf.as_mut_ptr(), buf.len(), libc::MSG_PEEK).ok()?;
+    (n > 0).then(|| (String::from_utf8_lossy(&buf[..n]).into_owned(), at))
 }
 
 /// hyper's graceful shutdown, behind a trait so [`serve`] stays generic.
@@ -554,7 +857,11 @@ where
     }
 }
 
-async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
+/// The answer to `request`; `None`: none (the connection is dropped).
+async fn handle<B: hyper::body::Body>(
+    shared: &Shared,
+    request: Request<B>,
+) -> Option<Response<Full<Bytes>>> {
     let at = Instant::now();
     let headers = request.headers();
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
@@ -581,7 +888,7 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
         };
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
-        return response;
+        return Some(response);
     }
     // `/bot<TOKEN>/<Method>`; any other path is recorded as `?<path>` and gets a 404.
     let path = request.uri().path();
@@ -600,15 +907,22 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Full<By
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let (status, body) = match answer {
-        Answer::Json(status, body) => (status, body),
-        Answer::Poll(offset, limit, timeout) => (200, shared.poll(offset, limit, timeout).await),
+    let (status, body, kind) = match answer {
+        Answer::Json(status, body) => (status, body, "application/json"),
+        Answer::Poll(offset, limit, timeout) => (
+            200,
+            shared.poll(offset, limit, timeout).await,
+            "application/json",
+        ),
+        Answer::Html(status, body) => (status, body, "text/html"),
+        Answer::Hangup => return None,
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
-    let json = HeaderValue::from_static("application/json");
-    response.headers_mut().insert(CONTENT_TYPE, json);
     response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+    Some(response)
 }
 
 fn parse_params(body: &[u8], form: bool) -> Value {
@@ -668,6 +982,11 @@ fn fault_answer(fault: Fault) -> Answer {
         Fault::BadRequest(description) => error(400, &description, None),
         Fault::Forbidden(description) => error(403, &description, None),
         Fault::Conflict(description) => error(409, &description, None),
+        Fault::NoAnswer => Answer::Hangup,
+        Fault::NotJson(status) => Answer::Html(
+            status,
+            format!("<html><body><h1>{status}</h1>The proxy could not answer.</body></html>"),
+        ),
         Fault::Delay(_) => unreachable!("dispatch applies delays"),
     }
 }

@@ -190,6 +190,11 @@ impl Verdict {
 #[derive(Default)]
 pub(super) struct Approvals {
     waiting: HashMap<String, Waiting>,
+    /// Asks decided before every message id of their question(s) came back
+    /// from the outbox (a press can overtake the answer to `sendMessage`):
+    /// the texts, the decision, and how many ids are still to come, so a
+    /// late question still shows the decision.
+    decided: HashMap<String, (Vec<String>, String, usize)>,
 }
 
 /// What "always in this chat" remembers for a call: for Bash, the exact
@@ -554,7 +559,9 @@ impl TurnActor {
         tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "asking the chat");
         for (i, message) in messages.into_iter().enumerate() {
             let (send, sent) = SendQuestion::new(self.to(), message.text, message.keyboard);
-            self.deps.outbox.do_send(send.with_file(message.file));
+            self.deps
+                .outbox
+                .do_send(send.with_file(message.file).for_turn(self.spec.turn));
             let token = token.clone();
             ctx.spawn(sent.into_actor(self).map(move |sent, act, ctx| {
                 let id = match sent {
@@ -565,15 +572,26 @@ impl TurnActor {
                     }
                     Err(_) => return,
                 };
-                match act.approvals.waiting.get_mut(&token) {
-                    Some(waiting) => waiting.messages[i] = Some(id),
-                    // Decided before the question even arrived: show that.
-                    None => act.deps.outbox.do_send(EditQuestion::new(
-                        act.spec.chat,
-                        id,
-                        "⌛ This question is closed.".to_string(),
-                    )),
+                if let Some(waiting) = act.approvals.waiting.get_mut(&token) {
+                    waiting.messages[i] = Some(id);
+                    return;
                 }
+                // Decided before this question's id came back: show the
+                // decision (or, when it is not known, that it is closed).
+                let text = match act.approvals.decided.get_mut(&token) {
+                    Some((texts, shown, left)) => {
+                        let text = format!("{}\n\n{shown}", texts.get(i).map_or("", String::as_str));
+                        *left = left.saturating_sub(1);
+                        if *left == 0 {
+                            act.approvals.decided.remove(&token);
+                        }
+                        text
+                    }
+                    None => "⌛ This question is closed.".to_string(),
+                };
+                act.deps
+                    .outbox
+                    .do_send(EditQuestion::new(act.spec.chat, id, text));
             }));
         }
         let timeout = self.deps.config.approval_timeout;
@@ -686,7 +704,8 @@ impl TurnActor {
         let user_id = presser.map(|p| p.id.0);
         tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, user_id, decision = %shown, "approval decided");
         ask.reply.answer(permission);
-        for (text, id) in texts.into_iter().zip(messages) {
+        let left = messages.iter().filter(|id| id.is_none()).count();
+        for (text, id) in texts.iter().zip(messages) {
             if let Some(id) = id {
                 self.deps.outbox.do_send(EditQuestion::new(
                     self.spec.chat,
@@ -694,6 +713,11 @@ impl TurnActor {
                     format!("{text}\n\n{shown}"),
                 ));
             }
+        }
+        if left > 0 {
+            self.approvals
+                .decided
+                .insert(token.to_string(), (texts, shown, left));
         }
         self.resume_after_person(ctx);
     }

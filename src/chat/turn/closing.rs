@@ -61,6 +61,11 @@ impl TurnActor {
 
     /// Sends TurnEnded and starts closing the session.
     pub(super) fn finish(&mut self, outcome: TurnOutcome, ctx: &mut Context<Self>) {
+        // Typing stops first, now (not when TurnEnded reaches the typing
+        // actor), and before TurnEnded is stamped: the outbox, on its own
+        // thread, stamps a sendChatAction before it looks at the lease, so
+        // every one it lets go is stamped before TurnEnded.
+        self.spec.typing.end();
         let at = Instant::now();
         // Still opening: the agent never had the prompt (its start failed).
         let agent_started = self.phase != TurnPhase::Opening;
@@ -77,8 +82,6 @@ impl TurnActor {
         self.live.store(false, Ordering::SeqCst);
         // The status goes (or folds) and an unfinished preview with it.
         self.view.finish();
-        // Typing stops now, not when TurnEnded reaches the typing actor.
-        self.spec.typing.end();
         let (api_calls, cost_usd) = self
             .log
             .iter()

@@ -146,6 +146,16 @@ fn answer_when_delivered<T: Send + 'static>(
                 turn.do_send(Delivered);
                 ToolReply::Ok(ok(sent))
             }
+            Ok(Err(err @ OutboxError::Unknown { .. })) => {
+                // It may have arrived: the turn counts it as a reply (no
+                // prompt to reply again), and the agent is told not to send
+                // it again; the chat was told to ask again if it saw nothing.
+                turn.do_send(Delivered);
+                ToolReply::Ok(format!(
+                    "sent, but {err}: it may or may not have reached the chat. Do not send it again; \
+                     the user was told to ask again if it did not arrive"
+                ))
+            }
             Ok(Err(err)) => ToolReply::Error(err.to_string()),
             Err(_) => ToolReply::Failed("the outbox has stopped".into()),
         });
@@ -284,11 +294,15 @@ impl TurnActor {
     /// Queues a text for the chat through the turn's reply lane (opening it,
     /// and so recording "replied", at the first text).
     pub(super) fn reply(&mut self, mut out: Outgoing) {
-        if self.lane.is_none()
-            && let Outgoing::Text(send) = &mut out
-        {
-            // The turn's first message answers the one that started it.
-            send.reply_to = self.spec.answer_to;
+        match &mut out {
+            Outgoing::Text(send) => {
+                if self.lane.is_none() {
+                    // The turn's first message answers the one that started it.
+                    send.reply_to = self.spec.answer_to;
+                }
+                send.turn = Some(self.spec.turn);
+            }
+            Outgoing::File(send) => send.turn = Some(self.spec.turn),
         }
         let lane = self.lane.get_or_insert_with(|| {
             ReplyLane::open(

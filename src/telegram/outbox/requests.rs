@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::OutboxError;
 use crate::chat::typing::TypingLease;
-use crate::ids::Conversation;
+use crate::ids::{Conversation, TurnId};
 use crate::telegram::files::OutgoingFile;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 
@@ -43,6 +43,8 @@ pub struct SendText {
     pub into: Option<Slot>,
     /// Who wants to know how it went.
     pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+    /// The turn it answers, if any (for the logs).
+    pub turn: Option<TurnId>,
 }
 
 impl SendText {
@@ -57,6 +59,7 @@ impl SendText {
             markdown: false,
             into: None,
             reply: None,
+            turn: None,
         }
     }
 
@@ -89,6 +92,13 @@ impl SendText {
     #[must_use]
     pub fn into_slot(mut self, slot: Option<Slot>) -> Self {
         self.into = slot;
+        self
+    }
+
+    /// The same message, sent by `turn`.
+    #[must_use]
+    pub fn for_turn(mut self, turn: TurnId) -> Self {
+        self.turn = Some(turn);
         self
     }
 }
@@ -195,6 +205,8 @@ pub struct SendFile {
     pub as_photo: bool,
     /// Who wants the sent message's id.
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
+    /// The turn that sends it, if any (for the logs).
+    pub turn: Option<TurnId>,
 }
 
 impl SendFile {
@@ -214,8 +226,16 @@ impl SendFile {
             caption,
             as_photo,
             reply: tx,
+            turn: None,
         };
         (send, rx)
+    }
+
+    /// The same file, sent by `turn`.
+    #[must_use]
+    pub fn for_turn(mut self, turn: TurnId) -> Self {
+        self.turn = Some(turn);
+        self
     }
 }
 
@@ -262,6 +282,8 @@ pub struct SendQuestion {
     pub file: Option<QuestionFile>,
     /// Who wants the message id (or why there is none).
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
+    /// The turn that asks, if any (for the logs).
+    pub turn: Option<TurnId>,
 }
 
 impl SendQuestion {
@@ -280,8 +302,16 @@ impl SendQuestion {
             buttons,
             file: None,
             reply: tx,
+            turn: None,
         };
         (question, rx)
+    }
+
+    /// The same question, asked by `turn`.
+    #[must_use]
+    pub fn for_turn(mut self, turn: TurnId) -> Self {
+        self.turn = Some(turn);
+        self
     }
 
     /// The same question, `file` sent just before it: the question is sent
@@ -428,6 +458,17 @@ pub(super) struct TextJob {
     pub(super) place: Place,
     pub(super) into: Option<Slot>,
     pub(super) reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
+    pub(super) turn: Option<TurnId>,
+}
+
+/// A question job: its text under its buttons, and the file sent first.
+pub(super) struct QuestionJob {
+    pub(super) text: String,
+    pub(super) keyboard: InlineKeyboardMarkup,
+    pub(super) topic: Option<ThreadId>,
+    pub(super) file: Option<QuestionFile>,
+    pub(super) reply: oneshot::Sender<Result<MessageId, OutboxError>>,
+    pub(super) turn: Option<TurnId>,
 }
 
 /// One queued request of a chat.
@@ -437,13 +478,7 @@ pub(super) enum Job {
     Typing(TypingLease, Option<ThreadId>),
     File(SendFile),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
-    Question(
-        String,
-        InlineKeyboardMarkup,
-        Option<ThreadId>,
-        Option<QuestionFile>,
-        oneshot::Sender<Result<MessageId, OutboxError>>,
-    ),
+    Question(QuestionJob),
     Edit(
         MessageId,
         String,
@@ -488,8 +523,8 @@ impl Job {
             Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
                 let _ = reply.send(Err(err));
             }
-            Self::Question(_, _, _, _, reply) => {
-                let _ = reply.send(Err(err));
+            Self::Question(question) => {
+                let _ = question.reply.send(Err(err));
             }
             Self::Text(TextJob { reply: None, .. })
             | Self::Clear(_)
@@ -503,7 +538,7 @@ impl Job {
         match self {
             Self::Text(job) => Some(job.place.topic),
             Self::File(file) => Some(file.topic),
-            Self::Question(_, _, topic, _, _) => Some(*topic),
+            Self::Question(question) => Some(question.topic),
             Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
         }
     }
@@ -540,9 +575,14 @@ impl Job {
                 .collect::<Vec<_>>()
         });
         let keyboard = InlineKeyboardMarkup::new(rows);
-        Ok(Self::Question(
-            msg.text, keyboard, msg.topic, msg.file, msg.reply,
-        ))
+        Ok(Self::Question(QuestionJob {
+            text: msg.text,
+            keyboard,
+            topic: msg.topic,
+            file: msg.file,
+            reply: msg.reply,
+            turn: msg.turn,
+        }))
     }
 
     /// The job of an edit.
@@ -632,6 +672,6 @@ mod tests {
         ));
         let whole = "a".repeat(TELEGRAM_TEXT_LIMIT);
         let (q, _rx) = SendQuestion::new(ChatId(1), whole.clone(), yes());
-        assert!(matches!(Job::question(q), Ok(Job::Question(text, ..)) if text == whole));
+        assert!(matches!(Job::question(q), Ok(Job::Question(job)) if job.text == whole));
     }
 }

@@ -55,9 +55,25 @@ pub(super) fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
         Err(RequestError::Network(err)) if err.is_connect() => {
             Sent::Retry(Duration::ZERO, err.to_string())
         }
-        Err(RequestError::Network(err)) => Sent::RetryIfUnsent(Duration::ZERO, err.to_string()),
+        Err(RequestError::Network(err)) => Sent::RetryIfUnsent(Duration::ZERO, with_sources(&*err)),
         Err(other) => Sent::Fail(OutboxError::Unreachable(other.to_string())),
     }
+}
+
+/// An error and what caused it, as one line ("error sending request:
+/// connection closed before message completed").
+fn with_sources(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
 }
 
 /// Telegram's 5xx descriptions (teloxide keeps only the description).
@@ -152,9 +168,9 @@ pub(super) async fn send_piece(
                 }
             }
             Sent::RetryIfUnsent(_, why) => {
-                // The message may have been delivered: sending it again could duplicate it.
-                tracing::warn!(chat_id = chat.0, cause = %why, "sendMessage outcome unknown; not retried");
-                return Err(OutboxError::Unreachable(why));
+                // The message may have been delivered: sending it again could
+                // duplicate it. Whoever queued it reports it (it knows the turn).
+                return Err(unknown(shared, "sendMessage", why));
             }
             Sent::Fail(OutboxError::Blocked) => {
                 tracing::warn!(
@@ -166,6 +182,13 @@ pub(super) async fn send_piece(
             Sent::Fail(err) => return Err(err),
         }
     }
+}
+
+/// A request of `method` that may or may not have reached Telegram: counted
+/// (`turnstile_telegram_unknown_outcome_total`), never sent again.
+fn unknown(shared: &Shared, method: &'static str, cause: String) -> OutboxError {
+    shared.events.metrics().unknown_outcome(method);
+    OutboxError::Unknown { method, cause }
 }
 
 pub(super) fn reserve_global(shared: &Shared) -> Duration {
@@ -278,8 +301,7 @@ where
             Sent::RetryIfUnsent(wait, why) if rule.idempotent => (wait, why),
             Sent::RetryIfUnsent(_, why) => {
                 // It may have arrived: sending it again could duplicate it.
-                tracing::warn!(chat_id = chat.0, method = rule.method, cause = %why, "outcome unknown; not retried");
-                return Err(OutboxError::Unreachable(why));
+                return Err(unknown(shared, rule.method, why));
             }
             Sent::Plain(why) | Sent::Fail(OutboxError::Refused(why)) => {
                 return Err(OutboxError::Refused(why));
