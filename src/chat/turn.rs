@@ -31,6 +31,7 @@ pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
+pub use self::serve::Forwarding;
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
 use crate::agent::{
@@ -154,6 +155,8 @@ pub struct TurnDeps {
     /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
     /// conversation's files are.
     pub workdir: std::path::PathBuf,
+    /// The reply lanes' texts not yet handed to the outbox.
+    pub forwarding: Forwarding,
 }
 
 impl TurnDeps {
