@@ -325,7 +325,13 @@ async fn replies_within_a_chat_keep_their_order_under_rate_limits() {
 
 /// An outbox of its own sending to `api`, with the harness's fast limits.
 fn outbox_to(api: &FakeBotApi) -> Addr<Outbox> {
-    Outbox::new(api.bot(), Harness::fast_limits(), EventBus::new()).start()
+    Outbox::new(
+        api.bot(),
+        Harness::fast_limits(),
+        Default::default(),
+        EventBus::new(),
+    )
+    .start()
 }
 
 /// Yes and No, on one row.
