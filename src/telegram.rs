@@ -15,7 +15,7 @@ pub mod typing;
 pub use intake::Intake;
 pub use outbox::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Outbox,
-    OutboxError, Purge, QuestionFile, RateLimits, Refusal, SendFile, SendQuestion, SendText, Show,
-    ShowAs, Slot, Unreachable,
+    OutboxError, Purge, QuestionFile, RateLimits, React, Refusal, SendFile, SendQuestion, SendText,
+    SendTyping, Show, ShowAs, Slot, Unreachable,
 };
 pub use typing::TypingLease;

@@ -37,7 +37,7 @@ pub(super) struct Shared {
     pub(super) pending: Pending,
 }
 
-/// Requests queued or running across all chats ([`Flush`](super::Flush)
+/// Requests queued or running across all chats (`Flush`
 /// waits for none).
 #[derive(Default)]
 pub(super) struct Pending {
