@@ -60,7 +60,11 @@ const RULES: &[Rule] = &[
         why: "the metrics know nothing of the event bus that carries them",
     },
     Rule {
-        under: &["src/telegram/outbox.rs", "src/telegram/outbox", "src/telegram/typing.rs"],
+        under: &[
+            "src/telegram/outbox.rs",
+            "src/telegram/outbox",
+            "src/telegram/typing.rs",
+        ],
         forbidden: &["crate::chat"],
         allowed: &["crate::chat::notices::"],
         why: "the transport imports no chat type (the typing lease is `telegram::typing`'s)",

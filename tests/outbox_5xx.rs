@@ -46,7 +46,11 @@ async fn retried_at_once(api: &FakeBotApi, method: &str) -> Vec<Call> {
     let what = format!("two {method} calls");
     let calls = api
         .wait_for(AFTER_5XX, &what, |calls| {
-            let of: Vec<Call> = calls.iter().filter(|c| c.method == lower).cloned().collect();
+            let of: Vec<Call> = calls
+                .iter()
+                .filter(|c| c.method == lower)
+                .cloned()
+                .collect();
             (of.len() >= 2).then_some(of)
         })
         .await;
@@ -91,7 +95,9 @@ async fn typing_is_not_retried_once_its_lease_ended() {
     // A message queued behind it shows the typing job is over.
     let (text, sent) = SendText::tracked(ChatId(1), "after");
     outbox.do_send(text);
-    let sent = tokio::time::timeout(AFTER_5XX, sent).await.expect("in time");
+    let sent = tokio::time::timeout(AFTER_5XX, sent)
+        .await
+        .expect("in time");
     assert!(matches!(sent, Ok(Ok(_))), "{sent:?}");
     let calls = api.calls_of("sendChatAction");
     assert_eq!(calls.len(), 1, "a retry outlived its lease: {calls:#?}");
@@ -107,7 +113,9 @@ async fn a_5xx_on_an_edit_is_retried_within_2_s() {
     api.inject("editMessageText", Fault::ServerError(502));
     let (edit, edited) = EditQuestion::tracked(ChatId(1), ids[0], "Allowed");
     outbox.do_send(edit);
-    let edited = tokio::time::timeout(AFTER_5XX, edited).await.expect("in time");
+    let edited = tokio::time::timeout(AFTER_5XX, edited)
+        .await
+        .expect("in time");
     assert_eq!(edited, Ok(Ok(())));
     retried_at_once(&api, "editMessageText").await;
 }
@@ -124,7 +132,9 @@ async fn a_5xx_on_an_upload_is_retried_within_2_s_with_the_same_bytes() {
         api.inject(method, Fault::ServerError(502));
         let (send, sent) = SendFile::new(ChatId(1), file, Some("a caption".into()), as_photo);
         outbox.do_send(send);
-        let sent = tokio::time::timeout(AFTER_5XX, sent).await.expect("in time");
+        let sent = tokio::time::timeout(AFTER_5XX, sent)
+            .await
+            .expect("in time");
         assert!(matches!(sent, Ok(Ok(_))), "{method}: {sent:?}");
         retried_at_once(&api, method).await;
     }
@@ -153,7 +163,9 @@ async fn a_5xx_on_a_reaction_or_a_callback_answer_is_retried_within_2_s() {
         emoji: "👍".into(),
         reply: tx,
     });
-    let reacted = tokio::time::timeout(AFTER_5XX, reacted).await.expect("in time");
+    let reacted = tokio::time::timeout(AFTER_5XX, reacted)
+        .await
+        .expect("in time");
     assert_eq!(reacted, Ok(Ok(())));
     retried_at_once(&api, "setMessageReaction").await;
 

@@ -126,7 +126,7 @@ impl Outbox {
             // job must never vanish): replace the lane and queue again.
             tracing::warn!(chat_id = chat.0, "outbox worker missing; restarting it");
             self.lanes.remove(&chat);
-            if let Err(job) = self.lane(chat).push(&shared.pending, job) {
+            if let Err(job) = self.lane(chat).push(&shared.pending, *job) {
                 job.refuse(OutboxError::Stopped);
             }
         }

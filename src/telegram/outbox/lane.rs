@@ -158,7 +158,7 @@ impl Lane {
     }
 
     /// Queues `job`; gives it back when the worker is gone.
-    pub(super) fn push(&mut self, pending: &Pending, job: Job) -> Result<(), Job> {
+    pub(super) fn push(&mut self, pending: &Pending, job: Job) -> Result<(), Box<Job>> {
         self.last_used = Instant::now();
         pending.add(1);
         let epoch = {
@@ -170,7 +170,7 @@ impl Lane {
             Ok(()) => Ok(()),
             Err(mpsc::error::SendError(Down::Job(queued))) => {
                 pending.count.fetch_sub(1, Ordering::SeqCst);
-                Err(queued.0)
+                Err(Box::new(queued.0))
             }
             // Not sent here.
             Err(mpsc::error::SendError(Down::Light)) => Ok(()),
