@@ -137,11 +137,6 @@ where
     F: FnMut(bool) -> Option<Fut>,
     Fut: Future<Output = Result<T, RequestError>>,
 {
-    let late = || {
-        OutboxError::Unreachable(Unreachable::TooLate {
-            method: rule.method,
-        })
-    };
     let mut attempt = 0;
     let mut plain = false;
     loop {
@@ -150,7 +145,7 @@ where
         if let Some(until) = rule.until {
             let wait = pacing.as_deref_mut().map_or(Duration::ZERO, Pacing::wait);
             if Instant::now() + wait >= until {
-                return Err(late());
+                return Err(late(rule));
             }
         }
         let wait = pacing
@@ -162,15 +157,8 @@ where
         let Some(sending) = request(plain) else {
             return Err(OutboxError::Dropped);
         };
-        let result = match rule.until {
-            Some(until) => {
-                let until = tokio::time::Instant::from_std(until);
-                match tokio::time::timeout_at(until, sending).await {
-                    Ok(result) => result,
-                    Err(_) => return Err(late()),
-                }
-            }
-            None => sending.await,
+        let Some(result) = within(rule.until, sending).await else {
+            return Err(late(rule));
         };
         telegram.metrics.telegram(rule.method, &result);
         let (wait, why) = match classify(result) {
@@ -204,10 +192,28 @@ where
         };
         match retry(telegram, rule, &mut attempt, wait, chat, &why).await {
             Next::Again => {}
-            Next::Late => return Err(late()),
+            Next::Late => return Err(late(rule)),
             Next::GiveUp => return Err(OutboxError::Unreachable(Unreachable::GaveUp(why))),
         }
     }
+}
+
+/// The answer to `sending`, unless `until` comes first.
+async fn within<T>(until: Option<Instant>, sending: impl Future<Output = T>) -> Option<T> {
+    match until {
+        Some(until) => {
+            let until = tokio::time::Instant::from_std(until);
+            tokio::time::timeout_at(until, sending).await.ok()
+        }
+        None => Some(sending.await),
+    }
+}
+
+/// A request that would only have gone after it was useful.
+fn late(rule: Rule) -> OutboxError {
+    OutboxError::Unreachable(Unreachable::TooLate {
+        method: rule.method,
+    })
 }
 
 /// After a failure that may be retried.
