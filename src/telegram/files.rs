@@ -161,6 +161,15 @@ enum FetchError {
     Closed(#[from] tokio::sync::AcquireError),
 }
 
+impl FetchError {
+    fn too_large(size: u64, limit: u64) -> Self {
+        Self::TooLarge {
+            size: megabytes(size),
+            limit: megabytes(limit),
+        }
+    }
+}
+
 impl Files {
     /// Files fetched through `bot` under `policy`.
     pub fn new(bot: Bot, policy: FilesPolicy) -> Self {
@@ -240,10 +249,7 @@ impl Files {
     /// machine's writes took up to 150 ms) would stall for every chat.
     async fn fetch(&self, workdir: &Path, attachment: &Attachment) -> Result<String, FetchError> {
         let limit = self.policy.max_download;
-        let too_large = |size: u64| FetchError::TooLarge {
-            size: megabytes(size),
-            limit: megabytes(limit),
-        };
+        let too_large = |size: u64| FetchError::too_large(size, limit);
         if attachment.size > limit {
             return Err(too_large(attachment.size));
         }
@@ -269,47 +275,7 @@ impl Files {
                 Ok((inbox, name, out))
             })
             .await?;
-        let mut out = Some(out);
-        let downloaded = async {
-            let mut stream = self.bot.download_file_stream(&file.path);
-            let mut written: u64 = 0;
-            let mut pending: Vec<u8> = Vec::new();
-            let mut last = false;
-            while !last {
-                let chunk = match stream.next().await {
-                    Some(chunk) => chunk?,
-                    None => {
-                        last = true;
-                        bytes::Bytes::new()
-                    }
-                };
-                written += chunk.len() as u64;
-                if written > limit {
-                    return Err(too_large(written));
-                }
-                pending.extend_from_slice(&chunk);
-                if pending.len() < WRITE_BATCH && !last {
-                    continue;
-                }
-                let mut file = out
-                    .take()
-                    .ok_or_else(|| FetchError::Io(std::io::Error::other("no file")))?;
-                let batch = std::mem::take(&mut pending);
-                out = Some(
-                    self.disk(move || {
-                        file.write_all(&batch)?;
-                        if last {
-                            file.sync_all()?;
-                        }
-                        Ok(file)
-                    })
-                    .await?,
-                );
-            }
-            Ok(())
-        }
-        .await;
-        drop(out);
+        let downloaded = self.download(&file.path, out, limit).await;
         match downloaded {
             Ok(()) => Ok(format!("{INBOX_DIR}/{name}")),
             Err(err) => {
@@ -320,6 +286,48 @@ impl Files {
                 Err(err)
             }
         }
+    }
+
+    /// Downloads Telegram's `path` into `out` (in batches, written on the
+    /// blocking pool, synced at the end), refused past `limit` bytes.
+    async fn download(&self, path: &str, out: File, limit: u64) -> Result<(), FetchError> {
+        let mut stream = self.bot.download_file_stream(path);
+        let mut out = Some(out);
+        let mut written: u64 = 0;
+        let mut pending: Vec<u8> = Vec::new();
+        let mut last = false;
+        while !last {
+            let chunk = match stream.next().await {
+                Some(chunk) => chunk?,
+                None => {
+                    last = true;
+                    bytes::Bytes::new()
+                }
+            };
+            written += chunk.len() as u64;
+            if written > limit {
+                return Err(FetchError::too_large(written, limit));
+            }
+            pending.extend_from_slice(&chunk);
+            if pending.len() < WRITE_BATCH && !last {
+                continue;
+            }
+            let mut file = out
+                .take()
+                .ok_or_else(|| FetchError::Io(std::io::Error::other("no file")))?;
+            let batch = std::mem::take(&mut pending);
+            out = Some(
+                self.disk(move || {
+                    file.write_all(&batch)?;
+                    if last {
+                        file.sync_all()?;
+                    }
+                    Ok(file)
+                })
+                .await?,
+            );
+        }
+        Ok(())
     }
 
     /// Runs `work` (file system calls) on the blocking pool, at most
