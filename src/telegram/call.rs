@@ -71,10 +71,9 @@ where
     P: Payload + Serialize,
     P::Output: DeserializeOwned,
 {
-    let form = multipart(payload, file).map_err(|source| RequestError::InvalidJson {
-        source: Arc::new(source),
-        raw: "".into(),
-    })?;
+    // A payload that does not encode never left: no answer to wait for.
+    let form = multipart(payload, file)
+        .map_err(|err| RequestError::Io(Arc::new(std::io::Error::other(err))))?;
     let request = bot.client().post(method_url(bot, P::NAME)).multipart(form);
     answer(request).await
 }
