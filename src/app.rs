@@ -408,7 +408,13 @@ impl Turnstile {
         let shutdown = Shutdown::new();
         // A client of its own: its connections are opened and read on the
         // outbox's thread only (see `Outbox`), never on the actors' thread.
-        let outbox = Outbox::new(telegram_client(config)?, limits, events.clone()).start();
+        let outbox = Outbox::new(
+            telegram_client(config)?,
+            limits,
+            Arc::clone(events.metrics()),
+            events.clone(),
+        )
+        .start();
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {

@@ -41,12 +41,12 @@ use crate::agent::{
 use crate::attachment::Attachment;
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
-use crate::chat::typing::TypingLease;
 use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{BotEvent, EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
 use crate::state::Inbox;
+use crate::telegram::TypingLease;
 use crate::telegram::files::Files;
 use crate::telegram::outbox::{Outbox, SendText};
 
