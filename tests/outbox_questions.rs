@@ -13,7 +13,8 @@ use teloxide::prelude::Requester;
 use teloxide::types::{ChatId, MaybeInaccessibleMessage, Message, MessageId, UpdateKind};
 use turnstile::events::EventBus;
 use turnstile::telegram::{
-    AnswerCallback, Button, EditQuestion, Outbox, OutboxError, QuestionFile, SendQuestion, SendText,
+    AnswerCallback, Button, EditQuestion, Flush, Outbox, OutboxError, QuestionFile, SendQuestion,
+    SendText,
 };
 
 /// Statuses of `calls`, for assertions that show what happened.
@@ -280,6 +281,12 @@ async fn a_callback_answer_is_not_retried_past_its_usefulness() {
     let sent = tokio::time::timeout(Duration::from_secs(5), sent).await;
     let sent = sent.expect("the lane is not held by the dropped answer");
     assert!(matches!(sent, Ok(Ok(_))), "{sent:?}");
+    // The answer takes no lane: it may still be on its way. A flush waits
+    // for it to be over (sent, retried or given up).
+    tokio::time::timeout(SOON, outbox.send(Flush))
+        .await
+        .expect("the outbox drains")
+        .expect("the outbox answers");
     assert_eq!(
         statuses(&api.calls_of("answerCallbackQuery")),
         vec![429],
