@@ -29,7 +29,7 @@
 //!     descriptor, no symlink followed.
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
-//!   - `chat::commands`: the command table (parser, menu, `/start` and `/help` texts);
+//!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, serving the
 //!     typed chat tool calls, watchdogs, `approval`: tool approvals in the chat, with
@@ -60,6 +60,9 @@
 //!   online copy (`state/backup.rs`).
 //! - `attachment`: `Attachment`, `FileKind`: a file a message carried, as Telegram
 //!   describes it (stored with its inbox row, fetched by `telegram::files`).
+//! - `incoming`: `Incoming`, a message read once at the intake (conversation, sender,
+//!   place, what it asks, text, files, album), what the inbox stores and recovery
+//!   reads back; `incoming/command.rs`: the command table (`Command`, `Who`) and its parser.
 //! - `events`: the broadcast of `BotEvent`s (it also hands out the `Metrics`), and live
 //!   actor `Gauges`.
 //! - `ops`: `follow` (what only the bus tells the metrics), `ops::metrics` (the
@@ -110,6 +113,7 @@ pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ids;
+pub mod incoming;
 pub mod ops;
 pub mod shutdown;
 pub mod state;
