@@ -318,8 +318,9 @@ impl Handler<UpdateReceived> for Dispatcher {
                 }
             }
             UpdateReceived::Press(query) => {
+                let callback = query.id.to_string();
                 if let Err(panic) = contain(|| self.button(*query, ctx)) {
-                    tracing::error!(%panic, "handling the button press panicked; dropped");
+                    tracing::error!(callback, %panic, "handling the button press panicked; dropped");
                 }
             }
         }
