@@ -79,10 +79,11 @@
 //!
 //! # Theory of operation
 //!
-//! The `Intake` writes each message to the inbox (*queued*) before the update
-//! offset moves past it, then hands the update to the `Dispatcher`, which
-//! checks access, answers commands and routes the message to its chat's
-//! `ChatSupervisor`. The supervisor queues it, merges a burst inside
+//! The `Intake` reads each message for the bot once, into an `Incoming`
+//! (its command, if any, parsed there), writes it to the inbox (*queued*)
+//! before the update offset moves past it, then hands it to the `Dispatcher`,
+//! which checks access, answers commands and routes the message to its
+//! conversation's `ChatSupervisor`. The supervisor queues it, merges a burst inside
 //! `dispatcher.merge_window`, waits for a turn slot and starts a `TurnActor`,
 //! giving it the chat's warm session when one settled after the last turn.
 //!
