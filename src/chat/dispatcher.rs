@@ -154,15 +154,6 @@ impl Dispatcher {
         self.access.is_admin(user.0)
     }
 
-    /// Whether everyone in `chat` may talk to the bot (`access.allowed_chats`).
-    fn is_allowed_chat(&self, chat: ChatId) -> bool {
-        self.access.is_allowed_chat(chat.0)
-    }
-
-    fn is_allowed(&self, user: UserId) -> bool {
-        self.access.is_allowed(user.0)
-    }
-
     /// Whether `user` may talk to the bot in `chat` (`AccessConfig::admits`).
     fn admits(&self, user: UserId, chat: ChatId) -> bool {
         self.access.admits(user.0, chat.0)
@@ -230,7 +221,7 @@ impl Dispatcher {
                 alert: false,
             });
         };
-        if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
+        if !self.admits(user, chat) {
             self.events.publish(BotEvent::AccessDenied { chat, user });
             if !due(
                 &mut self.refused_presses,
