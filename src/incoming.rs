@@ -134,9 +134,9 @@ impl Default for Incoming {
 }
 
 impl Incoming {
-    /// The message the bot's answers reply to: this one in a group, none
-    /// in a private chat.
-    pub fn reply_to(&self) -> Option<MessageId> {
+    /// The message the bot's answer replies to: this one in a group, none
+    /// in a private chat (a turn's `answer_to`).
+    pub fn answer_to(&self) -> Option<MessageId> {
         (self.place == Place::Group).then_some(self.message_id)
     }
 
@@ -176,9 +176,9 @@ mod tests {
             message_id: MessageId(9),
             ..Incoming::default()
         };
-        assert_eq!(m.reply_to(), None);
+        assert_eq!(m.answer_to(), None);
         m.place = Place::Group;
-        assert_eq!(m.reply_to(), Some(MessageId(9)));
+        assert_eq!(m.answer_to(), Some(MessageId(9)));
         for place in [Place::Private, Place::Group] {
             assert_eq!(Place::from_stored(place.as_str()), place);
         }

@@ -13,7 +13,8 @@
 //!   - `config/validate.rs`: bounds and cross-key checks;
 //!   - `config/redact.rs`: what `check-config` prints; the token scrubbed from errors.
 //! - `telegram`: the way in and out:
-//!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
+//!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates`; `intake::read`
+//!     reads each message once into an `incoming::Incoming`, written to the inbox;
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
 //!     its requests (texts, live slots, purges, questions with buttons, edits, callback
 //!     answers) in `outbox/requests.rs`, the retry rules in `outbox/retry.rs`, the
@@ -28,9 +29,11 @@
 //!     `files/beneath.rs`: everything in a workdir reached through its
 //!     descriptor, no symlink followed.
 //! - `chat`: the actors of a chat and the turn contract:
-//!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
+//!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands (`dispatcher/commands.rs`),
+//!     routing, recovery (`dispatcher/recovery.rs`);
 //!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
-//!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
+//!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
+//!     `turns.rs`: a turn's start and end);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, serving the
 //!     typed chat tool calls, watchdogs, `approval`: tool approvals in the chat, with
 //!     buttons; `live`: the status message and the answer's preview);
@@ -56,8 +59,9 @@
 //!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
 //!     `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
-//!   its own thread and holds the states of a message; `turnstile backup`'s
-//!   online copy (`state/backup.rs`).
+//!   its own thread and holds the states of a message; the inbox rows, each an
+//!   `Incoming` (`state/rows.rs`); the schema and its migrations (`state/schema.rs`);
+//!   `turnstile backup`'s online copy (`state/backup.rs`).
 //! - `attachment`: `Attachment`, `FileKind`: a file a message carried, as Telegram
 //!   describes it (stored with its inbox row, fetched by `telegram::files`).
 //! - `incoming`: `Incoming`, a message read once at the intake (conversation, sender,

@@ -324,7 +324,7 @@ impl Dispatcher {
     fn message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
         if !self.admits(m.from, m.to.chat) {
             self.deps.inbox.dropped(vec![m.update_id]);
-            self.refuse(m.to, m.from, m.reply_to());
+            self.refuse(m.to, m.from, m.answer_to());
             return;
         }
         self.act(m, ctx);

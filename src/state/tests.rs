@@ -118,8 +118,8 @@ fn a_message_is_read_back_whole_as_the_intake_read_it() {
         .collect();
     assert_eq!(rows, vec![m.clone(), command, unknown]);
     assert_eq!(rows[0].to.key(), "100_42");
-    assert_eq!(rows[0].reply_to(), Some(MessageId(10)));
-    assert_eq!(rows[1].reply_to(), None, "a private chat, whatever its id");
+    assert_eq!(rows[0].answer_to(), Some(MessageId(10)));
+    assert_eq!(rows[1].answer_to(), None, "a private chat, whatever its id");
 }
 
 #[test]

@@ -50,7 +50,7 @@ impl ChatSupervisor {
             files: Vec::new(),
             last: front.message_id,
             from: front.from,
-            answer_to: front.reply_to(),
+            answer_to: front.answer_to(),
             update_ids: Vec::new(),
         };
         let mut texts = Vec::new();
