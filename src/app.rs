@@ -13,7 +13,7 @@ use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
-use crate::chat::turn::TurnDeps;
+use crate::chat::turn::{Forwarding, TurnDeps};
 use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
@@ -334,6 +334,8 @@ pub struct Turnstile {
     pub files: Files,
     /// The running turns.
     slots: TurnSlots,
+    /// The reply lanes' texts on their way to the outbox.
+    forwarding: Forwarding,
     /// The Telegram client (for the offset confirmation at stop).
     bot: Bot,
     /// `/restart` and other requests for the host process.
@@ -406,7 +408,13 @@ impl Turnstile {
         let shutdown = Shutdown::new();
         // A client of its own: its connections are opened and read on the
         // outbox's thread only (see `Outbox`), never on the actors' thread.
-        let outbox = Outbox::new(telegram_client(config)?, limits, events.clone()).start();
+        let outbox = Outbox::new(
+            telegram_client(config)?,
+            limits,
+            Arc::clone(events.metrics()),
+            events.clone(),
+        )
+        .start();
         // What a `kill -9` of the previous process left running dies first.
         match store.groups() {
             Ok(groups) if !groups.is_empty() => {
@@ -450,6 +458,7 @@ impl Turnstile {
                 env: sealed.env,
             },
         );
+        let forwarding = Forwarding::default();
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -462,6 +471,7 @@ impl Turnstile {
             retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
             files: files.clone(),
             workdir: config.agent_workdir(),
+            forwarding: forwarding.clone(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
@@ -523,6 +533,7 @@ impl Turnstile {
             inbox,
             files,
             slots,
+            forwarding,
             bot,
             host_requests: tokio::sync::Mutex::new(host_rx),
             shutdown,
@@ -588,6 +599,10 @@ impl Turnstile {
         }
         // Every store write asked so far lands before the offset is final.
         self.inbox.flushed().await;
+        // What the turns queued as they ended (a "cut short" notice) goes
+        // to the outbox after its turn's "replied" write: in the outbox
+        // before the flush, or the stopped outbox would refuse it.
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.forwarding.settled()).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
         let _ = self.outbox.send(StopOutbox).await;
         self.backend.closed().await;

@@ -15,11 +15,15 @@
 //! - `telegram`: the way in and out:
 //!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates`; `intake::read`
 //!     reads each message once into an `incoming::Incoming`, written to the inbox;
-//!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
+//!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram, routed to
+//!     a lane per chat (`outbox/lane.rs`), paced (`outbox/pacing.rs`), run
+//!     (`outbox/send.rs`) through one delivery and retry path (`outbox/deliver.rs`);
 //!     its requests (texts, live slots, purges, questions with buttons, edits, callback
-//!     answers) in `outbox/requests.rs`, the retry rules in `outbox/retry.rs`, the
+//!     answers) in `outbox/requests.rs`, the jobs they become in `outbox/jobs.rs`, the
 //!     requests of live slots (drafts, edits, deletes) in `outbox/live.rs`;
-//!   - `telegram::call`: a Bot API call without teloxide's 10 s pause after a 5xx;
+//!   - `telegram::call`: a Bot API call (JSON, or multipart with a file) without
+//!     teloxide's 10 s pause after a 5xx;
+//!   - `telegram::typing`: the `TypingLease`, a turn's claim on the typing indicator;
 //!   - `telegram::format`: where text is cut: the agent's Markdown (or plain text) rendered
 //!     to text plus message entities, split into pieces of `TELEGRAM_TEXT_LIMIT`
 //!     (4096 UTF-16 units; entities sliced), and Telegram's entity rules;
@@ -37,7 +41,7 @@
 //!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, serving the
 //!     typed chat tool calls, watchdogs, `approval`: tool approvals in the chat, with
 //!     buttons; `live`: the status message and the answer's preview);
-//!   - `chat::typing`: the `TypingActor`, one per chat, and the `TypingLease`;
+//!   - `chat::typing`: the `TypingActor`, one per chat, which renews a turn's `TypingLease`;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::outcome`: `TurnOutcome` and `decide`, pinned by a golden fixture;
 //!   - `chat::notices`: every text the bot writes to a chat or its agent.

@@ -31,6 +31,7 @@ pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
+pub use self::serve::Forwarding;
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
 use crate::agent::{
@@ -40,12 +41,12 @@ use crate::agent::{
 use crate::attachment::Attachment;
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
-use crate::chat::typing::TypingLease;
 use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{BotEvent, EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
 use crate::state::Inbox;
+use crate::telegram::TypingLease;
 use crate::telegram::files::Files;
 use crate::telegram::outbox::{Outbox, SendText};
 
@@ -152,6 +153,8 @@ pub struct TurnDeps {
     /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
     /// conversation's files are.
     pub workdir: std::path::PathBuf,
+    /// The reply lanes' texts not yet handed to the outbox.
+    pub forwarding: Forwarding,
 }
 
 impl TurnDeps {
