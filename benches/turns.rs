@@ -917,7 +917,7 @@ async fn lost_replies(
         let _ = write!(
             rows,
             " [chat {} update {}: {:?}]",
-            row.message.chat_id, row.message.update_id, row.state
+            row.message.to.chat.0, row.message.update_id, row.state
         );
     }
     let counts = bot.inbox.counts().await;

@@ -48,10 +48,8 @@ pub trait AgentBackend: Send + Sync + 'static {
 /// What a session is opened for.
 #[derive(Debug, Clone)]
 pub struct OpenSession {
-    /// The chat the session serves.
-    pub chat: ChatId,
-    /// The conversation within it (the chat, or one of its forum topics):
-    /// its working directory.
+    /// The conversation the session serves (a chat, or one of its forum
+    /// topics): its working directory.
     pub conversation: crate::ids::Conversation,
     /// The agent's own session id to resume, when the chat had one.
     pub resume: Option<String>,
@@ -65,7 +63,6 @@ impl OpenSession {
     /// host that is not stopping.
     pub fn fresh(chat: ChatId) -> Self {
         Self {
-            chat,
             conversation: chat.into(),
             resume: None,
             shutdown: crate::shutdown::Shutdown::new(),

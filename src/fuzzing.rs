@@ -25,15 +25,15 @@ use crate::agent::claude::{MAX_LINE_BYTES, is_session_id};
 use crate::agent::partial_json::StringField;
 use crate::agent::tools::{TOOL_SERVER, ToolName, ToolRegistry, terminator};
 use crate::agent::{Activity, AgentResult, HookReply, ToolReply};
-use crate::chat::commands::{self, Parsed};
 use crate::chat::turn::ButtonPressed;
 use crate::chat::turn::approval::{self, Choice};
 use crate::chat::turn::live;
-use crate::config::{Config, GroupMode};
-use crate::ids::Conversation;
-use crate::telegram::addressing::{Addressing, BotIdentity, strip_address};
+use crate::config::{AccessConfig, Config, GroupMode};
+use crate::incoming::{Ask, MAX_INPUT_CHARS};
+use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{attachments, safe_component};
 use crate::telegram::format::{Rendered, TELEGRAM_TEXT_LIMIT, render, split, validate};
+use crate::telegram::intake::read;
 
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
@@ -91,45 +91,41 @@ pub fn telegram_update(data: &[u8]) {
     }
 }
 
-/// What the intake and the dispatcher read of a message taken.
+/// What the intake reads of a message taken: the one [`Incoming`] the
+/// inbox stores and the dispatcher acts on, for a sender let in and for a
+/// stranger (whose text and files are never kept).
 fn taken_message(message: &Message) {
-    let _from = message
-        .from
-        .as_ref()
-        .map(|u| i64::try_from(u.id.0).unwrap_or(i64::MAX));
-    let files = attachments(message);
-    let _topic = message
-        .thread_id
-        .filter(|_| message.is_topic_message)
-        .map_or(0, |t| i64::from(t.0.0));
-    let _ = Conversation::new(message.chat.id, message.thread_id);
-    let _date = message.date.timestamp();
-    let _album = message.media_group_id().map(|g| g.0.clone());
-    for name in files.iter().filter_map(|f| f.name.as_deref()) {
+    for name in attachments(message)
+        .iter()
+        .filter_map(|f| f.name.as_deref())
+    {
         check_safe_component(name);
     }
-    let Some(text) = message
-        .text()
-        .or(message.caption())
-        .or(if files.is_empty() { None } else { Some("") })
-    else {
+    let mut admitted = AccessConfig::default();
+    admitted.allowed_chats.push(message.chat.id.0);
+    if let Some(stranger) = read(1, message, BOT_USERNAME, &AccessConfig::default()) {
+        assert!(
+            stranger.text.is_empty() && stranger.files.is_empty() && stranger.ask == Ask::Agent,
+            "a stranger's message kept {stranger:?}"
+        );
+    }
+    let Some(m) = read(1, message, BOT_USERNAME, &admitted) else {
         return;
     };
-    let text = strip_address(text, BOT_USERNAME);
-    let text = text.trim();
-    match commands::parse(text, BOT_USERNAME) {
-        Parsed::Unknown(word) => assert!(
+    assert!(m.text.chars().count() <= MAX_INPUT_CHARS);
+    match &m.ask {
+        Ask::Unknown(word) => assert!(
             !word.is_empty()
                 && word.len() <= 32
                 && word
                     .bytes()
                     .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'_'),
-            "command word {word:?} of {text:?}"
+            "command word {word:?} of {m:?}"
         ),
-        Parsed::Known(_, args) => assert_eq!(args, args.trim(), "arguments of {text:?}"),
-        Parsed::Text | Parsed::ForAnotherBot => {}
+        Ask::Command(_) => assert_eq!(m.text, m.text.trim(), "arguments of {m:?}"),
+        Ask::Agent => {}
     }
-    let _cut: String = text.chars().take(16_384).collect();
+    assert_eq!(Ask::from_stored(m.ask.stored()), m.ask);
 }
 
 /// A name made safe for `inbox/` is one plain path component.

@@ -13,7 +13,8 @@
 //!   - `config/validate.rs`: bounds and cross-key checks;
 //!   - `config/redact.rs`: what `check-config` prints; the token scrubbed from errors.
 //! - `telegram`: the way in and out:
-//!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
+//!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates`; `intake::read`
+//!     reads each message once into an `incoming::Incoming`, written to the inbox;
 //!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram, routed to
 //!     a lane per chat (`outbox/lane.rs`), paced (`outbox/pacing.rs`), run
 //!     (`outbox/send.rs`) through one delivery and retry path (`outbox/deliver.rs`);
@@ -32,9 +33,11 @@
 //!     `files/beneath.rs`: everything in a workdir reached through its
 //!     descriptor, no symlink followed.
 //! - `chat`: the actors of a chat and the turn contract:
-//!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands, routing, recovery;
-//!   - `chat::commands`: the command table (parser, menu, `/start` and `/help` texts);
-//!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands);
+//!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands (`dispatcher/commands.rs`),
+//!     routing, recovery (`dispatcher/recovery.rs`);
+//!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
+//!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
+//!     `turns.rs`: a turn's start and end);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, serving the
 //!     typed chat tool calls, watchdogs, `approval`: tool approvals in the chat, with
 //!     buttons; `live`: the status message and the answer's preview);
@@ -60,10 +63,14 @@
 //!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
 //!     `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
-//!   its own thread and holds the states of a message; `turnstile backup`'s
-//!   online copy (`state/backup.rs`).
+//!   its own thread and holds the states of a message; the inbox rows, each an
+//!   `Incoming` (`state/rows.rs`); the schema and its migrations (`state/schema.rs`);
+//!   `turnstile backup`'s online copy (`state/backup.rs`).
 //! - `attachment`: `Attachment`, `FileKind`: a file a message carried, as Telegram
 //!   describes it (stored with its inbox row, fetched by `telegram::files`).
+//! - `incoming`: `Incoming`, a message read once at the intake (conversation, sender,
+//!   place, what it asks, text, files, album), what the inbox stores and recovery
+//!   reads back; `incoming/command.rs`: the command table (`Command`, `Who`) and its parser.
 //! - `events`: the broadcast of `BotEvent`s (it also hands out the `Metrics`), and live
 //!   actor `Gauges`.
 //! - `ops`: `follow` (what only the bus tells the metrics), `ops::metrics` (the
@@ -80,10 +87,11 @@
 //!
 //! # Theory of operation
 //!
-//! The `Intake` writes each message to the inbox (*queued*) before the update
-//! offset moves past it, then hands the update to the `Dispatcher`, which
-//! checks access, answers commands and routes the message to its chat's
-//! `ChatSupervisor`. The supervisor queues it, merges a burst inside
+//! The `Intake` reads each message for the bot once, into an `Incoming`
+//! (its command, if any, parsed there), writes it to the inbox (*queued*)
+//! before the update offset moves past it, then hands it to the `Dispatcher`,
+//! which checks access, answers commands and routes the message to its
+//! conversation's `ChatSupervisor`. The supervisor queues it, merges a burst inside
 //! `dispatcher.merge_window`, waits for a turn slot and starts a `TurnActor`,
 //! giving it the chat's warm session when one settled after the last turn.
 //!
@@ -114,6 +122,7 @@ pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ids;
+pub mod incoming;
 pub mod ops;
 pub mod shutdown;
 pub mod state;

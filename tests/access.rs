@@ -158,11 +158,11 @@ async fn a_recovered_message_from_a_user_no_longer_allowed_is_dropped() {
         let store = turnstile::state::Store::open(&db).unwrap();
         for (update_id, user, text) in [(1, STRANGER, "from before"), (2, USER, "still allowed")] {
             store
-                .accept(&turnstile::state::InboxMessage {
+                .accept(&turnstile::incoming::Incoming {
                     update_id,
-                    chat_id: user,
-                    user_id: user,
-                    message_id: 1,
+                    to: teloxide::types::ChatId(user).into(),
+                    from: teloxide::types::UserId(u64::try_from(user).unwrap()),
+                    message_id: teloxide::types::MessageId(1),
                     text: text.into(),
                     date: 0,
                     ..Default::default()

@@ -536,7 +536,6 @@ async fn session_with_an_ask(
 ) -> (AgentSession, PermissionAsk) {
     let mut session = backend
         .open(OpenSession {
-            chat: ChatId(1),
             conversation: ChatId(1).into(),
             resume: None,
             shutdown: shutdown.clone(),

@@ -54,6 +54,17 @@ const RULES: &[Rule] = &[
         why: "the store sits below everything it stores for",
     },
     Rule {
+        under: &["src/incoming.rs", "src/incoming"],
+        forbidden: &[
+            "crate::telegram",
+            "crate::chat",
+            "crate::state",
+            "crate::agent",
+        ],
+        allowed: &[],
+        why: "a message read once sits below the store that keeps it and the actors that act on it",
+    },
+    Rule {
         under: &["src/ops/metrics.rs"],
         forbidden: &["crate::events", "super::"],
         allowed: &[],

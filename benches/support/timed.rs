@@ -62,7 +62,7 @@ impl Timed {
 
 impl AgentBackend for Timed {
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
-        let chat = request.chat.0;
+        let chat = request.conversation.chat.0;
         let opening = self.inner.open(request);
         let marks = Arc::clone(&self.marks);
         Box::pin(async move {

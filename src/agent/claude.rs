@@ -253,7 +253,7 @@ impl ClaudeBackend {
 
     /// Spawns the CLI for one session and starts its driver.
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
-        let chat_id = request.chat.0;
+        let chat_id = request.conversation.chat.0;
         let resume = match request.resume {
             Some(id) if !is_session_id(&id) => {
                 tracing::warn!(

@@ -1,38 +1,38 @@
-//! Dispatcher: checks access, handles commands, and routes chat messages to
-//! each chat's [`ChatSupervisor`], starting one on demand and retiring one
-//! that reports itself idle. It owns the [`TurnSlots`] that cap concurrent
-//! turns; each chat runs its own hard deadline.
+//! Dispatcher: takes each message as the intake read it ([`Incoming`]),
+//! checks access, answers commands (`commands.rs`), and routes text to each
+//! conversation's [`ChatSupervisor`], starting one on demand and retiring
+//! one that reports itself idle; at start it recovers the inbox
+//! (`recovery.rs`). It owns the [`TurnSlots`] that cap concurrent turns;
+//! each chat runs its own hard deadline.
+
+mod commands;
+mod recovery;
+
+pub use recovery::Recover;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use teloxide::types::{CallbackQuery, ChatId, MessageId, UpdateKind, UserId};
+use actix::{Actor, AsyncContext, Context, Handler, Message};
+use teloxide::types::{CallbackQuery, ChatId, MessageId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::chat::commands::{self, Abilities, Command, Parsed, Who};
-use crate::chat::notices::{bounded, counted, not_accepted};
+use crate::chat::notices::not_accepted;
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
-    ChatReport, ChatSettings, ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat,
-    StopChatForHost, UserMessage,
+    ChatCommand, ChatReport, ChatSettings, ChatSupervisor, RetireChat, StopChatForHost, UserMessage,
 };
-use crate::chat::turn::{ButtonPressed, TurnDeps, describe_rule};
-use crate::config::{AccessConfig, DispatcherConfig, GroupMode};
+use crate::chat::turn::{ButtonPressed, TurnDeps};
+use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
+use crate::incoming::{Ask, Command, Incoming};
 use crate::ops::panics::contain;
-use crate::state::{InboxRow, InboxState, now_ms};
-use crate::telegram::addressing::strip_address;
-use crate::telegram::files::attachments;
+use crate::state::now_ms;
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::{AnswerCallback, SendText};
-
-/// The longest text handed to an agent; longer input is cut (Telegram itself
-/// caps messages at 4096 characters).
-const MAX_INPUT_CHARS: usize = 16_384;
 
 /// The host is stopping: no new turns; with `end_running`, running ones end
 /// with `HostStopping`. Answers how many chats hold a turn.
@@ -62,8 +62,8 @@ pub struct RunningTurns;
 #[derive(Debug)]
 enum ForChat {
     Message(UserMessage),
-    Stop,
-    New,
+    /// `/stop` or `/new`.
+    Command(Command),
     Press(ButtonPressed),
 }
 
@@ -154,13 +154,9 @@ impl Dispatcher {
         self.access.is_admin(user.0)
     }
 
-    /// Whether everyone in `chat` may talk to the bot (`access.allowed_chats`).
-    fn is_allowed_chat(&self, chat: ChatId) -> bool {
-        self.access.is_allowed_chat(chat.0)
-    }
-
-    fn is_allowed(&self, user: UserId) -> bool {
-        self.access.is_allowed(user.0)
+    /// Whether `user` may talk to the bot in `chat` (`AccessConfig::admits`).
+    fn admits(&self, user: UserId, chat: ChatId) -> bool {
+        self.access.admits(user.0, chat.0)
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
@@ -181,18 +177,13 @@ impl Dispatcher {
         })
     }
 
-    fn route(&mut self, chat: Conversation, msg: UserMessage, ctx: &mut Context<Self>) {
-        self.deliver(chat, ForChat::Message(msg), ctx);
-    }
-
     /// Hands something to the chat's supervisor, counting it.
     fn deliver(&mut self, chat: Conversation, item: ForChat, ctx: &mut Context<Self>) {
         let entry = self.supervisor(chat, ctx);
         entry.routed += 1;
         match item {
             ForChat::Message(msg) => entry.addr.do_send(msg),
-            ForChat::Stop => entry.addr.do_send(StopChat),
-            ForChat::New => entry.addr.do_send(NewSession),
+            ForChat::Command(command) => entry.addr.do_send(ChatCommand(command)),
             ForChat::Press(press) => entry.addr.do_send(press),
         }
     }
@@ -215,92 +206,6 @@ impl Dispatcher {
         }
     }
 
-    /// A command this bot knows, from `user` (admins' commands refused to
-    /// everyone else).
-    fn command(
-        &mut self,
-        chat: Conversation,
-        user: UserId,
-        (command, args): (Command, &str),
-        asked: Asked,
-        ctx: &mut Context<Self>,
-    ) {
-        let Asked { date, private } = asked;
-        let admin = self.is_admin(user);
-        if command.who() == Who::Admins && !admin {
-            self.say(chat, format!("Only admins can use /{}.", command.word()));
-            return;
-        }
-        match command {
-            Command::Permissions => self.permissions(chat, args, ctx),
-            Command::Stop if self.chats.contains_key(&chat) => {
-                self.deliver(chat, ForChat::Stop, ctx);
-            }
-            Command::Stop => self.say(chat, "Nothing to stop."),
-            Command::New => self.deliver(chat, ForChat::New, ctx),
-            Command::Status => self.status(chat, private, ctx),
-            Command::Restart => self.restart(chat, user, date),
-            Command::Start => self.say(chat, commands::greeting(admin, &self.abilities(private))),
-            Command::Help => self.say(chat, commands::help(admin, &self.abilities(private))),
-        }
-    }
-
-    /// What the bot takes in a private chat or a group, for `/start` and `/help`.
-    fn abilities(&self, private: bool) -> Abilities {
-        let policy = self.deps.files.policy();
-        Abilities {
-            max_download: policy.max_download,
-            transcribes: !policy.transcribe.is_empty(),
-            mention_in_group: (!private && self.access.group_mode == GroupMode::Mention)
-                .then(|| self.username.clone()),
-        }
-    }
-
-    /// `/permissions`: the tools that run without asking in this chat;
-    /// `/permissions clear` forgets them.
-    fn permissions(&mut self, to: Conversation, args: &str, ctx: &mut Context<Self>) {
-        let chat = to.chat;
-        let outbox = self.deps.outbox.clone();
-        if args.eq_ignore_ascii_case("clear") {
-            let cleared = self.deps.inbox.clear_always(chat);
-            ctx.spawn(
-                async move {
-                    let text = match cleared.await {
-                        Some(0) => "No tool was allowed without asking in this chat.".to_string(),
-                        Some(n) => format!(
-                            "🔐 Forgot {}; every tool asks again.",
-                            counted(n, "tool approval", "tool approvals")
-                        ),
-                        None => "⚠️ The approvals could not be cleared; try again.".to_string(),
-                    };
-                    outbox.do_send(SendText::new(to, text));
-                }
-                .into_actor(self),
-            );
-            return;
-        }
-        let rules = self.deps.inbox.always_rules(chat);
-        ctx.spawn(
-            async move {
-                let rules = rules.await;
-                let text = if rules.is_empty() {
-                    "Every tool asks before it runs in this chat.".to_string()
-                } else {
-                    format!(
-                        "🔐 These run without asking in this chat:\n{}\n/permissions clear forgets them.",
-                        rules
-                            .iter()
-                            .map(|grant| format!("• {}", describe_rule(&grant.rule)))
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    )
-                };
-                outbox.do_send(SendText::new(to, text));
-            }
-            .into_actor(self),
-        );
-    }
-
     /// A button pressed under one of the bot's questions: checked against
     /// the allowlist, then routed to the chat that asked; anything else is
     /// answered "expired" at once.
@@ -316,7 +221,7 @@ impl Dispatcher {
                 alert: false,
             });
         };
-        if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
+        if !self.admits(user, chat) {
             self.events.publish(BotEvent::AccessDenied { chat, user });
             if !due(
                 &mut self.refused_presses,
@@ -360,77 +265,6 @@ impl Dispatcher {
             _ => answer(self, "This question has expired."),
         }
     }
-
-    /// `/restart` from an admin: ignored when older than this process,
-    /// otherwise told and handed to the host, which drains and re-executes.
-    fn restart(&mut self, to: Conversation, user: UserId, date: i64) {
-        let chat = to.chat;
-        if date < self.started_at {
-            tracing::warn!(
-                chat_id = chat.0,
-                user_id = user.0,
-                date,
-                started_at = self.started_at,
-                "/restart older than this process ignored"
-            );
-            return;
-        }
-        if self.stopping {
-            self.say(to, "Already stopping.");
-            return;
-        }
-        let running = self.slots.running();
-        tracing::warn!(
-            chat_id = chat.0,
-            user_id = user.0,
-            running,
-            "/restart requested"
-        );
-        self.say(
-            to,
-            if running == 0 {
-                "🔄 Restarting.".to_string()
-            } else {
-                format!(
-                    "🔄 Restarting; waiting for {} first.",
-                    counted(running, "running turn", "running turns")
-                )
-            },
-        );
-        if self.host.send(HostRequest::Restart { chat }).is_err() {
-            tracing::error!("no host is listening for /restart");
-        }
-    }
-
-    /// `/status`: every chat for an admin in a private chat with the bot;
-    /// in a group (even for an admin) only that chat, so no other chat's id
-    /// is shown to the group's members.
-    fn status(&mut self, chat: Conversation, private: bool, ctx: &mut Context<Self>) {
-        let header = if private {
-            commands::status_header(self.chats.len(), self.slots.running(), self.slots.free())
-        } else {
-            "This chat only (ask in a private chat with the bot for all chats).".to_owned()
-        };
-        let asks: Vec<_> = self
-            .chats
-            .iter()
-            .filter(|(id, _)| private || id.chat == chat.chat)
-            .map(|(_, e)| e.addr.send(DescribeChat))
-            .collect();
-        let outbox = self.deps.outbox.clone();
-        ctx.spawn(
-            async move {
-                let lines = futures_util::future::join_all(asks).await;
-                let mut text = header;
-                for line in lines.into_iter().flatten() {
-                    text.push('\n');
-                    text.push_str(&line);
-                }
-                outbox.do_send(SendText::new(chat, text));
-            }
-            .into_actor(self),
-        );
-    }
 }
 
 /// What a stranger is told: that the bot is not for them, and their user
@@ -456,15 +290,6 @@ fn due(refused: &mut HashMap<UserId, Instant>, user: UserId, cooldown: Duration)
     due
 }
 
-/// Who asked a command, and where.
-#[derive(Debug, Clone, Copy)]
-struct Asked {
-    /// Telegram's date of the message (unix seconds).
-    date: i64,
-    /// Whether it came from a private chat with the bot.
-    private: bool,
-}
-
 impl Actor for Dispatcher {
     type Context = Context<Self>;
 }
@@ -472,223 +297,66 @@ impl Actor for Dispatcher {
 impl Handler<UpdateReceived> for Dispatcher {
     type Result = ();
 
-    /// One update; should handling it panic, it is dropped with an ERROR
-    /// log and the next one is handled as usual.
-    fn handle(&mut self, UpdateReceived(update): UpdateReceived, ctx: &mut Self::Context) {
-        let update_id = i64::from(update.id.0);
-        if let Err(panic) = contain(|| self.update(update, ctx)) {
-            tracing::error!(update_id, %panic, "handling the update panicked; dropped");
-            self.deps.inbox.dropped(vec![update_id]);
+    /// One message or press; should handling it panic, it is dropped with
+    /// an ERROR log and the next one is handled as usual.
+    fn handle(&mut self, update: UpdateReceived, ctx: &mut Self::Context) {
+        match update {
+            UpdateReceived::Message(m) => {
+                let update_id = m.update_id;
+                if let Err(panic) = contain(|| self.message(m, ctx)) {
+                    tracing::error!(update_id, %panic, "handling the message panicked; dropped");
+                    self.deps.inbox.dropped(vec![update_id]);
+                }
+            }
+            UpdateReceived::Press(query) => {
+                let callback = query.id.to_string();
+                if let Err(panic) = contain(|| self.button(*query, ctx)) {
+                    tracing::error!(callback, %panic, "handling the button press panicked; dropped");
+                }
+            }
         }
     }
 }
 
 impl Dispatcher {
-    /// Checks, answers or routes one update.
-    fn update(&mut self, update: teloxide::types::Update, ctx: &mut Context<Self>) {
-        let update_id = i64::from(update.id.0);
-        let message = match update.kind {
-            UpdateKind::Message(message) => message,
-            UpdateKind::CallbackQuery(query) => return self.button(query, ctx),
-            UpdateKind::Error(raw) => {
-                let shown: String = raw.to_string().chars().take(200).collect();
-                tracing::warn!(update_id, raw = %shown, "update could not be parsed; skipped");
-                return;
-            }
-            other => {
-                tracing::debug!(update_id, kind = ?std::mem::discriminant(&other), "update kind not handled; skipped");
-                return;
-            }
-        };
-        let chat = message.chat.id;
-        let topic = message.thread_id.filter(|_| message.is_topic_message);
-        let to = Conversation::new(chat, topic);
-        let in_group = message.chat.is_group() || message.chat.is_supergroup();
-        let inbox = self.deps.inbox.clone();
-        let done = move |state: InboxState| match state {
-            InboxState::Dropped => inbox.dropped(vec![update_id]),
-            _ => inbox.handled(update_id),
-        };
-        let Some(user) = message.from.as_ref().map(|u| u.id) else {
-            tracing::debug!(
-                update_id,
-                chat_id = chat.0,
-                "message without a sender; skipped"
-            );
-            done(InboxState::Done);
-            return;
-        };
-        let files = attachments(&message);
-        let Some(text) = message
-            .text()
-            .or(message.caption())
-            .or(if files.is_empty() { None } else { Some("") })
-        else {
-            tracing::debug!(
-                update_id,
-                chat_id = chat.0,
-                "message without text or files; skipped"
-            );
-            done(InboxState::Done);
-            return;
-        };
-        if !self.is_allowed(user) && !self.is_allowed_chat(chat) {
-            done(InboxState::Dropped);
-            self.refuse(to, user, in_group.then_some(message.id));
+    /// One message for the bot, as the intake read it: a stranger's is
+    /// refused, the rest acted on.
+    fn message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
+        if !self.admits(m.from, m.to.chat) {
+            self.deps.inbox.dropped(vec![m.update_id]);
+            self.refuse(m.to, m.from, m.answer_to());
             return;
         }
-        let text = strip_address(text, &self.username);
-        let text = text.trim();
-        if text.is_empty() && files.is_empty() {
-            tracing::debug!(update_id, chat_id = chat.0, "empty message; skipped");
-            done(InboxState::Done);
-            return;
-        }
-        match commands::parse(text, &self.username) {
-            Parsed::Text => {}
-            Parsed::Known(command, args) => {
-                let asked = Asked {
-                    date: message.date.timestamp(),
-                    private: message.chat.is_private(),
-                };
-                self.command(to, user, (command, args), asked, ctx);
-                done(InboxState::Done);
-                return;
-            }
-            Parsed::Unknown(word) => {
-                tracing::debug!(update_id, chat_id = chat.0, command = %word, "unknown command answered with a pointer to /help");
-                self.say(to, commands::unknown(&word));
-                done(InboxState::Done);
-                return;
-            }
-            Parsed::ForAnotherBot => {
-                tracing::debug!(
-                    update_id,
-                    chat_id = chat.0,
-                    "command for another bot; skipped"
-                );
-                done(InboxState::Done);
-                return;
-            }
-        }
-        if self.stopping {
-            done(InboxState::Dropped);
-            self.say(to, not_accepted(self.deps.shutdown.is_restarting()));
-            return;
-        }
-        let mut text = text.to_string();
-        if text.chars().count() > MAX_INPUT_CHARS {
-            tracing::warn!(
-                update_id,
-                chat_id = chat.0,
-                "message cut to {MAX_INPUT_CHARS} characters"
-            );
-            text = text.chars().take(MAX_INPUT_CHARS).collect();
-        }
-        let msg = UserMessage {
-            text,
-            message_id: message.id,
-            update_id,
-            from: user,
-            at: Instant::now(),
-            files,
-            album: message.media_group_id().map(|g| g.0.clone()),
-            in_group,
-        };
-        self.route(to, msg, ctx);
+        self.act(m, ctx);
     }
-}
 
-/// Sent once at start, before any update: the inbox rows a previous
-/// process left (read on the store thread before the intake wrote anything).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Recover(pub std::pin::Pin<Box<dyn std::future::Future<Output = Vec<InboxRow>> + Send>>);
-
-impl Handler<Recover> for Dispatcher {
-    type Result = ();
-
-    fn handle(&mut self, Recover(rows): Recover, ctx: &mut Self::Context) {
-        // Nothing else is handled until the rows are routed, so a new message
-        // never overtakes a recovered one.
-        ctx.wait(
-            rows.into_actor(self)
-                .map(|rows, act, ctx| act.recover(rows, ctx)),
-        );
-    }
-}
-
-impl Dispatcher {
-    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
-        let (mut requeued, mut retried, mut reported) = (0, 0, 0);
-        let mut refused = 0;
-        for row in rows {
-            let m = row.message;
-            let to = m.conversation();
-            let chat = to.chat;
-            let sender = u64::try_from(m.user_id).ok().map(UserId);
-            if !sender.is_some_and(|user| self.is_allowed(user)) && !self.is_allowed_chat(chat) {
-                // Allowed when it was accepted, not any more: it never reaches an agent.
-                refused += 1;
-                tracing::warn!(
-                    update_id = m.update_id,
-                    chat_id = chat.0,
-                    user_id = m.user_id,
-                    "recovered message from a user no longer on the allowlist; dropped"
-                );
-                self.deps.inbox.dropped(vec![m.update_id]);
-                continue;
+    /// An admitted message, new or recovered: a command is answered, an
+    /// unknown one pointed to `/help`, text for the agent routed to its
+    /// conversation's supervisor (refused once the host is stopping).
+    fn act(&mut self, m: Incoming, ctx: &mut Context<Self>) {
+        let update_id = m.update_id;
+        match &m.ask {
+            Ask::Command(command) => {
+                self.command(*command, &m, ctx);
+                self.deps.inbox.handled(update_id);
             }
-            let retry = match row.state {
-                InboxState::Queued => {
-                    requeued += 1;
-                    true
-                }
-                InboxState::Running if self.deps.retry_interrupted => {
-                    retried += 1;
-                    true
-                }
-                _ => false,
-            };
-            if retry {
+            Ask::Unknown(word) => {
+                tracing::debug!(update_id, chat_id = m.to.chat.0, command = %word, "unknown command answered with a pointer to /help");
+                self.say(m.to, crate::chat::commands::unknown(word));
+                self.deps.inbox.handled(update_id);
+            }
+            Ask::Agent if self.stopping => {
+                self.deps.inbox.dropped(vec![update_id]);
+                self.say(m.to, not_accepted(self.deps.shutdown.is_restarting()));
+            }
+            Ask::Agent => {
+                let to = m.to;
                 let msg = UserMessage {
-                    text: m.text,
-                    message_id: teloxide::types::MessageId(
-                        i32::try_from(m.message_id).unwrap_or(0),
-                    ),
-                    update_id: m.update_id,
-                    from: sender.unwrap_or(UserId(0)),
+                    message: m,
                     at: Instant::now(),
-                    files: m.files,
-                    album: None,
-                    // Group and supergroup ids are negative.
-                    in_group: chat.0 < 0,
                 };
-                self.route(to, msg, ctx);
-                continue;
+                self.deliver(to, ForChat::Message(msg), ctx);
             }
-            reported += 1;
-            let excerpt = bounded(&m.text, 80);
-            let text = if row.state == InboxState::Replied {
-                format!(
-                    "⚠️ turnstile restarted while answering “{excerpt}”; the answer above may be incomplete. Send it again if you need more."
-                )
-            } else {
-                format!(
-                    "⚠️ turnstile restarted before it could answer “{excerpt}”. Send it again if you still need an answer."
-                )
-            };
-            self.say(to, text);
-            self.deps.inbox.reported(m.update_id);
-        }
-        if requeued + retried + reported + refused > 0 {
-            tracing::info!(
-                requeued,
-                retried,
-                reported,
-                refused,
-                "recovered the inbox of the previous process"
-            );
         }
     }
 }

@@ -12,6 +12,7 @@
 
 mod commands;
 mod state;
+mod turns;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,53 +23,34 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
     WrapFuture,
 };
-use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
-use crate::attachment::Attachment;
-use crate::chat::notices::{FORCE_RELEASED, not_accepted, queue_full};
-use crate::chat::outcome::TurnOutcome;
+use crate::chat::notices::{not_accepted, queue_full};
 use crate::chat::slots::{TurnSlot, TurnSlots};
-use crate::chat::turn::{AbortTurn, SessionReleased, TurnActor, TurnDeps, TurnEnded, TurnSpec};
-use crate::chat::typing::{RetireTyping, StartTyping, TypingActor, TypingLease};
-use crate::events::BotEvent;
+use crate::chat::turn::{AbortTurn, TurnActor, TurnDeps};
+use crate::chat::typing::{RetireTyping, TypingActor, TypingLease};
 use crate::ids::{Conversation, TurnId};
-use crate::state::{Disposition, TurnRecord, now_ms};
+use crate::incoming::{Command, Incoming};
 use crate::telegram::outbox::SendText;
 
-/// A user's message for the chat's agent.
+/// A message for the chat's agent, as the intake read it.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct UserMessage {
-    /// The text.
-    pub text: String,
-    /// The Telegram message, for reactions.
-    pub message_id: MessageId,
-    /// Its inbox row.
-    pub update_id: i64,
-    /// Who sent it.
-    pub from: UserId,
-    /// When it was accepted.
+    /// The message.
+    pub message: Incoming,
+    /// When it was accepted (its merge window opens then).
     pub at: Instant,
-    /// The files it carried.
-    pub files: Vec<Attachment>,
-    /// Its album (media group), whose items become one turn.
-    pub album: Option<String>,
-    /// Whether it came from a group, where the answer replies to it.
-    pub in_group: bool,
 }
 
-/// `/stop`: interrupt the running turn and drop what is queued.
+/// A command for the chat, as the intake parsed it: `/stop` interrupts
+/// the running turn and drops what is queued; `/new` forgets the agent
+/// session, so the next turn starts fresh (`commands.rs`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct StopChat;
-
-/// `/new`: forget the agent session; the next turn starts fresh.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct NewSession;
+pub struct ChatCommand(pub Command);
 
 /// The dispatcher retires an idle chat (after [`ChatReport::Idle`]).
 #[derive(Message, Debug)]
@@ -102,19 +84,6 @@ pub enum ChatReport {
         /// How many items (messages and commands) it had received.
         received: u64,
     },
-}
-
-/// A message waiting for its turn.
-#[derive(Debug, Clone)]
-struct Pending {
-    text: String,
-    message_id: MessageId,
-    update_id: i64,
-    from: UserId,
-    at: Instant,
-    files: Vec<Attachment>,
-    album: Option<String>,
-    in_group: bool,
 }
 
 /// How long the first item of an album waits for the rest, whatever
@@ -167,10 +136,8 @@ pub struct ChatSettings {
 
 /// The actor.
 pub struct ChatSupervisor {
-    /// The chat.
-    chat: ChatId,
-    /// Its forum topic, when this conversation is one.
-    topic: Option<ThreadId>,
+    /// The conversation: the chat, or one forum topic of it.
+    to: Conversation,
     /// What turns need.
     deps: TurnDeps,
     /// Queue and merge settings.
@@ -184,7 +151,7 @@ pub struct ChatSupervisor {
     /// Where the chat is.
     state: ChatState<Running>,
     /// Messages waiting, oldest first.
-    queue: VecDeque<Pending>,
+    queue: VecDeque<UserMessage>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
     /// Turns up to this one must not keep their session (after `/new`).
@@ -211,8 +178,7 @@ impl ChatSupervisor {
     ) -> Self {
         deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
         Self {
-            chat: to.chat,
-            topic: to.topic,
+            to,
             deps,
             settings,
             dispatcher,
@@ -230,12 +196,7 @@ impl ChatSupervisor {
     }
 
     fn say(&self, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText::new(self.to(), text));
-    }
-
-    /// The conversation.
-    fn to(&self) -> Conversation {
-        Conversation::new(self.chat, self.topic)
+        self.deps.outbox.do_send(SendText::new(self.to, text));
     }
 
     fn step(&mut self, step: ChatStep<Running>) -> Option<Running> {
@@ -269,7 +230,7 @@ impl ChatSupervisor {
             ctx.run_later(self.settings.idle_eviction, move |act, _ctx| {
                 act.idle_timer = None;
                 act.dispatcher.do_send(ChatReport::Idle {
-                    chat: act.to(),
+                    chat: act.to,
                     received,
                 });
             }),
@@ -285,7 +246,7 @@ impl ChatSupervisor {
             return self.watch_idle(ctx);
         };
         let open_for = front.at.elapsed();
-        let window = if front.album.is_some() {
+        let window = if front.message.album.is_some() {
             self.settings.merge_window.max(ALBUM_WAIT)
         } else {
             self.settings.merge_window
@@ -307,143 +268,13 @@ impl ChatSupervisor {
                     None => {
                         act.step(ChatStep::NoSlot);
                         tracing::debug!(
-                            chat_id = act.chat.0,
+                            chat_id = act.to.chat.0,
                             "no more turns: the host is stopping"
                         );
                     }
                 },
             ),
         );
-    }
-
-    fn start_turn(&mut self, slot: TurnSlot, ctx: &mut Context<Self>) {
-        if self.stopping || self.queue.is_empty() {
-            // `/stop` cleared the queue, or the host began stopping, while
-            // the slot was on its way: it goes back unused.
-            self.step(ChatStep::NoSlot);
-            return self.watch_idle(ctx);
-        }
-        let Some(front) = self.queue.pop_front() else {
-            return;
-        };
-        // A window too large to add to an Instant merges everything queued.
-        let window_end = front.at.checked_add(self.settings.merge_window);
-        let answer_to = front.in_group.then_some(front.message_id);
-        let album = front.album.clone();
-        let mut texts = vec![front.text];
-        let mut files = front.files;
-        let mut reply_to = front.message_id;
-        let mut from = front.from;
-        let mut update_ids = vec![front.update_id];
-        while let Some(next) = self.queue.pop_front_if(|p| {
-            window_end.is_none_or(|end| p.at <= end) || (album.is_some() && p.album == album)
-        }) {
-            texts.push(next.text);
-            files.extend(next.files);
-            reply_to = next.message_id;
-            from = next.from;
-            update_ids.push(next.update_id);
-        }
-        texts.retain(|t| !t.trim().is_empty());
-        self.deps
-            .events
-            .metrics()
-            .queued(-(update_ids.len() as i64));
-        let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
-        self.deps.inbox.turn_started(update_ids.clone(), turn);
-        tracing::info!(
-            chat_id = self.chat.0,
-            turn_id = turn.get(),
-            messages = update_ids.len(),
-            "turn started"
-        );
-        let warm = self.warm.take().map(|warm| {
-            ctx.cancel_future(warm.timer);
-            warm.session
-        });
-        let typing = self.typing_actor();
-        let lease = TypingLease::of_turn(self.chat, turn, self.deps.events.clone());
-        typing.do_send(StartTyping {
-            turn,
-            lease: lease.clone(),
-        });
-        let me = ctx.address();
-        let spec = TurnSpec {
-            chat: self.chat,
-            topic: self.topic,
-            turn,
-            text: texts.join("\n\n"),
-            reply_to: Some(reply_to),
-            answer_to,
-            files,
-            update_ids: update_ids.clone(),
-            from: Some(from),
-            typing: lease.clone(),
-        };
-        let addr = TurnActor::new(
-            spec,
-            self.deps.clone(),
-            warm,
-            vec![me.clone().recipient(), typing.recipient()],
-            me.recipient(),
-        )
-        .start();
-        let deadline = ctx.run_later(self.deps.config.hard_deadline, move |act, ctx| {
-            act.force_release(turn, ctx);
-        });
-        self.step(ChatStep::Start(Running {
-            turn,
-            update_ids,
-            typing: lease,
-            addr,
-            started: Instant::now(),
-            deadline,
-            _slot: slot,
-        }));
-    }
-
-    /// The hard deadline: releases the chat from `turn` now, whatever its
-    /// actors say; the session is killed and the chat told.
-    fn force_release(&mut self, turn: TurnId, ctx: &mut Context<Self>) {
-        let Some(running) = self.step(ChatStep::ForceReleased(turn)) else {
-            return;
-        };
-        let at = Instant::now();
-        tracing::error!(
-            chat_id = self.chat.0,
-            turn_id = turn.get(),
-            held_ms = running.started.elapsed().as_millis() as u64,
-            "turn past its hard deadline; chat force-released"
-        );
-        running.typing.end();
-        running.addr.do_send(AbortTurn);
-        self.deps
-            .inbox
-            .turn_finished(running.update_ids.clone(), Disposition::Done);
-        let ended = TurnEnded {
-            turn,
-            outcome: TurnOutcome::ForceReleased,
-            session_id: None,
-            replied: false,
-            api_calls: 0,
-            cost_usd: 0.0,
-            started: running.started,
-            at,
-        };
-        if let Some(typing) = &self.typing {
-            typing.do_send(ended);
-        }
-        self.deps.events.publish(BotEvent::TurnEnded {
-            chat: self.chat,
-            turn,
-            outcome: TurnOutcome::ForceReleased,
-            session_id: None,
-            at,
-        });
-        self.warm = None;
-        self.say(FORCE_RELEASED);
-        drop(running);
-        self.try_start(ctx);
     }
 
     /// Keeps a settled session for `agent.keep_warm`; dropping it closes it.
@@ -456,7 +287,7 @@ impl ChatSupervisor {
         }
         let Ok(slot) = Arc::clone(&self.settings.warm_slots).try_acquire_owned() else {
             tracing::debug!(
-                chat_id = self.chat.0,
+                chat_id = self.to.chat.0,
                 "agent.max_warm reached; session closed"
             );
             return;
@@ -467,7 +298,7 @@ impl ChatSupervisor {
         let timer = ctx.run_later(self.settings.keep_warm, |act, ctx| {
             if act.warm.take().is_some() {
                 tracing::debug!(
-                    chat_id = act.chat.0,
+                    chat_id = act.to.chat.0,
                     "warm session closed after agent.keep_warm"
                 );
             }
@@ -486,7 +317,7 @@ impl ChatSupervisor {
         }
         let config = &self.deps.config;
         let addr = TypingActor::new(
-            self.to(),
+            self.to,
             self.deps.outbox.clone(),
             config.typing_interval,
             config.hard_deadline,
@@ -538,97 +369,16 @@ impl Handler<UserMessage> for ChatSupervisor {
         }
         if self.queue.len() >= self.settings.queue_limit {
             tracing::warn!(
-                chat_id = self.chat.0,
+                chat_id = self.to.chat.0,
                 queued = self.queue.len(),
                 "queue full; message refused"
             );
-            self.deps.inbox.dropped(vec![msg.update_id]);
+            self.deps.inbox.dropped(vec![msg.message.update_id]);
             self.say(queue_full(self.queue.len()));
             return;
         }
-        self.queue.push_back(Pending {
-            text: msg.text,
-            message_id: msg.message_id,
-            update_id: msg.update_id,
-            from: msg.from,
-            at: msg.at,
-            files: msg.files,
-            album: msg.album,
-            in_group: msg.in_group,
-        });
+        self.queue.push_back(msg);
         self.deps.events.metrics().queued(1);
-        self.try_start(ctx);
-    }
-}
-
-impl Handler<TurnEnded> for ChatSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, msg: TurnEnded, ctx: &mut Self::Context) {
-        // Dropping the running turn gives its slot back: the chat is free.
-        let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
-            tracing::debug!(
-                chat_id = self.chat.0,
-                turn_id = msg.turn.get(),
-                "TurnEnded for a turn no longer held; ignored"
-            );
-            return;
-        };
-        ctx.cancel_future(running.deadline);
-        let how = match msg.outcome {
-            // Retried after the restart, unless it already replied.
-            TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.replied => {
-                Disposition::Requeue
-            }
-            TurnOutcome::HostStopping => Disposition::Report,
-            _ => Disposition::Done,
-        };
-        let inbox = &self.deps.inbox;
-        inbox.turn_finished(running.update_ids.clone(), how);
-        let now = now_ms();
-        let took =
-            i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
-        let duration = msg.at.saturating_duration_since(msg.started);
-        tracing::info!(
-            chat_id = self.chat.0,
-            turn_id = msg.turn.get(),
-            outcome = msg.outcome.label(),
-            duration_ms = took,
-            api_calls = msg.api_calls,
-            cost_usd = msg.cost_usd,
-            "turn recorded"
-        );
-        let metrics = self.deps.events.metrics();
-        metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
-        inbox.record_turn(TurnRecord {
-            chat_id: self.chat.0,
-            turn: msg.turn.get(),
-            started_at: now.saturating_sub(took),
-            ended_at: now,
-            outcome: msg.outcome.label().to_string(),
-            finished: msg.outcome.finished(),
-            api_calls: msg.api_calls,
-            cost_usd: msg.cost_usd,
-        });
-        if msg.turn > self.forget_through
-            && let Some(id) = msg.session_id
-        {
-            inbox.set_session(self.to(), Some(id));
-        }
-    }
-}
-
-impl Handler<SessionReleased> for ChatSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, msg: SessionReleased, ctx: &mut Self::Context) {
-        if !matches!(self.state, ChatState::Settling(turn) if turn == msg.turn) {
-            return;
-        }
-        self.step(ChatStep::Released(msg.turn));
-        if msg.turn > self.forget_through && !self.stopping {
-            self.keep_warm(msg.session, ctx);
-        }
         self.try_start(ctx);
     }
 }

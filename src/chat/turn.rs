@@ -23,7 +23,7 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
     SpawnHandle, WrapFuture,
 };
-use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
+use teloxide::types::{MessageId, UserId};
 use tokio::sync::mpsc;
 
 use self::approval::Approvals;
@@ -103,11 +103,9 @@ pub struct AbortTurn;
 /// What a turn is for.
 #[derive(Debug, Clone)]
 pub struct TurnSpec {
-    /// The chat.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one: replies, typing and
-    /// questions go there, and it has its own session and workdir.
-    pub topic: Option<ThreadId>,
+    /// The conversation (the chat, or one forum topic of it): replies,
+    /// typing and questions go there, and it has its own session and workdir.
+    pub to: Conversation,
     /// Numbers the turn within the process.
     pub turn: TurnId,
     /// The user's text (merged messages joined).
@@ -237,7 +235,7 @@ impl TurnActor {
         released_to: Recipient<SessionReleased>,
     ) -> Self {
         deps.gauges.turns.fetch_add(1, Ordering::SeqCst);
-        let to = Conversation::new(spec.chat, spec.topic);
+        let to = spec.to;
         let view = LiveView::new(
             (*deps.progress).clone(),
             to,
@@ -270,12 +268,12 @@ impl TurnActor {
     }
 
     fn chat_id(&self) -> i64 {
-        self.spec.chat.0
+        self.spec.to.chat.0
     }
 
     /// The conversation the turn is in.
     fn to(&self) -> Conversation {
-        Conversation::new(self.spec.chat, self.spec.topic)
+        self.spec.to
     }
 
     /// Fetches the turn's files into the workdir, tells the chat about any
@@ -349,14 +347,12 @@ impl TurnActor {
     fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
         let resume = self.deps.inbox.session(self.to());
-        let chat = self.spec.chat;
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
         let open = async move {
             let resume = resume.await;
             backend
                 .open(OpenSession {
-                    chat,
                     conversation,
                     resume,
                     shutdown,
@@ -598,7 +594,7 @@ impl Actor for TurnActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.deps.events.publish(BotEvent::TurnStarted {
-            chat: self.spec.chat,
+            chat: self.spec.to.chat,
             turn: self.spec.turn,
             at: self.started,
         });
@@ -656,7 +652,7 @@ impl Handler<AbortTurn> for TurnActor {
         self.send(SessionCommand::Kill);
         self.link = None;
         self.deps.events.publish(BotEvent::SessionKilled {
-            chat: self.spec.chat,
+            chat: self.spec.to.chat,
             turn: self.spec.turn,
         });
         self.step(Step::Aborted);

@@ -245,20 +245,21 @@ fn publish(temp: &Path, dest: &Path) -> Result<(), BackupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{InboxMessage, Store};
+    use crate::incoming::Incoming;
+    use crate::state::Store;
 
     fn store_with(dir: &Path, messages: i64) -> PathBuf {
         let path = dir.join("state.db");
         let store = Store::open(&path).unwrap();
         for update_id in 1..=messages {
             store
-                .accept(&InboxMessage {
+                .accept(&Incoming {
                     update_id,
-                    chat_id: 1,
-                    user_id: 1,
-                    message_id: update_id,
+                    to: teloxide::types::ChatId(1).into(),
+                    from: teloxide::types::UserId(1),
+                    message_id: teloxide::types::MessageId(i32::try_from(update_id).unwrap()),
                     text: format!("m{update_id}"),
-                    ..InboxMessage::default()
+                    ..Incoming::default()
                 })
                 .unwrap();
         }

@@ -40,10 +40,9 @@ use std::time::Duration;
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::oneshot;
 
-use super::{
-    AlwaysGrant, AlwaysRule, InboxMessage, InboxRow, InboxState, StateError, Store, TurnRecord,
-};
+use super::{AlwaysGrant, AlwaysRule, InboxRow, InboxState, StateError, Store, TurnRecord};
 use crate::ids::{Conversation, TurnId};
+use crate::incoming::Incoming;
 
 /// A job for the store thread.
 type Job = Box<dyn FnOnce(&Store) + Send>;
@@ -195,7 +194,7 @@ impl Inbox {
     /// failure never loses a message.
     pub fn accept(
         &self,
-        messages: Vec<InboxMessage>,
+        messages: Vec<Incoming>,
         offset: i64,
     ) -> impl Future<Output = Vec<bool>> + Send + 'static {
         let count = messages.len();
@@ -397,15 +396,14 @@ impl Inbox {
 mod tests {
     use super::*;
 
-    fn msg(update_id: i64) -> InboxMessage {
-        InboxMessage {
+    fn msg(update_id: i64) -> Incoming {
+        Incoming {
             update_id,
-            chat_id: 1,
-            user_id: 2,
-            message_id: 3,
+            to: ChatId(1).into(),
+            from: UserId(2),
+            message_id: teloxide::types::MessageId(3),
             text: "hi".into(),
-            date: 0,
-            ..InboxMessage::default()
+            ..Incoming::default()
         }
     }
 

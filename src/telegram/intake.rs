@@ -1,5 +1,6 @@
-//! Intake: long-polls `getUpdates` and hands each update to the dispatcher,
-//! advancing the offset only past updates it has handed over.
+//! Intake: long-polls `getUpdates`, reads each message for the bot once
+//! into an [`Incoming`] (written to the inbox before the offset moves past
+//! it) and hands it to the dispatcher; a button press goes over as it came.
 
 use std::time::Duration;
 
@@ -11,14 +12,16 @@ use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
 use teloxide::requests::HasPayload;
-use teloxide::types::{AllowedUpdate, Update, UpdateKind};
+use teloxide::types::{AllowedUpdate, CallbackQuery, Message as TgMessage, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 
 use crate::config::AccessConfig;
+use crate::ids::Conversation;
+use crate::incoming::{Ask, Incoming, Parsed, Place, cut, parse};
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
-use crate::state::{Inbox, InboxMessage, UPDATE_ID_RESET_GAP};
-use crate::telegram::addressing::{Addressing, NotForUs};
+use crate::state::{Inbox, UPDATE_ID_RESET_GAP};
+use crate::telegram::addressing::{Addressing, NotForUs, strip_address};
 use crate::telegram::files::attachments;
 
 /// The update kinds turnstile handles (`allowed_updates`): messages and
@@ -26,10 +29,15 @@ use crate::telegram::files::attachments;
 pub const ALLOWED_UPDATES: [AllowedUpdate; 2] =
     [AllowedUpdate::Message, AllowedUpdate::CallbackQuery];
 
-/// An update received from Telegram, in order.
+/// What the intake hands the dispatcher, in the order Telegram sent it.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct UpdateReceived(pub Update);
+pub enum UpdateReceived {
+    /// A message for the bot, read once (and in the inbox).
+    Message(Incoming),
+    /// A press of one of the bot's buttons (not in the inbox).
+    Press(Box<CallbackQuery>),
+}
 
 /// Stops polling; resolves once no further update will be handed over.
 #[derive(Message, Debug)]
@@ -83,12 +91,8 @@ impl Intake {
         }
     }
 
-    /// Whether the update is for this bot (everything but messages is; the
-    /// dispatcher checks those).
-    fn for_us(&mut self, update: &Update) -> bool {
-        let UpdateKind::Message(message) = &update.kind else {
-            return true;
-        };
+    /// Whether the message is for this bot (`telegram::addressing`).
+    fn for_us(&mut self, update_id: i64, message: &TgMessage) -> bool {
         match self.addressing.check(message) {
             Ok(()) => true,
             Err(why) => {
@@ -96,11 +100,7 @@ impl Intake {
                     NotForUs::OtherBotsCommand => "a command for another bot",
                     NotForUs::NotAddressed => "a group message not addressed to the bot",
                 };
-                tracing::debug!(
-                    update_id = update.id.0,
-                    chat_id = message.chat.id.0,
-                    "{why}; not taken"
-                );
+                tracing::debug!(update_id, chat_id = message.chat.id.0, "{why}; not taken");
                 false
             }
         }
@@ -113,44 +113,29 @@ impl Intake {
         self
     }
 
-    /// What becomes of an update: `None` when it is not for the bot,
-    /// otherwise its inbox row, if it carries a message to answer.
-    fn take(&mut self, update: &Update) -> Option<Option<InboxMessage>> {
-        self.for_us(update).then(|| Self::row(update, &self.access))
-    }
-
-    /// The inbox row of an update that carries a message to answer. A
-    /// stranger's message keeps no text and no files: it is refused, and
-    /// what they wrote never reaches the state file.
-    fn row(update: &Update, access: &AccessConfig) -> Option<InboxMessage> {
-        let UpdateKind::Message(message) = &update.kind else {
-            return None;
-        };
-        let user = message.from.as_ref()?;
-        let text = message.text().or(message.caption());
-        let files = attachments(message);
-        if text.is_none() && files.is_empty() {
-            return None;
+    /// What the dispatcher gets of an update: a message for the bot, read
+    /// once; a button press; nothing for the rest.
+    fn take(&mut self, update: Update) -> Option<UpdateReceived> {
+        let update_id = i64::from(update.id.0);
+        match update.kind {
+            UpdateKind::Message(message) => {
+                if !self.for_us(update_id, &message) {
+                    return None;
+                }
+                let me = &self.addressing.me().username;
+                read(update_id, &message, me, &self.access).map(UpdateReceived::Message)
+            }
+            UpdateKind::CallbackQuery(query) => Some(UpdateReceived::Press(Box::new(query))),
+            UpdateKind::Error(raw) => {
+                let shown: String = raw.to_string().chars().take(200).collect();
+                tracing::warn!(update_id, raw = %shown, "update could not be parsed; skipped");
+                None
+            }
+            other => {
+                tracing::debug!(update_id, kind = ?std::mem::discriminant(&other), "update kind not handled; skipped");
+                None
+            }
         }
-        let (text, files) = if access.admits(user.id.0, message.chat.id.0) {
-            (text, files)
-        } else {
-            (None, Vec::new())
-        };
-        let topic = message
-            .thread_id
-            .filter(|_| message.is_topic_message)
-            .map_or(0, |t| i64::from(t.0.0));
-        Some(InboxMessage {
-            update_id: i64::from(update.id.0),
-            chat_id: message.chat.id.0,
-            topic,
-            user_id: i64::try_from(user.id.0).unwrap_or(i64::MAX),
-            message_id: i64::from(message.id.0),
-            text: text.unwrap_or("").to_string(),
-            files,
-            date: message.date.timestamp(),
-        })
     }
 
     /// Writes a batch to the inbox (moving the offset past it), then hands
@@ -160,7 +145,13 @@ impl Intake {
         let ids: Vec<i64> = updates.iter().map(|u| i64::from(u.id.0)).collect();
         // The offset moves past every update; only those for the bot go on.
         let taken = take_each(updates, |u| self.take(u));
-        let rows: Vec<InboxMessage> = taken.iter().filter_map(|(_, row)| row.clone()).collect();
+        let rows: Vec<Incoming> = taken
+            .iter()
+            .filter_map(|taken| match taken {
+                UpdateReceived::Message(m) => Some(m.clone()),
+                UpdateReceived::Press(_) => None,
+            })
+            .collect();
         let next = match reset_start(i64::from(self.offset), &ids) {
             Some(first) => {
                 // Ordered before the batch's write on the store thread.
@@ -176,16 +167,16 @@ impl Intake {
         let written = self.inbox.accept(rows, i64::from(next));
         ctx.wait(written.into_actor(self).map(move |fresh, act, ctx| {
             let mut fresh = fresh.into_iter();
-            for (update, row) in taken {
+            for taken in taken {
                 // A store failure must not lose the message: hand it over anyway.
-                let new = row.is_none() || fresh.next().unwrap_or(true);
-                if new {
-                    act.to.do_send(UpdateReceived(update));
-                } else {
-                    tracing::info!(
-                        update_id = update.id.0,
-                        "update already in the inbox; not handled again"
-                    );
+                match &taken {
+                    UpdateReceived::Message(m) if !fresh.next().unwrap_or(true) => {
+                        tracing::info!(
+                            update_id = m.update_id,
+                            "update already in the inbox; not handled again"
+                        );
+                    }
+                    _ => act.to.do_send(taken),
                 }
             }
             act.offset = next;
@@ -274,27 +265,111 @@ impl Handler<StopIntake> for Intake {
     }
 }
 
-/// Runs `take` on each update, keeping those it takes with what it gave.
-/// An update whose handling panics is dropped with an ERROR log; the
-/// offset still moves past it, so it is not fetched again and the intake
-/// goes on with the next one.
-fn take_each<T>(
-    updates: Vec<Update>,
-    mut take: impl FnMut(&Update) -> Option<T>,
-) -> Vec<(Update, T)> {
+/// Runs `take` on each update, keeping what it gave. An update whose
+/// reading panics is dropped with an ERROR log; the offset still moves past
+/// it, so it is not fetched again and the intake goes on with the next one.
+fn take_each<T>(updates: Vec<Update>, mut take: impl FnMut(Update) -> Option<T>) -> Vec<T> {
     let mut taken = Vec::with_capacity(updates.len());
     for update in updates {
-        match contain(|| take(&update)) {
-            Ok(Some(value)) => taken.push((update, value)),
+        let update_id = update.id.0;
+        match contain(|| take(update)) {
+            Ok(Some(value)) => taken.push(value),
             Ok(None) => {}
             Err(panic) => tracing::error!(
-                update_id = update.id.0,
+                update_id,
                 %panic,
                 "reading the update panicked; dropped, and the offset moves past it"
             ),
         }
     }
     taken
+}
+
+/// Reads a message for the bot once, into what the inbox stores and the
+/// dispatcher acts on: its conversation, sender, place, what it asks (the
+/// command parsed from the table, after the bot's address is taken off),
+/// its text (cut to `incoming::MAX_INPUT_CHARS`), files and album. `None`
+/// when it carries nothing to answer (no sender; no text and no files; only
+/// the bot's address) or is a command for another bot. A stranger's message
+/// (`AccessConfig::admits`) keeps no text, command or files: it is refused,
+/// and what they wrote never reaches the state file.
+pub(crate) fn read(
+    update_id: i64,
+    message: &TgMessage,
+    me: &str,
+    access: &AccessConfig,
+) -> Option<Incoming> {
+    let chat = message.chat.id;
+    let Some(user) = message.from.as_ref() else {
+        tracing::debug!(
+            update_id,
+            chat_id = chat.0,
+            "message without a sender; skipped"
+        );
+        return None;
+    };
+    let files = attachments(message);
+    let Some(text) = message
+        .text()
+        .or(message.caption())
+        .or(if files.is_empty() { None } else { Some("") })
+    else {
+        tracing::debug!(
+            update_id,
+            chat_id = chat.0,
+            "message without text or files; skipped"
+        );
+        return None;
+    };
+    let group = message.chat.is_group() || message.chat.is_supergroup();
+    let mut incoming = Incoming {
+        update_id,
+        to: Conversation::new(chat, message.thread_id.filter(|_| message.is_topic_message)),
+        from: user.id,
+        message_id: message.id,
+        date: message.date.timestamp(),
+        place: if group { Place::Group } else { Place::Private },
+        album: message.media_group_id().map(|g| g.0.clone()),
+        ..Incoming::default()
+    };
+    if !access.admits(user.id.0, chat.0) {
+        return Some(incoming);
+    }
+    let text = strip_address(text, me);
+    let text = text.trim();
+    if text.is_empty() && files.is_empty() {
+        tracing::debug!(update_id, chat_id = chat.0, "empty message; skipped");
+        return None;
+    }
+    match parse(text, me) {
+        Parsed::Text => {
+            let (text, was_cut) = cut(text);
+            if was_cut {
+                tracing::warn!(
+                    update_id,
+                    chat_id = chat.0,
+                    "message cut to {} characters",
+                    crate::incoming::MAX_INPUT_CHARS
+                );
+            }
+            incoming.text = text;
+            incoming.files = files;
+        }
+        Parsed::Known(command, args) => {
+            incoming.ask = Ask::Command(command);
+            incoming.text = args.to_string();
+        }
+        Parsed::Unknown(word) => incoming.ask = Ask::Unknown(word),
+        Parsed::ForAnotherBot => {
+            tracing::debug!(
+                update_id,
+                chat_id = chat.0,
+                "command for another bot; skipped"
+            );
+            return None;
+        }
+    }
+    Some(incoming)
 }
 
 /// The rule for Telegram's reset of update ids (after about a week without
@@ -310,71 +385,4 @@ fn reset_start(offset: i64, ids: &[i64]) -> Option<i64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn update(id: i32) -> Update {
-        serde_json::from_value(serde_json::json!({
-            "update_id": id,
-            "message": {
-                "message_id": id, "date": 0, "text": "hi",
-                "chat": {"id": 5, "type": "private", "first_name": "a"},
-                "from": {"id": 5, "is_bot": false, "first_name": "a"},
-            }
-        }))
-        .expect("an update")
-    }
-
-    /// A writer appending to a shared buffer, for the log.
-    #[derive(Clone, Default)]
-    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Log {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn an_update_whose_reading_panics_is_dropped_with_an_error_and_the_rest_go_on() {
-        let log = Log::default();
-        let writer = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let taken = tracing::subscriber::with_default(subscriber, || {
-            take_each(vec![update(1), update(2), update(3)], |u| {
-                assert_ne!(u.id.0, 2, "injected: update 2 cannot be read");
-                Some(u.id.0)
-            })
-        });
-        let kept: Vec<u32> = taken.iter().map(|(_, id)| *id).collect();
-        assert_eq!(kept, vec![1, 3]);
-        let log = String::from_utf8_lossy(&log.0.lock().expect("log")).into_owned();
-        let line = log
-            .lines()
-            .find(|l| l.contains("ERROR"))
-            .unwrap_or_else(|| panic!("no ERROR line in {log}"));
-        assert!(
-            line.contains("update_id=2") && line.contains("injected: update 2"),
-            "{line}"
-        );
-    }
-
-    #[test]
-    fn an_id_far_below_the_offset_is_a_reset_and_a_near_one_is_not() {
-        assert_eq!(reset_start(5_000_000, &[12, 13]), Some(12));
-        assert_eq!(reset_start(5_000_000, &[4_999_990]), None);
-        assert_eq!(reset_start(0, &[12]), None, "no offset yet");
-        assert_eq!(reset_start(5_000_000, &[]), None);
-    }
-}
+mod tests;

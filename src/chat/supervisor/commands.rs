@@ -1,23 +1,41 @@
-//! The chat's commands: `/stop`, `/new`, `/status`, and what the dispatcher
-//! and the host ask of it (retire, stop for the host).
+//! The chat's commands: `/stop` and `/new` (a [`ChatCommand`], matched on
+//! the [`Command`] the intake parsed), `/status`, and what the dispatcher and
+//! the host ask of it (retire, stop for the host).
 
 use actix::{ActorContext, AsyncContext, Handler};
 
 use super::state::{ChatState, ChatStep};
-use super::{ChatSupervisor, DescribeChat, NewSession, RetireChat, StopChat, StopChatForHost};
+use super::{ChatCommand, ChatSupervisor, DescribeChat, RetireChat, StopChatForHost};
 use crate::chat::notices::counted;
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
 use crate::ids::TurnId;
+use crate::incoming::Command;
 use crate::telegram::outbox::{AnswerCallback, Purge};
 use std::sync::atomic::Ordering;
 
-impl Handler<StopChat> for ChatSupervisor {
+impl Handler<ChatCommand> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, _msg: StopChat, ctx: &mut Self::Context) {
+    fn handle(&mut self, ChatCommand(command): ChatCommand, ctx: &mut Self::Context) {
         self.touched(ctx);
+        match command {
+            Command::Stop => self.stop(ctx),
+            Command::New => self.forget_session(ctx),
+            other => tracing::debug!(
+                chat_id = self.to.chat.0,
+                command = other.word(),
+                "not a command the chat acts on; ignored"
+            ),
+        }
+        self.watch_idle(ctx);
+    }
+}
+
+impl ChatSupervisor {
+    /// `/stop`: interrupts the running turn and drops what is queued.
+    fn stop(&mut self, ctx: &mut actix::Context<Self>) {
         let dropped = self.queue.len();
-        let ids: Vec<i64> = self.queue.drain(..).map(|p| p.update_id).collect();
+        let ids: Vec<i64> = self.queue.drain(..).map(|p| p.message.update_id).collect();
         self.deps.events.metrics().queued(-(ids.len() as i64));
         self.deps.inbox.dropped(ids);
         // A slot on its way stays on its way: with the queue empty it
@@ -30,7 +48,7 @@ impl Handler<StopChat> for ChatSupervisor {
             Some(running) => {
                 // What the turn queued and Telegram has not got yet goes
                 // first; the stop notice below is queued after it.
-                let to = self.to();
+                let to = self.to;
                 self.deps.outbox.do_send(Purge {
                     chat: to.chat,
                     topic: to.topic,
@@ -45,7 +63,16 @@ impl Handler<StopChat> for ChatSupervisor {
             None if dropped > 0 => self.say(format!("⏹ {} dropped.", queued(dropped))),
             None => self.say("Nothing to stop."),
         }
-        self.watch_idle(ctx);
+    }
+
+    /// `/new`: forgets the agent session; the next turn starts fresh.
+    fn forget_session(&mut self, ctx: &mut actix::Context<Self>) {
+        self.deps.inbox.set_session(self.to, None);
+        if let Some(warm) = self.warm.take() {
+            ctx.cancel_future(warm.timer);
+        }
+        self.forget_through = TurnId(self.next_turn.load(Ordering::SeqCst));
+        self.say("🆕 The next message starts a fresh conversation.");
     }
 }
 
@@ -54,26 +81,11 @@ fn queued(n: usize) -> String {
     counted(n, "queued message", "queued messages")
 }
 
-impl Handler<NewSession> for ChatSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: NewSession, ctx: &mut Self::Context) {
-        self.touched(ctx);
-        self.deps.inbox.set_session(self.to(), None);
-        if let Some(warm) = self.warm.take() {
-            ctx.cancel_future(warm.timer);
-        }
-        self.forget_through = TurnId(self.next_turn.load(Ordering::SeqCst));
-        self.say("🆕 The next message starts a fresh conversation.");
-        self.watch_idle(ctx);
-    }
-}
-
 impl Handler<RetireChat> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, _msg: RetireChat, ctx: &mut Self::Context) {
-        tracing::debug!(chat_id = self.chat.0, "idle chat retired");
+        tracing::debug!(chat_id = self.to.chat.0, "idle chat retired");
         ctx.stop();
     }
 }
@@ -110,7 +122,7 @@ impl Handler<DescribeChat> for ChatSupervisor {
                 "idle".to_string()
             }
         };
-        format!("chat {}: {state}, {} queued", self.to(), self.queue.len())
+        format!("chat {}: {state}, {} queued", self.to, self.queue.len())
     }
 }
 

@@ -532,7 +532,7 @@ impl TurnActor {
             );
         }
         let rule = rule_for(ask.tool.full(), &ask.input);
-        let grants = self.deps.inbox.always_rules(self.spec.chat);
+        let grants = self.deps.inbox.always_rules(self.spec.to.chat);
         ctx.spawn(grants.into_actor(self).map(move |grants, act, ctx| {
             if !act.phase.is_live() {
                 ask.reply.answer(Permission::Deny {
@@ -591,7 +591,7 @@ impl TurnActor {
                 };
                 act.deps
                     .outbox
-                    .do_send(EditQuestion::new(act.spec.chat, id, text));
+                    .do_send(EditQuestion::new(act.spec.to.chat, id, text));
             }));
         }
         let timeout = self.deps.config.approval_timeout;
@@ -639,7 +639,7 @@ impl TurnActor {
                                 format!(" (always in this chat: every {} call)", visible(name))
                             }
                         };
-                        self.deps.inbox.allow_always(self.spec.chat, rule, by.id);
+                        self.deps.inbox.allow_always(self.spec.to.chat, rule, by.id);
                         how
                     }
                     _ => String::new(),
@@ -708,7 +708,7 @@ impl TurnActor {
         for (text, id) in texts.iter().zip(messages) {
             if let Some(id) = id {
                 self.deps.outbox.do_send(EditQuestion::new(
-                    self.spec.chat,
+                    self.spec.to.chat,
                     id,
                     format!("{text}\n\n{shown}"),
                 ));

@@ -107,7 +107,7 @@ impl TurnActor {
             to.do_send(ended.clone());
         }
         self.deps.events.publish(BotEvent::TurnEnded {
-            chat: self.spec.chat,
+            chat: self.spec.to.chat,
             turn: self.spec.turn,
             outcome: outcome.clone(),
             session_id: self.session_id.clone(),
@@ -153,7 +153,7 @@ impl TurnActor {
         self.send(SessionCommand::Kill);
         self.link = None;
         self.deps.events.publish(BotEvent::SessionKilled {
-            chat: self.spec.chat,
+            chat: self.spec.to.chat,
             turn: self.spec.turn,
         });
         self.release(ctx);

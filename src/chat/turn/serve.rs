@@ -223,7 +223,7 @@ impl TurnActor {
         reply: Responder<ToolReply>,
     ) -> PendingTool {
         PendingTool {
-            chat: self.spec.chat,
+            chat: self.spec.to.chat,
             id,
             tool,
             reply,
@@ -253,7 +253,7 @@ impl TurnActor {
                 return;
             }
         };
-        let chat = self.spec.chat;
+        let chat = self.spec.to.chat;
         let tool_name = tool.name();
         match tool {
             ChatTool::React { emoji } => {

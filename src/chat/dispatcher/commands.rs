@@ -1,0 +1,166 @@
+//! The dispatcher's side of the commands: each [`Command`] the intake
+//! parsed is checked against who may use it ([`Who`]), then answered here
+//! or handed to the chat's supervisor.
+
+use actix::{AsyncContext, Context, WrapFuture};
+use teloxide::types::UserId;
+
+use super::{Dispatcher, ForChat, HostRequest};
+use crate::chat::commands::{self, Abilities};
+use crate::chat::notices::counted;
+use crate::chat::supervisor::DescribeChat;
+use crate::chat::turn::describe_rule;
+use crate::config::GroupMode;
+use crate::ids::Conversation;
+use crate::incoming::{Command, Incoming, Who};
+use crate::telegram::outbox::SendText;
+
+impl Dispatcher {
+    /// A command this bot knows, read at the intake from `asked` (its
+    /// arguments are the message's text); an admins' command is refused to
+    /// everyone else.
+    pub(super) fn command(&mut self, command: Command, asked: &Incoming, ctx: &mut Context<Self>) {
+        let (to, user, private) = (asked.to, asked.from, asked.is_private());
+        let admin = self.is_admin(user);
+        if command.who() == Who::Admins && !admin {
+            self.say(to, format!("Only admins can use /{}.", command.word()));
+            return;
+        }
+        match command {
+            Command::Permissions => self.permissions(to, &asked.text, ctx),
+            Command::Stop if !self.chats.contains_key(&to) => self.say(to, "Nothing to stop."),
+            Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
+            Command::Status => self.status(to, private, ctx),
+            Command::Restart => self.restart(to, user, asked.date),
+            Command::Start => self.say(to, commands::greeting(admin, &self.abilities(private))),
+            Command::Help => self.say(to, commands::help(admin, &self.abilities(private))),
+        }
+    }
+
+    /// What the bot takes in a private chat or a group, for `/start` and `/help`.
+    fn abilities(&self, private: bool) -> Abilities {
+        let policy = self.deps.files.policy();
+        Abilities {
+            max_download: policy.max_download,
+            transcribes: !policy.transcribe.is_empty(),
+            mention_in_group: (!private && self.access.group_mode == GroupMode::Mention)
+                .then(|| self.username.clone()),
+        }
+    }
+
+    /// `/permissions`: the tools that run without asking in this chat;
+    /// `/permissions clear` forgets them.
+    fn permissions(&mut self, to: Conversation, args: &str, ctx: &mut Context<Self>) {
+        let chat = to.chat;
+        let outbox = self.deps.outbox.clone();
+        if args.eq_ignore_ascii_case("clear") {
+            let cleared = self.deps.inbox.clear_always(chat);
+            ctx.spawn(
+                async move {
+                    let text = match cleared.await {
+                        Some(0) => "No tool was allowed without asking in this chat.".to_string(),
+                        Some(n) => format!(
+                            "🔐 Forgot {}; every tool asks again.",
+                            counted(n, "tool approval", "tool approvals")
+                        ),
+                        None => "⚠️ The approvals could not be cleared; try again.".to_string(),
+                    };
+                    outbox.do_send(SendText::new(to, text));
+                }
+                .into_actor(self),
+            );
+            return;
+        }
+        let rules = self.deps.inbox.always_rules(chat);
+        ctx.spawn(
+            async move {
+                let rules = rules.await;
+                let text = if rules.is_empty() {
+                    "Every tool asks before it runs in this chat.".to_string()
+                } else {
+                    format!(
+                        "🔐 These run without asking in this chat:\n{}\n/permissions clear forgets them.",
+                        rules
+                            .iter()
+                            .map(|grant| format!("• {}", describe_rule(&grant.rule)))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )
+                };
+                outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/restart` from an admin: ignored when older than this process,
+    /// otherwise told and handed to the host, which drains and re-executes.
+    fn restart(&mut self, to: Conversation, user: UserId, date: i64) {
+        let chat = to.chat;
+        if date < self.started_at {
+            tracing::warn!(
+                chat_id = chat.0,
+                user_id = user.0,
+                date,
+                started_at = self.started_at,
+                "/restart older than this process ignored"
+            );
+            return;
+        }
+        if self.stopping {
+            self.say(to, "Already stopping.");
+            return;
+        }
+        let running = self.slots.running();
+        tracing::warn!(
+            chat_id = chat.0,
+            user_id = user.0,
+            running,
+            "/restart requested"
+        );
+        self.say(
+            to,
+            if running == 0 {
+                "🔄 Restarting.".to_string()
+            } else {
+                format!(
+                    "🔄 Restarting; waiting for {} first.",
+                    counted(running, "running turn", "running turns")
+                )
+            },
+        );
+        if self.host.send(HostRequest::Restart { chat }).is_err() {
+            tracing::error!("no host is listening for /restart");
+        }
+    }
+
+    /// `/status`: every chat for an admin in a private chat with the bot;
+    /// in a group (even for an admin) only that chat, so no other chat's id
+    /// is shown to the group's members.
+    fn status(&mut self, chat: Conversation, private: bool, ctx: &mut Context<Self>) {
+        let header = if private {
+            commands::status_header(self.chats.len(), self.slots.running(), self.slots.free())
+        } else {
+            "This chat only (ask in a private chat with the bot for all chats).".to_owned()
+        };
+        let asks: Vec<_> = self
+            .chats
+            .iter()
+            .filter(|(id, _)| private || id.chat == chat.chat)
+            .map(|(_, e)| e.addr.send(DescribeChat))
+            .collect();
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let lines = futures_util::future::join_all(asks).await;
+                let mut text = header;
+                for line in lines.into_iter().flatten() {
+                    text.push('\n');
+                    text.push_str(&line);
+                }
+                outbox.do_send(SendText::new(chat, text));
+            }
+            .into_actor(self),
+        );
+    }
+}

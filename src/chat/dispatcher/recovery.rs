@@ -1,0 +1,100 @@
+//! Recovery: the inbox rows a previous process left, read back as the
+//! intake read them (conversation, sender, place, what they ask, text,
+//! files, album: nothing is guessed), go through the same path as a new
+//! message, or are reported to their chat.
+
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
+
+use super::Dispatcher;
+use crate::chat::notices::bounded;
+use crate::state::{InboxRow, InboxState};
+
+/// Sent once at start, before any update: the inbox rows a previous
+/// process left (read on the store thread before the intake wrote anything).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Recover(pub std::pin::Pin<Box<dyn std::future::Future<Output = Vec<InboxRow>> + Send>>);
+
+impl Handler<Recover> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, Recover(rows): Recover, ctx: &mut Self::Context) {
+        // Nothing else is handled until the rows are routed, so a new message
+        // never overtakes a recovered one.
+        ctx.wait(
+            rows.into_actor(self)
+                .map(|rows, act, ctx| act.recover(rows, ctx)),
+        );
+    }
+}
+
+/// What recovery did, for its one log line.
+#[derive(Debug, Default)]
+struct Recovered {
+    requeued: usize,
+    retried: usize,
+    reported: usize,
+    refused: usize,
+}
+
+impl Dispatcher {
+    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
+        let mut done = Recovered::default();
+        for InboxRow { message: m, state } in rows {
+            if !self.admits(m.from, m.to.chat) {
+                // Allowed when it was accepted, not any more: it never reaches an agent.
+                done.refused += 1;
+                tracing::warn!(
+                    update_id = m.update_id,
+                    chat_id = m.to.chat.0,
+                    user_id = m.from.0,
+                    "recovered message from a user no longer on the allowlist; dropped"
+                );
+                self.deps.inbox.dropped(vec![m.update_id]);
+                continue;
+            }
+            match state {
+                InboxState::Queued => done.requeued += 1,
+                InboxState::Running if self.deps.retry_interrupted => done.retried += 1,
+                _ => {
+                    done.reported += 1;
+                    self.report(state, &m.text, m.to);
+                    self.deps.inbox.reported(m.update_id);
+                    continue;
+                }
+            }
+            // The same way as a message just received.
+            self.act(m, ctx);
+        }
+        let Recovered {
+            requeued,
+            retried,
+            reported,
+            refused,
+        } = done;
+        if requeued + retried + reported + refused > 0 {
+            tracing::info!(
+                requeued,
+                retried,
+                reported,
+                refused,
+                "recovered the inbox of the previous process"
+            );
+        }
+    }
+
+    /// Tells the chat a restart cut its message's turn short.
+    fn report(&self, state: InboxState, text: &str, to: crate::ids::Conversation) {
+        let excerpt = bounded(text, 80);
+        let text = if state == InboxState::Replied {
+            format!(
+                "⚠️ turnstile restarted while answering “{excerpt}”; the answer above may be incomplete. Send it again if you need more."
+            )
+        } else {
+            format!(
+                "⚠️ turnstile restarted before it could answer “{excerpt}”. Send it again if you still need an answer."
+            )
+        };
+        self.say(to, text);
+    }
+}

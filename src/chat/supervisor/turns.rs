@@ -1,0 +1,260 @@
+//! A turn's start and end: the front message's burst merged into one
+//! [`TurnSpec`], the hard deadline, and what the supervisor writes when the
+//! turn ends and its session settles.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use actix::{Actor, AsyncContext, Context, Handler};
+use teloxide::types::{MessageId, UserId};
+
+use super::state::{ChatState, ChatStep};
+use super::{ChatSupervisor, Running};
+use crate::attachment::Attachment;
+use crate::chat::notices::FORCE_RELEASED;
+use crate::chat::outcome::TurnOutcome;
+use crate::chat::slots::TurnSlot;
+use crate::chat::turn::{AbortTurn, SessionReleased, TurnActor, TurnEnded, TurnSpec};
+use crate::chat::typing::{StartTyping, TypingLease};
+use crate::events::BotEvent;
+use crate::ids::TurnId;
+use crate::state::{Disposition, TurnRecord, now_ms};
+
+/// The messages one turn answers: the front one and those merged with it.
+struct Burst {
+    /// Their texts, the empty ones left out, joined.
+    text: String,
+    /// Their files, in order.
+    files: Vec<Attachment>,
+    /// The last message, for reactions.
+    last: MessageId,
+    /// Who sent the last one.
+    from: UserId,
+    /// What the answer replies to: the front message, in a group.
+    answer_to: Option<MessageId>,
+    /// Their inbox rows.
+    update_ids: Vec<i64>,
+}
+
+impl ChatSupervisor {
+    /// Takes the front message and every one merged with it: those
+    /// accepted within its merge window, and the rest of its album.
+    fn merge_burst(&mut self) -> Option<Burst> {
+        let front = self.queue.pop_front()?;
+        // A window too large to add to an Instant merges everything queued.
+        let window_end = front.at.checked_add(self.settings.merge_window);
+        let front = front.message;
+        let album = front.album.clone();
+        let mut burst = Burst {
+            text: String::new(),
+            files: Vec::new(),
+            last: front.message_id,
+            from: front.from,
+            answer_to: front.answer_to(),
+            update_ids: Vec::new(),
+        };
+        let mut texts = Vec::new();
+        let mut take = |m: crate::incoming::Incoming| {
+            texts.push(m.text);
+            burst.files.extend(m.files);
+            burst.last = m.message_id;
+            burst.from = m.from;
+            burst.update_ids.push(m.update_id);
+        };
+        take(front);
+        while let Some(next) = self.queue.pop_front_if(|p| {
+            window_end.is_none_or(|end| p.at <= end)
+                || (album.is_some() && p.message.album == album)
+        }) {
+            take(next.message);
+        }
+        texts.retain(|t| !t.trim().is_empty());
+        burst.text = texts.join("\n\n");
+        Some(burst)
+    }
+
+    /// Starts a turn on `slot` for the front message's burst, on the warm
+    /// session if one is kept, under the hard deadline.
+    pub(super) fn start_turn(&mut self, slot: TurnSlot, ctx: &mut Context<Self>) {
+        if self.stopping || self.queue.is_empty() {
+            // `/stop` cleared the queue, or the host began stopping, while
+            // the slot was on its way: it goes back unused.
+            self.step(ChatStep::NoSlot);
+            return self.watch_idle(ctx);
+        }
+        let Some(burst) = self.merge_burst() else {
+            return;
+        };
+        let update_ids = burst.update_ids;
+        self.deps
+            .events
+            .metrics()
+            .queued(-(update_ids.len() as i64));
+        let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
+        self.deps.inbox.turn_started(update_ids.clone(), turn);
+        tracing::info!(
+            chat_id = self.to.chat.0,
+            turn_id = turn.get(),
+            messages = update_ids.len(),
+            "turn started"
+        );
+        let warm = self.warm.take().map(|warm| {
+            ctx.cancel_future(warm.timer);
+            warm.session
+        });
+        let typing = self.typing_actor();
+        let lease = TypingLease::of_turn(self.to.chat, turn, self.deps.events.clone());
+        typing.do_send(StartTyping {
+            turn,
+            lease: lease.clone(),
+        });
+        let me = ctx.address();
+        let spec = TurnSpec {
+            to: self.to,
+            turn,
+            text: burst.text,
+            reply_to: Some(burst.last),
+            answer_to: burst.answer_to,
+            files: burst.files,
+            update_ids: update_ids.clone(),
+            from: Some(burst.from),
+            typing: lease.clone(),
+        };
+        let addr = TurnActor::new(
+            spec,
+            self.deps.clone(),
+            warm,
+            vec![me.clone().recipient(), typing.recipient()],
+            me.recipient(),
+        )
+        .start();
+        let deadline = ctx.run_later(self.deps.config.hard_deadline, move |act, ctx| {
+            act.force_release(turn, ctx);
+        });
+        self.step(ChatStep::Start(Running {
+            turn,
+            update_ids,
+            typing: lease,
+            addr,
+            started: Instant::now(),
+            deadline,
+            _slot: slot,
+        }));
+    }
+
+    /// The hard deadline: releases the chat from `turn` now, whatever its
+    /// actors say; the session is killed and the chat told.
+    fn force_release(&mut self, turn: TurnId, ctx: &mut Context<Self>) {
+        let Some(running) = self.step(ChatStep::ForceReleased(turn)) else {
+            return;
+        };
+        let at = Instant::now();
+        tracing::error!(
+            chat_id = self.to.chat.0,
+            turn_id = turn.get(),
+            held_ms = running.started.elapsed().as_millis() as u64,
+            "turn past its hard deadline; chat force-released"
+        );
+        running.typing.end();
+        running.addr.do_send(AbortTurn);
+        self.deps
+            .inbox
+            .turn_finished(running.update_ids.clone(), Disposition::Done);
+        let ended = TurnEnded {
+            turn,
+            outcome: TurnOutcome::ForceReleased,
+            session_id: None,
+            replied: false,
+            api_calls: 0,
+            cost_usd: 0.0,
+            started: running.started,
+            at,
+        };
+        if let Some(typing) = &self.typing {
+            typing.do_send(ended);
+        }
+        self.deps.events.publish(BotEvent::TurnEnded {
+            chat: self.to.chat,
+            turn,
+            outcome: TurnOutcome::ForceReleased,
+            session_id: None,
+            at,
+        });
+        self.warm = None;
+        self.say(FORCE_RELEASED);
+        drop(running);
+        self.try_start(ctx);
+    }
+}
+
+impl Handler<TurnEnded> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TurnEnded, ctx: &mut Self::Context) {
+        // Dropping the running turn gives its slot back: the chat is free.
+        let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
+            tracing::debug!(
+                chat_id = self.to.chat.0,
+                turn_id = msg.turn.get(),
+                "TurnEnded for a turn no longer held; ignored"
+            );
+            return;
+        };
+        ctx.cancel_future(running.deadline);
+        let how = match msg.outcome {
+            // Retried after the restart, unless it already replied.
+            TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.replied => {
+                Disposition::Requeue
+            }
+            TurnOutcome::HostStopping => Disposition::Report,
+            _ => Disposition::Done,
+        };
+        let inbox = &self.deps.inbox;
+        inbox.turn_finished(running.update_ids.clone(), how);
+        let now = now_ms();
+        let took =
+            i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
+        let duration = msg.at.saturating_duration_since(msg.started);
+        tracing::info!(
+            chat_id = self.to.chat.0,
+            turn_id = msg.turn.get(),
+            outcome = msg.outcome.label(),
+            duration_ms = took,
+            api_calls = msg.api_calls,
+            cost_usd = msg.cost_usd,
+            "turn recorded"
+        );
+        let metrics = self.deps.events.metrics();
+        metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
+        inbox.record_turn(TurnRecord {
+            chat_id: self.to.chat.0,
+            turn: msg.turn.get(),
+            started_at: now.saturating_sub(took),
+            ended_at: now,
+            outcome: msg.outcome.label().to_string(),
+            finished: msg.outcome.finished(),
+            api_calls: msg.api_calls,
+            cost_usd: msg.cost_usd,
+        });
+        if msg.turn > self.forget_through
+            && let Some(id) = msg.session_id
+        {
+            inbox.set_session(self.to, Some(id));
+        }
+    }
+}
+
+impl Handler<SessionReleased> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SessionReleased, ctx: &mut Self::Context) {
+        if !matches!(self.state, ChatState::Settling(turn) if turn == msg.turn) {
+            return;
+        }
+        self.step(ChatStep::Released(msg.turn));
+        if msg.turn > self.forget_through && !self.stopping {
+            self.keep_warm(msg.session, ctx);
+        }
+        self.try_start(ctx);
+    }
+}

@@ -1,0 +1,195 @@
+//! What the bot takes in: each message read once, at the intake, into an
+//! [`Incoming`]: its conversation, sender, place (a private chat or a
+//! group, so whether its answer replies to it), what it asks (text for the
+//! agent, or a [`Command`] parsed from the one table), its text with the
+//! bot's address taken off, its files and its album. The inbox stores it as
+//! it is and recovery reads it back whole; the dispatcher, the supervisor
+//! and the turn read it, never the Telegram update again.
+//!
+//! It sits below the store, beside [`Attachment`]: it names no `telegram`,
+//! `chat` or `state` type.
+
+mod command;
+
+pub use command::{Command, Parsed, Who, parse};
+pub(crate) use command::{Entry, TABLE};
+
+use teloxide::types::{ChatId, MessageId, UserId};
+
+use crate::attachment::Attachment;
+use crate::ids::Conversation;
+
+/// The longest text handed to an agent, in characters; longer input is cut
+/// at the intake (Telegram itself caps messages at 4096 characters).
+pub const MAX_INPUT_CHARS: usize = 16_384;
+
+/// Where a message was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Place {
+    /// A private chat with the bot: the answer follows the message.
+    #[default]
+    Private,
+    /// A group or supergroup: the answer replies to the message, so it is
+    /// plainly whose.
+    Group,
+}
+
+impl Place {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Private => "private",
+            Self::Group => "group",
+        }
+    }
+
+    /// Reads a stored name (anything but `group` is a private chat).
+    pub fn from_stored(s: &str) -> Self {
+        if s == "group" {
+            Self::Group
+        } else {
+            Self::Private
+        }
+    }
+}
+
+/// What a message asks of the bot.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Ask {
+    /// Its text and files are for the agent.
+    #[default]
+    Agent,
+    /// A command this bot knows; [`Incoming::text`] holds its arguments.
+    Command(Command),
+    /// A command it does not know (`/frobnicate`): the word, in lowercase.
+    Unknown(String),
+}
+
+impl Ask {
+    /// The stored form: empty for the agent, else the command's word.
+    pub fn stored(&self) -> &str {
+        match self {
+            Self::Agent => "",
+            Self::Command(command) => command.word(),
+            Self::Unknown(word) => word,
+        }
+    }
+
+    /// Reads the stored form back (a word the table no longer has is an
+    /// unknown command).
+    pub fn from_stored(word: &str) -> Self {
+        if word.is_empty() {
+            return Self::Agent;
+        }
+        match Command::from_word(word) {
+            Some(command) => Self::Command(command),
+            None => Self::Unknown(word.to_ascii_lowercase()),
+        }
+    }
+}
+
+/// One message for the bot, read once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incoming {
+    /// Telegram's update id: the inbox row's key.
+    pub update_id: i64,
+    /// The conversation: the chat, and its forum topic when it is one.
+    pub to: Conversation,
+    /// Who sent it.
+    pub from: UserId,
+    /// The message, for replies and reactions.
+    pub message_id: MessageId,
+    /// Telegram's date of the message (unix seconds).
+    pub date: i64,
+    /// A private chat or a group.
+    pub place: Place,
+    /// What it asks: the agent, or a command.
+    pub ask: Ask,
+    /// For the agent: the text (a file's caption, or empty) with a leading
+    /// mention of the bot taken off, trimmed and cut to
+    /// [`MAX_INPUT_CHARS`]; for a command, its arguments. Empty for a
+    /// stranger's message, whose text is never kept.
+    pub text: String,
+    /// The files it carried (none kept for a stranger).
+    pub files: Vec<Attachment>,
+    /// Its album (media group): the items of one become one turn.
+    pub album: Option<String>,
+}
+
+impl Default for Incoming {
+    fn default() -> Self {
+        Self {
+            update_id: 0,
+            to: ChatId(0).into(),
+            from: UserId(0),
+            message_id: MessageId(0),
+            date: 0,
+            place: Place::Private,
+            ask: Ask::Agent,
+            text: String::new(),
+            files: Vec::new(),
+            album: None,
+        }
+    }
+}
+
+impl Incoming {
+    /// The message the bot's answer replies to: this one in a group, none
+    /// in a private chat (a turn's `answer_to`).
+    pub fn answer_to(&self) -> Option<MessageId> {
+        (self.place == Place::Group).then_some(self.message_id)
+    }
+
+    /// Whether it came from a private chat with the bot.
+    pub fn is_private(&self) -> bool {
+        self.place == Place::Private
+    }
+}
+
+/// `text` cut to [`MAX_INPUT_CHARS`] characters; `true` when it was longer.
+pub fn cut(text: &str) -> (String, bool) {
+    match text.char_indices().nth(MAX_INPUT_CHARS) {
+        Some((end, _)) => (text[..end].to_string(), true),
+        None => (text.to_string(), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_message_asks_is_stored_as_a_word_and_read_back() {
+        for ask in [
+            Ask::Agent,
+            Ask::Command(Command::Stop),
+            Ask::Command(Command::Permissions),
+            Ask::Unknown("frob_2".into()),
+        ] {
+            assert_eq!(Ask::from_stored(ask.stored()), ask);
+        }
+    }
+
+    #[test]
+    fn a_group_message_is_answered_as_a_reply_and_a_private_one_is_not() {
+        let mut m = Incoming {
+            message_id: MessageId(9),
+            ..Incoming::default()
+        };
+        assert_eq!(m.answer_to(), None);
+        m.place = Place::Group;
+        assert_eq!(m.answer_to(), Some(MessageId(9)));
+        for place in [Place::Private, Place::Group] {
+            assert_eq!(Place::from_stored(place.as_str()), place);
+        }
+    }
+
+    #[test]
+    fn text_is_cut_by_characters() {
+        let long = "é".repeat(MAX_INPUT_CHARS + 3);
+        let (cut_text, was) = cut(&long);
+        assert!(was);
+        assert_eq!(cut_text.chars().count(), MAX_INPUT_CHARS);
+        assert_eq!(cut("hi"), ("hi".to_string(), false));
+    }
+}

@@ -1,0 +1,149 @@
+//! The schema: its version, the migrations that take an older file to it,
+//! and [`Store::migrate`], run at open.
+
+use std::path::Path;
+
+use super::{StateError, Store};
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 8;
+
+/// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
+const MIGRATIONS: &[&str] = &[
+    // 0 → 1: inbox, sessions, offset.
+    "CREATE TABLE inbox (
+        update_id  INTEGER PRIMARY KEY,
+        chat_id    INTEGER NOT NULL,
+        user_id    INTEGER NOT NULL,
+        message_id INTEGER NOT NULL,
+        text       TEXT NOT NULL,
+        date       INTEGER NOT NULL,
+        state      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+     );
+     CREATE INDEX inbox_open ON inbox(state) WHERE state IN ('queued', 'running', 'replied');
+     CREATE TABLE sessions (
+        chat_id    INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+     );
+     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 1 → 2: turn records; which turn took an inbox message.
+    "CREATE TABLE turns (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id     INTEGER NOT NULL,
+        turn        INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL,
+        ended_at    INTEGER NOT NULL,
+        outcome     TEXT NOT NULL,
+        finished    INTEGER NOT NULL,
+        api_calls   INTEGER NOT NULL,
+        cost_usd    REAL NOT NULL
+     );
+     ALTER TABLE inbox ADD COLUMN turn INTEGER;",
+    // 2 → 3: "always in this chat" tool approvals.
+    "CREATE TABLE permissions (
+        chat_id    INTEGER NOT NULL,
+        rule       TEXT NOT NULL,
+        granted_by INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, rule)
+     );",
+    // 3 → 4: forum topics (a session per topic) and the files a message
+    // carried (JSON), so a recovered message fetches them again.
+    "ALTER TABLE inbox ADD COLUMN topic INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE inbox ADD COLUMN files TEXT NOT NULL DEFAULT '';
+     CREATE TABLE sessions_by_topic (
+        chat_id    INTEGER NOT NULL,
+        topic      INTEGER NOT NULL,
+        session_id TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, topic)
+     );
+     INSERT INTO sessions_by_topic (chat_id, topic, session_id, updated_at)
+        SELECT chat_id, 0, session_id, updated_at FROM sessions;
+     DROP TABLE sessions;
+     ALTER TABLE sessions_by_topic RENAME TO sessions;",
+    // 4 → 5: indexes for pruning by age; the agents' live process groups.
+    "CREATE INDEX inbox_updated ON inbox(updated_at);
+     CREATE INDEX turns_ended ON turns(ended_at);
+     CREATE TABLE agent_groups (
+        pgid        INTEGER PRIMARY KEY,
+        start_time  INTEGER NOT NULL,
+        chat_id     INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL
+     );",
+    // 5 → 6: "always" rules by kind: a tool (every call) or one exact Bash
+    // command. The old Bash rules (`Bash(<first word>)`) allowed far more
+    // than the chat agreed to and are dropped (see `OLD_BASH_RULES`).
+    "CREATE TABLE always_allowed (
+        chat_id    INTEGER NOT NULL,
+        kind       TEXT NOT NULL CHECK (kind IN ('tool', 'bash_command')),
+        value      TEXT NOT NULL,
+        granted_by INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, kind, value)
+     );
+     INSERT INTO always_allowed (chat_id, kind, value, granted_by, created_at)
+        SELECT chat_id, 'tool', rule, granted_by, created_at FROM permissions
+        WHERE rule <> 'Bash' AND substr(rule, 1, 5) <> 'Bash(';
+     DROP TABLE permissions;",
+    // 6 → 7: the boot each agent process group was recorded in (a group
+    // of an earlier boot is never killed; rows from before have none).
+    "ALTER TABLE agent_groups ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';",
+    // 7 → 8: the rest of the message as the intake read it, so recovery
+    // reads it back whole: where it was written (a private chat or a
+    // group), what it asks (empty: the agent; else a command's word, its
+    // arguments in `text`) and its album. For the rows written before,
+    // the place is what the chat id says once here (the Bot API gives
+    // groups negative ids); nothing reading a row guesses it.
+    "ALTER TABLE inbox ADD COLUMN place TEXT NOT NULL DEFAULT 'private';
+     ALTER TABLE inbox ADD COLUMN ask TEXT NOT NULL DEFAULT '';
+     ALTER TABLE inbox ADD COLUMN album TEXT;
+     UPDATE inbox SET place = 'group' WHERE chat_id < 0;",
+];
+
+/// The migration (from this version) that drops the old Bash "always"
+/// rules, and the query counting them first, for its one log line.
+const OLD_BASH_RULES: (i64, &str) = (
+    5,
+    "SELECT COUNT(*) FROM permissions WHERE rule = 'Bash' OR substr(rule, 1, 5) = 'Bash('",
+);
+
+impl Store {
+    /// Takes the open file from its version to `target`, one transaction
+    /// per step; a negative version is corrupt, a newer one refused.
+    pub(super) fn migrate(&self, path: &Path, target: i64) -> Result<(), StateError> {
+        let mut conn = self.lock();
+        let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if found < 0 {
+            return Err(StateError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("schema version {found}"),
+            });
+        }
+        if found > SCHEMA_VERSION {
+            return Err(StateError::Newer {
+                path: path.to_path_buf(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for version in found..target {
+            let tx = conn.transaction()?;
+            let dropped: i64 = if version == OLD_BASH_RULES.0 {
+                tx.query_row(OLD_BASH_RULES.1, [], |r| r.get(0))?
+            } else {
+                0
+            };
+            tx.execute_batch(MIGRATIONS[usize::try_from(version).unwrap_or(0)])?;
+            tx.pragma_update(None, "user_version", version + 1)?;
+            tx.commit()?;
+            tracing::info!(path = %path.display(), from = version, to = version + 1, "state store migrated");
+            if dropped > 0 {
+                tracing::warn!(path = %path.display(), dropped, "dropped {dropped} \"always in this chat\" Bash rule(s) of the old shape (the command's first word); those commands ask again");
+            }
+        }
+        Ok(())
+    }
+}
