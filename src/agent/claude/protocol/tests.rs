@@ -1,0 +1,660 @@
+use super::*;
+use crate::agent::ToolReply;
+use crate::agent::tools::{ChatCall, ChatTool};
+
+fn registry() -> ToolRegistry {
+    ToolRegistry::new(&["end_turn".to_string()])
+}
+
+#[test]
+fn initialize_registers_the_hook_only_when_enabled() {
+    let on = initialize("init", true, "be brief");
+    assert_eq!(
+        on["request"]["hooks"]["PostToolBatch"][0]["hookCallbackIds"][0],
+        HOOK_ID
+    );
+    assert_eq!(on["request"]["sdkMcpServers"][0], "telegram-tools");
+    assert_eq!(on["request"]["systemPrompt"], "be brief");
+    assert!(
+        initialize("init", false, "")
+            .get("request")
+            .unwrap()
+            .get("hooks")
+            .is_none()
+    );
+}
+
+#[test]
+fn mcp_initialize_echoes_the_protocol_version() {
+    let msg = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}});
+    let McpRequest::Answer(answer) = mcp(&msg, &registry()) else {
+        panic!()
+    };
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(answer["result"]["capabilities"], json!({"tools": {}}));
+    assert_eq!(answer["id"], 1);
+}
+
+#[test]
+fn tools_are_listed_always_loaded() {
+    let McpRequest::Answer(answer) = mcp(&json!({"id": 2, "method": "tools/list"}), &registry())
+    else {
+        panic!()
+    };
+    let tools = answer["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["send", "end_turn", "react", "send_file"]);
+    assert!(
+        tools
+            .iter()
+            .all(|t| t["_meta"]["anthropic/alwaysLoad"] == true)
+    );
+}
+
+fn send(text: &str) -> ChatCall {
+    ChatCall {
+        name: "send".into(),
+        tool: Ok(ChatTool::Send { text: text.into() }),
+        ends_turn: false,
+    }
+}
+
+#[test]
+fn tool_calls_are_served_and_unknown_ones_refused() {
+    let call = json!({"id": 3, "method": "tools/call", "params": {"name": "send", "arguments": {"text": "hi"}, "_meta": {"claudecode/toolUseId": "toolu_1"}}});
+    assert_eq!(
+        mcp(&call, &registry()),
+        McpRequest::Call {
+            rpc_id: json!(3),
+            tool_use_id: "toolu_1".into(),
+            call: send("hi"),
+        }
+    );
+    let end =
+        json!({"id": 6, "method": "tools/call", "params": {"name": "end_turn", "arguments": {}}});
+    let McpRequest::Call { call, .. } = mcp(&end, &registry()) else {
+        panic!("end_turn is served")
+    };
+    assert_eq!(
+        (call.tool, call.ends_turn),
+        (Ok(ChatTool::EndTurn { text: None }), true),
+        "the call says it ends the turn"
+    );
+    let unknown = json!({"id": 4, "method": "tools/call", "params": {"name": "teleport"}});
+    let McpRequest::Answer(answer) = mcp(&unknown, &registry()) else {
+        panic!()
+    };
+    assert_eq!(answer["error"]["code"], RPC_INVALID_PARAMS);
+    let McpRequest::Answer(answer) =
+        mcp(&json!({"id": 5, "method": "resources/list"}), &registry())
+    else {
+        panic!()
+    };
+    assert_eq!(answer["error"]["code"], RPC_METHOD_NOT_FOUND);
+}
+
+#[test]
+fn tool_replies_map_to_results_errors_and_refusals() {
+    let id = json!(7);
+    assert_eq!(
+        tool_reply(&id, &ToolReply::Ok("ok".into()))["result"]["content"][0]["text"],
+        "ok"
+    );
+    assert_eq!(
+        tool_reply(&id, &ToolReply::Error("bad".into()))["result"]["isError"],
+        true
+    );
+    assert_eq!(
+        tool_reply(&id, &ToolReply::Refused("stopping".into()))["error"]["code"],
+        RPC_HOST_STOPPING
+    );
+}
+
+#[test]
+fn the_hook_stops_the_loop_with_continue_false() {
+    assert_eq!(hook_output(&HookReply::Continue).unwrap(), json!({}));
+    let stop = hook_output(&HookReply::Stop {
+        reason: "done".into(),
+    })
+    .unwrap();
+    assert_eq!(stop, json!({"continue": false, "stopReason": "done"}));
+    assert!(hook_output(&HookReply::Refused("stopping".into())).is_err());
+}
+
+#[test]
+fn batch_calls_and_results_are_read_tolerantly() {
+    let input = json!({"hook_event_name": "PostToolBatch", "tool_calls": [
+        {"tool_name": "mcp__telegram-tools__send", "tool_input": {"text": "a"}},
+        {"tool_name": "mcp__telegram-tools__end_turn"},
+        {"tool_name": "Bash", "tool_input": 7},
+        {"tool_name": "mcp__teams-tools__end_turn"},
+        {"tool_name": "mcp__telegram-tools__react", "tool_input": {"emoji": "👍", "end_turn": true}},
+        "not a call"
+    ]});
+    let calls = batch_calls(&input, &registry());
+    let read: Vec<(&str, bool)> = calls
+        .iter()
+        .map(|c| (c.tool.as_str(), c.ends_turn))
+        .collect();
+    assert_eq!(
+        read,
+        vec![
+            ("send", false),
+            ("end_turn", true),
+            ("Bash", false),
+            ("end_turn", true),
+            ("react", true),
+            ("", false)
+        ],
+        "a terminator under any server, react by its flag"
+    );
+    assert!(batch_calls(&json!({}), &registry()).is_empty());
+    let r = result(
+        &json!({"type": "result", "subtype": "success", "is_error": false, "num_turns": 1,
+            "stop_reason": "tool_use", "terminal_reason": "hook_stopped", "result": "", "total_cost_usd": 0.01}),
+    );
+    assert_eq!(r.terminal_reason.as_deref(), Some("hook_stopped"));
+    assert_eq!(result(&json!({"type": "result"})).subtype, "");
+}
+
+fn parse(value: Value) -> Line {
+    Line::parse(value.to_string().as_bytes())
+}
+
+fn request(value: Value) -> (Option<String>, ControlRequest) {
+    match parse(value) {
+        Line::Cli(CliLine::ControlRequest {
+            request_id,
+            request,
+        }) => (request_id, request),
+        other => panic!("not a control request: {other:?}"),
+    }
+}
+
+#[test]
+fn system_lines_are_read_by_subtype() {
+    assert_eq!(
+        parse(json!({"type": "system", "subtype": "init", "session_id": "s1", "tools": []})),
+        Line::Cli(CliLine::System(SystemLine::Init {
+            session_id: "s1".into()
+        }))
+    );
+    assert_eq!(
+        parse(
+            json!({"type": "system", "subtype": "session_state_changed", "state": "idle", "sdk_host_only": true})
+        ),
+        Line::Cli(CliLine::System(SystemLine::SessionStateChanged {
+            state: SessionState::Idle
+        }))
+    );
+    assert_eq!(
+        parse(json!({"type": "system", "subtype": "session_state_changed", "state": "dreaming"})),
+        Line::Cli(CliLine::System(SystemLine::SessionStateChanged {
+            state: SessionState::Other
+        }))
+    );
+    assert_eq!(
+        parse(json!({"type": "system", "subtype": "api_retry", "attempt": 1})),
+        Line::Cli(CliLine::System(SystemLine::Other))
+    );
+    assert_eq!(
+        parse(json!({"type": "system"})),
+        Line::Cli(CliLine::System(SystemLine::Other)),
+        "a system line without a subtype is still a sign of life"
+    );
+    assert_eq!(
+        parse(json!({"type": "system", "subtype": "init", "session_id": 7})),
+        Line::Cli(CliLine::System(SystemLine::Init {
+            session_id: String::new()
+        })),
+        "a mistyped field takes its default"
+    );
+}
+
+#[test]
+fn assistant_lines_carry_the_text_of_their_text_blocks() {
+    let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+        "type": "assistant",
+        "message": {"id": "m1", "content": [
+            {"type": "text", "text": "one"},
+            {"type": "tool_use", "id": "t", "name": "send", "input": {}},
+            "not a block",
+            {"type": "text", "text": "two"}
+        ]},
+        "parent_tool_use_id": null
+    })) else {
+        panic!("not an assistant line")
+    };
+    assert_eq!(message.text().as_deref(), Some("one\ntwo"));
+    let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+        "type": "assistant",
+        "message": {"content": [{"type": "tool_use", "id": "t", "name": "send", "input": {}}]}
+    })) else {
+        panic!("not an assistant line")
+    };
+    assert_eq!(message.text(), None);
+    let Line::Cli(CliLine::Assistant { message }) = parse(json!({"type": "assistant"})) else {
+        panic!("not an assistant line")
+    };
+    assert_eq!(message.text(), None);
+}
+
+#[test]
+fn user_stream_and_rate_limit_lines_are_known() {
+    assert_eq!(
+        parse(json!({"type": "user", "message": {"role": "user", "content": []}})),
+        Line::Cli(CliLine::User {})
+    );
+    assert_eq!(
+        parse(json!({"type": "stream_event", "event": {"type": "content_block_delta"}})),
+        Line::Cli(CliLine::StreamEvent {
+            event: StreamEvent::ContentBlockDelta {
+                index: 0,
+                delta: Delta::Other
+            },
+            parent_tool_use_id: None,
+        })
+    );
+    assert_eq!(
+        parse(json!({"type": "rate_limit_event", "rate_limit_info": {}})),
+        Line::Cli(CliLine::RateLimitEvent {})
+    );
+}
+
+fn stream(event: Value) -> StreamEvent {
+    match parse(
+        json!({"type": "stream_event", "event": event, "session_id": "s",
+            "parent_tool_use_id": null, "uuid": "u"}),
+    ) {
+        Line::Cli(CliLine::StreamEvent {
+            event,
+            parent_tool_use_id: None,
+        }) => event,
+        other => panic!("not a stream event: {other:?}"),
+    }
+}
+
+#[test]
+fn stream_events_are_read_by_type() {
+    assert_eq!(
+        stream(
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "content": [], "usage": {}}})
+        ),
+        StreamEvent::MessageStart {
+            message: StreamMessage { id: "msg_1".into() }
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})),
+        StreamEvent::ContentBlockStart {
+            index: 0,
+            content_block: StreamBlock::Text
+        }
+    );
+    assert_eq!(
+        stream(
+            json!({"type": "content_block_start", "index": 2, "content_block":
+                {"type": "tool_use", "id": "toolu_1", "name": "mcp__telegram-tools__end_turn", "input": {}}})
+        ),
+        StreamEvent::ContentBlockStart {
+            index: 2,
+            content_block: StreamBlock::ToolUse {
+                id: "toolu_1".into(),
+                name: "mcp__telegram-tools__end_turn".into()
+            }
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"}})),
+        StreamEvent::ContentBlockDelta {
+            index: 0,
+            delta: Delta::TextDelta { text: "Hel".into() }
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"te"}})),
+        StreamEvent::ContentBlockDelta {
+            index: 1,
+            delta: Delta::InputJsonDelta {
+                partial_json: "{\"te".into()
+            }
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "content_block_stop", "index": 1})),
+        StreamEvent::ContentBlockStop { index: 1 }
+    );
+    assert_eq!(
+        stream(json!({"type": "message_stop"})),
+        StreamEvent::MessageStop
+    );
+}
+
+#[test]
+fn unknown_or_mistyped_stream_events_are_other_never_an_error() {
+    for event in [
+        json!({"type": "ping"}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+        json!({"type": "future_event", "x": 1}),
+        json!({}),
+        json!("not an object"),
+        json!(null),
+    ] {
+        assert_eq!(stream(event.clone()), StreamEvent::Other, "{event}");
+    }
+    assert_eq!(
+        stream(json!({"type": "content_block_delta", "index": "one",
+                "delta": {"type": "thinking_delta", "thinking": "hm"}})),
+        StreamEvent::ContentBlockDelta {
+            index: 0,
+            delta: Delta::Other
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": 5}})),
+        StreamEvent::ContentBlockDelta {
+            index: 0,
+            delta: Delta::TextDelta {
+                text: String::new()
+            }
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "thinking", "thinking": ""}})),
+        StreamEvent::ContentBlockStart {
+            index: 0,
+            content_block: StreamBlock::Other
+        }
+    );
+    assert_eq!(
+        stream(json!({"type": "message_start", "message": 7})),
+        StreamEvent::MessageStart {
+            message: StreamMessage::default()
+        }
+    );
+    assert_eq!(
+        parse(json!({"type": "stream_event"})),
+        Line::Cli(CliLine::StreamEvent {
+            event: StreamEvent::Other,
+            parent_tool_use_id: None,
+        })
+    );
+    assert_eq!(
+        parse(
+            json!({"type": "stream_event", "parent_tool_use_id": "toolu_task",
+                "event": {"type": "message_stop"}})
+        ),
+        Line::Cli(CliLine::StreamEvent {
+            event: StreamEvent::MessageStop,
+            parent_tool_use_id: Some("toolu_task".into()),
+        }),
+        "a subagent's stream is told apart"
+    );
+}
+
+#[test]
+fn tool_use_blocks_are_read_from_assistant_lines() {
+    let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+        "type": "assistant",
+        "message": {"id": "m1", "content": [
+            {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
+            {"type": "tool_use", "id": 5, "name": "Read"},
+            {"type": "text", "text": "x"}
+        ]}
+    })) else {
+        panic!("not an assistant line")
+    };
+    let uses: Vec<_> = message.tool_uses().collect();
+    assert_eq!(
+        uses,
+        vec![
+            ("t1", "Bash", &json!({"command": "ls"})),
+            ("", "Read", &json!({}))
+        ]
+    );
+}
+
+#[test]
+fn a_result_line_becomes_the_agent_result() {
+    let Line::Cli(CliLine::Result(line)) = parse(json!({
+        "type": "result", "subtype": "error_during_execution", "is_error": true,
+        "num_turns": 2, "stop_reason": null, "terminal_reason": "aborted_streaming",
+        "result": "partial", "total_cost_usd": 0.25, "usage": {}
+    })) else {
+        panic!("not a result line")
+    };
+    assert_eq!(
+        AgentResult::from(line),
+        AgentResult {
+            subtype: "error_during_execution".into(),
+            is_error: true,
+            stop_reason: None,
+            terminal_reason: Some("aborted_streaming".into()),
+            text: "partial".into(),
+            num_turns: 2,
+            total_cost_usd: 0.25,
+        }
+    );
+    let Line::Cli(CliLine::Result(line)) =
+        parse(json!({"type": "result", "num_turns": "two", "total_cost_usd": 1}))
+    else {
+        panic!("not a result line")
+    };
+    assert_eq!(line.num_turns, 0, "a mistyped count is zero");
+    assert_eq!(line.total_cost_usd, 1.0);
+}
+
+#[test]
+fn control_responses_are_read_by_subtype() {
+    assert_eq!(
+        parse(
+            json!({"type": "control_response", "response": {"subtype": "error", "request_id": "req_2", "error": "no"}})
+        ),
+        Line::Cli(CliLine::ControlResponse {
+            response: ControlResponse::Error {
+                request_id: Some("req_2".into()),
+                error: "no".into()
+            }
+        })
+    );
+    assert_eq!(
+        parse(
+            json!({"type": "control_response", "response": {"subtype": "success", "request_id": "init_1", "response": {}}})
+        ),
+        Line::Cli(CliLine::ControlResponse {
+            response: ControlResponse::Success {
+                request_id: Some("init_1".into())
+            }
+        })
+    );
+}
+
+#[test]
+fn control_requests_are_read_by_subtype() {
+    let (id, ask) = request(
+        json!({"type": "control_request", "request_id": "r1", "request": {
+            "subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "ls"}, "tool_use_id": "toolu_9"
+        }}),
+    );
+    assert_eq!(id.as_deref(), Some("r1"));
+    assert_eq!(
+        ask,
+        ControlRequest::CanUseTool(CanUseTool {
+            tool_name: "Bash".into(),
+            input: json!({"command": "ls"}),
+            tool_use_id: json!("toolu_9"),
+        })
+    );
+    let (_, hook) = request(
+        json!({"type": "control_request", "request_id": "r2", "request": {
+            "subtype": "hook_callback", "callback_id": "hook_0", "input": {
+                "hook_event_name": "PostToolBatch",
+                "tool_calls": [{"tool_name": "mcp__telegram-tools__end_turn", "tool_input": {}, "tool_use_id": "t"}]
+            }
+        }}),
+    );
+    let ControlRequest::HookCallback(HookCallback {
+        callback_id,
+        input: HookInput::PostToolBatch(batch),
+    }) = hook
+    else {
+        panic!("not a PostToolBatch hook: {hook:?}")
+    };
+    assert_eq!(callback_id, HOOK_ID);
+    assert_eq!(
+        batch.calls(&registry()),
+        vec![BatchCall {
+            tool: "end_turn".into(),
+            ends_turn: true,
+        }]
+    );
+    let (_, other_hook) = request(
+        json!({"type": "control_request", "request_id": "r3", "request": {
+            "subtype": "hook_callback", "callback_id": "hook_0", "input": {"hook_event_name": "Stop"}
+        }}),
+    );
+    assert!(matches!(
+        other_hook,
+        ControlRequest::HookCallback(HookCallback {
+            input: HookInput::Other,
+            ..
+        })
+    ));
+    let (id, _) =
+        request(json!({"type": "control_request", "request": {"subtype": "can_use_tool"}}));
+    assert_eq!(id, None, "a request without an id is still read");
+}
+
+#[test]
+fn an_unknown_control_subtype_is_named_not_an_error() {
+    let (id, unknown) = request(
+        json!({"type": "control_request", "request_id": "r4", "request": {"subtype": "rewind_files", "x": 1}}),
+    );
+    assert_eq!(id.as_deref(), Some("r4"));
+    assert_eq!(
+        unknown,
+        ControlRequest::Unknown {
+            subtype: "rewind_files".into()
+        }
+    );
+    assert_eq!(unknown.subtype(), "rewind_files");
+    let (_, missing) = request(json!({"type": "control_request", "request_id": "r5"}));
+    assert_eq!(missing.subtype(), "", "no request at all: an unknown one");
+}
+
+#[test]
+fn a_tools_call_carries_its_tool_use_id_from_meta() {
+    let (_, call) = request(
+        json!({"type": "control_request", "request_id": "r6", "request": {
+            "subtype": "mcp_message", "server_name": "telegram-tools", "message": {
+                "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "send", "arguments": {"text": "hi"}, "_meta": {"claudecode/toolUseId": "toolu_42"}}
+            }
+        }}),
+    );
+    let ControlRequest::McpMessage(McpMessage {
+        server_name,
+        message,
+    }) = call
+    else {
+        panic!("not an mcp_message: {call:?}")
+    };
+    assert_eq!(server_name, TOOL_SERVER);
+    assert_eq!(
+        message,
+        RpcRequest {
+            id: json!(9),
+            method: McpMethod::ToolsCall(ToolsCall {
+                name: "send".into(),
+                arguments: json!({"text": "hi"}),
+                meta: CallMeta {
+                    tool_use_id: "toolu_42".into()
+                },
+            }),
+        }
+    );
+    assert_eq!(
+        message.serve(&registry()),
+        McpRequest::Call {
+            rpc_id: json!(9),
+            tool_use_id: "toolu_42".into(),
+            call: send("hi"),
+        }
+    );
+}
+
+#[test]
+fn mcp_methods_are_read_by_name() {
+    let read = |message: Value| RpcRequest::deserialize(&message).unwrap();
+    assert_eq!(
+            read(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2099-01-01"}})).method,
+            McpMethod::Initialize {
+                protocol_version: json!("2099-01-01")
+            }
+        );
+    assert_eq!(
+        read(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize"})).method,
+        McpMethod::Initialize {
+            protocol_version: json!("2025-11-25")
+        }
+    );
+    let initialized = read(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    assert_eq!(initialized.id, Value::Null);
+    assert_eq!(initialized.method, McpMethod::Notification);
+    assert_eq!(
+        read(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).method,
+        McpMethod::ToolsList
+    );
+    assert_eq!(
+        read(json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"})).method,
+        McpMethod::Unknown {
+            method: "prompts/list".into()
+        }
+    );
+    assert_eq!(
+        read(json!("not a message")),
+        RpcRequest::default(),
+        "anything but an object is an unknown method"
+    );
+}
+
+#[test]
+fn an_unknown_type_is_kept_for_the_log_not_an_error() {
+    let Line::Unknown(shown) = parse(json!({"type": "telemetry_v9", "zdata": "x".repeat(500)}))
+    else {
+        panic!("an unknown type is Line::Unknown")
+    };
+    assert!(shown.contains("telemetry_v9"), "{shown}");
+    assert_eq!(shown.chars().count(), SHOWN_CHARS, "bounded");
+    assert!(matches!(parse(json!({"no_type": 1})), Line::Unknown(_)));
+    assert!(matches!(parse(json!({"type": 5})), Line::Unknown(_)));
+    assert!(matches!(parse(json!(["system", "init"])), Line::Unknown(_)));
+}
+
+#[test]
+fn a_malformed_line_is_kept_for_the_log_not_an_error() {
+    let bytes = format!("{{\"type\": \"assistant\", {}", "y".repeat(400));
+    let Line::Malformed(start) = Line::parse(bytes.as_bytes()) else {
+        panic!("a line that is not JSON is Line::Malformed")
+    };
+    assert!(start.starts_with("{\"type\": \"assistant\""), "{start}");
+    assert_eq!(start.len(), SHOWN_CHARS, "bounded");
+    assert!(matches!(Line::parse(b"\xff\xfe"), Line::Malformed(_)));
+}
+
+#[test]
+fn an_error_message_that_is_not_plain_text_still_makes_valid_json() {
+    let nasty = "line\nbreak \u{0}nul \"quote\" \u{202e}rtl 🚀";
+    let line = control_error("r", nasty);
+    let text = line.to_string();
+    let back: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(back["response"]["error"], nasty);
+    let rpc = rpc_error(&Value::Null, RPC_INTERNAL, nasty);
+    assert_eq!(rpc["error"]["message"], nasty);
+}
