@@ -1,6 +1,7 @@
 //! The import rules the module layout keeps (ARCHITECTURE.md, "Layers"),
 //! read from the source: an import circle compiles, so only this test sees
-//! one come back. Comments and `#[cfg(test)]` modules are not read.
+//! one come back. Comments and `#[cfg(test)]` modules are not read, nor a
+//! test module's own file (`tests.rs`, or a file under a `tests/` folder).
 
 use std::path::{Path, PathBuf};
 
@@ -67,7 +68,14 @@ const RULES: &[Rule] = &[
     },
 ];
 
-/// The `.rs` files at `path`: the file itself, or every file beneath it.
+/// Whether `path` is a test module's file: `tests.rs`, or under `tests/`.
+fn is_test_module(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == "tests.rs")
+        || path.file_name().is_some_and(|n| n == "tests") && path.is_dir()
+}
+
+/// The `.rs` files at `path`: the file itself, or every file beneath it,
+/// test modules' files left out.
 fn files(path: &Path) -> Vec<PathBuf> {
     if path.is_file() {
         return vec![path.to_path_buf()];
@@ -77,6 +85,9 @@ fn files(path: &Path) -> Vec<PathBuf> {
     for entry in entries {
         let entry = entry.expect("a directory entry");
         let path = entry.path();
+        if is_test_module(&path) {
+            continue;
+        }
         if path.is_dir() {
             out.extend(files(&path));
         } else if path.extension().is_some_and(|e| e == "rs") {
