@@ -1,4 +1,6 @@
 use super::*;
+use crate::agent::{Activity, AgentEvent, SessionCommand, WritingSource};
+use std::time::Duration;
 use teloxide::types::ChatId;
 
 /// A session playing `steps` (read from JSON, as a scenario file
