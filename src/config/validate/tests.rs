@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::config::tests::{assert_bad_value, env, load_err, load_text};
 
