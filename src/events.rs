@@ -7,7 +7,7 @@ use std::time::Instant;
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::broadcast;
 
-use crate::chat::outcome::TurnOutcome;
+use crate::outcome::TurnOutcome;
 use crate::ids::TurnId;
 use crate::ops::metrics::Metrics;
 

@@ -111,6 +111,7 @@ pub mod events;
 pub mod fuzzing;
 pub mod ids;
 pub mod ops;
+pub mod outcome;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;
