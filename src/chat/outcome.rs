@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::AgentResult;
 use crate::agent::tools::{BatchCall, terminator};
+use crate::agent::{AgentResult, TerminalReason};
 pub use crate::outcome::TurnOutcome;
 
 /// What a turn has seen so far that bears on how it ends, in order.
@@ -46,21 +46,25 @@ pub enum TurnEvent {
 
 /// The outcome of a result that settled.
 fn from_result(result: &AgentResult) -> TurnOutcome {
-    let reason = result.terminal_reason.as_deref();
+    let reason = result.terminal_reason.as_ref();
     match reason {
         _ if result.num_turns == 0 && !result.is_error => TurnOutcome::IdleResume,
-        Some("aborted_streaming" | "aborted_tools") => TurnOutcome::Interrupted,
-        _ if result.is_error || result.subtype != "success" => TurnOutcome::AgentError {
-            reason: reason.unwrap_or(&result.subtype).to_string(),
+        Some(r) if r.interrupted() => TurnOutcome::Interrupted,
+        _ if !result.succeeded() => TurnOutcome::AgentError {
+            reason: reason
+                .map_or(result.subtype.name(), TerminalReason::name)
+                .to_string(),
         },
-        Some(r @ ("completed" | "hook_stopped")) => TurnOutcome::Completed {
-            reason: r.to_string(),
-        },
+        Some(r @ (TerminalReason::Completed | TerminalReason::HookStopped)) => {
+            TurnOutcome::Completed {
+                reason: r.name().to_string(),
+            }
+        }
         None => TurnOutcome::Completed {
-            reason: "completed".into(),
+            reason: TerminalReason::Completed.name().to_string(),
         },
         Some(other) => TurnOutcome::Unrecognized {
-            reason: other.to_string(),
+            reason: other.name().to_string(),
         },
     }
 }

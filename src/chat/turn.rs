@@ -294,7 +294,7 @@ impl TurnActor {
     fn on_result(&mut self, result: crate::agent::AgentResult, ctx: &mut Context<Self>) {
         self.step(Step::ResultArrived);
         self.disarm_no_progress(ctx);
-        let deliverable = !result.is_error && result.subtype == "success";
+        let deliverable = result.succeeded();
         let text = result.text.clone();
         let num_turns = result.num_turns;
         self.record(TurnEvent::Result(result), ctx);

@@ -19,7 +19,7 @@ use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::{Value, json};
 
 use crate::agent::tools::TOOL_SERVER;
-use crate::agent::{AgentResult, HookReply};
+use crate::agent::{AgentResult, HookReply, ResultStatus, TerminalReason};
 
 mod control;
 mod mcp_server;
@@ -425,12 +425,23 @@ pub struct ResultLine {
 }
 
 impl From<ResultLine> for AgentResult {
+    /// Claude's `subtype` and `terminal_reason` read into the agent-neutral
+    /// [`ResultStatus`] and [`TerminalReason`].
     fn from(line: ResultLine) -> Self {
         Self {
-            subtype: line.subtype,
+            subtype: match line.subtype.as_str() {
+                "success" => ResultStatus::Success,
+                how => ResultStatus::Failed(how.to_owned()),
+            },
             is_error: line.is_error,
             stop_reason: line.stop_reason,
-            terminal_reason: line.terminal_reason,
+            terminal_reason: line.terminal_reason.as_deref().map(|reason| match reason {
+                "completed" => TerminalReason::Completed,
+                "hook_stopped" => TerminalReason::HookStopped,
+                "aborted_streaming" => TerminalReason::AbortedStreaming,
+                "aborted_tools" => TerminalReason::AbortedTools,
+                other => TerminalReason::Other(other.to_owned()),
+            }),
             text: line.result,
             num_turns: u32::try_from(line.num_turns).unwrap_or(u32::MAX),
             total_cost_usd: line.total_cost_usd,

@@ -14,7 +14,7 @@ use crate::agent::partial_json::StringField;
 use crate::agent::tools::{ToolName, ToolRegistry, streamed_tool};
 use crate::agent::{
     Activity, AgentEvent, AgentResult, HookReply, Permission, PermissionAsk, Responder,
-    SessionCommand, ToolBatch, ToolCall, ToolReply, WritingSource,
+    ResultStatus, SessionCommand, TerminalReason, ToolBatch, ToolCall, ToolReply, WritingSource,
 };
 
 /// The agent side of a scripted session.
@@ -109,10 +109,10 @@ impl ScriptedAgent {
         match cmd {
             SessionCommand::Interrupt => {
                 self.emit(AgentEvent::Result(AgentResult {
-                    subtype: "error_during_execution".into(),
+                    subtype: ResultStatus::Failed("error_during_execution".into()),
                     is_error: true,
                     stop_reason: None,
-                    terminal_reason: Some("aborted_streaming".into()),
+                    terminal_reason: Some(TerminalReason::AbortedStreaming),
                     text: String::new(),
                     num_turns: calls + 1,
                     total_cost_usd: 0.0,
@@ -147,9 +147,9 @@ impl ScriptedAgent {
             }
         }
         self.emit(AgentEvent::Result(AgentResult {
-            subtype: "success".into(),
+            subtype: ResultStatus::Success,
             stop_reason: Some("end_turn".into()),
-            terminal_reason: Some("completed".into()),
+            terminal_reason: Some(TerminalReason::Completed),
             num_turns: calls + 1,
             ..AgentResult::default()
         }));
@@ -184,13 +184,13 @@ impl ScriptedAgent {
                 num_turns,
             } => {
                 self.emit(AgentEvent::Result(AgentResult {
-                    subtype: subtype.clone(),
+                    subtype: subtype.as_str().into(),
                     is_error: *is_error,
                     stop_reason: Some("end_turn".into()),
                     terminal_reason: Some(
                         terminal_reason
-                            .clone()
-                            .unwrap_or_else(|| "completed".into()),
+                            .as_deref()
+                            .map_or(TerminalReason::Completed, TerminalReason::from),
                     ),
                     text: fill(text),
                     num_turns: num_turns.unwrap_or(*calls + 1),
@@ -299,10 +299,10 @@ impl ScriptedAgent {
         match self.settle(rx, turn, calls).await {
             Ok(Ok(HookReply::Stop { .. })) => {
                 self.emit(AgentEvent::Result(AgentResult {
-                    subtype: "success".into(),
+                    subtype: ResultStatus::Success,
                     is_error: false,
                     stop_reason: Some("tool_use".into()),
-                    terminal_reason: Some("hook_stopped".into()),
+                    terminal_reason: Some(TerminalReason::HookStopped),
                     text: String::new(),
                     num_turns: calls,
                     total_cost_usd: 0.0,

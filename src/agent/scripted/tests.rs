@@ -1,5 +1,5 @@
 use super::*;
-use crate::agent::{Activity, AgentEvent, SessionCommand, WritingSource};
+use crate::agent::{Activity, AgentEvent, SessionCommand, TerminalReason, WritingSource};
 use std::time::Duration;
 use teloxide::types::ChatId;
 
@@ -170,7 +170,10 @@ async fn an_interrupt_stops_a_stream_between_pieces() {
             other => panic!("no result after the interrupt: {other:?}"),
         }
     };
-    assert_eq!(result.terminal_reason.as_deref(), Some("aborted_streaming"));
+    assert_eq!(
+        result.terminal_reason,
+        Some(TerminalReason::AbortedStreaming)
+    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 use super::*;
-use crate::agent::ToolReply;
 use crate::agent::tools::{BatchCall, ChatCall, ChatTool, ToolRegistry};
+use crate::agent::{ResultStatus, TerminalReason, ToolReply};
 
 mod mcp;
 
@@ -69,8 +69,37 @@ fn batch_calls_and_results_are_read_tolerantly() {
         &json!({"type": "result", "subtype": "success", "is_error": false, "num_turns": 1,
             "stop_reason": "tool_use", "terminal_reason": "hook_stopped", "result": "", "total_cost_usd": 0.01}),
     );
-    assert_eq!(r.terminal_reason.as_deref(), Some("hook_stopped"));
-    assert_eq!(result(&json!({"type": "result"})).subtype, "");
+    assert_eq!(r.terminal_reason, Some(TerminalReason::HookStopped));
+    assert_eq!(r.subtype, ResultStatus::Success);
+    let empty = result(&json!({"type": "result"}));
+    assert_eq!(empty.subtype, ResultStatus::Failed(String::new()));
+    assert!(
+        !empty.succeeded(),
+        "a result that says nothing did not succeed"
+    );
+    let read = |subtype: &str, reason: &str| {
+        let r = result(&json!({"type": "result", "subtype": subtype, "terminal_reason": reason}));
+        (r.subtype, r.terminal_reason)
+    };
+    assert_eq!(
+        read("error_max_turns", "max_turns"),
+        (
+            ResultStatus::Failed("error_max_turns".into()),
+            Some(TerminalReason::Other("max_turns".into()))
+        )
+    );
+    assert_eq!(
+        read("success", "completed").1,
+        Some(TerminalReason::Completed)
+    );
+    assert_eq!(
+        read("success", "aborted_tools").1,
+        Some(TerminalReason::AbortedTools)
+    );
+    assert_eq!(
+        read("error_during_execution", "aborted_streaming").1,
+        Some(TerminalReason::AbortedStreaming)
+    );
 }
 
 fn parse(value: Value) -> Line {
