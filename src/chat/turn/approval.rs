@@ -298,7 +298,32 @@ impl TurnActor {
             ..
         } = waiting;
         let presser = verdict.presser().cloned();
-        let (permission, shown) = match (verdict, kind) {
+        let (permission, shown) = self.verdict_answer(verdict, kind, &ask.input);
+        let user_id = presser.map(|p| p.id.0);
+        tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, user_id, decision = %shown, "approval decided");
+        ask.reply.answer(permission);
+        let left = messages.iter().filter(|id| id.is_none()).count();
+        for (text, id) in texts.iter().zip(messages) {
+            if let Some(id) = id {
+                self.deps.outbox.do_send(EditQuestion::new(
+                    self.spec.chat,
+                    id,
+                    format!("{text}\n\n{shown}"),
+                ));
+            }
+        }
+        if left > 0 {
+            self.approvals
+                .decided
+                .insert(token.to_string(), (texts, shown, left));
+        }
+        self.resume_after_person(ctx);
+    }
+
+    /// What the agent is told of a verdict and what the chat is shown; an
+    /// "always" is remembered for the chat on the way.
+    fn verdict_answer(&self, verdict: Verdict, kind: Kind, input: &Value) -> (Permission, String) {
+        match (verdict, kind) {
             (Verdict::Allowed { by, always }, Kind::Tool { rule }) => {
                 let how = match (always, rule) {
                     (true, Some(rule)) => {
@@ -317,13 +342,13 @@ impl TurnActor {
                 };
                 (
                     Permission::Allow {
-                        input: ask.input.clone(),
+                        input: input.clone(),
                     },
                     format!("✅ Allowed by {}{how}", by.name),
                 )
             }
             (Verdict::Answered { by }, Kind::Questions { answers, .. }) => {
-                let mut input = ask.input.clone();
+                let mut input = input.clone();
                 if let Some(object) = input.as_object_mut() {
                     object.insert(
                         "answers".into(),
@@ -371,26 +396,7 @@ impl TurnActor {
                 },
                 "❌ Not run".to_string(),
             ),
-        };
-        let user_id = presser.map(|p| p.id.0);
-        tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, user_id, decision = %shown, "approval decided");
-        ask.reply.answer(permission);
-        let left = messages.iter().filter(|id| id.is_none()).count();
-        for (text, id) in texts.iter().zip(messages) {
-            if let Some(id) = id {
-                self.deps.outbox.do_send(EditQuestion::new(
-                    self.spec.chat,
-                    id,
-                    format!("{text}\n\n{shown}"),
-                ));
-            }
         }
-        if left > 0 {
-            self.approvals
-                .decided
-                .insert(token.to_string(), (texts, shown, left));
-        }
-        self.resume_after_person(ctx);
     }
 
     /// Every waiting ask is answered when the turn ends (`/stop`, a host

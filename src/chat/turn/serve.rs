@@ -202,32 +202,9 @@ impl TurnActor {
                 return;
             }
         };
-        let chat = self.spec.chat;
         let tool_name = tool.name();
         match tool {
-            ChatTool::React { emoji } => {
-                let Some(message_id) = self.spec.reply_to else {
-                    reply.answer(ToolReply::Error(
-                        "there is no user message to react to".into(),
-                    ));
-                    return;
-                };
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.deps.outbox.do_send(React {
-                    chat,
-                    message_id,
-                    emoji,
-                    reply: tx,
-                });
-                let pending = self.pending_tool(id, tool_name, reply);
-                actix::spawn(async move {
-                    pending.finish(match rx.await {
-                        Ok(Ok(())) => ToolReply::Ok("reacted".into()),
-                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                    });
-                });
-            }
+            ChatTool::React { emoji } => self.react(id, emoji, reply),
             ChatTool::EndTurn { text: None } => {
                 reply.answer(ToolReply::Ok(
                     "the turn will end once this batch is done".into(),
@@ -237,58 +214,111 @@ impl TurnActor {
                 path,
                 caption,
                 as_photo,
-            } => {
-                let workdir = self.deps.workdir_of(self.to());
-                let file = match outgoing(&workdir, &path, as_photo) {
-                    Ok(file) => file,
-                    Err(why) => {
-                        tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
-                        reply.answer(ToolReply::Error(why));
-                        return;
-                    }
-                };
-                if let Allowance::Refused(why, notice) = self.allowance(0) {
-                    self.tell_limit(notice);
-                    reply.answer(ToolReply::Error(why));
-                    return;
-                }
-                let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
-                self.reply(Outgoing::File(send));
-                let pending = self.pending_tool(id, tool_name, reply);
-                answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
-            }
+            } => self.send_file(id, &path, caption, as_photo, reply, ctx),
             ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
-                let (text, cut) = match self.allowance(text.len()) {
-                    Allowance::Refused(why, notice) => {
-                        self.tell_limit(notice);
-                        reply.answer(ToolReply::Error(why));
-                        return;
-                    }
-                    Allowance::Whole => (text, None),
-                    Allowance::Cut(keep) => {
-                        let mut end = keep.saturating_sub(notices::CUT_MARK.len());
-                        while !text.is_char_boundary(end) {
-                            end -= 1;
-                        }
-                        (format!("{}{}", &text[..end], notices::CUT_MARK), Some(end))
-                    }
-                };
-                let into = self.view.take_preview();
-                let (send, rx) = SendText::tracked(self.to(), text);
-                self.reply(Outgoing::Text(send.markdown().into_slot(into)));
-                if cut.is_some() {
-                    self.tell_limit(notices::too_much_output(self.deps.config.max_output));
-                }
-                let pending = self.pending_tool(id, tool_name, reply);
-                answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
-                    Some(kept) => format!(
-                        "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
-                        ids.len()
-                    ),
-                    None => format!("delivered as {} message(s)", ids.len()),
-                });
+                self.send_text(id, tool_name, text, reply, ctx);
             }
         }
+    }
+
+    /// `react`: the emoji on the user's last message.
+    fn react(&mut self, id: String, emoji: String, reply: Responder<ToolReply>) {
+        let chat = self.spec.chat;
+        let tool_name = "react";
+        let Some(message_id) = self.spec.reply_to else {
+            reply.answer(ToolReply::Error(
+                "there is no user message to react to".into(),
+            ));
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.deps.outbox.do_send(React {
+            chat,
+            message_id,
+            emoji,
+            reply: tx,
+        });
+        let pending = self.pending_tool(id, tool_name, reply);
+        actix::spawn(async move {
+            pending.finish(match rx.await {
+                Ok(Ok(())) => ToolReply::Ok("reacted".into()),
+                Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+            });
+        });
+    }
+
+    /// `send_file`: a file of the workdir, opened once, sent when the
+    /// turn's limits allow one more message.
+    fn send_file(
+        &mut self,
+        id: String,
+        path: &str,
+        caption: Option<String>,
+        as_photo: bool,
+        reply: Responder<ToolReply>,
+        ctx: &mut Context<Self>,
+    ) {
+        let tool_name = "send_file";
+        let workdir = self.deps.workdir_of(self.to());
+        let file = match outgoing(&workdir, &path, as_photo) {
+            Ok(file) => file,
+            Err(why) => {
+                tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
+                reply.answer(ToolReply::Error(why));
+                return;
+            }
+        };
+        if let Allowance::Refused(why, notice) = self.allowance(0) {
+            self.tell_limit(notice);
+            reply.answer(ToolReply::Error(why));
+            return;
+        }
+        let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
+        self.reply(Outgoing::File(send));
+        let pending = self.pending_tool(id, tool_name, reply);
+        answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
+    }
+
+    /// `send` (or `end_turn` with a text): the text, cut at the turn's
+    /// output limit, into the preview's slot when there is one.
+    fn send_text(
+        &mut self,
+        id: String,
+        tool_name: &'static str,
+        text: String,
+        reply: Responder<ToolReply>,
+        ctx: &mut Context<Self>,
+    ) {
+        let (text, cut) = match self.allowance(text.len()) {
+            Allowance::Refused(why, notice) => {
+                self.tell_limit(notice);
+                reply.answer(ToolReply::Error(why));
+                return;
+            }
+            Allowance::Whole => (text, None),
+            Allowance::Cut(keep) => {
+                let mut end = keep.saturating_sub(notices::CUT_MARK.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                (format!("{}{}", &text[..end], notices::CUT_MARK), Some(end))
+            }
+        };
+        let into = self.view.take_preview();
+        let (send, rx) = SendText::tracked(self.to(), text);
+        self.reply(Outgoing::Text(send.markdown().into_slot(into)));
+        if cut.is_some() {
+            self.tell_limit(notices::too_much_output(self.deps.config.max_output));
+        }
+        let pending = self.pending_tool(id, tool_name, reply);
+        answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
+            Some(kept) => format!(
+                "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
+                ids.len()
+            ),
+            None => format!("delivered as {} message(s)", ids.len()),
+        });
     }
 
     /// Queues a text for the chat through the turn's reply lane (opening it,
