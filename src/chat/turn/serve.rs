@@ -261,7 +261,7 @@ impl TurnActor {
     ) {
         let tool_name = "send_file";
         let workdir = self.deps.workdir_of(self.to());
-        let file = match outgoing(&workdir, &path, as_photo) {
+        let file = match outgoing(&workdir, path, as_photo) {
             Ok(file) => file,
             Err(why) => {
                 tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
