@@ -97,7 +97,7 @@ pub struct TurnActor {
     view: LiveView,
     /// What the agent sent this turn, against `turn.max_messages` and
     /// `turn.max_output`.
-    sent: serve::Sent,
+    output: serve::TurnOutput,
 }
 
 impl TurnActor {
@@ -139,7 +139,7 @@ impl TurnActor {
             approvals: Approvals::default(),
             started: Instant::now(),
             view,
-            sent: serve::Sent::default(),
+            output: serve::TurnOutput::default(),
         }
     }
 

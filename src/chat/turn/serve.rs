@@ -37,7 +37,7 @@ pub(super) enum Outgoing {
 /// What the agent sent in a turn, against `turn.max_messages` and
 /// `turn.max_output`.
 #[derive(Debug, Default)]
-pub(super) struct Sent {
+pub(super) struct TurnOutput {
     messages: u32,
     bytes: u64,
     /// The chat was told about a limit (once a turn).
@@ -373,32 +373,32 @@ impl TurnActor {
     /// Counts one more message of `len` bytes against the turn's limits.
     fn allowance(&mut self, len: usize) -> Allowance {
         let config = &self.deps.config;
-        if self.sent.messages >= config.max_messages {
+        if self.output.messages >= config.max_messages {
             return Allowance::Refused(
                 notices::messages_refused(config.max_messages),
                 notices::too_many_messages(config.max_messages),
             );
         }
-        let left = config.max_output.saturating_sub(self.sent.bytes);
+        let left = config.max_output.saturating_sub(self.output.bytes);
         if len > 0 && left == 0 {
             return Allowance::Refused(
                 notices::output_refused(config.max_output),
                 notices::too_much_output(config.max_output),
             );
         }
-        self.sent.messages += 1;
+        self.output.messages += 1;
         let len = len as u64;
         if len <= left {
-            self.sent.bytes += len;
+            self.output.bytes += len;
             return Allowance::Whole;
         }
-        self.sent.bytes = config.max_output;
+        self.output.bytes = config.max_output;
         Allowance::Cut(usize::try_from(left).unwrap_or(usize::MAX))
     }
 
     /// Tells the chat, once a turn, that a limit was reached.
     fn tell_limit(&mut self, notice: String) {
-        if std::mem::replace(&mut self.sent.told, true) {
+        if std::mem::replace(&mut self.output.told, true) {
             return;
         }
         tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), notice = %notice, "the agent reached a limit of the turn");
