@@ -1716,9 +1716,10 @@ struct SoakPlan {
     /// Growth is measured from this sample (from 0) to the last: after the
     /// warm-up.
     from_sample: usize,
-    /// The growth allowed of the live heap and of glibc's bytes in use,
-    /// in percent.
+    /// The growth allowed of the live heap, in percent.
     band: f64,
+    /// The growth allowed of glibc's bytes in use, in percent.
+    in_use_band: f64,
 }
 
 /// Sizes; a sample falls after the same number of turns of every chat.
@@ -1732,6 +1733,13 @@ fn soak_plan(args: &Args) -> SoakPlan {
             // (+0.35 MiB, slower each sample) with the heap flat.
             from_sample: 5,
             band: 1.0,
+            // From 3,000 to 5,000 turns they still rose 0.60-0.96 % in
+            // four runs on a loaded machine (while over 80,000 turns of the
+            // full soak they rose 0.70 %: settling, not growing with the
+            // turns). 2 % of ~9.5 MiB over 2,000 turns still fails a leak
+            // of 100 bytes a turn; the one this soak was made for leaked
+            // 2,542.
+            in_use_band: 2.0,
         }
     } else {
         SoakPlan {
@@ -1740,6 +1748,7 @@ fn soak_plan(args: &Args) -> SoakPlan {
             sample_every: 10_000,
             from_sample: 1,
             band: 1.0,
+            in_use_band: 1.0,
         }
     }
 }
@@ -2368,10 +2377,11 @@ fn soak(args: &Args) -> Result<Outcome, String> {
             second.turns, last.turns
         ));
     }
-    if in_use_growth > band {
+    let in_use_band = run.plan.in_use_band;
+    if in_use_growth > in_use_band {
         broken.push(format!(
             "the bytes in use (glibc's count, less SQLite's and the fakes') grew {in_use_growth:+.2} % \
-             from {} turns to {} ({band} % allowed)",
+             from {} turns to {} ({in_use_band} % allowed)",
             second.turns, last.turns
         ));
     }
@@ -2498,10 +2508,11 @@ fn soak(args: &Args) -> Result<Outcome, String> {
                 thousands(last.turns)
             ),
             format!(
-                "{} → {} ({in_use_growth:+.2} %; {band} % allowed: {})",
+                "{} → {} ({in_use_growth:+.2} %; {} % allowed: {})",
                 bytes(in_use(&second)),
                 bytes(in_use(&last)),
-                verdict(in_use_growth <= band)
+                run.plan.in_use_band,
+                verdict(in_use_growth <= run.plan.in_use_band)
             ),
             format!(
                 "glibc's count of bytes malloc'd and not freed (`mallinfo2`), every allocation of the process \
@@ -2623,7 +2634,7 @@ fn soak(args: &Args) -> Result<Outcome, String> {
          count and the fakes'), RSS (this process, the fake Telegram included) and SQLite's own memory (its page cache \
          fills up to its 2 MB cache_size as the state file grows), then has glibc return the free memory \
          it keeps (`malloc_trim`). It fails when an answer is lost, duplicated or out of order, when the \
-         heap or the bytes in use grow more than {} % from sample {} (after the warm-up) to the last, or \
+         heap grows more than {} % or the bytes in use more than {} % from sample {} (after the warm-up) to the last, or \
          when an actor is left once the chats went idle. RSS is reported and not checked: on a loaded \
          machine it moved 0.4–8 % with the heap and the bytes in use flat to 0.5 %, as glibc keeps the \
          memory the busiest stretch freed, and even after `malloc_trim` (RSS +1.3–6.8 %) the free bytes \
@@ -2634,6 +2645,7 @@ fn soak(args: &Args) -> Result<Outcome, String> {
         thousands(run.plan.sample_every),
         settle_ms(),
         run.plan.band,
+        run.plan.in_use_band,
         run.plan.from_sample + 1,
         support::build_profile()
     );

@@ -2,6 +2,7 @@
 //! intake from a [`Config`], and stops them in order.
 
 mod housekeeping;
+mod ops;
 mod telegram;
 
 use std::sync::Arc;
@@ -12,17 +13,17 @@ use teloxide::Bot;
 use tokio::sync::mpsc;
 
 use self::housekeeping::{kill_leftovers, start_pruning};
+use self::ops::{bind_ops, serve_ops};
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
-use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, RunningTurns, StopDispatching};
+use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
-use crate::chat::turn::TurnDeps;
+use crate::chat::turn::{Forwarding, TurnDeps};
 use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
-use crate::ops::server::{OpsServer, Ping, Probe};
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, Store};
 use crate::telegram::addressing::{Addressing, BotIdentity};
@@ -150,6 +151,18 @@ async fn meet_telegram(config: &Config) -> Result<(Bot, BotIdentity), StartError
     Ok((bot, me))
 }
 
+/// The outbox, with a client of its own: its connections are opened and
+/// read on the outbox's thread only (see `Outbox`), never on the actors'
+/// thread.
+fn start_outbox(
+    config: &Config,
+    limits: RateLimits,
+    events: &EventBus,
+) -> Result<Addr<Outbox>, StartError> {
+    let client = telegram_client(config)?;
+    Ok(Outbox::new(client, limits, Arc::clone(events.metrics()), events.clone()).start())
+}
+
 /// The inbox on `store`, after what a `kill -9` of the previous process
 /// left running has died, with its pruning started; and the question, asked
 /// of the store thread before the intake writes anything, of what the
@@ -176,52 +189,6 @@ fn log_started(config: &Config) {
         max_concurrent_turns = config.dispatcher.max_concurrent_turns,
         "turnstile started"
     );
-}
-
-/// Binds `[ops] listen`, when set: before Telegram is asked anything, so a
-/// taken port fails the start at once, with no actor to stop.
-fn bind_ops(config: &Config) -> Result<Option<std::net::TcpListener>, StartError> {
-    if config.ops.listen.trim().is_empty() {
-        return Ok(None);
-    }
-    crate::ops::server::bind(&config.ops.listen)
-        .map(Some)
-        .map_err(|source| StartError::Ops {
-            listen: config.ops.listen.clone(),
-            source,
-        })
-}
-
-/// Serves `[ops] listen` on `listener`: the health of the poll, the store
-/// and the dispatcher, and the metrics.
-fn serve_ops(
-    config: &Config,
-    listener: std::net::TcpListener,
-    events: &EventBus,
-    gauges: &Arc<Gauges>,
-    inbox: &Inbox,
-    dispatcher: &Addr<Dispatcher>,
-) -> Result<OpsServer, StartError> {
-    let probe = Probe {
-        metrics: Arc::clone(events.metrics()),
-        gauges: Arc::clone(gauges),
-        inbox: inbox.clone(),
-        ping: ping(dispatcher),
-        poll_timeout: config.telegram.poll_timeout,
-    };
-    crate::ops::server::serve(listener, probe).map_err(|source| StartError::Ops {
-        listen: config.ops.listen.clone(),
-        source,
-    })
-}
-
-/// The health check's ping of the dispatcher: answered while it runs.
-fn ping(dispatcher: &Addr<Dispatcher>) -> Ping {
-    let dispatcher = dispatcher.clone();
-    Arc::new(move || {
-        let dispatcher = dispatcher.clone();
-        Box::pin(async move { dispatcher.send(RunningTurns).await.is_ok() })
-    })
 }
 
 /// The received files' fetcher. The transcriber runs sealed as the agent
@@ -266,6 +233,8 @@ pub struct Turnstile {
     pub files: Files,
     /// The running turns.
     slots: TurnSlots,
+    /// The reply lanes' texts on their way to the outbox.
+    forwarding: Forwarding,
     /// The Telegram client (for the offset confirmation at stop).
     bot: Bot,
     /// `/restart` and other requests for the host process.
@@ -322,12 +291,11 @@ impl Turnstile {
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
-        // A client of its own: its connections are opened and read on the
-        // outbox's thread only (see `Outbox`), never on the actors' thread.
-        let outbox = Outbox::new(telegram_client(config)?, limits, events.clone()).start();
+        let outbox = start_outbox(config, limits, &events)?;
         let (inbox, recovered) = open_inbox(config, store, &backend);
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
+        let forwarding = Forwarding::default();
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -340,6 +308,7 @@ impl Turnstile {
             retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
             files: files.clone(),
             workdir: config.agent_workdir(),
+            forwarding: forwarding.clone(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
@@ -381,6 +350,7 @@ impl Turnstile {
             inbox,
             files,
             slots,
+            forwarding,
             bot,
             host_requests: tokio::sync::Mutex::new(host_rx),
             shutdown,
@@ -446,6 +416,10 @@ impl Turnstile {
         }
         // Every store write asked so far lands before the offset is final.
         self.inbox.flushed().await;
+        // What the turns queued as they ended (a "cut short" notice) goes
+        // to the outbox after its turn's "replied" write: in the outbox
+        // before the flush, or the stopped outbox would refuse it.
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.forwarding.settled()).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
         let _ = self.outbox.send(StopOutbox).await;
         self.backend.closed().await;

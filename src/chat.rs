@@ -12,10 +12,10 @@ pub(crate) mod supervisor;
 pub(crate) mod turn;
 pub(crate) mod typing;
 
+pub use crate::telegram::TypingLease;
 pub use dispatcher::{Dispatcher, HostRequest};
 pub use notices::{REPROMPT, STOP_REASON};
 pub use outcome::{TurnEvent, TurnOutcome, decide};
 /// The report a chat sends when idle; public so a test can send a stale one.
 #[doc(hidden)]
 pub use supervisor::ChatReport;
-pub use typing::TypingLease;

@@ -17,11 +17,15 @@
 //!   - `config/redact.rs`: what `check-config` prints; the token scrubbed from errors.
 //! - `telegram`: the way in and out:
 //!   - `telegram::intake`: the `Intake` actor, long-polling `getUpdates` into the inbox;
-//!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram (lanes, limits, retries);
+//!   - `telegram::outbox`: the `Outbox` actor, every request to Telegram, routed to
+//!     a lane per chat (`outbox/lane.rs`), paced (`outbox/pacing.rs`), run
+//!     (`outbox/send.rs`) through one delivery and retry path (`outbox/deliver.rs`);
 //!     its requests (texts, live slots, purges, questions with buttons, edits, callback
-//!     answers) in `outbox/requests.rs`, the retry rules in `outbox/retry.rs`, the
+//!     answers) in `outbox/requests.rs`, the jobs they become in `outbox/jobs.rs`, the
 //!     requests of live slots (drafts, edits, deletes) in `outbox/live.rs`;
-//!   - `telegram::call`: a Bot API call without teloxide's 10 s pause after a 5xx;
+//!   - `telegram::call`: a Bot API call (JSON, or multipart with a file) without
+//!     teloxide's 10 s pause after a 5xx;
+//!   - `telegram::typing`: the `TypingLease`, a turn's claim on the typing indicator;
 //!   - `telegram::format`: where text is cut: the agent's Markdown (or plain text) rendered
 //!     to text plus message entities (`format/render.rs`, what each tag opens and
 //!     closes in `render/tags.rs`), split into pieces of `TELEGRAM_TEXT_LIMIT`
@@ -41,7 +45,7 @@
 //!     chat tool calls; watchdogs; `approval`: tool approvals in the chat, with
 //!     buttons, `approval/question.rs` the question as shown; `live`: the status
 //!     message and the answer's preview);
-//!   - `chat::typing`: the `TypingActor`, one per chat, and the `TypingLease`;
+//!   - `chat::typing`: the `TypingActor`, one per chat, which renews a turn's `TypingLease`;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::outcome`: `decide` (a turn's events to its `TurnOutcome`), pinned by a
 //!     golden fixture;

@@ -67,6 +67,32 @@ const RULES: &[Rule] = &[
         why: "the bus, ops and the outcome value sit below the chat: what they need of it is handed in",
     },
     Rule {
+        under: &[
+            "src/telegram/outbox.rs",
+            "src/telegram/outbox",
+            "src/telegram/typing.rs",
+        ],
+        forbidden: &["crate::chat"],
+        allowed: &["crate::chat::notices::"],
+        why: "the transport imports no chat type (the typing lease is `telegram::typing`'s)",
+    },
+    Rule {
+        under: &["src/telegram/outbox"],
+        forbidden: &["super::", "crate::telegram::outbox"],
+        allowed: &[
+            "super::deliver",
+            "super::error",
+            "super::jobs",
+            "super::lane",
+            "super::live",
+            "super::pacing",
+            "super::requests",
+            "super::send",
+            "super::workers",
+        ],
+        why: "the outbox's parts reach each other, never back into the actor",
+    },
+    Rule {
         under: &["src/events.rs"],
         forbidden: &["crate::ops::"],
         allowed: &["crate::ops::metrics::"],

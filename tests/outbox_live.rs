@@ -17,7 +17,7 @@ use turnstile::telegram::{
 };
 
 fn outbox(api: &FakeBotApi, limits: RateLimits) -> Addr<Outbox> {
-    Outbox::new(api.bot(), limits, EventBus::new()).start()
+    Outbox::new(api.bot(), limits, Default::default(), EventBus::new()).start()
 }
 
 fn show(chat: i64, slot: Slot, text: &str) -> Show {

@@ -35,6 +35,7 @@ pub use self::contract::{
 };
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
+pub use self::serve::Forwarding;
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
 use crate::agent::{Activity, AgentEvent, AgentSession, HookReply, SessionCommand, ToolBatch};

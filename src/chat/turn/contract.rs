@@ -8,15 +8,16 @@ use std::time::Instant;
 use actix::{Addr, Message};
 use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 
+use super::Forwarding;
 use crate::agent::{AgentBackend, AgentSession};
 use crate::attachment::Attachment;
 use crate::chat::outcome::TurnOutcome;
-use crate::chat::typing::TypingLease;
 use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
 use crate::state::Inbox;
+use crate::telegram::TypingLease;
 use crate::telegram::files::Files;
 use crate::telegram::outbox::Outbox;
 
@@ -125,6 +126,8 @@ pub struct TurnDeps {
     /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
     /// conversation's files are.
     pub workdir: std::path::PathBuf,
+    /// The reply lanes' texts not yet handed to the outbox.
+    pub forwarding: Forwarding,
 }
 
 impl TurnDeps {

@@ -4,7 +4,7 @@
 //! in order.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use actix::{AsyncContext, Context, Handler, Message};
 use teloxide::types::ChatId;
@@ -25,6 +25,48 @@ use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
 pub(super) struct ReplyLane {
     /// Texts and files to forward; closed when the turn actor drops it.
     tx: mpsc::UnboundedSender<Outgoing>,
+    /// Counts what `tx` holds, for a stopping host.
+    forwarding: Forwarding,
+}
+
+/// How many texts and files the reply lanes hold that have not reached
+/// the outbox yet (each waits for its turn's "replied" write). A stopping
+/// host waits for none to be left before it flushes the outbox, or a notice
+/// queued as the turn ended could reach the outbox after the flush and be
+/// refused by the stopped outbox.
+#[derive(Clone, Debug, Default)]
+pub struct Forwarding(Arc<ForwardingState>);
+
+#[derive(Debug, Default)]
+struct ForwardingState {
+    held: AtomicUsize,
+    /// Woken each time `held` drops to zero.
+    empty: tokio::sync::Notify,
+}
+
+impl Forwarding {
+    fn hold(&self) {
+        self.0.held.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn handed_over(&self) {
+        if self.0.held.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.empty.notify_waiters();
+        }
+    }
+
+    /// Resolves once every text and file queued in a reply lane so far has
+    /// been handed to the outbox.
+    pub async fn settled(&self) {
+        loop {
+            // Registered before the check, so a hand-over in between is seen.
+            let empty = self.0.empty.notified();
+            if self.0.held.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            empty.await;
+        }
+    }
 }
 
 /// What a turn sends to its chat.
@@ -56,9 +98,15 @@ enum Allowance {
 
 impl ReplyLane {
     /// Opens the lane: the "replied" write is asked now.
-    pub(super) fn open(inbox: &Inbox, update_ids: Vec<i64>, outbox: actix::Addr<Outbox>) -> Self {
+    pub(super) fn open(
+        inbox: &Inbox,
+        update_ids: Vec<i64>,
+        outbox: actix::Addr<Outbox>,
+        forwarding: Forwarding,
+    ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let durable = inbox.replying(update_ids);
+        let handed = forwarding.clone();
         actix::spawn(async move {
             durable.await;
             while let Some(out) = rx.recv().await {
@@ -66,14 +114,17 @@ impl ReplyLane {
                     Outgoing::Text(send) => outbox.do_send(send),
                     Outgoing::File(send) => outbox.do_send(send),
                 }
+                handed.handed_over();
             }
         });
-        Self { tx }
+        Self { tx, forwarding }
     }
 
     /// Queues a text or file behind the "replied" write.
     pub(super) fn send(&self, out: Outgoing) {
+        self.forwarding.hold();
         if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
+            self.forwarding.handed_over();
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
             tracing::error!(?out, "reply lane closed; dropped");
@@ -339,6 +390,7 @@ impl TurnActor {
                 &self.deps.inbox,
                 self.spec.update_ids.clone(),
                 self.deps.outbox.clone(),
+                self.deps.forwarding.clone(),
             )
         });
         lane.send(out);

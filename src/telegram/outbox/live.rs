@@ -9,10 +9,31 @@ use teloxide::requests::Payload;
 use teloxide::types::{ChatId, MessageEntity, MessageId, ReplyParameters, ThreadId, True};
 use teloxide::{ApiError, RequestError};
 
-use super::retry::{Rule, deliver};
-use super::{Bucket, OutboxError, Shared, Show};
+use super::deliver::{Rule, Telegram, deliver};
+use super::error::OutboxError;
+use super::pacing::Pacing;
+use super::requests::Show;
 use crate::telegram::call::call;
-use crate::telegram::format::Rendered;
+use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
+
+/// The message a live slot shows, and its text.
+pub(super) struct Shown {
+    pub(super) id: MessageId,
+    pub(super) rendered: Rendered,
+}
+
+/// The first 4096 units of what a slot shows.
+pub(super) fn live_text(text: &str, markdown: bool) -> Rendered {
+    let rendered = if markdown {
+        format::render(text)
+    } else {
+        Rendered::plain(text)
+    };
+    format::split(&rendered, TELEGRAM_TEXT_LIMIT)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
 
 /// `sendMessageDraft` (Bot API 9.3): streams a partial message to a user in
 /// a private chat; the draft vanishes when the bot sends anything else.
@@ -40,7 +61,7 @@ fn entities(rendered: &Rendered) -> Option<Vec<MessageEntity>> {
 /// shows, or its first message (whose id comes back). Entities Telegram
 /// refuses are dropped and the text tried once more, plain.
 pub(super) async fn show(
-    shared: &Shared,
+    telegram: &Telegram,
     chat: ChatId,
     show: &Show,
     rendered: &Rendered,
@@ -48,16 +69,16 @@ pub(super) async fn show(
     shown: Option<MessageId>,
 ) -> Result<Option<MessageId>, RequestError> {
     let plain = Rendered::plain(rendered.text.clone());
-    let mut attempt = once(shared, chat, show, rendered, draft, shown).await;
+    let mut attempt = once(telegram, chat, show, rendered, draft, shown).await;
     if let Err(RequestError::Api(ApiError::CantParseEntities(why))) = &attempt {
         tracing::info!(chat_id = chat.0, cause = %why, "live text formatting refused; shown plain");
-        attempt = once(shared, chat, show, &plain, draft, shown).await;
+        attempt = once(telegram, chat, show, &plain, draft, shown).await;
     }
     attempt
 }
 
 async fn once(
-    shared: &Shared,
+    telegram: &Telegram,
     chat: ChatId,
     show: &Show,
     rendered: &Rendered,
@@ -72,18 +93,15 @@ async fn once(
             message_thread_id: show.topic,
             entities: rendered.entities.clone(),
         };
-        let answer = call(&shared.bot, &payload).await;
-        shared
-            .events
-            .metrics()
-            .telegram("sendMessageDraft", &answer);
+        let answer = call(&telegram.bot, &payload).await;
+        telegram.metrics.telegram("sendMessageDraft", &answer);
         return answer.map(|_| None);
     }
     if let Some(message_id) = shown {
         let mut payload = EditMessageText::new(chat, message_id, rendered.text.clone());
         payload.entities = entities(rendered);
-        let answer = call(&shared.bot, &payload).await;
-        shared.events.metrics().telegram("editMessageText", &answer);
+        let answer = call(&telegram.bot, &payload).await;
+        telegram.metrics.telegram("editMessageText", &answer);
         return match answer {
             Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(None),
             Err(err) => Err(err),
@@ -95,69 +113,51 @@ async fn once(
         .reply_to
         .map(|message| ReplyParameters::new(message).allow_sending_without_reply());
     payload.entities = entities(rendered);
-    let answer = call(&shared.bot, &payload).await;
-    shared.events.metrics().telegram("sendMessage", &answer);
+    let answer = call(&telegram.bot, &payload).await;
+    telegram.metrics.telegram("sendMessage", &answer);
     answer.map(|message| Some(message.id))
 }
 
 /// Replaces a message's text (the last edit of a preview, a status folded to
-/// its line), with the retry rules of an edit; refused entities fall back to
-/// plain text once.
+/// its line, a question's decision), with the retry rules of an edit;
+/// refused entities fall back to plain text once. Telegram's "message is
+/// not modified" counts as done.
 pub(super) async fn edit(
-    shared: &Shared,
+    telegram: &Telegram,
     chat: ChatId,
-    bucket: &mut Bucket,
+    pacing: &mut Pacing,
     message_id: MessageId,
     rendered: &Rendered,
 ) -> Result<(), OutboxError> {
-    let rule = Rule {
-        method: "editMessageText",
-        idempotent: true,
-        until: None,
-    };
-    let attempt = |rendered: Rendered| {
+    let mut rule = Rule::idempotent("editMessageText");
+    if !rendered.entities.is_empty() {
+        rule = rule.or_plain();
+    }
+    deliver(telegram, chat, Some(pacing), rule, |plain| {
+        // No reply_markup: a question's buttons go.
         let mut payload = EditMessageText::new(chat, message_id, rendered.text.clone());
-        payload.entities = entities(&rendered);
-        async move {
-            match call(&shared.bot, &payload).await {
+        payload.entities = entities(rendered).filter(|_| !plain);
+        Some(async move {
+            match call(&telegram.bot, &payload).await {
                 Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
                 Err(err) => Err(err),
             }
-        }
-    };
-    let formatted = deliver(shared, chat, bucket, rule, || attempt(rendered.clone())).await;
-    match formatted {
-        Err(OutboxError::Refused(why))
-            if !rendered.entities.is_empty() && is_entity_refusal(&why) =>
-        {
-            tracing::info!(chat_id = chat.0, cause = %why, "formatting refused; editing as plain text");
-            let plain = Rendered::plain(rendered.text.clone());
-            deliver(shared, chat, bucket, rule, || attempt(plain.clone())).await
-        }
-        other => other,
-    }
-}
-
-/// Whether a refusal was about the entities.
-fn is_entity_refusal(why: &str) -> bool {
-    why.contains("can't parse entities") || why.contains("parse entities")
+        })
+    })
+    .await
 }
 
 /// Deletes a message (a status line at the end of its turn).
 pub(super) async fn delete(
-    shared: &Shared,
+    telegram: &Telegram,
     chat: ChatId,
-    bucket: &mut Bucket,
+    pacing: &mut Pacing,
     message_id: MessageId,
 ) -> Result<(), OutboxError> {
-    let rule = Rule {
-        method: "deleteMessage",
-        idempotent: true,
-        until: None,
-    };
-    deliver(shared, chat, bucket, rule, || {
+    let rule = Rule::idempotent("deleteMessage");
+    deliver(telegram, chat, Some(pacing), rule, |_| {
         let payload = DeleteMessage::new(chat, message_id);
-        async move { call(&shared.bot, &payload).await.map(|_| ()) }
+        Some(async move { call(&telegram.bot, &payload).await.map(|_| ()) })
     })
     .await
 }

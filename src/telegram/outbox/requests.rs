@@ -1,25 +1,21 @@
-//! The requests the [`Outbox`](super::Outbox) takes, and the job each one
-//! becomes on its chat's lane.
+//! The requests the [`Outbox`](super::Outbox) takes (the job each one
+//! becomes on its chat's lane is in `jobs.rs`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::Message;
 
-use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId, ThreadId};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
-use super::OutboxError;
-use crate::chat::typing::TypingLease;
+use super::error::OutboxError;
 use crate::ids::{Conversation, TurnId};
 use crate::telegram::files::OutgoingFile;
-use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
+use crate::telegram::typing::TypingLease;
 
 /// How long Telegram waits for a callback query's answer; a later answer
 /// is refused, so an [`AnswerCallback`] is never retried past it.
 pub const CALLBACK_ANSWER_WINDOW: Duration = Duration::from_secs(15);
-
-/// The longest notification text of an answered callback query.
-const CALLBACK_TEXT_LIMIT: usize = 200;
 
 /// Sends text to a chat. Always queued, even when the sender goes away;
 /// `reply` (when given) gets the ids of the sent messages.
@@ -239,9 +235,6 @@ impl SendFile {
     }
 }
 
-/// Telegram's longest caption, in UTF-16 units.
-pub(super) const CAPTION_LIMIT: usize = 1024;
-
 /// One button of a question: pressing it sends `data` back as a callback
 /// query.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -322,9 +315,6 @@ impl SendQuestion {
         self
     }
 }
-
-/// Who waits for a question's message id.
-pub(super) type QuestionReply = oneshot::Sender<Result<MessageId, OutboxError>>;
 
 /// A text document sent with a question (`sendDocument`), for what is too
 /// long for the question's own message.
@@ -441,237 +431,3 @@ pub struct Flush;
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct StopOutbox;
-
-/// Where in its chat a message goes.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Place {
-    /// The forum topic.
-    pub(super) topic: Option<ThreadId>,
-    /// The message the first piece replies to.
-    pub(super) reply_to: Option<MessageId>,
-}
-
-/// A text job: what, where, and who waits.
-pub(super) struct TextJob {
-    pub(super) text: String,
-    pub(super) markdown: bool,
-    pub(super) place: Place,
-    pub(super) into: Option<Slot>,
-    pub(super) reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
-    pub(super) turn: Option<TurnId>,
-}
-
-/// A question job: its text under its buttons, and the file sent first.
-pub(super) struct QuestionJob {
-    pub(super) text: String,
-    pub(super) keyboard: InlineKeyboardMarkup,
-    pub(super) topic: Option<ThreadId>,
-    pub(super) file: Option<QuestionFile>,
-    pub(super) reply: oneshot::Sender<Result<MessageId, OutboxError>>,
-    pub(super) turn: Option<TurnId>,
-}
-
-/// One queued request of a chat.
-pub(super) enum Job {
-    Text(TextJob),
-    Clear(Clear),
-    Typing(TypingLease, Option<ThreadId>),
-    File(SendFile),
-    React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
-    Question(QuestionJob),
-    Edit(
-        MessageId,
-        String,
-        Option<oneshot::Sender<Result<(), OutboxError>>>,
-    ),
-}
-
-/// A callback answer on its way, useless after `until`.
-pub(super) struct CallbackAnswer {
-    pub(super) chat: ChatId,
-    pub(super) id: String,
-    pub(super) text: String,
-    pub(super) alert: bool,
-    pub(super) until: Instant,
-}
-
-impl CallbackAnswer {
-    /// The answer to send, useless after the answer window.
-    pub(super) fn new(msg: AnswerCallback) -> Self {
-        Self {
-            chat: msg.chat,
-            id: msg.id,
-            text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
-            alert: msg.alert,
-            until: Instant::now() + CALLBACK_ANSWER_WINDOW,
-        }
-    }
-}
-
-impl Job {
-    /// Tells whoever waits that the request was refused.
-    pub(super) fn refuse(self, err: OutboxError) {
-        match self {
-            Self::Text(TextJob {
-                reply: Some(reply), ..
-            }) => {
-                let _ = reply.send(Err(err));
-            }
-            Self::File(file) => {
-                let _ = file.reply.send(Err(err));
-            }
-            Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
-                let _ = reply.send(Err(err));
-            }
-            Self::Question(question) => {
-                let _ = question.reply.send(Err(err));
-            }
-            Self::Text(TextJob { reply: None, .. })
-            | Self::Clear(_)
-            | Self::Typing(..)
-            | Self::Edit(_, _, None) => {}
-        }
-    }
-
-    /// The conversation's topic, and whether a [`Purge`] drops the job.
-    pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
-        match self {
-            Self::Text(job) => Some(job.place.topic),
-            Self::File(file) => Some(file.topic),
-            Self::Question(question) => Some(question.topic),
-            Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
-        }
-    }
-
-    /// The job of a question, or why it cannot be sent (and who to tell).
-    pub(super) fn question(msg: SendQuestion) -> Result<Self, (OutboxError, QuestionReply)> {
-        if msg.text.trim().is_empty() {
-            return Err((OutboxError::EmptyText, msg.reply));
-        }
-        let units = msg.text.encode_utf16().count();
-        if units > TELEGRAM_TEXT_LIMIT {
-            // Never a part of a question: its asker must attach the rest.
-            let why = format!(
-                "a question of {units} UTF-16 units is longer than Telegram's {TELEGRAM_TEXT_LIMIT}"
-            );
-            return Err((OutboxError::Refused(why), msg.reply));
-        }
-        let bad = msg
-            .buttons
-            .iter()
-            .flatten()
-            .find(|b| b.data.is_empty() || b.data.len() > 64);
-        if let Some(bad) = bad {
-            let why = format!(
-                "callback data of button {:?} must be 1-64 bytes, not {}",
-                bad.label,
-                bad.data.len()
-            );
-            return Err((OutboxError::Refused(why), msg.reply));
-        }
-        let rows = msg.buttons.iter().map(|row| {
-            row.iter()
-                .map(|b| InlineKeyboardButton::callback(b.label.clone(), b.data.clone()))
-                .collect::<Vec<_>>()
-        });
-        let keyboard = InlineKeyboardMarkup::new(rows);
-        Ok(Self::Question(QuestionJob {
-            text: msg.text,
-            keyboard,
-            topic: msg.topic,
-            file: msg.file,
-            reply: msg.reply,
-            turn: msg.turn,
-        }))
-    }
-
-    /// The job of an edit.
-    pub(super) fn edit(msg: EditQuestion) -> Self {
-        Self::Edit(
-            msg.message_id,
-            cut(&msg.text, TELEGRAM_TEXT_LIMIT),
-            msg.reply,
-        )
-    }
-}
-
-/// `text` within `limit` UTF-16 units (as Telegram counts), ending in "…"
-/// when cut.
-pub(super) fn cut(text: &str, limit: usize) -> String {
-    if text.encode_utf16().count() <= limit {
-        return text.to_string();
-    }
-    let mut out = String::new();
-    let mut units = 0;
-    for c in text.chars() {
-        if units + c.len_utf16() > limit - 1 {
-            break;
-        }
-        units += c.len_utf16();
-        out.push(c);
-    }
-    out.push('…');
-    out
-}
-
-/// `text` within `limit` characters, ending in "…" when cut.
-fn cut_chars(text: &str, limit: usize) -> String {
-    if text.chars().count() <= limit {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(limit - 1).collect();
-    out.push('…');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cut_keeps_short_text_and_cuts_long_text_within_the_limit() {
-        assert_eq!(cut("short", 10), "short");
-        let long = "🦀".repeat(3000); // 6000 UTF-16 units
-        let cut_text = cut(&long, TELEGRAM_TEXT_LIMIT);
-        assert!(cut_text.encode_utf16().count() <= TELEGRAM_TEXT_LIMIT);
-        assert!(cut_text.encode_utf16().count() >= TELEGRAM_TEXT_LIMIT - 2);
-        assert!(cut_text.ends_with('…'));
-        assert_eq!(cut_chars(&"a".repeat(300), 200).chars().count(), 200);
-        assert_eq!(cut_chars("ok", 200), "ok");
-    }
-
-    #[test]
-    fn a_question_with_bad_callback_data_is_refused() {
-        let (q, _rx) = SendQuestion::new(ChatId(1), "ok?", vec![vec![Button::new("Yes", "")]]);
-        assert!(matches!(
-            Job::question(q),
-            Err((OutboxError::Refused(_), _))
-        ));
-        let (q, _rx) = SendQuestion::new(
-            ChatId(1),
-            "ok?",
-            vec![vec![Button::new("Yes", "y".repeat(65))]],
-        );
-        assert!(matches!(
-            Job::question(q),
-            Err((OutboxError::Refused(_), _))
-        ));
-        let (q, _rx) = SendQuestion::new(ChatId(1), " ", vec![vec![Button::new("Yes", "y")]]);
-        assert!(matches!(Job::question(q), Err((OutboxError::EmptyText, _))));
-        let (q, _rx) = SendQuestion::new(ChatId(1), "ok?", vec![vec![Button::new("Yes", "y")]]);
-        assert!(matches!(Job::question(q), Ok(Job::Question(..))));
-    }
-
-    #[test]
-    fn a_question_is_never_cut() {
-        let yes = || vec![vec![Button::new("Yes", "y")]];
-        let (q, _rx) = SendQuestion::new(ChatId(1), "a".repeat(TELEGRAM_TEXT_LIMIT + 1), yes());
-        assert!(matches!(
-            Job::question(q),
-            Err((OutboxError::Refused(_), _))
-        ));
-        let whole = "a".repeat(TELEGRAM_TEXT_LIMIT);
-        let (q, _rx) = SendQuestion::new(ChatId(1), whole.clone(), yes());
-        assert!(matches!(Job::question(q), Ok(Job::Question(job)) if job.text == whole));
-    }
-}

@@ -1,0 +1,322 @@
+//! One delivery and retry path for every request: [`deliver`] sends it
+//! (under the chat's [`Pacing`] when given), [`classify`] reads the answer
+//! and the [`Rule`] of the request decides the next step: a 429 waits its
+//! `retry_after`, a 5xx or failed connection is retried with backoff, an
+//! unknown outcome is retried only when sending twice does no harm, refused
+//! formatting goes once more as plain text, a refusal is final.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use teloxide::types::ChatId;
+use teloxide::{ApiError, Bot, RequestError};
+
+use super::error::{OutboxError, Unreachable};
+use super::pacing::{Pacing, RateLimits};
+use crate::ops::Metrics;
+use crate::telegram::call::with_sources;
+
+/// What sending a request takes: the client, the retry policy, the counts.
+pub(super) struct Telegram {
+    pub(super) bot: Bot,
+    pub(super) limits: RateLimits,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+/// What a request's answer means for the next step.
+pub(super) enum Sent<T> {
+    Ok(T),
+    /// Not delivered; safe to send again after the wait.
+    Retry(Duration, RequestError),
+    /// Unknown whether it was delivered; only idempotent requests retry.
+    RetryIfUnsent(RequestError),
+    /// The formatting was refused; send as plain text.
+    Plain(RequestError),
+    /// Final.
+    Fail(OutboxError),
+}
+
+pub(super) fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
+    let err = match result {
+        Ok(v) => return Sent::Ok(v),
+        Err(err) => err,
+    };
+    match &err {
+        RequestError::RetryAfter(secs) => Sent::Retry(secs.duration(), err),
+        RequestError::Api(ApiError::CantParseEntities(_)) => Sent::Plain(err),
+        RequestError::Api(
+            ApiError::BotBlocked
+            | ApiError::UserDeactivated
+            | ApiError::BotKicked
+            | ApiError::BotKickedFromSupergroup,
+        ) => Sent::Fail(OutboxError::Blocked),
+        RequestError::Api(ApiError::Unknown(why)) if is_server_error(why) => {
+            Sent::Retry(Duration::ZERO, err)
+        }
+        RequestError::Api(_) => Sent::Fail(OutboxError::refused(err)),
+        RequestError::InvalidJson { .. } => Sent::RetryIfUnsent(err),
+        RequestError::Network(net) if net.is_connect() => Sent::Retry(Duration::ZERO, err),
+        RequestError::Network(_) => Sent::RetryIfUnsent(err),
+        RequestError::MigrateToChatId(_) | RequestError::Io(_) => {
+            Sent::Fail(OutboxError::Unreachable(Unreachable::GaveUp(err)))
+        }
+    }
+}
+
+/// Telegram's 5xx descriptions (teloxide keeps only the description).
+fn is_server_error(description: &str) -> bool {
+    [
+        "Internal Server Error",
+        "Bad Gateway",
+        "Service Unavailable",
+        "Gateway Timeout",
+    ]
+    .iter()
+    .any(|s| description.contains(s))
+}
+
+/// How a request may be repeated.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rule {
+    /// The Bot API method, for the logs and the counts.
+    pub(super) method: &'static str,
+    /// Sending it twice does no harm (an edit, typing, a reaction), so a
+    /// request whose outcome is unknown may be sent again; otherwise (a
+    /// message) it may not.
+    pub(super) idempotent: bool,
+    /// Useless after this: no wait, request or retry reaches past it.
+    pub(super) until: Option<Instant>,
+    /// Refused formatting: the request goes once more as plain text.
+    pub(super) plain_fallback: bool,
+}
+
+impl Rule {
+    /// A request that may go twice, with no deadline.
+    pub(super) fn idempotent(method: &'static str) -> Self {
+        Self {
+            method,
+            idempotent: true,
+            until: None,
+            plain_fallback: false,
+        }
+    }
+
+    /// A request that must never go twice (a message, a file).
+    pub(super) fn once(method: &'static str) -> Self {
+        Self {
+            idempotent: false,
+            ..Self::idempotent(method)
+        }
+    }
+
+    /// The same rule, trying again as plain text when the formatting is
+    /// refused.
+    pub(super) fn or_plain(self) -> Self {
+        Self {
+            plain_fallback: true,
+            ..self
+        }
+    }
+}
+
+/// Sends a request under `pacing` (the chat's and the global limit; none
+/// when `None`) with the retry rules of its `rule`. `request(plain)` makes
+/// each attempt (`plain`: without its formatting), or `None` when it is no
+/// longer wanted (a typing request whose lease ended): nothing more is
+/// sent, and the answer is [`OutboxError::Dropped`]. A request that would
+/// only go after `rule.until` is dropped before it takes a token.
+pub(super) async fn deliver<T, F, Fut>(
+    telegram: &Telegram,
+    chat: ChatId,
+    mut pacing: Option<&mut Pacing>,
+    rule: Rule,
+    mut request: F,
+) -> Result<T, OutboxError>
+where
+    F: FnMut(bool) -> Option<Fut>,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    let mut attempt = 0;
+    let mut plain = false;
+    loop {
+        // Looked at first, taken only when the request will go: a request
+        // dropped as too late leaves the chat's pacing as it was.
+        if let Some(until) = rule.until {
+            let wait = pacing.as_deref_mut().map_or(Duration::ZERO, Pacing::wait);
+            if Instant::now() + wait >= until {
+                return Err(late(rule));
+            }
+        }
+        let wait = pacing
+            .as_deref_mut()
+            .map_or(Duration::ZERO, Pacing::reserve);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let Some(sending) = request(plain) else {
+            return Err(OutboxError::Dropped);
+        };
+        let Some(result) = within(rule.until, sending).await else {
+            return Err(late(rule));
+        };
+        telegram.metrics.telegram(rule.method, &result);
+        let (wait, why) = match classify(result) {
+            Sent::Ok(value) => return Ok(value),
+            Sent::Retry(wait, why) => (wait, why),
+            Sent::RetryIfUnsent(why) if rule.idempotent => (Duration::ZERO, why),
+            Sent::RetryIfUnsent(why) => {
+                // It may have arrived: sending it again could duplicate it.
+                // Whoever queued it reports it (it knows the turn).
+                telegram.metrics.unknown_outcome(rule.method);
+                return Err(OutboxError::Unknown {
+                    method: rule.method,
+                    cause: why,
+                });
+            }
+            Sent::Plain(why) if rule.plain_fallback && !plain => {
+                tracing::info!(chat_id = chat.0, method = rule.method, cause = %why, "formatting refused; sending as plain text");
+                plain = true;
+                continue;
+            }
+            Sent::Plain(why) => return Err(OutboxError::refused(why)),
+            Sent::Fail(OutboxError::Blocked) => {
+                tracing::warn!(
+                    chat_id = chat.0,
+                    method = rule.method,
+                    "the bot is blocked in this chat; request dropped"
+                );
+                return Err(OutboxError::Blocked);
+            }
+            Sent::Fail(err) => return Err(err),
+        };
+        match retry(telegram, rule, &mut attempt, wait, chat, &why).await {
+            Next::Again => {}
+            Next::Late => return Err(late(rule)),
+            Next::GiveUp => return Err(OutboxError::Unreachable(Unreachable::GaveUp(why))),
+        }
+    }
+}
+
+/// The answer to `sending`, unless `until` comes first.
+async fn within<T>(until: Option<Instant>, sending: impl Future<Output = T>) -> Option<T> {
+    match until {
+        Some(until) => {
+            let until = tokio::time::Instant::from_std(until);
+            tokio::time::timeout_at(until, sending).await.ok()
+        }
+        None => Some(sending.await),
+    }
+}
+
+/// A request that would only have gone after it was useful.
+fn late(rule: Rule) -> OutboxError {
+    OutboxError::Unreachable(Unreachable::TooLate {
+        method: rule.method,
+    })
+}
+
+/// After a failure that may be retried.
+enum Next {
+    /// The wait is over: again.
+    Again,
+    /// No time is left before the request's deadline.
+    Late,
+    /// Retries ran out.
+    GiveUp,
+}
+
+/// Sleeps before a retry when one is allowed.
+async fn retry(
+    telegram: &Telegram,
+    rule: Rule,
+    attempt: &mut u32,
+    wait: Duration,
+    chat: ChatId,
+    why: &RequestError,
+) -> Next {
+    let limits = &telegram.limits;
+    let next = if wait.is_zero() {
+        limits.backoff * 2u32.saturating_pow(*attempt)
+    } else {
+        wait
+    };
+    if rule
+        .until
+        .is_some_and(|until| Instant::now() + next >= until)
+    {
+        tracing::warn!(chat_id = chat.0, method = rule.method, cause = %with_sources(why), "no time left to retry");
+        return Next::Late;
+    }
+    *attempt += 1;
+    if *attempt > limits.max_retries || wait > limits.max_retry_after {
+        tracing::warn!(
+            chat_id = chat.0,
+            method = rule.method,
+            attempts = *attempt,
+            cause = %with_sources(why),
+            "giving up on a telegram request"
+        );
+        return Next::GiveUp;
+    }
+    tracing::info!(
+        chat_id = chat.0,
+        method = rule.method,
+        attempt = *attempt,
+        wait_ms = next.as_millis() as u64,
+        cause = %with_sources(why),
+        "retrying a telegram request"
+    );
+    tokio::time::sleep(next).await;
+    telegram.metrics.retried();
+    Next::Again
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::super::pacing;
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_too_late_to_be_useful_takes_no_slot() {
+        let limits = RateLimits {
+            chat_burst: 5.0,
+            group_per_sec: 20.0 / 60.0,
+            ..RateLimits::default()
+        };
+        let telegram = Telegram {
+            // Never called: nothing here reaches the network.
+            bot: Bot::new("1:x"),
+            limits: limits.clone(),
+            metrics: Arc::default(),
+        };
+        // A group whose burst is used up: its next send waits 3 s.
+        let mut pacing = Pacing::of_chat(&limits, ChatId(-5), pacing::global(&limits));
+        for _ in 0..5 {
+            pacing.parts().0.reserve();
+        }
+        let before = pacing.wait();
+        assert!(before > Duration::from_secs(2), "{before:?}");
+        let rule = Rule {
+            until: Some(Instant::now() + Duration::from_secs(1)),
+            ..Rule::idempotent("answerCallbackQuery")
+        };
+        let calls = Cell::new(0);
+        let sent = deliver(&telegram, ChatId(-5), Some(&mut pacing), rule, |_| {
+            calls.set(calls.get() + 1);
+            Some(async { Ok::<(), RequestError>(()) })
+        })
+        .await;
+        assert!(matches!(sent, Err(OutboxError::Unreachable(_))), "{sent:?}");
+        assert_eq!(calls.get(), 0, "nothing was sent");
+        let after = pacing.wait();
+        assert!(
+            after <= before,
+            "the dropped request took the chat's slot: {before:?}, then {after:?}"
+        );
+        let global = pacing.parts().1.tokens();
+        assert!(global > 29.5, "it took a global slot: {global} left of 30");
+    }
+}

@@ -1,0 +1,123 @@
+//! Why a request did not get through: [`OutboxError`], which keeps what
+//! Telegram (or the network) answered as its source.
+
+use std::sync::Arc;
+
+use teloxide::RequestError;
+
+/// Why a request did not get through.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OutboxError {
+    /// The user blocked the bot (403); not retried.
+    #[error("the bot was blocked in this chat")]
+    Blocked,
+    /// Telegram refused the request, or it was refused before it left;
+    /// not retried.
+    #[error("telegram refused the request: {0}")]
+    Refused(#[source] Refusal),
+    /// Retries ran out, or no time was left to send it.
+    #[error("telegram could not be reached: {0}")]
+    Unreachable(#[source] Unreachable),
+    /// The request left but no answer came back (the connection failed
+    /// after it was written, the answer was not JSON): Telegram may or may
+    /// not have it. It is not sent again, so nothing arrives twice.
+    #[error("telegram did not confirm the {method} request: {}", crate::telegram::call::with_sources(.cause))]
+    Unknown {
+        /// The Bot API method.
+        method: &'static str,
+        /// What went wrong.
+        #[source]
+        cause: RequestError,
+    },
+    /// The text was empty.
+    #[error("the message text is empty")]
+    EmptyText,
+    /// The outbox has stopped.
+    #[error("the outbox has stopped")]
+    Stopped,
+    /// `/stop` dropped it before it was sent.
+    #[error("dropped by /stop before it was sent")]
+    Dropped,
+    /// The file to send could not be read from its descriptor (it grew
+    /// past the limit or was emptied after the check); not retried.
+    #[error("the file could not be read: {0}")]
+    Unreadable(#[source] Arc<std::io::Error>),
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Refusal {
+    /// Telegram's answer.
+    #[error("{0}")]
+    Telegram(#[source] RequestError),
+    /// A check of the outbox's own, before it left (a question too long,
+    /// bad callback data).
+    #[error("{0}")]
+    Check(String),
+}
+
+/// Why a request could not get through.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unreachable {
+    /// The last failure once retries ran out.
+    #[error("{}", crate::telegram::call::with_sources(.0))]
+    GaveUp(#[source] RequestError),
+    /// It would only have gone after it was useful (a callback answer).
+    #[error("{method} is too late to be useful")]
+    TooLate {
+        /// The Bot API method.
+        method: &'static str,
+    },
+}
+
+impl OutboxError {
+    /// A refusal of the outbox's own.
+    pub(crate) fn check(why: impl Into<String>) -> Self {
+        Self::Refused(Refusal::Check(why.into()))
+    }
+
+    /// Telegram's refusal.
+    pub(crate) fn refused(answer: RequestError) -> Self {
+        Self::Refused(Refusal::Telegram(answer))
+    }
+}
+
+/// Errors compare by kind and text (their sources are not comparable).
+impl PartialEq for OutboxError {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use teloxide::ApiError;
+
+    use super::*;
+
+    #[test]
+    fn an_error_keeps_what_telegram_answered_as_its_source() {
+        let answer = RequestError::Api(ApiError::Unknown("Bad Gateway".into()));
+        let err = OutboxError::Unreachable(Unreachable::GaveUp(answer));
+        let source = err.source().expect("the failure is kept");
+        let answer = source
+            .source()
+            .and_then(|s| s.downcast_ref::<RequestError>())
+            .expect("Telegram's answer is kept");
+        assert!(matches!(answer, RequestError::Api(ApiError::Unknown(d)) if d == "Bad Gateway"));
+        let refused = OutboxError::refused(RequestError::Api(ApiError::MessageToEditNotFound));
+        let api = refused
+            .source()
+            .and_then(|s| s.source())
+            .and_then(|s| s.downcast_ref::<RequestError>());
+        assert!(matches!(
+            api,
+            Some(RequestError::Api(ApiError::MessageToEditNotFound))
+        ));
+        let io = OutboxError::Unreadable(Arc::new(std::io::Error::other("gone")));
+        assert!(io.source().is_some_and(|s| s.is::<Arc<std::io::Error>>()));
+    }
+}

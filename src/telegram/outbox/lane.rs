@@ -1,0 +1,434 @@
+//! A chat's lane: its queue and the worker that drains it, in order. The
+//! actor holds a [`Lane`] per chat and sends jobs down its channel; the
+//! worker owns the chat's [`Pacing`] and the messages its live slots show.
+//! All the two share is the lane's [`Book`], under one lock: the jobs still
+//! to run, the purge epoch of each topic, the live text waiting and the
+//! topics with typing queued.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use teloxide::RequestError;
+use teloxide::types::{ChatId, ThreadId};
+use tokio::sync::mpsc;
+
+use super::deliver::Telegram;
+use super::error::OutboxError;
+use super::jobs::Job;
+use super::live::{self, Shown};
+use super::pacing::{Bucket, Pacing};
+use super::requests::{Show, ShowAs, Slot};
+use super::send::{self, Post};
+use crate::events::EventBus;
+
+/// A lane unused for this long (and empty, with no live slot) is dropped
+/// and its worker ends.
+pub(super) const LANE_IDLE: Duration = Duration::from_secs(60);
+
+/// What every lane's worker shares.
+pub(super) struct Shared {
+    pub(super) telegram: Telegram,
+    pub(super) events: EventBus,
+    /// The pacing all chats share.
+    pub(super) global: Arc<Mutex<Bucket>>,
+    /// Requests queued or running across all chats.
+    pub(super) pending: Pending,
+}
+
+/// Requests queued or running across all chats (`Flush`
+/// waits for none).
+#[derive(Default)]
+pub(super) struct Pending {
+    count: AtomicUsize,
+    /// Woken each time `count` drops to zero.
+    drained: tokio::sync::Notify,
+}
+
+impl Pending {
+    pub(super) fn add(&self, n: usize) {
+        self.count.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// `n` requests are over: wakes whoever waits when none is left.
+    pub(super) fn done(&self, n: usize) {
+        if n > 0 && self.count.fetch_sub(n, Ordering::SeqCst) == n {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Resolves once no request is queued or running.
+    pub(super) async fn drained(&self) {
+        loop {
+            // Registered before the check, so a drain in between is seen.
+            let drained = self.drained.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// What the actor and a lane's worker both see, under one lock.
+#[derive(Default)]
+struct Book {
+    /// Jobs queued or running (live text included); the lane is dropped
+    /// only at zero, so a chat never has two workers at once.
+    pending: usize,
+    /// Per topic, how many times `/stop` purged it: a job queued under an
+    /// older epoch is dropped.
+    epochs: HashMap<Option<ThreadId>, u64>,
+    /// Live text waiting for a free send: one entry per slot, the latest
+    /// [`Show`] of each, oldest slot first.
+    light: VecDeque<Slot>,
+    shows: HashMap<Slot, (Show, u64)>,
+    /// Topics with a typing request queued: typing is coalesced, so a slow
+    /// message never builds a backlog of them.
+    typing: HashSet<Option<ThreadId>>,
+    /// Live slots showing a message: the lane is kept while one does.
+    showing: usize,
+}
+
+impl Book {
+    fn epoch(&self, topic: Option<ThreadId>) -> u64 {
+        self.epochs.get(&topic).copied().unwrap_or_default()
+    }
+
+    /// Whether a job of `topic` queued at `epoch` was purged since.
+    fn purged(&self, topic: Option<ThreadId>, epoch: u64) -> bool {
+        epoch < self.epoch(topic)
+    }
+
+    /// The oldest live text waiting.
+    fn take_show(&mut self) -> Option<(Show, u64)> {
+        while let Some(slot) = self.light.pop_front() {
+            if let Some(job) = self.shows.remove(&slot) {
+                return Some(job);
+            }
+        }
+        None
+    }
+}
+
+fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
+    book.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What goes down a lane's channel: a real job with the purge epoch of its
+/// topic when it was queued (boxed, so an idle lane's queue, a block of
+/// slots allocated with the channel, stays small), or word that live text
+/// is waiting.
+pub(super) enum Down {
+    Job(Box<(Job, u64)>),
+    Light,
+}
+
+/// The actor's end of a chat's lane.
+pub(super) struct Lane {
+    tx: mpsc::UnboundedSender<Down>,
+    book: Arc<Mutex<Book>>,
+    /// When a job was last queued.
+    last_used: Instant,
+}
+
+impl Lane {
+    /// A lane for `chat`, and the worker that drains it (to be spawned).
+    pub(super) fn start(
+        shared: &Arc<Shared>,
+        chat: ChatId,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let book = Arc::new(Mutex::new(Book::default()));
+        let worker = Worker {
+            pacing: Pacing::of_chat(&shared.telegram.limits, chat, Arc::clone(&shared.global)),
+            shared: Arc::clone(shared),
+            chat,
+            book: Arc::clone(&book),
+            slots: HashMap::new(),
+        };
+        let lane = Self {
+            tx,
+            book,
+            last_used: Instant::now(),
+        };
+        (lane, worker.run(rx))
+    }
+
+    /// Queues `job`; gives it back when the worker is gone.
+    pub(super) fn push(&mut self, pending: &Pending, job: Job) -> Result<(), Box<Job>> {
+        self.last_used = Instant::now();
+        pending.add(1);
+        let epoch = {
+            let mut book = lock(&self.book);
+            book.pending += 1;
+            book.epoch(job.purgeable().flatten())
+        };
+        match self.tx.send(Down::Job(Box::new((job, epoch)))) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendError(Down::Job(queued))) => {
+                pending.count.fetch_sub(1, Ordering::SeqCst);
+                Err(Box::new(queued.0))
+            }
+            // Not sent here.
+            Err(mpsc::error::SendError(Down::Light)) => Ok(()),
+        }
+    }
+
+    /// Queues live text, replacing what its slot had waiting.
+    pub(super) fn show(&mut self, pending: &Pending, show: Show) {
+        self.last_used = Instant::now();
+        let chat = show.chat;
+        let mut book = lock(&self.book);
+        let epoch = book.epoch(show.topic);
+        let slot = show.slot;
+        if book.shows.insert(slot, (show, epoch)).is_some() {
+            tracing::trace!(chat_id = chat.0, "live text superseded before it was sent");
+            return;
+        }
+        book.light.push_back(slot);
+        book.pending += 1;
+        pending.add(1);
+        drop(book);
+        let _ = self.tx.send(Down::Light);
+    }
+
+    /// `/stop`: what `topic` has queued is dropped.
+    pub(super) fn purge(&mut self, pending: &Pending, topic: Option<ThreadId>) {
+        let mut book = lock(&self.book);
+        *book.epochs.entry(topic).or_default() += 1;
+        let before = book.shows.len();
+        book.shows.retain(|_, (show, _)| show.topic != topic);
+        let dropped = before - book.shows.len();
+        book.pending -= dropped;
+        pending.done(dropped);
+    }
+
+    /// Marks a typing request of `topic` queued; `false` when one is.
+    pub(super) fn typing(&mut self, topic: Option<ThreadId>) -> bool {
+        lock(&self.book).typing.insert(topic)
+    }
+
+    /// Whether the lane may go: nothing queued, no live slot showing a
+    /// message, unused for [`LANE_IDLE`].
+    pub(super) fn idle(&self) -> bool {
+        let book = lock(&self.book);
+        book.pending == 0 && book.showing == 0 && self.last_used.elapsed() >= LANE_IDLE
+    }
+}
+
+/// A lane's worker: what it owns.
+struct Worker {
+    shared: Arc<Shared>,
+    chat: ChatId,
+    book: Arc<Mutex<Book>>,
+    pacing: Pacing,
+    /// The message each live slot shows.
+    slots: HashMap<Slot, Shown>,
+}
+
+impl Worker {
+    /// Runs the chat's jobs one after another, until its lane is dropped:
+    /// real requests first, in order; live text only when none is queued
+    /// and the chat can spare a send.
+    ///
+    /// An idle chat keeps its worker for a while, so what an idle worker
+    /// holds is kept small: a job's future (the request, its retries) is
+    /// boxed while it runs, and the queue holds boxed jobs.
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Down>) {
+        loop {
+            match rx.try_recv() {
+                Ok(Down::Job(queued)) => {
+                    let (job, epoch) = *queued;
+                    Box::pin(self.real(job, epoch)).await;
+                    continue;
+                }
+                Ok(Down::Light) => continue,
+                Err(mpsc::error::TryRecvError::Disconnected) => return,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            // Live text waits for a free send; with none queued, for one to come.
+            let waiting = !lock(&self.book).shows.is_empty();
+            let wait = waiting.then(|| self.pacing.light_wait());
+            if wait.is_some_and(|wait| wait.is_zero()) {
+                let show = lock(&self.book).take_show();
+                if let Some((show, epoch)) = show {
+                    Box::pin(self.show(show, epoch)).await;
+                    self.finished();
+                }
+                continue;
+            }
+            let ready = async move {
+                match wait {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                down = rx.recv() => match down {
+                    Some(Down::Job(queued)) => {
+                        let (job, epoch) = *queued;
+                        Box::pin(self.real(job, epoch)).await;
+                    }
+                    Some(Down::Light) => {}
+                    None => return,
+                },
+                () = ready => {}
+            }
+        }
+    }
+
+    /// One job is over.
+    fn finished(&self) {
+        lock(&self.book).pending -= 1;
+        self.shared.pending.done(1);
+    }
+
+    /// Runs a real request, unless `/stop` dropped it after it was queued.
+    async fn real(&mut self, job: Job, epoch: u64) {
+        let purged = {
+            let mut book = lock(&self.book);
+            if let Job::Typing(_, topic) = &job {
+                book.typing.remove(topic);
+            }
+            job.purgeable()
+                .is_some_and(|topic| book.purged(topic, epoch))
+        };
+        if purged {
+            job.refuse(OutboxError::Dropped);
+        } else {
+            let Worker {
+                shared,
+                chat,
+                book,
+                pacing,
+                slots,
+            } = self;
+            let mut post = Post {
+                telegram: &shared.telegram,
+                events: &shared.events,
+                chat: *chat,
+                pacing,
+            };
+            let mut view = View {
+                book,
+                slots,
+                pending: &shared.pending,
+                epoch,
+            };
+            post.run(&mut view, job).await;
+        }
+        self.finished();
+    }
+
+    /// Sends or edits a slot's live text: one attempt; a 429 holds the chat
+    /// and the text waits its turn again (unless a newer one replaced it).
+    async fn show(&mut self, show: Show, epoch: u64) {
+        let chat = self.chat;
+        if lock(&self.book).purged(show.topic, epoch) {
+            return;
+        }
+        let rendered = live::live_text(&show.text, show.markdown);
+        let draft = show.show_as == ShowAs::Draft && chat.is_user();
+        let shown = self.slots.get(&show.slot).map(|s| s.id);
+        let wait = self.pacing.reserve();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let telegram = &self.shared.telegram;
+        match live::show(telegram, chat, &show, &rendered, draft, shown).await {
+            Ok(Some(id)) => {
+                self.slots.insert(show.slot, Shown { id, rendered });
+                lock(&self.book).showing = self.slots.len();
+            }
+            Ok(None) => {
+                if let Some(shown) = self.slots.get_mut(&show.slot) {
+                    shown.rendered = rendered;
+                }
+            }
+            Err(RequestError::RetryAfter(secs)) => {
+                tracing::info!(
+                    chat_id = chat.0,
+                    retry_after_s = secs.seconds(),
+                    "live text rate limited; the chat waits"
+                );
+                self.pacing.hold(secs.duration());
+                self.put_back(show, epoch);
+            }
+            Err(err) => {
+                tracing::debug!(chat_id = chat.0, cause = %err, "live text not shown");
+            }
+        }
+    }
+
+    /// Queues live text again after a 429, unless a newer one took its
+    /// place; it counts as pending again.
+    fn put_back(&self, show: Show, epoch: u64) {
+        let mut book = lock(&self.book);
+        if book.shows.contains_key(&show.slot) {
+            return;
+        }
+        let slot = show.slot;
+        book.shows.insert(slot, (show, epoch));
+        book.light.push_front(slot);
+        book.pending += 1;
+        self.shared.pending.add(1);
+    }
+}
+
+/// What a real job may touch of its lane.
+struct View<'a> {
+    book: &'a Mutex<Book>,
+    slots: &'a mut HashMap<Slot, Shown>,
+    pending: &'a Pending,
+    epoch: u64,
+}
+
+impl send::Lane for View<'_> {
+    fn close(&mut self, slot: Slot) -> Option<Shown> {
+        let mut book = lock(self.book);
+        if book.shows.remove(&slot).is_some() {
+            book.pending -= 1;
+            self.pending.done(1);
+        }
+        let shown = self.slots.remove(&slot);
+        book.showing = self.slots.len();
+        shown
+    }
+
+    fn purged(&self, topic: Option<ThreadId>) -> bool {
+        lock(self.book).purged(topic, self.epoch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pacing::{self, RateLimits};
+    use super::*;
+
+    /// An idle chat keeps its lane (and so its worker) for a while: what an
+    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
+    /// idle chat's memory, when a job's future was part of the worker's).
+    #[test]
+    fn an_idle_lane_holds_a_small_worker_and_queue() {
+        let limits = RateLimits::default();
+        let shared = Arc::new(Shared {
+            telegram: Telegram {
+                bot: teloxide::Bot::new("1:test"),
+                limits: limits.clone(),
+                metrics: Arc::default(),
+            },
+            events: EventBus::new(),
+            global: pacing::global(&limits),
+            pending: Pending::default(),
+        });
+        let (_lane, worker) = Lane::start(&shared, ChatId(7));
+        let size = std::mem::size_of_val(&worker);
+        assert!(size <= 1024, "an idle chat's worker holds {size} bytes");
+        // The channel allocates a block of 32 slots up front.
+        assert!(std::mem::size_of::<Down>() <= 8);
+    }
+}

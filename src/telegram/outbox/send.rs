@@ -1,0 +1,447 @@
+//! Running each kind of job: the Bot API request it makes, all through
+//! [`deliver`] (one retry path) and `telegram::call`. A message that may or
+//! may not have arrived is reported here ([`Post::unconfirmed`]).
+
+use std::time::Instant;
+
+use teloxide::payloads::{
+    AnswerCallbackQuery, SendChatAction, SendDocument, SendMessage, SendPhoto, SetMessageReaction,
+};
+use teloxide::types::{
+    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ReplyParameters,
+    ThreadId,
+};
+
+use super::deliver::{Rule, Telegram, deliver};
+use super::error::OutboxError;
+use super::jobs::{CAPTION_LIMIT, CallbackAnswer, Job, Place, QuestionJob, TextJob, cut};
+use super::live::{self, Shown};
+use super::pacing::Pacing;
+use super::requests::{Clear, QuestionFile, SendFile, Slot};
+use crate::events::{BotEvent, EventBus};
+use crate::ids::TurnId;
+use crate::telegram::call::{FilePart, call, call_with_file};
+use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
+use crate::telegram::typing::TypingLease;
+
+/// What a job may touch of its lane.
+pub(super) trait Lane {
+    /// Ends `slot`: its queued live text is dropped; the message it showed,
+    /// if any.
+    fn close(&mut self, slot: Slot) -> Option<Shown>;
+    /// Whether `/stop` purged `topic` since the job was queued.
+    fn purged(&self, topic: Option<ThreadId>) -> bool;
+}
+
+/// Where a chat's requests leave from: the client, the bus, the chat and
+/// its pacing.
+pub(super) struct Post<'a> {
+    pub(super) telegram: &'a Telegram,
+    pub(super) events: &'a EventBus,
+    pub(super) chat: ChatId,
+    pub(super) pacing: &'a mut Pacing,
+}
+
+impl Post<'_> {
+    /// Runs one job of the chat's lane.
+    pub(super) async fn run(&mut self, lane: &mut impl Lane, job: Job) {
+        match job {
+            Job::Typing(lease, topic) => self.typing(&lease, topic).await,
+            Job::Text(job) => self.text(lane, job).await,
+            Job::Clear(clear) => self.clear(lane, clear).await,
+            Job::React(message_id, emoji, reply) => {
+                let _ = reply.send(self.react(message_id, emoji).await);
+            }
+            Job::File(file) => self.file(file).await,
+            Job::Question(question) => self.question(question).await,
+            Job::Edit(message_id, text, reply) => {
+                let rendered = Rendered::plain(text);
+                let result =
+                    live::edit(self.telegram, self.chat, self.pacing, message_id, &rendered).await;
+                if let Err(err) = &result {
+                    tracing::warn!(chat_id = self.chat.0, message_id = message_id.0, cause = %err, "question not edited");
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+        }
+    }
+
+    /// "typing…", only while `lease` is alive: looked at before each
+    /// attempt, so no retry outlives it. Takes no pacing.
+    async fn typing(&mut self, lease: &TypingLease, topic: Option<ThreadId>) {
+        let (telegram, chat, events) = (self.telegram, self.chat, self.events);
+        let result = deliver(
+            telegram,
+            chat,
+            None,
+            Rule::idempotent("sendChatAction"),
+            |_| {
+                // Stamped before the lease is looked at: a lease ended (on the
+                // actors' thread) after this look ended after this stamp.
+                let at = Instant::now();
+                if !lease.is_live() {
+                    return None;
+                }
+                events.publish(BotEvent::ChatActionSent { chat, at });
+                let mut payload = SendChatAction::new(chat, ChatAction::Typing);
+                payload.message_thread_id = topic;
+                Some(async move { call(&telegram.bot, &payload).await })
+            },
+        )
+        .await;
+        match result {
+            Ok(_) | Err(OutboxError::Dropped) => {}
+            Err(err) => tracing::debug!(chat_id = chat.0, cause = %err, "sendChatAction failed"),
+        }
+    }
+
+    async fn text(&mut self, lane: &mut impl Lane, job: TextJob) {
+        let TextJob {
+            text,
+            markdown,
+            place,
+            into,
+            reply,
+            turn,
+        } = job;
+        let outcome = self.pieces(lane, text, markdown, place, into).await;
+        if let Err((err, delivered)) = &outcome {
+            let request = format!("piece {} of a text", delivered + 1);
+            if !self.unconfirmed(place.topic, turn, err, &request).await {
+                tracing::warn!(chat_id = self.chat.0, cause = %err, delivered_pieces = delivered, "message not delivered");
+            }
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(outcome.map_err(|(err, _)| err));
+        }
+    }
+
+    /// Sends a text's pieces in order; the first one finishes the slot
+    /// `into` (an edit of the message it shows) when there is one. Stops at
+    /// the first failure, or when `/stop` purged the conversation meanwhile.
+    async fn pieces(
+        &mut self,
+        lane: &mut impl Lane,
+        text: String,
+        markdown: bool,
+        mut place: Place,
+        into: Option<Slot>,
+    ) -> Result<Vec<MessageId>, (OutboxError, usize)> {
+        let pieces = if markdown {
+            format::pieces(&text)
+        } else {
+            format::split(&Rendered::plain(text), TELEGRAM_TEXT_LIMIT)
+        };
+        let mut ids = Vec::new();
+        let mut shown = into.and_then(|slot| lane.close(slot));
+        for piece in pieces {
+            if lane.purged(place.topic) {
+                return Err((OutboxError::Dropped, ids.len()));
+            }
+            if let Some(Shown { id, rendered }) = shown.take() {
+                // The preview may show exactly this piece already.
+                if rendered == piece {
+                    ids.push(id);
+                    place.reply_to = None;
+                    continue;
+                }
+                match live::edit(self.telegram, self.chat, self.pacing, id, &piece).await {
+                    Ok(()) => {
+                        ids.push(id);
+                        place.reply_to = None;
+                        continue;
+                    }
+                    // The preview is gone (deleted by the user, too old to
+                    // edit): the text goes as a new message.
+                    Err(err) => {
+                        tracing::info!(chat_id = self.chat.0, message_id = id.0, cause = %err, "preview not replaced; sending the text anew");
+                    }
+                }
+            }
+            let sent = self.piece(place, &piece).await;
+            // Only the first piece is a reply.
+            place.reply_to = None;
+            match sent {
+                Ok(id) => ids.push(id),
+                Err(err) => return Err((err, ids.len())),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Sends one piece of text: entities, never a parse mode, so nothing in
+    /// the text can fail to parse; should Telegram refuse them all the same,
+    /// the piece goes once more as plain text.
+    async fn piece(&mut self, place: Place, piece: &Rendered) -> Result<MessageId, OutboxError> {
+        let mut rule = Rule::once("sendMessage");
+        if !piece.entities.is_empty() {
+            rule = rule.or_plain();
+        }
+        let (telegram, chat) = (self.telegram, self.chat);
+        deliver(telegram, chat, Some(&mut *self.pacing), rule, |plain| {
+            let mut payload = SendMessage::new(chat, piece.text.as_str());
+            payload.message_thread_id = place.topic;
+            payload.reply_parameters = place
+                .reply_to
+                .map(|message| ReplyParameters::new(message).allow_sending_without_reply());
+            if !plain && !piece.entities.is_empty() {
+                payload.entities = Some(piece.entities.clone());
+            }
+            Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
+        })
+        .await
+    }
+
+    async fn clear(&mut self, lane: &mut impl Lane, clear: Clear) {
+        let Some(Shown { id, .. }) = lane.close(clear.slot) else {
+            return;
+        };
+        let (telegram, chat) = (self.telegram, self.chat);
+        let result = match &clear.fold {
+            Some(line) => {
+                let line = Rendered::plain(cut(line, TELEGRAM_TEXT_LIMIT));
+                live::edit(telegram, chat, self.pacing, id, &line).await
+            }
+            None => live::delete(telegram, chat, self.pacing, id).await,
+        };
+        if let Err(err) = result {
+            tracing::warn!(chat_id = chat.0, message_id = id.0, cause = %err, "live message not cleared");
+        }
+    }
+
+    /// A reaction: may go twice, takes no pacing.
+    async fn react(&mut self, message_id: MessageId, emoji: String) -> Result<(), OutboxError> {
+        let (telegram, chat) = (self.telegram, self.chat);
+        let rule = Rule::idempotent("setMessageReaction");
+        deliver(telegram, chat, None, rule, |_| {
+            let mut payload = SetMessageReaction::new(chat, message_id);
+            payload.reaction = Some(vec![ReactionType::Emoji {
+                emoji: emoji.clone(),
+            }]);
+            Some(async move { call(&telegram.bot, &payload).await.map(|_| ()) })
+        })
+        .await
+    }
+
+    async fn file(&mut self, file: SendFile) {
+        let result = self.upload(&file).await;
+        if let Err(err) = &result {
+            let request = format!("the file {}", file.file.name);
+            if !self.unconfirmed(file.topic, file.turn, err, &request).await {
+                tracing::warn!(chat_id = self.chat.0, file = %file.file.name, cause = %err, "file not delivered");
+            }
+        }
+        let _ = file.reply.send(result);
+    }
+
+    /// Sends a file as a document or a photo; never twice.
+    async fn upload(&mut self, file: &SendFile) -> Result<MessageId, OutboxError> {
+        // Read once, off this thread, from the descriptor the turn opened
+        // and checked; every attempt sends these bytes.
+        let unreadable = |e: std::io::Error| OutboxError::Unreadable(std::sync::Arc::new(e));
+        let reader = file.file.try_clone().map_err(unreadable)?;
+        let bytes = tokio::task::spawn_blocking(move || reader.read())
+            .await
+            .map_err(|e| unreadable(std::io::Error::other(e)))?
+            .map_err(unreadable)?;
+        let part = FilePart {
+            field: if file.as_photo { "photo" } else { "document" },
+            name: file.file.name.clone(),
+            bytes: bytes::Bytes::from(bytes),
+        };
+        let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
+        if file.as_photo {
+            self.send_photo(file.topic, caption, &part).await
+        } else {
+            self.send_document(file.topic, caption, &part).await
+        }
+    }
+
+    async fn send_photo(
+        &mut self,
+        topic: Option<ThreadId>,
+        caption: Option<String>,
+        part: &FilePart,
+    ) -> Result<MessageId, OutboxError> {
+        let (telegram, chat) = (self.telegram, self.chat);
+        deliver(
+            telegram,
+            chat,
+            Some(&mut *self.pacing),
+            Rule::once("sendPhoto"),
+            |_| {
+                // The file goes as `part`; the payload's own is left out.
+                let mut payload = SendPhoto::new(chat, InputFile::memory(part.bytes.clone()));
+                payload.caption = caption.clone();
+                payload.message_thread_id = topic;
+                Some(async move {
+                    call_with_file(&telegram.bot, &payload, part)
+                        .await
+                        .map(|m| m.id)
+                })
+            },
+        )
+        .await
+    }
+
+    async fn send_document(
+        &mut self,
+        topic: Option<ThreadId>,
+        caption: Option<String>,
+        part: &FilePart,
+    ) -> Result<MessageId, OutboxError> {
+        let (telegram, chat) = (self.telegram, self.chat);
+        deliver(
+            telegram,
+            chat,
+            Some(&mut *self.pacing),
+            Rule::once("sendDocument"),
+            |_| {
+                let mut payload = SendDocument::new(chat, InputFile::memory(part.bytes.clone()));
+                payload.caption = caption.clone();
+                payload.message_thread_id = topic;
+                Some(async move {
+                    call_with_file(&telegram.bot, &payload, part)
+                        .await
+                        .map(|m| m.id)
+                })
+            },
+        )
+        .await
+    }
+
+    /// A question: its file first (a question never goes without it), then
+    /// its text under its buttons, replying to the file.
+    async fn question(&mut self, question: QuestionJob) {
+        let QuestionJob {
+            text,
+            keyboard,
+            topic,
+            file,
+            reply,
+            turn,
+        } = question;
+        let result = async {
+            let file = match &file {
+                Some(file) => Some(self.question_file(topic, file).await?),
+                None => None,
+            };
+            let (telegram, chat) = (self.telegram, self.chat);
+            deliver(
+                telegram,
+                chat,
+                Some(&mut *self.pacing),
+                Rule::once("sendMessage"),
+                |_| {
+                    let mut payload = SendMessage::new(chat, text.as_str());
+                    payload.reply_markup = Some(keyboard.clone().into());
+                    payload.message_thread_id = topic;
+                    payload.reply_parameters = file.map(ReplyParameters::new);
+                    Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
+                },
+            )
+            .await
+        }
+        .await;
+        if let Err(err) = &result {
+            let request = match err {
+                OutboxError::Unknown {
+                    method: "sendDocument",
+                    ..
+                } => "the file of a question",
+                _ => "a question",
+            };
+            if !self.unconfirmed(topic, turn, err, request).await {
+                tracing::warn!(chat_id = self.chat.0, cause = %err, "question not delivered");
+            }
+        }
+        let _ = reply.send(result);
+    }
+
+    /// Sends the text file of a question (from memory, never twice).
+    async fn question_file(
+        &mut self,
+        topic: Option<ThreadId>,
+        file: &QuestionFile,
+    ) -> Result<MessageId, OutboxError> {
+        let part = FilePart {
+            field: "document",
+            name: file.name.clone(),
+            bytes: bytes::Bytes::from(file.text.clone().into_bytes()),
+        };
+        let caption = Some(cut(&file.caption, CAPTION_LIMIT));
+        self.send_document(topic, caption, &part).await
+    }
+
+    /// When `err` says a message may or may not have reached the chat (it
+    /// left, no answer came back): logs it with its chat, turn and request,
+    /// publishes [`BotEvent::DeliveryUnknown`] and tells the chat (a short
+    /// notice right behind it, so a user who sees no reply knows to ask
+    /// again; nothing is sent twice, and the notice is no copy of the
+    /// message). `false` for any other error.
+    async fn unconfirmed(
+        &mut self,
+        topic: Option<ThreadId>,
+        turn: Option<TurnId>,
+        err: &OutboxError,
+        request: &str,
+    ) -> bool {
+        let OutboxError::Unknown { method, cause } = err else {
+            return false;
+        };
+        let chat = self.chat;
+        tracing::warn!(
+            chat_id = chat.0,
+            turn_id = turn.map(TurnId::get),
+            method,
+            request,
+            cause = %crate::telegram::call::with_sources(cause),
+            "a message may not have reached the chat: its request got no answer after it was sent; not sent again (it could arrive twice); the chat is told"
+        );
+        self.events.publish(BotEvent::DeliveryUnknown {
+            chat,
+            turn,
+            method,
+            at: Instant::now(),
+        });
+        let notice = Rendered::plain(crate::chat::notices::DELIVERY_UNKNOWN.to_string());
+        let place = Place {
+            topic,
+            reply_to: None,
+        };
+        if let Err(err) = self.piece(place, &notice).await {
+            tracing::warn!(chat_id = chat.0, turn_id = turn.map(TurnId::get), cause = %err, "the notice of an unconfirmed message was not delivered");
+        }
+        true
+    }
+}
+
+/// Answers a callback query, with the retry rules of any request but no
+/// pacing, never past its `until`.
+pub(super) async fn answer_callback(telegram: &Telegram, answer: CallbackAnswer) {
+    let CallbackAnswer {
+        chat,
+        id,
+        text,
+        alert,
+        until,
+    } = answer;
+    let rule = Rule {
+        until: Some(until),
+        ..Rule::idempotent("answerCallbackQuery")
+    };
+    let result = deliver(telegram, chat, None, rule, |_| {
+        let mut payload = AnswerCallbackQuery::new(CallbackQueryId(id.clone()));
+        payload.show_alert = Some(alert);
+        if !text.is_empty() {
+            payload.text = Some(text.clone());
+        }
+        Some(async move { call(&telegram.bot, &payload).await.map(|_| ()) })
+    })
+    .await;
+    if let Err(err) = result {
+        tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
+    }
+}
