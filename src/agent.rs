@@ -10,6 +10,7 @@
 pub mod claude;
 #[doc(hidden)]
 pub mod partial_json;
+mod result;
 pub mod scripted;
 pub mod tools;
 
@@ -21,6 +22,7 @@ use serde_json::Value;
 use teloxide::types::ChatId;
 use tokio::sync::{mpsc, oneshot};
 
+pub use result::{AgentResult, ResultStatus, TerminalReason};
 pub use scripted::{
     AfterResult, Rule, Scenario, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend, Step,
 };
@@ -299,32 +301,6 @@ pub enum HookReply {
     },
     /// The host is stopping and refuses the request.
     Refused(String),
-}
-
-/// The agent's `result` line, as far as the turn needs it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct AgentResult {
-    /// `success`, `error_during_execution`, `error_max_turns`, …
-    pub subtype: String,
-    /// Whether the agent counts the turn as failed.
-    #[serde(default)]
-    pub is_error: bool,
-    /// The last API call's stop reason.
-    #[serde(default)]
-    pub stop_reason: Option<String>,
-    /// Why the agent loop ended (`completed`, `hook_stopped`, …); unknown
-    /// values are tolerated.
-    #[serde(default)]
-    pub terminal_reason: Option<String>,
-    /// The final text (may be empty).
-    #[serde(default)]
-    pub text: String,
-    /// Model turns the agent ran.
-    #[serde(default)]
-    pub num_turns: u32,
-    /// What the turn cost, in USD.
-    #[serde(default)]
-    pub total_cost_usd: f64,
 }
 
 /// A reply that can be produced without the handler: what a request gets

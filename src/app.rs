@@ -1,6 +1,10 @@
 //! Wiring: builds the Telegram client, the outbox, the dispatcher and the
 //! intake from a [`Config`], and stops them in order.
 
+mod housekeeping;
+mod ops;
+mod telegram;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,6 +12,10 @@ use actix::{Actor, Addr};
 use teloxide::Bot;
 use tokio::sync::mpsc;
 
+use self::housekeeping::{kill_leftovers, start_pruning};
+use self::ops::{bind_ops, serve_ops};
+pub use self::telegram::telegram_client;
+use self::telegram::{check_webhook, identify};
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
@@ -84,37 +92,6 @@ impl StartError {
     }
 }
 
-/// A webhook on the token makes every `getUpdates` fail with 409: with
-/// `delete`, it is removed (and said so); otherwise it is an error. A
-/// failure to ask is logged and start-up goes on (the poll would say more).
-async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartError> {
-    use teloxide::prelude::Requester;
-    let info = match bot.get_webhook_info().await {
-        Ok(info) => info,
-        Err(err) => {
-            tracing::warn!(cause = %err, "getWebhookInfo failed; going on");
-            return Ok(());
-        }
-    };
-    let Some(url) = info.url else {
-        return Ok(());
-    };
-    let url = url.to_string();
-    if !delete {
-        return Err(StartError::WebhookSet { url });
-    }
-    match bot.delete_webhook().await {
-        Ok(_) => {
-            tracing::warn!(url = %url, "a webhook was set on the token; removed (telegram.delete_webhook)");
-            Ok(())
-        }
-        Err(err) => {
-            tracing::error!(url = %url, cause = %err, "the webhook could not be removed");
-            Err(StartError::WebhookSet { url })
-        }
-    }
-}
-
 /// `setMyCommands`: the menu for everyone, and in each admin's private chat
 /// the admin commands too. A failure is logged; the bot works without.
 async fn set_commands(bot: &Bot, admins: &[i64]) {
@@ -141,104 +118,6 @@ async fn set_commands(bot: &Bot, admins: &[i64]) {
     }
 }
 
-/// Asks Telegram who the bot is (`getMe`): a 401 or 404 is
-/// [`StartError::TokenRejected`] at once; any other failure is logged with
-/// its cause and retried with backoff (250 ms doubling to 30 s).
-pub async fn identify(bot: &Bot) -> Result<BotIdentity, StartError> {
-    use teloxide::prelude::Requester;
-    let mut backoff = Duration::from_millis(250);
-    loop {
-        match bot.get_me().await {
-            Ok(me) => {
-                let username = me.user.username.clone().unwrap_or_default();
-                tracing::info!(bot_id = me.user.id.0, username = %username, "telegram knows the bot");
-                return Ok(BotIdentity {
-                    id: me.user.id,
-                    username,
-                });
-            }
-            Err(teloxide::RequestError::Api(teloxide::ApiError::InvalidToken)) => {
-                return Err(StartError::TokenRejected);
-            }
-            Err(err) => {
-                let (kind, cause) = request_failure(&err);
-                let host = api_host(bot.api_url());
-                let retry_at =
-                    chrono::Utc::now() + chrono::Duration::from_std(backoff).unwrap_or_default();
-                let retry_at = retry_at.format("%H:%M:%SZ");
-                let retry_in = humantime::format_duration(backoff);
-                tracing::warn!(
-                    kind,
-                    "getMe failed: {kind} error reaching {host}: {cause}; retrying in {retry_in} (at {retry_at})"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
-
-/// `host:port` of the Bot API, for the log (never the path: it holds the
-/// token).
-fn api_host(url: reqwest::Url) -> String {
-    let host = url.host_str().unwrap_or("?");
-    match url.port_or_known_default() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_owned(),
-    }
-}
-
-/// What kind of failure a request met, and its root cause: for a network
-/// error the class found along its source chain ("DNS", "connect", "TLS",
-/// "timeout", …) and the innermost cause (`Connection refused (os error
-/// 111)`) instead of reqwest's "error sending request"; otherwise what the
-/// Bot API said.
-fn request_failure(err: &teloxide::RequestError) -> (&'static str, String) {
-    use std::error::Error as _;
-    let teloxide::RequestError::Network(network) = err else {
-        return ("Bot API", err.to_string());
-    };
-    let network: &reqwest::Error = network;
-    let mut texts = Vec::new();
-    let mut io_kinds = Vec::new();
-    let mut source: Option<&(dyn std::error::Error + 'static)> = network.source();
-    while let Some(cause) = source {
-        texts.push(cause.to_string());
-        // An I/O error's `source()` skips the error it wraps (rustls's,
-        // itself often wrapped in another I/O error): go into it.
-        source = match cause.downcast_ref::<std::io::Error>() {
-            Some(io) => {
-                io_kinds.push(io.kind());
-                io.get_ref()
-                    .map(|inner| inner as &(dyn std::error::Error + 'static))
-            }
-            None => cause.source(),
-        };
-    }
-    let all = texts.join(": ").to_lowercase();
-    let kind = if network.is_timeout() || io_kinds.contains(&std::io::ErrorKind::TimedOut) {
-        "timeout"
-    } else if all.contains("dns error") || all.contains("failed to lookup address") {
-        "DNS"
-    } else if ["certificate", "tls", "handshake", "ssl"]
-        .iter()
-        .any(|w| all.contains(w))
-        // rustls's errors reach here as invalid data on the connection,
-        // which a TCP connect alone never is.
-        || (network.is_connect() && io_kinds.contains(&std::io::ErrorKind::InvalidData))
-    {
-        "TLS"
-    } else if network.is_connect() {
-        "connect"
-    } else if network.is_body() || network.is_decode() {
-        "response"
-    } else {
-        "network"
-    };
-    let cause = texts.last().cloned().unwrap_or_else(|| network.to_string());
-    (kind, cause)
-}
-
 /// The agent backend named by `agent.backend`.
 ///
 /// Each backend parses the agent's tool calls with the chat tools and
@@ -262,54 +141,74 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
     }
 }
 
-/// A Telegram client for `config`, with an HTTP timeout longer than the long poll.
-pub fn telegram_client(config: &Config) -> Result<Bot, StartError> {
-    let url =
-        reqwest::Url::parse(&config.telegram.api_url).map_err(|source| StartError::BadApiUrl {
-            url: config.telegram.api_url.clone(),
-            source,
-        })?;
-    let client = teloxide::net::default_reqwest_settings()
-        .timeout(
-            config
-                .telegram
-                .poll_timeout
-                .saturating_add(Duration::from_secs(15)),
-        )
-        // Never write a request to a connection the server may be closing
-        // for idleness: a message on it would be lost, not known to be.
-        .pool_idle_timeout(config.telegram.pool_idle_timeout)
-        .build()
-        .map_err(StartError::Client)?;
-    Ok(Bot::with_client(config.telegram.token.0.clone(), client).set_api_url(url))
+/// Meets Telegram: a client, who the bot is, no webhook in the way, the
+/// command menu set.
+async fn meet_telegram(config: &Config) -> Result<(Bot, BotIdentity), StartError> {
+    let bot = telegram_client(config)?;
+    let me = identify(&bot).await?;
+    check_webhook(&bot, config.telegram.delete_webhook).await?;
+    set_commands(&bot, &config.access.admins).await;
+    Ok((bot, me))
 }
 
-/// Prunes old state now and then once a day, on the store thread; and as
-/// often the files in each conversation's `inbox/` as old, off the actors'
+/// The outbox, with a client of its own: its connections are opened and
+/// read on the outbox's thread only (see `Outbox`), never on the actors'
 /// thread.
-fn start_pruning(inbox: &Inbox, retention: Duration, workdirs: std::path::PathBuf) {
-    inbox.prune(retention);
-    let inbox = inbox.clone();
-    actix_rt::spawn(async move {
-        let day = Duration::from_secs(86_400);
-        let mut every_day = tokio::time::interval(day);
-        let mut first = true;
-        loop {
-            every_day.tick().await;
-            if !std::mem::take(&mut first) {
-                inbox.prune(retention);
-            }
-            let workdirs = workdirs.clone();
-            let files = tokio::task::spawn_blocking(move || {
-                crate::telegram::files::prune_inboxes(&workdirs, retention)
-            })
-            .await
-            .unwrap_or(0);
-            if files > 0 {
-                tracing::info!(files, "pruned inbox files older than the retention");
-            }
-        }
-    });
+fn start_outbox(
+    config: &Config,
+    limits: RateLimits,
+    events: &EventBus,
+) -> Result<Addr<Outbox>, StartError> {
+    let client = telegram_client(config)?;
+    Ok(Outbox::new(client, limits, Arc::clone(events.metrics()), events.clone()).start())
+}
+
+/// The inbox on `store`, after what a `kill -9` of the previous process
+/// left running has died, with its pruning started; and the question, asked
+/// of the store thread before the intake writes anything, of what the
+/// previous process left unfinished.
+fn open_inbox(
+    config: &Config,
+    store: Arc<Store>,
+    backend: &Arc<dyn AgentBackend>,
+) -> (Inbox, Recover) {
+    kill_leftovers(&store);
+    let inbox = Inbox::start(store);
+    backend.record_processes_in(inbox.clone());
+    start_pruning(&inbox, config.state.retention, config.agent_workdir());
+    let recovered = Recover(Box::pin(inbox.recover()));
+    (inbox, recovered)
+}
+
+/// Says what started, in the log.
+fn log_started(config: &Config) {
+    tracing::info!(
+        api = %config.telegram.api_url,
+        backend = %config.agent.backend,
+        state = %config.state.path.display(),
+        max_concurrent_turns = config.dispatcher.max_concurrent_turns,
+        "turnstile started"
+    );
+}
+
+/// The received files' fetcher. The transcriber runs sealed as the agent
+/// is, whatever the backend: under the sandbox that was proven to work
+/// (probed here when the backend itself did not need it).
+fn files_from_config(config: &Config, bot: &Bot) -> Result<Files, StartError> {
+    let mut sealed = ClaudeSettings::from_config(config);
+    if !config.files.transcribe.is_empty() {
+        sealed.probe_sandbox().map_err(StartError::Sandbox)?;
+    }
+    Ok(Files::new(
+        bot.clone(),
+        FilesPolicy {
+            max_download: config.files.max_download,
+            transcribe: config.files.transcribe.clone(),
+            transcribe_timeout: config.files.transcribe_timeout,
+            seal: sealed.seal,
+            env: sealed.env,
+        },
+    ))
 }
 
 mod url_parse {
@@ -387,77 +286,15 @@ impl Turnstile {
         limits: RateLimits,
         store: Arc<Store>,
     ) -> Result<Self, StartError> {
-        // Bound before Telegram is asked anything: a taken port fails the
-        // start at once, with no actor to stop.
-        let listener = if config.ops.listen.trim().is_empty() {
-            None
-        } else {
-            let listener =
-                crate::ops::server::bind(&config.ops.listen).map_err(|source| StartError::Ops {
-                    listen: config.ops.listen.clone(),
-                    source,
-                })?;
-            Some(listener)
-        };
-        let bot = telegram_client(config)?;
-        let me = identify(&bot).await?;
-        check_webhook(&bot, config.telegram.delete_webhook).await?;
-        set_commands(&bot, &config.access.admins).await;
+        let listener = bind_ops(config)?;
+        let (bot, me) = meet_telegram(config).await?;
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
-        // A client of its own: its connections are opened and read on the
-        // outbox's thread only (see `Outbox`), never on the actors' thread.
-        let outbox = Outbox::new(
-            telegram_client(config)?,
-            limits,
-            Arc::clone(events.metrics()),
-            events.clone(),
-        )
-        .start();
-        // What a `kill -9` of the previous process left running dies first.
-        match store.groups() {
-            Ok(groups) if !groups.is_empty() => {
-                let boot = crate::agent::claude::boot_id();
-                let killed = crate::agent::claude::kill_leftover_groups(&groups, boot.as_deref());
-                tracing::info!(
-                    recorded = groups.len(),
-                    killed,
-                    "agent process groups of the previous run checked"
-                );
-                for group in groups {
-                    let _ = store.forget_group(group.pgid);
-                }
-            }
-            Ok(_) => {}
-            Err(err) => {
-                tracing::warn!(cause = %err, "recorded agent process groups could not be read")
-            }
-        }
-        let inbox = Inbox::start(store);
-        backend.record_processes_in(inbox.clone());
-        start_pruning(&inbox, config.state.retention, config.agent_workdir());
-        // Asked of the store thread before the intake writes anything: what
-        // the previous process left unfinished.
-        let recovered = Box::pin(inbox.recover());
+        let outbox = start_outbox(config, limits, &events)?;
+        let (inbox, recovered) = open_inbox(config, store, &backend);
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
-        // The transcriber runs sealed as the agent is, whatever the backend:
-        // under the sandbox that was proven to work (probed here when the
-        // backend itself did not need it).
-        let mut sealed = crate::agent::claude::ClaudeSettings::from_config(config);
-        if !config.files.transcribe.is_empty() {
-            sealed.probe_sandbox().map_err(StartError::Sandbox)?;
-        }
-        let files = Files::new(
-            bot.clone(),
-            FilesPolicy {
-                max_download: config.files.max_download,
-                transcribe: config.files.transcribe.clone(),
-                transcribe_timeout: config.files.transcribe_timeout,
-                seal: sealed.seal,
-                env: sealed.env,
-            },
-        );
+        let files = files_from_config(config, &bot)?;
         let forwarding = Forwarding::default();
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
@@ -485,7 +322,7 @@ impl Turnstile {
         )
         .start();
         // Before any new update: what the previous process left unfinished.
-        dispatcher.do_send(Recover(recovered));
+        dispatcher.do_send(recovered);
         let intake = Intake::new(
             bot.clone(),
             config.telegram.poll_timeout,
@@ -500,30 +337,10 @@ impl Turnstile {
         .with_metrics(Arc::clone(events.metrics()))
         .start();
         let follower = crate::ops::follow(events.metrics(), &events);
-        let ops = if let Some(listener) = listener {
-            let probe = crate::ops::server::Probe {
-                metrics: Arc::clone(events.metrics()),
-                gauges: Arc::clone(&gauges),
-                inbox: inbox.clone(),
-                dispatcher: dispatcher.clone(),
-                poll_timeout: config.telegram.poll_timeout,
-            };
-            let server =
-                crate::ops::server::serve(listener, probe).map_err(|source| StartError::Ops {
-                    listen: config.ops.listen.clone(),
-                    source,
-                })?;
-            Some(server)
-        } else {
-            None
-        };
-        tracing::info!(
-            api = %config.telegram.api_url,
-            backend = %config.agent.backend,
-            state = %config.state.path.display(),
-            max_concurrent_turns = config.dispatcher.max_concurrent_turns,
-            "turnstile started"
-        );
+        let ops = listener
+            .map(|listener| serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher))
+            .transpose()?;
+        log_started(config);
         Ok(Self {
             dispatcher,
             intake,
@@ -637,59 +454,4 @@ impl Turnstile {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use teloxide::types::ChatId;
-
-    use super::*;
-    use crate::agent::{AgentEvent, OpenSession, SessionCommand, ToolReply};
-
-    /// The backend made from the config parses the agent's calls with its
-    /// `turn.terminator_tools`: a batch calling a configured terminator
-    /// (of any server) ends the turn.
-    #[tokio::test]
-    async fn the_configured_terminators_reach_the_backend() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let script = dir.path().join("finish.json");
-        std::fs::write(
-            &script,
-            serde_json::json!({"default": {"steps": [{"do": "tools", "calls": [
-                {"name": "mcp__telegram-tools__send", "input": {"text": "hi"}},
-                {"name": "mcp__other__finish"}
-            ]}]}})
-            .to_string(),
-        )
-        .expect("the script is written");
-        let mut config = Config::default();
-        config.agent.backend = Backend::Scripted;
-        config.agent.script = script;
-        config.turn.terminator_tools = vec!["end_turn".into(), "finish".into()];
-        let backend = backend_from_config(&config).expect("the scripted backend");
-        let mut session = backend
-            .open(OpenSession::fresh(ChatId(1)))
-            .await
-            .expect("a session opens");
-        session
-            .commands
-            .send(SessionCommand::UserTurn("go".into()))
-            .expect("the agent runs");
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), session.events.recv())
-                .await
-                .expect("an event within 10 s")
-                .expect("the session goes on");
-            match event {
-                AgentEvent::ToolCall(call) => {
-                    call.reply.answer(ToolReply::Ok("ok".into()));
-                }
-                AgentEvent::BatchResolved(batch) => {
-                    assert_eq!(batch.terminator(), Some("finish"), "{:?}", batch.calls);
-                    return;
-                }
-                AgentEvent::Result(result) => panic!("no batch before the result: {result:?}"),
-                _ => {}
-            }
-        }
-    }
-}
+mod tests;

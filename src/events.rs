@@ -7,9 +7,9 @@ use std::time::Instant;
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::broadcast;
 
-use crate::chat::outcome::TurnOutcome;
 use crate::ids::TurnId;
 use crate::ops::metrics::Metrics;
+use crate::outcome::TurnOutcome;
 
 /// One thing that happened.
 #[derive(Debug, Clone)]

@@ -7,8 +7,11 @@
 //! messages, the state machines, the timers and the stop order.
 //!
 //! - `app`: wiring; [`Turnstile::start`] builds and starts everything,
-//!   [`Turnstile::stop`] stops it in order; `backend_from_config`.
-//! - `config`: the schema and its defaults, [`Config::load`]:
+//!   [`Turnstile::stop`] stops it in order; `backend_from_config`;
+//!   `app/telegram.rs`: what the start asks Telegram (the client, `getMe`, the
+//!   webhook); `app/housekeeping.rs`: the previous run's process groups, pruning.
+//! - `config`: the schema and its defaults:
+//!   - `config/load.rs`: [`Config::load`]; `config/error.rs`: `ConfigError`;
 //!   - `config/env.rs`: the `TURNSTILE_<SECTION>_<KEY>` overlay;
 //!   - `config/validate.rs`: bounds and cross-key checks;
 //!   - `config/redact.rs`: what `check-config` prints; the token scrubbed from errors.
@@ -25,8 +28,10 @@
 //!     teloxide's 10 s pause after a 5xx;
 //!   - `telegram::typing`: the `TypingLease`, a turn's claim on the typing indicator;
 //!   - `telegram::format`: where text is cut: the agent's Markdown (or plain text) rendered
-//!     to text plus message entities, split into pieces of `TELEGRAM_TEXT_LIMIT`
-//!     (4096 UTF-16 units; entities sliced), and Telegram's entity rules;
+//!     to text plus message entities (`format/render.rs`, what each tag opens and
+//!     closes in `render/tags.rs`), split into pieces of `TELEGRAM_TEXT_LIMIT`
+//!     (`format/split.rs`: 4096 UTF-16 units; entities sliced), and Telegram's
+//!     entity rules (`format/validate.rs`);
 //!   - `telegram::addressing`: which messages are for the bot (groups, `/cmd@Bot`);
 //!   - `telegram::files`: attachments fetched into `inbox/`, voice transcription
 //!     (sealed as the agent), the file `send_file` opens once, inbox pruning;
@@ -38,30 +43,36 @@
 //!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
 //!     `turns.rs`: a turn's start and end);
-//!   - `chat::turn`: the `TurnActor`, one per turn (`TurnPhase`, closing, serving the
-//!     typed chat tool calls, watchdogs, `approval`: tool approvals in the chat, with
-//!     buttons; `live`: the status message and the answer's preview);
+//!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `TurnDeps`
+//!     and the turn's messages; `opening`; `TurnPhase`; closing; serving the typed
+//!     chat tool calls; watchdogs; `approval`: tool approvals in the chat, with
+//!     buttons, `approval/question.rs` the question as shown; `live`: the status
+//!     message and the answer's preview);
 //!   - `chat::typing`: the `TypingActor`, one per chat, which renews a turn's `TypingLease`;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
-//!   - `chat::outcome`: `TurnOutcome` and `decide`, pinned by a golden fixture;
+//!   - `chat::outcome`: `decide` (a turn's events to its `TurnOutcome`), pinned by a
+//!     golden fixture;
 //!   - `chat::notices`: every text the bot writes to a chat or its agent.
 //! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent` (agent-neutral:
 //!   no protocol and no tool name as the agent wrote it crosses into the chat),
-//!   `Responder`:
+//!   `Responder`; `agent/result.rs`: `AgentResult`, with `ResultStatus` and
+//!   `TerminalReason` (a backend reads its protocol's result into them):
 //!   - `agent::tools`: the chat tools every backend offers (`ChatTool`, `ToolRegistry`
 //!     with `turn.terminator_tools`, `TOOL_SERVER`) and the typed values a backend
 //!     parses each call into, once: `ChatCall` (the tool, and whether it ends the
 //!     turn), `BatchCall`, `ToolName` (`ToolName::parse`, the one place a name is
 //!     taken apart);
 //!   - `agent::partial_json`: the `text` of a tool's input decoded as it streams;
-//!   - `agent::scripted`: the in-process backend playing a `Scenario`;
+//!   - `agent::scripted`: the in-process backend playing a `Scenario` (the player
+//!     in `scripted/agent.rs`);
 //!   - `agent::claude`: the Claude Code CLI backend, where its tool calls are parsed:
-//!     `process` (spawn, process group, reaping), `seal` (clean environment, per-chat
-//!     workdir and home, bubblewrap and launcher argv), `driver` (the per-session task)
-//!     with `driver/answers.rs` (each CLI request answered once) and `driver/live.rs`
+//!     `process` (spawn, process group, reaping; `process/probe.rs`: the sandbox
+//!     probe), `seal` (clean environment, per-chat workdir and home, bubblewrap and
+//!     launcher argv), `driver` (the per-session task) with `driver/requests.rs` (the
+//!     CLI's requests), `driver/answers.rs` (each answered once) and `driver/live.rs`
 //!     (the stream as `Activity`), `permissions` (what answers `can_use_tool`),
-//!     `protocol` (typed stream-json) with `protocol/mcp_server.rs` (the
-//!     `telegram-tools` MCP server).
+//!     `protocol` (typed stream-json) with `protocol/control.rs` (control requests
+//!     and responses) and `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
 //! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
 //!   its own thread and holds the states of a message; the inbox rows, each an
 //!   `Incoming` (`state/rows.rs`); the schema and its migrations (`state/schema.rs`);
@@ -73,17 +84,25 @@
 //!   reads back; `incoming/command.rs`: the command table (`Command`, `Who`) and its parser.
 //! - `events`: the broadcast of `BotEvent`s (it also hands out the `Metrics`), and live
 //!   actor `Gauges`.
+//! - `outcome`: `TurnOutcome`, how a turn ended: a value the bus carries and the
+//!   metrics count, below the chat that decides it.
 //! - `ops`: `follow` (what only the bus tells the metrics), `ops::metrics` (the
-//!   `Metrics` and their exposition), the `[ops] listen` endpoint, the log set-up, and
+//!   `Metrics` and their exposition), the `[ops] listen` endpoint (its health check
+//!   pings the dispatcher through a `Ping` handed in by `app`), the log set-up, and
 //!   `ops::panics`: a panic drops the input it was handling (`contain`) or
 //!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.
-//! - `fuzzing`: the fuzz harnesses, one per boundary of outside data, run by
-//!   the cargo-fuzz targets in `fuzz/` and replayed by `tests/fuzz_corpus.rs`.
+//! - `fuzzing`: the fuzz harnesses, one per boundary of outside data (the agent's in
+//!   `fuzzing/agent.rs`), run by the cargo-fuzz targets in `fuzz/` and replayed by
+//!   `tests/fuzz_corpus.rs`.
 //! - `src/main.rs`: the `turnstile` binary (run, `check-config`, `/restart` re-exec).
-//! - `src/bin/fake_claude.rs`: `fake-claude`, a stand-in CLI for the tests.
+//! - `src/bin/fake_claude.rs`: `fake-claude`, a stand-in CLI for the tests (its player
+//!   in `fake_claude/turn.rs`).
+//!
+//! A module's unit tests are in a sibling file (`protocol/tests.rs` beside
+//! `protocol.rs`, declared `#[cfg(test)] mod tests;`).
 //!
 //! # Theory of operation
 //!
@@ -124,6 +143,7 @@ pub mod fuzzing;
 pub mod ids;
 pub mod incoming;
 pub mod ops;
+pub mod outcome;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;

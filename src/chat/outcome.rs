@@ -1,11 +1,12 @@
-//! How a turn ends: the [`TurnOutcome`], and the one function that maps a
-//! turn's events to it ([`decide`]), pinned by
+//! How a turn ends: the one function that maps a turn's events to its
+//! [`TurnOutcome`] ([`decide`]), pinned by
 //! `tests/fixtures/turn_outcome_contract.json`.
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::AgentResult;
 use crate::agent::tools::{BatchCall, terminator};
+use crate::agent::{AgentResult, TerminalReason};
+pub use crate::outcome::TurnOutcome;
 
 /// What a turn has seen so far that bears on how it ends, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,94 +44,27 @@ pub enum TurnEvent {
     HostStopping,
 }
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum TurnOutcome {
-    /// A tool batch with a terminator resolved.
-    Terminated {
-        /// The terminator's bare name.
-        tool: String,
-    },
-    /// The agent's result says it completed (`completed` or `hook_stopped`).
-    Completed {
-        /// The result's terminal reason.
-        reason: String,
-    },
-    /// The session settled without running a turn.
-    IdleResume,
-    /// `/stop`, or an agent-side abort.
-    Interrupted,
-    /// The agent's result reports an error (`max_turns`, `api_error`, …).
-    AgentError {
-        /// The terminal reason, or the subtype when there is none.
-        reason: String,
-    },
-    /// The result carries a terminal reason this build does not know.
-    Unrecognized {
-        /// The unknown terminal reason.
-        reason: String,
-    },
-    /// The agent emitted its result but never settled.
-    ForceClosedAfterResult,
-    /// The agent went silent before its result.
-    NoProgress,
-    /// The turn ran past `turn.max_duration`.
-    BudgetExceeded,
-    /// The agent process exited or its stream broke before `result`.
-    AgentFailed {
-        /// What happened.
-        detail: String,
-    },
-    /// The host is stopping.
-    HostStopping,
-    /// The chat's hard-deadline timer released it at `turn.hard_deadline`.
-    ForceReleased,
-}
-
-impl TurnOutcome {
-    /// Whether the turn actually ran and completed: only this tells a person
-    /// "done" (the completed-turn counter, a completion reaction).
-    pub fn finished(&self) -> bool {
-        matches!(self, Self::Terminated { .. } | Self::Completed { .. })
-    }
-
-    /// A short name for logs and `/status`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Terminated { .. } => "terminated",
-            Self::Completed { .. } => "completed",
-            Self::IdleResume => "idle_resume",
-            Self::Interrupted => "interrupted",
-            Self::AgentError { .. } => "agent_error",
-            Self::Unrecognized { .. } => "unrecognized",
-            Self::ForceClosedAfterResult => "force_closed_after_result",
-            Self::NoProgress => "no_progress",
-            Self::BudgetExceeded => "budget_exceeded",
-            Self::AgentFailed { .. } => "agent_failed",
-            Self::HostStopping => "host_stopping",
-            Self::ForceReleased => "force_released",
-        }
-    }
-}
-
 /// The outcome of a result that settled.
 fn from_result(result: &AgentResult) -> TurnOutcome {
-    let reason = result.terminal_reason.as_deref();
+    let reason = result.terminal_reason.as_ref();
     match reason {
         _ if result.num_turns == 0 && !result.is_error => TurnOutcome::IdleResume,
-        Some("aborted_streaming" | "aborted_tools") => TurnOutcome::Interrupted,
-        _ if result.is_error || result.subtype != "success" => TurnOutcome::AgentError {
-            reason: reason.unwrap_or(&result.subtype).to_string(),
+        Some(r) if r.interrupted() => TurnOutcome::Interrupted,
+        _ if !result.succeeded() => TurnOutcome::AgentError {
+            reason: reason
+                .map_or(result.subtype.name(), TerminalReason::name)
+                .to_string(),
         },
-        Some(r @ ("completed" | "hook_stopped")) => TurnOutcome::Completed {
-            reason: r.to_string(),
-        },
+        Some(r @ (TerminalReason::Completed | TerminalReason::HookStopped)) => {
+            TurnOutcome::Completed {
+                reason: r.name().to_string(),
+            }
+        }
         None => TurnOutcome::Completed {
-            reason: "completed".into(),
+            reason: TerminalReason::Completed.name().to_string(),
         },
         Some(other) => TurnOutcome::Unrecognized {
-            reason: other.to_string(),
+            reason: other.name().to_string(),
         },
     }
 }

@@ -10,7 +10,9 @@
 
 pub(crate) mod approval;
 mod closing;
+mod contract;
 pub(crate) mod live;
+mod opening;
 mod phase;
 mod serve;
 mod watchdogs;
@@ -20,149 +22,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
-    SpawnHandle, WrapFuture,
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, SpawnHandle,
+    WrapFuture,
 };
-use teloxide::types::{MessageId, UserId};
 use tokio::sync::mpsc;
 
 use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
+pub use self::contract::{
+    AbortTurn, InterruptTurn, SessionReleased, StopForHost, TurnDeps, TurnEnded, TurnSpec,
+};
 use self::live::LiveView;
 use self::phase::{Step, TurnPhase};
 pub use self::serve::Forwarding;
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
-use crate::agent::{
-    Activity, AgentBackend, AgentError, AgentEvent, AgentSession, HookReply, OpenSession,
-    SessionCommand, ToolBatch,
-};
-use crate::attachment::Attachment;
+use crate::agent::{Activity, AgentEvent, AgentSession, HookReply, SessionCommand, ToolBatch};
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
-use crate::config::{ProgressConfig, TurnConfig};
-use crate::events::{BotEvent, EventBus, Gauges};
-use crate::ids::{Conversation, TurnId};
-use crate::shutdown::Shutdown;
-use crate::state::Inbox;
-use crate::telegram::TypingLease;
-use crate::telegram::files::Files;
-use crate::telegram::outbox::{Outbox, SendText};
-
-/// Sent once per turn, to the supervisor and to the typing actor, when the
-/// turn is over.
-#[derive(Message, Debug, Clone)]
-#[rtype(result = "()")]
-pub struct TurnEnded {
-    /// The turn.
-    pub turn: TurnId,
-    /// How it ended.
-    pub outcome: TurnOutcome,
-    /// The agent's session id, kept for `--resume`.
-    pub session_id: Option<String>,
-    /// Whether a reply may have left (sent or still on its way): such a
-    /// turn is never run again.
-    pub replied: bool,
-    /// Model turns the agent reported (0 without a result).
-    pub api_calls: u32,
-    /// What the turn cost, as the agent reported it.
-    pub cost_usd: f64,
-    /// When the turn started.
-    pub started: Instant,
-    /// When the turn ended.
-    pub at: Instant,
-}
-
-/// Sent once per turn, after [`TurnEnded`], when the session is settled (and
-/// handed back for reuse) or gone.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct SessionReleased {
-    /// The turn.
-    pub turn: TurnId,
-    /// A settled session the chat's next turn may reuse.
-    pub session: Option<AgentSession>,
-}
-
-/// `/stop`: interrupt the turn.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct InterruptTurn;
-
-/// The host is stopping: end the turn with `HostStopping` and close.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct StopForHost;
-
-/// The hard deadline released the chat: kill the session and stop, silently.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct AbortTurn;
-
-/// What a turn is for.
-#[derive(Debug, Clone)]
-pub struct TurnSpec {
-    /// The conversation (the chat, or one forum topic of it): replies,
-    /// typing and questions go there, and it has its own session and workdir.
-    pub to: Conversation,
-    /// Numbers the turn within the process.
-    pub turn: TurnId,
-    /// The user's text (merged messages joined).
-    pub text: String,
-    /// The user's last message, for reactions.
-    pub reply_to: Option<MessageId>,
-    /// The message the turn's answer replies to (in groups, the message
-    /// that started the turn; in private chats none).
-    pub answer_to: Option<MessageId>,
-    /// Files the messages carried, fetched into the workdir before the
-    /// agent hears of the turn.
-    pub files: Vec<Attachment>,
-    /// The inbox rows (update ids) this turn answers.
-    pub update_ids: Vec<i64>,
-    /// Who sent the message the turn answers (the last one, when merged):
-    /// besides an admin, only they may answer its approval questions.
-    pub from: Option<UserId>,
-    /// The chat's typing lease for this turn, ended at TurnEnded.
-    pub typing: TypingLease,
-}
-
-/// What every turn of every chat shares.
-#[derive(Clone)]
-pub struct TurnDeps {
-    /// Opens sessions.
-    pub backend: Arc<dyn AgentBackend>,
-    /// The way out to Telegram.
-    pub outbox: Addr<Outbox>,
-    /// The clocks.
-    pub config: Arc<TurnConfig>,
-    /// What the chat sees while a turn works.
-    pub progress: Arc<ProgressConfig>,
-    /// Where the turn reports what happened.
-    pub events: EventBus,
-    /// Live actor counts.
-    pub gauges: Arc<Gauges>,
-    /// The durable inbox (and session ids, turn records).
-    pub inbox: Inbox,
-    /// Set once the host is stopping: agent requests are then refused.
-    pub shutdown: Shutdown,
-    /// `dispatcher.on_interrupted == "retry"`.
-    pub retry_interrupted: bool,
-    /// Fetches the files users send.
-    pub files: Files,
-    /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
-    /// conversation's files are.
-    pub workdir: std::path::PathBuf,
-    /// The reply lanes' texts not yet handed to the outbox.
-    pub forwarding: Forwarding,
-}
-
-impl TurnDeps {
-    /// The working directory of `to`.
-    pub fn workdir_of(&self, to: Conversation) -> std::path::PathBuf {
-        crate::agent::claude::seal::chat_path(&self.workdir, &to.key())
-    }
-}
+use crate::events::BotEvent;
+use crate::ids::Conversation;
 
 /// The session the turn talks to.
 struct Link {
@@ -175,9 +55,6 @@ struct Link {
     /// Set once it reported itself idle (settled, reusable).
     idle: bool,
 }
-
-/// The longest wait for a warm session's first sign of life.
-const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The actor.
 pub struct TurnActor {
@@ -221,7 +98,7 @@ pub struct TurnActor {
     view: LiveView,
     /// What the agent sent this turn, against `turn.max_messages` and
     /// `turn.max_output`.
-    sent: serve::Sent,
+    output: serve::TurnOutput,
 }
 
 impl TurnActor {
@@ -263,7 +140,7 @@ impl TurnActor {
             approvals: Approvals::default(),
             started: Instant::now(),
             view,
-            sent: serve::Sent::default(),
+            output: serve::TurnOutput::default(),
         }
     }
 
@@ -276,149 +153,12 @@ impl TurnActor {
         self.spec.to
     }
 
-    /// Fetches the turn's files into the workdir, tells the chat about any
-    /// that could not be taken, puts what arrived in front of the text, then
-    /// starts the agent.
-    fn receive_files(&mut self, ctx: &mut Context<Self>) {
-        let files = self.deps.files.clone();
-        let chat = self.to().key();
-        let attachments = std::mem::take(&mut self.spec.files);
-        let fetch = async move { files.receive(&chat, &attachments).await };
-        ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
-            for notice in received.notices {
-                act.deps
-                    .outbox
-                    .do_send(SendText::new(act.to(), notice).replying_to(act.spec.answer_to));
-            }
-            let mut text = received.notes.join("\n");
-            if !act.spec.text.trim().is_empty() {
-                if !text.is_empty() {
-                    text.push_str("\n\n");
-                }
-                text.push_str(&act.spec.text);
-            }
-            act.spec.text = text;
-            if act.phase.is_live() {
-                act.begin(ctx);
-            }
-        }));
-    }
-
-    /// Starts the agent on the turn: the warm session, else a fresh one.
-    fn begin(&mut self, ctx: &mut Context<Self>) {
-        match self.warm.take() {
-            Some(session) => {
-                self.attach(session, true, ctx);
-                // A warm process answers a user line within milliseconds; one
-                // that stays silent is replaced rather than waited out.
-                let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
-                ctx.run_later(patience, |act, ctx| {
-                    if act.phase.is_proving() {
-                        tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "warm session did not answer; replacing it");
-                        act.replace_warm(ctx);
-                    }
-                });
-            }
-            None => self.open(ctx),
-        }
-    }
-
     fn label(&self) -> &str {
         self.link.as_ref().map_or("", |l| l.label.as_str())
     }
 
     fn step(&mut self, step: Step) {
         self.phase = std::mem::replace(&mut self.phase, TurnPhase::Opening).after(step);
-    }
-
-    /// Drops a warm session that is dead or silent and opens a fresh one.
-    fn replace_warm(&mut self, ctx: &mut Context<Self>) {
-        self.step(Step::ReplacingWarm);
-        self.send(SessionCommand::Kill);
-        if let Some(pump) = self.pump.take() {
-            ctx.cancel_future(pump);
-        }
-        self.link = None;
-        self.open(ctx);
-    }
-
-    /// Opens a fresh session, resuming the chat's agent session id (read
-    /// after every store write asked before, so a `/new` is seen).
-    fn open(&mut self, ctx: &mut Context<Self>) {
-        let backend = Arc::clone(&self.deps.backend);
-        let resume = self.deps.inbox.session(self.to());
-        let conversation = self.to();
-        let shutdown = self.deps.shutdown.clone();
-        let open = async move {
-            let resume = resume.await;
-            backend
-                .open(OpenSession {
-                    conversation,
-                    resume,
-                    shutdown,
-                })
-                .await
-        };
-        ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
-            Ok(session) if act.phase.is_live() => act.attach(session, false, ctx),
-            Ok(session) => drop(session),
-            Err(err) => {
-                act.start_failed(&err);
-                act.record(
-                    TurnEvent::Exited {
-                        code: None,
-                        detail: err.to_string(),
-                    },
-                    ctx,
-                );
-            }
-        }));
-    }
-
-    /// The backend could not start the agent: the operator's log says what
-    /// and why (the chat is told only that it failed, at the turn's end).
-    fn start_failed(&self, err: &AgentError) {
-        let (chat_id, turn_id) = (self.chat_id(), self.spec.turn.get());
-        match err {
-            AgentError::Spawn { command, source } => tracing::error!(
-                chat_id,
-                turn_id,
-                command = %command,
-                error = %source,
-                "the agent could not start; check agent.command (a path, or a name on the agent's PATH) and that it is executable"
-            ),
-            AgentError::Directory { dir, source } => tracing::error!(
-                chat_id,
-                turn_id,
-                dir = %dir.display(),
-                error = %source,
-                "the agent could not start: its directory could not be made"
-            ),
-            other => tracing::error!(chat_id, turn_id, cause = %other, "the agent could not start"),
-        }
-    }
-
-    fn attach(&mut self, session: AgentSession, warm: bool, ctx: &mut Context<Self>) {
-        let AgentSession {
-            commands,
-            events,
-            label,
-        } = session;
-        self.generation += 1;
-        if commands
-            .send(SessionCommand::UserTurn(self.spec.text.clone()))
-            .is_err()
-        {
-            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %label, "session closed before the turn started");
-        }
-        self.link = Some(Link {
-            commands,
-            events: Some(events),
-            label,
-            idle: false,
-        });
-        self.step(Step::Attached { warm });
-        self.pump(ctx);
     }
 
     /// Awaits the session's next event.
@@ -555,7 +295,7 @@ impl TurnActor {
     fn on_result(&mut self, result: crate::agent::AgentResult, ctx: &mut Context<Self>) {
         self.step(Step::ResultArrived);
         self.disarm_no_progress(ctx);
-        let deliverable = !result.is_error && result.subtype == "success";
+        let deliverable = result.succeeded();
         let text = result.text.clone();
         let num_turns = result.num_turns;
         self.record(TurnEvent::Result(result), ctx);

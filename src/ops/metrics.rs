@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use teloxide::RequestError;
 use tokio::sync::Semaphore;
 
-use crate::chat::outcome::TurnOutcome;
+use crate::outcome::TurnOutcome;
 
 /// `outcome` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,116 +71,114 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric at zero, registered.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
-        let turns = Family::<OutcomeLabel, Counter>::default();
-        let turn_duration = Histogram::new(exponential_buckets(0.05, 2.0, 16));
-        let turn_api_calls = Histogram::new(exponential_buckets(1.0, 2.0, 10));
-        let turn_cost = Histogram::new(exponential_buckets(0.001, 4.0, 10));
-        let cost_total = Counter::<f64, AtomicU64>::default();
-        let typing_stop = Histogram::new(exponential_buckets(0.001, 2.0, 14));
-        let wedges = Counter::default();
-        let queue_depth = Gauge::<i64, AtomicI64>::default();
-        let live_chats = Gauge::<i64, AtomicI64>::default();
-        let live_turns = Gauge::<i64, AtomicI64>::default();
-        let warm_agents = Gauge::<i64, AtomicI64>::default();
-        let telegram_requests = Family::<RequestLabels, Counter>::default();
-        let rate_limited = Family::<MethodLabel, Counter>::default();
-        let unknown_outcome = Family::<MethodLabel, Counter>::default();
-        let retries = Counter::default();
-        let store_errors = Counter::default();
-        registry.register("turnstile_turns", "Turns ended, by outcome", turns.clone());
-        registry.register(
-            "turnstile_turn_duration_seconds",
-            "How long turns took, start to end",
-            turn_duration.clone(),
-        );
-        registry.register(
-            "turnstile_turn_api_calls",
-            "Model API calls per turn, as the agent's result reports them",
-            turn_api_calls.clone(),
-        );
-        registry.register(
-            "turnstile_turn_cost_usd",
-            "Cost per turn in USD, as the agent's result reports it",
-            turn_cost.clone(),
-        );
-        registry.register(
-            "turnstile_cost_usd",
-            "Cost of all turns in USD, as the agents' results report it",
-            cost_total.clone(),
-        );
-        registry.register(
-            "turnstile_typing_stop_latency_seconds",
-            "From a turn's end to its typing indicator stopping",
-            typing_stop.clone(),
-        );
-        registry.register(
-            "turnstile_wedges_force_closed",
-            "Agent sessions force-closed because they did not settle",
-            wedges.clone(),
-        );
-        registry.register(
-            "turnstile_queue_depth",
-            "Messages waiting for a turn, all chats together",
-            queue_depth.clone(),
-        );
-        registry.register(
-            "turnstile_live_chats",
-            "Chat supervisors alive",
-            live_chats.clone(),
-        );
-        registry.register("turnstile_live_turns", "Turns running", live_turns.clone());
-        registry.register(
-            "turnstile_warm_agents",
-            "Agent processes kept warm between turns",
-            warm_agents.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_requests",
-            "Bot API requests by method and status (200, 429, 4xx, 5xx, network, invalid_json, error)",
-            telegram_requests.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_rate_limited",
-            "Bot API answers 429 (retry after), by method",
-            rate_limited.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_unknown_outcome",
-            "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON), so Telegram may or may not have them; not sent again, by method",
-            unknown_outcome.clone(),
-        );
-        registry.register(
-            "turnstile_telegram_retries",
-            "Bot API requests sent again after a failure",
-            retries.clone(),
-        );
-        registry.register(
-            "turnstile_store_errors",
-            "State store statements that failed",
-            store_errors.clone(),
-        );
-        Self {
-            registry,
-            turns,
-            turn_duration,
-            turn_api_calls,
-            turn_cost,
-            cost_total,
-            typing_stop,
-            wedges,
-            queue_depth,
-            live_chats,
-            live_turns,
-            warm_agents,
-            telegram_requests,
-            rate_limited,
-            unknown_outcome,
-            retries,
-            store_errors,
+        let mut metrics = Self {
+            registry: Registry::default(),
+            turns: Family::<OutcomeLabel, Counter>::default(),
+            turn_duration: Histogram::new(exponential_buckets(0.05, 2.0, 16)),
+            turn_api_calls: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            turn_cost: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            cost_total: Counter::<f64, AtomicU64>::default(),
+            typing_stop: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            wedges: Counter::default(),
+            queue_depth: Gauge::<i64, AtomicI64>::default(),
+            live_chats: Gauge::<i64, AtomicI64>::default(),
+            live_turns: Gauge::<i64, AtomicI64>::default(),
+            warm_agents: Gauge::<i64, AtomicI64>::default(),
+            telegram_requests: Family::<RequestLabels, Counter>::default(),
+            rate_limited: Family::<MethodLabel, Counter>::default(),
+            unknown_outcome: Family::<MethodLabel, Counter>::default(),
+            retries: Counter::default(),
+            store_errors: Counter::default(),
             last_poll: Mutex::new(None),
             warm: Mutex::new(None),
-        }
+        };
+        metrics.register_turns();
+        metrics.register_requests();
+        metrics
+    }
+
+    /// Registers the metrics of turns, chats and agents.
+    fn register_turns(&mut self) {
+        self.registry.register(
+            "turnstile_turns",
+            "Turns ended, by outcome",
+            self.turns.clone(),
+        );
+        self.registry.register(
+            "turnstile_turn_duration_seconds",
+            "How long turns took, start to end",
+            self.turn_duration.clone(),
+        );
+        self.registry.register(
+            "turnstile_turn_api_calls",
+            "Model API calls per turn, as the agent's result reports them",
+            self.turn_api_calls.clone(),
+        );
+        self.registry.register(
+            "turnstile_turn_cost_usd",
+            "Cost per turn in USD, as the agent's result reports it",
+            self.turn_cost.clone(),
+        );
+        self.registry.register(
+            "turnstile_cost_usd",
+            "Cost of all turns in USD, as the agents' results report it",
+            self.cost_total.clone(),
+        );
+        self.registry.register(
+            "turnstile_typing_stop_latency_seconds",
+            "From a turn's end to its typing indicator stopping",
+            self.typing_stop.clone(),
+        );
+        self.registry.register(
+            "turnstile_wedges_force_closed",
+            "Agent sessions force-closed because they did not settle",
+            self.wedges.clone(),
+        );
+        self.registry.register(
+            "turnstile_queue_depth",
+            "Messages waiting for a turn, all chats together",
+            self.queue_depth.clone(),
+        );
+        self.registry.register(
+            "turnstile_live_chats",
+            "Chat supervisors alive",
+            self.live_chats.clone(),
+        );
+        self.registry.register(
+            "turnstile_live_turns",
+            "Turns running",
+            self.live_turns.clone(),
+        );
+        self.registry.register(
+            "turnstile_warm_agents",
+            "Agent processes kept warm between turns",
+            self.warm_agents.clone(),
+        );
+    }
+
+    /// Registers the metrics of Bot API requests and of the store.
+    fn register_requests(&mut self) {
+        self.registry.register("turnstile_telegram_requests",
+            "Bot API requests by method and status (200, 429, 4xx, 5xx, network, invalid_json, error)",
+            self.telegram_requests.clone());
+        self.registry.register(
+            "turnstile_telegram_rate_limited",
+            "Bot API answers 429 (retry after), by method",
+            self.rate_limited.clone(),
+        );
+        self.registry.register("turnstile_telegram_unknown_outcome",
+            "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON), so Telegram may or may not have them; not sent again, by method",
+            self.unknown_outcome.clone());
+        self.registry.register(
+            "turnstile_telegram_retries",
+            "Bot API requests sent again after a failure",
+            self.retries.clone(),
+        );
+        self.registry.register(
+            "turnstile_store_errors",
+            "State store statements that failed",
+            self.store_errors.clone(),
+        );
     }
 
     /// A turn ended after `took`, with what its agent reported.

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Addr;
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -16,12 +16,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::metrics::Metrics;
-use crate::chat::dispatcher::{Dispatcher, RunningTurns};
 use crate::events::Gauges;
 use crate::state::Inbox;
 
 /// How long the dispatcher may take to answer a health ping.
 const PING_BOUND: Duration = Duration::from_secs(2);
+
+/// Asks the dispatcher whether it runs: `true` once it answered, `false`
+/// when it is gone. Handed in by the wiring, so ops knows no chat actor.
+pub type Ping = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// What the endpoint reads.
 #[derive(Clone)]
@@ -32,8 +35,8 @@ pub struct Probe {
     pub gauges: Arc<Gauges>,
     /// The store, for its error count.
     pub inbox: Inbox,
-    /// Pinged by `/healthz`.
-    pub dispatcher: Addr<Dispatcher>,
+    /// Pings the dispatcher for `/healthz`.
+    pub ping: Ping,
     /// `telegram.poll_timeout`: a poll must have answered within twice it.
     pub poll_timeout: Duration,
 }
@@ -53,9 +56,9 @@ impl Probe {
             }
             Some(_) => {}
         }
-        match tokio::time::timeout(PING_BOUND, self.dispatcher.send(RunningTurns)).await {
-            Ok(Ok(_)) => None,
-            Ok(Err(_)) => Some("the dispatcher is not running".into()),
+        match tokio::time::timeout(PING_BOUND, (self.ping)()).await {
+            Ok(true) => None,
+            Ok(false) => Some("the dispatcher is not running".into()),
             Err(_) => Some(format!(
                 "the dispatcher did not answer within {}s",
                 PING_BOUND.as_secs()

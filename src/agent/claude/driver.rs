@@ -4,6 +4,7 @@
 
 mod answers;
 pub(crate) mod live;
+mod requests;
 
 use std::sync::Arc;
 
@@ -13,16 +14,12 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
-use super::permissions::{self, Rules};
 use super::process::AgentProcess;
-use super::protocol::{
-    self, CliLine, ControlRequest, ControlResponse, HookCallback, HookInput, Line, McpMessage,
-    McpRequest, SessionState, SystemLine,
-};
-use crate::agent::tools::{TOOL_SERVER, ToolRegistry};
-use crate::agent::{AgentEvent, AgentSession, Responder, SessionCommand, ToolBatch, ToolCall};
+use super::protocol::{self, CliLine, ControlResponse, Line, SessionState, SystemLine};
+use crate::agent::tools::ToolRegistry;
+use crate::agent::{AgentEvent, AgentSession, SessionCommand};
 use crate::shutdown::Shutdown;
-use answers::{Answers, Refusal};
+use answers::Answers;
 use live::Live;
 
 /// A line longer than this is dropped (logged), never buffered whole.
@@ -381,155 +378,7 @@ impl Driver {
             CliLine::Unknown => self.emit(AgentEvent::Unknown(String::new())),
         }
     }
-
-    /// Answers a request from the CLI, exactly once.
-    fn on_request(&mut self, request_id: Option<String>, request: ControlRequest) {
-        let Some(id) = request_id else {
-            tracing::warn!(pid = self.pid, "control request without an id skipped");
-            return;
-        };
-        let refusal = Refusal::of(&request);
-        self.answers.expect(&id, refusal);
-        let stopping = self.shutdown.is_closing();
-        let answers = self.answers.clone();
-        let reply = {
-            let id = id.clone();
-            move |line: Value| {
-                answers.answer(&id, line);
-            }
-        };
-        match request {
-            ControlRequest::McpMessage(McpMessage {
-                server_name,
-                message,
-            }) => {
-                if server_name != TOOL_SERVER {
-                    return reply(protocol::control_error(
-                        &id,
-                        &format!("unknown MCP server `{server_name}`"),
-                    ));
-                }
-                match message.serve(&self.tools) {
-                    McpRequest::Answer(answer) => reply(protocol::mcp_response(&id, answer)),
-                    McpRequest::Call {
-                        rpc_id,
-                        tool_use_id,
-                        call,
-                    } if stopping => {
-                        tracing::info!(pid = self.pid, call_id = %tool_use_id, tool = %call.name, "tools/call refused: the host is stopping");
-                        reply(protocol::mcp_response(
-                            &id,
-                            protocol::rpc_error(
-                                &rpc_id,
-                                protocol::RPC_HOST_STOPPING,
-                                "the host is stopping",
-                            ),
-                        ));
-                    }
-                    McpRequest::Call {
-                        rpc_id,
-                        tool_use_id,
-                        call,
-                    } => {
-                        let (responder, rx) =
-                            Responder::new(format!("tools/call {} ({tool_use_id})", call.name));
-                        self.emit(AgentEvent::ToolCall(ToolCall {
-                            id: tool_use_id,
-                            call,
-                            reply: responder,
-                        }));
-                        tokio::spawn(async move {
-                            let answer = match rx.await {
-                                Ok(value) => protocol::tool_reply(&rpc_id, &value),
-                                Err(_) => protocol::rpc_error(
-                                    &rpc_id,
-                                    protocol::RPC_INTERNAL,
-                                    "the host dropped the call",
-                                ),
-                            };
-                            reply(protocol::mcp_response(&id, answer));
-                        });
-                    }
-                }
-            }
-            ControlRequest::CanUseTool(_) | ControlRequest::HookCallback(_) if stopping => {
-                tracing::info!(
-                    pid = self.pid,
-                    subtype = request.subtype(),
-                    "agent request refused: the host is stopping"
-                );
-                reply(refusal.line(&id, "the host is stopping"));
-            }
-            ControlRequest::CanUseTool(ask) => {
-                let settings = &self.settings;
-                let rules = Rules {
-                    allowed: &settings.allowed_tools,
-                    denied: &settings.denied_tools,
-                    mode: settings.permission_mode,
-                };
-                permissions::serve(
-                    ask,
-                    rules,
-                    &self.tools,
-                    &self.events,
-                    self.pid,
-                    move |body| {
-                        reply(protocol::control_success(&id, body));
-                    },
-                );
-            }
-            ControlRequest::HookCallback(HookCallback {
-                input: HookInput::PostToolBatch(batch),
-                ..
-            }) => {
-                let (responder, rx) = Responder::new("PostToolBatch hook");
-                self.emit(AgentEvent::BatchResolved(ToolBatch {
-                    calls: batch.calls(&self.tools),
-                    reply: responder,
-                }));
-                tokio::spawn(async move {
-                    reply(match rx.await.map(|r| protocol::hook_output(&r)) {
-                        Ok(Ok(output)) => protocol::control_success(&id, output),
-                        Ok(Err(why)) => protocol::control_error(&id, &why),
-                        Err(_) => protocol::control_error(&id, "the host dropped the hook"),
-                    });
-                });
-            }
-            ControlRequest::HookCallback(HookCallback {
-                input: HookInput::Other,
-                ..
-            }) => reply(protocol::control_success(&id, serde_json::json!({}))),
-            ControlRequest::Unknown { subtype } => {
-                let shown: String = subtype.chars().take(protocol::SHOWN_CHARS).collect();
-                tracing::warn!(
-                    pid = self.pid,
-                    subtype = %shown,
-                    "unknown control request refused"
-                );
-                reply(protocol::control_error(
-                    &id,
-                    &format!("unsupported request `{subtype}`"),
-                ));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_close_steps_split_the_grace_in_order() {
-        let grace = std::time::Duration::from_nanos(3);
-        assert_eq!(
-            CloseStep::ALL,
-            [CloseStep::EndSession, CloseStep::CloseStdin]
-        );
-        let waits: Vec<u128> = CloseStep::ALL
-            .iter()
-            .map(|s| s.wait(grace).as_nanos())
-            .collect();
-        assert_eq!(waits, vec![1, 2], "end_session gets half, stdin the rest");
-    }
-}
+mod tests;

@@ -2,6 +2,8 @@
 //! group, reaped once, and counted while it lives so the backend knows when
 //! every process it started is gone.
 
+mod probe;
+
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
@@ -16,6 +18,7 @@ use super::{ClaudeSettings, seal};
 use crate::agent::AgentError;
 use crate::config::Sandbox;
 use crate::state::AgentGroup;
+pub(super) use probe::probe_bubblewrap;
 
 /// Whether `command` can be executed, found as `bwrap`'s exec finds it
 /// (an absolute path as it is, a bare name on `path`), with the error the
@@ -371,101 +374,6 @@ pub fn kill_leftover_groups(groups: &[AgentGroup], boot_id: Option<&str>) -> usi
     killed
 }
 
-/// How long the start probe waits for `bwrap … true`.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Runs `bwrap <base flags> true` (see `seal::bwrap_base`) as every
-/// session will. Not root, it tries bwrap's own user namespace first, but
-/// not with a setuid bwrap, which uses its own privileges (and whose child
-/// bubblewrap 0.8 leaves behind, stuck, when that namespace cannot be made);
-/// root drops its capabilities instead. Answers whether the user namespace
-/// is to be used, or why bwrap cannot run.
-pub(super) fn probe_bubblewrap(root: bool) -> Result<bool, String> {
-    let path = std::env::var_os("PATH");
-    let Some(bwrap) = seal::find_program(seal::BWRAP, path.as_deref()) else {
-        return Err(format!("`{}` is not on PATH", seal::BWRAP));
-    };
-    let tries: &[bool] = if root || is_setuid(&bwrap) {
-        &[false]
-    } else {
-        &[true, false]
-    };
-    let mut failed = Vec::new();
-    for &user_ns in tries {
-        let mut argv = seal::bwrap_base(user_ns);
-        argv.extend(["--".to_owned(), "true".to_owned()]);
-        match run_probe(&bwrap, &argv[1..], path.as_deref()) {
-            Ok(()) => return Ok(user_ns),
-            Err(why) => {
-                let why = format!("`{}` {why}", argv.join(" "));
-                if user_ns {
-                    tracing::info!(cause = %why, "bwrap cannot make its own user namespace; trying without");
-                }
-                failed.push(why);
-            }
-        }
-    }
-    Err(failed.join("; "))
-}
-
-/// Whether `file` is set-user-ID.
-fn is_setuid(file: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(file).is_ok_and(|m| m.permissions().mode() & 0o4000 != 0)
-}
-
-/// Runs `program args` from an environment of `path` alone; waits for the
-/// process itself (not for its stderr to close, which a child it leaves
-/// behind may hold), at most [`PROBE_TIMEOUT`].
-fn run_probe(
-    program: &std::path::Path,
-    args: &[String],
-    path: Option<&std::ffi::OsStr>,
-) -> Result<(), String> {
-    use std::io::Read as _;
-    use std::os::fd::AsRawFd as _;
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(path.map(|path| ("PATH", path)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|err| format!("could not be run: {err}"))?;
-    let mut stderr = child.stderr.take();
-    if let Some(pipe) = &stderr {
-        // SAFETY: fcntl on a descriptor this function owns.
-        unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    }
-    let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("did not finish within {PROBE_TIMEOUT:?}"));
-            }
-            Err(err) => return Err(format!("could not be waited for: {err}")),
-        }
-    };
-    if status.success() {
-        return Ok(());
-    }
-    let mut said = vec![0u8; 4 * STDERR_LINE_CHARS];
-    let read = stderr
-        .as_mut()
-        .and_then(|pipe| pipe.read(&mut said).ok())
-        .unwrap_or(0);
-    let said = String::from_utf8_lossy(&said[..read]);
-    let said: String = said.trim().chars().take(STDERR_LINE_CHARS).collect();
-    Err(format!("failed ({status}): {said}"))
-}
-
 /// Creates `dir` and its missing parents with mode 0700; an existing one is
 /// left as it is.
 fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
@@ -544,144 +452,4 @@ async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<Ve
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cli_that_is_missing_or_not_executable_is_found_out_before_the_sandbox_runs() {
-        use std::os::unix::fs::PermissionsExt as _;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let plain = dir.path().join("not-executable");
-        std::fs::write(&plain, "#!/bin/sh\n").expect("written");
-        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let errno = |command: &str, path: Option<&str>| {
-            executable(command, path.map(std::ffi::OsStr::new))
-                .err()
-                .and_then(|e| e.raw_os_error())
-        };
-        let missing = dir.path().join("missing");
-        assert_eq!(errno(&missing.to_string_lossy(), None), Some(libc::ENOENT));
-        assert_eq!(errno(&plain.to_string_lossy(), None), Some(libc::EACCES));
-        assert_eq!(
-            errno(&dir.path().to_string_lossy(), None),
-            Some(libc::EACCES)
-        );
-        assert_eq!(errno("sh", Some("/usr/bin:/bin")), None);
-        assert_eq!(errno("/bin/sh", None), None);
-        assert_eq!(
-            errno("no-such-cli-here", Some("/usr/bin:/bin")),
-            Some(libc::ENOENT)
-        );
-        assert_eq!(
-            errno("sh", None),
-            Some(libc::ENOENT),
-            "no PATH, no bare name"
-        );
-        assert_eq!(errno("./relative/cli", None), None, "left to the exec");
-    }
-
-    #[tokio::test]
-    async fn a_10_mb_stderr_line_without_a_newline_is_cut_not_held() {
-        let mut big = vec![b'x'; 10 * 1024 * 1024];
-        big.extend_from_slice(b"\nnext line\nlast without newline");
-        let mut reader = BufReader::new(&big[..]);
-        let first = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(first.len(), STDERR_LINE_BYTES, "held only up to the bound");
-        let second = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-            .await
-            .unwrap();
-        assert_eq!(second.as_deref(), Some("next line"));
-        let third = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-            .await
-            .unwrap();
-        assert_eq!(third.as_deref(), Some("last without newline"));
-        assert_eq!(
-            next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-                .await
-                .unwrap(),
-            None
-        );
-    }
-
-    #[tokio::test]
-    async fn the_kept_stderr_tail_is_cut_at_the_line_bound() {
-        // No newline at all: an agent writing 10 MB and exiting.
-        let big = vec![b'y'; 10 * 1024 * 1024];
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        log_stderr(&big[..], 1, Arc::clone(&tail)).await;
-        let tail = tail.lock().unwrap();
-        assert_eq!(tail.len(), 1);
-        assert_eq!(tail[0].chars().count(), STDERR_LINE_CHARS);
-    }
-
-    /// A `sleep` leading its own process group, and its start time.
-    fn group_leader() -> (std::process::Child, AgentGroup) {
-        use std::os::unix::process::CommandExt as _;
-        let child = std::process::Command::new("sleep")
-            .arg("60")
-            .process_group(0)
-            .spawn()
-            .expect("sleep runs");
-        let group = AgentGroup {
-            pgid: i64::from(child.id()),
-            start_time: start_time(child.id()).expect("its start time"),
-            boot_id: boot_id().expect("this boot's id"),
-        };
-        (child, group)
-    }
-
-    /// The signal that ended `child`, after a SIGTERM of the test's own: a
-    /// SIGKILL sent before it wins, so SIGTERM means nothing killed it.
-    fn ended_by(mut child: std::process::Child) -> Option<i32> {
-        use std::os::unix::process::ExitStatusExt as _;
-        kill_group(child.id(), libc::SIGTERM);
-        child.wait().expect("reaped").signal()
-    }
-
-    #[test]
-    fn a_group_recorded_in_an_earlier_boot_is_never_killed() {
-        let now = boot_id().expect("this boot's id");
-        let (child, this_boot) = group_leader();
-        let earlier = AgentGroup {
-            boot_id: "00000000-0000-4000-8000-000000000000".into(),
-            ..this_boot.clone()
-        };
-        let unknown = AgentGroup {
-            boot_id: String::new(),
-            ..this_boot.clone()
-        };
-        assert_eq!(kill_leftover_groups(&[earlier, unknown], Some(&now)), 0);
-        assert_eq!(
-            kill_leftover_groups(std::slice::from_ref(&this_boot), None),
-            0
-        );
-        assert_eq!(ended_by(child), Some(libc::SIGTERM), "nothing killed it");
-        // Recorded in this boot, the same group is killed.
-        let (child, this_boot) = group_leader();
-        assert_eq!(kill_leftover_groups(&[this_boot], Some(&now)), 1);
-        assert_eq!(ended_by(child), Some(libc::SIGKILL));
-    }
-
-    #[tokio::test]
-    async fn all_reaped_resolves_when_the_last_process_is_reaped() {
-        let live = LiveProcesses::new();
-        live.started();
-        live.started();
-        let waiter = tokio::spawn({
-            let live = live.clone();
-            async move { live.all_reaped().await }
-        });
-        live.reaped();
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished(), "one process is still live");
-        live.reaped();
-        tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("woken without polling")
-            .unwrap();
-        assert_eq!(live.get(), 0);
-    }
-}
+mod tests;

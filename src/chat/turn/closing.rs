@@ -82,6 +82,36 @@ impl TurnActor {
         self.live.store(false, Ordering::SeqCst);
         // The status goes (or folds) and an unfinished preview with it.
         self.view.finish();
+        let replied = self.announce_end(&outcome, at);
+        let ending = Ending {
+            replied,
+            retry: self.deps.retry_interrupted,
+            restarting: self.deps.shutdown.is_restarting(),
+            agent_started,
+        };
+        if let Some(notice) = notice_for(&outcome, ending) {
+            self.deliver(notice);
+        }
+        if self.settled() {
+            return self.release(ctx);
+        }
+        match outcome {
+            TurnOutcome::NoProgress | TurnOutcome::ForceClosedAfterResult => self.kill(ctx),
+            TurnOutcome::Interrupted | TurnOutcome::BudgetExceeded => {
+                self.send(SessionCommand::Interrupt);
+                self.arm_grace(ctx);
+            }
+            TurnOutcome::HostStopping => {
+                self.send(SessionCommand::Close);
+                self.arm_grace(ctx);
+            }
+            _ => self.arm_grace(ctx),
+        }
+    }
+
+    /// TurnEnded to who waits for it, the bus and the log; answers whether
+    /// a reply may have left.
+    fn announce_end(&mut self, outcome: &TurnOutcome, at: Instant) -> bool {
         let (api_calls, cost_usd) = self
             .log
             .iter()
@@ -122,30 +152,7 @@ impl TurnActor {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );
-        let ending = Ending {
-            replied,
-            retry: self.deps.retry_interrupted,
-            restarting: self.deps.shutdown.is_restarting(),
-            agent_started,
-        };
-        if let Some(notice) = notice_for(&outcome, ending) {
-            self.deliver(notice);
-        }
-        if self.settled() {
-            return self.release(ctx);
-        }
-        match outcome {
-            TurnOutcome::NoProgress | TurnOutcome::ForceClosedAfterResult => self.kill(ctx),
-            TurnOutcome::Interrupted | TurnOutcome::BudgetExceeded => {
-                self.send(SessionCommand::Interrupt);
-                self.arm_grace(ctx);
-            }
-            TurnOutcome::HostStopping => {
-                self.send(SessionCommand::Close);
-                self.arm_grace(ctx);
-            }
-            _ => self.arm_grace(ctx),
-        }
+        replied
     }
 
     /// Force-closes the session and releases nothing.

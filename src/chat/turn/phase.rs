@@ -133,9 +133,9 @@ mod tests {
     }
 
     #[test]
-    fn transitions() {
-        use TurnOutcome::{ForceReleased, Interrupted, NoProgress};
-        use TurnPhase::{AwaitingSettle, Opening, Released};
+    fn transitions_to_the_end() {
+        use TurnOutcome::{Interrupted, NoProgress};
+        use TurnPhase::{AwaitingSettle, Opening};
         let table: Vec<(TurnPhase, Step, TurnPhase)> = vec![
             (Opening, Step::Attached { warm: false }, running(false)),
             (Opening, Step::Attached { warm: true }, running(true)),
@@ -161,6 +161,18 @@ mod tests {
                 Step::Ended(Interrupted),
                 closing(Interrupted),
             ),
+        ];
+        for (from, step, to) in table {
+            let got = from.clone().after(step.clone());
+            assert_eq!(got, to, "{from:?} --{step:?}-->");
+        }
+    }
+
+    #[test]
+    fn transitions_after_the_end() {
+        use TurnOutcome::{ForceReleased, Interrupted, NoProgress};
+        use TurnPhase::Released;
+        let table: Vec<(TurnPhase, Step, TurnPhase)> = vec![
             // Exactly once: a second outcome does not replace the first.
             (
                 closing(Interrupted),

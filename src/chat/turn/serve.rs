@@ -79,7 +79,7 @@ pub(super) enum Outgoing {
 /// What the agent sent in a turn, against `turn.max_messages` and
 /// `turn.max_output`.
 #[derive(Debug, Default)]
-pub(super) struct Sent {
+pub(super) struct TurnOutput {
     messages: u32,
     bytes: u64,
     /// The chat was told about a limit (once a turn).
@@ -253,32 +253,9 @@ impl TurnActor {
                 return;
             }
         };
-        let chat = self.spec.to.chat;
         let tool_name = tool.name();
         match tool {
-            ChatTool::React { emoji } => {
-                let Some(message_id) = self.spec.reply_to else {
-                    reply.answer(ToolReply::Error(
-                        "there is no user message to react to".into(),
-                    ));
-                    return;
-                };
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.deps.outbox.do_send(React {
-                    chat,
-                    message_id,
-                    emoji,
-                    reply: tx,
-                });
-                let pending = self.pending_tool(id, tool_name, reply);
-                actix::spawn(async move {
-                    pending.finish(match rx.await {
-                        Ok(Ok(())) => ToolReply::Ok("reacted".into()),
-                        Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                        Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                    });
-                });
-            }
+            ChatTool::React { emoji } => self.react(id, emoji, reply),
             ChatTool::EndTurn { text: None } => {
                 reply.answer(ToolReply::Ok(
                     "the turn will end once this batch is done".into(),
@@ -288,58 +265,111 @@ impl TurnActor {
                 path,
                 caption,
                 as_photo,
-            } => {
-                let workdir = self.deps.workdir_of(self.to());
-                let file = match outgoing(&workdir, &path, as_photo) {
-                    Ok(file) => file,
-                    Err(why) => {
-                        tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
-                        reply.answer(ToolReply::Error(why));
-                        return;
-                    }
-                };
-                if let Allowance::Refused(why, notice) = self.allowance(0) {
-                    self.tell_limit(notice);
-                    reply.answer(ToolReply::Error(why));
-                    return;
-                }
-                let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
-                self.reply(Outgoing::File(send));
-                let pending = self.pending_tool(id, tool_name, reply);
-                answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
-            }
+            } => self.send_file(id, &path, caption, as_photo, reply, ctx),
             ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
-                let (text, cut) = match self.allowance(text.len()) {
-                    Allowance::Refused(why, notice) => {
-                        self.tell_limit(notice);
-                        reply.answer(ToolReply::Error(why));
-                        return;
-                    }
-                    Allowance::Whole => (text, None),
-                    Allowance::Cut(keep) => {
-                        let mut end = keep.saturating_sub(notices::CUT_MARK.len());
-                        while !text.is_char_boundary(end) {
-                            end -= 1;
-                        }
-                        (format!("{}{}", &text[..end], notices::CUT_MARK), Some(end))
-                    }
-                };
-                let into = self.view.take_preview();
-                let (send, rx) = SendText::tracked(self.to(), text);
-                self.reply(Outgoing::Text(send.markdown().into_slot(into)));
-                if cut.is_some() {
-                    self.tell_limit(notices::too_much_output(self.deps.config.max_output));
-                }
-                let pending = self.pending_tool(id, tool_name, reply);
-                answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
-                    Some(kept) => format!(
-                        "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
-                        ids.len()
-                    ),
-                    None => format!("delivered as {} message(s)", ids.len()),
-                });
+                self.send_text(id, tool_name, text, reply, ctx);
             }
         }
+    }
+
+    /// `react`: the emoji on the user's last message.
+    fn react(&mut self, id: String, emoji: String, reply: Responder<ToolReply>) {
+        let chat = self.spec.to.chat;
+        let tool_name = "react";
+        let Some(message_id) = self.spec.reply_to else {
+            reply.answer(ToolReply::Error(
+                "there is no user message to react to".into(),
+            ));
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.deps.outbox.do_send(React {
+            chat,
+            message_id,
+            emoji,
+            reply: tx,
+        });
+        let pending = self.pending_tool(id, tool_name, reply);
+        actix::spawn(async move {
+            pending.finish(match rx.await {
+                Ok(Ok(())) => ToolReply::Ok("reacted".into()),
+                Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+            });
+        });
+    }
+
+    /// `send_file`: a file of the workdir, opened once, sent when the
+    /// turn's limits allow one more message.
+    fn send_file(
+        &mut self,
+        id: String,
+        path: &str,
+        caption: Option<String>,
+        as_photo: bool,
+        reply: Responder<ToolReply>,
+        ctx: &mut Context<Self>,
+    ) {
+        let tool_name = "send_file";
+        let workdir = self.deps.workdir_of(self.to());
+        let file = match outgoing(&workdir, path, as_photo) {
+            Ok(file) => file,
+            Err(why) => {
+                tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
+                reply.answer(ToolReply::Error(why));
+                return;
+            }
+        };
+        if let Allowance::Refused(why, notice) = self.allowance(0) {
+            self.tell_limit(notice);
+            reply.answer(ToolReply::Error(why));
+            return;
+        }
+        let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
+        self.reply(Outgoing::File(send));
+        let pending = self.pending_tool(id, tool_name, reply);
+        answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
+    }
+
+    /// `send` (or `end_turn` with a text): the text, cut at the turn's
+    /// output limit, into the preview's slot when there is one.
+    fn send_text(
+        &mut self,
+        id: String,
+        tool_name: &'static str,
+        text: String,
+        reply: Responder<ToolReply>,
+        ctx: &mut Context<Self>,
+    ) {
+        let (text, cut) = match self.allowance(text.len()) {
+            Allowance::Refused(why, notice) => {
+                self.tell_limit(notice);
+                reply.answer(ToolReply::Error(why));
+                return;
+            }
+            Allowance::Whole => (text, None),
+            Allowance::Cut(keep) => {
+                let mut end = keep.saturating_sub(notices::CUT_MARK.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                (format!("{}{}", &text[..end], notices::CUT_MARK), Some(end))
+            }
+        };
+        let into = self.view.take_preview();
+        let (send, rx) = SendText::tracked(self.to(), text);
+        self.reply(Outgoing::Text(send.markdown().into_slot(into)));
+        if cut.is_some() {
+            self.tell_limit(notices::too_much_output(self.deps.config.max_output));
+        }
+        let pending = self.pending_tool(id, tool_name, reply);
+        answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
+            Some(kept) => format!(
+                "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
+                ids.len()
+            ),
+            None => format!("delivered as {} message(s)", ids.len()),
+        });
     }
 
     /// Queues a text for the chat through the turn's reply lane (opening it,
@@ -395,32 +425,32 @@ impl TurnActor {
     /// Counts one more message of `len` bytes against the turn's limits.
     fn allowance(&mut self, len: usize) -> Allowance {
         let config = &self.deps.config;
-        if self.sent.messages >= config.max_messages {
+        if self.output.messages >= config.max_messages {
             return Allowance::Refused(
                 notices::messages_refused(config.max_messages),
                 notices::too_many_messages(config.max_messages),
             );
         }
-        let left = config.max_output.saturating_sub(self.sent.bytes);
+        let left = config.max_output.saturating_sub(self.output.bytes);
         if len > 0 && left == 0 {
             return Allowance::Refused(
                 notices::output_refused(config.max_output),
                 notices::too_much_output(config.max_output),
             );
         }
-        self.sent.messages += 1;
+        self.output.messages += 1;
         let len = len as u64;
         if len <= left {
-            self.sent.bytes += len;
+            self.output.bytes += len;
             return Allowance::Whole;
         }
-        self.sent.bytes = config.max_output;
+        self.output.bytes = config.max_output;
         Allowance::Cut(usize::try_from(left).unwrap_or(usize::MAX))
     }
 
     /// Tells the chat, once a turn, that a limit was reached.
     fn tell_limit(&mut self, notice: String) {
-        if std::mem::replace(&mut self.sent.told, true) {
+        if std::mem::replace(&mut self.output.told, true) {
             return;
         }
         tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), notice = %notice, "the agent reached a limit of the turn");

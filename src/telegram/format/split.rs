@@ -126,24 +126,7 @@ fn choose_cut(
             let inside = code
                 .get(*code_at)
                 .is_some_and(|&(from, to)| from < units && units < to);
-            let kind = if c == '\n' {
-                let after = &bytes[i + 1..];
-                if after.first() == Some(&b'\n') || after.starts_with(b"\r\n") {
-                    Kind::Paragraph
-                } else {
-                    Kind::Line
-                }
-            } else if c.is_whitespace() {
-                Kind::Space
-            } else {
-                Kind::Char
-            };
-            // Inside code a blank line is just a line break.
-            let kind = if inside && kind == Kind::Paragraph {
-                Kind::Line
-            } else {
-                kind
-            };
+            let kind = cut_kind(c, &bytes[i + 1..], inside);
             let cut = Cut {
                 at: i,
                 at_units: units,
@@ -181,6 +164,24 @@ fn choose_cut(
         content_end,
         content_units,
         kind: Kind::Char,
+    }
+}
+
+/// What a cut before `c` (followed by `after`) would break: a paragraph,
+/// a line, a space or a run of text. Inside code a blank line is just a
+/// line break.
+fn cut_kind(c: char, after: &[u8], inside: bool) -> Kind {
+    if c == '\n' {
+        let blank = after.first() == Some(&b'\n') || after.starts_with(b"\r\n");
+        if blank && !inside {
+            Kind::Paragraph
+        } else {
+            Kind::Line
+        }
+    } else if c.is_whitespace() {
+        Kind::Space
+    } else {
+        Kind::Char
     }
 }
 

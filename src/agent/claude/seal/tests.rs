@@ -1,0 +1,368 @@
+use super::*;
+
+fn os(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect()
+}
+
+fn names(env: &BTreeMap<OsString, OsString>) -> Vec<String> {
+    env.keys()
+        .map(|k| k.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn the_clean_env_is_the_base_pass_env_and_agent_env_only() {
+    let parent = os(&[
+        ("PATH", "/usr/bin"),
+        ("HOME", "/root"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C"),
+        ("TZ", "UTC"),
+        ("TMPDIR", "/var/tmp"),
+        ("TELEGRAM_BOT_TOKEN", "123:secret"),
+        ("TURNSTILE_AGENT_ENV_X", "1"),
+        ("AWS_SECRET_ACCESS_KEY", "nope"),
+        ("ANTHROPIC_API_KEY", "key"),
+    ]);
+    let extra = BTreeMap::from([("DEBUG".to_owned(), "1".to_owned())]);
+    let env = clean_env(parent, &["ANTHROPIC_API_KEY".into()], &extra);
+    assert_eq!(
+        names(&env),
+        [
+            "ANTHROPIC_API_KEY",
+            "DEBUG",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "PATH",
+            "TMPDIR",
+            "TZ"
+        ]
+    );
+}
+
+#[test]
+fn the_token_and_turnstile_vars_never_pass_even_when_named() {
+    let parent = os(&[("TELEGRAM_BOT_TOKEN", "t"), ("TURNSTILE_LOG", "debug")]);
+    let extra = BTreeMap::from([("TURNSTILE_X".to_owned(), "1".to_owned())]);
+    let pass = ["TELEGRAM_BOT_TOKEN".into(), "TURNSTILE_LOG".into()];
+    assert!(clean_env(parent, &pass, &extra).is_empty());
+}
+
+#[test]
+fn session_ids_are_uuids() {
+    assert!(is_session_id("0b5e4c2a-1f3d-4e6a-9b7c-8d9e0f1a2b3c"));
+    assert!(is_session_id("0B5E4C2A-1F3D-4E6A-9B7C-8D9E0F1A2B3C"));
+    for bad in [
+        "",
+        "fake-session-1",
+        "--help",
+        "0b5e4c2a-1f3d-4e6a-9b7c-8d9e0f1a2b3",
+        "0b5e4c2a-1f3d-4e6a-9b7c-8d9e0f1a2b3cd",
+        "0b5e4c2a 1f3d-4e6a-9b7c-8d9e0f1a2b3c",
+        "0b5e4c2a-1f3d-4e6a-9b7c-8d9e0f1a2b3g",
+    ] {
+        assert!(!is_session_id(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn placeholders_are_filled() {
+    assert_eq!(
+        chat_path(Path::new("/srv/ws/{chat}"), "-1001"),
+        PathBuf::from("/srv/ws/-1001")
+    );
+    let launcher = [
+        "ssh".into(),
+        "box".into(),
+        "cd {workdir} && run {chat}".into(),
+    ];
+    assert_eq!(
+        launcher_argv(&launcher, "7", Path::new("/w/7")),
+        ["ssh", "box", "cd /w/7 && run 7"]
+    );
+}
+
+fn seal(sandbox: Sandbox) -> Seal {
+    Seal {
+        workdir: PathBuf::from("/var/lib/turnstile/workspaces/{chat}"),
+        home: PathBuf::from("/var/lib/turnstile/homes/{chat}"),
+        pass_env: Vec::new(),
+        sandbox,
+        launcher: Vec::new(),
+        secrets: vec![
+            PathBuf::from("/var/lib/turnstile/turnstile.db"),
+            PathBuf::from("/etc/turnstile.toml"),
+        ],
+        user_ns: false,
+    }
+}
+
+#[test]
+fn without_a_sandbox_the_cli_runs_directly_in_its_workdir() {
+    let parent = os(&[("HOME", "/root"), ("TELEGRAM_BOT_TOKEN", "t")]);
+    let plan = plan(
+        &seal(Sandbox::None),
+        "5",
+        "claude",
+        &["-p".into()],
+        parent,
+        &BTreeMap::new(),
+        |_| true,
+    );
+    assert_eq!(plan.argv, ["claude", "-p"]);
+    assert_eq!(
+        plan.workdir,
+        PathBuf::from("/var/lib/turnstile/workspaces/5")
+    );
+    assert_eq!(plan.create, std::slice::from_ref(&plan.workdir));
+    assert_eq!(
+        names(&plan.env),
+        [
+            "CLAUDE_CODE_ENTRYPOINT",
+            "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+            "HOME"
+        ]
+    );
+}
+
+#[test]
+fn bubblewrap_hides_the_state_dir_and_binds_the_workdir_and_home() {
+    let plan = plan(
+        &seal(Sandbox::Bubblewrap),
+        "5",
+        "/usr/bin/claude",
+        &[],
+        os(&[("HOME", "/root")]),
+        &BTreeMap::new(),
+        |p| p == Path::new("/etc/turnstile.toml"),
+    );
+    let argv = plan.argv.join(" ");
+    assert!(argv.starts_with("bwrap --die-with-parent "), "{argv}");
+    for part in [
+        "--unshare-pid",
+        "--cap-drop ALL",
+        "--ro-bind / /",
+        "--proc /proc",
+        "--tmpfs /tmp",
+        "--tmpfs /var/lib/turnstile",
+        "--ro-bind /dev/null /etc/turnstile.toml",
+        "--bind /var/lib/turnstile/workspaces/5 /var/lib/turnstile/workspaces/5",
+        "--bind /var/lib/turnstile/homes/5 /var/lib/turnstile/homes/5",
+        "--chdir /var/lib/turnstile/workspaces/5 -- /usr/bin/claude",
+    ] {
+        assert!(argv.contains(part), "{part:?} not in {argv}");
+    }
+    // The hide comes before the binds, which show through it.
+    assert!(argv.find("--tmpfs /var/lib").unwrap() < argv.find("--bind ").unwrap());
+    assert!(!argv.contains("--unshare-net"), "the agent needs its API");
+    assert_eq!(
+        plan.env[&OsString::from("HOME")],
+        "/var/lib/turnstile/homes/5"
+    );
+    assert_eq!(
+        plan.env[&OsString::from("CLAUDE_CONFIG_DIR")],
+        "/var/lib/turnstile/homes/5"
+    );
+    assert_eq!(plan.env[&OsString::from("TMPDIR")], "/tmp");
+    assert_eq!(plan.create.len(), 2);
+}
+
+/// The mounts after the base, as text.
+fn mount_args(seal: &Seal, writable: Vec<Bind>, cli: &[&str], exists: &[&str]) -> String {
+    let cli: Vec<PathBuf> = cli.iter().map(PathBuf::from).collect();
+    let mounts = mounts(seal, writable, &cli, &|p: &Path| {
+        exists.iter().any(|e| Path::new(e) == p)
+    });
+    let argv = bwrap_argv(false, &mounts, Path::new("/w"));
+    argv[bwrap_base(false).len()..].join(" ")
+}
+
+#[test]
+fn every_sandbox_drops_every_capability_and_takes_a_user_namespace_when_asked() {
+    let base = bwrap_base(false).join(" ");
+    assert!(base.contains(" --cap-drop ALL "), "{base}");
+    assert!(!base.contains("--unshare-user"), "{base}");
+    let base = bwrap_base(true).join(" ");
+    assert!(base.contains(" --unshare-user --cap-drop ALL "), "{base}");
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.user_ns = true;
+    let plan = plan(
+        &seal,
+        "1",
+        "/nowhere/claude",
+        &[],
+        Vec::new(),
+        &BTreeMap::new(),
+        |_| false,
+    );
+    assert_eq!(plan.argv[..bwrap_base(true).len()], bwrap_base(true)[..]);
+}
+
+#[test]
+fn the_whole_state_dir_is_hidden_even_when_it_holds_the_cli() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.secrets = vec![PathBuf::from("/opt/bot/state.db")];
+    seal.workdir = PathBuf::from("/opt/bot/ws/{chat}");
+    seal.home = PathBuf::from("/opt/bot/homes/{chat}");
+    let args = mount_args(
+        &seal,
+        vec![
+            Bind::Made("/opt/bot/ws/1".into()),
+            Bind::Made("/opt/bot/homes/1".into()),
+        ],
+        &[
+            "/opt/bot/.local/bin/claude",
+            "/opt/bot/.local/share/claude/versions/2.1.0",
+        ],
+        &["/opt/bot/state.db", "/opt/bot/state.db-wal"],
+    );
+    assert_eq!(
+        args,
+        "--tmpfs /opt/bot \
+             --bind /opt/bot/ws/1 /opt/bot/ws/1 \
+             --bind /opt/bot/homes/1 /opt/bot/homes/1 \
+             --ro-bind /opt/bot/.local/bin /opt/bot/.local/bin \
+             --ro-bind /opt/bot/.local/share/claude/versions /opt/bot/.local/share/claude/versions \
+             --chdir /w --"
+    );
+}
+
+#[test]
+fn a_cli_beside_a_secret_or_a_chat_dir_is_bound_back_alone() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.secrets = vec![PathBuf::from("/opt/bot/state.db")];
+    seal.workdir = PathBuf::from("/opt/bot/x/ws/{chat}");
+    seal.home = PathBuf::from("/opt/bot/homes/{chat}");
+    let args = mount_args(
+        &seal,
+        Vec::new(),
+        &[
+            "/opt/bot/claude",
+            "/opt/bot/x/claude",
+            "/tmp/claude",
+            "/tmp/t/claude",
+        ],
+        &[],
+    );
+    assert_eq!(
+        args,
+        "--tmpfs /opt/bot \
+             --ro-bind /tmp/claude /tmp/claude \
+             --ro-bind /tmp/t /tmp/t \
+             --ro-bind /opt/bot/claude /opt/bot/claude \
+             --ro-bind /opt/bot/x/claude /opt/bot/x/claude \
+             --chdir /w --"
+    );
+}
+
+#[test]
+fn every_chats_dirs_are_hidden_wherever_they_are() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.workdir = PathBuf::from("/srv/agents/{chat}/work");
+    seal.home = PathBuf::from("/home/bot/{chat}");
+    let args = mount_args(
+        &seal,
+        vec![
+            Bind::Made("/srv/agents/1/work".into()),
+            Bind::Made("/home/bot/1".into()),
+        ],
+        &["/usr/bin/claude"],
+        &[],
+    );
+    assert_eq!(
+        args,
+        "--tmpfs /srv/agents --tmpfs /home/bot --tmpfs /var/lib/turnstile \
+             --bind /home/bot/1 /home/bot/1 \
+             --bind /srv/agents/1/work /srv/agents/1/work \
+             --chdir /w --"
+    );
+}
+
+#[test]
+fn secrets_in_system_dirs_are_hidden_file_by_file_even_under_a_writable_dir() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.secrets = vec![
+        PathBuf::from("/var/lib/state.db"),
+        PathBuf::from("/etc/turnstile.toml"),
+        PathBuf::from("/h/conf/turnstile.toml"),
+    ];
+    seal.workdir = PathBuf::from("/var/lib/ws/{chat}");
+    let args = mount_args(
+        &seal,
+        vec![Bind::Given("/h".into())],
+        &[],
+        &[
+            "/var/lib/state.db",
+            "/var/lib/state.db-shm",
+            "/etc/turnstile.toml",
+        ],
+    );
+    assert_eq!(
+        args,
+        "--bind-try /h /h \
+             --tmpfs /h/conf \
+             --ro-bind /dev/null /etc/turnstile.toml \
+             --tmpfs /var/lib/ws \
+             --ro-bind /dev/null /var/lib/state.db \
+             --ro-bind /dev/null /var/lib/state.db-shm \
+             --tmpfs /var/lib/turnstile/homes \
+             --chdir /w --"
+    );
+}
+
+#[test]
+fn the_cli_is_found_on_path_through_its_links_and_its_interpreter() {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().canonicalize().expect("canonical");
+    for sub in ["bin", "pkg", "node/bin"] {
+        std::fs::create_dir_all(root.join(sub)).expect("dirs");
+    }
+    let node = root.join("node/bin/node");
+    std::fs::write(&node, "\x7fELF").expect("node");
+    std::fs::write(root.join("pkg/cli.js"), "#!/usr/bin/env -S node --x\n").expect("cli");
+    for file in [&node, &root.join("pkg/cli.js")] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    symlink("../pkg/cli.js", root.join("bin/claude")).expect("link");
+    let path = std::env::join_paths([
+        root.join("nothing"),
+        root.join("bin"),
+        root.join("node/bin"),
+    ])
+    .expect("PATH");
+    assert_eq!(
+        cli_files("claude", Some(&path)),
+        [
+            root.join("bin/claude"),
+            root.join("pkg/cli.js"),
+            root.join("node/bin/node"),
+        ]
+    );
+    assert_eq!(cli_files("absent", Some(&path)), Vec::<PathBuf>::new());
+    assert_eq!(cli_files("./claude", Some(&path)), Vec::<PathBuf>::new());
+    assert_eq!(cli_files(&node.display().to_string(), None), [node]);
+}
+
+#[test]
+fn the_launcher_goes_first() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.launcher = vec!["/wrap.sh".into(), "{chat}".into(), "{workdir}".into()];
+    let plan = plan(
+        &seal,
+        "3",
+        "claude",
+        &[],
+        Vec::new(),
+        &BTreeMap::new(),
+        |_| false,
+    );
+    assert_eq!(
+        plan.argv[..4],
+        ["/wrap.sh", "3", "/var/lib/turnstile/workspaces/3", "bwrap"]
+    );
+}

@@ -1,0 +1,136 @@
+//! The turn's contract with its chat: what a turn is for ([`TurnSpec`]),
+//! the services every turn shares ([`TurnDeps`]), and the messages between
+//! a turn and its supervisor and typing actor.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::{Addr, Message};
+use teloxide::types::{MessageId, UserId};
+
+use super::Forwarding;
+use crate::agent::{AgentBackend, AgentSession};
+use crate::attachment::Attachment;
+use crate::chat::outcome::TurnOutcome;
+use crate::config::{ProgressConfig, TurnConfig};
+use crate::events::{EventBus, Gauges};
+use crate::ids::{Conversation, TurnId};
+use crate::shutdown::Shutdown;
+use crate::state::Inbox;
+use crate::telegram::TypingLease;
+use crate::telegram::files::Files;
+use crate::telegram::outbox::Outbox;
+
+/// Sent once per turn, to the supervisor and to the typing actor, when the
+/// turn is over.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct TurnEnded {
+    /// The turn.
+    pub turn: TurnId,
+    /// How it ended.
+    pub outcome: TurnOutcome,
+    /// The agent's session id, kept for `--resume`.
+    pub session_id: Option<String>,
+    /// Whether a reply may have left (sent or still on its way): such a
+    /// turn is never run again.
+    pub replied: bool,
+    /// Model turns the agent reported (0 without a result).
+    pub api_calls: u32,
+    /// What the turn cost, as the agent reported it.
+    pub cost_usd: f64,
+    /// When the turn started.
+    pub started: Instant,
+    /// When the turn ended.
+    pub at: Instant,
+}
+
+/// Sent once per turn, after [`TurnEnded`], when the session is settled (and
+/// handed back for reuse) or gone.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SessionReleased {
+    /// The turn.
+    pub turn: TurnId,
+    /// A settled session the chat's next turn may reuse.
+    pub session: Option<AgentSession>,
+}
+
+/// `/stop`: interrupt the turn.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct InterruptTurn;
+
+/// The host is stopping: end the turn with `HostStopping` and close.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct StopForHost;
+
+/// The hard deadline released the chat: kill the session and stop, silently.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct AbortTurn;
+
+/// What a turn is for.
+#[derive(Debug, Clone)]
+pub struct TurnSpec {
+    /// The conversation (the chat, or one forum topic of it): replies,
+    /// typing and questions go there, and it has its own session and workdir.
+    pub to: Conversation,
+    /// Numbers the turn within the process.
+    pub turn: TurnId,
+    /// The user's text (merged messages joined).
+    pub text: String,
+    /// The user's last message, for reactions.
+    pub reply_to: Option<MessageId>,
+    /// The message the turn's answer replies to (in groups, the message
+    /// that started the turn; in private chats none).
+    pub answer_to: Option<MessageId>,
+    /// Files the messages carried, fetched into the workdir before the
+    /// agent hears of the turn.
+    pub files: Vec<Attachment>,
+    /// The inbox rows (update ids) this turn answers.
+    pub update_ids: Vec<i64>,
+    /// Who sent the message the turn answers (the last one, when merged):
+    /// besides an admin, only they may answer its approval questions.
+    pub from: Option<UserId>,
+    /// The chat's typing lease for this turn, ended at TurnEnded.
+    pub typing: TypingLease,
+}
+
+/// What every turn of every chat shares.
+#[derive(Clone)]
+pub struct TurnDeps {
+    /// Opens sessions.
+    pub backend: Arc<dyn AgentBackend>,
+    /// The way out to Telegram.
+    pub outbox: Addr<Outbox>,
+    /// The clocks.
+    pub config: Arc<TurnConfig>,
+    /// What the chat sees while a turn works.
+    pub progress: Arc<ProgressConfig>,
+    /// Where the turn reports what happened.
+    pub events: EventBus,
+    /// Live actor counts.
+    pub gauges: Arc<Gauges>,
+    /// The durable inbox (and session ids, turn records).
+    pub inbox: Inbox,
+    /// Set once the host is stopping: agent requests are then refused.
+    pub shutdown: Shutdown,
+    /// `dispatcher.on_interrupted == "retry"`.
+    pub retry_interrupted: bool,
+    /// Fetches the files users send.
+    pub files: Files,
+    /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
+    /// conversation's files are.
+    pub workdir: std::path::PathBuf,
+    /// The reply lanes' texts not yet handed to the outbox.
+    pub forwarding: Forwarding,
+}
+
+impl TurnDeps {
+    /// The working directory of `to`.
+    pub fn workdir_of(&self, to: Conversation) -> std::path::PathBuf {
+        crate::agent::claude::seal::chat_path(&self.workdir, &to.key())
+    }
+}

@@ -1,0 +1,155 @@
+//! How a turn opens: the users' files fetched into the workdir, then the
+//! agent started on the chat's warm session (proved by its first sign of
+//! life, else replaced) or on a fresh one.
+
+use std::sync::Arc;
+
+use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
+
+use super::phase::Step;
+use super::{Link, TurnActor};
+use crate::agent::{AgentError, AgentSession, OpenSession, SessionCommand};
+use crate::chat::outcome::TurnEvent;
+use crate::telegram::outbox::SendText;
+
+/// The longest wait for a warm session's first sign of life.
+const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl TurnActor {
+    /// Fetches the turn's files into the workdir, tells the chat about any
+    /// that could not be taken, puts what arrived in front of the text, then
+    /// starts the agent.
+    pub(super) fn receive_files(&mut self, ctx: &mut Context<Self>) {
+        let files = self.deps.files.clone();
+        let chat = self.to().key();
+        let attachments = std::mem::take(&mut self.spec.files);
+        let fetch = async move { files.receive(&chat, &attachments).await };
+        ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
+            for notice in received.notices {
+                act.deps
+                    .outbox
+                    .do_send(SendText::new(act.to(), notice).replying_to(act.spec.answer_to));
+            }
+            let mut text = received.notes.join("\n");
+            if !act.spec.text.trim().is_empty() {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&act.spec.text);
+            }
+            act.spec.text = text;
+            if act.phase.is_live() {
+                act.begin(ctx);
+            }
+        }));
+    }
+
+    /// Starts the agent on the turn: the warm session, else a fresh one.
+    pub(super) fn begin(&mut self, ctx: &mut Context<Self>) {
+        match self.warm.take() {
+            Some(session) => {
+                self.attach(session, true, ctx);
+                // A warm process answers a user line within milliseconds; one
+                // that stays silent is replaced rather than waited out.
+                let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
+                ctx.run_later(patience, |act, ctx| {
+                    if act.phase.is_proving() {
+                        tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "warm session did not answer; replacing it");
+                        act.replace_warm(ctx);
+                    }
+                });
+            }
+            None => self.open(ctx),
+        }
+    }
+
+    /// Drops a warm session that is dead or silent and opens a fresh one.
+    pub(super) fn replace_warm(&mut self, ctx: &mut Context<Self>) {
+        self.step(Step::ReplacingWarm);
+        self.send(SessionCommand::Kill);
+        if let Some(pump) = self.pump.take() {
+            ctx.cancel_future(pump);
+        }
+        self.link = None;
+        self.open(ctx);
+    }
+
+    /// Opens a fresh session, resuming the chat's agent session id (read
+    /// after every store write asked before, so a `/new` is seen).
+    pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
+        let backend = Arc::clone(&self.deps.backend);
+        let resume = self.deps.inbox.session(self.to());
+        let conversation = self.to();
+        let shutdown = self.deps.shutdown.clone();
+        let open = async move {
+            let resume = resume.await;
+            backend
+                .open(OpenSession {
+                    conversation,
+                    resume,
+                    shutdown,
+                })
+                .await
+        };
+        ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
+            Ok(session) if act.phase.is_live() => act.attach(session, false, ctx),
+            Ok(session) => drop(session),
+            Err(err) => {
+                act.start_failed(&err);
+                act.record(
+                    TurnEvent::Exited {
+                        code: None,
+                        detail: err.to_string(),
+                    },
+                    ctx,
+                );
+            }
+        }));
+    }
+
+    /// The backend could not start the agent: the operator's log says what
+    /// and why (the chat is told only that it failed, at the turn's end).
+    pub(super) fn start_failed(&self, err: &AgentError) {
+        let (chat_id, turn_id) = (self.chat_id(), self.spec.turn.get());
+        match err {
+            AgentError::Spawn { command, source } => tracing::error!(
+                chat_id,
+                turn_id,
+                command = %command,
+                error = %source,
+                "the agent could not start; check agent.command (a path, or a name on the agent's PATH) and that it is executable"
+            ),
+            AgentError::Directory { dir, source } => tracing::error!(
+                chat_id,
+                turn_id,
+                dir = %dir.display(),
+                error = %source,
+                "the agent could not start: its directory could not be made"
+            ),
+            other => tracing::error!(chat_id, turn_id, cause = %other, "the agent could not start"),
+        }
+    }
+
+    pub(super) fn attach(&mut self, session: AgentSession, warm: bool, ctx: &mut Context<Self>) {
+        let AgentSession {
+            commands,
+            events,
+            label,
+        } = session;
+        self.generation += 1;
+        if commands
+            .send(SessionCommand::UserTurn(self.spec.text.clone()))
+            .is_err()
+        {
+            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %label, "session closed before the turn started");
+        }
+        self.link = Some(Link {
+            commands,
+            events: Some(events),
+            label,
+            idle: false,
+        });
+        self.step(Step::Attached { warm });
+        self.pump(ctx);
+    }
+}
