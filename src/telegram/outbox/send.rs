@@ -4,12 +4,14 @@
 
 use std::time::Instant;
 
+use serde::Serialize;
 use teloxide::payloads::{
     AnswerCallbackQuery, SendChatAction, SendDocument, SendMessage, SendPhoto, SetMessageReaction,
 };
+use teloxide::requests::Payload;
 use teloxide::types::{
-    CallbackQueryId, ChatAction, ChatId, InputFile, MessageId, ReactionType, ReplyParameters,
-    ThreadId,
+    CallbackQueryId, ChatAction, ChatId, InputFile, Message, MessageId, ReactionType,
+    ReplyParameters, ThreadId,
 };
 
 use super::deliver::{Rule, Telegram, deliver};
@@ -265,24 +267,13 @@ impl Post<'_> {
         caption: Option<String>,
         part: &FilePart,
     ) -> Result<MessageId, OutboxError> {
-        let (telegram, chat) = (self.telegram, self.chat);
-        deliver(
-            telegram,
-            chat,
-            Some(&mut *self.pacing),
-            Rule::once("sendPhoto"),
-            |_| {
-                // The file goes as `part`; the payload's own is left out.
-                let mut payload = SendPhoto::new(chat, InputFile::memory(part.bytes.clone()));
-                payload.caption = caption.clone();
-                payload.message_thread_id = topic;
-                Some(async move {
-                    call_with_file(&telegram.bot, &payload, part)
-                        .await
-                        .map(|m| m.id)
-                })
-            },
-        )
+        let chat = self.chat;
+        self.upload_as("sendPhoto", part, || {
+            let mut payload = SendPhoto::new(chat, InputFile::memory(part.bytes.clone()));
+            payload.caption = caption.clone();
+            payload.message_thread_id = topic;
+            payload
+        })
         .await
     }
 
@@ -292,16 +283,36 @@ impl Post<'_> {
         caption: Option<String>,
         part: &FilePart,
     ) -> Result<MessageId, OutboxError> {
+        let chat = self.chat;
+        self.upload_as("sendDocument", part, || {
+            let mut payload = SendDocument::new(chat, InputFile::memory(part.bytes.clone()));
+            payload.caption = caption.clone();
+            payload.message_thread_id = topic;
+            payload
+        })
+        .await
+    }
+
+    /// Sends `part` with the payload `make` builds as `method`, once (an upload is not
+    /// sent again when its outcome is unknown). The file goes as `part`;
+    /// the payload's own is left out.
+    async fn upload_as<P>(
+        &mut self,
+        method: &'static str,
+        part: &FilePart,
+        make: impl Fn() -> P,
+    ) -> Result<MessageId, OutboxError>
+    where
+        P: Payload<Output = Message> + Serialize,
+    {
         let (telegram, chat) = (self.telegram, self.chat);
         deliver(
             telegram,
             chat,
             Some(&mut *self.pacing),
-            Rule::once("sendDocument"),
+            Rule::once(method),
             |_| {
-                let mut payload = SendDocument::new(chat, InputFile::memory(part.bytes.clone()));
-                payload.caption = caption.clone();
-                payload.message_thread_id = topic;
+                let payload = make();
                 Some(async move {
                     call_with_file(&telegram.bot, &payload, part)
                         .await
