@@ -145,6 +145,7 @@ impl Gauges {
     }
 
     /// Resolves once no actor of any kind is alive.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub async fn all_stopped(&self) {
         loop {
             let changed = self.changed.notified();

@@ -266,8 +266,8 @@ impl Store {
     }
 
     /// Creates a store at an older schema version (for migration tests).
-    #[doc(hidden)]
-    pub fn create_at_version(path: &Path, version: i64) -> Result<Self, StateError> {
+    #[cfg(test)]
+    pub(crate) fn create_at_version(path: &Path, version: i64) -> Result<Self, StateError> {
         let conn = Connection::open(path)?;
         let store = Self {
             conn: Mutex::new(conn),
@@ -459,7 +459,8 @@ impl Store {
     }
 
     /// Turn records of a chat, oldest first: (outcome, finished).
-    pub fn turns_of(&self, chat_id: i64) -> Result<Vec<(String, bool)>, StateError> {
+    #[cfg(test)]
+    pub(crate) fn turns_of(&self, chat_id: i64) -> Result<Vec<(String, bool)>, StateError> {
         let conn = self.lock();
         let mut stmt =
             conn.prepare("SELECT outcome, finished FROM turns WHERE chat_id = ?1 ORDER BY id")?;

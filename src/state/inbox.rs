@@ -76,6 +76,7 @@ struct Shared {
     /// Failed statements since start (a metric, not only a log line).
     errors: AtomicU64,
     /// Test hook: the next job sleeps this long first (milliseconds).
+    #[cfg(any(test, feature = "test-hooks"))]
     stall_next_ms: AtomicU64,
 }
 
@@ -114,6 +115,7 @@ impl Inbox {
             shared: Arc::new(Shared {
                 jobs: std::sync::Mutex::new(tx),
                 errors: AtomicU64::new(0),
+                #[cfg(any(test, feature = "test-hooks"))]
                 stall_next_ms: AtomicU64::new(0),
             }),
         }
@@ -126,7 +128,7 @@ impl Inbox {
 
     /// Test hook: makes the next store job take `stall` longer, as a slow
     /// disk or a locked file would.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn stall_next_write(&self, stall: Duration) {
         let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
         self.shared.stall_next_ms.store(ms, Ordering::SeqCst);
@@ -148,9 +150,12 @@ impl Inbox {
         self.submit(
             what,
             Box::new(move |store| {
-                let stall = shared.stall_next_ms.swap(0, Ordering::SeqCst);
-                if stall > 0 {
-                    std::thread::sleep(Duration::from_millis(stall));
+                #[cfg(any(test, feature = "test-hooks"))]
+                {
+                    let stall = shared.stall_next_ms.swap(0, Ordering::SeqCst);
+                    if stall > 0 {
+                        std::thread::sleep(Duration::from_millis(stall));
+                    }
                 }
                 let value = match f(store) {
                     Ok(v) => Some(v),

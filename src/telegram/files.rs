@@ -122,6 +122,7 @@ pub struct Files {
     bot: Bot,
     policy: FilesPolicy,
     /// Test hook: how long the next file write stalls, in ms (0: none).
+    #[cfg(any(test, feature = "test-hooks"))]
     stall: Stall,
     /// Turns for [`Files::disk`].
     disk_jobs: std::sync::Arc<tokio::sync::Semaphore>,
@@ -134,9 +135,11 @@ const DISK_JOBS: usize = 4;
 const WRITE_BATCH: usize = 256 * 1024;
 
 /// A one-shot stall of the next file write ([`Files::stall_next_write`]).
+#[cfg(any(test, feature = "test-hooks"))]
 #[derive(Clone, Default)]
 struct Stall(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl Stall {
     fn take(&self) -> Option<Duration> {
         let ms = self.0.swap(0, std::sync::atomic::Ordering::SeqCst);
@@ -176,6 +179,7 @@ impl Files {
         Self {
             bot,
             policy,
+            #[cfg(any(test, feature = "test-hooks"))]
             stall: Stall::default(),
             disk_jobs: std::sync::Arc::new(tokio::sync::Semaphore::new(DISK_JOBS)),
         }
@@ -183,7 +187,7 @@ impl Files {
 
     /// Test hook: makes saving the next file take `stall` longer, as a slow
     /// disk would.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn stall_next_write(&self, stall: Duration) {
         let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
         self.stall.0.store(ms, std::sync::atomic::Ordering::SeqCst);
@@ -264,9 +268,11 @@ impl Files {
         let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S");
         let base = format!("{stamp}-{stem}");
         let workdir = workdir.to_path_buf();
+        #[cfg(any(test, feature = "test-hooks"))]
         let stall = self.stall.take();
         let (inbox, name, out) = self
             .disk(move || {
+                #[cfg(any(test, feature = "test-hooks"))]
                 if let Some(stall) = stall {
                     std::thread::sleep(stall);
                 }

@@ -103,7 +103,8 @@ impl TypingLease {
     }
 
     /// Whether the lease ended for good.
-    pub fn is_ended(&self) -> bool {
+    #[cfg(test)]
+    fn is_ended(&self) -> bool {
         self.0.state.load(Ordering::SeqCst) == ENDED
     }
 }
