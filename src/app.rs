@@ -95,8 +95,8 @@ impl StartError {
 /// `setMyCommands`: the menu for everyone, and in each admin's private chat
 /// the admin commands too. A failure is logged; the bot works without.
 async fn set_commands(bot: &Bot, admins: &[i64]) {
-    use teloxide::payloads::SetMyCommandsSetters;
-    use teloxide::prelude::Requester;
+    use crate::telegram::call::call;
+    use teloxide::payloads::{SetMyCommands, SetMyCommandsSetters};
     use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
     let list = |admin: bool| -> Vec<BotCommand> {
         crate::chat::commands::menu(admin)
@@ -104,15 +104,15 @@ async fn set_commands(bot: &Bot, admins: &[i64]) {
             .map(|(c, d)| BotCommand::new(c, d))
             .collect()
     };
-    if let Err(err) = bot.set_my_commands(list(false)).await {
+    if let Err(err) = call(bot, &SetMyCommands::new(list(false))).await {
         tracing::warn!(cause = %err, "setMyCommands failed; the command menu may be stale");
     }
     for &admin in admins {
         let scope = BotCommandScope::Chat {
             chat_id: Recipient::Id(ChatId(admin)),
         };
-        let request = bot.set_my_commands(list(true)).scope(scope);
-        if let Err(err) = request.await {
+        let payload = SetMyCommands::new(list(true)).scope(scope);
+        if let Err(err) = call(bot, &payload).await {
             tracing::warn!(admin, cause = %err, "setMyCommands for an admin failed");
         }
     }
@@ -430,19 +430,15 @@ impl Turnstile {
     /// Tells Telegram every update below the stored offset was handled, so
     /// none (a `/restart` above all) is delivered again to the next process.
     async fn confirm_offset(&self) {
-        use teloxide::payloads::GetUpdatesSetters;
-        use teloxide::prelude::Requester;
-        use teloxide::requests::Request;
+        use teloxide::payloads::{GetUpdates, GetUpdatesSetters};
         let Some(offset) = self.inbox.offset().await else {
             return;
         };
-        let request = self
-            .bot
-            .get_updates()
+        let payload = GetUpdates::new()
             .offset(i32::try_from(offset).unwrap_or(i32::MAX))
             .timeout(0)
-            .limit(1)
-            .send();
+            .limit(1);
+        let request = crate::telegram::call::call(&self.bot, &payload);
         match tokio::time::timeout(Duration::from_secs(5), request).await {
             Ok(Ok(_)) => tracing::debug!(offset, "update offset confirmed"),
             Ok(Err(err)) => {

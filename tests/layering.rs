@@ -109,6 +109,16 @@ const RULES: &[Rule] = &[
         allowed: &["crate::ops::metrics::"],
         why: "the bus knows the metrics, nothing else of ops (which follows the bus)",
     },
+    Rule {
+        under: &["src"],
+        forbidden: &[
+            "teloxide::prelude",
+            "teloxide::requests::Request",
+            "teloxide::requests::HasPayload",
+        ],
+        allowed: &[],
+        why: "every Bot API method goes through telegram::call (teloxide's own path pauses 10 s after a 5xx)",
+    },
 ];
 
 /// Whether `path` is a test module's file: `tests.rs`, or under `tests/`.

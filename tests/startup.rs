@@ -56,6 +56,20 @@ async fn another_get_me_failure_is_retried() {
 }
 
 #[actix_rt::test]
+async fn a_5xx_on_get_me_is_retried_after_the_starts_own_backoff_not_teloxides_pause() {
+    let api = FakeBotApi::start().await;
+    api.inject("getMe", Fault::ServerError(502));
+    let bot = start_on(&api, &[]).await.expect("starts after a retry");
+    let calls = api.calls_of("getMe");
+    let statuses: Vec<u16> = calls.iter().map(|c| c.status).collect();
+    assert_eq!(statuses, vec![502, 200], "{calls:#?}");
+    // The start backs off 250 ms; teloxide's own path pauses 10 s after a 5xx.
+    let gap = calls[1].at.duration_since(calls[0].at);
+    assert!(gap < Duration::from_secs(2), "getMe retried {gap:?} after a 502");
+    bot.stop().await;
+}
+
+#[actix_rt::test]
 async fn a_webhook_on_the_token_is_an_error_unless_it_may_be_removed() {
     let api = FakeBotApi::start().await;
     api.set_webhook("https://example.invalid/hook");

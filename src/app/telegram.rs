@@ -1,6 +1,7 @@
 //! What the start asks of Telegram: a client for the configured Bot API,
 //! who the bot is (`getMe`, retried while the network fails), and that no
-//! webhook takes its updates.
+//! webhook takes its updates. Every call goes through [`call`]: no 10 s
+//! pause after a 5xx on top of the start's own backoff.
 
 use std::time::Duration;
 
@@ -9,13 +10,14 @@ use teloxide::Bot;
 use super::StartError;
 use crate::config::Config;
 use crate::telegram::addressing::BotIdentity;
+use crate::telegram::call::call;
 
 /// A webhook on the token makes every `getUpdates` fail with 409: with
 /// `delete`, it is removed (and said so); otherwise it is an error. A
 /// failure to ask is logged and start-up goes on (the poll would say more).
 pub(super) async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartError> {
-    use teloxide::prelude::Requester;
-    let info = match bot.get_webhook_info().await {
+    use teloxide::payloads::{DeleteWebhook, GetWebhookInfo};
+    let info = match call(bot, &GetWebhookInfo::new()).await {
         Ok(info) => info,
         Err(err) => {
             tracing::warn!(cause = %err, "getWebhookInfo failed; going on");
@@ -29,7 +31,7 @@ pub(super) async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartEr
     if !delete {
         return Err(StartError::WebhookSet { url });
     }
-    match bot.delete_webhook().await {
+    match call(bot, &DeleteWebhook::new()).await {
         Ok(_) => {
             tracing::warn!(url = %url, "a webhook was set on the token; removed (telegram.delete_webhook)");
             Ok(())
@@ -45,10 +47,9 @@ pub(super) async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartEr
 /// [`StartError::TokenRejected`] at once; any other failure is logged with
 /// its cause and retried with backoff (250 ms doubling to 30 s).
 pub(super) async fn identify(bot: &Bot) -> Result<BotIdentity, StartError> {
-    use teloxide::prelude::Requester;
     let mut backoff = Duration::from_millis(250);
     loop {
-        match bot.get_me().await {
+        match call(bot, &teloxide::payloads::GetMe::new()).await {
             Ok(me) => {
                 let username = me.user.username.clone().unwrap_or_default();
                 tracing::info!(bot_id = me.user.id.0, username = %username, "telegram knows the bot");

@@ -32,7 +32,6 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use teloxide::Bot;
 use teloxide::net::Download;
-use teloxide::prelude::Requester;
 use teloxide::types::{FileId, Message};
 
 use crate::agent::claude::Seal;
@@ -257,10 +256,8 @@ impl Files {
         if attachment.size > limit {
             return Err(too_large(attachment.size));
         }
-        let file = self
-            .bot
-            .get_file(FileId(attachment.file_id.clone()))
-            .await?;
+        let payload = teloxide::payloads::GetFile::new(FileId(attachment.file_id.clone()));
+        let file = crate::telegram::call::call(&self.bot, &payload).await?;
         if u64::from(file.meta.size) > limit {
             return Err(too_large(u64::from(file.meta.size)));
         }

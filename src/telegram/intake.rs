@@ -9,9 +9,7 @@ use actix::{
     WrapFuture,
 };
 use teloxide::Bot;
-use teloxide::payloads::GetUpdatesSetters;
-use teloxide::prelude::Requester;
-use teloxide::requests::HasPayload;
+use teloxide::payloads::{GetUpdates, GetUpdatesSetters};
 use teloxide::types::{AllowedUpdate, CallbackQuery, Message as TgMessage, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 
@@ -190,13 +188,10 @@ impl Intake {
             ctx.stop();
             return;
         }
-        let request = self
-            .bot
-            .get_updates()
+        let payload = GetUpdates::new()
             .offset(self.offset)
             .timeout(self.poll_timeout.as_secs().min(u64::from(u32::MAX)) as u32)
             .allowed_updates(ALLOWED_UPDATES.to_vec());
-        let payload = request.payload_ref().clone();
         let bot = self.bot.clone();
         let shutdown = self.shutdown.clone();
         let fut = async move {
