@@ -65,7 +65,10 @@ async fn a_5xx_on_get_me_is_retried_after_the_starts_own_backoff_not_teloxides_p
     assert_eq!(statuses, vec![502, 200], "{calls:#?}");
     // The start backs off 250 ms; teloxide's own path pauses 10 s after a 5xx.
     let gap = calls[1].at.duration_since(calls[0].at);
-    assert!(gap < Duration::from_secs(2), "getMe retried {gap:?} after a 502");
+    assert!(
+        gap < Duration::from_secs(2),
+        "getMe retried {gap:?} after a 502"
+    );
     bot.stop().await;
 }
 
