@@ -24,7 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use result::{AgentResult, ResultStatus, TerminalReason};
 pub use scripted::{
-    AfterResult, Rule, Scenario, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend, Step,
+    AfterResult, Rule, Scenario, ScenarioError, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend,
+    Step,
 };
 pub use tools::{BatchCall, ChatCall, ChatTool, ToolName, ToolRegistry};
 

@@ -47,7 +47,7 @@ pub enum StartError {
     Client(#[source] reqwest::Error),
     /// The agent backend could not be set up.
     #[error("agent backend: {0}")]
-    Backend(String),
+    Backend(#[source] crate::agent::ScenarioError),
     /// `agent.sandbox` asks for bubblewrap and it cannot run: a
     /// configuration error, exit 2.
     #[error("{0}")]

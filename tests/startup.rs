@@ -165,3 +165,27 @@ async fn a_409_from_another_poller_is_reported_plainly_and_polling_goes_on() {
         "{text}"
     );
 }
+
+#[actix_rt::test]
+async fn a_scenario_file_that_cannot_be_read_keeps_the_os_error_as_its_source() {
+    let api = FakeBotApi::start().await;
+    let config = ConfigVars::new(&api.url())
+        .set_all(TEST_DEFAULTS.iter().copied())
+        .set("TURNSTILE_AGENT_SCRIPT", "/nonexistent/scenario.toml")
+        .load();
+    let err = match turnstile::backend_from_config(&config) {
+        Err(err) => err,
+        Ok(_) => panic!("a missing scenario file set up a backend"),
+    };
+    assert!(matches!(err, StartError::Backend(_)), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/scenario.toml"),
+        "{err}"
+    );
+    let scenario = std::error::Error::source(&err).expect("the scenario error");
+    let io = scenario
+        .source()
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .expect("the OS error under the scenario error");
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+}

@@ -247,16 +247,46 @@ pub enum AfterResult {
     Hang,
 }
 
+/// Why a scenario file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a TOML scenario.
+    #[error("{}: {source}", path.display())]
+    Toml {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the parser said.
+        source: toml::de::Error,
+    },
+    /// The file is not a JSON scenario.
+    #[error("{}: {source}", path.display())]
+    Json {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the parser said.
+        source: serde_json::Error,
+    },
+}
+
 impl Scenario {
     /// Reads a scenario file (JSON, or TOML when the name ends in `.toml`).
-    pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let parsed = if path.extension().is_some_and(|e| e == "toml") {
-            toml::from_str(&text).map_err(|e| e.to_string())
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let at = || path.to_path_buf();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ScenarioError::Read { path: at(), source })?;
+        if path.extension().is_some_and(|e| e == "toml") {
+            toml::from_str(&text).map_err(|source| ScenarioError::Toml { path: at(), source })
         } else {
-            serde_json::from_str(&text).map_err(|e| e.to_string())
-        };
-        parsed.map_err(|e| format!("{}: {e}", path.display()))
+            serde_json::from_str(&text).map_err(|source| ScenarioError::Json { path: at(), source })
+        }
     }
 
     /// A scenario with one rule added.
