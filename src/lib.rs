@@ -26,7 +26,7 @@
 //!     requests of live slots (drafts, edits, deletes) in `outbox/live.rs`;
 //!   - `telegram::call`: a Bot API call (JSON, or multipart with a file) without
 //!     teloxide's 10 s pause after a 5xx;
-//!   - `telegram::typing`: the `TypingLease`, a turn's claim on the typing indicator;
+//!   - `telegram::typing`: the `TypingLease`, a turn's claim on the typing indicator (owned by the turn; others hold `TypingView`s);
 //!   - `telegram::format`: where text is cut: the agent's Markdown (or plain text) rendered
 //!     to text plus message entities (`format/render.rs`, what each tag opens and
 //!     closes in `render/tags.rs`), split into pieces of `TELEGRAM_TEXT_LIMIT`
@@ -48,7 +48,7 @@
 //!     chat tool calls; watchdogs; `approval`: tool approvals in the chat, with
 //!     buttons, `approval/question.rs` the question as shown; `live`: the status
 //!     message and the answer's preview);
-//!   - `chat::typing`: the `TypingActor`, one per chat, which renews a turn's `TypingLease`;
+//!   - `chat::typing`: the `TypingActor`, one per chat, which renews the indicator while a turn's lease is live;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::outcome`: `decide` (a turn's events to its `TurnOutcome`), pinned by a
 //!     golden fixture;

@@ -18,4 +18,4 @@ pub use outbox::{
     OutboxError, Purge, QuestionFile, RateLimits, React, Refusal, SendFile, SendQuestion, SendText,
     SendTyping, Show, ShowAs, Slot, Unreachable,
 };
-pub use typing::TypingLease;
+pub use typing::{TypingLease, TypingView};

@@ -69,13 +69,16 @@ async fn a_5xx_on_typing_is_retried_within_2_s() {
     let api = FakeBotApi::start().await;
     let outbox = outbox_to(&api);
     api.inject("sendChatAction", Fault::ServerError(502));
+    // Held for the whole test: a lease nobody owns is over.
+    let lease = TypingLease::new();
     outbox.do_send(SendTyping {
         chat: ChatId(1),
         topic: None,
-        lease: TypingLease::new(),
+        lease: lease.view(),
     });
     let calls = retried_at_once(&api, "sendChatAction").await;
     assert_eq!(calls[1].params["action"], json!("typing"));
+    drop(lease);
 }
 
 #[actix_rt::test]
@@ -88,7 +91,7 @@ async fn typing_is_not_retried_once_its_lease_ended() {
     outbox.do_send(SendTyping {
         chat: ChatId(1),
         topic: None,
-        lease: lease.clone(),
+        lease: lease.view(),
     });
     api.wait_for_call("sendChatAction", AFTER_5XX).await;
     lease.end();

@@ -30,7 +30,7 @@ use crate::agent::AgentSession;
 use crate::chat::notices::{not_accepted, queue_full};
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, TurnActor, TurnDeps};
-use crate::chat::typing::{RetireTyping, TypingActor, TypingLease};
+use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::{Command, Incoming};
 use crate::telegram::outbox::SendText;
@@ -94,8 +94,6 @@ const ALBUM_WAIT: Duration = Duration::from_millis(800);
 struct Running {
     turn: TurnId,
     update_ids: Vec<i64>,
-    /// Ended by the hard deadline at once, like the turn actor does at its end.
-    typing: TypingLease,
     addr: Addr<TurnActor>,
     started: Instant,
     /// The hard-deadline timer, cancelled at TurnEnded.
@@ -341,7 +339,6 @@ impl Actor for ChatSupervisor {
             typing.do_send(RetireTyping);
         }
         if let ChatState::Running(running) = std::mem::replace(&mut self.state, ChatState::Idle) {
-            running.typing.end();
             running.addr.do_send(AbortTurn);
         }
         self.warm = None;

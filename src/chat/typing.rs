@@ -1,8 +1,8 @@
-//! TypingActor: holds a chat's typing lease. `sendChatAction(typing)` at
-//! once, then every `turn.typing_interval`, and nothing after [`TurnEnded`]
-//! (or after `turn.hard_deadline`, whichever comes first). The lease it
-//! holds is a [`TypingLease`] (`telegram::typing`), which the turn and the
-//! outbox read too.
+//! TypingActor: renews a chat's typing indicator. `sendChatAction(typing)`
+//! at once, then every `turn.typing_interval` while the turn's lease is
+//! live, and nothing after [`TurnEnded`] (or after `turn.hard_deadline`,
+//! whichever comes first). It only reads the lease (a [`TypingView`]): the
+//! turn actor owns the [`TypingLease`] and is the one that ends it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,8 +14,8 @@ use teloxide::types::ChatId;
 use crate::chat::turn::TurnEnded;
 use crate::events::Gauges;
 use crate::ids::TurnId;
-pub use crate::telegram::TypingLease;
 use crate::telegram::outbox::{Outbox, SendTyping};
+pub use crate::telegram::{TypingLease, TypingView};
 
 /// Starts a lease for a turn (ending any earlier one).
 #[derive(Message, Debug)]
@@ -23,8 +23,8 @@ use crate::telegram::outbox::{Outbox, SendTyping};
 pub struct StartTyping {
     /// The turn the lease belongs to.
     pub turn: TurnId,
-    /// The turn's lease (see [`TypingLease`]).
-    pub lease: TypingLease,
+    /// A view of the turn's lease (see [`TypingLease`]).
+    pub lease: TypingView,
 }
 
 /// Ends any lease and stops the actor (the chat is being evicted).
@@ -36,8 +36,9 @@ pub struct RetireTyping;
 struct Lease {
     /// Whose.
     turn: TurnId,
-    /// Read by the outbox right before each request leaves.
-    alive: TypingLease,
+    /// The turn's lease, read here and by the outbox right before each
+    /// request leaves.
+    alive: TypingView,
     /// The renewal timer.
     pulse: SpawnHandle,
     /// The hard deadline.
@@ -97,8 +98,6 @@ impl TypingActor {
 
     fn end_lease(&mut self, ctx: &mut Context<Self>) {
         if let Some(lease) = self.lease.take() {
-            // Publishes TypingStopped, unless the turn ended it first.
-            lease.alive.end();
             ctx.cancel_future(lease.pulse);
             ctx.cancel_future(lease.deadline);
         }

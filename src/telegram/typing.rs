@@ -1,7 +1,8 @@
 //! A turn's claim on its chat's typing indicator: the [`TypingLease`] the
-//! chat's supervisor, turn and typing actor hold and the outbox reads right
-//! before each `sendChatAction`. It sits below both sides (it knows the
-//! bus, not the chat or the outbox), so neither imports the other for it.
+//! turn actor owns, and the [`TypingView`]s the typing actor and the outbox
+//! read right before each `sendChatAction`. It sits below both sides (it
+//! knows the bus, not the chat or the outbox), so neither imports the other
+//! for it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -12,24 +13,30 @@ use teloxide::types::ChatId;
 use crate::events::{BotEvent, EventBus};
 use crate::ids::TurnId;
 
-/// One turn's claim on its chat's typing indicator.
+/// One turn's claim on its chat's typing indicator, with one owner.
 ///
-/// The supervisor makes one per turn and hands clones to the turn actor and
-/// the typing actor. It is *ended*, once and for good, by whichever comes
-/// first: the turn actor as the turn ends (before TurnEnded is stamped and
-/// sent), the supervisor at the hard deadline or when the chat is retired,
-/// the typing actor when its lease ends. The turn actor *pauses* it while a
-/// person decides a tool approval (the agent is not working then) and
-/// resumes it after; an ended lease stays ended. The outbox checks it right
-/// before each `sendChatAction` leaves, so no typing goes out for a turn
-/// that is over or paused, whatever is still queued.
+/// The supervisor makes one per turn and hands it to the turn actor (in
+/// its `TurnSpec`); everyone else gets a [`TypingView`], which can only
+/// read. The turn actor *ends* it, once and for good, first thing as the
+/// turn ends (before TurnEnded is stamped and sent), or when the turn is
+/// aborted at the hard deadline; dropping the lease ends it too, so a turn
+/// actor that stops (or never starts) leaves no live lease behind. The
+/// turn actor *pauses* it while a person decides a tool approval (the agent
+/// is not working then) and resumes it after; an ended lease stays ended.
+/// The outbox checks its view right before each `sendChatAction` leaves,
+/// so no typing goes out for a turn that is over or paused, whatever is
+/// still queued.
 ///
 /// Typing has stopped when the lease ends: that is when
-/// [`BotEvent::TypingStopped`] is published (by whoever ends it), not when
-/// the typing actor gets round to cancelling its timers, whose next pulse
-/// would find the lease ended anyway.
-#[derive(Debug, Clone)]
+/// [`BotEvent::TypingStopped`] is published, not when the typing actor gets
+/// round to cancelling its timers, whose next pulse would find the lease
+/// ended anyway.
+#[derive(Debug)]
 pub struct TypingLease(Arc<LeaseState>);
+
+/// A read-only look at a [`TypingLease`]: whether typing may be shown now.
+#[derive(Debug, Clone)]
+pub struct TypingView(Arc<LeaseState>);
 
 #[derive(Debug)]
 struct LeaseState {
@@ -102,10 +109,29 @@ impl TypingLease {
         self.0.state.load(Ordering::SeqCst) == LIVE
     }
 
+    /// A read-only view of the lease, for the typing actor and the outbox.
+    pub fn view(&self) -> TypingView {
+        TypingView(Arc::clone(&self.0))
+    }
+
     /// Whether the lease ended for good.
     #[cfg(test)]
     fn is_ended(&self) -> bool {
         self.0.state.load(Ordering::SeqCst) == ENDED
+    }
+}
+
+impl Drop for TypingLease {
+    /// A lease nobody owns any more cannot be live: its turn is gone.
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl TypingView {
+    /// Whether typing may be shown for its turn now.
+    pub fn is_live(&self) -> bool {
+        self.0.state.load(Ordering::SeqCst) == LIVE
     }
 }
 
@@ -128,5 +154,23 @@ mod tests {
             lease.is_ended() && !lease.is_live(),
             "an ended lease stays ended"
         );
+    }
+
+    #[test]
+    fn a_dropped_lease_is_ended_for_its_views_and_says_typing_stopped() {
+        let events = EventBus::new();
+        let mut rx = events.subscribe();
+        let lease = TypingLease::of_turn(ChatId(7), TurnId(1), events.clone());
+        let view = lease.view();
+        lease.pause();
+        assert!(!view.is_live(), "a view sees the pause");
+        lease.resume();
+        assert!(view.is_live());
+        drop(lease);
+        assert!(!view.is_live(), "a lease nobody owns is not live");
+        match rx.try_recv() {
+            Ok(BotEvent::TypingStopped { chat, .. }) => assert_eq!(chat, ChatId(7)),
+            other => panic!("expected TypingStopped, got {other:?}"),
+        }
     }
 }

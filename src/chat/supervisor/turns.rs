@@ -106,7 +106,7 @@ impl ChatSupervisor {
         let lease = TypingLease::of_turn(self.to.chat, turn, self.deps.events.clone());
         typing.do_send(StartTyping {
             turn,
-            lease: lease.clone(),
+            lease: lease.view(),
         });
         let me = ctx.address();
         let spec = TurnSpec {
@@ -118,7 +118,7 @@ impl ChatSupervisor {
             files: burst.files,
             update_ids: update_ids.clone(),
             from: Some(burst.from),
-            typing: lease.clone(),
+            typing: lease,
         };
         let addr = TurnActor::new(
             spec,
@@ -134,7 +134,6 @@ impl ChatSupervisor {
         self.step(ChatStep::Start(Running {
             turn,
             update_ids,
-            typing: lease,
             addr,
             started: Instant::now(),
             deadline,
@@ -155,7 +154,7 @@ impl ChatSupervisor {
             held_ms = running.started.elapsed().as_millis() as u64,
             "turn past its hard deadline; chat force-released"
         );
-        running.typing.end();
+        // The turn ends its typing lease as it takes this.
         running.addr.do_send(AbortTurn);
         self.deps
             .inbox

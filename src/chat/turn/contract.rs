@@ -72,7 +72,7 @@ pub struct StopForHost;
 pub struct AbortTurn;
 
 /// What a turn is for.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TurnSpec {
     /// The conversation (the chat, or one forum topic of it): replies,
     /// typing and questions go there, and it has its own session and workdir.
@@ -94,7 +94,8 @@ pub struct TurnSpec {
     /// Who sent the message the turn answers (the last one, when merged):
     /// besides an admin, only they may answer its approval questions.
     pub from: Option<UserId>,
-    /// The chat's typing lease for this turn, ended at TurnEnded.
+    /// The chat's typing lease for this turn, owned by the turn actor and
+    /// ended by it at TurnEnded (or by its drop).
     pub typing: TypingLease,
 }
 

@@ -13,7 +13,7 @@ use super::requests::{
 };
 use crate::ids::TurnId;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
-use crate::telegram::typing::TypingLease;
+use crate::telegram::typing::TypingView;
 
 /// The longest notification text of an answered callback query.
 const CALLBACK_TEXT_LIMIT: usize = 200;
@@ -57,7 +57,7 @@ pub(super) struct QuestionJob {
 pub(super) enum Job {
     Text(TextJob),
     Clear(Clear),
-    Typing(TypingLease, Option<ThreadId>),
+    Typing(TypingView, Option<ThreadId>),
     File(SendFile),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
     Question(QuestionJob),

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use super::error::OutboxError;
 use crate::ids::{Conversation, TurnId};
 use crate::telegram::files::OutgoingFile;
-use crate::telegram::typing::TypingLease;
+use crate::telegram::typing::TypingView;
 
 /// How long Telegram waits for a callback query's answer; a later answer
 /// is refused, so an [`AnswerCallback`] is never retried past it.
@@ -405,7 +405,7 @@ pub struct SendTyping {
     /// The forum topic, when the conversation is one.
     pub topic: Option<ThreadId>,
     /// Checked right before the request leaves: a dead lease sends nothing.
-    pub lease: TypingLease,
+    pub lease: TypingView,
 }
 
 /// Sets a reaction on a message; `reply` gets the outcome.

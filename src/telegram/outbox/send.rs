@@ -24,7 +24,7 @@ use crate::events::{BotEvent, EventBus};
 use crate::ids::TurnId;
 use crate::telegram::call::{FilePart, call, call_with_file};
 use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
-use crate::telegram::typing::TypingLease;
+use crate::telegram::typing::TypingView;
 
 /// What a job may touch of its lane.
 pub(super) trait Lane {
@@ -72,7 +72,7 @@ impl Post<'_> {
 
     /// "typing…", only while `lease` is alive: looked at before each
     /// attempt, so no retry outlives it. Takes no pacing.
-    async fn typing(&mut self, lease: &TypingLease, topic: Option<ThreadId>) {
+    async fn typing(&mut self, lease: &TypingView, topic: Option<ThreadId>) {
         let (telegram, chat, events) = (self.telegram, self.chat, self.events);
         let result = deliver(
             telegram,
