@@ -44,10 +44,11 @@
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
 //!     `turns.rs`: a turn's start and end);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `TurnDeps`
-//!     and the turn's messages; `opening`; `TurnPhase`; closing; serving the typed
-//!     chat tool calls; watchdogs; `approval`: tool approvals in the chat, with
-//!     buttons, `approval/question.rs` the question as shown; `live`: the status
-//!     message and the answer's preview);
+//!     and the turn's messages; `opening`; `TurnPhase`, holding the warm session and
+//!     the session's `link` where they exist; closing; serving the typed chat tool
+//!     calls; watchdogs; `approval`: tool approvals in the chat, with buttons,
+//!     `approval/question.rs` the question as shown; `live`: the status message and the
+//!     answer's preview);
 //!   - `chat::typing`: the `TypingActor`, one per chat, which renews the indicator while a turn's lease is live;
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::outcome`: `decide` (a turn's events to its `TurnOutcome`), pinned by a

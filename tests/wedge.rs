@@ -3,10 +3,14 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use support::*;
-use turnstile::agent::{AfterResult, Scenario, ScriptTurn};
+use turnstile::agent::{
+    AfterResult, AgentBackend, AgentError, AgentEvent, AgentSession, BoxFuture, OpenSession,
+    Scenario, ScriptTurn, SessionCommand,
+};
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 
@@ -105,4 +109,83 @@ async fn a_settled_session_is_reused_for_the_next_turn() {
     h.turn_ended(1, 2).await;
     assert_eq!(h.texts(1), vec!["echo: one", "echo: two"]);
     assert_eq!(h.backend.opened(), 1, "the warm session served both turns");
+}
+
+#[actix_rt::test]
+async fn a_session_that_went_idle_after_its_result_is_reused() {
+    let scenario = Scenario::default().with_rule("plain", turn(vec![result("a plain answer")]));
+    let mut h = Harness::start(scenario, &[]).await;
+    h.say(1, USER, "plain");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    h.say(1, USER, "two");
+    h.turn_ended(1, 2).await;
+    assert_eq!(h.texts(1), vec!["a plain answer", "echo: two"]);
+    assert_eq!(
+        h.backend.opened(),
+        1,
+        "the settled session served both turns"
+    );
+}
+
+/// Opens sessions that report `Exited` at their first prompt but keep
+/// their event stream open until the turn lets the session go.
+struct ExitsWithStreamOpen {
+    opened: std::sync::atomic::AtomicUsize,
+}
+
+impl AgentBackend for ExitsWithStreamOpen {
+    fn open(&self, _request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
+        self.opened
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (commands, mut from_turn) = tokio::sync::mpsc::unbounded_channel();
+        let (events, to_turn) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(command) = from_turn.recv().await {
+                if let SessionCommand::UserTurn(_) = command {
+                    let _ = events.send(AgentEvent::Exited {
+                        code: Some(1),
+                        detail: "crashed".into(),
+                    });
+                }
+            }
+            // Only now, with the turn's link gone, does the stream close.
+            drop(events);
+        });
+        Box::pin(async move {
+            Ok(AgentSession {
+                commands,
+                events: to_turn,
+                label: "exits with its stream open".into(),
+            })
+        })
+    }
+}
+
+#[actix_rt::test]
+async fn an_exited_session_is_settled_at_once_even_with_its_stream_open() {
+    let backend = Arc::new(ExitsWithStreamOpen {
+        opened: Default::default(),
+    });
+    let shared = Arc::clone(&backend);
+    let env = [("TURNSTILE_TURN_POST_RESULT_GRACE", "300ms")];
+    let mut h = Harness::launch(&env, Harness::fast_limits(), move |_| shared).await;
+    h.say(1, USER, "one");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert!(
+        matches!(outcome, TurnOutcome::AgentFailed { .. }),
+        "{outcome:?}"
+    );
+    h.say(1, USER, "two");
+    // The chat's next turn starts without waiting out the grace: the
+    // exited session is not held, nor killed as a wedge.
+    let next = h
+        .event("the next turn, or a kill", |e| {
+            matches!(e, BotEvent::TurnStarted { turn, .. } if turn.get() == 2)
+                || matches!(e, BotEvent::SessionKilled { .. })
+        })
+        .await;
+    assert!(matches!(next, BotEvent::TurnStarted { .. }), "{next:?}");
+    h.turn_ended(1, 2).await;
+    assert_eq!(backend.opened.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

@@ -1,8 +1,10 @@
 //! TurnActor: runs one turn against an agent session, serves the chat tools,
 //! runs the turn's watchdogs and sends [`TurnEnded`] exactly once.
 //!
-//! Where the turn is lives in one [`TurnPhase`](phase::TurnPhase) value;
-//! every handler is a `match` on it. After TurnEnded the actor keeps
+//! Where the turn is lives in one [`TurnPhase`](phase::TurnPhase) value,
+//! which also holds what only some phases have (the warm session while
+//! opening, the session's [`Link`](link::Link) once attached); every
+//! handler is a `match` on it. After TurnEnded the actor keeps
 //! closing its session: it waits (up to `turn.post_result_grace`) for the
 //! agent to settle and hands a settled session back for the chat's next
 //! turn, or force-closes it. Late events are logged and dropped, never
@@ -11,6 +13,7 @@
 pub(crate) mod approval;
 mod closing;
 mod contract;
+mod link;
 pub(crate) mod live;
 mod opening;
 mod phase;
@@ -21,11 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use actix::{
-    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, SpawnHandle,
-    WrapFuture,
-};
-use tokio::sync::mpsc;
+use actix::fut::wrap_future;
+use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient};
 
 use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
@@ -33,8 +33,9 @@ pub(crate) use self::approval::describe_rule;
 pub use self::contract::{
     AbortTurn, InterruptTurn, SessionReleased, StopForHost, TurnDeps, TurnEnded, TurnSpec,
 };
+use self::link::{Link, Settled};
 use self::live::LiveView;
-use self::phase::{Step, TurnPhase};
+use self::phase::{Leftover, Step, TurnPhase};
 pub use self::serve::Forwarding;
 use self::serve::ReplyLane;
 use self::watchdogs::Watchdogs;
@@ -44,17 +45,8 @@ use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
 use crate::events::BotEvent;
 use crate::ids::Conversation;
 
-/// The session the turn talks to.
-struct Link {
-    /// Commands to the session.
-    commands: mpsc::UnboundedSender<SessionCommand>,
-    /// Its events, while the actor is not awaiting one.
-    events: Option<mpsc::UnboundedReceiver<AgentEvent>>,
-    /// Its label, for logs.
-    label: String,
-    /// Set once it reported itself idle (settled, reusable).
-    idle: bool,
-}
+/// Where a turn is, with the warm session and the session's link.
+type Phase = TurnPhase<AgentSession, Link>;
 
 /// The actor.
 pub struct TurnActor {
@@ -62,14 +54,9 @@ pub struct TurnActor {
     spec: TurnSpec,
     /// Shared services.
     deps: TurnDeps,
-    /// Where the turn is.
-    phase: TurnPhase,
-    /// A warm session handed over by the supervisor; taken at start.
-    warm: Option<AgentSession>,
-    /// The session in use; `None` before one is open and once it is gone.
-    link: Option<Link>,
-    /// The pending read of the session's next event.
-    pump: Option<SpawnHandle>,
+    /// Where the turn is, with the session it holds there: the warm one
+    /// handed over by the supervisor while opening, the link once attached.
+    phase: Phase,
     /// Counts sessions attached, so a read from a replaced one is ignored.
     generation: u64,
     /// True until TurnEnded; read by tool work finishing outside the actor.
@@ -123,10 +110,7 @@ impl TurnActor {
         Self {
             spec,
             deps,
-            phase: TurnPhase::Opening,
-            warm,
-            link: None,
-            pump: None,
+            phase: TurnPhase::Opening { warm },
             generation: 0,
             live: Arc::new(AtomicBool::new(true)),
             ended_to,
@@ -154,46 +138,50 @@ impl TurnActor {
     }
 
     fn label(&self) -> &str {
-        self.link.as_ref().map_or("", |l| l.label.as_str())
+        self.phase.link().map_or("", |l| l.label.as_str())
     }
 
-    fn step(&mut self, step: Step) {
-        self.phase = std::mem::replace(&mut self.phase, TurnPhase::Opening).after(step);
+    /// Moves the turn on; answers what it no longer holds.
+    fn step(&mut self, step: Step<Link>) -> Option<Leftover<AgentSession, Link>> {
+        let phase = std::mem::replace(&mut self.phase, TurnPhase::Opening { warm: None });
+        let (phase, left) = phase.after(step);
+        self.phase = phase;
+        left
     }
 
-    /// Awaits the session's next event.
+    /// Awaits the session's next event, unless a read is pending.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut rx) = self.link.as_mut().and_then(|l| l.events.take()) else {
+        let Some(link) = self.phase.link_mut() else {
             return;
         };
-        let generation = self.generation;
-        let fut = async move {
-            let event = rx.recv().await;
-            (rx, event)
-        };
-        self.pump = Some(
-            ctx.spawn(fut.into_actor(self).map(move |(rx, event), act, ctx| {
-                act.pump = None;
-                if act.generation != generation {
-                    return;
-                }
-                if let Some(link) = act.link.as_mut() {
-                    link.events = Some(rx);
-                }
-                let event = event.unwrap_or_else(|| AgentEvent::Exited {
-                    code: None,
-                    detail: "the agent's event stream closed".into(),
-                });
-                act.on_event(event, ctx);
-                if act.link.is_some() && !act.phase.is_released() {
+        let generation = link.generation();
+        link.read(|mut rx| {
+            let fut = async move {
+                let event = rx.recv().await;
+                (rx, event)
+            };
+            ctx.spawn(
+                wrap_future::<_, Self>(fut).map(move |(rx, event), act, ctx| {
+                    if !act.phase.read_back(generation, rx) {
+                        return;
+                    }
+                    let event = event.unwrap_or_else(|| AgentEvent::Exited {
+                        code: None,
+                        detail: "the agent's event stream closed".into(),
+                    });
+                    act.on_event(event, ctx);
                     act.pump(ctx);
-                }
-            })),
-        );
+                }),
+            )
+        });
     }
 
     fn send(&self, command: SessionCommand) {
-        if let Some(link) = &self.link
+        self.send_to(self.phase.link(), command);
+    }
+
+    fn send_to(&self, link: Option<&Link>, command: SessionCommand) {
+        if let Some(link) = link
             && link.commands.send(command.clone()).is_err()
         {
             tracing::debug!(
@@ -273,13 +261,15 @@ impl TurnActor {
                     // The idle that closed the first prompt; the re-prompt runs next.
                     return;
                 }
-                if let Some(link) = self.link.as_mut() {
-                    link.idle = true;
+                if let Some(link) = self.phase.link_mut() {
+                    link.settle(Settled::Idle);
                 }
                 self.record(TurnEvent::Idle, ctx);
             }
             AgentEvent::Exited { code, detail } => {
-                self.link = None;
+                if let Some(link) = self.phase.link_mut() {
+                    link.settle(Settled::Exited);
+                }
                 self.record(TurnEvent::Exited { code, detail }, ctx);
             }
             AgentEvent::PermissionAsk(ask) => self.ask_permission(ask, ctx),
@@ -325,7 +315,7 @@ impl TurnActor {
 
     /// Whether the session settled: idle (reusable) or gone.
     fn settled(&self) -> bool {
-        self.link.as_ref().is_none_or(|l| l.idle)
+        self.phase.link().is_none_or(Link::is_settled)
     }
 }
 
@@ -368,7 +358,9 @@ impl Handler<StopForHost> for TurnActor {
 
     fn handle(&mut self, _msg: StopForHost, ctx: &mut Self::Context) {
         match self.phase {
-            TurnPhase::Opening | TurnPhase::Running { .. } | TurnPhase::AwaitingSettle => {
+            TurnPhase::Opening { .. }
+            | TurnPhase::Running { .. }
+            | TurnPhase::AwaitingSettle { .. } => {
                 self.record(TurnEvent::HostStopping, ctx);
             }
             TurnPhase::Closing { .. } => self.send(SessionCommand::Close),
@@ -390,11 +382,11 @@ impl Handler<AbortTurn> for TurnActor {
         self.spec.typing.end();
         self.close_approvals("the turn took too long", ctx);
         self.send(SessionCommand::Kill);
-        self.link = None;
         self.deps.events.publish(BotEvent::SessionKilled {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
         });
+        // The session (or a warm one never begun on) is dropped.
         self.step(Step::Aborted);
         // The supervisor already let go of this turn: nothing is handed back.
         ctx.stop();

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use actix::{ActorContext, Context};
 
-use super::phase::{Step, TurnPhase};
-use super::{Link, SessionReleased, TurnActor, TurnEnded};
-use crate::agent::{AgentEvent, AgentSession, HookReply, SessionCommand, ToolReply};
+use super::link::Settled;
+use super::phase::{Leftover, Step, TurnPhase};
+use super::{SessionReleased, TurnActor, TurnEnded};
+use crate::agent::{AgentEvent, HookReply, SessionCommand, ToolReply};
 use crate::chat::notices::{Ending, STOP_REASON, notice_for};
 use crate::chat::outcome::{TurnEvent, TurnOutcome};
 use crate::events::BotEvent;
@@ -33,15 +34,12 @@ impl TurnActor {
                 self.arm_grace(ctx);
             }
             AgentEvent::Idle => {
-                if let Some(link) = self.link.as_mut() {
-                    link.idle = true;
+                if let Some(link) = self.phase.link_mut() {
+                    link.settle(Settled::Idle);
                 }
                 self.release(ctx);
             }
-            AgentEvent::Exited { .. } => {
-                self.link = None;
-                self.release(ctx);
-            }
+            AgentEvent::Exited { .. } => self.release(ctx),
             AgentEvent::PermissionAsk(ask) => {
                 tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "permission ask after the turn ended; denied");
                 ask.reply.answer(crate::agent::Permission::Deny {
@@ -68,7 +66,7 @@ impl TurnActor {
         self.spec.typing.end();
         let at = Instant::now();
         // Still opening: the agent never had the prompt (its start failed).
-        let agent_started = self.phase != TurnPhase::Opening;
+        let agent_started = !matches!(self.phase, TurnPhase::Opening { .. });
         self.disarm_live_clocks(ctx);
         self.step(Step::Ended(outcome.clone()));
         self.close_approvals(
@@ -158,31 +156,22 @@ impl TurnActor {
     /// Force-closes the session and releases nothing.
     pub(super) fn kill(&mut self, ctx: &mut Context<Self>) {
         self.send(SessionCommand::Kill);
-        self.link = None;
         self.deps.events.publish(BotEvent::SessionKilled {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
         });
+        // It has not settled (one that did was released), so nothing is
+        // handed back.
         self.release(ctx);
     }
 
-    /// Hands the session back (when settled) and stops.
+    /// Hands the session back (when it settled idle) and stops.
     pub(super) fn release(&mut self, ctx: &mut Context<Self>) {
         if self.phase.is_released() {
             return;
         }
-        self.step(Step::Released);
-        let session = match self.link.take() {
-            Some(Link {
-                commands,
-                events: Some(events),
-                label,
-                idle: true,
-            }) => Some(AgentSession {
-                commands,
-                events,
-                label,
-            }),
+        let session = match self.step(Step::Released) {
+            Some(Leftover::Link(link)) => link.into_session(),
             _ => None,
         };
         self.released_to.do_send(SessionReleased {

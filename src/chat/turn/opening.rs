@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
-use super::phase::Step;
-use super::{Link, TurnActor};
+use super::TurnActor;
+use super::link::Link;
+use super::phase::{Leftover, Step};
 use crate::agent::{AgentError, AgentSession, OpenSession, SessionCommand};
 use crate::chat::outcome::TurnEvent;
 use crate::telegram::outbox::SendText;
@@ -46,7 +47,7 @@ impl TurnActor {
 
     /// Starts the agent on the turn: the warm session, else a fresh one.
     pub(super) fn begin(&mut self, ctx: &mut Context<Self>) {
-        match self.warm.take() {
+        match self.phase.take_warm() {
             Some(session) => {
                 self.attach(session, true, ctx);
                 // A warm process answers a user line within milliseconds; one
@@ -65,12 +66,14 @@ impl TurnActor {
 
     /// Drops a warm session that is dead or silent and opens a fresh one.
     pub(super) fn replace_warm(&mut self, ctx: &mut Context<Self>) {
-        self.step(Step::ReplacingWarm);
-        self.send(SessionCommand::Kill);
-        if let Some(pump) = self.pump.take() {
-            ctx.cancel_future(pump);
+        let Some(Leftover::Link(warm)) = self.step(Step::ReplacingWarm) else {
+            return;
+        };
+        self.send_to(Some(&warm), SessionCommand::Kill);
+        if let Some(read) = warm.pending_read() {
+            ctx.cancel_future(read);
         }
-        self.link = None;
+        drop(warm);
         self.open(ctx);
     }
 
@@ -132,10 +135,8 @@ impl TurnActor {
 
     pub(super) fn attach(&mut self, session: AgentSession, warm: bool, ctx: &mut Context<Self>) {
         let AgentSession {
-            commands,
-            events,
-            label,
-        } = session;
+            commands, label, ..
+        } = &session;
         self.generation += 1;
         if commands
             .send(SessionCommand::UserTurn(self.spec.text.clone()))
@@ -143,13 +144,9 @@ impl TurnActor {
         {
             tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %label, "session closed before the turn started");
         }
-        self.link = Some(Link {
-            commands,
-            events: Some(events),
-            label,
-            idle: false,
-        });
-        self.step(Step::Attached { warm });
+        let link = Link::new(session, self.generation);
+        // A session that comes once the turn no longer takes one is dropped.
+        self.step(Step::Attached { link, warm });
         self.pump(ctx);
     }
 }

@@ -1,6 +1,7 @@
-//! [`TurnPhase`]: where a turn is, as one value. The turn actor changes it
-//! only through [`TurnPhase::after`], so a turn cannot be, say, ended and
-//! still waiting for its result at once.
+//! [`TurnPhase`]: where a turn is, as one value, with what it holds there.
+//! The turn actor changes it only through [`TurnPhase::after`], so a turn
+//! cannot be, say, ended and still waiting for its result at once, nor hold
+//! a session link while opening or a warm session while running.
 //!
 //! ```text
 //! Opening ──Attached──▶ Running ──ResultArrived──▶ AwaitingSettle
@@ -10,26 +11,42 @@
 //! Opening | Running | AwaitingSettle ──Ended(outcome)──▶ Closing ──Released──▶ Released
 //! any phase ──Aborted──▶ Released (the supervisor's hard deadline)
 //! ```
+//!
+//! `S` is a session handed over warm, `L` the link to the session in use:
+//! the actor's are `AgentSession` and `Link`; the table's tests use plain
+//! values. A step moves them from one phase to the next and hands back
+//! what the turn no longer holds ([`Leftover`]).
 
 use crate::chat::outcome::TurnOutcome;
 
 /// Where a turn is.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum TurnPhase {
+pub(crate) enum TurnPhase<S, L> {
     /// The backend is opening a session; the agent has not had the prompt.
-    Opening,
+    Opening {
+        /// A session the chat kept warm, until the turn begins on it.
+        warm: Option<S>,
+    },
     /// The agent works on the prompt.
     Running {
+        /// The session.
+        link: L,
         /// A warm session that has not shown life yet: if it stays silent
         /// it is replaced rather than waited out.
         proving: bool,
     },
     /// `result` arrived: waiting, up to `turn.post_result_grace`, for the
     /// session to settle.
-    AwaitingSettle,
+    AwaitingSettle {
+        /// The session.
+        link: L,
+    },
     /// TurnEnded went out; the session is closing (late events are logged
     /// and dropped).
     Closing {
+        /// The session still to close; `None` when there was none left (it
+        /// never opened), so it is released at once.
+        link: Option<L>,
         /// How the turn ended.
         outcome: TurnOutcome,
     },
@@ -42,9 +59,11 @@ pub(crate) enum TurnPhase {
 
 /// What moves a turn from one phase to the next.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Step {
+pub(crate) enum Step<L> {
     /// A session is attached and has the prompt (`warm`: a kept session).
     Attached {
+        /// The session.
+        link: L,
         /// Whether the session was kept warm from an earlier turn.
         warm: bool,
     },
@@ -64,36 +83,133 @@ pub(crate) enum Step {
     Aborted,
 }
 
-impl TurnPhase {
-    /// The phase after `step`; a step that does not apply to the phase
-    /// leaves it as it is.
-    pub(crate) fn after(self, step: Step) -> Self {
+/// What a step took from the turn: the caller closes it, hands it back or
+/// drops it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Leftover<S, L> {
+    /// A warm session the turn did not begin on.
+    Warm(S),
+    /// A session link the turn no longer uses (replaced, released, or
+    /// attached too late).
+    Link(L),
+}
+
+impl<S, L> TurnPhase<S, L> {
+    /// The phase after `step`, and what the turn let go of. A step that
+    /// does not apply leaves the phase as it is (a session attached then is
+    /// handed back as a leftover).
+    pub(crate) fn after(self, step: Step<L>) -> (Self, Option<Leftover<S, L>>) {
+        use Leftover::{Link, Warm};
         match (self, step) {
-            (Self::Opening | Self::Running { .. }, Step::Attached { warm }) => {
-                Self::Running { proving: warm }
+            (Self::Opening { warm }, Step::Attached { link, warm: kept }) => (
+                Self::Running {
+                    link,
+                    proving: kept,
+                },
+                warm.map(Warm),
+            ),
+            (Self::Running { link: old, .. }, Step::Attached { link, warm }) => (
+                Self::Running {
+                    link,
+                    proving: warm,
+                },
+                Some(Link(old)),
+            ),
+            (Self::Running { link, .. }, Step::ShowedLife) => (
+                Self::Running {
+                    link,
+                    proving: false,
+                },
+                None,
+            ),
+            (
+                Self::Running {
+                    link,
+                    proving: true,
+                },
+                Step::ReplacingWarm,
+            ) => (Self::Opening { warm: None }, Some(Link(link))),
+            (Self::Running { link, .. }, Step::ResultArrived) => {
+                (Self::AwaitingSettle { link }, None)
             }
-            (Self::Running { .. }, Step::ShowedLife) => Self::Running { proving: false },
-            (Self::Running { proving: true }, Step::ReplacingWarm) => Self::Opening,
-            (Self::Running { .. }, Step::ResultArrived) => Self::AwaitingSettle,
-            (Self::AwaitingSettle, Step::Reprompted) => Self::Running { proving: false },
-            (Self::Opening | Self::Running { .. } | Self::AwaitingSettle, Step::Ended(outcome)) => {
-                Self::Closing { outcome }
+            (Self::AwaitingSettle { link }, Step::Reprompted) => (
+                Self::Running {
+                    link,
+                    proving: false,
+                },
+                None,
+            ),
+            (Self::Opening { warm }, Step::Ended(outcome)) => (
+                Self::Closing {
+                    link: None,
+                    outcome,
+                },
+                warm.map(Warm),
+            ),
+            (Self::Running { link, .. } | Self::AwaitingSettle { link }, Step::Ended(outcome)) => (
+                Self::Closing {
+                    link: Some(link),
+                    outcome,
+                },
+                None,
+            ),
+            (Self::Closing { link, outcome }, Step::Released | Step::Aborted) => {
+                (Self::Released { outcome }, link.map(Link))
             }
-            (Self::Closing { outcome }, Step::Released) => Self::Released { outcome },
-            (Self::Closing { outcome } | Self::Released { outcome }, Step::Aborted) => {
-                Self::Released { outcome }
+            (phase @ Self::Released { .. }, Step::Aborted) => (phase, None),
+            (phase, Step::Aborted) => (
+                Self::Released {
+                    outcome: TurnOutcome::ForceReleased,
+                },
+                phase.into_leftover(),
+            ),
+            (phase, Step::Attached { link, .. }) => (phase, Some(Link(link))),
+            (phase, _) => (phase, None),
+        }
+    }
+
+    /// What the phase holds, let go.
+    fn into_leftover(self) -> Option<Leftover<S, L>> {
+        match self {
+            Self::Opening { warm } => warm.map(Leftover::Warm),
+            Self::Running { link, .. } | Self::AwaitingSettle { link } => {
+                Some(Leftover::Link(link))
             }
-            (_, Step::Aborted) => Self::Released {
-                outcome: TurnOutcome::ForceReleased,
-            },
-            (phase, _) => phase,
+            Self::Closing { link, .. } => link.map(Leftover::Link),
+            Self::Released { .. } => None,
+        }
+    }
+
+    /// The warm session, taken as the turn begins on it.
+    pub(crate) fn take_warm(&mut self) -> Option<S> {
+        match self {
+            Self::Opening { warm } => warm.take(),
+            _ => None,
+        }
+    }
+
+    /// The session in use, if any.
+    pub(crate) fn link(&self) -> Option<&L> {
+        match self {
+            Self::Running { link, .. } | Self::AwaitingSettle { link } => Some(link),
+            Self::Closing { link, .. } => link.as_ref(),
+            Self::Opening { .. } | Self::Released { .. } => None,
+        }
+    }
+
+    /// The session in use, if any, to change.
+    pub(crate) fn link_mut(&mut self) -> Option<&mut L> {
+        match self {
+            Self::Running { link, .. } | Self::AwaitingSettle { link } => Some(link),
+            Self::Closing { link, .. } => link.as_mut(),
+            Self::Opening { .. } | Self::Released { .. } => None,
         }
     }
 
     /// The outcome, once TurnEnded went out.
     pub(crate) fn outcome(&self) -> Option<&TurnOutcome> {
         match self {
-            Self::Closing { outcome } | Self::Released { outcome } => Some(outcome),
+            Self::Closing { outcome, .. } | Self::Released { outcome } => Some(outcome),
             _ => None,
         }
     }
@@ -106,12 +222,12 @@ impl TurnPhase {
     /// Whether the prompt's `result` is still to come (the no-progress
     /// watchdog runs only then).
     pub(crate) fn awaits_result(&self) -> bool {
-        matches!(self, Self::Opening | Self::Running { .. })
+        matches!(self, Self::Opening { .. } | Self::Running { .. })
     }
 
     /// Whether a warm session has yet to show life.
     pub(crate) fn is_proving(&self) -> bool {
-        matches!(self, Self::Running { proving: true })
+        matches!(self, Self::Running { proving: true, .. })
     }
 
     /// Whether the session was handed back or is gone.
@@ -124,116 +240,232 @@ impl TurnPhase {
 mod tests {
     use super::*;
 
-    fn running(proving: bool) -> TurnPhase {
-        TurnPhase::Running { proving }
+    /// A warm session and links, as plain values.
+    type Phase = TurnPhase<&'static str, &'static str>;
+    type Row = (
+        Phase,
+        Step<&'static str>,
+        Phase,
+        Option<Leftover<&'static str, &'static str>>,
+    );
+
+    const OPENING: Phase = TurnPhase::Opening { warm: None };
+
+    fn running(link: &'static str, proving: bool) -> Phase {
+        TurnPhase::Running { link, proving }
     }
 
-    fn closing(outcome: TurnOutcome) -> TurnPhase {
-        TurnPhase::Closing { outcome }
+    fn settling(link: &'static str) -> Phase {
+        TurnPhase::AwaitingSettle { link }
+    }
+
+    fn closing(link: Option<&'static str>, outcome: TurnOutcome) -> Phase {
+        TurnPhase::Closing { link, outcome }
+    }
+
+    fn released(outcome: TurnOutcome) -> Phase {
+        TurnPhase::Released { outcome }
+    }
+
+    fn attached(link: &'static str, warm: bool) -> Step<&'static str> {
+        Step::Attached { link, warm }
+    }
+
+    fn check(table: Vec<Row>) {
+        for (from, step, to, left) in table {
+            let got = from.clone().after(step.clone());
+            assert_eq!(got, (to, left), "{from:?} --{step:?}-->");
+        }
     }
 
     #[test]
     fn transitions_to_the_end() {
+        use Leftover::{Link, Warm};
         use TurnOutcome::{Interrupted, NoProgress};
-        use TurnPhase::{AwaitingSettle, Opening};
-        let table: Vec<(TurnPhase, Step, TurnPhase)> = vec![
-            (Opening, Step::Attached { warm: false }, running(false)),
-            (Opening, Step::Attached { warm: true }, running(true)),
-            (running(true), Step::ShowedLife, running(false)),
-            (running(true), Step::ReplacingWarm, Opening),
-            (running(false), Step::ReplacingWarm, running(false)),
+        let warm = TurnPhase::Opening { warm: Some("kept") };
+        check(vec![
+            (OPENING, attached("a", false), running("a", false), None),
+            (OPENING, attached("a", true), running("a", true), None),
+            // A warm session is taken before the turn begins; one still
+            // held when another attaches is let go.
             (
-                running(true),
-                Step::Attached { warm: false },
-                running(false),
+                warm.clone(),
+                attached("a", false),
+                running("a", false),
+                Some(Warm("kept")),
             ),
-            (running(false), Step::ResultArrived, AwaitingSettle),
-            (AwaitingSettle, Step::Reprompted, running(false)),
-            (AwaitingSettle, Step::ResultArrived, AwaitingSettle),
-            (Opening, Step::Ended(NoProgress), closing(NoProgress)),
             (
-                running(true),
+                running("a", true),
+                Step::ShowedLife,
+                running("a", false),
+                None,
+            ),
+            // The silent warm session is let go, to be killed.
+            (
+                running("a", true),
+                Step::ReplacingWarm,
+                OPENING,
+                Some(Link("a")),
+            ),
+            (
+                running("a", false),
+                Step::ReplacingWarm,
+                running("a", false),
+                None,
+            ),
+            (
+                running("a", true),
+                attached("b", false),
+                running("b", false),
+                Some(Link("a")),
+            ),
+            (
+                running("a", false),
+                Step::ResultArrived,
+                settling("a"),
+                None,
+            ),
+            (settling("a"), Step::Reprompted, running("a", false), None),
+            (settling("a"), Step::ResultArrived, settling("a"), None),
+            (
+                OPENING,
+                Step::Ended(NoProgress),
+                closing(None, NoProgress),
+                None,
+            ),
+            // Ended before it began: the warm session is let go.
+            (
+                warm,
+                Step::Ended(NoProgress),
+                closing(None, NoProgress),
+                Some(Warm("kept")),
+            ),
+            (
+                running("a", true),
                 Step::Ended(Interrupted),
-                closing(Interrupted),
+                closing(Some("a"), Interrupted),
+                None,
             ),
             (
-                AwaitingSettle,
+                settling("a"),
                 Step::Ended(Interrupted),
-                closing(Interrupted),
+                closing(Some("a"), Interrupted),
+                None,
             ),
-        ];
-        for (from, step, to) in table {
-            let got = from.clone().after(step.clone());
-            assert_eq!(got, to, "{from:?} --{step:?}-->");
-        }
+            // A session that comes when none is taken any more is handed back.
+            (
+                settling("a"),
+                attached("b", false),
+                settling("a"),
+                Some(Link("b")),
+            ),
+        ]);
     }
 
     #[test]
     fn transitions_after_the_end() {
+        use Leftover::{Link, Warm};
         use TurnOutcome::{ForceReleased, Interrupted, NoProgress};
-        use TurnPhase::Released;
-        let table: Vec<(TurnPhase, Step, TurnPhase)> = vec![
+        let closing_a = || closing(Some("a"), Interrupted);
+        check(vec![
             // Exactly once: a second outcome does not replace the first.
+            (closing_a(), Step::Ended(NoProgress), closing_a(), None),
+            (closing_a(), Step::ResultArrived, closing_a(), None),
             (
-                closing(Interrupted),
-                Step::Ended(NoProgress),
-                closing(Interrupted),
+                closing_a(),
+                attached("b", false),
+                closing_a(),
+                Some(Link("b")),
             ),
+            // The session is let go at release: handed back or dropped.
             (
-                closing(Interrupted),
-                Step::ResultArrived,
-                closing(Interrupted),
-            ),
-            (
-                closing(Interrupted),
-                Step::Attached { warm: false },
-                closing(Interrupted),
-            ),
-            (
-                closing(Interrupted),
+                closing_a(),
                 Step::Released,
-                Released {
-                    outcome: Interrupted,
-                },
+                released(Interrupted),
+                Some(Link("a")),
             ),
-            (running(false), Step::Released, running(false)),
             (
-                running(false),
+                closing(None, Interrupted),
+                Step::Released,
+                released(Interrupted),
+                None,
+            ),
+            (
+                running("a", false),
+                Step::Released,
+                running("a", false),
+                None,
+            ),
+            (
+                running("a", false),
                 Step::Aborted,
-                Released {
-                    outcome: ForceReleased,
-                },
+                released(ForceReleased),
+                Some(Link("a")),
             ),
             (
-                closing(Interrupted),
+                settling("a"),
                 Step::Aborted,
-                Released {
-                    outcome: Interrupted,
-                },
+                released(ForceReleased),
+                Some(Link("a")),
             ),
             (
-                Released {
-                    outcome: Interrupted,
-                },
+                TurnPhase::Opening { warm: Some("kept") },
+                Step::Aborted,
+                released(ForceReleased),
+                Some(Warm("kept")),
+            ),
+            (
+                closing_a(),
+                Step::Aborted,
+                released(Interrupted),
+                Some(Link("a")),
+            ),
+            (
+                released(Interrupted),
                 Step::Ended(NoProgress),
-                Released {
-                    outcome: Interrupted,
-                },
+                released(Interrupted),
+                None,
             ),
-        ];
-        for (from, step, to) in table {
-            let got = from.clone().after(step.clone());
-            assert_eq!(got, to, "{from:?} --{step:?}-->");
-        }
+            (
+                released(Interrupted),
+                Step::Aborted,
+                released(Interrupted),
+                None,
+            ),
+            (
+                released(Interrupted),
+                attached("b", false),
+                released(Interrupted),
+                Some(Link("b")),
+            ),
+        ]);
     }
 
     #[test]
     fn queries_follow_the_phase() {
-        assert!(TurnPhase::Opening.awaits_result());
-        assert!(!TurnPhase::AwaitingSettle.awaits_result());
-        assert!(running(true).is_proving() && !running(false).is_proving());
-        assert!(TurnPhase::AwaitingSettle.is_live());
-        assert!(!closing(TurnOutcome::Interrupted).is_live());
-        assert!(!closing(TurnOutcome::Interrupted).is_released());
+        assert!(OPENING.awaits_result());
+        assert!(!settling("a").awaits_result());
+        assert!(running("a", true).is_proving() && !running("a", false).is_proving());
+        assert!(settling("a").is_live());
+        assert!(!closing(None, TurnOutcome::Interrupted).is_live());
+        assert!(!closing(None, TurnOutcome::Interrupted).is_released());
+    }
+
+    #[test]
+    fn the_link_and_the_warm_session_are_where_the_phase_says() {
+        let mut opening = TurnPhase::<_, &str>::Opening { warm: Some("kept") };
+        assert_eq!(opening.link(), None);
+        assert_eq!(opening.take_warm(), Some("kept"));
+        assert_eq!(opening.take_warm(), None);
+        let mut running = running("a", false);
+        assert_eq!(running.take_warm(), None);
+        assert_eq!(running.link(), Some(&"a"));
+        assert_eq!(settling("a").link(), Some(&"a"));
+        assert_eq!(
+            closing(Some("a"), TurnOutcome::Interrupted).link(),
+            Some(&"a")
+        );
+        assert_eq!(closing(None, TurnOutcome::Interrupted).link(), None);
+        assert_eq!(released(TurnOutcome::Interrupted).link(), None);
     }
 }
