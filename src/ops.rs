@@ -2,8 +2,8 @@
 //! bot counts into ([`metrics`]; reached through the
 //! [`EventBus`](crate::events::EventBus)), what only the bus tells them
 //! ([`follow`]), the `[ops] listen` HTTP endpoint serving `GET /healthz` and
-//! `GET /metrics` ([`server`]), the log set-up ([`logging`]) and what a
-//! panic does ([`panics`]).
+//! `GET /metrics` ([`server`]), the log set-up and the spans that give a
+//! line its context ([`logging`]), and what a panic does ([`panics`]).
 
 pub mod logging;
 pub mod metrics;

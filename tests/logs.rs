@@ -62,6 +62,43 @@ async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
     assert_eq!(started["turn_id"], ended["turn_id"], "{started}");
 }
 
+/// Context comes from spans: a line logged deep inside a turn (here the
+/// outbox's retry of the answer, in the chat's lane) has the turn's chat and
+/// turn at the top level of its object, as the turn's own lines do.
+#[tokio::test]
+async fn a_line_logged_deep_inside_a_turn_carries_its_chat_and_turn_at_the_top_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = FakeBotApi::start().await;
+    let log = dir.path().join("stderr.log");
+    let env = [
+        ("TURNSTILE_LOG_FORMAT", "json".to_string()),
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.path().join("state.db").display().to_string(),
+        ),
+    ];
+    api.inject("sendMessage", Fault::RetryAfter(1));
+    let mut bot = BotProcess::spawn(&api, &log, &env);
+    api.push_text(1, USER, "hello there");
+    api.wait_for_texts(1, 1, Duration::from_secs(30)).await;
+    wait_until("the turn's end in the log", Duration::from_secs(30), || {
+        bot.log_text().contains("turn ended")
+    })
+    .await;
+    bot.signal(libc::SIGTERM);
+    let status = bot.exit().await;
+    assert!(status.success(), "{status:?}\n{}", bot.log_text());
+    let lines = lines_as_json(&bot.log_text());
+    let retry = lines
+        .iter()
+        .find(|l| l["message"] == "retrying a telegram request")
+        .unwrap_or_else(|| panic!("no retry in the log:\n{}", bot.log_text()));
+    assert_eq!(retry["method"], "sendMessage", "{retry}");
+    assert_eq!(retry["chat_id"], 1, "{retry}");
+    assert_eq!(retry["turn_id"], 1, "{retry}");
+    assert!(retry.get("spans").is_none(), "{retry}");
+}
+
 #[tokio::test]
 async fn an_unknown_log_format_is_a_config_error() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -251,13 +251,12 @@ impl ClaudeBackend {
         self.spawned.load(Ordering::Relaxed)
     }
 
-    /// Spawns the CLI for one session and starts its driver.
+    /// Spawns the CLI for one session and starts its driver. Logs in the
+    /// caller's span (the turn's, which names the chat).
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
-        let chat_id = request.conversation.chat.0;
         let resume = match request.resume {
             Some(id) if !is_session_id(&id) => {
                 tracing::warn!(
-                    chat_id,
                     session_id = %id.escape_debug(),
                     "stored agent session id is not a UUID; starting a fresh session"
                 );
@@ -269,7 +268,7 @@ impl ClaudeBackend {
         let key = request.conversation.key();
         let spawned = AgentProcess::spawn(&self.settings, &key, &argv, &self.live)?;
         let pid = spawned.process.pid();
-        tracing::info!(chat_id, pid, resume = ?resume, "agent process started");
+        tracing::info!(pid, resume = ?resume, "agent process started");
         Ok(driver::start(driver::Start {
             settings: Arc::clone(&self.settings),
             tools: Arc::clone(&self.tools),

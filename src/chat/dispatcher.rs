@@ -29,6 +29,7 @@ use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
 use crate::incoming::{Ask, Command, Incoming};
+use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
 use crate::state::now_ms;
 use crate::telegram::intake::UpdateReceived;
@@ -171,9 +172,13 @@ impl Dispatcher {
         let slots = self.slots.clone();
         let next_turn = Arc::clone(&self.next_turn);
         let me = ctx.address().recipient();
-        self.chats.entry(chat).or_insert_with(|| ChatEntry {
-            addr: ChatSupervisor::new(chat, deps, settings, me, slots, next_turn).start(),
-            routed: 0,
+        self.chats.entry(chat).or_insert_with(|| {
+            let supervisor = ChatSupervisor::new(chat, deps, settings, me, slots, next_turn);
+            let span = supervisor.span();
+            ChatEntry {
+                addr: supervisor.start_in(span),
+                routed: 0,
+            }
         })
     }
 

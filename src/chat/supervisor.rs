@@ -24,6 +24,7 @@ use actix::{
     WrapFuture,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Span;
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
@@ -33,6 +34,7 @@ use crate::chat::turn::{AbortTurn, TurnActor, TurnDeps};
 use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::{Command, Incoming};
+use crate::ops::logging::{StartInSpan, context_span};
 use crate::telegram::outbox::SendText;
 
 /// A message for the chat's agent, as the intake read it.
@@ -95,6 +97,8 @@ struct Running {
     turn: TurnId,
     update_ids: Vec<i64>,
     addr: Addr<TurnActor>,
+    /// The turn's span, for what the supervisor logs of it.
+    span: Span,
     started: Instant,
     /// The hard-deadline timer, cancelled at TurnEnded.
     deadline: SpawnHandle,
@@ -193,6 +197,13 @@ impl ChatSupervisor {
         }
     }
 
+    /// The span the chat logs in, its turns and typing actor inside it:
+    /// `chat{chat_id, topic}`, a root whoever starts the supervisor.
+    pub fn span(&self) -> Span {
+        let topic = self.to.topic.map(|t| t.0.0);
+        context_span!(parent: None, "chat", chat_id = self.to.chat.0, topic)
+    }
+
     fn say(&self, text: impl Into<String>) {
         self.deps.outbox.do_send(SendText::new(self.to, text));
     }
@@ -265,10 +276,7 @@ impl ChatSupervisor {
                     Some(slot) => act.start_turn(slot, ctx),
                     None => {
                         act.step(ChatStep::NoSlot);
-                        tracing::debug!(
-                            chat_id = act.to.chat.0,
-                            "no more turns: the host is stopping"
-                        );
+                        tracing::debug!("no more turns: the host is stopping");
                     }
                 },
             ),
@@ -284,10 +292,7 @@ impl ChatSupervisor {
             return;
         }
         let Ok(slot) = Arc::clone(&self.settings.warm_slots).try_acquire_owned() else {
-            tracing::debug!(
-                chat_id = self.to.chat.0,
-                "agent.max_warm reached; session closed"
-            );
+            tracing::debug!("agent.max_warm reached; session closed");
             return;
         };
         if let Some(old) = self.warm.take() {
@@ -295,10 +300,7 @@ impl ChatSupervisor {
         }
         let timer = ctx.run_later(self.settings.keep_warm, |act, ctx| {
             if act.warm.take().is_some() {
-                tracing::debug!(
-                    chat_id = act.to.chat.0,
-                    "warm session closed after agent.keep_warm"
-                );
+                tracing::debug!("warm session closed after agent.keep_warm");
             }
             act.watch_idle(ctx);
         });
@@ -321,7 +323,7 @@ impl ChatSupervisor {
             config.hard_deadline,
             Arc::clone(&self.deps.gauges),
         )
-        .start();
+        .start_in(context_span!("typing"));
         self.typing = Some(addr.clone());
         addr
     }
@@ -365,11 +367,7 @@ impl Handler<UserMessage> for ChatSupervisor {
             return;
         }
         if self.queue.len() >= self.settings.queue_limit {
-            tracing::warn!(
-                chat_id = self.to.chat.0,
-                queued = self.queue.len(),
-                "queue full; message refused"
-            );
+            tracing::warn!(queued = self.queue.len(), "queue full; message refused");
             self.deps.inbox.dropped(vec![msg.message.update_id]);
             self.say(queue_full(self.queue.len()));
             return;

@@ -128,10 +128,6 @@ impl TurnActor {
         }
     }
 
-    fn chat_id(&self) -> i64 {
-        self.spec.to.chat.0
-    }
-
     /// The conversation the turn is in.
     fn to(&self) -> Conversation {
         self.spec.to
@@ -184,12 +180,7 @@ impl TurnActor {
         if let Some(link) = link
             && link.commands.send(command.clone()).is_err()
         {
-            tracing::debug!(
-                chat_id = self.chat_id(),
-                turn_id = self.spec.turn.get(),
-                ?command,
-                "session already closed"
-            );
+            tracing::debug!(?command, "session already closed");
         }
     }
 
@@ -212,7 +203,7 @@ impl TurnActor {
         if self.phase.is_proving() {
             match &event {
                 AgentEvent::Exited { detail, .. } => {
-                    tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
+                    tracing::info!(session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
                     self.replace_warm(ctx);
                     return;
                 }
@@ -225,12 +216,7 @@ impl TurnActor {
         match event {
             AgentEvent::Init { session_id } => self.session_id = Some(session_id),
             AgentEvent::Text(text) => {
-                tracing::debug!(
-                    chat_id = self.chat_id(),
-                    turn_id = self.spec.turn.get(),
-                    chars = text.len(),
-                    "assistant text"
-                );
+                tracing::debug!(chars = text.len(), "assistant text");
             }
             AgentEvent::Progress => {}
             AgentEvent::Activity(Activity::ToolStarted { name, input, .. }) => {
@@ -275,7 +261,7 @@ impl TurnActor {
             AgentEvent::PermissionAsk(ask) => self.ask_permission(ask, ctx),
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
-                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), event = %shown, "unknown agent event skipped");
+                tracing::warn!(event = %shown, "unknown agent event skipped");
             }
         }
     }
@@ -299,11 +285,7 @@ impl TurnActor {
             self.deliver_answer(text);
             self.arm_grace(ctx);
         } else if !reprompted && num_turns > 0 {
-            tracing::info!(
-                chat_id = self.chat_id(),
-                turn_id = self.spec.turn.get(),
-                "the agent ended with nothing delivered; re-prompting once"
-            );
+            tracing::info!("the agent ended with nothing delivered; re-prompting once");
             self.step(Step::Reprompted);
             self.log.push(TurnEvent::Reprompted);
             self.send(SessionCommand::UserTurn(REPROMPT.into()));
@@ -373,11 +355,7 @@ impl Handler<AbortTurn> for TurnActor {
     type Result = ();
 
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
-        tracing::warn!(
-            chat_id = self.chat_id(),
-            turn_id = self.spec.turn.get(),
-            "turn aborted at the hard deadline"
-        );
+        tracing::warn!("turn aborted at the hard deadline");
         self.live.store(false, Ordering::SeqCst);
         self.spec.typing.end();
         self.close_approvals("the turn took too long", ctx);

@@ -135,8 +135,8 @@ impl Handler<StartTyping> for TypingActor {
         let pulse = ctx.run_interval(self.interval, Self::pulse);
         let deadline = ctx.run_later(self.hard_deadline, move |act, ctx| {
             if act.lease.as_ref().is_some_and(|l| l.turn == msg.turn) {
+                // The chat is the span's; the turn is the lease's.
                 tracing::warn!(
-                    chat_id = act.chat.0,
                     turn_id = msg.turn.get(),
                     "typing lease reached the hard deadline"
                 );

@@ -12,10 +12,12 @@ use teloxide::Bot;
 use teloxide::payloads::{GetUpdates, GetUpdatesSetters};
 use teloxide::types::{AllowedUpdate, CallbackQuery, Message as TgMessage, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
+use tracing::{Span, field};
 
 use crate::config::AccessConfig;
 use crate::ids::Conversation;
 use crate::incoming::{Ask, Incoming, Parsed, Place, cut, parse};
+use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, UPDATE_ID_RESET_GAP};
@@ -90,7 +92,7 @@ impl Intake {
     }
 
     /// Whether the message is for this bot (`telegram::addressing`).
-    fn for_us(&mut self, update_id: i64, message: &TgMessage) -> bool {
+    fn for_us(&mut self, message: &TgMessage) -> bool {
         match self.addressing.check(message) {
             Ok(()) => true,
             Err(why) => {
@@ -98,7 +100,7 @@ impl Intake {
                     NotForUs::OtherBotsCommand => "a command for another bot",
                     NotForUs::NotAddressed => "a group message not addressed to the bot",
                 };
-                tracing::debug!(update_id, chat_id = message.chat.id.0, "{why}; not taken");
+                tracing::debug!("{why}; not taken");
                 false
             }
         }
@@ -112,12 +114,14 @@ impl Intake {
     }
 
     /// What the dispatcher gets of an update: a message for the bot, read
-    /// once; a button press; nothing for the rest.
+    /// once; a button press; nothing for the rest. Runs in the update's
+    /// span, which a message gives its chat.
     fn take(&mut self, update: Update) -> Option<UpdateReceived> {
         let update_id = i64::from(update.id.0);
         match update.kind {
             UpdateKind::Message(message) => {
-                if !self.for_us(update_id, &message) {
+                Span::current().record("chat_id", message.chat.id.0);
+                if !self.for_us(&message) {
                     return None;
                 }
                 let me = &self.addressing.me().username;
@@ -126,11 +130,11 @@ impl Intake {
             UpdateKind::CallbackQuery(query) => Some(UpdateReceived::Press(Box::new(query))),
             UpdateKind::Error(raw) => {
                 let shown: String = raw.to_string().chars().take(200).collect();
-                tracing::warn!(update_id, raw = %shown, "update could not be parsed; skipped");
+                tracing::warn!(raw = %shown, "update could not be parsed; skipped");
                 None
             }
             other => {
-                tracing::debug!(update_id, kind = ?std::mem::discriminant(&other), "update kind not handled; skipped");
+                tracing::debug!(kind = ?std::mem::discriminant(&other), "update kind not handled; skipped");
                 None
             }
         }
@@ -260,18 +264,19 @@ impl Handler<StopIntake> for Intake {
     }
 }
 
-/// Runs `take` on each update, keeping what it gave. An update whose
+/// Runs `take` on each update, keeping what it gave, each in the span
+/// `update{update_id, chat_id}` (`take` records the chat). An update whose
 /// reading panics is dropped with an ERROR log; the offset still moves past
 /// it, so it is not fetched again and the intake goes on with the next one.
 fn take_each<T>(updates: Vec<Update>, mut take: impl FnMut(Update) -> Option<T>) -> Vec<T> {
     let mut taken = Vec::with_capacity(updates.len());
     for update in updates {
-        let update_id = update.id.0;
+        let span = context_span!("update", update_id = update.id.0, chat_id = field::Empty);
+        let _in = span.enter();
         match contain(|| take(update)) {
             Ok(Some(value)) => taken.push(value),
             Ok(None) => {}
             Err(panic) => tracing::error!(
-                update_id,
                 %panic,
                 "reading the update panicked; dropped, and the offset moves past it"
             ),
@@ -287,7 +292,8 @@ fn take_each<T>(updates: Vec<Update>, mut take: impl FnMut(Update) -> Option<T>)
 /// when it carries nothing to answer (no sender; no text and no files; only
 /// the bot's address) or is a command for another bot. A stranger's message
 /// (`AccessConfig::admits`) keeps no text, command or files: it is refused,
-/// and what they wrote never reaches the state file.
+/// and what they wrote never reaches the state file. Logs in the update's
+/// span, which names it and its chat.
 pub(crate) fn read(
     update_id: i64,
     message: &TgMessage,
@@ -296,11 +302,7 @@ pub(crate) fn read(
 ) -> Option<Incoming> {
     let chat = message.chat.id;
     let Some(user) = message.from.as_ref() else {
-        tracing::debug!(
-            update_id,
-            chat_id = chat.0,
-            "message without a sender; skipped"
-        );
+        tracing::debug!("message without a sender; skipped");
         return None;
     };
     let files = attachments(message);
@@ -309,11 +311,7 @@ pub(crate) fn read(
         .or(message.caption())
         .or(if files.is_empty() { None } else { Some("") })
     else {
-        tracing::debug!(
-            update_id,
-            chat_id = chat.0,
-            "message without text or files; skipped"
-        );
+        tracing::debug!("message without text or files; skipped");
         return None;
     };
     let group = message.chat.is_group() || message.chat.is_supergroup();
@@ -333,7 +331,7 @@ pub(crate) fn read(
     let text = strip_address(text, me);
     let text = text.trim();
     if text.is_empty() && files.is_empty() {
-        tracing::debug!(update_id, chat_id = chat.0, "empty message; skipped");
+        tracing::debug!("empty message; skipped");
         return None;
     }
     match parse(text, me) {
@@ -341,8 +339,6 @@ pub(crate) fn read(
             let (text, was_cut) = cut(text);
             if was_cut {
                 tracing::warn!(
-                    update_id,
-                    chat_id = chat.0,
                     "message cut to {} characters",
                     crate::incoming::MAX_INPUT_CHARS
                 );
@@ -356,11 +352,7 @@ pub(crate) fn read(
         }
         Parsed::Unknown(word) => incoming.ask = Ask::Unknown(word),
         Parsed::ForAnotherBot => {
-            tracing::debug!(
-                update_id,
-                chat_id = chat.0,
-                "command for another bot; skipped"
-            );
+            tracing::debug!("command for another bot; skipped");
             return None;
         }
     }

@@ -33,9 +33,11 @@ use std::sync::Arc;
 use actix::{Actor, AsyncContext, Context, Handler};
 use teloxide::Bot;
 use teloxide::types::ChatId;
+use tracing::Instrument as _;
 
 use crate::events::EventBus;
 use crate::ops::Metrics;
+use crate::ops::logging::context_span;
 
 mod deliver;
 mod error;
@@ -250,11 +252,15 @@ impl Handler<AnswerCallback> for Outbox {
         }
         self.shared.pending.add(1);
         let shared = Arc::clone(&self.shared);
+        let span = context_span!(parent: None, "callback", chat_id = msg.chat.0);
         let answer = CallbackAnswer::new(msg);
-        self.workers.spawn(async move {
-            send::answer_callback(&shared.telegram, answer).await;
-            shared.pending.done(1);
-        });
+        self.workers.spawn(
+            async move {
+                send::answer_callback(&shared.telegram, answer).await;
+                shared.pending.done(1);
+            }
+            .instrument(span),
+        );
     }
 }
 

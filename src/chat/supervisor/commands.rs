@@ -22,7 +22,6 @@ impl Handler<ChatCommand> for ChatSupervisor {
             Command::Stop => self.stop(ctx),
             Command::New => self.forget_session(ctx),
             other => tracing::debug!(
-                chat_id = self.to.chat.0,
                 command = other.word(),
                 "not a command the chat acts on; ignored"
             ),
@@ -85,7 +84,7 @@ impl Handler<RetireChat> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, _msg: RetireChat, ctx: &mut Self::Context) {
-        tracing::debug!(chat_id = self.to.chat.0, "idle chat retired");
+        tracing::debug!("idle chat retired");
         ctx.stop();
     }
 }

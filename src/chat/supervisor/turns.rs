@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use actix::{Actor, AsyncContext, Context, Handler};
+use actix::{AsyncContext, Context, Handler};
 use teloxide::types::{MessageId, UserId};
 
 use super::state::{ChatState, ChatStep};
@@ -18,6 +18,7 @@ use crate::chat::turn::{AbortTurn, SessionReleased, TurnActor, TurnEnded, TurnSp
 use crate::chat::typing::{StartTyping, TypingLease};
 use crate::events::BotEvent;
 use crate::ids::TurnId;
+use crate::ops::logging::{StartInSpan, context_span};
 use crate::state::{Disposition, TurnRecord, now_ms};
 
 /// The messages one turn answers: the front one and those merged with it.
@@ -92,12 +93,9 @@ impl ChatSupervisor {
             .queued(-(update_ids.len() as i64));
         let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
         self.deps.inbox.turn_started(update_ids.clone(), turn);
-        tracing::info!(
-            chat_id = self.to.chat.0,
-            turn_id = turn.get(),
-            messages = update_ids.len(),
-            "turn started"
-        );
+        // Inside the chat's span, as is what the turn logs.
+        let span = context_span!("turn", turn_id = turn.get());
+        span.in_scope(|| tracing::info!(messages = update_ids.len(), "turn started"));
         let warm = self.warm.take().map(|warm| {
             ctx.cancel_future(warm.timer);
             warm.session
@@ -127,7 +125,7 @@ impl ChatSupervisor {
             vec![me.clone().recipient(), typing.recipient()],
             me.recipient(),
         )
-        .start();
+        .start_in(span.clone());
         let deadline = ctx.run_later(self.deps.config.hard_deadline, move |act, ctx| {
             act.force_release(turn, ctx);
         });
@@ -135,6 +133,7 @@ impl ChatSupervisor {
             turn,
             update_ids,
             addr,
+            span,
             started: Instant::now(),
             deadline,
             _slot: slot,
@@ -148,12 +147,12 @@ impl ChatSupervisor {
             return;
         };
         let at = Instant::now();
-        tracing::error!(
-            chat_id = self.to.chat.0,
-            turn_id = turn.get(),
-            held_ms = running.started.elapsed().as_millis() as u64,
-            "turn past its hard deadline; chat force-released"
-        );
+        running.span.in_scope(|| {
+            tracing::error!(
+                held_ms = running.started.elapsed().as_millis() as u64,
+                "turn past its hard deadline; chat force-released"
+            );
+        });
         // The turn ends its typing lease as it takes this.
         running.addr.do_send(AbortTurn);
         self.deps
@@ -193,7 +192,6 @@ impl Handler<TurnEnded> for ChatSupervisor {
         // Dropping the running turn gives its slot back: the chat is free.
         let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
             tracing::debug!(
-                chat_id = self.to.chat.0,
                 turn_id = msg.turn.get(),
                 "TurnEnded for a turn no longer held; ignored"
             );
@@ -214,15 +212,15 @@ impl Handler<TurnEnded> for ChatSupervisor {
         let took =
             i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
         let duration = msg.at.saturating_duration_since(msg.started);
-        tracing::info!(
-            chat_id = self.to.chat.0,
-            turn_id = msg.turn.get(),
-            outcome = msg.outcome.label(),
-            duration_ms = took,
-            api_calls = msg.api_calls,
-            cost_usd = msg.cost_usd,
-            "turn recorded"
-        );
+        running.span.in_scope(|| {
+            tracing::info!(
+                outcome = msg.outcome.label(),
+                duration_ms = took,
+                api_calls = msg.api_calls,
+                cost_usd = msg.cost_usd,
+                "turn recorded"
+            );
+        });
         let metrics = self.deps.events.metrics();
         metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
         inbox.record_turn(TurnRecord {

@@ -184,7 +184,7 @@ impl TurnActor {
     /// The agent asks to run a tool nobody decided in config.
     pub(super) fn ask_permission(&mut self, ask: PermissionAsk, ctx: &mut Context<Self>) {
         if self.deps.shutdown.is_closing() {
-            tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "permission ask refused: the host is stopping");
+            tracing::info!(call_id = %ask.id, tool = %ask.tool, "permission ask refused: the host is stopping");
             ask.reply.answer(Permission::Deny {
                 message: "the host is stopping".into(),
             });
@@ -210,7 +210,7 @@ impl TurnActor {
                     message: "the turn has already ended".into(),
                 });
             } else if always_allows(&grants, ask.tool.full(), &ask.input) {
-                tracing::info!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), call_id = %ask.id, rule = ?rule, "tool allowed: always in this chat");
+                tracing::info!(call_id = %ask.id, rule = ?rule, "tool allowed: always in this chat");
                 let input = ask.input.clone();
                 ask.reply.answer(Permission::Allow { input });
             } else {
@@ -227,7 +227,7 @@ impl TurnActor {
             Kind::Questions { questions, .. } => question_messages(questions, &token),
         };
         let texts: Vec<String> = messages.iter().map(|m| m.text.clone()).collect();
-        tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "asking the chat");
+        tracing::info!(call_id = %ask.id, tool = %ask.tool, "asking the chat");
         for (i, message) in messages.into_iter().enumerate() {
             let (send, sent) = SendQuestion::new(self.to(), message.text, message.keyboard);
             self.deps
@@ -238,7 +238,7 @@ impl TurnActor {
                 let id = match sent {
                     Ok(Ok(id)) => id,
                     Ok(Err(err)) => {
-                        tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), cause = %err, "the approval question could not be sent; denying");
+                        tracing::warn!(cause = %err, "the approval question could not be sent; denying");
                         return act.decide(&token, Verdict::Ended("the question could not be shown"), ctx);
                     }
                     Err(_) => return,
@@ -300,7 +300,7 @@ impl TurnActor {
         let presser = verdict.presser().cloned();
         let (permission, shown) = self.verdict_answer(verdict, kind, &ask.input);
         let user_id = presser.map(|p| p.id.0);
-        tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, user_id, decision = %shown, "approval decided");
+        tracing::info!(call_id = %ask.id, tool = %ask.tool, user_id, decision = %shown, "approval decided");
         ask.reply.answer(permission);
         let left = messages.iter().filter(|id| id.is_none()).count();
         for (text, id) in texts.iter().zip(messages) {
@@ -426,8 +426,6 @@ impl Handler<ButtonPressed> for TurnActor {
         };
         if !(press.admin || self.spec.from == Some(press.user)) {
             tracing::warn!(
-                chat_id = self.chat_id(),
-                turn_id = self.spec.turn.get(),
                 user_id = press.user.0,
                 "approval press by someone else refused"
             );

@@ -20,7 +20,7 @@ impl TurnActor {
     pub(super) fn on_late_event(&mut self, event: AgentEvent, ctx: &mut Context<Self>) {
         match event {
             AgentEvent::ToolCall(call) => {
-                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %call.id, tool = %call.call.name, "tool call after the turn ended; refused and dropped");
+                tracing::warn!(call_id = %call.id, tool = %call.call.name, "tool call after the turn ended; refused and dropped");
                 call.reply
                     .answer(ToolReply::Error("the turn has already ended".into()));
             }
@@ -30,7 +30,7 @@ impl TurnActor {
                 });
             }
             AgentEvent::Result(result) => {
-                tracing::debug!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), subtype = %result.subtype, "result after the turn ended; not delivered");
+                tracing::debug!(subtype = %result.subtype, "result after the turn ended; not delivered");
                 self.arm_grace(ctx);
             }
             AgentEvent::Idle => {
@@ -41,7 +41,7 @@ impl TurnActor {
             }
             AgentEvent::Exited { .. } => self.release(ctx),
             AgentEvent::PermissionAsk(ask) => {
-                tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %ask.id, tool = %ask.tool, "permission ask after the turn ended; denied");
+                tracing::warn!(call_id = %ask.id, tool = %ask.tool, "permission ask after the turn ended; denied");
                 ask.reply.answer(crate::agent::Permission::Deny {
                     message: "the turn has already ended".into(),
                 });
@@ -52,7 +52,7 @@ impl TurnActor {
             | AgentEvent::Init { .. } => {}
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
-                tracing::debug!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), event = %shown, "late unknown event dropped");
+                tracing::debug!(event = %shown, "late unknown event dropped");
             }
         }
     }
@@ -142,8 +142,6 @@ impl TurnActor {
             at,
         });
         tracing::info!(
-            chat_id = self.chat_id(),
-            turn_id = self.spec.turn.get(),
             outcome = outcome.label(),
             finished = outcome.finished(),
             delivered = self.delivered,

@@ -55,7 +55,7 @@ impl TurnActor {
                 let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
                 ctx.run_later(patience, |act, ctx| {
                     if act.phase.is_proving() {
-                        tracing::warn!(chat_id = act.chat_id(), session = %act.label(), "warm session did not answer; replacing it");
+                        tracing::warn!(session = %act.label(), "warm session did not answer; replacing it");
                         act.replace_warm(ctx);
                     }
                 });
@@ -113,23 +113,18 @@ impl TurnActor {
     /// The backend could not start the agent: the operator's log says what
     /// and why (the chat is told only that it failed, at the turn's end).
     pub(super) fn start_failed(&self, err: &AgentError) {
-        let (chat_id, turn_id) = (self.chat_id(), self.spec.turn.get());
         match err {
             AgentError::Spawn { command, source } => tracing::error!(
-                chat_id,
-                turn_id,
                 command = %command,
                 error = %source,
                 "the agent could not start; check agent.command (a path, or a name on the agent's PATH) and that it is executable"
             ),
             AgentError::Directory { dir, source } => tracing::error!(
-                chat_id,
-                turn_id,
                 dir = %dir.display(),
                 error = %source,
                 "the agent could not start: its directory could not be made"
             ),
-            other => tracing::error!(chat_id, turn_id, cause = %other, "the agent could not start"),
+            other => tracing::error!(cause = %other, "the agent could not start"),
         }
     }
 
@@ -142,7 +137,7 @@ impl TurnActor {
             .send(SessionCommand::UserTurn(self.spec.text.clone()))
             .is_err()
         {
-            tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), session = %label, "session closed before the turn started");
+            tracing::warn!(session = %label, "session closed before the turn started");
         }
         let link = Link::new(session, self.generation);
         // A session that comes once the turn no longer takes one is dropped.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use actix::{AsyncContext, Context, Handler, Message};
-use teloxide::types::ChatId;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::TurnActor;
 use crate::agent::tools::{ChatTool, ToolInputError};
@@ -107,16 +107,19 @@ impl ReplyLane {
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let durable = inbox.replying(update_ids);
         let handed = forwarding.clone();
-        actix::spawn(async move {
-            durable.await;
-            while let Some(out) = rx.recv().await {
-                match out {
-                    Outgoing::Text(send) => outbox.do_send(send),
-                    Outgoing::File(send) => outbox.do_send(send),
+        actix::spawn(
+            async move {
+                durable.await;
+                while let Some(out) = rx.recv().await {
+                    match out {
+                        Outgoing::Text(send) => outbox.do_send(send),
+                        Outgoing::File(send) => outbox.do_send(send),
+                    }
+                    handed.handed_over();
                 }
-                handed.handed_over();
             }
-        });
+            .in_current_span(),
+        );
         Self { tx, forwarding }
     }
 
@@ -147,7 +150,6 @@ impl Handler<Delivered> for TurnActor {
 
 /// A tool call waiting for its work (a Telegram request) to finish.
 pub(super) struct PendingTool {
-    chat: ChatId,
     id: String,
     tool: &'static str,
     reply: Responder<ToolReply>,
@@ -171,7 +173,6 @@ impl PendingTool {
             }
         };
         tracing::warn!(
-            chat_id = self.chat.0,
             call_id = %self.id,
             tool = %self.tool,
             ok,
@@ -210,7 +211,7 @@ fn answer_when_delivered<T: Send + 'static>(
             Ok(Err(err)) => ToolReply::Error(err.to_string()),
             Err(_) => ToolReply::Failed("the outbox has stopped".into()),
         });
-    });
+    }.in_current_span());
 }
 
 impl TurnActor {
@@ -223,7 +224,6 @@ impl TurnActor {
         reply: Responder<ToolReply>,
     ) -> PendingTool {
         PendingTool {
-            chat: self.spec.to.chat,
             id,
             tool,
             reply,
@@ -236,7 +236,7 @@ impl TurnActor {
     pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
         let ToolCall { id, call, reply } = call;
         if self.deps.shutdown.is_closing() {
-            tracing::info!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %call.name, "tool call refused: the host is stopping");
+            tracing::info!(call_id = %id, tool = %call.name, "tool call refused: the host is stopping");
             reply.answer(ToolReply::Refused("the host is stopping".into()));
             return;
         }
@@ -247,7 +247,7 @@ impl TurnActor {
             Ok(tool) => tool,
             Err(err) => {
                 if let ToolInputError::Unknown(_) = err {
-                    tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), call_id = %id, tool = %call.name, "unknown tool called");
+                    tracing::warn!(call_id = %id, tool = %call.name, "unknown tool called");
                 }
                 reply.answer(ToolReply::Error(err.to_string()));
                 return;
@@ -290,13 +290,16 @@ impl TurnActor {
             reply: tx,
         });
         let pending = self.pending_tool(id, tool_name, reply);
-        actix::spawn(async move {
-            pending.finish(match rx.await {
-                Ok(Ok(())) => ToolReply::Ok("reacted".into()),
-                Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-            });
-        });
+        actix::spawn(
+            async move {
+                pending.finish(match rx.await {
+                    Ok(Ok(())) => ToolReply::Ok("reacted".into()),
+                    Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                    Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                });
+            }
+            .in_current_span(),
+        );
     }
 
     /// `send_file`: a file of the workdir, opened once, sent when the
@@ -315,7 +318,7 @@ impl TurnActor {
         let file = match outgoing(&workdir, path, as_photo) {
             Ok(file) => file,
             Err(why) => {
-                tracing::warn!(chat_id = self.chat_id(), call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
+                tracing::warn!(call_id = %id, path = %path.escape_debug(), cause = %why, "send_file refused");
                 reply.answer(ToolReply::Error(why));
                 return;
             }
@@ -453,7 +456,7 @@ impl TurnActor {
         if std::mem::replace(&mut self.output.told, true) {
             return;
         }
-        tracing::warn!(chat_id = self.chat_id(), turn_id = self.spec.turn.get(), notice = %notice, "the agent reached a limit of the turn");
+        tracing::warn!(notice = %notice, "the agent reached a limit of the turn");
         self.reply(Outgoing::Text(SendText::new(self.to(), notice)));
     }
 }

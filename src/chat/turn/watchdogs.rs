@@ -45,12 +45,7 @@ impl TurnActor {
         let timeout = self.deps.config.no_progress_timeout;
         self.watchdogs.no_progress = Some(ctx.run_later(timeout, move |act, ctx| {
             act.watchdogs.no_progress = None;
-            tracing::warn!(
-                chat_id = act.chat_id(),
-                turn_id = act.spec.turn.get(),
-                ?timeout,
-                "no progress from the agent"
-            );
+            tracing::warn!(?timeout, "no progress from the agent");
             act.record(TurnEvent::NoProgress, ctx);
         }));
     }
@@ -64,10 +59,10 @@ impl TurnActor {
         self.watchdogs.grace = Some(ctx.run_later(grace, move |act, ctx| {
             act.watchdogs.grace = None;
             if act.phase.is_live() {
-                tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), ?grace, "agent did not settle after its result; force-closing");
+                tracing::warn!(?grace, "agent did not settle after its result; force-closing");
                 act.record(TurnEvent::GraceExpired, ctx);
             } else {
-                tracing::warn!(chat_id = act.chat_id(), turn_id = act.spec.turn.get(), session = %act.label(), "session did not settle after the turn ended; force-closing");
+                tracing::warn!(session = %act.label(), "session did not settle after the turn ended; force-closing");
                 act.kill(ctx);
             }
         }));
@@ -129,12 +124,7 @@ impl TurnActor {
         self.watchdogs.budget_armed = Some(Instant::now());
         self.watchdogs.budget = Some(ctx.run_later(budget, move |act, ctx| {
             act.watchdogs.budget = None;
-            tracing::warn!(
-                chat_id = act.chat_id(),
-                turn_id = act.spec.turn.get(),
-                ?budget,
-                "turn ran past its budget"
-            );
+            tracing::warn!(?budget, "turn ran past its budget");
             act.record(TurnEvent::BudgetExceeded, ctx);
         }));
     }

@@ -9,7 +9,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use teloxide::types::ChatId;
 use teloxide::{ApiError, Bot, RequestError};
 
 use super::error::{OutboxError, Unreachable};
@@ -128,7 +127,6 @@ impl Rule {
 /// only go after `rule.until` is dropped before it takes a token.
 pub(super) async fn deliver<T, F, Fut>(
     telegram: &Telegram,
-    chat: ChatId,
     mut pacing: Option<&mut Pacing>,
     rule: Rule,
     mut request: F,
@@ -175,14 +173,13 @@ where
                 });
             }
             Sent::Plain(why) if rule.plain_fallback && !plain => {
-                tracing::info!(chat_id = chat.0, method = rule.method, cause = %why, "formatting refused; sending as plain text");
+                tracing::info!(method = rule.method, cause = %why, "formatting refused; sending as plain text");
                 plain = true;
                 continue;
             }
             Sent::Plain(why) => return Err(OutboxError::refused(why)),
             Sent::Fail(OutboxError::Blocked) => {
                 tracing::warn!(
-                    chat_id = chat.0,
                     method = rule.method,
                     "the bot is blocked in this chat; request dropped"
                 );
@@ -190,7 +187,7 @@ where
             }
             Sent::Fail(err) => return Err(err),
         };
-        match retry(telegram, rule, &mut attempt, wait, chat, &why).await {
+        match retry(telegram, rule, &mut attempt, wait, &why).await {
             Next::Again => {}
             Next::Late => return Err(late(rule)),
             Next::GiveUp => return Err(OutboxError::Unreachable(Unreachable::GaveUp(why))),
@@ -232,7 +229,6 @@ async fn retry(
     rule: Rule,
     attempt: &mut u32,
     wait: Duration,
-    chat: ChatId,
     why: &RequestError,
 ) -> Next {
     let limits = &telegram.limits;
@@ -245,13 +241,12 @@ async fn retry(
         .until
         .is_some_and(|until| Instant::now() + next >= until)
     {
-        tracing::warn!(chat_id = chat.0, method = rule.method, cause = %with_sources(why), "no time left to retry");
+        tracing::warn!(method = rule.method, cause = %with_sources(why), "no time left to retry");
         return Next::Late;
     }
     *attempt += 1;
     if *attempt > limits.max_retries || wait > limits.max_retry_after {
         tracing::warn!(
-            chat_id = chat.0,
             method = rule.method,
             attempts = *attempt,
             cause = %with_sources(why),
@@ -260,7 +255,6 @@ async fn retry(
         return Next::GiveUp;
     }
     tracing::info!(
-        chat_id = chat.0,
         method = rule.method,
         attempt = *attempt,
         wait_ms = next.as_millis() as u64,
@@ -275,6 +269,8 @@ async fn retry(
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
+
+    use teloxide::types::ChatId;
 
     use super::super::pacing;
     use super::*;
@@ -304,7 +300,7 @@ mod tests {
             ..Rule::idempotent("answerCallbackQuery")
         };
         let calls = Cell::new(0);
-        let sent = deliver(&telegram, ChatId(-5), Some(&mut pacing), rule, |_| {
+        let sent = deliver(&telegram, Some(&mut pacing), rule, |_| {
             calls.set(calls.get() + 1);
             Some(async { Ok::<(), RequestError>(()) })
         })

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use teloxide::types::{ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId, ThreadId};
+use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
@@ -70,7 +70,6 @@ pub(super) enum Job {
 
 /// A callback answer on its way, useless after `until`.
 pub(super) struct CallbackAnswer {
-    pub(super) chat: ChatId,
     pub(super) id: String,
     pub(super) text: String,
     pub(super) alert: bool,
@@ -81,7 +80,6 @@ impl CallbackAnswer {
     /// The answer to send, useless after the answer window.
     pub(super) fn new(msg: AnswerCallback) -> Self {
         Self {
-            chat: msg.chat,
             id: msg.id,
             text: cut_chars(&msg.text, CALLBACK_TEXT_LIMIT),
             alert: msg.alert,
@@ -121,6 +119,16 @@ impl Job {
             Self::Text(job) => Some(job.place.topic),
             Self::File(file) => Some(file.topic),
             Self::Question(question) => Some(question.topic),
+            Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
+        }
+    }
+
+    /// The turn that queued the job, if any.
+    pub(super) fn turn(&self) -> Option<TurnId> {
+        match self {
+            Self::Text(job) => job.turn,
+            Self::File(file) => file.turn,
+            Self::Question(question) => question.turn,
             Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
         }
     }
@@ -208,6 +216,8 @@ fn cut_chars(text: &str, limit: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use teloxide::types::ChatId;
+
     use super::super::requests::Button;
     use super::*;
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use teloxide::RequestError;
 use teloxide::types::{ChatId, ThreadId};
 use tokio::sync::mpsc;
+use tracing::{Instrument, Span};
 
 use super::deliver::Telegram;
 use super::error::OutboxError;
@@ -22,6 +23,7 @@ use super::pacing::{Bucket, Pacing};
 use super::requests::{Show, ShowAs, Slot};
 use super::send::{self, Post};
 use crate::events::EventBus;
+use crate::ops::logging::context_span;
 
 /// A lane unused for this long (and empty, with no live slot) is dropped
 /// and its worker ends.
@@ -135,7 +137,8 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    /// A lane for `chat`, and the worker that drains it (to be spawned).
+    /// A lane for `chat`, and the worker that drains it (to be spawned),
+    /// which logs in `lane{chat_id}`.
     pub(super) fn start(
         shared: &Arc<Shared>,
         chat: ChatId,
@@ -154,7 +157,9 @@ impl Lane {
             book,
             last_used: Instant::now(),
         };
-        (lane, worker.run(rx))
+        // A root: the lane outlives whichever request started it.
+        let span = context_span!(parent: None, "lane", chat_id = chat.0);
+        (lane, worker.run(rx).instrument(span))
     }
 
     /// Queues `job`; gives it back when the worker is gone.
@@ -319,7 +324,12 @@ impl Worker {
                 pending: &shared.pending,
                 epoch,
             };
-            post.run(&mut view, job).await;
+            // A turn's job logs in `job{turn_id}`, inside the lane's span.
+            let span = match job.turn() {
+                Some(turn) => context_span!("job", turn_id = turn.get()),
+                None => Span::none(),
+            };
+            post.run(&mut view, job).instrument(span).await;
         }
         self.finished();
     }
@@ -351,7 +361,6 @@ impl Worker {
             }
             Err(RequestError::RetryAfter(secs)) => {
                 tracing::info!(
-                    chat_id = chat.0,
                     retry_after_s = secs.seconds(),
                     "live text rate limited; the chat waits"
                 );
@@ -359,7 +368,7 @@ impl Worker {
                 self.put_back(show, epoch);
             }
             Err(err) => {
-                tracing::debug!(chat_id = chat.0, cause = %err, "live text not shown");
+                tracing::debug!(cause = %err, "live text not shown");
             }
         }
     }

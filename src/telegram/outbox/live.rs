@@ -71,7 +71,7 @@ pub(super) async fn show(
     let plain = Rendered::plain(rendered.text.clone());
     let mut attempt = once(telegram, chat, show, rendered, draft, shown).await;
     if let Err(RequestError::Api(ApiError::CantParseEntities(why))) = &attempt {
-        tracing::info!(chat_id = chat.0, cause = %why, "live text formatting refused; shown plain");
+        tracing::info!(cause = %why, "live text formatting refused; shown plain");
         attempt = once(telegram, chat, show, &plain, draft, shown).await;
     }
     attempt
@@ -133,7 +133,7 @@ pub(super) async fn edit(
     if !rendered.entities.is_empty() {
         rule = rule.or_plain();
     }
-    deliver(telegram, chat, Some(pacing), rule, |plain| {
+    deliver(telegram, Some(pacing), rule, |plain| {
         // No reply_markup: a question's buttons go.
         let mut payload = EditMessageText::new(chat, message_id, rendered.text.clone());
         payload.entities = entities(rendered).filter(|_| !plain);
@@ -155,7 +155,7 @@ pub(super) async fn delete(
     message_id: MessageId,
 ) -> Result<(), OutboxError> {
     let rule = Rule::idempotent("deleteMessage");
-    deliver(telegram, chat, Some(pacing), rule, |_| {
+    deliver(telegram, Some(pacing), rule, |_| {
         let payload = DeleteMessage::new(chat, message_id);
         Some(async move { call(&telegram.bot, &payload).await.map(|_| ()) })
     })

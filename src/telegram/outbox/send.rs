@@ -61,7 +61,7 @@ impl Post<'_> {
                 let result =
                     live::edit(self.telegram, self.chat, self.pacing, message_id, &rendered).await;
                 if let Err(err) = &result {
-                    tracing::warn!(chat_id = self.chat.0, message_id = message_id.0, cause = %err, "question not edited");
+                    tracing::warn!(message_id = message_id.0, cause = %err, "question not edited");
                 }
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
@@ -74,28 +74,22 @@ impl Post<'_> {
     /// attempt, so no retry outlives it. Takes no pacing.
     async fn typing(&mut self, lease: &TypingView, topic: Option<ThreadId>) {
         let (telegram, chat, events) = (self.telegram, self.chat, self.events);
-        let result = deliver(
-            telegram,
-            chat,
-            None,
-            Rule::idempotent("sendChatAction"),
-            |_| {
-                // Stamped before the lease is looked at: a lease ended (on the
-                // actors' thread) after this look ended after this stamp.
-                let at = Instant::now();
-                if !lease.is_live() {
-                    return None;
-                }
-                events.publish(BotEvent::ChatActionSent { chat, at });
-                let mut payload = SendChatAction::new(chat, ChatAction::Typing);
-                payload.message_thread_id = topic;
-                Some(async move { call(&telegram.bot, &payload).await })
-            },
-        )
+        let result = deliver(telegram, None, Rule::idempotent("sendChatAction"), |_| {
+            // Stamped before the lease is looked at: a lease ended (on the
+            // actors' thread) after this look ended after this stamp.
+            let at = Instant::now();
+            if !lease.is_live() {
+                return None;
+            }
+            events.publish(BotEvent::ChatActionSent { chat, at });
+            let mut payload = SendChatAction::new(chat, ChatAction::Typing);
+            payload.message_thread_id = topic;
+            Some(async move { call(&telegram.bot, &payload).await })
+        })
         .await;
         match result {
             Ok(_) | Err(OutboxError::Dropped) => {}
-            Err(err) => tracing::debug!(chat_id = chat.0, cause = %err, "sendChatAction failed"),
+            Err(err) => tracing::debug!(cause = %err, "sendChatAction failed"),
         }
     }
 
@@ -112,7 +106,7 @@ impl Post<'_> {
         if let Err((err, delivered)) = &outcome {
             let request = format!("piece {} of a text", delivered + 1);
             if !self.unconfirmed(place.topic, turn, err, &request).await {
-                tracing::warn!(chat_id = self.chat.0, cause = %err, delivered_pieces = delivered, "message not delivered");
+                tracing::warn!(cause = %err, delivered_pieces = delivered, "message not delivered");
             }
         }
         if let Some(reply) = reply {
@@ -158,7 +152,7 @@ impl Post<'_> {
                     // The preview is gone (deleted by the user, too old to
                     // edit): the text goes as a new message.
                     Err(err) => {
-                        tracing::info!(chat_id = self.chat.0, message_id = id.0, cause = %err, "preview not replaced; sending the text anew");
+                        tracing::info!(message_id = id.0, cause = %err, "preview not replaced; sending the text anew");
                     }
                 }
             }
@@ -182,7 +176,7 @@ impl Post<'_> {
             rule = rule.or_plain();
         }
         let (telegram, chat) = (self.telegram, self.chat);
-        deliver(telegram, chat, Some(&mut *self.pacing), rule, |plain| {
+        deliver(telegram, Some(&mut *self.pacing), rule, |plain| {
             let mut payload = SendMessage::new(chat, piece.text.as_str());
             payload.message_thread_id = place.topic;
             payload.reply_parameters = place
@@ -209,7 +203,7 @@ impl Post<'_> {
             None => live::delete(telegram, chat, self.pacing, id).await,
         };
         if let Err(err) = result {
-            tracing::warn!(chat_id = chat.0, message_id = id.0, cause = %err, "live message not cleared");
+            tracing::warn!(message_id = id.0, cause = %err, "live message not cleared");
         }
     }
 
@@ -217,7 +211,7 @@ impl Post<'_> {
     async fn react(&mut self, message_id: MessageId, emoji: String) -> Result<(), OutboxError> {
         let (telegram, chat) = (self.telegram, self.chat);
         let rule = Rule::idempotent("setMessageReaction");
-        deliver(telegram, chat, None, rule, |_| {
+        deliver(telegram, None, rule, |_| {
             let mut payload = SetMessageReaction::new(chat, message_id);
             payload.reaction = Some(vec![ReactionType::Emoji {
                 emoji: emoji.clone(),
@@ -232,7 +226,7 @@ impl Post<'_> {
         if let Err(err) = &result {
             let request = format!("the file {}", file.file.name);
             if !self.unconfirmed(file.topic, file.turn, err, &request).await {
-                tracing::warn!(chat_id = self.chat.0, file = %file.file.name, cause = %err, "file not delivered");
+                tracing::warn!(file = %file.file.name, cause = %err, "file not delivered");
             }
         }
         let _ = file.reply.send(result);
@@ -305,10 +299,9 @@ impl Post<'_> {
     where
         P: Payload<Output = Message> + Serialize,
     {
-        let (telegram, chat) = (self.telegram, self.chat);
+        let telegram = self.telegram;
         deliver(
             telegram,
-            chat,
             Some(&mut *self.pacing),
             Rule::once(method),
             |_| {
@@ -342,7 +335,6 @@ impl Post<'_> {
             let (telegram, chat) = (self.telegram, self.chat);
             deliver(
                 telegram,
-                chat,
                 Some(&mut *self.pacing),
                 Rule::once("sendMessage"),
                 |_| {
@@ -365,7 +357,7 @@ impl Post<'_> {
                 _ => "a question",
             };
             if !self.unconfirmed(topic, turn, err, request).await {
-                tracing::warn!(chat_id = self.chat.0, cause = %err, "question not delivered");
+                tracing::warn!(cause = %err, "question not delivered");
             }
         }
         let _ = reply.send(result);
@@ -404,8 +396,6 @@ impl Post<'_> {
         };
         let chat = self.chat;
         tracing::warn!(
-            chat_id = chat.0,
-            turn_id = turn.map(TurnId::get),
             method,
             request,
             cause = %crate::telegram::call::with_sources(cause),
@@ -423,7 +413,7 @@ impl Post<'_> {
             reply_to: None,
         };
         if let Err(err) = self.piece(place, &notice).await {
-            tracing::warn!(chat_id = chat.0, turn_id = turn.map(TurnId::get), cause = %err, "the notice of an unconfirmed message was not delivered");
+            tracing::warn!(cause = %err, "the notice of an unconfirmed message was not delivered");
         }
         true
     }
@@ -433,7 +423,6 @@ impl Post<'_> {
 /// pacing, never past its `until`.
 pub(super) async fn answer_callback(telegram: &Telegram, answer: CallbackAnswer) {
     let CallbackAnswer {
-        chat,
         id,
         text,
         alert,
@@ -443,7 +432,7 @@ pub(super) async fn answer_callback(telegram: &Telegram, answer: CallbackAnswer)
         until: Some(until),
         ..Rule::idempotent("answerCallbackQuery")
     };
-    let result = deliver(telegram, chat, None, rule, |_| {
+    let result = deliver(telegram, None, rule, |_| {
         let mut payload = AnswerCallbackQuery::new(CallbackQueryId(id.clone()));
         payload.show_alert = Some(alert);
         if !text.is_empty() {
@@ -453,6 +442,6 @@ pub(super) async fn answer_callback(telegram: &Telegram, answer: CallbackAnswer)
     })
     .await;
     if let Err(err) = result {
-        tracing::warn!(chat_id = chat.0, callback_query_id = %id, cause = %err, "callback query not answered");
+        tracing::warn!(callback_query_id = %id, cause = %err, "callback query not answered");
     }
 }
