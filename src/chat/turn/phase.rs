@@ -281,7 +281,6 @@ mod tests {
     #[test]
     fn transitions_to_the_end() {
         use Leftover::{Link, Warm};
-        use TurnOutcome::{Interrupted, NoProgress};
         let warm = TurnPhase::Opening { warm: Some("kept") };
         check(vec![
             (OPENING, attached("a", false), running("a", false), None),
@@ -327,6 +326,15 @@ mod tests {
             ),
             (settling("a"), Step::Reprompted, running("a", false), None),
             (settling("a"), Step::ResultArrived, settling("a"), None),
+        ]);
+    }
+
+    #[test]
+    fn transitions_to_closing() {
+        use Leftover::{Link, Warm};
+        use TurnOutcome::{Interrupted, NoProgress};
+        let warm = TurnPhase::Opening { warm: Some("kept") };
+        check(vec![
             (
                 OPENING,
                 Step::Ended(NoProgress),
