@@ -316,7 +316,7 @@ impl Bot {
             .ok_or_else(|| format!("{name}: no model call after the message"))?;
         if cold {
             let deadline = Instant::now() + Duration::from_secs(30);
-            while self.backend.live() > 0 {
+            while self.backend.running() > 0 {
                 if Instant::now() > deadline {
                     return Err(format!(
                         "{name}: the CLI process did not exit after the turn"

@@ -45,7 +45,7 @@ pub trait AgentBackend: Send + Sync + 'static {
 
     /// From now on, record the processes this backend starts in the state
     /// file (so a next start can kill what a crash left); none by default.
-    fn record_processes_in(&self, _inbox: crate::state::Inbox) {}
+    fn record_processes_in(&self, _inbox: crate::state::StoreHandle) {}
 }
 
 /// What a session is opened for.

@@ -21,11 +21,11 @@ use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
-use crate::chat::turn::{Forwarding, TurnDeps};
+use crate::chat::turn::{Forwarding, Services};
 use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
 use crate::shutdown::Shutdown;
-use crate::state::{Inbox, Store};
+use crate::state::{Store, StoreHandle};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
@@ -171,9 +171,9 @@ fn open_inbox(
     config: &Config,
     store: Arc<Store>,
     backend: &Arc<dyn AgentBackend>,
-) -> (Inbox, Recover) {
+) -> (StoreHandle, Recover) {
     kill_leftovers(&store);
-    let inbox = Inbox::start(store);
+    let inbox = StoreHandle::start(store);
     backend.record_processes_in(inbox.clone());
     start_pruning(&inbox, config.state.retention, config.agent_workdir());
     let recovered = Recover(Box::pin(inbox.recover()));
@@ -228,7 +228,7 @@ pub struct Turnstile {
     /// Live actor counts.
     pub gauges: Arc<Gauges>,
     /// The durable inbox and the rest of the state, on the store's thread.
-    pub inbox: Inbox,
+    pub inbox: StoreHandle,
     /// Where received files are saved.
     pub files: Files,
     /// The running turns.
@@ -296,7 +296,7 @@ impl Turnstile {
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let forwarding = Forwarding::default();
-        let deps = TurnDeps {
+        let deps = Services {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
             config: Arc::new(config.turn.clone()),

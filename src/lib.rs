@@ -43,7 +43,7 @@
 //!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
 //!     `turns.rs`: a turn's start and end);
-//!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `TurnDeps`
+//!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `Services`
 //!     and the turn's messages; `opening`; `TurnPhase`, holding the warm session and
 //!     the session's `link` where they exist; closing; serving the typed chat tool
 //!     calls; watchdogs; `approval`: tool approvals in the chat, with buttons,
@@ -74,7 +74,7 @@
 //!     (the stream as `Activity`), `permissions` (what answers `can_use_tool`),
 //!     `protocol` (typed stream-json) with `protocol/control.rs` (control requests
 //!     and responses) and `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
-//! - `state`: the SQLite `Store` and the `Inbox` (`state/inbox.rs`) that runs it on
+//! - `state`: the SQLite `Store` and the `StoreHandle` (`state/handle.rs`) that runs it on
 //!   its own thread and holds the states of a message; the inbox rows, each an
 //!   `Incoming` (`state/rows.rs`); the schema and its migrations (`state/schema.rs`);
 //!   `turnstile backup`'s online copy (`state/backup.rs`).

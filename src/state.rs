@@ -3,7 +3,7 @@
 //! offset. Versioned migrations run at open; a corrupt or unreadable file
 //! is an error, never a silent new database.
 //!
-//! [`Store`] is the SQL, synchronous; [`Inbox`] runs it on the store's own
+//! [`Store`] is the SQL, synchronous; [`StoreHandle`] runs it on the store's own
 //! thread and documents the states of a message (`inbox.rs`). An inbox row
 //! is an [`Incoming`](crate::incoming::Incoming) as the intake read it
 //! (`rows.rs`); the schema and its migrations are in `schema.rs`.
@@ -17,12 +17,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::ids::Conversation;
 
 mod backup;
-mod inbox;
+mod handle;
 mod rows;
 mod schema;
 
 pub use backup::{BackupError, BackupReport, backup};
-pub use inbox::{Disposition, Inbox};
+pub use handle::{Disposition, StoreHandle};
 pub use rows::{InboxRow, InboxState};
 pub use schema::SCHEMA_VERSION;
 
@@ -182,7 +182,7 @@ pub struct TurnRecord {
 }
 
 /// The store: the SQL, synchronous. The running bot calls it only from the
-/// store thread, through [`Inbox`]; tests and start-up checks may call it
+/// store thread, through [`StoreHandle`]; tests and start-up checks may call it
 /// directly.
 pub struct Store {
     /// The one connection.

@@ -100,7 +100,7 @@ async fn run(label: &str) -> (Harness, FakeAnthropic, Arc<ClaudeBackend>) {
         api.describe()
     );
     wait_until("the CLI to exit", Duration::from_secs(30), || {
-        backend.live() == 0
+        backend.running() == 0
     })
     .await;
     (h, api, backend)

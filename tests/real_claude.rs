@@ -58,7 +58,7 @@ async fn start(
 /// Waits (bounded) until every CLI process has exited and been reaped.
 async fn all_exited(backend: &ClaudeBackend) {
     wait_until("the CLI to exit", Duration::from_secs(30), || {
-        backend.live() == 0
+        backend.running() == 0
     })
     .await;
 }

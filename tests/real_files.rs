@@ -109,7 +109,7 @@ async fn the_agent_reads_a_received_file_and_sends_one_back() {
         CONTENT.to_uppercase()
     );
     wait_until("the CLI to exit", Duration::from_secs(30), || {
-        backend.live() == 0
+        backend.running() == 0
     })
     .await;
 }

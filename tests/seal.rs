@@ -463,12 +463,12 @@ async fn background_jobs_end_with_the_session(sandbox: &str, setsid: bool, close
     .await;
     match close {
         Close::New => {
-            assert_eq!(backend.live(), 1, "the session is warm");
+            assert_eq!(backend.running(), 1, "the session is warm");
             h.say(1, USER, "/new");
         }
         Close::KeepWarm => {}
         Close::Stop => {
-            assert_eq!(backend.live(), 1, "the session is warm");
+            assert_eq!(backend.running(), 1, "the session is warm");
             h.bot.stop().await;
         }
     }
@@ -481,7 +481,7 @@ async fn background_jobs_end_with_the_session(sandbox: &str, setsid: bool, close
                 .map(|(how, m)| (*how, sleeping(m)))
                 .filter(|(_, pids)| !pids.is_empty())
                 .collect();
-            let live = backend.live();
+            let live = backend.running();
             async move {
                 if left.is_empty() && live == 0 {
                     Ok(())

@@ -38,7 +38,7 @@ use std::time::Duration;
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
-use process::{AgentProcess, LiveProcesses};
+use process::{AgentProcess, RunningProcesses};
 
 pub use driver::MAX_LINE_BYTES;
 #[doc(hidden)]
@@ -227,7 +227,7 @@ pub struct ClaudeBackend {
     /// Processes spawned so far.
     spawned: AtomicU64,
     /// Processes not yet reaped; [`AgentBackend::closed`] waits for none.
-    live: LiveProcesses,
+    running: RunningProcesses,
 }
 
 impl ClaudeBackend {
@@ -237,13 +237,13 @@ impl ClaudeBackend {
             settings: Arc::new(settings),
             tools,
             spawned: AtomicU64::new(0),
-            live: LiveProcesses::new(),
+            running: RunningProcesses::new(),
         }
     }
 
     /// Processes started and not yet reaped.
-    pub fn live(&self) -> i64 {
-        self.live.get()
+    pub fn running(&self) -> i64 {
+        self.running.get()
     }
 
     /// Processes spawned so far.
@@ -266,7 +266,7 @@ impl ClaudeBackend {
         };
         let argv = self.settings.argv(&self.tools, resume.as_deref());
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(&self.settings, &key, &argv, &self.live)?;
+        let spawned = AgentProcess::spawn(&self.settings, &key, &argv, &self.running)?;
         let pid = spawned.process.pid();
         tracing::info!(pid, resume = ?resume, "agent process started");
         Ok(driver::start(driver::Start {
@@ -282,19 +282,19 @@ impl ClaudeBackend {
 }
 
 impl AgentBackend for ClaudeBackend {
-    fn record_processes_in(&self, inbox: crate::state::Inbox) {
-        self.live.record_in(inbox);
+    fn record_processes_in(&self, inbox: crate::state::StoreHandle) {
+        self.running.record_in(inbox);
     }
 
     fn closed(&self) -> BoxFuture<()> {
-        let live = self.live.clone();
+        let running = self.running.clone();
         let wait = self
             .settings
             .kill_grace
             .saturating_mul(2)
             .saturating_add(Duration::from_secs(1));
         Box::pin(async move {
-            let _ = tokio::time::timeout(wait, live.all_reaped()).await;
+            let _ = tokio::time::timeout(wait, running.all_reaped()).await;
         })
     }
 

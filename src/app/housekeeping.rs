@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::state::{Inbox, Store};
+use crate::state::{Store, StoreHandle};
 
 /// Kills the agent process groups the previous process recorded and left
 /// running (a `kill -9`), and forgets them.
@@ -32,7 +32,11 @@ pub(super) fn kill_leftovers(store: &Store) {
 /// Prunes old state now and then once a day, on the store thread; and as
 /// often the files in each conversation's `inbox/` as old, off the actors'
 /// thread.
-pub(super) fn start_pruning(inbox: &Inbox, retention: Duration, workdirs: std::path::PathBuf) {
+pub(super) fn start_pruning(
+    inbox: &StoreHandle,
+    retention: Duration,
+    workdirs: std::path::PathBuf,
+) {
     inbox.prune(retention);
     let inbox = inbox.clone();
     actix_rt::spawn(async move {

@@ -11,7 +11,7 @@ use crate::chat::dispatcher::{Dispatcher, RunningTurns};
 use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::ops::server::{OpsServer, Ping, Probe};
-use crate::state::Inbox;
+use crate::state::StoreHandle;
 
 /// Binds `[ops] listen`, when set: before Telegram is asked anything, so a
 /// taken port fails the start at once, with no actor to stop.
@@ -34,7 +34,7 @@ pub(super) fn serve_ops(
     listener: std::net::TcpListener,
     events: &EventBus,
     gauges: &Arc<Gauges>,
-    inbox: &Inbox,
+    inbox: &StoreHandle,
     dispatcher: &Addr<Dispatcher>,
 ) -> Result<OpsServer, StartError> {
     let probe = Probe {

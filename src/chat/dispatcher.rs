@@ -24,7 +24,7 @@ use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
     ChatCommand, ChatReport, ChatSettings, ChatSupervisor, RetireChat, StopChatForHost, UserMessage,
 };
-use crate::chat::turn::{ButtonPressed, TurnDeps};
+use crate::chat::turn::{ButtonPressed, Services};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
@@ -80,7 +80,7 @@ struct ChatEntry {
 /// The actor.
 pub struct Dispatcher {
     /// What turns need.
-    deps: TurnDeps,
+    deps: Services,
     /// Who may talk to the bot.
     access: AccessConfig,
     /// Queueing and concurrency.
@@ -115,7 +115,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher.
     pub fn new(
-        deps: TurnDeps,
+        deps: Services,
         access: AccessConfig,
         config: DispatcherConfig,
         (keep_warm, max_warm): (Duration, usize),

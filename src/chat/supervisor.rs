@@ -30,7 +30,7 @@ use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
 use crate::chat::notices::{not_accepted, queue_full};
 use crate::chat::slots::{TurnSlot, TurnSlots};
-use crate::chat::turn::{AbortTurn, TurnActor, TurnDeps};
+use crate::chat::turn::{AbortTurn, Services, TurnActor};
 use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::{Command, Incoming};
@@ -141,7 +141,7 @@ pub struct ChatSupervisor {
     /// The conversation: the chat, or one forum topic of it.
     to: Conversation,
     /// What turns need.
-    deps: TurnDeps,
+    deps: Services,
     /// Queue and merge settings.
     settings: ChatSettings,
     /// Where reports go.
@@ -172,7 +172,7 @@ impl ChatSupervisor {
     /// A supervisor for `chat`.
     pub fn new(
         to: Conversation,
-        deps: TurnDeps,
+        deps: Services,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
         slots: TurnSlots,

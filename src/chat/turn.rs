@@ -31,7 +31,7 @@ use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 pub use self::contract::{
-    AbortTurn, InterruptTurn, SessionReleased, StopForHost, TurnDeps, TurnEnded, TurnSpec,
+    AbortTurn, InterruptTurn, Services, SessionReleased, StopForHost, TurnEnded, TurnSpec,
 };
 use self::link::{Link, Settled};
 use self::live::LiveView;
@@ -53,14 +53,14 @@ pub struct TurnActor {
     /// What the turn is for.
     spec: TurnSpec,
     /// Shared services.
-    deps: TurnDeps,
+    deps: Services,
     /// Where the turn is, with the session it holds there: the warm one
     /// handed over by the supervisor while opening, the link once attached.
     phase: Phase,
     /// Counts sessions attached, so a read from a replaced one is ignored.
     generation: u64,
     /// True until TurnEnded; read by tool work finishing outside the actor.
-    live: Arc<AtomicBool>,
+    open: Arc<AtomicBool>,
     /// Who gets TurnEnded.
     ended_to: Vec<Recipient<TurnEnded>>,
     /// Who gets the session back.
@@ -93,7 +93,7 @@ impl TurnActor {
     /// a settled session, else on a fresh one.
     pub fn new(
         spec: TurnSpec,
-        deps: TurnDeps,
+        deps: Services,
         warm: Option<AgentSession>,
         ended_to: Vec<Recipient<TurnEnded>>,
         released_to: Recipient<SessionReleased>,
@@ -112,7 +112,7 @@ impl TurnActor {
             deps,
             phase: TurnPhase::Opening { warm },
             generation: 0,
-            live: Arc::new(AtomicBool::new(true)),
+            open: Arc::new(AtomicBool::new(true)),
             ended_to,
             released_to,
             session_id: None,
@@ -186,7 +186,7 @@ impl TurnActor {
 
     /// Records an event and ends the turn when it decides the outcome.
     fn record(&mut self, event: TurnEvent, ctx: &mut Context<Self>) {
-        if !self.phase.is_live() {
+        if !self.phase.holds_chat() {
             return;
         }
         self.log.push(event);
@@ -196,7 +196,7 @@ impl TurnActor {
     }
 
     fn on_event(&mut self, event: AgentEvent, ctx: &mut Context<Self>) {
-        if !self.phase.is_live() {
+        if !self.phase.holds_chat() {
             return self.on_late_event(event, ctx);
         }
         self.arm_no_progress(ctx);
@@ -275,7 +275,7 @@ impl TurnActor {
         let text = result.text.clone();
         let num_turns = result.num_turns;
         self.record(TurnEvent::Result(result), ctx);
-        if !self.phase.is_live() {
+        if !self.phase.holds_chat() {
             return;
         }
         let reprompted = self.log.iter().any(|e| matches!(e, TurnEvent::Reprompted));
@@ -356,7 +356,7 @@ impl Handler<AbortTurn> for TurnActor {
 
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
         tracing::warn!("turn aborted at the hard deadline");
-        self.live.store(false, Ordering::SeqCst);
+        self.open.store(false, Ordering::SeqCst);
         self.spec.typing.end();
         self.close_approvals("the turn took too long", ctx);
         self.send(SessionCommand::Kill);

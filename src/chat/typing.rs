@@ -86,7 +86,7 @@ impl TypingActor {
 
     fn pulse(&mut self, _ctx: &mut Context<Self>) {
         if let Some(lease) = &self.lease
-            && lease.alive.is_live()
+            && lease.alive.may_show()
         {
             self.outbox.do_send(SendTyping {
                 chat: self.chat,

@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 
 use super::metrics::Metrics;
 use crate::events::Gauges;
-use crate::state::Inbox;
+use crate::state::StoreHandle;
 
 /// How long the dispatcher may take to answer a health ping.
 const PING_BOUND: Duration = Duration::from_secs(2);
@@ -34,7 +34,7 @@ pub struct Probe {
     /// Live actor counts.
     pub gauges: Arc<Gauges>,
     /// The store, for its error count.
-    pub inbox: Inbox,
+    pub inbox: StoreHandle,
     /// Pings the dispatcher for `/healthz`.
     pub ping: Ping,
     /// `telegram.poll_timeout`: a poll must have answered within twice it.

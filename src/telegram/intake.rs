@@ -20,7 +20,7 @@ use crate::incoming::{Ask, Incoming, Parsed, Place, cut, parse};
 use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
-use crate::state::{Inbox, UPDATE_ID_RESET_GAP};
+use crate::state::{StoreHandle, UPDATE_ID_RESET_GAP};
 use crate::telegram::addressing::{Addressing, NotForUs, strip_address};
 use crate::telegram::files::attachments;
 
@@ -58,7 +58,7 @@ pub struct Intake {
     offset: i32,
     /// The durable inbox: an update is written there before the offset
     /// moves past it.
-    inbox: Inbox,
+    inbox: StoreHandle,
     /// Which messages are for this bot; the others are never handed over.
     addressing: Addressing,
     /// Who may talk to the bot: a stranger's message is written to the
@@ -75,7 +75,7 @@ impl Intake {
         poll_timeout: Duration,
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
-        inbox: Inbox,
+        inbox: StoreHandle,
         (addressing, access): (Addressing, AccessConfig),
     ) -> Self {
         Self {

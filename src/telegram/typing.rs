@@ -105,7 +105,7 @@ impl TypingLease {
     }
 
     /// Whether typing may be shown for its turn now.
-    pub fn is_live(&self) -> bool {
+    pub fn may_show(&self) -> bool {
         self.0.state.load(Ordering::SeqCst) == LIVE
     }
 
@@ -130,7 +130,7 @@ impl Drop for TypingLease {
 
 impl TypingView {
     /// Whether typing may be shown for its turn now.
-    pub fn is_live(&self) -> bool {
+    pub fn may_show(&self) -> bool {
         self.0.state.load(Ordering::SeqCst) == LIVE
     }
 }
@@ -142,16 +142,16 @@ mod tests {
     #[test]
     fn a_lease_pauses_resumes_and_ends_for_good() {
         let lease = TypingLease::new();
-        assert!(lease.is_live());
+        assert!(lease.may_show());
         lease.pause();
-        assert!(!lease.is_live() && !lease.is_ended());
+        assert!(!lease.may_show() && !lease.is_ended());
         lease.resume();
-        assert!(lease.is_live());
+        assert!(lease.may_show());
         lease.pause();
         lease.end();
         lease.resume();
         assert!(
-            lease.is_ended() && !lease.is_live(),
+            lease.is_ended() && !lease.may_show(),
             "an ended lease stays ended"
         );
     }
@@ -163,11 +163,11 @@ mod tests {
         let lease = TypingLease::of_turn(ChatId(7), TurnId(1), events.clone());
         let view = lease.view();
         lease.pause();
-        assert!(!view.is_live(), "a view sees the pause");
+        assert!(!view.may_show(), "a view sees the pause");
         lease.resume();
-        assert!(view.is_live());
+        assert!(view.may_show());
         drop(lease);
-        assert!(!view.is_live(), "a lease nobody owns is not live");
+        assert!(!view.may_show(), "a lease nobody owns is not live");
         match rx.try_recv() {
             Ok(BotEvent::TypingStopped { chat, .. }) => assert_eq!(chat, ChatId(7)),
             other => panic!("expected TypingStopped, got {other:?}"),

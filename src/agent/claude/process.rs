@@ -58,15 +58,15 @@ const STDERR_TAIL_LINES: usize = 5;
 /// How many processes are started and not yet reaped; a completion signal,
 /// so nothing polls for zero.
 #[derive(Debug, Clone)]
-pub(super) struct LiveProcesses {
+pub(super) struct RunningProcesses {
     /// The count; every change wakes [`Self::all_reaped`].
     count: Arc<watch::Sender<i64>>,
     /// Where each live process group is recorded (the state file), so a
     /// next start can kill what a `kill -9` of turnstile left behind.
-    ledger: Arc<std::sync::OnceLock<crate::state::Inbox>>,
+    ledger: Arc<std::sync::OnceLock<crate::state::StoreHandle>>,
 }
 
-impl LiveProcesses {
+impl RunningProcesses {
     /// No process yet.
     pub(super) fn new() -> Self {
         Self {
@@ -76,7 +76,7 @@ impl LiveProcesses {
     }
 
     /// Records process groups in `inbox`'s store from now on.
-    pub(super) fn record_in(&self, inbox: crate::state::Inbox) {
+    pub(super) fn record_in(&self, inbox: crate::state::StoreHandle) {
         let _ = self.ledger.set(inbox);
     }
 
@@ -135,7 +135,7 @@ pub(super) struct AgentProcess {
     /// Set once the process is reaped and its group killed.
     reaped: bool,
     /// Counted down once reaped.
-    live: LiveProcesses,
+    running: RunningProcesses,
     /// The last stderr lines, for the exit report.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
 }
@@ -158,7 +158,7 @@ impl AgentProcess {
         settings: &ClaudeSettings,
         chat: &str,
         argv: &[String],
-        live: &LiveProcesses,
+        running: &RunningProcesses,
     ) -> Result<Spawned, AgentError> {
         let plan = seal::plan(
             &settings.seal,
@@ -218,14 +218,14 @@ impl AgentProcess {
         };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
-        live.started();
-        live.recorded(pid, chat);
+        running.started();
+        running.recorded(pid, chat);
         Ok(Spawned {
             process: Self {
                 child,
                 pid,
                 reaped: false,
-                live: live.clone(),
+                running: running.clone(),
                 stderr_tail,
             },
             stdin,
@@ -263,8 +263,8 @@ impl AgentProcess {
         kill_group(self.pid, libc::SIGKILL);
         if !self.reaped {
             self.reaped = true;
-            self.live.reaped();
-            self.live.forgotten(self.pid);
+            self.running.reaped();
+            self.running.forgotten(self.pid);
         }
     }
 
@@ -293,8 +293,8 @@ impl Drop for AgentProcess {
             // The runtime is going away mid-session (turnstile is exiting):
             // take the whole group down now; the child is reaped by tokio.
             kill_group(self.pid, libc::SIGKILL);
-            self.live.reaped();
-            self.live.forgotten(self.pid);
+            self.running.reaped();
+            self.running.forgotten(self.pid);
         }
     }
 }

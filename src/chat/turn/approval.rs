@@ -205,7 +205,7 @@ impl TurnActor {
         let rule = rule_for(ask.tool.full(), &ask.input);
         let grants = self.deps.inbox.always_rules(self.spec.to.chat);
         ctx.spawn(grants.into_actor(self).map(move |grants, act, ctx| {
-            if !act.phase.is_live() {
+            if !act.phase.holds_chat() {
                 ask.reply.answer(Permission::Deny {
                     message: "the turn has already ended".into(),
                 });

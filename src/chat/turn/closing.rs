@@ -77,7 +77,7 @@ impl TurnActor {
             },
             ctx,
         );
-        self.live.store(false, Ordering::SeqCst);
+        self.open.store(false, Ordering::SeqCst);
         // The status goes (or folds) and an unfinished preview with it.
         self.view.finish();
         let replied = self.announce_end(&outcome, at);

@@ -1,5 +1,5 @@
 //! The turn's contract with its chat: what a turn is for ([`TurnSpec`]),
-//! the services every turn shares ([`TurnDeps`]), and the messages between
+//! the services every turn shares ([`Services`]), and the messages between
 //! a turn and its supervisor and typing actor.
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::shutdown::Shutdown;
-use crate::state::Inbox;
+use crate::state::StoreHandle;
 use crate::telegram::TypingLease;
 use crate::telegram::files::Files;
 use crate::telegram::outbox::Outbox;
@@ -101,7 +101,7 @@ pub struct TurnSpec {
 
 /// What every turn of every chat shares.
 #[derive(Clone)]
-pub struct TurnDeps {
+pub struct Services {
     /// Opens sessions.
     pub backend: Arc<dyn AgentBackend>,
     /// The way out to Telegram.
@@ -115,7 +115,7 @@ pub struct TurnDeps {
     /// Live actor counts.
     pub gauges: Arc<Gauges>,
     /// The durable inbox (and session ids, turn records).
-    pub inbox: Inbox,
+    pub inbox: StoreHandle,
     /// Set once the host is stopping: agent requests are then refused.
     pub shutdown: Shutdown,
     /// `dispatcher.on_interrupted == "retry"`.
@@ -129,7 +129,7 @@ pub struct TurnDeps {
     pub forwarding: Forwarding,
 }
 
-impl TurnDeps {
+impl Services {
     /// The working directory of `to`.
     pub fn workdir_of(&self, to: Conversation) -> std::path::PathBuf {
         crate::agent::claude::seal::chat_path(&self.workdir, &to.key())

@@ -39,7 +39,7 @@ impl TurnActor {
                 text.push_str(&act.spec.text);
             }
             act.spec.text = text;
-            if act.phase.is_live() {
+            if act.phase.holds_chat() {
                 act.begin(ctx);
             }
         }));
@@ -95,7 +95,7 @@ impl TurnActor {
                 .await
         };
         ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
-            Ok(session) if act.phase.is_live() => act.attach(session, false, ctx),
+            Ok(session) if act.phase.holds_chat() => act.attach(session, false, ctx),
             Ok(session) => drop(session),
             Err(err) => {
                 act.start_failed(&err);

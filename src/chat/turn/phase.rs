@@ -215,7 +215,7 @@ impl<S, L> TurnPhase<S, L> {
     }
 
     /// Whether the turn still holds the chat (TurnEnded not sent).
-    pub(crate) fn is_live(&self) -> bool {
+    pub(crate) fn holds_chat(&self) -> bool {
         self.outcome().is_none()
     }
 
@@ -454,8 +454,8 @@ mod tests {
         assert!(OPENING.awaits_result());
         assert!(!settling("a").awaits_result());
         assert!(running("a", true).is_proving() && !running("a", false).is_proving());
-        assert!(settling("a").is_live());
-        assert!(!closing(None, TurnOutcome::Interrupted).is_live());
+        assert!(settling("a").holds_chat());
+        assert!(!closing(None, TurnOutcome::Interrupted).holds_chat());
         assert!(!closing(None, TurnOutcome::Interrupted).is_released());
     }
 

@@ -14,7 +14,7 @@ use super::TurnActor;
 use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
 use crate::chat::notices::{self, bounded};
-use crate::state::Inbox;
+use crate::state::StoreHandle;
 use crate::telegram::files::outgoing;
 use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
 
@@ -99,7 +99,7 @@ enum Allowance {
 impl ReplyLane {
     /// Opens the lane: the "replied" write is asked now.
     pub(super) fn open(
-        inbox: &Inbox,
+        inbox: &StoreHandle,
         update_ids: Vec<i64>,
         outbox: actix::Addr<Outbox>,
         forwarding: Forwarding,
@@ -154,7 +154,7 @@ pub(super) struct PendingTool {
     tool: &'static str,
     reply: Responder<ToolReply>,
     /// False once the turn has ended.
-    live: Arc<AtomicBool>,
+    open: Arc<AtomicBool>,
     shutdown: crate::shutdown::Shutdown,
 }
 
@@ -162,7 +162,7 @@ impl PendingTool {
     /// Answers the agent, or, when the turn ended or the host began stopping
     /// meanwhile, logs the result and drops it.
     fn finish(self, value: ToolReply) {
-        if self.live.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
+        if self.open.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
             self.reply.answer(value);
             return;
         }
@@ -227,7 +227,7 @@ impl TurnActor {
             id,
             tool,
             reply,
-            live: Arc::clone(&self.live),
+            open: Arc::clone(&self.open),
             shutdown: self.deps.shutdown.clone(),
         }
     }

@@ -58,7 +58,7 @@ impl TurnActor {
         let grace = self.deps.config.post_result_grace;
         self.watchdogs.grace = Some(ctx.run_later(grace, move |act, ctx| {
             act.watchdogs.grace = None;
-            if act.phase.is_live() {
+            if act.phase.holds_chat() {
                 tracing::warn!(?grace, "agent did not settle after its result; force-closing");
                 act.record(TurnEvent::GraceExpired, ctx);
             } else {
@@ -93,7 +93,7 @@ impl TurnActor {
             return;
         }
         self.watchdogs.waiting_for_person -= 1;
-        if self.watchdogs.waiting_for_person > 0 || !self.phase.is_live() {
+        if self.watchdogs.waiting_for_person > 0 || !self.phase.holds_chat() {
             return;
         }
         self.spec.typing.resume();

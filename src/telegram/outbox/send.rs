@@ -78,7 +78,7 @@ impl Post<'_> {
             // Stamped before the lease is looked at: a lease ended (on the
             // actors' thread) after this look ended after this stamp.
             let at = Instant::now();
-            if !lease.is_live() {
+            if !lease.may_show() {
                 return None;
             }
             events.publish(BotEvent::ChatActionSent { chat, at });

@@ -120,20 +120,20 @@ fn a_group_recorded_in_an_earlier_boot_is_never_killed() {
 
 #[tokio::test]
 async fn all_reaped_resolves_when_the_last_process_is_reaped() {
-    let live = LiveProcesses::new();
-    live.started();
-    live.started();
+    let running = RunningProcesses::new();
+    running.started();
+    running.started();
     let waiter = tokio::spawn({
-        let live = live.clone();
-        async move { live.all_reaped().await }
+        let running = running.clone();
+        async move { running.all_reaped().await }
     });
-    live.reaped();
+    running.reaped();
     tokio::task::yield_now().await;
     assert!(!waiter.is_finished(), "one process is still live");
-    live.reaped();
+    running.reaped();
     tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("woken without polling")
         .unwrap();
-    assert_eq!(live.get(), 0);
+    assert_eq!(running.get(), 0);
 }

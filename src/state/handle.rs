@@ -1,4 +1,4 @@
-//! The [`Inbox`]: what happens to an accepted message, in one place, and the
+//! The [`StoreHandle`]: what happens to an accepted message, in one place, and the
 //! store's own thread, so no SQLite call ever runs on the actor thread.
 //!
 //! # The states of a message
@@ -16,20 +16,20 @@
 //! - **queued**: written by the intake before the update offset moves past
 //!   it; a message already in the inbox (same update id) is not handed over
 //!   again.
-//! - **running**: its turn started ([`Inbox::turn_started`]).
+//! - **running**: its turn started ([`StoreHandle::turn_started`]).
 //! - **replied**: something of its turn may have reached the chat; written
-//!   *before* the first reply leaves ([`Inbox::replying`] resolves once it
+//!   *before* the first reply leaves ([`StoreHandle::replying`] resolves once it
 //!   is written; WAL with `synchronous = NORMAL` survives a crash of the
 //!   process, not a power loss), so after a crash it is reported, never run twice.
 //! - **done**: its turn ended; **reported**: its chat was told it was
 //!   interrupted; **dropped**: refused or cleared, and the chat was told.
 //!
-//! At start, [`Inbox::recover`] returns every queued, running and replied
+//! At start, [`StoreHandle::recover`] returns every queued, running and replied
 //! message of the previous process: queued ones run again, running ones run
 //! again with `dispatcher.on_interrupted = "retry"`, the rest are reported.
 //!
 //! Every call is a job for the store thread, run in the order it was asked.
-//! A failed statement is logged and counted ([`Inbox::errors`]); the bot
+//! A failed statement is logged and counted ([`StoreHandle::errors`]); the bot
 //! goes on with what it has in memory.
 
 use std::future::Future;
@@ -45,7 +45,7 @@ use crate::ids::{Conversation, TurnId};
 use crate::incoming::Incoming;
 
 /// A job for the store thread.
-type Job = Box<dyn FnOnce(&Store) + Send>;
+type StoreJob = Box<dyn FnOnce(&Store) + Send>;
 
 /// How a turn leaves the messages it answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl Disposition {
 /// The shared part: the way to the store thread and the error count.
 struct Shared {
     /// Jobs, in order; the thread ends when the last sender is dropped.
-    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    jobs: std::sync::Mutex<mpsc::Sender<StoreJob>>,
     /// Failed statements since start (a metric, not only a log line).
     errors: AtomicU64,
     /// Test hook: the next job sleeps this long first (milliseconds).
@@ -83,23 +83,23 @@ struct Shared {
 /// The durable inbox and the rest of the state store, driven from the
 /// store's own thread. Cheap to clone.
 #[derive(Clone)]
-pub struct Inbox {
+pub struct StoreHandle {
     /// The thread and the counters.
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for Inbox {
+impl std::fmt::Debug for StoreHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inbox")
+        f.debug_struct("StoreHandle")
             .field("errors", &self.errors())
             .finish()
     }
 }
 
-impl Inbox {
+impl StoreHandle {
     /// Starts the store thread over `store`.
     pub fn start(store: Arc<Store>) -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<StoreJob>();
         let spawned = std::thread::Builder::new()
             .name("turnstile-store".into())
             .spawn(move || {
@@ -179,7 +179,7 @@ impl Inbox {
         drop(self.ask(what, f));
     }
 
-    fn submit(&self, what: &'static str, job: Job) {
+    fn submit(&self, what: &'static str, job: StoreJob) {
         let sent = self
             .shared
             .jobs
@@ -414,7 +414,7 @@ mod tests {
 
     #[tokio::test]
     async fn jobs_run_in_the_order_they_were_asked() {
-        let inbox = Inbox::start(Arc::new(Store::in_memory().unwrap()));
+        let inbox = StoreHandle::start(Arc::new(Store::in_memory().unwrap()));
         assert_eq!(
             inbox.accept(vec![msg(1), msg(2)], 3).await,
             vec![true, true]
@@ -438,7 +438,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_statement_is_counted() {
         let store = Arc::new(Store::in_memory().unwrap());
-        let inbox = Inbox::start(Arc::clone(&store));
+        let inbox = StoreHandle::start(Arc::clone(&store));
         inbox.tell("breaking", |s| {
             s.break_for_tests();
             Ok(())
@@ -450,7 +450,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stalled_job_does_not_block_the_caller() {
-        let inbox = Inbox::start(Arc::new(Store::in_memory().unwrap()));
+        let inbox = StoreHandle::start(Arc::new(Store::in_memory().unwrap()));
         inbox.stall_next_write(Duration::from_millis(300));
         let asked = std::time::Instant::now();
         inbox.turn_started(vec![1], TurnId(1));
