@@ -16,10 +16,10 @@ fn lines_as_json(log: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
+/// Runs the binary with JSON logs for one turn ("hello there" in chat 1),
+/// stops it with SIGTERM and returns its log lines, parsed and as text.
+async fn one_turn_in_json(api: &FakeBotApi) -> (Vec<serde_json::Value>, String) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let api = FakeBotApi::start().await;
     let log = dir.path().join("stderr.log");
     let env = [
         ("TURNSTILE_LOG_FORMAT", "json".to_string()),
@@ -28,7 +28,7 @@ async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
             dir.path().join("state.db").display().to_string(),
         ),
     ];
-    let mut bot = BotProcess::spawn(&api, &log, &env);
+    let mut bot = BotProcess::spawn(api, &log, &env);
     api.push_text(1, USER, "hello there");
     api.wait_for_texts(1, 1, Duration::from_secs(30)).await;
     wait_until("the turn's end in the log", Duration::from_secs(30), || {
@@ -37,8 +37,15 @@ async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
     .await;
     bot.signal(libc::SIGTERM);
     let status = bot.exit().await;
-    assert!(status.success(), "{status:?}\n{}", bot.log_text());
-    let lines = lines_as_json(&bot.log_text());
+    let text = bot.log_text();
+    assert!(status.success(), "{status:?}\n{text}");
+    (lines_as_json(&text), text)
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
+    let api = FakeBotApi::start().await;
+    let (lines, _) = one_turn_in_json(&api).await;
     assert!(
         lines.iter().any(|l| l["message"] == "turnstile started"),
         "the start line is there too"
@@ -67,32 +74,13 @@ async fn json_logs_are_one_object_per_line_with_chat_turn_and_outcome() {
 /// turn at the top level of its object, as the turn's own lines do.
 #[tokio::test]
 async fn a_line_logged_deep_inside_a_turn_carries_its_chat_and_turn_at_the_top_level() {
-    let dir = tempfile::tempdir().expect("tempdir");
     let api = FakeBotApi::start().await;
-    let log = dir.path().join("stderr.log");
-    let env = [
-        ("TURNSTILE_LOG_FORMAT", "json".to_string()),
-        (
-            "TURNSTILE_STATE_PATH",
-            dir.path().join("state.db").display().to_string(),
-        ),
-    ];
     api.inject("sendMessage", Fault::RetryAfter(1));
-    let mut bot = BotProcess::spawn(&api, &log, &env);
-    api.push_text(1, USER, "hello there");
-    api.wait_for_texts(1, 1, Duration::from_secs(30)).await;
-    wait_until("the turn's end in the log", Duration::from_secs(30), || {
-        bot.log_text().contains("turn ended")
-    })
-    .await;
-    bot.signal(libc::SIGTERM);
-    let status = bot.exit().await;
-    assert!(status.success(), "{status:?}\n{}", bot.log_text());
-    let lines = lines_as_json(&bot.log_text());
+    let (lines, text) = one_turn_in_json(&api).await;
     let retry = lines
         .iter()
         .find(|l| l["message"] == "retrying a telegram request")
-        .unwrap_or_else(|| panic!("no retry in the log:\n{}", bot.log_text()));
+        .unwrap_or_else(|| panic!("no retry in the log:\n{text}"));
     assert_eq!(retry["method"], "sendMessage", "{retry}");
     assert_eq!(retry["chat_id"], 1, "{retry}");
     assert_eq!(retry["turn_id"], 1, "{retry}");

@@ -1,4 +1,3 @@
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::{ActorContext, ActorFutureExt, AsyncContext, Handler, Message, WrapFuture};
@@ -7,32 +6,14 @@ use tokio::sync::oneshot;
 
 use super::*;
 
-/// What a subscriber wrote.
-#[derive(Clone, Default)]
-struct Written(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Written {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Runs `run` under the JSON subscriber with `filter`: what it wrote, and
 /// each line as JSON.
 fn logged(filter: &str, run: impl FnOnce()) -> (String, Vec<Value>) {
-    let written = Written::default();
+    let written = Captured::default();
     let writer = written.clone();
     let subscriber = json(EnvFilter::new(filter), move || writer.clone());
     tracing::subscriber::with_default(subscriber, run);
-    let text = String::from_utf8_lossy(&written.0.lock().expect("written")).into_owned();
+    let text = written.text();
     let lines = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))

@@ -14,27 +14,9 @@ fn update(id: i32) -> Update {
     .expect("an update")
 }
 
-/// A writer appending to a shared buffer, for the log.
-#[derive(Clone, Default)]
-struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn an_update_whose_reading_panics_is_dropped_with_an_error_and_the_rest_go_on() {
-    let log = Log::default();
+    let log = crate::ops::logging::Captured::default();
     let writer = log.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
@@ -47,7 +29,7 @@ fn an_update_whose_reading_panics_is_dropped_with_an_error_and_the_rest_go_on() 
         })
     });
     assert_eq!(kept, vec![1, 3]);
-    let log = String::from_utf8_lossy(&log.0.lock().expect("log")).into_owned();
+    let log = log.text();
     let line = log
         .lines()
         .find(|l| l.contains("ERROR"))
