@@ -144,6 +144,7 @@ pub mod ids;
 pub mod incoming;
 pub mod ops;
 pub mod outcome;
+pub mod schedule;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;
