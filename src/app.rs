@@ -24,6 +24,7 @@ use crate::chat::slots::TurnSlots;
 use crate::chat::turn::{Forwarding, TurnDeps};
 use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
+use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
 use crate::state::{Inbox, Store};
 use crate::telegram::addressing::{Addressing, BotIdentity};
@@ -221,6 +222,8 @@ pub struct Turnstile {
     pub dispatcher: Addr<Dispatcher>,
     /// Long-polls Telegram.
     pub intake: Addr<Intake>,
+    /// Runs the schedules.
+    pub scheduler: Addr<Scheduler>,
     /// The way out to Telegram.
     pub outbox: Addr<Outbox>,
     /// What the bot reports about itself.
@@ -296,6 +299,7 @@ impl Turnstile {
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let forwarding = Forwarding::default();
+        let schedules = ScheduleBook::new(inbox.clone(), &config.schedules);
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -309,6 +313,7 @@ impl Turnstile {
             files: files.clone(),
             workdir: config.agent_workdir(),
             forwarding: forwarding.clone(),
+            schedules: schedules.clone(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
@@ -323,6 +328,14 @@ impl Turnstile {
         .start();
         // Before any new update: what the previous process left unfinished.
         dispatcher.do_send(recovered);
+        let scheduler = Scheduler::new(
+            schedules,
+            inbox.clone(),
+            &config.schedules,
+            dispatcher.clone().recipient(),
+            Arc::clone(events.metrics()),
+        )
+        .start();
         let intake = Intake::new(
             bot.clone(),
             config.telegram.poll_timeout,
@@ -343,6 +356,7 @@ impl Turnstile {
         log_started(config);
         Ok(Self {
             dispatcher,
+            scheduler,
             intake,
             outbox,
             events,
@@ -386,6 +400,7 @@ impl Turnstile {
     pub async fn stop(&self) -> usize {
         self.shutdown.trigger();
         let _ = self.intake.send(StopIntake).await;
+        let _ = self.scheduler.send(StopScheduler).await;
         self.confirm_offset().await;
         let start = Instant::now();
         let deadline = start

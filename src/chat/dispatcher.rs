@@ -30,6 +30,7 @@ use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
 use crate::incoming::{Ask, Command, Incoming};
 use crate::ops::panics::contain;
+use crate::schedule::RunDue;
 use crate::state::now_ms;
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::{AnswerCallback, SendText};
@@ -322,7 +323,7 @@ impl Dispatcher {
     /// One message for the bot, as the intake read it: a stranger's is
     /// refused, the rest acted on.
     fn message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
-        if !self.admits(m.from, m.to.chat) {
+        if !m.is_scheduled() && !self.admits(m.from, m.to.chat) {
             self.deps.inbox.dropped(vec![m.update_id]);
             self.refuse(m.to, m.from, m.answer_to());
             return;
@@ -345,6 +346,10 @@ impl Dispatcher {
                 self.say(m.to, crate::chat::commands::unknown(word));
                 self.deps.inbox.handled(update_id);
             }
+            Ask::Agent if self.stopping && m.is_scheduled() => {
+                // Left queued: the next start runs it (it was claimed).
+                tracing::info!(update_id, "scheduled run left queued for the next start");
+            }
             Ask::Agent if self.stopping => {
                 self.deps.inbox.dropped(vec![update_id]);
                 self.say(m.to, not_accepted(self.deps.shutdown.is_restarting()));
@@ -358,6 +363,16 @@ impl Dispatcher {
                 self.deliver(to, ForChat::Message(msg), ctx);
             }
         }
+    }
+}
+
+impl Handler<RunDue> for Dispatcher {
+    type Result = ();
+
+    /// A schedule's run, claimed and queued: routed as a message just
+    /// received (the schedule's maker was checked when it was made).
+    fn handle(&mut self, RunDue(run): RunDue, ctx: &mut Self::Context) {
+        self.handle(UpdateReceived::Message(run), ctx);
     }
 }
 

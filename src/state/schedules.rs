@@ -361,10 +361,10 @@ impl Inbox {
         })
     }
 
-    /// Claims a slot and queues its run ([`Store::claim_run`]); `None`
-    /// when it was claimed before, the schedule is gone, or the write
-    /// failed (then nothing was written: the next start finds the slot
-    /// unclaimed and catches it up).
+    /// Claims a slot and queues its run ([`Store::claim_run`]): the run,
+    /// or `Some(None)` when it was claimed before or the schedule is gone;
+    /// `None` when the write failed (then nothing was written: the next
+    /// start finds the slot unclaimed and catches it up).
     pub fn claim_run(
         &self,
         id: i64,
@@ -372,11 +372,10 @@ impl Inbox {
         missed: u64,
         once: bool,
         run: Incoming,
-    ) -> impl Future<Output = Option<Incoming>> + Send + 'static {
-        let ask = self.ask("claiming a scheduled run", move |store| {
+    ) -> impl Future<Output = Option<Option<Incoming>>> + Send + 'static {
+        self.ask("claiming a scheduled run", move |store| {
             store.claim_run(id, slot, missed, once, run)
-        });
-        async move { ask.await.flatten() }
+        })
     }
 
     /// Moves a schedule past `slot` without a run.

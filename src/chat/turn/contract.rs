@@ -126,6 +126,8 @@ pub struct TurnDeps {
     pub workdir: std::path::PathBuf,
     /// The reply lanes' texts not yet handed to the outbox.
     pub forwarding: Forwarding,
+    /// The conversations' schedules (`/schedule`, the agent's tools).
+    pub schedules: crate::schedule::ScheduleBook,
 }
 
 impl TurnDeps {
