@@ -9,9 +9,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::OpenFlags;
+use serde_json::json;
+use support::bot_api::Buttons;
 use support::*;
 use turnstile::Config;
-use turnstile::agent::Scenario;
+use turnstile::agent::{Scenario, Step};
 use turnstile::config::OperatorSchedule;
 
 /// An operator schedule in the private chat of `USER`.
@@ -97,4 +99,224 @@ async fn runs_come_on_their_slots_marked_and_each_answered_once() {
             "one run per slot, none skipped: {runs:?}"
         );
     }
+}
+
+/// Another allowed user, in their own private chat.
+const OTHER: i64 = 1002;
+
+/// Waits for a text to `chat` containing `needle`.
+async fn told(h: &Harness, chat: i64, needle: &str) -> String {
+    h.api
+        .wait_for(SOON, &format!("a text with {needle:?}"), |_| {
+            h.texts(chat).into_iter().find(|t| t.contains(needle))
+        })
+        .await
+}
+
+/// Waits for an edit in `chat` containing `needle`.
+async fn edited(h: &Harness, chat: i64, needle: &str) -> String {
+    h.api
+        .wait_for(SOON, &format!("an edit with {needle:?}"), |calls| {
+            calls
+                .iter()
+                .filter(|c| {
+                    c.method == "editmessagetext" && c.params["chat_id"].as_i64() == Some(chat)
+                })
+                .filter_map(|c| c.params["text"].as_str())
+                .find(|t| t.contains(needle))
+                .map(str::to_string)
+        })
+        .await
+}
+
+/// Waits for the answer to callback `id`.
+async fn callback_answer(h: &Harness, id: &str) -> String {
+    h.api
+        .wait_for(SOON, &format!("the answer to callback {id}"), |calls| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.method == "answercallbackquery"
+                        && c.params["callback_query_id"].as_str() == Some(id)
+                })
+                .map(|c| c.params["text"].as_str().unwrap_or_default().to_string())
+        })
+        .await
+}
+
+/// `/schedules` in `chat`, and the list's message id and buttons.
+async fn list(h: &Harness, chat: i64, user: i64, listed_before: usize) -> (String, i64, Buttons) {
+    h.say(chat, user, "/schedules");
+    let text = h
+        .api
+        .wait_for(SOON, "the list", |_| {
+            let lists: Vec<String> = h
+                .texts(chat)
+                .into_iter()
+                .filter(|t| t.starts_with("⏰ Schedules here"))
+                .collect();
+            lists.get(listed_before).cloned()
+        })
+        .await;
+    let (id, buttons) = h.api.last_buttons(chat).unwrap_or_default();
+    (text, id, buttons)
+}
+
+#[actix_rt::test]
+async fn the_chat_schedules_lists_and_removes_with_its_button() {
+    let h = Harness::start_edited(Scenario::default(), &[], |config: &mut Config| {
+        let mut standup = every("standup", "1h", "standup notes");
+        standup.every = None;
+        standup.cron = Some("0 9 * * 1-5".into());
+        config.schedules.list.push(standup);
+    })
+    .await;
+    h.say(USER, USER, "/schedule every 2h check the build");
+    let made = told(&h, USER, "Scheduled").await;
+    assert!(
+        made.starts_with("⏰ Scheduled #2: every 2h; next run "),
+        "{made}"
+    );
+    h.say(USER, USER, "/schedule cron \"0 25 * * *\" weekday report");
+    let bad = told(&h, USER, "cron expression").await;
+    assert!(bad.contains("bad cron expression “0 25 * * *”"), "{bad}");
+    assert!(
+        bad.contains("/schedule every 2h <prompt>"),
+        "with the usage: {bad}"
+    );
+    h.say(USER, USER, "/schedule every 1m spam");
+    let often = told(&h, USER, "min_interval").await;
+    assert_eq!(
+        often,
+        "⚠️ Not scheduled: it would run every 1m, more often than schedules.min_interval (5m) allows."
+    );
+    h.say(USER, USER, "/schedule in 30m stretch");
+    told(&h, USER, "Scheduled #3: once").await;
+
+    let (text, message, buttons) = list(&h, USER, USER, 0).await;
+    assert!(text.contains("🔒 standup · cron \"0 9 * * 1-5\""), "{text}");
+    assert!(text.contains("#2 · every 2h · next "), "{text}");
+    assert!(text.contains("#3 · once · next "), "{text}");
+    assert_eq!(
+        buttons,
+        vec![
+            vec![("❌ #2".to_string(), "unsched:2".to_string())],
+            vec![("❌ #3".to_string(), "unsched:3".to_string())]
+        ],
+        "a ❌ for each of the conversation's own, none for the operator's"
+    );
+    // Not the operator's, not from another conversation.
+    let press = h.api.push_callback(USER, USER, message as i32, "unsched:1");
+    assert!(
+        callback_answer(&h, &press)
+            .await
+            .contains("the operator's (🔒)")
+    );
+    let press = h.api.push_callback(OTHER, OTHER, 1, "unsched:2");
+    assert!(
+        callback_answer(&h, &press)
+            .await
+            .contains("this conversation has no schedule #2")
+    );
+    let press = h.api.push_callback(USER, USER, message as i32, "unsched:2");
+    assert_eq!(callback_answer(&h, &press).await, "❌ Removed schedule #2.");
+    edited(
+        &h,
+        USER,
+        "❌ Removed schedule #2. /schedules lists the rest.",
+    )
+    .await;
+    let (text, _, buttons) = list(&h, USER, USER, 1).await;
+    assert!(!text.contains("#2"), "{text}");
+    assert_eq!(
+        buttons,
+        vec![vec![("❌ #3".to_string(), "unsched:3".to_string())]]
+    );
+    // A stranger may not schedule.
+    h.say(STRANGER, STRANGER, "/schedule every 2h x");
+    told(&h, STRANGER, "only answers the people").await;
+}
+
+fn call(name: &str, input: serde_json::Value) -> turnstile::agent::ScriptTool {
+    tool(&format!("mcp__telegram-tools__{name}"), input)
+}
+
+#[actix_rt::test]
+async fn the_agent_schedules_in_its_own_conversation_within_the_bounds() {
+    let mut calls = vec![
+        call(
+            "schedule",
+            json!({"when": "cron 0 9 * * 1-5", "prompt": "check the build"}),
+        ),
+        call("schedule", json!({"when": "every 1m", "prompt": "spam"})),
+        call(
+            "schedule",
+            json!({"when": "cron \"0 9 * *\"", "prompt": "broken"}),
+        ),
+        call("unschedule", json!({"id": 1})),
+        call("schedules", json!({})),
+    ];
+    for i in 0..20 {
+        calls.push(call(
+            "schedule",
+            json!({"when": "every 1h", "prompt": format!("n{i}")}),
+        ));
+    }
+    calls.push(call("end_turn", json!({"text": "done"})));
+    let scenario = Scenario::default()
+        .with_rule("remind", turn(vec![Step::Tools { calls }]))
+        .with_rule(
+            "mine",
+            turn(vec![Step::Tools {
+                calls: vec![call("schedules", json!({})), call("end_turn", json!({}))],
+            }]),
+        );
+    let mut h = Harness::start(scenario, &[]).await;
+    // The other conversation's schedule #1, which this agent must not touch.
+    h.say(OTHER, OTHER, "/schedule every 2h theirs");
+    told(&h, OTHER, "Scheduled #1").await;
+    h.say(
+        USER,
+        USER,
+        "remind me every weekday at 9 to check the build",
+    );
+    h.turn_ended(USER, 1).await;
+    let results = h.backend.log().tool_results;
+    let shown: Vec<&str> = results.iter().map(|(_, r)| r.as_str()).collect();
+    assert!(
+        shown[0].starts_with("Ok: scheduled #2 (id 2): cron \"0 9 * * 1-5\"; next run "),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1]
+            .contains("Error: it would run every 1m, more often than schedules.min_interval (5m)"),
+        "{shown:?}"
+    );
+    assert!(shown[2].contains("Error: bad cron expression"), "{shown:?}");
+    assert_eq!(
+        shown[3], "Error: this conversation has no schedule #1",
+        "another chat's: {shown:?}"
+    );
+    assert!(
+        shown[4].contains("check the build") && !shown[4].contains("theirs"),
+        "{shown:?}"
+    );
+    let made = shown[5..25]
+        .iter()
+        .filter(|r| r.starts_with("Ok: scheduled"))
+        .count();
+    assert_eq!(made, 19, "20 of its own at most: {shown:?}");
+    assert_eq!(
+        shown[24],
+        "Error: this conversation already has 20 schedules of its own, the most it may have; remove one first"
+    );
+    // The other conversation still has its own.
+    h.say(OTHER, OTHER, "mine");
+    h.turn_ended(OTHER, 1).await;
+    let results = h.backend.log().tool_results;
+    let theirs = &results[results.len() - 2].1;
+    assert!(
+        theirs.contains("theirs") && !theirs.contains("check the build"),
+        "{theirs}"
+    );
 }

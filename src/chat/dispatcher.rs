@@ -7,6 +7,7 @@
 
 mod commands;
 mod recovery;
+mod schedules;
 
 pub use recovery::Recover;
 
@@ -251,6 +252,9 @@ impl Dispatcher {
             .username
             .clone()
             .map_or_else(|| query.from.first_name.clone(), |u| format!("@{u}"));
+        if let Some(id) = query.data.as_deref().and_then(schedules::unschedule_press) {
+            return self.unschedule_pressed(id, to, &query, ctx);
+        }
         let press = query.data.as_deref().and_then(|data| {
             ButtonPressed::parse(
                 data,

@@ -14,6 +14,7 @@ mod contract;
 pub(crate) mod live;
 mod opening;
 mod phase;
+mod scheduling;
 mod serve;
 mod watchdogs;
 
