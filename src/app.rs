@@ -181,6 +181,25 @@ fn open_inbox(
     (inbox, recovered)
 }
 
+/// The scheduler, after the dispatcher was asked to recover the inbox (so
+/// a run claimed now never overtakes what the previous process left).
+fn start_scheduler(
+    config: &Config,
+    schedules: ScheduleBook,
+    inbox: &Inbox,
+    dispatcher: &Addr<Dispatcher>,
+    events: &EventBus,
+) -> Addr<Scheduler> {
+    Scheduler::new(
+        schedules,
+        inbox.clone(),
+        &config.schedules,
+        dispatcher.clone().recipient(),
+        Arc::clone(events.metrics()),
+    )
+    .start()
+}
+
 /// Says what started, in the log.
 fn log_started(config: &Config) {
     tracing::info!(
@@ -298,8 +317,7 @@ impl Turnstile {
         let (inbox, recovered) = open_inbox(config, store, &backend);
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
-        let forwarding = Forwarding::default();
-        let schedules = ScheduleBook::new(inbox.clone(), &config.schedules);
+        let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
         let deps = TurnDeps {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -328,14 +346,6 @@ impl Turnstile {
         .start();
         // Before any new update: what the previous process left unfinished.
         dispatcher.do_send(recovered);
-        let scheduler = Scheduler::new(
-            schedules,
-            inbox.clone(),
-            &config.schedules,
-            dispatcher.clone().recipient(),
-            Arc::clone(events.metrics()),
-        )
-        .start();
         let intake = Intake::new(
             bot.clone(),
             config.telegram.poll_timeout,
@@ -349,14 +359,14 @@ impl Turnstile {
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let follower = crate::ops::follow(events.metrics(), &events);
         let ops = listener
             .map(|listener| serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher))
             .transpose()?;
         log_started(config);
         Ok(Self {
+            scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),
+            _follower: AbortOnDrop(crate::ops::follow(events.metrics(), &events)),
             dispatcher,
-            scheduler,
             intake,
             outbox,
             events,
@@ -371,7 +381,6 @@ impl Turnstile {
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
             ops,
-            _follower: AbortOnDrop(follower),
         })
     }
 

@@ -320,3 +320,71 @@ async fn the_agent_schedules_in_its_own_conversation_within_the_bounds() {
         "{theirs}"
     );
 }
+
+/// The value of the metric line starting with `name` (0 when absent).
+fn metric(h: &Harness, name: &str) -> f64 {
+    h.bot
+        .events
+        .metrics()
+        .render(0, 0, 0)
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[actix_rt::test]
+async fn with_catch_up_skip_missed_slots_are_counted_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let env = [
+        ("TURNSTILE_STATE_PATH", db_env.as_str()),
+        ("TURNSTILE_SCHEDULES_CATCH_UP", "skip"),
+    ];
+    let schedule = |config: &mut Config| config.schedules.list.push(every("tick", "1s", "ping"));
+    let first = Harness::start_edited(Scenario::default(), &env, schedule).await;
+    first
+        .api
+        .wait_for(SOON, "a run answered", |_| {
+            texts_with(&first, USER, "⏰ tick").first().cloned()
+        })
+        .await;
+    first.bot.stop().await;
+    assert_eq!(metric(&first, "turnstile_schedules "), 1.0);
+    assert!(
+        metric(
+            &first,
+            "turnstile_schedule_runs_total{outcome=\"delivered\"} "
+        ) >= 1.0
+    );
+    let last = runs(&db).last().expect("a run").0;
+    // Down while two slots pass: the wall clock is the event here.
+    while turnstile::state::now_ms() < last + 2_000 + 200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = Harness::start_edited(Scenario::default(), &env, schedule).await;
+    second
+        .api
+        .wait_for(SOON, "the next run on its slot", |_| {
+            texts_with(&second, USER, "⏰ tick").first().cloned()
+        })
+        .await;
+    let texts = texts_with(&second, USER, "⏰ tick");
+    assert!(
+        texts.iter().all(|t| t == "echo: ⏰ tick: ping"),
+        "no catch-up run: {texts:?}"
+    );
+    assert!(
+        metric(
+            &second,
+            "turnstile_schedule_runs_total{outcome=\"missed\"} "
+        ) >= 2.0
+    );
+    let runs = runs(&db);
+    assert!(runs.iter().all(|(_, missed, _)| *missed == 0), "{runs:?}");
+    assert!(
+        runs.iter().any(|(slot, _, _)| *slot >= last + 3_000),
+        "{runs:?}"
+    );
+    second.bot.stop().await;
+}

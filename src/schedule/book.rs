@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 use tokio::sync::Notify;
 
 use super::when::{Timing, When, show_ms, zone};
-use crate::config::SchedulesConfig;
+use crate::config::Config;
 use crate::ids::Conversation;
 use crate::state::{Added, Inbox, NewSchedule, Origin, Removed, ScheduleRow, now_ms};
 
@@ -60,10 +60,11 @@ pub struct ScheduleBook {
 }
 
 impl ScheduleBook {
-    /// A book over `inbox` with the config's bounds.
-    pub fn new(inbox: Inbox, config: &SchedulesConfig) -> Self {
+    /// A book over `inbox` with the bounds of `config.schedules`.
+    pub fn new(inbox: &Inbox, config: &Config) -> Self {
+        let config = &config.schedules;
         Self {
-            inbox,
+            inbox: inbox.clone(),
             changed: Arc::new(Notify::new()),
             timezone: zone(&config.timezone).unwrap_or(Tz::UTC),
             min_interval: config.min_interval,
