@@ -388,3 +388,53 @@ async fn with_catch_up_skip_missed_slots_are_counted_not_run() {
     );
     second.bot.stop().await;
 }
+
+#[actix_rt::test]
+async fn a_busy_conversation_gets_the_run_as_a_later_turn_never_refused() {
+    let scenario = Scenario::default().with_rule(
+        "slow",
+        turn(vec![
+            // The agent thinks through several slots of the schedule.
+            Step::Wait { ms: 2_500 },
+            Step::Tools {
+                calls: vec![call("end_turn", json!({"text": "slow done"}))],
+            },
+        ]),
+    );
+    let h = Harness::start_edited(
+        scenario,
+        &[("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "1")],
+        |config: &mut Config| config.schedules.list.push(every("tick", "1s", "ping")),
+    )
+    .await;
+    h.say(USER, USER, "slow");
+    h.api
+        .wait_for(SOON, "the slow turn running", |calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "sendchataction")
+                .then_some(())
+        })
+        .await;
+    h.say(USER, USER, "queued");
+    let texts = h
+        .api
+        .wait_for(
+            Duration::from_secs(20),
+            "runs answered after the slow turn",
+            |_| {
+                let texts = h.texts(USER);
+                let slow = texts.iter().position(|t| t == "slow done")?;
+                let runs = texts[slow..]
+                    .iter()
+                    .filter(|t| *t == "echo: ⏰ tick: ping")
+                    .count();
+                (runs >= 2 && texts.contains(&"echo: queued".to_string())).then_some(texts)
+            },
+        )
+        .await;
+    assert!(
+        !texts.iter().any(|t| t.contains("not queued")),
+        "a run is not refused by the queue limit: {texts:?}"
+    );
+}
