@@ -179,6 +179,12 @@ impl Store {
             params![cutoff],
         )?;
         let turns = conn.execute("DELETE FROM turns WHERE ended_at < ?1", params![cutoff])?;
+        // A claim this old is at or before its schedule's last slot, which
+        // no claim goes back to: its key has done its work.
+        conn.execute(
+            "DELETE FROM schedule_runs WHERE claimed_at < ?1",
+            params![cutoff],
+        )?;
         Ok(Pruned { inbox, turns })
     }
 
