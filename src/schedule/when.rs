@@ -21,8 +21,10 @@ use croner::parser::{CronParser, Seconds};
 /// The shortest `every` there is (slots are whole seconds).
 pub const MIN_EVERY: Duration = Duration::from_secs(1);
 
-/// How many slots are counted at most when telling how many were missed.
-pub const MAX_COUNTED: u64 = 100_000;
+/// How many `cron` or `at` slots are counted at most when telling how many
+/// were missed (the count is then "at least"); each costs a cron search on
+/// the actor thread. `every` slots are counted by arithmetic, uncapped.
+pub const MAX_COUNTED: u64 = 10_000;
 
 /// Why a schedule's timing could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -240,11 +242,27 @@ impl Timing {
             at = next;
             if count >= MAX_COUNTED {
                 // Past the count, only the last slot matters.
-                let (_, tail) = self.slots_between(upto_ms.saturating_sub(1), upto_ms);
-                return (count, tail.or(last));
+                return (count, self.last_until(upto_ms).or(last));
             }
         }
         (count, last)
+    }
+
+    /// Its last slot at or before `upto_ms` (for `every`, `cron` and `at`;
+    /// a once's is its time).
+    fn last_until(&self, upto_ms: i64) -> Option<i64> {
+        match &self.when {
+            When::Every(period) => {
+                let p = i64::try_from(period.as_millis()).ok()?.max(1);
+                upto_ms.div_euclid(p).checked_mul(p)
+            }
+            When::Once(at) => (*at <= upto_ms).then_some(*at),
+            When::Daily(_, _, cron) | When::Cron(_, cron) => {
+                let upto = self.tz.timestamp_millis_opt(upto_ms).single()?;
+                let last = cron.find_previous_occurrence(&upto, true).ok()?;
+                Some(last.with_timezone(&Utc).timestamp_millis())
+            }
+        }
     }
 
     /// The shortest gap between its next `samples` slots after `from_ms`:

@@ -149,6 +149,10 @@ fn missed_slots_are_counted_and_the_last_named() {
     assert_eq!((n, last), (6, Some(utc(2026, 1, 1, 1, 0))));
     let every = timing(When::every("1s").unwrap(), "UTC");
     assert_eq!(every.slots_between(0, 7 * 86_400_000).0, 7 * 86_400);
+    // Past the count, the last slot is still the last one.
+    let minutely = timing(When::cron("* * * * *").unwrap(), "UTC");
+    let (n, last) = minutely.slots_between(0, 20_000 * 60_000 + 30_000);
+    assert_eq!((n, last), (MAX_COUNTED, Some(20_000 * 60_000)));
 }
 
 #[test]
