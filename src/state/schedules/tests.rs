@@ -149,3 +149,24 @@ fn the_operators_schedules_follow_the_config_and_the_chat_cannot_remove_them() {
         "its last slot kept"
     );
 }
+
+#[test]
+fn a_version_8_file_gains_the_schedules_with_its_inbox_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    {
+        let old = Store::create_at_version(&path, 8).unwrap();
+        assert!(old.accept(&run(5)).unwrap());
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.schema_version().unwrap(),
+        crate::state::SCHEMA_VERSION
+    );
+    assert_eq!(store.unfinished().unwrap().len(), 1);
+    assert!(store.schedules().unwrap().is_empty());
+    assert!(matches!(
+        store.add_schedule(&new(5), 1).unwrap(),
+        Added::Id(_)
+    ));
+}
