@@ -438,3 +438,25 @@ async fn a_busy_conversation_gets_the_run_as_a_later_turn_never_refused() {
         "a run is not refused by the queue limit: {texts:?}"
     );
 }
+
+#[actix_rt::test]
+async fn a_run_whose_turn_does_not_complete_counts_as_failed() {
+    let scenario = Scenario::default().with_rule(
+        "ping",
+        turn(vec![Step::Fail {
+            detail: "crashed".into(),
+        }]),
+    );
+    let mut h = Harness::start_edited(scenario, &[], |config: &mut Config| {
+        config.schedules.list.push(every("tick", "1s", "ping"))
+    })
+    .await;
+    let (_, outcome, _) = h.turn_ended(USER, 1).await;
+    assert!(!outcome.finished(), "{outcome:?}");
+    h.bot.stop().await;
+    assert!(metric(&h, "turnstile_schedule_runs_total{outcome=\"failed\"} ") >= 1.0);
+    assert_eq!(
+        metric(&h, "turnstile_schedule_runs_total{outcome=\"delivered\"} "),
+        0.0
+    );
+}
