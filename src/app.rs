@@ -24,6 +24,7 @@ use crate::chat::slots::TurnSlots;
 use crate::chat::turn::{Forwarding, Services};
 use crate::config::{Backend, Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
+use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
 use crate::state::{Store, StoreHandle};
 use crate::telegram::addressing::{Addressing, BotIdentity};
@@ -180,6 +181,25 @@ fn open_inbox(
     (inbox, recovered)
 }
 
+/// The scheduler, after the dispatcher was asked to recover the inbox (so
+/// a run claimed now never overtakes what the previous process left).
+fn start_scheduler(
+    config: &Config,
+    schedules: ScheduleBook,
+    inbox: &StoreHandle,
+    dispatcher: &Addr<Dispatcher>,
+    events: &EventBus,
+) -> Addr<Scheduler> {
+    Scheduler::new(
+        schedules,
+        inbox.clone(),
+        &config.schedules,
+        dispatcher.clone().recipient(),
+        Arc::clone(events.metrics()),
+    )
+    .start()
+}
+
 /// Says what started, in the log.
 fn log_started(config: &Config) {
     tracing::info!(
@@ -221,6 +241,8 @@ pub struct Turnstile {
     pub dispatcher: Addr<Dispatcher>,
     /// Long-polls Telegram.
     pub intake: Addr<Intake>,
+    /// Runs the schedules.
+    pub scheduler: Addr<Scheduler>,
     /// The way out to Telegram.
     pub outbox: Addr<Outbox>,
     /// What the bot reports about itself.
@@ -295,7 +317,7 @@ impl Turnstile {
         let (inbox, recovered) = open_inbox(config, store, &backend);
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
-        let forwarding = Forwarding::default();
+        let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
         let deps = Services {
             backend: Arc::clone(&backend),
             outbox: outbox.clone(),
@@ -309,6 +331,7 @@ impl Turnstile {
             files: files.clone(),
             workdir: config.agent_workdir(),
             forwarding: forwarding.clone(),
+            schedules: schedules.clone(),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
@@ -336,12 +359,13 @@ impl Turnstile {
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let follower = crate::ops::follow(events.metrics(), &events);
         let ops = listener
             .map(|listener| serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher))
             .transpose()?;
         log_started(config);
         Ok(Self {
+            scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),
+            _follower: AbortOnDrop(crate::ops::follow(events.metrics(), &events)),
             dispatcher,
             intake,
             outbox,
@@ -357,7 +381,6 @@ impl Turnstile {
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
             ops,
-            _follower: AbortOnDrop(follower),
         })
     }
 
@@ -386,6 +409,7 @@ impl Turnstile {
     pub async fn stop(&self) -> usize {
         self.shutdown.trigger();
         let _ = self.intake.send(StopIntake).await;
+        let _ = self.scheduler.send(StopScheduler).await;
         self.confirm_offset().await;
         let start = Instant::now();
         let deadline = start

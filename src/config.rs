@@ -35,6 +35,7 @@ mod env;
 mod error;
 mod load;
 mod redact;
+mod schedules;
 mod sealing;
 mod validate;
 
@@ -45,13 +46,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use self::choices::{
-    Backend, GroupMode, Keep, LogFormat, OnInterrupted, PermissionMode, Sandbox, SettingSource,
-    Stream,
+    Backend, CatchUp, GroupMode, Keep, LogFormat, OnInterrupted, PermissionMode, Sandbox,
+    SettingSource, Stream,
 };
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
+pub use self::schedules::{OperatorSchedule, SchedulesConfig};
 pub use self::validate::{MAX_COUNT, MAX_DURATION};
 
 /// The environment variable the bot token is read from (and the only place
@@ -93,6 +95,8 @@ pub struct Config {
     pub log: LogConfig,
     /// What the chat sees while the agent works.
     pub progress: ProgressConfig,
+    /// Prompts that run on their own, on time.
+    pub schedules: SchedulesConfig,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]

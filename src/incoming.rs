@@ -140,6 +140,14 @@ impl Incoming {
         (self.place == Place::Group).then_some(self.message_id)
     }
 
+    /// Whether it is a schedule's run rather than a Telegram message: its
+    /// update id is minus its claim's id (Telegram's are positive). Its
+    /// sender is who made the schedule (0: the operator), already checked
+    /// when it was made; it carries no Telegram message to reply to.
+    pub fn is_scheduled(&self) -> bool {
+        self.update_id < 0
+    }
+
     /// Whether it came from a private chat with the bot.
     pub fn is_private(&self) -> bool {
         self.place == Place::Private

@@ -74,9 +74,16 @@
 //!     (the stream as `Activity`), `permissions` (what answers `can_use_tool`),
 //!     `protocol` (typed stream-json) with `protocol/control.rs` (control requests
 //!     and responses) and `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
+//! - `schedule`: schedules: `schedule/when.rs` the pure next-slot function (`every`
+//!   aligned to the epoch, `cron` and `at` in a zone across DST via `croner` and
+//!   `chrono-tz`, `in` once), `schedule/words.rs` how the chat and the agent write
+//!   one, `schedule/book.rs` the `ScheduleBook` (a conversation's schedules within
+//!   their bounds), `schedule/scheduler.rs` the `Scheduler` actor (one timer to the
+//!   earliest slot; a slot claimed with its run queued, then `RunDue` to the dispatcher).
 //! - `state`: the SQLite `Store` and the `StoreHandle` (`state/handle.rs`) that runs it on
 //!   its own thread and holds the states of a message; the inbox rows, each an
 //!   `Incoming` (`state/rows.rs`); the schema and its migrations (`state/schema.rs`);
+//!   schedules and the claim of a slot with its run (`state/schedules.rs`);
 //!   `turnstile backup`'s online copy (`state/backup.rs`).
 //! - `attachment`: `Attachment`, `FileKind`: a file a message carried, as Telegram
 //!   describes it (stored with its inbox row, fetched by `telegram::files`).
@@ -145,6 +152,7 @@ pub mod ids;
 pub mod incoming;
 pub mod ops;
 pub mod outcome;
+pub mod schedule;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;

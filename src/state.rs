@@ -19,11 +19,13 @@ use crate::ids::Conversation;
 mod backup;
 mod handle;
 mod rows;
+mod schedules;
 mod schema;
 
 pub use backup::{BackupError, BackupReport, backup};
 pub use handle::{Disposition, StoreHandle};
 pub use rows::{InboxRow, InboxState};
+pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
 
 /// What "always in this chat" lets run without asking.

@@ -66,6 +66,17 @@ const RULES: &[Rule] = &[
         why: "a message read once sits below the store that keeps it and the actors that act on it",
     },
     Rule {
+        under: &["src/schedule.rs", "src/schedule"],
+        forbidden: &[
+            "crate::chat",
+            "crate::telegram",
+            "crate::agent",
+            "crate::app",
+        ],
+        allowed: &[],
+        why: "the scheduler sits below the chat: a run goes up as a RunDue the dispatcher takes",
+    },
+    Rule {
         under: &["src/ops/metrics.rs"],
         forbidden: &["crate::events", "super::"],
         allowed: &[],

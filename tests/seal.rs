@@ -169,7 +169,7 @@ async fn inner_clean_environment_workdir_and_flags() {
     for flag in [
         "--setting-sources=project,local",
         "--strict-mcp-config",
-        "--disallowedTools=Bash,WebFetch",
+        "--disallowedTools=Bash,WebFetch,CronCreate,CronList,CronDelete,ScheduleWakeup",
     ] {
         assert!(first.contains(&flag.to_string()), "{flag} not in {first:?}");
     }

@@ -114,16 +114,23 @@ async fn the_command_menu_is_set_for_everyone_and_for_each_admin() {
         .iter()
         .find(|c| c.params.get("scope").is_none())
         .expect("a default-scope menu");
-    assert_eq!(names(everyone), ["stop", "new", "permissions", "help"]);
+    let for_everyone = [
+        "stop",
+        "new",
+        "permissions",
+        "schedule",
+        "schedules",
+        "help",
+    ];
+    assert_eq!(names(everyone), for_everyone);
     let admin = calls
         .iter()
         .find(|c| c.params["scope"]["chat_id"] == json!(ADMIN))
         .expect("the admin's menu");
     assert_eq!(admin.params["scope"]["type"], "chat");
-    assert_eq!(
-        names(admin),
-        ["stop", "new", "permissions", "help", "status", "restart"]
-    );
+    let mut for_admins = for_everyone.to_vec();
+    for_admins.extend(["status", "restart"]);
+    assert_eq!(names(admin), for_admins);
     assert_eq!(calls.len(), 2, "one admin, two menus");
     let polls = h.api.calls_of("getUpdates");
     assert!(!polls.is_empty());

@@ -83,6 +83,24 @@ pub struct ClaudeSettings {
     pub kill_grace: Duration,
 }
 
+/// The CLI's own scheduling tools: they live inside one CLI process, die
+/// when turnstile closes it, and would start turns nobody in the chat
+/// asked for. Schedules are turnstile's (the `schedule` chat tool).
+pub const CLI_SCHEDULING_TOOLS: [&str; 4] =
+    ["CronCreate", "CronList", "CronDelete", "ScheduleWakeup"];
+
+/// `agent.denied_tools`, plus each of [`CLI_SCHEDULING_TOOLS`] the
+/// operator did not list in `agent.allowed_tools`.
+fn denied_tools(allowed: &[String], denied: &[String]) -> Vec<String> {
+    let mut all = denied.to_vec();
+    for tool in CLI_SCHEDULING_TOOLS {
+        if !allowed.iter().any(|a| a == tool) && !all.iter().any(|d| d == tool) {
+            all.push(tool.to_owned());
+        }
+    }
+    all
+}
+
 impl ClaudeSettings {
     /// The settings in a config.
     pub fn from_config(config: &Config) -> Self {
@@ -114,7 +132,7 @@ impl ClaudeSettings {
             mcp_servers: agent.mcp_servers.clone(),
             system_prompt: agent.system_prompt.clone(),
             allowed_tools: agent.allowed_tools.clone(),
-            denied_tools: agent.denied_tools.clone(),
+            denied_tools: denied_tools(&agent.allowed_tools, &agent.denied_tools),
             permission_mode: agent.permission_mode,
             model: agent.model.clone(),
             max_turns: agent.max_turns,
@@ -383,6 +401,35 @@ mod tests {
                 "{allowed} does not end with {tail}"
             );
         }
+    }
+
+    #[test]
+    fn the_clis_own_scheduling_tools_are_denied_unless_allowed() {
+        let mut config = Config::default();
+        let tools = ToolRegistry::new(&config.turn.terminator_tools);
+        let disallowed = |config: &Config| {
+            let argv = ClaudeSettings::from_config(config).argv(&tools, None);
+            argv.iter()
+                .find_map(|a| a.strip_prefix("--disallowedTools="))
+                .map(str::to_owned)
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            disallowed(&config),
+            "CronCreate,CronList,CronDelete,ScheduleWakeup"
+        );
+        config.agent.allowed_tools = vec!["ScheduleWakeup".into()];
+        config.agent.denied_tools = vec!["WebFetch".into()];
+        assert_eq!(
+            disallowed(&config),
+            "WebFetch,CronCreate,CronList,CronDelete"
+        );
+        assert!(
+            ClaudeSettings::from_config(&config)
+                .denied_tools
+                .contains(&"CronCreate".to_owned()),
+            "denied when the CLI asks, too"
+        );
     }
 
     #[test]

@@ -129,6 +129,21 @@ pub enum ChatTool {
         /// Send it as a photo rather than a document.
         as_photo: bool,
     },
+    /// `schedule {when, prompt}`: a prompt that runs in this conversation
+    /// on its own (the conversation's, never another's).
+    Schedule {
+        /// `every 2h`, `at 09:00`, `cron 0 9 * * 1-5` or `in 30m`.
+        when: String,
+        /// What the agent will be asked.
+        prompt: String,
+    },
+    /// `unschedule {id}`: removes one of this conversation's schedules.
+    Unschedule {
+        /// The schedule's id.
+        id: i64,
+    },
+    /// `schedules`: this conversation's schedules.
+    Schedules,
 }
 
 /// Why a call of a chat tool cannot be served; the agent sees the text.
@@ -146,6 +161,9 @@ pub enum ToolInputError {
     /// `send_file` without a path.
     #[error("`path` is required")]
     NoPath,
+    /// A required argument is missing or empty (its name).
+    #[error("`{0}` is required")]
+    Missing(&'static str),
 }
 
 impl ChatTool {
@@ -183,8 +201,34 @@ impl ChatTool {
                     as_photo: input.get("as_photo").and_then(Value::as_bool) == Some(true),
                 })
                 .ok_or(ToolInputError::NoPath),
+            "schedule" => Self::schedule(input),
+            "unschedule" => input
+                .get("id")
+                .and_then(|id| {
+                    id.as_i64()
+                        .or_else(|| id.as_str()?.trim_start_matches('#').parse().ok())
+                })
+                .map(|id| Self::Unschedule { id })
+                .ok_or(ToolInputError::Missing("id")),
+            "schedules" => Ok(Self::Schedules),
             _ => Err(ToolInputError::Unknown(name.full().to_string())),
         }
+    }
+
+    /// `schedule {when, prompt}`.
+    fn schedule(input: &Value) -> Result<Self, ToolInputError> {
+        let field = |key: &'static str| {
+            input
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|v| !v.trim().is_empty())
+                .map(str::to_string)
+                .ok_or(ToolInputError::Missing(key))
+        };
+        Ok(Self::Schedule {
+            when: field("when")?,
+            prompt: field("prompt")?,
+        })
     }
 
     /// The bare name.
@@ -194,6 +238,9 @@ impl ChatTool {
             Self::EndTurn { .. } => "end_turn",
             Self::React { .. } => "react",
             Self::SendFile { .. } => "send_file",
+            Self::Schedule { .. } => "schedule",
+            Self::Unschedule { .. } => "unschedule",
+            Self::Schedules => "schedules",
         }
     }
 }
@@ -322,6 +369,8 @@ impl ToolRegistry {
                 ends: Ends::Never,
             },
         ];
+        let mut tools = tools;
+        tools.extend(schedule_tools());
         Self {
             tools,
             terminators: terminators
@@ -382,6 +431,42 @@ impl ToolRegistry {
         }
         names
     }
+}
+
+/// The schedule tools: a prompt that runs in this conversation later or
+/// again, listed and removed; this conversation's only.
+fn schedule_tools() -> [ToolSpec; 3] {
+    [
+        ToolSpec {
+            name: "schedule",
+            description: "Schedule a prompt to run in this chat on its own later or repeatedly, as a turn of yours marked ⏰ (e.g. a reminder, a recurring check). Use this, never any other scheduling or cron tool: only these survive restarts. Does not end your turn.",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "when": {"type": "string", "description": "\"every 2h\", \"at 09:00\" (daily), \"cron 0 9 * * 1-5\" (five fields, the bot's time zone) or \"in 30m\" (once)."},
+                    "prompt": {"type": "string", "description": "What you will be asked when it runs."}
+                },
+                "required": ["when", "prompt"]
+            }),
+            ends: Ends::Never,
+        },
+        ToolSpec {
+            name: "unschedule",
+            description: "Remove one of this chat's schedules by its id (see `schedules`). Does not end your turn.",
+            input_schema: json!({
+                "type": "object",
+                "properties": {"id": {"type": "integer", "description": "The schedule's id."}},
+                "required": ["id"]
+            }),
+            ends: Ends::Never,
+        },
+        ToolSpec {
+            name: "schedules",
+            description: "List this chat's schedules: id, name, when, next run, prompt. Does not end your turn.",
+            input_schema: json!({"type": "object", "properties": {}}),
+            ends: Ends::Never,
+        },
+    ]
 }
 
 #[cfg(test)]

@@ -131,11 +131,17 @@ mod tests {
     #[test]
     fn the_menu_shows_admins_their_commands_and_nobody_else() {
         let words = |admin| menu(admin).into_iter().map(|(w, _)| w).collect::<Vec<_>>();
-        assert_eq!(words(false), ["stop", "new", "permissions", "help"]);
-        assert_eq!(
-            words(true),
-            ["stop", "new", "permissions", "help", "status", "restart"]
-        );
+        let everyone = [
+            "stop",
+            "new",
+            "permissions",
+            "schedule",
+            "schedules",
+            "help",
+        ];
+        assert_eq!(words(false), everyone);
+        assert_eq!(words(true)[..everyone.len()], everyone);
+        assert_eq!(words(true)[everyone.len()..], ["status", "restart"]);
         assert!(
             menu(true)
                 .iter()

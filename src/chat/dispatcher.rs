@@ -7,6 +7,7 @@
 
 mod commands;
 mod recovery;
+mod schedules;
 
 pub use recovery::Recover;
 
@@ -31,6 +32,7 @@ use crate::ids::Conversation;
 use crate::incoming::{Ask, Command, Incoming};
 use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
+use crate::schedule::RunDue;
 use crate::state::now_ms;
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::{AnswerCallback, SendText};
@@ -160,6 +162,17 @@ impl Dispatcher {
         self.access.admits(user.0, chat.0)
     }
 
+    /// Whether `m` may reach its chat: a person's message when its sender
+    /// is let in; a schedule's run when the operator made the schedule
+    /// (user 0) or its maker is still let in, so a schedule outlives no one's
+    /// access.
+    fn may_run(&self, m: &Incoming) -> bool {
+        if m.is_scheduled() && m.from.0 == 0 {
+            return true;
+        }
+        self.admits(m.from, m.to.chat)
+    }
+
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
         let deps = self.deps.clone();
         let settings = ChatSettings {
@@ -255,6 +268,9 @@ impl Dispatcher {
             .username
             .clone()
             .map_or_else(|| query.from.first_name.clone(), |u| format!("@{u}"));
+        if let Some(id) = query.data.as_deref().and_then(schedules::unschedule_press) {
+            return self.unschedule_pressed(id, to, &query, ctx);
+        }
         let press = query.data.as_deref().and_then(|data| {
             ButtonPressed::parse(
                 data,
@@ -327,9 +343,17 @@ impl Dispatcher {
     /// One message for the bot, as the intake read it: a stranger's is
     /// refused, the rest acted on.
     fn message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
-        if !self.admits(m.from, m.to.chat) {
+        if !self.may_run(&m) {
             self.deps.inbox.dropped(vec![m.update_id]);
-            self.refuse(m.to, m.from, m.answer_to());
+            if m.is_scheduled() {
+                tracing::warn!(
+                    chat_id = m.to.chat.0,
+                    user_id = m.from.0,
+                    "a schedule's run dropped: the user who made it is no longer on the allowlist"
+                );
+            } else {
+                self.refuse(m.to, m.from, m.answer_to());
+            }
             return;
         }
         self.act(m, ctx);
@@ -350,6 +374,10 @@ impl Dispatcher {
                 self.say(m.to, crate::chat::commands::unknown(word));
                 self.deps.inbox.handled(update_id);
             }
+            Ask::Agent if self.stopping && m.is_scheduled() => {
+                // Left queued: the next start runs it (it was claimed).
+                tracing::info!(update_id, "scheduled run left queued for the next start");
+            }
             Ask::Agent if self.stopping => {
                 self.deps.inbox.dropped(vec![update_id]);
                 self.say(m.to, not_accepted(self.deps.shutdown.is_restarting()));
@@ -363,6 +391,16 @@ impl Dispatcher {
                 self.deliver(to, ForChat::Message(msg), ctx);
             }
         }
+    }
+}
+
+impl Handler<RunDue> for Dispatcher {
+    type Result = ();
+
+    /// A schedule's run, claimed and queued: routed as a message just
+    /// received (the schedule's maker was checked when it was made).
+    fn handle(&mut self, RunDue(run): RunDue, ctx: &mut Self::Context) {
+        self.handle(UpdateReceived::Message(run), ctx);
     }
 }
 

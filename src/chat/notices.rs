@@ -158,6 +158,19 @@ pub(crate) fn output_refused(max: u64) -> String {
 /// Closes a text cut at `turn.max_output`.
 pub(crate) const CUT_MARK: &str = "\n\n[…]";
 
+/// Told to the chat when its agent made a schedule: the agent is not
+/// trusted, so nothing it sets to run later runs unseen.
+pub fn agent_scheduled(name: &str, when: &str, prompt: &str) -> String {
+    format!(
+        "⏰ The agent made schedule {name} ({when}): {prompt}\n/schedules lists this conversation's schedules, each with a ❌ to remove it."
+    )
+}
+
+/// Told to the chat when its agent removed one of its schedules.
+pub fn agent_unscheduled(id: i64) -> String {
+    format!("⏰ The agent removed schedule #{id}.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -362,11 +362,17 @@ impl Handler<UserMessage> for ChatSupervisor {
 
     fn handle(&mut self, msg: UserMessage, ctx: &mut Self::Context) {
         self.touched(ctx);
+        let run = msg.message.is_scheduled();
         if self.stopping {
-            self.say(not_accepted(self.deps.shutdown.is_restarting()));
+            // A schedule's run stays queued for the next start, untold.
+            if !run {
+                self.say(not_accepted(self.deps.shutdown.is_restarting()));
+            }
             return;
         }
-        if self.queue.len() >= self.settings.queue_limit {
+        // A schedule's run is never refused for a busy conversation: it
+        // waits its turn (schedules are few, and bounded per conversation).
+        if !run && self.queue.len() >= self.settings.queue_limit {
             tracing::warn!(queued = self.queue.len(), "queue full; message refused");
             self.deps.inbox.dropped(vec![msg.message.update_id]);
             self.say(queue_full(self.queue.len()));

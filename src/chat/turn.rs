@@ -17,6 +17,7 @@ mod link;
 pub(crate) mod live;
 mod opening;
 mod phase;
+mod scheduling;
 mod serve;
 mod watchdogs;
 

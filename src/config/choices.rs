@@ -212,3 +212,17 @@ choice! {
         Json = "json",
     }
 }
+
+choice! {
+    /// `schedules.catch_up`: what happens to the slots a schedule missed
+    /// while the bot was down.
+    #[derive(Default)]
+    CatchUp {
+        /// `"once"`: one run right after start for all of them, saying how
+        /// many were missed.
+        #[default]
+        Once = "once",
+        /// `"skip"`: none; the next run is the next slot.
+        Skip = "skip",
+    }
+}

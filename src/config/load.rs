@@ -129,7 +129,12 @@ pub(super) fn check_keys(file: Table, defaults: &Table) -> Result<Sections, Conf
             return Err(ConfigError::UnknownKey { key: section });
         };
         let Value::Table(entries) = value else {
-            let reason = format!("expected a table `[{section}]`");
+            let reason = if section == "schedules" {
+                "expected a table `[schedules]`; write each schedule as `[[schedules.list]]`"
+                    .to_owned()
+            } else {
+                format!("expected a table `[{section}]`")
+            };
             return Err(bad_value(&section, &value, reason));
         };
         if let Some(key) = entries.keys().find(|key| !known.contains_key(*key)) {

@@ -35,6 +35,7 @@ impl Config {
         self.check_bounds()?;
         self.check_files()?;
         self.check_endpoints()?;
+        self.schedules.check()?;
         self.check_sealing()
     }
 
@@ -123,6 +124,7 @@ impl Config {
             ("files.transcribe_timeout", self.files.transcribe_timeout),
             ("progress.after", self.progress.after),
             ("progress.interval", self.progress.interval),
+            ("schedules.min_interval", self.schedules.min_interval),
         ];
         for (key, duration) in durations {
             if duration > MAX_DURATION {

@@ -16,6 +16,10 @@ pub enum Command {
     New,
     /// `/permissions`: the tools that run without asking here.
     Permissions,
+    /// `/schedule every|at|cron|in …`: a prompt that runs on its own.
+    Schedule,
+    /// `/schedules`: this conversation's schedules, each with ❌.
+    Schedules,
     /// `/status` (admins): chats and turns.
     Status,
     /// `/restart` (admins): drain and re-execute.
@@ -66,6 +70,20 @@ pub(crate) const TABLE: &[Entry] = &[
         command: Command::Permissions,
         word: "permissions",
         about: "Tools allowed without asking here",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Schedule,
+        word: "schedule",
+        about: "Run a prompt on a schedule: every 2h, at 09:00, cron, in 30m",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Schedules,
+        word: "schedules",
+        about: "This conversation's schedules",
         who: Who::Everyone,
         listed: true,
     },
@@ -226,6 +244,8 @@ mod tests {
             Command::Stop,
             Command::New,
             Command::Permissions,
+            Command::Schedule,
+            Command::Schedules,
             Command::Status,
             Command::Restart,
         ] {

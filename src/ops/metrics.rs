@@ -56,6 +56,10 @@ pub struct Metrics {
     unknown_outcome: Family<MethodLabel, Counter>,
     retries: Counter,
     store_errors: Counter,
+    /// Scheduled runs by outcome: `delivered`, `failed`, `missed`.
+    schedule_runs: Family<OutcomeLabel, Counter>,
+    /// Schedules the scheduler keeps.
+    schedules: Gauge<i64, AtomicI64>,
     /// The last successful `getUpdates`.
     last_poll: Mutex<Option<Instant>>,
     /// The shared warm-process slots and their number, once the dispatcher exists.
@@ -89,12 +93,44 @@ impl Metrics {
             unknown_outcome: Family::<MethodLabel, Counter>::default(),
             retries: Counter::default(),
             store_errors: Counter::default(),
+            schedule_runs: Family::<OutcomeLabel, Counter>::default(),
+            schedules: Gauge::<i64, AtomicI64>::default(),
             last_poll: Mutex::new(None),
             warm: Mutex::new(None),
         };
         metrics.register_turns();
         metrics.register_requests();
+        metrics.register_schedules();
         metrics
+    }
+
+    /// Registers the metrics of schedules.
+    fn register_schedules(&mut self) {
+        self.registry.register(
+            "turnstile_schedule_runs",
+            "Scheduled runs by outcome: delivered (its turn completed), failed (not queued, or its turn did not complete), missed (a slot that did not run on time)",
+            self.schedule_runs.clone(),
+        );
+        self.registry.register(
+            "turnstile_schedules",
+            "Schedules kept by the scheduler",
+            self.schedules.clone(),
+        );
+    }
+
+    /// Scheduled runs (or slots) ended with `outcome`: `delivered`,
+    /// `failed` or `missed`.
+    pub fn schedule_runs(&self, outcome: &str, n: u64) {
+        self.schedule_runs
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// The scheduler now keeps `n` schedules.
+    pub fn schedules(&self, n: usize) {
+        self.schedules.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Registers the metrics of turns, chats and agents.

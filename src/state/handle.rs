@@ -136,7 +136,7 @@ impl StoreHandle {
 
     /// Runs `f` on the store thread; resolves with its value, or `None`
     /// when it failed (logged and counted).
-    fn ask<T, F>(
+    pub(super) fn ask<T, F>(
         &self,
         what: &'static str,
         f: F,
@@ -172,7 +172,7 @@ impl StoreHandle {
     }
 
     /// Runs `f` on the store thread without waiting for it.
-    fn tell<F>(&self, what: &'static str, f: F)
+    pub(super) fn tell<F>(&self, what: &'static str, f: F)
     where
         F: FnOnce(&Store) -> Result<(), StateError> + Send + 'static,
     {

@@ -119,30 +119,7 @@ impl Store {
     /// Records an accepted message; `false` when its update id was already
     /// there (a redelivery), which must not be handled again.
     pub fn accept(&self, m: &Incoming) -> Result<bool, StateError> {
-        // Cached, as every statement a turn runs: parsing one again cost
-        // about as much as running it.
-        let n = self
-            .lock()
-            .prepare_cached(
-                "INSERT OR IGNORE INTO inbox (update_id, chat_id, topic, user_id, message_id, date,
-                    place, ask, text, files, album, state, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'queued', ?12)",
-            )?
-            .execute(params![
-                m.update_id,
-                m.to.chat.0,
-                m.to.topic_number(),
-                i64::try_from(m.from.0).unwrap_or(i64::MAX),
-                i64::from(m.message_id.0),
-                m.date,
-                m.place.as_str(),
-                m.ask.stored(),
-                m.text,
-                files_json(&m.files),
-                m.album,
-                now_ms(),
-            ])?;
-        Ok(n == 1)
+        insert_incoming(&self.lock(), m)
     }
 
     /// Moves messages to `state`.
@@ -202,6 +179,12 @@ impl Store {
             params![cutoff],
         )?;
         let turns = conn.execute("DELETE FROM turns WHERE ended_at < ?1", params![cutoff])?;
+        // A claim this old is at or before its schedule's last slot, which
+        // no claim goes back to: its key has done its work.
+        conn.execute(
+            "DELETE FROM schedule_runs WHERE claimed_at < ?1",
+            params![cutoff],
+        )?;
         Ok(Pruned { inbox, turns })
     }
 
@@ -226,4 +209,35 @@ impl Store {
         tx.commit()?;
         Ok(forgotten)
     }
+}
+
+/// Writes `m` as a queued row on `conn` (a transaction's too); `false`
+/// when its update id was already there.
+pub(super) fn insert_incoming(
+    conn: &rusqlite::Connection,
+    m: &Incoming,
+) -> Result<bool, StateError> {
+    // Cached, as every statement a turn runs: parsing one again cost
+    // about as much as running it.
+    let n = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO inbox (update_id, chat_id, topic, user_id, message_id, date,
+                    place, ask, text, files, album, state, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'queued', ?12)",
+        )?
+        .execute(params![
+            m.update_id,
+            m.to.chat.0,
+            m.to.topic_number(),
+            i64::try_from(m.from.0).unwrap_or(i64::MAX),
+            i64::from(m.message_id.0),
+            m.date,
+            m.place.as_str(),
+            m.ask.stored(),
+            m.text,
+            files_json(&m.files),
+            m.album,
+            now_ms(),
+        ])?;
+    Ok(n == 1)
 }

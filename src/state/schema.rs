@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -101,6 +101,32 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE inbox ADD COLUMN ask TEXT NOT NULL DEFAULT '';
      ALTER TABLE inbox ADD COLUMN album TEXT;
      UPDATE inbox SET place = 'group' WHERE chat_id < 0;",
+    // 8 → 9: schedules, and the claim of each run: one row per schedule
+    // and slot (the unique key), written in the same transaction as the
+    // run's inbox row (update id: minus the claim's id, since Telegram's
+    // are positive), so a slot runs at most once and is never lost.
+    "CREATE TABLE schedules (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        operator_name TEXT UNIQUE,
+        chat_id       INTEGER NOT NULL,
+        topic         INTEGER NOT NULL DEFAULT 0,
+        timing        TEXT NOT NULL,
+        tz            TEXT NOT NULL,
+        prompt        TEXT NOT NULL,
+        made_by       INTEGER NOT NULL,
+        origin        TEXT NOT NULL CHECK (origin IN ('operator', 'chat', 'agent')),
+        created_at    INTEGER NOT NULL,
+        last_slot     INTEGER NOT NULL
+     );
+     CREATE INDEX schedules_by_conversation ON schedules(chat_id, topic);
+     CREATE TABLE schedule_runs (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        schedule_id INTEGER NOT NULL,
+        slot        INTEGER NOT NULL,
+        missed      INTEGER NOT NULL,
+        claimed_at  INTEGER NOT NULL,
+        UNIQUE (schedule_id, slot)
+     );",
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

@@ -99,11 +99,23 @@ impl Harness {
         limits: RateLimits,
         make: impl FnOnce(&Config) -> Arc<dyn AgentBackend>,
     ) -> Self {
+        Self::launch_edited(env, limits, |_| {}, make).await
+    }
+
+    /// As [`Harness::launch`], the config changed by `edit` first (what
+    /// no `TURNSTILE_*` variable sets, such as `[[schedules.list]]`).
+    pub async fn launch_edited(
+        env: &[(&str, &str)],
+        limits: RateLimits,
+        edit: impl FnOnce(&mut Config),
+        make: impl FnOnce(&Config) -> Arc<dyn AgentBackend>,
+    ) -> Self {
         let api = FakeBotApi::start().await;
-        let config = ConfigVars::new(&api.url())
+        let mut config = ConfigVars::new(&api.url())
             .set_all(TEST_DEFAULTS.iter().copied())
             .set_all(env.iter().copied())
             .load();
+        edit(&mut config);
         let backend = make(&config);
         let bot = Turnstile::start_with_limits(&config, backend, limits)
             .await
@@ -133,6 +145,26 @@ impl Harness {
         })
         .await;
         (harness, slot.expect("backend built"))
+    }
+
+    /// Starts the scripted `scenario` with the config changed by `edit`.
+    pub async fn start_edited(
+        scenario: Scenario,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(&mut Config),
+    ) -> Self {
+        let mut slot = None;
+        let harness = Self::launch_edited(env, Self::fast_limits(), edit, |config| {
+            let backend = Arc::new(
+                ScriptedBackend::new(scenario)
+                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+            );
+            slot = Some(Arc::clone(&backend));
+            backend
+        })
+        .await;
+        let backend = slot.expect("backend built");
+        harness.with_scripted(backend)
     }
 
     fn with_scripted(mut self, backend: Arc<ScriptedBackend>) -> Self {

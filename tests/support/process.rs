@@ -1,5 +1,6 @@
 //! The real `turnstile` binary as a child process, against the fake Bot API.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -23,9 +24,37 @@ impl BotProcess {
         Self::spawn_binary(Path::new(env!("CARGO_BIN_EXE_turnstile")), api, log, env)
     }
 
+    /// As [`BotProcess::spawn`], with `--config config`.
+    pub fn spawn_with_config(
+        api: &FakeBotApi,
+        log: &Path,
+        env: &[(&str, String)],
+        config: &Path,
+    ) -> Self {
+        let binary = Path::new(env!("CARGO_BIN_EXE_turnstile"));
+        Self::spawn_args(
+            binary,
+            &[OsStr::new("--config"), config.as_os_str()],
+            api,
+            log,
+            env,
+        )
+    }
+
     /// As [`BotProcess::spawn`], running the binary at `binary` (a copy).
     pub fn spawn_binary(
         binary: &Path,
+        api: &FakeBotApi,
+        log: &Path,
+        env: &[(&str, String)],
+    ) -> Self {
+        Self::spawn_args(binary, &[], api, log, env)
+    }
+
+    /// Starts `binary` with `args`, test defaults and `env` on top.
+    fn spawn_args(
+        binary: &Path,
+        args: &[&OsStr],
         api: &FakeBotApi,
         log: &Path,
         env: &[(&str, String)],
@@ -41,6 +70,7 @@ impl BotProcess {
             .set("TURNSTILE_ACCESS_ADMINS", "9");
         let mut command = Command::new(binary);
         command
+            .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("TURNSTILE_LOG", "info")

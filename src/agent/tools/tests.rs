@@ -67,7 +67,7 @@ fn calls_parse_into_chat_tools() {
 #[test]
 fn every_registered_tool_parses() {
     for spec in registry().tools() {
-        let input = json!({"text": "t", "emoji": "👍", "path": "out.txt"});
+        let input = json!({"text": "t", "emoji": "👍", "path": "out.txt", "when": "in 1h", "prompt": "p", "id": 3});
         let tool = ChatTool::parse(&name(spec.name), &input).expect("served");
         assert_eq!(tool.name(), spec.name);
     }
@@ -193,4 +193,37 @@ fn only_the_hosts_send_and_end_turn_stream_their_text() {
     assert_eq!(streamed("mcp__other-server__send"), None);
     assert_eq!(streamed("mcp__telegram-tools_send"), None);
     assert_eq!(streamed("Bash"), None);
+}
+
+#[test]
+fn the_schedule_tools_parse_and_say_what_is_missing() {
+    let parse = |bare: &str, input: Value| ChatTool::parse(&name(bare), &input);
+    assert_eq!(
+        parse("schedule", json!({"when": "every 2h", "prompt": "check"})),
+        Ok(ChatTool::Schedule {
+            when: "every 2h".into(),
+            prompt: "check".into()
+        })
+    );
+    assert_eq!(
+        parse("schedule", json!({"when": "every 2h", "prompt": " "})),
+        Err(ToolInputError::Missing("prompt"))
+    );
+    assert_eq!(
+        parse("schedule", json!({"prompt": "x", "chat": 5})),
+        Err(ToolInputError::Missing("when"))
+    );
+    assert_eq!(
+        parse("unschedule", json!({"id": 4})),
+        Ok(ChatTool::Unschedule { id: 4 })
+    );
+    assert_eq!(
+        parse("unschedule", json!({"id": "#4"})),
+        Ok(ChatTool::Unschedule { id: 4 })
+    );
+    assert_eq!(
+        parse("unschedule", json!({"id": "x"})),
+        Err(ToolInputError::Missing("id"))
+    );
+    assert_eq!(parse("schedules", json!({})), Ok(ChatTool::Schedules));
 }

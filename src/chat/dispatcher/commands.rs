@@ -28,6 +28,8 @@ impl Dispatcher {
         }
         match command {
             Command::Permissions => self.permissions(to, &asked.text, ctx),
+            Command::Schedule => self.schedule(asked, ctx),
+            Command::Schedules => self.list_schedules(to, ctx),
             Command::Stop if !self.chats.contains_key(&to) => self.say(to, "Nothing to stop."),
             Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
             Command::Status => self.status(to, private, ctx),

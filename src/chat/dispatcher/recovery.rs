@@ -41,7 +41,7 @@ impl Dispatcher {
     fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
         let mut done = Recovered::default();
         for InboxRow { message: m, state } in rows {
-            if !self.admits(m.from, m.to.chat) {
+            if !self.may_run(&m) {
                 // Allowed when it was accepted, not any more: it never reaches an agent.
                 done.refused += 1;
                 tracing::warn!(

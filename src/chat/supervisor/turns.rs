@@ -111,7 +111,8 @@ impl ChatSupervisor {
             to: self.to,
             turn,
             text: burst.text,
-            reply_to: Some(burst.last),
+            // A schedule's run has no message to react to.
+            reply_to: (burst.last.0 != 0).then_some(burst.last),
             answer_to: burst.answer_to,
             files: burst.files,
             update_ids: update_ids.clone(),
@@ -223,6 +224,17 @@ impl Handler<TurnEnded> for ChatSupervisor {
         });
         let metrics = self.deps.events.metrics();
         metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
+        // A schedule's run (a negative update id) is delivered when its
+        // turn completed; requeued for the next start, it is not over yet.
+        let runs = running.update_ids.iter().filter(|id| **id < 0).count() as u64;
+        if runs > 0 && how != Disposition::Requeue {
+            let label = if msg.outcome.finished() {
+                "delivered"
+            } else {
+                "failed"
+            };
+            metrics.schedule_runs(label, runs);
+        }
         inbox.record_turn(TurnRecord {
             chat_id: self.to.chat.0,
             turn: msg.turn.get(),

@@ -127,6 +127,8 @@ pub struct Services {
     pub workdir: std::path::PathBuf,
     /// The reply lanes' texts not yet handed to the outbox.
     pub forwarding: Forwarding,
+    /// The conversations' schedules (`/schedule`, the agent's tools).
+    pub schedules: crate::schedule::ScheduleBook,
 }
 
 impl Services {

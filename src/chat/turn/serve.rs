@@ -161,7 +161,7 @@ pub(super) struct PendingTool {
 impl PendingTool {
     /// Answers the agent, or, when the turn ended or the host began stopping
     /// meanwhile, logs the result and drops it.
-    fn finish(self, value: ToolReply) {
+    pub(super) fn finish(self, value: ToolReply) {
         if self.open.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
             self.reply.answer(value);
             return;
@@ -217,7 +217,7 @@ fn answer_when_delivered<T: Send + 'static>(
 impl TurnActor {
     /// A tool call whose work runs outside the actor (so its result is
     /// seen even when the turn has ended by then).
-    fn pending_tool(
+    pub(super) fn pending_tool(
         &self,
         id: String,
         tool: &'static str,
@@ -268,6 +268,12 @@ impl TurnActor {
             } => self.send_file(id, &path, caption, as_photo, reply, ctx),
             ChatTool::Send { text } | ChatTool::EndTurn { text: Some(text) } => {
                 self.send_text(id, tool_name, text, reply, ctx);
+            }
+            tool @ (ChatTool::Schedule { .. }
+            | ChatTool::Unschedule { .. }
+            | ChatTool::Schedules) => {
+                let pending = self.pending_tool(id, tool_name, reply);
+                self.schedule_tool(tool, pending);
             }
         }
     }

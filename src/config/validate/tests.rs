@@ -254,3 +254,56 @@ fn permission_mode_allow_is_warned_about_and_nothing_else_is() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn schedules_are_read_and_each_bad_one_is_named() {
+    let ok = "[schedules]\ntimezone = \"Europe/Berlin\"\ncatch_up = \"skip\"\n\
+              [[schedules.list]]\nname = \"standup\"\nchat = -100\ncron = \"0 9 * * 1-5\"\nprompt = \"hi\"\n\
+              [[schedules.list]]\nname = \"ping\"\nchat = 5\ntopic = 3\nevery = \"30m\"\ntz = \"UTC\"\nprompt = \"p\"\n";
+    let config = load_text(ok, &[]).unwrap();
+    assert_eq!(config.schedules.list.len(), 2);
+    assert_eq!(config.schedules.catch_up, crate::config::CatchUp::Skip);
+    assert_eq!(config.schedules.list[1].topic, Some(3));
+    let one =
+        |body: &str| format!("[[schedules.list]]\nname = \"a\"\nchat = 1\nprompt = \"p\"\n{body}");
+    let message = assert_bad_value(
+        &load_err(&one("cron = \"61 * * * *\"\n"), &[]),
+        "schedules.list[0].cron",
+    );
+    assert!(message.contains("bad cron expression"), "{message}");
+    assert_bad_value(
+        &load_err(&one("every = \"soon\"\n"), &[]),
+        "schedules.list[0].every",
+    );
+    let message = assert_bad_value(
+        &load_err(&one("every = \"1m\"\ncron = \"* * * * *\"\n"), &[]),
+        "schedules.list[0]",
+    );
+    assert!(message.contains("exactly one of"), "{message}");
+    assert_bad_value(&load_err(&one(""), &[]), "schedules.list[0]");
+    assert_bad_value(
+        &load_err(&one("every = \"1m\"\ntz = \"Mars/Base\"\n"), &[]),
+        "schedules.list[0].tz",
+    );
+    let twice = format!("{}{}", one("every = \"1m\"\n"), one("every = \"2m\"\n"));
+    assert_bad_value(&load_err(&twice, &[]), "schedules.list[1].name");
+    assert_bad_value(
+        &load_err("[schedules]\ntimezone = \"Nowhere\"\n", &[]),
+        "schedules.timezone",
+    );
+    assert_bad_value(
+        &load_err("[schedules]\ncatch_up = \"all\"\n", &[]),
+        "schedules.catch_up",
+    );
+    assert_bad_value(
+        &load_err("[schedules]\nmin_interval = \"0s\"\n", &[]),
+        "schedules.min_interval",
+    );
+    let err = load_err("[[schedules]]\nname = \"a\"\n", &[]);
+    assert!(err.to_string().contains("[[schedules.list]]"), "{err}");
+    let err = load_err(
+        "[[schedules.list]]\nname = \"a\"\nchat = 1\nprompt = \"p\"\nevery = \"1m\"\nwhen = 2\n",
+        &[],
+    );
+    assert!(err.to_string().contains("schedules.list"), "{err}");
+}

@@ -22,7 +22,18 @@ fn tools_are_listed_always_loaded() {
     };
     let tools = answer["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["send", "end_turn", "react", "send_file"]);
+    assert_eq!(
+        names,
+        vec![
+            "send",
+            "end_turn",
+            "react",
+            "send_file",
+            "schedule",
+            "unschedule",
+            "schedules"
+        ]
+    );
     assert!(
         tools
             .iter()

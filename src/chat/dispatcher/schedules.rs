@@ -1,0 +1,145 @@
+//! The dispatcher's side of schedules: `/schedule every|at|cron|in …`,
+//! `/schedules` with a ❌ button under each (the operator's shown 🔒, with
+//! none), and a ❌ pressed. The bounds are the [`ScheduleBook`]'s.
+//!
+//! [`ScheduleBook`]: crate::schedule::ScheduleBook
+
+use actix::{AsyncContext, Context, WrapFuture};
+use teloxide::types::CallbackQuery;
+
+use super::Dispatcher;
+use crate::chat::notices::bounded;
+use crate::ids::Conversation;
+use crate::incoming::Incoming;
+use crate::schedule::words::read_command;
+use crate::schedule::{Listed, MAX_PER_CONVERSATION};
+use crate::state::{Origin, now_ms};
+use crate::telegram::outbox::{AnswerCallback, Button, EditQuestion, SendQuestion, SendText};
+
+/// The callback data of a ❌ button: this prefix and the schedule's id.
+const UNSCHEDULE_PREFIX: &str = "unsched:";
+
+/// How `/schedule` is written, for a reply to a bad one.
+const USAGE: &str = "Write it as:\n/schedule every 2h <prompt>\n/schedule at 09:00 <prompt> (daily)\n/schedule cron \"0 9 * * 1-5\" <prompt>\n/schedule in 30m <prompt> (once)";
+
+/// The schedule id a ❌ button's data names.
+pub(super) fn unschedule_press(data: &str) -> Option<i64> {
+    data.strip_prefix(UNSCHEDULE_PREFIX)?.parse().ok()
+}
+
+/// One schedule, as a line of `/schedules`.
+fn line(s: &Listed) -> String {
+    let lock = if s.locked { "🔒 " } else { "" };
+    let next = s.next.as_deref().unwrap_or("never again");
+    format!(
+        "{lock}{} · {} · next {next}\n   {}",
+        s.name,
+        s.when,
+        bounded(&s.prompt, 80)
+    )
+}
+
+impl Dispatcher {
+    /// `/schedule …`: read, checked against the bounds, added.
+    pub(super) fn schedule(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
+        let to = asked.to;
+        let (when, prompt) = match read_command(&asked.text, now_ms()) {
+            Ok(read) => read,
+            Err(err) => return self.say(to, format!("⚠️ {err}.\n\n{USAGE}")),
+        };
+        if prompt.is_empty() {
+            return self.say(to, format!("⚠️ What should the agent be asked?\n\n{USAGE}"));
+        }
+        let made_by = i64::try_from(asked.from.0).unwrap_or(0);
+        let added = self
+            .deps
+            .schedules
+            .add(to, when, prompt, made_by, Origin::Chat);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let text = match added.await {
+                    Ok(s) => format!(
+                        "⏰ Scheduled {}: {}; next run {}. /schedules lists them.",
+                        s.name,
+                        s.when,
+                        s.next.as_deref().unwrap_or("never")
+                    ),
+                    Err(why) => format!("⚠️ Not scheduled: {why}."),
+                };
+                outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/schedules`: this conversation's, each removable one with a ❌.
+    pub(super) fn list_schedules(&mut self, to: Conversation, ctx: &mut Context<Self>) {
+        let list = self.deps.schedules.list(to);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let list = list.await;
+                if list.is_empty() {
+                    let text = format!("No schedules in this conversation.\n\n{USAGE}");
+                    return outbox.do_send(SendText::new(to, text));
+                }
+                let own = list.iter().filter(|s| !s.locked).count();
+                let mut text = format!(
+                    "⏰ Schedules here ({own} of at most {MAX_PER_CONVERSATION} of this conversation's own; 🔒 the operator's):"
+                );
+                for s in &list {
+                    text.push('\n');
+                    text.push_str(&line(s));
+                }
+                let buttons = list
+                    .iter()
+                    .filter(|s| !s.locked)
+                    .map(|s| {
+                        vec![Button::new(
+                            format!("❌ {}", s.name),
+                            format!("{UNSCHEDULE_PREFIX}{}", s.id),
+                        )]
+                    })
+                    .collect();
+                let (question, _id) = SendQuestion::new(to, text, buttons);
+                outbox.do_send(question);
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// A ❌ pressed (by someone the dispatcher admitted): the schedule, if
+    /// it is this conversation's and not the operator's, is removed; the
+    /// list's message says so and loses its buttons.
+    pub(super) fn unschedule_pressed(
+        &mut self,
+        id: i64,
+        to: Conversation,
+        query: &CallbackQuery,
+        ctx: &mut Context<Self>,
+    ) {
+        let removed = self.deps.schedules.remove(id, to);
+        let outbox = self.deps.outbox.clone();
+        let callback = query.id.to_string();
+        let message = query.message.as_ref().map(|m| m.id());
+        ctx.spawn(
+            async move {
+                let text = match removed.await {
+                    Ok(done) => format!("❌ {done}"),
+                    Err(why) => format!("⚠️ Not removed: {why}."),
+                };
+                outbox.do_send(AnswerCallback::new(to.chat, callback, bounded(&text, 190)));
+                match message {
+                    Some(message) => outbox.do_send(EditQuestion::new(
+                        to.chat,
+                        message,
+                        format!("{text} /schedules lists the rest."),
+                    )),
+                    None => outbox.do_send(SendText::new(to, text)),
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}

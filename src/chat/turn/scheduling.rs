@@ -1,0 +1,82 @@
+//! The agent's schedule tools, served for this turn's conversation only:
+//! the agent names no chat, sees and removes only this conversation's
+//! schedules, and what it makes keeps the [`ScheduleBook`]'s bounds
+//! (`schedules.min_interval`, [`MAX_PER_CONVERSATION`]).
+//!
+//! [`ScheduleBook`]: crate::schedule::ScheduleBook
+//! [`MAX_PER_CONVERSATION`]: crate::schedule::MAX_PER_CONVERSATION
+
+use super::TurnActor;
+use super::serve::PendingTool;
+use crate::agent::ToolReply;
+use crate::agent::tools::ChatTool;
+use crate::chat::notices;
+use crate::schedule::words::read_when;
+use crate::state::{Origin, now_ms};
+use crate::telegram::outbox::SendText;
+
+impl TurnActor {
+    /// `schedule`, `unschedule` or `schedules`, answered when the store has.
+    pub(super) fn schedule_tool(&mut self, tool: ChatTool, pending: PendingTool) {
+        let (book, to) = (self.deps.schedules.clone(), self.spec.to);
+        // What the agent sets to run later, the chat sees (and can remove).
+        let outbox = self.deps.outbox.clone();
+        let tell = move |text: String| outbox.do_send(SendText::new(to, text));
+        let made_by = self
+            .spec
+            .from
+            .map_or(0, |user| i64::try_from(user.0).unwrap_or(0));
+        let chat_id = to.chat.0;
+        actix::spawn(async move {
+            let reply = match tool {
+                ChatTool::Schedule { when, prompt } => match read_when(&when, now_ms()) {
+                    Err(err) => ToolReply::Error(err.to_string()),
+                    Ok(when) => match book.add(to, when, prompt, made_by, Origin::Agent).await {
+                        Ok(s) => {
+                            tracing::info!(chat_id, schedule = s.id, "the agent made a schedule");
+                            tell(notices::agent_scheduled(&s.name, &s.when, &s.prompt));
+                            ToolReply::Ok(format!(
+                                "scheduled {} (id {}): {}; next run {}",
+                                s.name,
+                                s.id,
+                                s.when,
+                                s.next.as_deref().unwrap_or("never")
+                            ))
+                        }
+                        Err(why) => ToolReply::Error(why),
+                    },
+                },
+                ChatTool::Unschedule { id } => match book.remove(id, to).await {
+                    Ok(done) => {
+                        tell(notices::agent_unscheduled(id));
+                        ToolReply::Ok(done)
+                    }
+                    Err(why) => ToolReply::Error(why),
+                },
+                _ => {
+                    let list = book.list(to).await;
+                    ToolReply::Ok(serde_json::to_string(&listed_json(&list)).unwrap_or_default())
+                }
+            };
+            pending.finish(reply);
+        });
+    }
+}
+
+/// The conversation's schedules as the agent reads them.
+fn listed_json(list: &[crate::schedule::Listed]) -> serde_json::Value {
+    serde_json::Value::Array(
+        list.iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id,
+                    "name": s.name,
+                    "when": s.when,
+                    "next": s.next,
+                    "prompt": s.prompt,
+                    "removable": !s.locked,
+                })
+            })
+            .collect(),
+    )
+}
