@@ -74,9 +74,10 @@
 //!     (the stream as `Activity`), `permissions` (what answers `can_use_tool`),
 //!     `protocol` (typed stream-json) with `protocol/control.rs` (control requests
 //!     and responses) and `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
-//! - `schedule`: schedules: `schedule/when.rs` the pure next-slot function (`every`
-//!   aligned to the epoch, `cron` and `at` in a zone across DST via `croner` and
-//!   `chrono-tz`, `in` once), `schedule/words.rs` how the chat and the agent write
+//! - `when`: the pure next-slot function of a schedule (`every` aligned to the
+//!   epoch, `cron` and `at` in a zone across DST via `croner` and `chrono-tz`, `in`
+//!   once), below the config, which checks a timing with it.
+//! - `schedule`: schedules: `schedule/words.rs` how the chat and the agent write
 //!   one, `schedule/book.rs` the `ScheduleBook` (a conversation's schedules within
 //!   their bounds), `schedule/scheduler.rs` the `Scheduler` actor (one timer to the
 //!   earliest slot; a slot claimed with its run queued, then `RunDue` to the dispatcher).
@@ -156,6 +157,7 @@ pub mod schedule;
 pub mod shutdown;
 pub mod state;
 pub mod telegram;
+pub mod when;
 
 pub use app::{StartError, Turnstile, backend_from_config, telegram_client};
 pub use config::Config;

@@ -11,7 +11,7 @@
 
 pub mod book;
 pub mod scheduler;
-pub mod when;
+pub use crate::when;
 pub mod words;
 
 pub use book::{Listed, MAX_PER_CONVERSATION, ScheduleBook};

@@ -95,37 +95,6 @@ fn data(buttons: &[(String, String)], label: &str) -> String {
         .clone()
 }
 
-/// Waits for an edit of a question in `chat` whose text contains `needle`.
-async fn edited(h: &Harness, chat: i64, needle: &str) -> String {
-    h.api
-        .wait_for(SOON, &format!("an edit with {needle:?}"), |calls| {
-            calls
-                .iter()
-                .filter(|c| {
-                    c.method == "editmessagetext" && c.params["chat_id"].as_i64() == Some(chat)
-                })
-                .filter_map(|c| c.params["text"].as_str())
-                .find(|t| t.contains(needle))
-                .map(str::to_string)
-        })
-        .await
-}
-
-/// Waits for the `n`-th answerCallbackQuery and returns its text.
-async fn callback_answer(h: &Harness, id: &str) -> String {
-    h.api
-        .wait_for(SOON, &format!("the answer to callback {id}"), |calls| {
-            calls
-                .iter()
-                .find(|c| {
-                    c.method == "answercallbackquery"
-                        && c.params["callback_query_id"].as_str() == Some(id)
-                })
-                .map(|c| c.params["text"].as_str().unwrap_or_default().to_string())
-        })
-        .await
-}
-
 /// A new fake Telegram numbers updates from 1 again, below the offset the
 /// previous process stored: move its counter past it.
 fn skip_past_previous_updates(h: &Harness) {
@@ -151,7 +120,7 @@ async fn allow_once_runs_the_tool_and_shows_who_allowed_it() {
     let labels: Vec<&str> = buttons.iter().map(|(l, _)| l.as_str()).collect();
     assert_eq!(labels, ["Allow", "Always in this chat", "Deny"]);
     let id = h.api.push_callback(USER, USER, 0, &data(&buttons, "Allow"));
-    assert_eq!(callback_answer(&h, &id).await, "Allowed");
+    assert_eq!(h.callback_answer(&id).await, "Allowed");
     let (_, outcome, _) = h.turn_ended(USER, 1).await;
     assert_eq!(
         outcome,
@@ -160,11 +129,7 @@ async fn allow_once_runs_the_tool_and_shows_who_allowed_it() {
         }
     );
     assert_eq!(told(&h, USER), vec![r#"allowed: {"command":"echo hi"}"#]);
-    assert!(
-        edited(&h, USER, "✅ Allowed by")
-            .await
-            .contains("$ echo hi")
-    );
+    assert!(h.edited(USER, "✅ Allowed by").await.contains("$ echo hi"));
     // Asked again next time: "allow" is once.
     h.say(USER, USER, "ask again");
     question(&h, USER, 2).await;
@@ -182,10 +147,10 @@ async fn always_is_remembered_per_chat_across_a_restart_and_cleared_with_permiss
         let id = h
             .api
             .push_callback(USER, USER, 0, &data(&buttons, "Always in this chat"));
-        assert_eq!(callback_answer(&h, &id).await, "Allowed in this chat");
+        assert_eq!(h.callback_answer(&id).await, "Allowed in this chat");
         h.turn_ended(USER, 1).await;
         assert!(
-            edited(&h, USER, "always in this chat: exactly this command")
+            h.edited(USER, "always in this chat: exactly this command")
                 .await
                 .contains("✅")
         );
@@ -223,7 +188,7 @@ async fn deny_keeps_the_tool_from_running_and_the_model_reads_why() {
     h.say(USER, USER, "ask");
     let (_, buttons) = question(&h, USER, 1).await;
     let id = h.api.push_callback(USER, USER, 0, &data(&buttons, "Deny"));
-    assert_eq!(callback_answer(&h, &id).await, "Denied");
+    assert_eq!(h.callback_answer(&id).await, "Denied");
     h.turn_ended(USER, 1).await;
     let told = told(&h, USER);
     assert_eq!(told.len(), 1);
@@ -231,7 +196,7 @@ async fn deny_keeps_the_tool_from_running_and_the_model_reads_why() {
         told[0].starts_with("denied: ") && told[0].contains("denied this in the chat"),
         "{told:?}"
     );
-    edited(&h, USER, "❌ Denied by").await;
+    h.edited(USER, "❌ Denied by").await;
 }
 
 #[actix_rt::test]
@@ -266,7 +231,7 @@ async fn a_question_nobody_answers_is_denied_at_the_timeout_while_the_clocks_sta
         told[0].starts_with("denied: Nobody in the chat answered"),
         "{told:?}"
     );
-    edited(&h, USER, "⌛ No answer in 900ms").await;
+    h.edited(USER, "⌛ No answer in 900ms").await;
     // Typing paused while a person decided (40 ms renewals otherwise).
     let typing_while_asked = h
         .chat_actions_received(USER)
@@ -288,13 +253,13 @@ async fn only_the_asker_or_an_admin_may_press_and_others_change_nothing() {
         .api
         .push_callback(77, STRANGER, 0, &data(&buttons, "Allow"));
     assert!(
-        callback_answer(&h, &stranger)
+        h.callback_answer(&stranger)
             .await
             .contains("only answers the people")
     );
     let other = h.api.push_callback(77, 1002, 0, &data(&buttons, "Allow"));
     assert!(
-        callback_answer(&h, &other)
+        h.callback_answer(&other)
             .await
             .contains("Only the person who asked")
     );
@@ -304,15 +269,15 @@ async fn only_the_asker_or_an_admin_may_press_and_others_change_nothing() {
         h.texts(77)
     );
     let admin = h.api.push_callback(77, ADMIN, 0, &data(&buttons, "Deny"));
-    assert_eq!(callback_answer(&h, &admin).await, "Denied");
+    assert_eq!(h.callback_answer(&admin).await, "Denied");
     h.turn_ended(77, 1).await;
     // A second press on the decided question is "expired".
     let late = h.api.push_callback(77, USER, 0, &data(&buttons, "Allow"));
-    assert!(callback_answer(&h, &late).await.contains("expired"));
+    assert!(h.callback_answer(&late).await.contains("expired"));
     assert_eq!(told(&h, 77).len(), 1);
     // Data that is not ours is expired too.
     let junk = h.api.push_callback(77, USER, 0, "ap:nothex:y");
-    assert!(callback_answer(&h, &junk).await.contains("expired"));
+    assert!(h.callback_answer(&junk).await.contains("expired"));
 }
 
 #[actix_rt::test]
@@ -330,12 +295,12 @@ async fn a_press_after_a_restart_is_expired() {
         buttons = question(&h, USER, 1).await.1;
         h.bot.stop().await;
         // The host stop answered the ask: denied, and the question says so.
-        edited(&h, USER, "❌ Not run: the bot is stopping").await;
+        h.edited(USER, "❌ Not run: the bot is stopping").await;
     }
     let h = Harness::start(scenario(), &env).await;
     skip_past_previous_updates(&h);
     let id = h.api.push_callback(USER, USER, 0, &data(&buttons, "Allow"));
-    assert!(callback_answer(&h, &id).await.contains("expired"));
+    assert!(h.callback_answer(&id).await.contains("expired"));
 }
 
 #[actix_rt::test]
@@ -346,9 +311,9 @@ async fn stop_while_a_question_waits_denies_it_and_interrupts() {
     h.say(USER, USER, "/stop");
     let (_, outcome, _) = h.turn_ended(USER, 1).await;
     assert_eq!(outcome, TurnOutcome::Interrupted);
-    edited(&h, USER, "❌ Not run: the turn was stopped").await;
+    h.edited(USER, "❌ Not run: the turn was stopped").await;
     let id = h.api.push_callback(USER, USER, 0, &data(&buttons, "Allow"));
-    assert!(callback_answer(&h, &id).await.contains("expired"));
+    assert!(h.callback_answer(&id).await.contains("expired"));
     assert!(told(&h, USER).iter().all(|t| !t.starts_with("allowed")));
 }
 
@@ -361,7 +326,7 @@ async fn the_question_tool_offers_its_options_and_the_pressed_one_is_the_answer(
     let labels: Vec<&str> = buttons.iter().map(|(l, _)| l.as_str()).collect();
     assert_eq!(labels, ["Red", "Blue"]);
     let id = h.api.push_callback(USER, USER, 0, &data(&buttons, "Blue"));
-    assert_eq!(callback_answer(&h, &id).await, "Blue");
+    assert_eq!(h.callback_answer(&id).await, "Blue");
     h.turn_ended(USER, 1).await;
     let told = told(&h, USER);
     let input: Value = serde_json::from_str(told[0].trim_start_matches("allowed: ")).unwrap();
@@ -417,7 +382,7 @@ async fn a_command_padded_with_spaces_is_shown_whole_tail_included() {
     h.api.push_callback(USER, USER, 0, &data(&buttons, "Deny"));
     h.turn_ended(USER, 1).await;
     // The decision is added to the whole question, which stays whole.
-    let decided = edited(&h, USER, "❌ Denied by u1001").await;
+    let decided = h.edited(USER, "❌ Denied by u1001").await;
     assert!(decided.contains(&format!("$ ls -la {TAIL}")), "{decided}");
 }
 
@@ -464,7 +429,7 @@ async fn a_command_too_long_for_a_message_goes_whole_in_a_file_before_the_questi
         asked.params
     );
     let id = h.api.push_callback(USER, USER, 0, &data(&buttons, "Allow"));
-    assert_eq!(callback_answer(&h, &id).await, "Allowed");
+    assert_eq!(h.callback_answer(&id).await, "Allowed");
     h.turn_ended(USER, 1).await;
     assert_eq!(told(&h, USER).len(), 1);
     assert!(told(&h, USER)[0].starts_with("allowed: "));
@@ -489,7 +454,7 @@ async fn who_allowed_is_the_person_who_pressed_not_the_turns_sender() {
         h.api
             .push_callback(GROUP, ADMIN, 0, &data(&buttons, "Always in this chat"));
         h.turn_ended(GROUP, 1).await;
-        let decided = edited(&h, GROUP, "✅ Allowed by").await;
+        let decided = h.edited(GROUP, "✅ Allowed by").await;
         assert!(decided.contains("✅ Allowed by u9 "), "{decided}");
         assert!(!decided.contains("u1001"), "{decided}");
         h.bot.stop().await;

@@ -66,6 +66,20 @@ const RULES: &[Rule] = &[
         why: "a message read once sits below the store that keeps it and the actors that act on it",
     },
     Rule {
+        under: &["src/when.rs", "src/when"],
+        forbidden: &[
+            "crate::config",
+            "crate::schedule",
+            "crate::state",
+            "crate::chat",
+            "crate::telegram",
+            "crate::agent",
+            "crate::app",
+        ],
+        allowed: &[],
+        why: "a schedule's slot arithmetic is pure, below the config that checks timings with it",
+    },
+    Rule {
         under: &["src/schedule.rs", "src/schedule"],
         forbidden: &[
             "crate::chat",

@@ -113,37 +113,6 @@ async fn told(h: &Harness, chat: i64, needle: &str) -> String {
         .await
 }
 
-/// Waits for an edit in `chat` containing `needle`.
-async fn edited(h: &Harness, chat: i64, needle: &str) -> String {
-    h.api
-        .wait_for(SOON, &format!("an edit with {needle:?}"), |calls| {
-            calls
-                .iter()
-                .filter(|c| {
-                    c.method == "editmessagetext" && c.params["chat_id"].as_i64() == Some(chat)
-                })
-                .filter_map(|c| c.params["text"].as_str())
-                .find(|t| t.contains(needle))
-                .map(str::to_string)
-        })
-        .await
-}
-
-/// Waits for the answer to callback `id`.
-async fn callback_answer(h: &Harness, id: &str) -> String {
-    h.api
-        .wait_for(SOON, &format!("the answer to callback {id}"), |calls| {
-            calls
-                .iter()
-                .find(|c| {
-                    c.method == "answercallbackquery"
-                        && c.params["callback_query_id"].as_str() == Some(id)
-                })
-                .map(|c| c.params["text"].as_str().unwrap_or_default().to_string())
-        })
-        .await
-}
-
 /// `/schedules` in `chat`, and the list's message id and buttons.
 async fn list(h: &Harness, chat: i64, user: i64, listed_before: usize) -> (String, i64, Buttons) {
     h.say(chat, user, "/schedules");
@@ -208,24 +177,20 @@ async fn the_chat_schedules_lists_and_removes_with_its_button() {
     // Not the operator's, not from another conversation.
     let press = h.api.push_callback(USER, USER, message as i32, "unsched:1");
     assert!(
-        callback_answer(&h, &press)
+        h.callback_answer(&press)
             .await
             .contains("the operator's (🔒)")
     );
     let press = h.api.push_callback(OTHER, OTHER, 1, "unsched:2");
     assert!(
-        callback_answer(&h, &press)
+        h.callback_answer(&press)
             .await
             .contains("this conversation has no schedule #2")
     );
     let press = h.api.push_callback(USER, USER, message as i32, "unsched:2");
-    assert_eq!(callback_answer(&h, &press).await, "❌ Removed schedule #2.");
-    edited(
-        &h,
-        USER,
-        "❌ Removed schedule #2. /schedules lists the rest.",
-    )
-    .await;
+    assert_eq!(h.callback_answer(&press).await, "❌ Removed schedule #2.");
+    h.edited(USER, "❌ Removed schedule #2. /schedules lists the rest.")
+        .await;
     let (text, _, buttons) = list(&h, USER, USER, 1).await;
     assert!(!text.contains("#2"), "{text}");
     assert_eq!(

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use toml::Value;
 
 use super::{CatchUp, ConfigError, bad_value};
-use crate::schedule::when::{When, zone};
+use crate::when::{When, zone};
 
 /// `[schedules]`
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

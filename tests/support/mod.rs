@@ -68,6 +68,37 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// Waits for an edit in `chat` whose text contains `needle`.
+    pub async fn edited(&self, chat: i64, needle: &str) -> String {
+        self.api
+            .wait_for(SOON, &format!("an edit with {needle:?}"), |calls| {
+                calls
+                    .iter()
+                    .filter(|c| {
+                        c.method == "editmessagetext" && c.params["chat_id"].as_i64() == Some(chat)
+                    })
+                    .filter_map(|c| c.params["text"].as_str())
+                    .find(|t| t.contains(needle))
+                    .map(str::to_string)
+            })
+            .await
+    }
+
+    /// Waits for the answer to callback `id` and returns its text.
+    pub async fn callback_answer(&self, id: &str) -> String {
+        self.api
+            .wait_for(SOON, &format!("the answer to callback {id}"), |calls| {
+                calls
+                    .iter()
+                    .find(|c| {
+                        c.method == "answercallbackquery"
+                            && c.params["callback_query_id"].as_str() == Some(id)
+                    })
+                    .map(|c| c.params["text"].as_str().unwrap_or_default().to_string())
+            })
+            .await
+    }
+
     /// Starts with test defaults plus `env` overrides (`TURNSTILE_*` names).
     pub async fn start(scenario: Scenario, env: &[(&str, &str)]) -> Self {
         Self::start_with_limits(scenario, env, Self::fast_limits()).await
