@@ -72,8 +72,7 @@ async fn a_5xx_on_typing_is_retried_within_2_s() {
     // Held for the whole test: a lease nobody owns is over.
     let lease = TypingLease::new();
     outbox.do_send(SendTyping {
-        chat: ChatId(1),
-        topic: None,
+        to: ChatId(1).into(),
         lease: lease.view(),
     });
     let calls = retried_at_once(&api, "sendChatAction").await;
@@ -89,8 +88,7 @@ async fn typing_is_not_retried_once_its_lease_ended() {
     api.inject("sendChatAction", Fault::ServerError(502));
     let lease = TypingLease::new();
     outbox.do_send(SendTyping {
-        chat: ChatId(1),
-        topic: None,
+        to: ChatId(1).into(),
         lease: lease.view(),
     });
     api.wait_for_call("sendChatAction", AFTER_5XX).await;

@@ -22,8 +22,7 @@ fn outbox(api: &FakeBotApi, limits: RateLimits) -> Addr<Outbox> {
 
 fn show(chat: i64, slot: Slot, text: &str) -> Show {
     Show {
-        chat: ChatId(chat),
-        topic: None,
+        to: ChatId(chat).into(),
         slot,
         reply_to: None,
         text: text.into(),
@@ -239,11 +238,10 @@ async fn purge_drops_what_the_conversation_queued_and_nothing_else() {
         SendQuestion::new(ChatId(1), "Run it?", vec![vec![Button::new("Yes", "y")]]);
     outbox.do_send(question);
     let mut topic = SendText::new(ChatId(1), "in topic 5");
-    topic.topic = Some(ThreadId(MessageId(5)));
+    topic.to.topic = Some(ThreadId(MessageId(5)));
     outbox.do_send(topic);
     outbox.do_send(Purge {
-        chat: ChatId(1),
-        topic: None,
+        to: ChatId(1).into(),
     });
     outbox.do_send(SendText::new(ChatId(1), "stopped"));
 
@@ -266,8 +264,7 @@ async fn clear_deletes_or_folds_a_live_message_and_a_slot_never_shown_sends_noth
     outbox.do_send(show(1, deleted, "🔧 Bash: cargo test"));
     let status = api.wait_for_call("sendMessage", SOON).await;
     outbox.do_send(Clear {
-        chat: ChatId(1),
-        topic: None,
+        to: ChatId(1).into(),
         slot: deleted,
         fold: None,
     });
@@ -280,8 +277,7 @@ async fn clear_deletes_or_folds_a_live_message_and_a_slot_never_shown_sends_noth
     outbox.do_send(show(1, folded, "🔧 Read src/main.rs"));
     api.wait_for_texts(1, 2, SOON).await;
     outbox.do_send(Clear {
-        chat: ChatId(1),
-        topic: None,
+        to: ChatId(1).into(),
         slot: folded,
         fold: Some("✅ 3 tool calls · 12s".into()),
     });
@@ -294,8 +290,7 @@ async fn clear_deletes_or_folds_a_live_message_and_a_slot_never_shown_sends_noth
     let never = Slot::next();
     outbox.do_send(show(1, never, "never shown"));
     outbox.do_send(Clear {
-        chat: ChatId(1),
-        topic: None,
+        to: ChatId(1).into(),
         slot: never,
         fold: None,
     });

@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::{Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, SpawnHandle};
-use teloxide::types::ChatId;
 
 use crate::chat::turn::TurnEnded;
 use crate::events::Gauges;
@@ -47,10 +46,9 @@ struct Lease {
 
 /// The actor.
 pub struct TypingActor {
-    /// The chat.
-    chat: ChatId,
-    /// Its forum topic, where the indicator shows.
-    topic: Option<teloxide::types::ThreadId>,
+    /// The conversation (a chat, or a forum topic of it) the indicator
+    /// shows in.
+    to: crate::ids::Conversation,
     /// Where requests go.
     outbox: Addr<Outbox>,
     /// Renewal period.
@@ -74,8 +72,7 @@ impl TypingActor {
     ) -> Self {
         gauges.typing.fetch_add(1, Ordering::SeqCst);
         Self {
-            chat: to.chat,
-            topic: to.topic,
+            to,
             outbox,
             interval,
             hard_deadline,
@@ -89,8 +86,7 @@ impl TypingActor {
             && lease.alive.may_show()
         {
             self.outbox.do_send(SendTyping {
-                chat: self.chat,
-                topic: self.topic,
+                to: self.to,
                 lease: lease.alive.clone(),
             });
         }

@@ -159,11 +159,11 @@ impl Handler<SendText> for Outbox {
             return;
         }
         let place = Place {
-            topic: msg.topic,
+            topic: msg.to.topic,
             reply_to: msg.reply_to,
         };
         self.enqueue(
-            msg.chat,
+            msg.to.chat,
             Job::Text(TextJob {
                 text: msg.text,
                 markdown: msg.markdown,
@@ -180,11 +180,11 @@ impl Handler<Show> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: Show, _ctx: &mut Self::Context) {
-        if msg.text.trim().is_empty() || self.refused(msg.chat) {
+        if msg.text.trim().is_empty() || self.refused(msg.to.chat) {
             return;
         }
         let shared = Arc::clone(&self.shared);
-        self.lane(msg.chat).show(&shared.pending, msg);
+        self.lane(msg.to.chat).show(&shared.pending, msg);
     }
 }
 
@@ -192,7 +192,7 @@ impl Handler<Clear> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: Clear, _ctx: &mut Self::Context) {
-        self.enqueue(msg.chat, Job::Clear(msg));
+        self.enqueue(msg.to.chat, Job::Clear(msg));
     }
 }
 
@@ -200,12 +200,12 @@ impl Handler<Purge> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: Purge, _ctx: &mut Self::Context) {
-        let Some(lane) = self.lanes.get_mut(&msg.chat) else {
+        let Some(lane) = self.lanes.get_mut(&msg.to.chat) else {
             return;
         };
-        lane.purge(&self.shared.pending, msg.topic);
+        lane.purge(&self.shared.pending, msg.to.topic);
         tracing::info!(
-            chat_id = msg.chat.0,
+            chat_id = msg.to.chat.0,
             "queued messages of the conversation dropped (/stop)"
         );
     }
@@ -215,7 +215,7 @@ impl Handler<SendQuestion> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendQuestion, _ctx: &mut Self::Context) {
-        let chat = msg.chat;
+        let chat = msg.to.chat;
         match Job::question(msg) {
             Ok(job) => self.enqueue(chat, job),
             Err((err, reply)) => {
@@ -285,10 +285,10 @@ impl Handler<SendTyping> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendTyping, _ctx: &mut Self::Context) {
-        if !self.lane(msg.chat).typing(msg.topic) {
+        if !self.lane(msg.to.chat).typing(msg.to.topic) {
             return;
         }
-        self.enqueue(msg.chat, Job::Typing(msg.lease, msg.topic));
+        self.enqueue(msg.to.chat, Job::Typing(msg.lease, msg.to.topic));
     }
 }
 
@@ -296,7 +296,7 @@ impl Handler<SendFile> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendFile, _ctx: &mut Self::Context) {
-        self.enqueue(msg.chat, Job::File(msg));
+        self.enqueue(msg.to.chat, Job::File(msg));
     }
 }
 

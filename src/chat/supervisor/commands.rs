@@ -48,10 +48,7 @@ impl ChatSupervisor {
                 // What the turn queued and Telegram has not got yet goes
                 // first; the stop notice below is queued after it.
                 let to = self.to;
-                self.deps.outbox.do_send(Purge {
-                    chat: to.chat,
-                    topic: to.topic,
-                });
+                self.deps.outbox.do_send(Purge { to });
                 running.addr.do_send(InterruptTurn);
                 self.say(if dropped > 0 {
                     format!("⏹ Stopped. {} dropped.", queued(dropped))

@@ -177,8 +177,7 @@ impl LiveView {
             ShowAs::Message
         };
         self.outbox.do_send(Show {
-            chat: self.to.chat,
-            topic: self.to.topic,
+            to: self.to,
             slot: preview.slot,
             reply_to: self.answer_to,
             text: preview.text.clone(),
@@ -204,8 +203,7 @@ impl LiveView {
         let slot = *self.status.slot.get_or_insert_with(Slot::next);
         self.status.shown = Some((text.clone(), Instant::now()));
         self.outbox.do_send(Show {
-            chat: self.to.chat,
-            topic: self.to.topic,
+            to: self.to,
             slot,
             reply_to: None,
             text,
@@ -231,16 +229,14 @@ impl LiveView {
             let fold = (self.config.keep == Keep::Fold)
                 .then(|| folded_text(self.status.calls, self.started.elapsed()));
             self.outbox.do_send(Clear {
-                chat: self.to.chat,
-                topic: self.to.topic,
+                to: self.to,
                 slot,
                 fold,
             });
         }
         if let Some(slot) = self.take_preview() {
             self.outbox.do_send(Clear {
-                chat: self.to.chat,
-                topic: self.to.topic,
+                to: self.to,
                 slot,
                 fold: None,
             });

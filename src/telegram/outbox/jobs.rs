@@ -117,7 +117,7 @@ impl Job {
     pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
         match self {
             Self::Text(job) => Some(job.place.topic),
-            Self::File(file) => Some(file.topic),
+            Self::File(file) => Some(file.to.topic),
             Self::Question(question) => Some(question.topic),
             Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
         }
@@ -168,7 +168,7 @@ impl Job {
         Ok(Self::Question(QuestionJob {
             text: msg.text,
             keyboard,
-            topic: msg.topic,
+            topic: msg.to.topic,
             file: msg.file,
             reply: msg.reply,
             turn: msg.turn,

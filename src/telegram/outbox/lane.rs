@@ -185,9 +185,9 @@ impl Lane {
     /// Queues live text, replacing what its slot had waiting.
     pub(super) fn show(&mut self, pending: &Pending, show: Show) {
         self.last_used = Instant::now();
-        let chat = show.chat;
+        let chat = show.to.chat;
         let mut book = lock(&self.book);
-        let epoch = book.epoch(show.topic);
+        let epoch = book.epoch(show.to.topic);
         let slot = show.slot;
         if book.shows.insert(slot, (show, epoch)).is_some() {
             tracing::trace!(chat_id = chat.0, "live text superseded before it was sent");
@@ -205,7 +205,7 @@ impl Lane {
         let mut book = lock(&self.book);
         *book.epochs.entry(topic).or_default() += 1;
         let before = book.shows.len();
-        book.shows.retain(|_, (show, _)| show.topic != topic);
+        book.shows.retain(|_, (show, _)| show.to.topic != topic);
         let dropped = before - book.shows.len();
         book.pending -= dropped;
         pending.done(dropped);
@@ -338,7 +338,7 @@ impl Worker {
     /// and the text waits its turn again (unless a newer one replaced it).
     async fn show(&mut self, show: Show, epoch: u64) {
         let chat = self.chat;
-        if lock(&self.book).purged(show.topic, epoch) {
+        if lock(&self.book).purged(show.to.topic, epoch) {
             return;
         }
         let rendered = live::live_text(&show.text, show.markdown);

@@ -90,7 +90,7 @@ async fn once(
             chat_id: chat,
             draft_id: show.slot.0,
             text: rendered.text.clone(),
-            message_thread_id: show.topic,
+            message_thread_id: show.to.topic,
             entities: rendered.entities.clone(),
         };
         let answer = call(&telegram.bot, &payload).await;
@@ -108,7 +108,7 @@ async fn once(
         };
     }
     let mut payload = SendMessage::new(chat, rendered.text.clone());
-    payload.message_thread_id = show.topic;
+    payload.message_thread_id = show.to.topic;
     payload.reply_parameters = show
         .reply_to
         .map(|message| ReplyParameters::new(message).allow_sending_without_reply());

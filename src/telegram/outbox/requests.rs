@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix::Message;
 
-use teloxide::types::{ChatId, MessageId, ThreadId};
+use teloxide::types::{ChatId, MessageId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
@@ -22,10 +22,8 @@ pub const CALLBACK_ANSWER_WINDOW: Duration = Duration::from_secs(15);
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendText {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
     /// The message its first piece replies to (in groups, the message that
     /// started the turn); sent anyway when that message is gone.
     pub reply_to: Option<MessageId>,
@@ -46,10 +44,8 @@ pub struct SendText {
 impl SendText {
     /// A message nobody waits on.
     pub fn new(to: impl Into<Conversation>, text: impl Into<String>) -> Self {
-        let to = to.into();
         Self {
-            chat: to.chat,
-            topic: to.topic,
+            to: to.into(),
             reply_to: None,
             text: text.into(),
             markdown: false,
@@ -137,10 +133,8 @@ pub enum ShowAs {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Show {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
     /// Which live message.
     pub slot: Slot,
     /// The message its first send replies to (in groups, the message that
@@ -159,10 +153,8 @@ pub struct Show {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Clear {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
     /// Which live message.
     pub slot: Slot,
     /// The line it keeps; `None` deletes it.
@@ -175,10 +167,8 @@ pub struct Clear {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Purge {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
 }
 
 /// Sends a file as a document (`sendDocument`) or, when `as_photo`, a
@@ -189,10 +179,8 @@ pub struct Purge {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendFile {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
     /// The file, opened and checked by the sender.
     pub file: OutgoingFile,
     /// Its caption (cut at Telegram's 1024).
@@ -216,8 +204,7 @@ impl SendFile {
         let to = to.into();
         let (tx, rx) = oneshot::channel();
         let send = Self {
-            chat: to.chat,
-            topic: to.topic,
+            to,
             file,
             caption,
             as_photo,
@@ -263,10 +250,8 @@ impl Button {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendQuestion {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
     /// The question.
     pub text: String,
     /// Rows of buttons, top to bottom.
@@ -289,8 +274,7 @@ impl SendQuestion {
         let to = to.into();
         let (tx, rx) = oneshot::channel();
         let question = Self {
-            chat: to.chat,
-            topic: to.topic,
+            to,
             text: text.into(),
             buttons,
             file: None,
@@ -400,10 +384,8 @@ impl AnswerCallback {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct SendTyping {
-    /// Where.
-    pub chat: ChatId,
-    /// The forum topic, when the conversation is one.
-    pub topic: Option<ThreadId>,
+    /// Where: the chat, or one forum topic of it.
+    pub to: Conversation,
     /// Checked right before the request leaves: a dead lease sends nothing.
     pub lease: TypingView,
 }

@@ -225,7 +225,10 @@ impl Post<'_> {
         let result = self.upload(&file).await;
         if let Err(err) = &result {
             let request = format!("the file {}", file.file.name);
-            if !self.unconfirmed(file.topic, file.turn, err, &request).await {
+            if !self
+                .unconfirmed(file.to.topic, file.turn, err, &request)
+                .await
+            {
                 tracing::warn!(file = %file.file.name, cause = %err, "file not delivered");
             }
         }
@@ -249,9 +252,9 @@ impl Post<'_> {
         };
         let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
         if file.as_photo {
-            self.send_photo(file.topic, caption, &part).await
+            self.send_photo(file.to.topic, caption, &part).await
         } else {
-            self.send_document(file.topic, caption, &part).await
+            self.send_document(file.to.topic, caption, &part).await
         }
     }
 
