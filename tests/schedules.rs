@@ -324,9 +324,7 @@ async fn with_catch_up_skip_missed_slots_are_counted_not_run() {
     );
     let last = runs(&db).last().expect("a run").0;
     // Down while two slots pass: the wall clock is the event here.
-    while turnstile::state::now_ms() < last + 2_000 + 200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_unix_ms(last + 2_000 + 200).await;
     let second = Harness::start_edited(Scenario::default(), &env, schedule).await;
     second
         .api

@@ -49,10 +49,6 @@ fn config_file(dir: &Path, name: &str, every: &str, catch_up: &str) -> std::path
     path
 }
 
-fn now_ms() -> i64 {
-    turnstile::state::now_ms()
-}
-
 #[tokio::test]
 async fn a_stop_across_three_slots_gives_one_catch_up_run() {
     let api = FakeBotApi::start().await;
@@ -75,9 +71,7 @@ async fn a_stop_across_three_slots_gives_one_catch_up_run() {
     let last = before.last().expect("a run was claimed").0;
     // The bot is down while three more slots pass: waiting on the wall
     // clock is the event here.
-    while now_ms() < last + 3_000 + 200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_unix_ms(last + 3_000 + 200).await;
     let answered_before = api.texts_to(USER).len();
     let mut second = BotProcess::spawn_with_config(&api, &log, &env, &config);
     let caught_up = api

@@ -110,18 +110,7 @@ impl Harness {
         env: &[(&str, &str)],
         limits: RateLimits,
     ) -> Self {
-        let mut slot = None;
-        let harness = Self::launch(env, limits, |config| {
-            let backend = Arc::new(
-                ScriptedBackend::new(scenario)
-                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
-            );
-            slot = Some(Arc::clone(&backend));
-            backend
-        })
-        .await;
-        let backend = slot.expect("backend built");
-        harness.with_scripted(backend)
+        Self::start_scripted(scenario, env, limits, |_| {}).await
     }
 
     /// Starts with the backend `make` builds from the effective config.
@@ -184,8 +173,18 @@ impl Harness {
         env: &[(&str, &str)],
         edit: impl FnOnce(&mut Config),
     ) -> Self {
+        Self::start_scripted(scenario, env, Self::fast_limits(), edit).await
+    }
+
+    /// The scripted `scenario` under `limits`, the config changed by `edit`.
+    async fn start_scripted(
+        scenario: Scenario,
+        env: &[(&str, &str)],
+        limits: RateLimits,
+        edit: impl FnOnce(&mut Config),
+    ) -> Self {
         let mut slot = None;
-        let harness = Self::launch_edited(env, Self::fast_limits(), edit, |config| {
+        let harness = Self::launch_edited(env, limits, edit, |config| {
             let backend = Arc::new(
                 ScriptedBackend::new(scenario)
                     .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
@@ -432,4 +431,13 @@ pub fn sleeping(marker: &str) -> Vec<u32> {
                 .is_ok_and(|argv| argv == format!("sleep\0{marker}\0").as_bytes())
         })
         .collect()
+}
+
+/// Waits until the wall clock reaches `unix_ms`: for tests where time
+/// passing (slots going by while the bot is down) is itself the event.
+pub async fn until_unix_ms(unix_ms: i64) {
+    let left = unix_ms - turnstile::state::now_ms();
+    if let Ok(left) = u64::try_from(left) {
+        tokio::time::sleep(std::time::Duration::from_millis(left)).await;
+    }
 }
