@@ -46,6 +46,15 @@ pub trait AgentBackend: Send + Sync + 'static {
     /// From now on, record the processes this backend starts in the state
     /// file (so a next start can kill what a crash left); none by default.
     fn record_processes_in(&self, _inbox: crate::state::StoreHandle) {}
+
+    /// Whether its sessions take [`SessionCommand::Steer`]: a message
+    /// written into the running turn, read at the agent's next tool
+    /// boundary (or run as the next turn by the agent itself), with a
+    /// [`AgentEvent::SteerRead`] receipt. A backend that cannot steer gets
+    /// mid-turn messages as the next turn, as with `dispatcher.busy = "queue"`.
+    fn steers(&self) -> bool {
+        false
+    }
 }
 
 /// What a session is opened for.
@@ -122,6 +131,15 @@ pub struct AgentSession {
 pub enum SessionCommand {
     /// Run a turn with this user text.
     UserTurn(String),
+    /// A message written while a turn runs: the agent reads it at its next
+    /// tool boundary, or, with none left, runs it as the next turn by
+    /// itself. `tag` comes back in [`AgentEvent::SteerRead`] once read.
+    Steer {
+        /// Names the message in the receipt (its inbox row).
+        tag: i64,
+        /// The user's text.
+        text: String,
+    },
     /// Stop the running turn (the agent still emits its `result`).
     Interrupt,
     /// Finish gracefully: end the session and let the process exit.
@@ -155,6 +173,10 @@ pub enum AgentEvent {
     Result(AgentResult),
     /// The session reported itself idle.
     Idle,
+    /// The agent read the message written with [`SessionCommand::Steer`]
+    /// under this tag: before the running turn's `result` when it joined
+    /// that turn, after it when the agent runs it as the next turn.
+    SteerRead(i64),
     /// The agent process exited or its stream broke.
     Exited {
         /// The exit code, when there is one.

@@ -46,7 +46,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use self::choices::{
-    Backend, CatchUp, GroupMode, Keep, LogFormat, OnInterrupted, PermissionMode, Sandbox,
+    Backend, Busy, CatchUp, GroupMode, Keep, LogFormat, OnInterrupted, PermissionMode, Sandbox,
     SettingSource, Stream,
 };
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
@@ -316,9 +316,13 @@ pub struct DispatcherConfig {
     pub max_concurrent_turns: usize,
     /// Pending messages per chat before new ones are refused.
     pub queue_limit: usize,
-    /// Messages of one chat arriving within this window become one turn.
+    /// Messages of one chat arriving within this window become one turn
+    /// (besides those of one delivery and one album, which always do).
     #[serde(with = "humantime_serde")]
     pub merge_window: Duration,
+    /// A message for a conversation whose turn is running: `steer` it into
+    /// the turn, or `queue` it for the next.
+    pub busy: Busy,
     /// How long a stop waits for in-flight turns.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -465,7 +469,11 @@ impl Default for DispatcherConfig {
         Self {
             max_concurrent_turns: 8,
             queue_limit: 20,
-            merge_window: Duration::from_millis(1500),
+            // Zero: a lone message starts its turn at once. Messages that
+            // arrive together (one delivery, an album) are still one turn,
+            // and anything later is steered into it (`busy`).
+            merge_window: Duration::ZERO,
+            busy: Busy::Steer,
             drain_timeout: Duration::from_secs(30),
             idle_eviction: Duration::from_secs(600),
             on_interrupted: OnInterrupted::Report,

@@ -79,6 +79,16 @@ pub enum BotEvent {
         /// The turn.
         turn: TurnId,
     },
+    /// A message was steered into a running turn (written to its agent, or
+    /// to be written once the turn's session is attached).
+    Steered {
+        /// The chat.
+        chat: ChatId,
+        /// The turn.
+        turn: TurnId,
+        /// The message's inbox row.
+        update_id: i64,
+    },
 }
 
 /// The broadcast sender everybody publishes on.

@@ -43,7 +43,15 @@ async fn idle_supervisors_are_evicted_and_leave_no_actor_behind() {
 #[actix_rt::test]
 async fn a_full_queue_is_told_so() {
     let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
-    let mut h = Harness::start(scenario, &[("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "2")]).await;
+    let mut h = Harness::start(
+        scenario,
+        &[
+            ("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "2"),
+            // Queued, not steered into the running turn.
+            ("TURNSTILE_DISPATCHER_BUSY", "queue"),
+        ],
+    )
+    .await;
     h.say(1, USER, "slow");
     h.event("turn start", |e| matches!(e, BotEvent::TurnStarted { .. }))
         .await;

@@ -48,6 +48,8 @@ const OPS_ENV: &[(&str, &str)] = &[
     ("TURNSTILE_OPS_LISTEN", "127.0.0.1:0"),
     ("TURNSTILE_TURN_POST_RESULT_GRACE", "300ms"),
     ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "20ms"),
+    // The queue gauge needs a message that waits.
+    ("TURNSTILE_DISPATCHER_BUSY", "queue"),
 ];
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {

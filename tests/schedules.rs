@@ -366,7 +366,11 @@ async fn a_busy_conversation_gets_the_run_as_a_later_turn_never_refused() {
     );
     let h = Harness::start_edited(
         scenario,
-        &[("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "1")],
+        &[
+            ("TURNSTILE_DISPATCHER_QUEUE_LIMIT", "1"),
+            // Queued, not steered into the running turn.
+            ("TURNSTILE_DISPATCHER_BUSY", "queue"),
+        ],
         |config: &mut Config| config.schedules.list.push(every("tick", "1s", "ping")),
     )
     .await;

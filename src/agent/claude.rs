@@ -187,6 +187,9 @@ impl ClaudeSettings {
             "--permission-prompt-tool=stdio",
             // `stream_event` lines: what the agent writes, as it writes it.
             "--include-partial-messages",
+            // Each user message is echoed when the CLI reads it: the
+            // receipt of a message steered into a running turn.
+            "--replay-user-messages",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -300,6 +303,10 @@ impl ClaudeBackend {
 }
 
 impl AgentBackend for ClaudeBackend {
+    fn steers(&self) -> bool {
+        true
+    }
+
     fn record_processes_in(&self, inbox: crate::state::StoreHandle) {
         self.running.record_in(inbox);
     }

@@ -334,6 +334,9 @@ pub struct ScriptLog {
     /// Each tool call's name and the result the host gave (`Ok: …`,
     /// `Error: …`).
     pub tool_results: Vec<(String, String)>,
+    /// Each message steered into a running turn and read there (at a tool
+    /// boundary), in order.
+    pub steered: Vec<String>,
 }
 
 /// The newest [`LOG_LIMIT`] entries of each list of a [`ScriptLog`].
@@ -341,6 +344,7 @@ pub struct ScriptLog {
 struct Recent {
     opens: VecDeque<(String, Option<String>)>,
     tool_results: VecDeque<(String, String)>,
+    steered: VecDeque<String>,
 }
 
 impl Recent {
@@ -388,11 +392,16 @@ impl ScriptedBackend {
         ScriptLog {
             opens: log.opens.iter().cloned().collect(),
             tool_results: log.tool_results.iter().cloned().collect(),
+            steered: log.steered.iter().cloned().collect(),
         }
     }
 }
 
 impl AgentBackend for ScriptedBackend {
+    fn steers(&self) -> bool {
+        true
+    }
+
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
         let key = request.conversation.key();
@@ -412,6 +421,7 @@ impl AgentBackend for ScriptedBackend {
             tools: Arc::clone(&self.tools),
             session_id,
             queued: VecDeque::new(),
+            steers: VecDeque::new(),
             log: Arc::clone(&self.log),
             streams: 0,
         };

@@ -23,7 +23,8 @@ use tokio::sync::{Semaphore, mpsc};
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
-    ChatCommand, ChatReport, ChatSettings, ChatSupervisor, RetireChat, StopChatForHost, UserMessage,
+    ChatCommand, ChatReport, ChatSettings, ChatSupervisor, DeliveryEnd, RetireChat,
+    StopChatForHost, UserMessage,
 };
 use crate::chat::turn::{ButtonPressed, Services};
 use crate::config::{AccessConfig, DispatcherConfig};
@@ -68,6 +69,8 @@ enum ForChat {
     /// `/stop` or `/new`.
     Command(Command),
     Press(ButtonPressed),
+    /// The delivery its last messages came in is whole.
+    DeliveryEnd,
 }
 
 /// A chat the dispatcher routes to.
@@ -112,6 +115,13 @@ pub struct Dispatcher {
     started_at: i64,
     /// Where it reports.
     events: EventBus,
+    /// Set while a message of the intake's current delivery is handled.
+    in_delivery: bool,
+    /// Conversations routed a message of the current delivery: each gets
+    /// [`DeliveryEnd`] when the delivery is whole.
+    delivery: Vec<Conversation>,
+    /// Numbers the intake's deliveries.
+    deliveries: u64,
 }
 
 impl Dispatcher {
@@ -138,6 +148,9 @@ impl Dispatcher {
             next_turn: Arc::new(AtomicU64::new(0)),
             chats: HashMap::new(),
             username,
+            in_delivery: false,
+            delivery: Vec::new(),
+            deliveries: 0,
             refused: HashMap::new(),
             refused_presses: HashMap::new(),
             stopping: false,
@@ -180,6 +193,7 @@ impl Dispatcher {
             queue_limit: self.config.queue_limit,
             idle_eviction: self.config.idle_eviction,
             keep_warm: self.keep_warm,
+            steer: self.config.busy == crate::config::Busy::Steer && self.deps.backend.steers(),
             warm_slots: Arc::clone(&self.warm_slots),
         };
         let slots = self.slots.clone();
@@ -203,6 +217,7 @@ impl Dispatcher {
             ForChat::Message(msg) => entry.addr.do_send(msg),
             ForChat::Command(command) => entry.addr.do_send(ChatCommand(command)),
             ForChat::Press(press) => entry.addr.do_send(press),
+            ForChat::DeliveryEnd => entry.addr.do_send(DeliveryEnd),
         }
     }
 
@@ -323,10 +338,16 @@ impl Handler<UpdateReceived> for Dispatcher {
     fn handle(&mut self, update: UpdateReceived, ctx: &mut Self::Context) {
         match update {
             UpdateReceived::Message(m) => {
-                let update_id = m.update_id;
-                if let Err(panic) = contain(|| self.message(m, ctx)) {
-                    tracing::error!(update_id, %panic, "handling the message panicked; dropped");
-                    self.deps.inbox.dropped(vec![update_id]);
+                self.in_delivery = true;
+                self.contained_message(m, ctx);
+                self.in_delivery = false;
+            }
+            UpdateReceived::DeliveryEnd => {
+                self.deliveries += 1;
+                for to in std::mem::take(&mut self.delivery) {
+                    if self.chats.contains_key(&to) {
+                        self.deliver(to, ForChat::DeliveryEnd, ctx);
+                    }
                 }
             }
             UpdateReceived::Press(query) => {
@@ -340,6 +361,16 @@ impl Handler<UpdateReceived> for Dispatcher {
 }
 
 impl Dispatcher {
+    /// [`Dispatcher::message`]; should handling it panic, it is dropped
+    /// with an ERROR log.
+    fn contained_message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
+        let update_id = m.update_id;
+        if let Err(panic) = contain(|| self.message(m, ctx)) {
+            tracing::error!(update_id, %panic, "handling the message panicked; dropped");
+            self.deps.inbox.dropped(vec![update_id]);
+        }
+    }
+
     /// One message for the bot, as the intake read it: a stranger's is
     /// refused, the rest acted on.
     fn message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
@@ -384,10 +415,15 @@ impl Dispatcher {
             }
             Ask::Agent => {
                 let to = m.to;
-                let msg = UserMessage {
-                    message: m,
-                    at: Instant::now(),
-                };
+                let mut msg = UserMessage::new(m);
+                if self.in_delivery {
+                    // The rest of its delivery may join its turn.
+                    msg.rest_follows = true;
+                    msg.delivery = Some(self.deliveries);
+                    if !self.delivery.contains(&to) {
+                        self.delivery.push(to);
+                    }
+                }
                 self.deliver(to, ForChat::Message(msg), ctx);
             }
         }
@@ -400,7 +436,7 @@ impl Handler<RunDue> for Dispatcher {
     /// A schedule's run, claimed and queued: routed as a message just
     /// received (the schedule's maker was checked when it was made).
     fn handle(&mut self, RunDue(run): RunDue, ctx: &mut Self::Context) {
-        self.handle(UpdateReceived::Message(run), ctx);
+        self.contained_message(run, ctx);
     }
 }
 

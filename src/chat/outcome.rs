@@ -23,6 +23,9 @@ pub enum TurnEvent {
     Reprompted,
     /// The session reported itself idle.
     Idle,
+    /// After its `result`, the agent goes on with a message steered into
+    /// the turn as its next turn: this one is over, as at an idle.
+    Continued,
     /// The agent process exited (or its stream broke).
     Exited {
         /// Exit code, if any.
@@ -104,6 +107,11 @@ pub fn decide(events: &[TurnEvent]) -> Option<TurnOutcome> {
                         },
                     },
                 });
+            }
+            TurnEvent::Continued => {
+                if let Some(r) = result {
+                    return Some(from_result(r));
+                }
             }
             TurnEvent::GraceExpired if result.is_some() => {
                 return Some(TurnOutcome::ForceClosedAfterResult);

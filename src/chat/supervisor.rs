@@ -12,6 +12,7 @@
 
 mod commands;
 mod state;
+mod steering;
 mod turns;
 
 use std::collections::VecDeque;
@@ -28,7 +29,7 @@ use tracing::Span;
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
-use crate::chat::notices::{not_accepted, queue_full};
+use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, Services, TurnActor};
 use crate::chat::typing::{RetireTyping, TypingActor};
@@ -45,7 +46,36 @@ pub struct UserMessage {
     pub message: Incoming,
     /// When it was accepted (its merge window opens then).
     pub at: Instant,
+    /// More of the delivery it came in (one `getUpdates` batch) follows,
+    /// then [`DeliveryEnd`]: a turn waits for the rest, so messages that
+    /// arrive together are one turn.
+    pub rest_follows: bool,
+    /// Which delivery of the intake it came in (none for a recovered
+    /// message or a schedule's run): the messages of one merge.
+    pub delivery: Option<u64>,
+    /// Steered into the last turn, which ended before the agent read it:
+    /// the warm session is already running it.
+    pub adopted: bool,
 }
+
+impl UserMessage {
+    /// A message just accepted, on its own.
+    pub fn new(message: Incoming) -> Self {
+        Self {
+            message,
+            at: Instant::now(),
+            rest_follows: false,
+            delivery: None,
+            adopted: false,
+        }
+    }
+}
+
+/// The delivery that the last messages came in is whole: the turn that
+/// waited for it may start.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct DeliveryEnd;
 
 /// A command for the chat, as the intake parsed it: `/stop` interrupts
 /// the running turn and drops what is queued; `/new` forgets the agent
@@ -132,6 +162,9 @@ pub struct ChatSettings {
     pub idle_eviction: Duration,
     /// `agent.keep_warm`.
     pub keep_warm: Duration,
+    /// Messages for a running turn are steered into it
+    /// (`dispatcher.busy = "steer"` and a backend that steers).
+    pub steer: bool,
     /// `agent.max_warm` slots shared by all chats.
     pub warm_slots: Arc<Semaphore>,
 }
@@ -166,6 +199,8 @@ pub struct ChatSupervisor {
     received: u64,
     /// Fires `dispatcher.idle_eviction` after the chat became idle.
     idle_timer: Option<SpawnHandle>,
+    /// A delivery's messages are still arriving ([`DeliveryEnd`] to come).
+    delivering: bool,
 }
 
 impl ChatSupervisor {
@@ -194,6 +229,7 @@ impl ChatSupervisor {
             stopping: false,
             received: 0,
             idle_timer: None,
+            delivering: false,
         }
     }
 
@@ -254,8 +290,15 @@ impl ChatSupervisor {
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
+        if self.delivering && !front.adopted {
+            // The rest of the delivery joins this turn: [`DeliveryEnd`].
+            return;
+        }
         let open_for = front.at.elapsed();
-        let window = if front.message.album.is_some() {
+        let window = if front.adopted {
+            // The agent is already running it.
+            Duration::ZERO
+        } else if front.message.album.is_some() {
             self.settings.merge_window.max(ALBUM_WAIT)
         } else {
             self.settings.merge_window
@@ -370,16 +413,22 @@ impl Handler<UserMessage> for ChatSupervisor {
             }
             return;
         }
-        // A schedule's run is never refused for a busy conversation: it
-        // waits its turn (schedules are few, and bounded per conversation).
-        if !run && self.queue.len() >= self.settings.queue_limit {
-            tracing::warn!(queued = self.queue.len(), "queue full; message refused");
-            self.deps.inbox.dropped(vec![msg.message.update_id]);
-            self.say(queue_full(self.queue.len()));
-            return;
+        if msg.rest_follows {
+            self.delivering = true;
         }
-        self.queue.push_back(msg);
-        self.deps.events.metrics().queued(1);
+        if self.steers(&msg) {
+            return self.steer(msg, ctx);
+        }
+        self.enqueue(msg, ctx);
+    }
+}
+
+impl Handler<DeliveryEnd> for ChatSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: DeliveryEnd, ctx: &mut Self::Context) {
+        self.touched(ctx);
+        self.delivering = false;
         self.try_start(ctx);
     }
 }

@@ -19,6 +19,7 @@ mod opening;
 mod phase;
 mod scheduling;
 mod serve;
+mod steering;
 mod watchdogs;
 
 use std::sync::Arc;
@@ -32,7 +33,8 @@ use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 pub use self::contract::{
-    AbortTurn, InterruptTurn, Services, SessionReleased, StopForHost, TurnEnded, TurnSpec,
+    AbortTurn, Carried, InterruptTurn, Services, SessionReleased, SteerTurn, StopForHost,
+    TurnEnded, TurnSpec,
 };
 use self::link::{Link, Settled};
 use self::live::LiveView;
@@ -87,6 +89,8 @@ pub struct TurnActor {
     /// What the agent sent this turn, against `turn.max_messages` and
     /// `turn.max_output`.
     output: serve::TurnOutput,
+    /// Messages steered into the turn.
+    steering: steering::Steering,
 }
 
 impl TurnActor {
@@ -126,6 +130,7 @@ impl TurnActor {
             started: Instant::now(),
             view,
             output: serve::TurnOutput::default(),
+            steering: steering::Steering::default(),
         }
     }
 
@@ -241,6 +246,7 @@ impl TurnActor {
                 reply.answer(answer);
             }
             AgentEvent::Result(result) => self.on_result(result, ctx),
+            AgentEvent::SteerRead(tag) => self.steer_read(tag),
             AgentEvent::Idle => {
                 if matches!(self.phase, TurnPhase::Running { .. })
                     && matches!(self.log.last(), Some(TurnEvent::Reprompted))
@@ -271,12 +277,22 @@ impl TurnActor {
     /// once, or wait for the session to settle.
     fn on_result(&mut self, result: crate::agent::AgentResult, ctx: &mut Context<Self>) {
         self.step(Step::ResultArrived);
+        self.steering.result_seen = true;
         self.disarm_no_progress(ctx);
         let deliverable = result.succeeded();
         let text = result.text.clone();
         let num_turns = result.num_turns;
         self.record(TurnEvent::Result(result), ctx);
         if !self.phase.holds_chat() {
+            return;
+        }
+        if self.steering.waiting() {
+            // A steered message is the agent's next turn: this one is over,
+            // its text delivered as usual, and nothing re-prompted.
+            if !self.delivered && !self.ended_explicitly && deliverable && !text.trim().is_empty() {
+                self.deliver_answer(text);
+            }
+            self.continue_after_result(ctx);
             return;
         }
         let reprompted = self.log.iter().any(|e| matches!(e, TurnEvent::Reprompted));
@@ -332,6 +348,7 @@ impl Handler<InterruptTurn> for TurnActor {
     type Result = ();
 
     fn handle(&mut self, _msg: InterruptTurn, ctx: &mut Self::Context) {
+        self.close_steering();
         self.record(TurnEvent::Interrupt, ctx);
     }
 }
@@ -359,6 +376,9 @@ impl Handler<AbortTurn> for TurnActor {
         tracing::warn!("turn aborted at the hard deadline");
         self.open.store(false, Ordering::SeqCst);
         self.spec.typing.end();
+        // What was steered in ends with the turn.
+        self.close_steering();
+        self.carried(false);
         self.close_approvals("the turn took too long", ctx);
         self.send(SessionCommand::Kill);
         self.deps.events.publish(BotEvent::SessionKilled {

@@ -138,6 +138,18 @@ choice! {
 }
 
 choice! {
+    /// `dispatcher.busy`: what a message for a conversation whose turn is
+    /// running does.
+    Busy {
+        /// `"steer"`: it goes to the running agent at once, which reads it
+        /// at its next tool boundary (or runs it next, by itself).
+        Steer = "steer",
+        /// `"queue"`: it waits, and starts the next turn.
+        Queue = "queue",
+    }
+}
+
+choice! {
     /// `agent.permission_mode`: what answers a tool the agent asks to run
     /// that neither `agent.allowed_tools` nor `agent.denied_tools` decides.
     PermissionMode {

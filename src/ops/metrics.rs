@@ -60,6 +60,8 @@ pub struct Metrics {
     schedule_runs: Family<OutcomeLabel, Counter>,
     /// Schedules the scheduler keeps.
     schedules: Gauge<i64, AtomicI64>,
+    /// Messages steered into a running turn.
+    steered: Counter,
     /// The last successful `getUpdates`.
     last_poll: Mutex<Option<Instant>>,
     /// The shared warm-process slots and their number, once the dispatcher exists.
@@ -95,6 +97,7 @@ impl Metrics {
             store_errors: Counter::default(),
             schedule_runs: Family::<OutcomeLabel, Counter>::default(),
             schedules: Gauge::<i64, AtomicI64>::default(),
+            steered: Counter::default(),
             last_poll: Mutex::new(None),
             warm: Mutex::new(None),
         };
@@ -116,6 +119,16 @@ impl Metrics {
             "Schedules kept by the scheduler",
             self.schedules.clone(),
         );
+        self.registry.register(
+            "turnstile_steered_messages",
+            "Messages written into a running turn (dispatcher.busy = steer)",
+            self.steered.clone(),
+        );
+    }
+
+    /// A message was steered into a running turn.
+    pub fn steered(&self) {
+        self.steered.inc();
     }
 
     /// Scheduled runs (or slots) ended with `outcome`: `delivered`,

@@ -37,6 +37,9 @@ pub enum UpdateReceived {
     Message(Incoming),
     /// A press of one of the bot's buttons (not in the inbox).
     Press(Box<CallbackQuery>),
+    /// Every message of the batch (one `getUpdates` answer) was handed
+    /// over: messages that came together may now start their turn.
+    DeliveryEnd,
 }
 
 /// Stops polling; resolves once no further update will be handed over.
@@ -151,7 +154,7 @@ impl Intake {
             .iter()
             .filter_map(|taken| match taken {
                 UpdateReceived::Message(m) => Some(m.clone()),
-                UpdateReceived::Press(_) => None,
+                UpdateReceived::Press(_) | UpdateReceived::DeliveryEnd => None,
             })
             .collect();
         let next = match reset_start(i64::from(self.offset), &ids) {
@@ -181,6 +184,7 @@ impl Intake {
                     _ => act.to.do_send(taken),
                 }
             }
+            act.to.do_send(UpdateReceived::DeliveryEnd);
             act.offset = next;
             act.poll(ctx, Duration::ZERO);
         }));

@@ -6,6 +6,7 @@ mod answers;
 pub(crate) mod live;
 mod requests;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -24,6 +25,9 @@ use live::Live;
 
 /// A line longer than this is dropped (logged), never buffered whole.
 pub const MAX_LINE_BYTES: usize = 8 << 20;
+
+/// User messages remembered while the CLI has not echoed them.
+const MAX_UNREAD: usize = 64;
 
 /// What a session's driver is started with.
 pub(super) struct Start {
@@ -77,6 +81,7 @@ pub(super) fn start(start: Start) -> AgentSession {
         events: ev_tx,
         next_request: 1,
         live: Live::default(),
+        unread: VecDeque::new(),
     };
     tokio::spawn(driver.run(cmd_rx, line_rx));
     AgentSession {
@@ -194,6 +199,9 @@ struct Driver {
     next_request: u64,
     /// What the agent is writing and which tool calls were reported.
     live: Live,
+    /// The user messages written and not yet echoed back as read, oldest
+    /// first: `None` for a turn's prompt, the tag of a steered one.
+    unread: VecDeque<Option<i64>>,
 }
 
 impl Driver {
@@ -205,6 +213,17 @@ impl Driver {
 
     fn emit(&self, event: AgentEvent) {
         let _ = self.events.send(event);
+    }
+
+    /// Writes a user message; the CLI echoes it (`isReplay`) when it reads
+    /// it, in the order written.
+    fn write_user(&mut self, tag: Option<i64>, text: &str) {
+        self.unread.push_back(tag);
+        // A CLI that never echoes must not make the list grow without end.
+        while self.unread.len() > MAX_UNREAD {
+            self.unread.pop_front();
+        }
+        self.write(protocol::user_message(text));
     }
 
     fn request(&mut self, request: Value) {
@@ -226,7 +245,8 @@ impl Driver {
                     None => stdout_open = false,
                 },
                 command = commands.recv() => match command {
-                    Some(SessionCommand::UserTurn(text)) => self.write(protocol::user_message(&text)),
+                    Some(SessionCommand::UserTurn(text)) => self.write_user(None, &text),
+                    Some(SessionCommand::Steer { tag, text }) => self.write_user(Some(tag), &text),
                     Some(SessionCommand::Interrupt) => self.request(protocol::interrupt()),
                     Some(SessionCommand::Close) => return self.close(lines).await,
                     Some(SessionCommand::Kill) => return self.kill("killed").await,
@@ -352,7 +372,18 @@ impl Driver {
                 Some(activity) => self.emit(AgentEvent::Activity(activity)),
                 None => self.emit(AgentEvent::Progress),
             },
-            CliLine::User {} | CliLine::RateLimitEvent {} => {
+            CliLine::User { is_replay: true } => match self.unread.pop_front() {
+                Some(Some(tag)) => self.emit(AgentEvent::SteerRead(tag)),
+                Some(None) => self.emit(AgentEvent::Progress),
+                None => {
+                    tracing::debug!(
+                        pid = self.pid,
+                        "echo of a user message never written; skipped"
+                    );
+                    self.emit(AgentEvent::Progress);
+                }
+            },
+            CliLine::User { is_replay: false } | CliLine::RateLimitEvent {} => {
                 self.emit(AgentEvent::Progress);
             }
             CliLine::Result(result) => {

@@ -166,8 +166,14 @@ pub enum CliLine {
         #[serde(default, deserialize_with = "lenient")]
         message: AssistantMessage,
     },
-    /// `user`: a tool's result fed back to the model.
-    User {},
+    /// `user`: a tool's result fed back to the model, or (with
+    /// `isReplay`, under `--replay-user-messages`) the echo of a user
+    /// message the host wrote, at the moment the CLI read it.
+    User {
+        /// Set on the echo of a host's message.
+        #[serde(default, rename = "isReplay", deserialize_with = "lenient")]
+        is_replay: bool,
+    },
     /// `result`: the turn ended.
     Result(ResultLine),
     /// `control_request`: the CLI asks the host; answer exactly once.

@@ -25,8 +25,11 @@ pub(super) struct ScriptedAgent {
     /// What its tool calls are parsed with.
     pub(super) tools: Arc<ToolRegistry>,
     pub(super) session_id: String,
-    /// User turns that arrived while a turn ran.
-    pub(super) queued: VecDeque<String>,
+    /// User turns that arrived while a turn ran, and steered messages the
+    /// running turn ended before reading (tagged): each runs as a turn.
+    pub(super) queued: VecDeque<(Option<i64>, String)>,
+    /// Messages steered into the running turn, not read yet.
+    pub(super) steers: VecDeque<(i64, String)>,
     /// Where tool results are recorded.
     pub(super) log: Arc<std::sync::Mutex<Recent>>,
     /// Streams and activities played so far (numbers their ids).
@@ -50,10 +53,21 @@ impl ScriptedAgent {
     pub(super) async fn run(mut self) {
         loop {
             let text = match self.queued.pop_front() {
-                Some(text) => text,
+                Some((tag, text)) => {
+                    // Read only now, as the next turn: the receipt comes
+                    // after the last turn's result.
+                    if let Some(tag) = tag {
+                        self.emit(AgentEvent::SteerRead(tag));
+                    }
+                    text
+                }
                 None => match self.commands.recv().await {
                     None => return,
                     Some(SessionCommand::UserTurn(text)) => text,
+                    Some(SessionCommand::Steer { tag, text }) => {
+                        self.emit(AgentEvent::SteerRead(tag));
+                        text
+                    }
                     Some(SessionCommand::Interrupt) => continue,
                     Some(SessionCommand::Close) => return self.exit(Some(0), "closed"),
                     Some(SessionCommand::Kill) => return self.exit(None, "killed"),
@@ -84,7 +98,8 @@ impl ScriptedAgent {
                 out = &mut fut => return Woken::Done(out),
                 cmd = self.commands.recv() => match cmd {
                     None => return Woken::HostGone,
-                    Some(SessionCommand::UserTurn(text)) => self.queued.push_back(text),
+                    Some(SessionCommand::UserTurn(text)) => self.queued.push_back((None, text)),
+                    Some(SessionCommand::Steer { tag, text }) => self.steers.push_back((tag, text)),
                     Some(other) => return Woken::Command(other),
                 },
             }
@@ -128,7 +143,11 @@ impl ScriptedAgent {
                 Flow::Exit
             }
             SessionCommand::UserTurn(text) => {
-                self.queued.push_back(text);
+                self.queued.push_back((None, text));
+                Flow::Next
+            }
+            SessionCommand::Steer { tag, text } => {
+                self.steers.push_back((tag, text));
                 Flow::Next
             }
         }
@@ -141,9 +160,19 @@ impl ScriptedAgent {
             session_id: self.session_id.clone(),
         });
         let mut calls: u32 = 0;
-        for step in &turn.steps {
-            if let Some(flow) = self.play_step(step, &turn, user_text, &mut calls).await {
+        let mut text = user_text.to_string();
+        for (i, step) in turn.steps.iter().enumerate() {
+            if let Some(flow) = self.play_step(step, &turn, &text, &mut calls).await {
                 return flow;
+            }
+            // A tool boundary with more of the turn to come: the next model
+            // call reads what was steered in meanwhile (as the CLI does).
+            let boundary = matches!(
+                step,
+                Step::Wait { .. } | Step::Tools { .. } | Step::ToolsWithoutHook { .. }
+            );
+            if boundary && i + 1 < turn.steps.len() {
+                self.read_steers(&mut text);
             }
         }
         self.emit(AgentEvent::Result(AgentResult {
@@ -424,8 +453,26 @@ impl ScriptedAgent {
         None
     }
 
+    /// Reads every steered message into the running turn: its receipt, and
+    /// its text joins what the rest of the turn answers.
+    fn read_steers(&mut self, text: &mut String) {
+        while let Some((tag, steered)) = self.steers.pop_front() {
+            self.emit(AgentEvent::SteerRead(tag));
+            Recent::push(&mut lock(&self.log).steered, steered.clone());
+            text.push('\n');
+            text.push_str(&steered);
+        }
+    }
+
     async fn after_result(&mut self, after: AfterResult) -> Flow {
+        // What was steered in and not read runs as the next turn, by the
+        // agent itself, with no idle in between (as the CLI does).
+        let next = !self.steers.is_empty();
+        while let Some((tag, text)) = self.steers.pop_front() {
+            self.queued.push_back((Some(tag), text));
+        }
         match after {
+            AfterResult::Idle if next => Flow::Next,
             AfterResult::Idle => {
                 self.emit(AgentEvent::Idle);
                 Flow::Next

@@ -35,6 +35,8 @@ struct Burst {
     answer_to: Option<MessageId>,
     /// Their inbox rows.
     update_ids: Vec<i64>,
+    /// The warm session is running them already: their rows and ids.
+    adopted: Option<Vec<(i64, Option<MessageId>)>>,
 }
 
 impl ChatSupervisor {
@@ -44,6 +46,8 @@ impl ChatSupervisor {
         let front = self.queue.pop_front()?;
         // A window too large to add to an Instant merges everything queued.
         let window_end = front.at.checked_add(self.settings.merge_window);
+        let adopted = front.adopted;
+        let delivery = front.delivery;
         let front = front.message;
         let album = front.album.clone();
         let mut burst = Burst {
@@ -53,9 +57,13 @@ impl ChatSupervisor {
             from: front.from,
             answer_to: front.answer_to(),
             update_ids: Vec::new(),
+            adopted: adopted.then(Vec::new),
         };
         let mut texts = Vec::new();
         let mut take = |m: crate::incoming::Incoming| {
+            if let Some(list) = &mut burst.adopted {
+                list.push((m.update_id, Some(m.message_id)));
+            }
             texts.push(m.text);
             burst.files.extend(m.files);
             burst.last = m.message_id;
@@ -63,9 +71,14 @@ impl ChatSupervisor {
             burst.update_ids.push(m.update_id);
         };
         take(front);
+        // What the agent runs already is one turn of its own; the rest
+        // merges by the window, the delivery and the album.
         while let Some(next) = self.queue.pop_front_if(|p| {
-            window_end.is_none_or(|end| p.at <= end)
-                || (album.is_some() && p.message.album == album)
+            p.adopted == adopted
+                && (adopted
+                    || window_end.is_none_or(|end| p.at <= end)
+                    || (delivery.is_some() && p.delivery == delivery)
+                    || (album.is_some() && p.message.album == album))
         }) {
             take(next.message);
         }
@@ -100,6 +113,8 @@ impl ChatSupervisor {
             ctx.cancel_future(warm.timer);
             warm.session
         });
+        // Without the session that runs them, they are written afresh.
+        let adopted = burst.adopted.filter(|_| warm.is_some());
         let typing = self.typing_actor();
         let lease = TypingLease::of_turn(self.to.chat, turn, self.deps.events.clone());
         typing.do_send(StartTyping {
@@ -118,6 +133,7 @@ impl ChatSupervisor {
             update_ids: update_ids.clone(),
             from: Some(burst.from),
             typing: lease,
+            adopted,
         };
         let addr = TurnActor::new(
             spec,
@@ -168,6 +184,7 @@ impl ChatSupervisor {
             cost_usd: 0.0,
             started: running.started,
             at,
+            steered: Vec::new(),
         };
         if let Some(typing) = &self.typing {
             typing.do_send(ended);
@@ -208,7 +225,9 @@ impl Handler<TurnEnded> for ChatSupervisor {
             _ => Disposition::Done,
         };
         let inbox = &self.deps.inbox;
-        inbox.turn_finished(running.update_ids.clone(), how);
+        let mut rows = running.update_ids.clone();
+        rows.extend(msg.steered.iter().copied());
+        inbox.turn_finished(rows, how);
         let now = now_ms();
         let took =
             i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
@@ -263,6 +282,18 @@ impl Handler<SessionReleased> for ChatSupervisor {
         self.step(ChatStep::Released(msg.turn));
         if msg.turn > self.forget_through && !self.stopping {
             self.keep_warm(msg.session, ctx);
+        }
+        if self.stopping {
+            // Their rows stay running: the next start reports or retries
+            // them (`dispatcher.on_interrupted`), as any cut message.
+            if !msg.carried.is_empty() {
+                tracing::info!(
+                    messages = msg.carried.len(),
+                    "steered messages left for the next start"
+                );
+            }
+        } else {
+            self.carry(msg.carried);
         }
         self.try_start(ctx);
     }

@@ -31,8 +31,12 @@ impl TurnActor {
             }
             AgentEvent::Result(result) => {
                 tracing::debug!(subtype = %result.subtype, "result after the turn ended; not delivered");
-                self.arm_grace(ctx);
+                self.steering.result_seen = true;
+                if !self.continue_after_result(ctx) {
+                    self.arm_grace(ctx);
+                }
             }
+            AgentEvent::SteerRead(tag) => self.steer_read(tag),
             AgentEvent::Idle => {
                 if let Some(link) = self.phase.link_mut() {
                     link.settle(Settled::Idle);
@@ -93,6 +97,11 @@ impl TurnActor {
         if self.settled() {
             return self.release(ctx);
         }
+        // The agent runs a steered message as its next turn: the session
+        // goes back to the chat with it now.
+        if self.steering.result_seen && self.steering.waiting() && self.may_hand_back() {
+            return self.release(ctx);
+        }
         match outcome {
             TurnOutcome::NoProgress | TurnOutcome::ForceClosedAfterResult => self.kill(ctx),
             TurnOutcome::Interrupted | TurnOutcome::BudgetExceeded => {
@@ -130,6 +139,7 @@ impl TurnActor {
             cost_usd,
             started: self.started,
             at,
+            steered: self.steering.read(),
         };
         for to in &self.ended_to {
             to.do_send(ended.clone());
@@ -168,13 +178,21 @@ impl TurnActor {
         if self.phase.is_released() {
             return;
         }
+        let hand_back = self.may_hand_back();
         let session = match self.step(Step::Released) {
-            Some(Leftover::Link(link)) => link.into_session(),
+            Some(Leftover::Link(link)) if hand_back => link.into_session(),
+            Some(Leftover::Link(link)) => {
+                // It would run what `/stop` cut: closed, not kept.
+                self.send_to(Some(&link), SessionCommand::Kill);
+                None
+            }
             _ => None,
         };
+        let carried = self.carried(session.is_some());
         self.released_to.do_send(SessionReleased {
             turn: self.spec.turn,
             session,
+            carried,
         });
         ctx.stop();
     }

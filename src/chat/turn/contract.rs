@@ -15,6 +15,7 @@ use crate::chat::outcome::TurnOutcome;
 use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
+use crate::incoming::Incoming;
 use crate::shutdown::Shutdown;
 use crate::state::StoreHandle;
 use crate::telegram::TypingLease;
@@ -43,6 +44,9 @@ pub struct TurnEnded {
     pub started: Instant,
     /// When the turn ended.
     pub at: Instant,
+    /// Messages steered into the turn that the agent read there: answered
+    /// with the turn's own (their rows end as its rows do).
+    pub steered: Vec<i64>,
 }
 
 /// Sent once per turn, after [`TurnEnded`], when the session is settled (and
@@ -54,6 +58,35 @@ pub struct SessionReleased {
     pub turn: TurnId,
     /// A settled session the chat's next turn may reuse.
     pub session: Option<AgentSession>,
+    /// Messages steered into the turn that it ended before the agent read
+    /// them, oldest first: they are the chat's next turn. With `session`
+    /// handed back and each `written`, the agent is already running them
+    /// as its next turn by itself.
+    pub carried: Vec<Carried>,
+}
+
+/// A message steered into a turn that ended before the agent read it.
+#[derive(Debug, Clone)]
+pub struct Carried {
+    /// The message.
+    pub message: Incoming,
+    /// When it was accepted.
+    pub at: Instant,
+    /// Whether it was written to the session handed back.
+    pub written: bool,
+}
+
+/// A message for the conversation while this turn runs
+/// (`dispatcher.busy = "steer"`): written to the agent at once. Answers
+/// whether the turn took it; one it did not take (the turn has ended, or
+/// `/stop` was asked) waits for the next turn.
+#[derive(Message, Debug)]
+#[rtype(result = "bool")]
+pub struct SteerTurn {
+    /// The message.
+    pub message: Incoming,
+    /// When it was accepted.
+    pub at: Instant,
 }
 
 /// `/stop`: interrupt the turn.
@@ -97,6 +130,12 @@ pub struct TurnSpec {
     /// The chat's typing lease for this turn, owned by the turn actor and
     /// ended by it at TurnEnded (or by its drop).
     pub typing: TypingLease,
+    /// Set when the warm session handed to the turn already has the turn's
+    /// messages (steered into the last turn, which ended before the agent
+    /// read them): the agent runs them by itself, so the text is not
+    /// written again unless a fresh session replaces it. Each message's
+    /// row and id, for the receipt's reaction.
+    pub adopted: Option<Vec<(i64, Option<MessageId>)>>,
 }
 
 /// What every turn of every chat shares.

@@ -39,6 +39,9 @@ pub(super) enum Settled {
     Idle,
     /// It exited, or its event stream closed.
     Exited,
+    /// Past the turn's `result` it goes on with a message steered into the
+    /// turn, as its next turn: done with this one, handed back running.
+    Continues,
 }
 
 impl Link {
@@ -101,7 +104,7 @@ impl Link {
                 commands,
                 events: Events::InHand(events),
                 label,
-                settled: Some(Settled::Idle),
+                settled: Some(Settled::Idle | Settled::Continues),
                 ..
             } => Some(AgentSession {
                 commands,

@@ -133,15 +133,23 @@ impl TurnActor {
             commands, label, ..
         } = &session;
         self.generation += 1;
-        if commands
-            .send(SessionCommand::UserTurn(self.spec.text.clone()))
-            .is_err()
+        // A warm session already running this turn's messages (steered into
+        // the last turn) is not told them again; a fresh one is.
+        let adopted = warm && self.generation == 1 && self.spec.adopted.is_some();
+        if !adopted
+            && commands
+                .send(SessionCommand::UserTurn(self.spec.text.clone()))
+                .is_err()
         {
             tracing::warn!(session = %label, "session closed before the turn started");
         }
         let link = Link::new(session, self.generation);
         // A session that comes once the turn no longer takes one is dropped.
         self.step(Step::Attached { link, warm });
+        // What was steered in while opening, after the prompt; everything
+        // again to a session that replaced the one it was written to.
+        self.steers_unwritten();
+        self.write_steers();
         self.pump(ctx);
     }
 }

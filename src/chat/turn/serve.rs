@@ -74,6 +74,9 @@ impl Forwarding {
 pub(super) enum Outgoing {
     Text(SendText),
     File(SendFile),
+    /// More of the turn's messages (steered in and read) are replied to
+    /// from here on: written before anything after it goes out.
+    Replied(Vec<i64>),
 }
 
 /// What the agent sent in a turn, against `turn.max_messages` and
@@ -107,6 +110,7 @@ impl ReplyLane {
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let durable = inbox.replying(update_ids);
         let handed = forwarding.clone();
+        let inbox = inbox.clone();
         actix::spawn(
             async move {
                 durable.await;
@@ -114,6 +118,7 @@ impl ReplyLane {
                     match out {
                         Outgoing::Text(send) => outbox.do_send(send),
                         Outgoing::File(send) => outbox.do_send(send),
+                        Outgoing::Replied(rows) => inbox.replying(rows).await,
                     }
                     handed.handed_over();
                 }
@@ -393,6 +398,12 @@ impl TurnActor {
                 send.turn = Some(self.spec.turn);
             }
             Outgoing::File(send) => send.turn = Some(self.spec.turn),
+            Outgoing::Replied(_) => {}
+        }
+        let read = std::mem::take(&mut self.steering.unmarked);
+        let lane_was_new = self.lane.is_none();
+        if lane_was_new {
+            self.spec.update_ids.extend(read.iter().copied());
         }
         let lane = self.lane.get_or_insert_with(|| {
             ReplyLane::open(
@@ -402,6 +413,9 @@ impl TurnActor {
                 self.deps.forwarding.clone(),
             )
         });
+        if !read.is_empty() && !lane_was_new {
+            lane.send(Outgoing::Replied(read));
+        }
         lane.send(out);
     }
 

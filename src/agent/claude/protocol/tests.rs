@@ -189,7 +189,7 @@ fn assistant_lines_carry_the_text_of_their_text_blocks() {
 fn user_stream_and_rate_limit_lines_are_known() {
     assert_eq!(
         parse(json!({"type": "user", "message": {"role": "user", "content": []}})),
-        Line::Cli(CliLine::User {})
+        Line::Cli(CliLine::User { is_replay: false })
     );
     assert_eq!(
         parse(json!({"type": "stream_event", "event": {"type": "content_block_delta"}})),

@@ -1,0 +1,87 @@
+//! Where a message for the conversation goes: into the running turn
+//! (steered, `dispatcher.busy = "steer"`), or into the queue for the next
+//! turn; and the messages a turn hands back unread, which are the next turn.
+
+use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
+
+use super::{ChatSupervisor, UserMessage};
+use crate::chat::notices::queue_full;
+use crate::chat::turn::{Carried, SteerTurn};
+
+impl ChatSupervisor {
+    /// Whether `msg` goes into the running turn: steering is on, a turn of
+    /// this session runs (none after `/new`), and the message is plain text
+    /// from a person (files are fetched at a turn's start; a schedule's run
+    /// is a turn of its own).
+    pub(super) fn steers(&self, msg: &UserMessage) -> bool {
+        self.settings.steer
+            && !msg.message.is_scheduled()
+            && msg.message.files.is_empty()
+            && !msg.message.text.trim().is_empty()
+            && self
+                .state
+                .running()
+                .is_some_and(|running| running.turn > self.forget_through)
+    }
+
+    /// Hands `msg` to the running turn; one it does not take (it ended
+    /// meanwhile, or `/stop` was asked) waits for the next turn.
+    pub(super) fn steer(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
+        let Some(running) = self.state.running() else {
+            return self.enqueue(msg, ctx);
+        };
+        let ask = running.addr.send(SteerTurn {
+            message: msg.message.clone(),
+            at: msg.at,
+        });
+        ctx.spawn(ask.into_actor(self).map(move |taken, act, ctx| {
+            if !matches!(taken, Ok(true)) {
+                tracing::debug!(
+                    update_id = msg.message.update_id,
+                    "the turn did not take the message; it waits for the next"
+                );
+                act.enqueue(msg, ctx);
+            }
+        }));
+    }
+
+    /// Queues `msg` for the next turn (refused when the queue is full).
+    pub(super) fn enqueue(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
+        // A schedule's run is never refused for a busy conversation: it
+        // waits its turn (schedules are few, and bounded per conversation).
+        if !msg.message.is_scheduled() && self.queue.len() >= self.settings.queue_limit {
+            tracing::warn!(queued = self.queue.len(), "queue full; message refused");
+            self.deps.inbox.dropped(vec![msg.message.update_id]);
+            self.say(queue_full(self.queue.len()));
+            return;
+        }
+        self.queue.push_back(msg);
+        self.deps.events.metrics().queued(1);
+        self.try_start(ctx);
+    }
+
+    /// The messages a turn ended before the agent read them go first in
+    /// the queue; with the session kept warm, the next turn adopts them
+    /// (the agent is running them already).
+    pub(super) fn carry(&mut self, carried: Vec<Carried>) {
+        if carried.is_empty() {
+            return;
+        }
+        let adopted = self.warm.is_some() && carried.iter().all(|c| c.written);
+        tracing::info!(
+            messages = carried.len(),
+            adopted,
+            "steered messages the turn did not read are the next turn"
+        );
+        self.deps.events.metrics().queued(carried.len() as i64);
+        for c in carried.into_iter().rev() {
+            self.queue.push_front(UserMessage {
+                message: c.message,
+                at: c.at,
+                rest_follows: false,
+                delivery: None,
+                adopted,
+            });
+        }
+    }
+}
