@@ -295,6 +295,10 @@ pub struct ProgressConfig {
     pub keep: Keep,
     /// How an answer shows while it is written.
     pub stream: Stream,
+    /// An answer still being written this long after its first text gets a
+    /// preview; one finished sooner is sent whole, as one message.
+    #[serde(with = "humantime_serde")]
+    pub preview_after: Duration,
 }
 
 impl Default for ProgressConfig {
@@ -304,6 +308,7 @@ impl Default for ProgressConfig {
             interval: Duration::from_secs(2),
             keep: Keep::Delete,
             stream: Stream::Edit,
+            preview_after: Duration::from_secs(1),
         }
     }
 }

@@ -50,10 +50,20 @@ const LIVE: &[(&str, &str)] = &[
     ("TURNSTILE_PROGRESS_AFTER", "300ms"),
     ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
     ("TURNSTILE_PROGRESS_STREAM", "edit"),
+    ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s"),
 ];
 
-/// The answer's preview without the status message.
+/// The answer's preview without the status message, shown as soon as its
+/// text is long enough.
 const STREAMING: &[(&str, &str)] = &[
+    ("TURNSTILE_PROGRESS_AFTER", "1h"),
+    ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
+    ("TURNSTILE_PROGRESS_STREAM", "edit"),
+    ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s"),
+];
+
+/// [`STREAMING`] with the default `progress.preview_after` (1 s).
+const STREAMING_DEFAULT: &[(&str, &str)] = &[
     ("TURNSTILE_PROGRESS_AFTER", "1h"),
     ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
     ("TURNSTILE_PROGRESS_STREAM", "edit"),
@@ -269,6 +279,57 @@ async fn the_text_of_end_turn_shows_as_it_is_written_and_becomes_the_answer() {
     assert_eq!(
         final_edit.status, 200,
         "the answer is an edit of the bot's one message, the preview"
+    );
+}
+
+/// An answer written whole within `progress.preview_after` is one
+/// `sendMessage`: no preview, no edit.
+#[actix_rt::test]
+async fn a_short_answer_is_one_message_and_no_edit() {
+    let (scenario, whole) = streamed_end_turn(50);
+    let mut h = Harness::start(scenario, STREAMING_DEFAULT).await;
+    h.say(1, USER, "stream it");
+    h.turn_ended(1, 1).await;
+    let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    assert_eq!(texts, std::slice::from_ref(&whole));
+    let sends = h.api.calls_of("sendMessage");
+    assert_eq!(
+        sends.len(),
+        1,
+        "{:#?}",
+        sends.iter().map(text_of).collect::<Vec<_>>()
+    );
+    assert!(h.api.calls_of("editMessageText").is_empty());
+}
+
+/// An answer still being written `progress.preview_after` after its first
+/// text shows as a preview then (with what was written by that time), and
+/// becomes the answer.
+#[actix_rt::test]
+async fn a_long_answer_shows_its_preview_once_preview_after_passed() {
+    let (scenario, whole) = streamed_end_turn(700);
+    let mut h = Harness::start(scenario, STREAMING_DEFAULT).await;
+    h.say(1, USER, "stream it");
+    h.turn_ended(1, 1).await;
+    call_with(
+        &h,
+        "the answer in the preview",
+        "editmessagetext",
+        true,
+        |t| t == whole,
+    )
+    .await;
+    let sends = h.api.calls_of("sendMessage");
+    assert_eq!(
+        sends.len(),
+        1,
+        "{:#?}",
+        sends.iter().map(text_of).collect::<Vec<_>>()
+    );
+    // Shown by the clock at 1 s, before the last piece (at 1.4 s) came.
+    assert_eq!(
+        text_of(&sends[0]),
+        "Here is the answer you asked for, written"
     );
 }
 

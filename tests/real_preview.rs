@@ -52,6 +52,7 @@ const STREAMING: &[(&str, &str)] = &[
     ("TURNSTILE_PROGRESS_AFTER", "1h"),
     ("TURNSTILE_PROGRESS_INTERVAL", "200ms"),
     ("TURNSTILE_PROGRESS_STREAM", "edit"),
+    ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s"),
 ];
 
 /// The second turn's answer: short, so it goes out as a plain message.

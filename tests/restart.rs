@@ -68,6 +68,9 @@ async fn setup(on_interrupted: &str) -> Setup {
             on_interrupted.to_string(),
         ),
         ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "10s".to_string()),
+        // The messages sent while a turn runs queue up (what these tests
+        // recover); steered ones are recovered as the turn's own.
+        ("TURNSTILE_DISPATCHER_BUSY", "queue".to_string()),
     ];
     Setup { api, dir, env }
 }

@@ -19,6 +19,9 @@ use turnstile::events::BotEvent;
 
 const CHAT: i64 = 1001;
 
+/// The default `dispatcher.busy` (the test harness queues otherwise).
+const STEER: &[(&str, &str)] = &[("TURNSTILE_DISPATCHER_BUSY", "steer")];
+
 /// "slow": a 1.5 s wait (a tool running), then the answer, which carries
 /// every text the agent read (`{text}`). "last": the answer's own tool
 /// call takes 1.5 s, so no model call is left after it.
@@ -73,7 +76,7 @@ fn reactions(h: &Harness, emoji: &str) -> usize {
 
 #[actix_rt::test]
 async fn a_message_during_a_tool_call_joins_the_running_turn() {
-    let mut h = Harness::start(scenario(), &[]).await;
+    let mut h = Harness::start(scenario(), STEER).await;
     h.say(CHAT, CHAT, "slow first");
     started(&mut h, 1).await;
     let second = h.say(CHAT, CHAT, "and a second thought");
@@ -103,7 +106,7 @@ async fn a_message_during_a_tool_call_joins_the_running_turn() {
 
 #[actix_rt::test]
 async fn a_message_during_the_last_model_call_is_the_next_turn_the_agent_runs() {
-    let mut h = Harness::start(scenario(), &[]).await;
+    let mut h = Harness::start(scenario(), STEER).await;
     h.say(CHAT, CHAT, "last one");
     started(&mut h, 1).await;
     let second = h.say(CHAT, CHAT, "then this");
@@ -151,7 +154,7 @@ async fn a_message_during_the_last_model_call_is_the_next_turn_the_agent_runs() 
 
 #[actix_rt::test]
 async fn three_messages_steer_into_one_turn_in_order() {
-    let mut h = Harness::start(scenario(), &[]).await;
+    let mut h = Harness::start(scenario(), STEER).await;
     h.say(CHAT, CHAT, "slow start");
     started(&mut h, 1).await;
     for text in ["one", "two", "three"] {
@@ -166,7 +169,7 @@ async fn three_messages_steer_into_one_turn_in_order() {
 
 #[actix_rt::test]
 async fn stop_after_a_steer_stops_the_whole_turn() {
-    let mut h = Harness::start(scenario(), &[]).await;
+    let mut h = Harness::start(scenario(), STEER).await;
     h.say(CHAT, CHAT, "last thing");
     started(&mut h, 1).await;
     let second = h.say(CHAT, CHAT, "steered then stopped");
@@ -212,7 +215,7 @@ async fn with_busy_queue_a_message_waits_for_the_next_turn() {
 
 #[actix_rt::test]
 async fn messages_of_one_delivery_are_one_turn() {
-    let mut h = Harness::start(scenario(), &[]).await;
+    let mut h = Harness::start(scenario(), STEER).await;
     h.api.push_many(
         ["first of two", "second of two"]
             .into_iter()
@@ -229,7 +232,7 @@ async fn messages_of_one_delivery_are_one_turn() {
 /// `turns` benchmark; the bound here holds on a loaded machine).
 #[actix_rt::test]
 async fn a_lone_message_starts_its_turn_at_once() {
-    let mut h = Harness::start(scenario(), &[]).await;
+    let mut h = Harness::start(scenario(), STEER).await;
     let said = Instant::now();
     h.say(CHAT, CHAT, "hello");
     started(&mut h, 1).await;

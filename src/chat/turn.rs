@@ -230,7 +230,10 @@ impl TurnActor {
             }
             AgentEvent::Activity(Activity::Writing {
                 stream, appended, ..
-            }) => self.view.writing(&stream, &appended),
+            }) => {
+                self.view.writing(&stream, &appended);
+                self.arm_preview(ctx);
+            }
             AgentEvent::ToolCall(call) => self.serve_tool(call, ctx),
             AgentEvent::BatchResolved(ToolBatch { calls, reply }) => {
                 self.record(TurnEvent::ToolBatch { calls }, ctx);

@@ -50,6 +50,10 @@ pub const TEST_DEFAULTS: &[(&str, &str)] = &[
     ("TURNSTILE_ACCESS_ADMINS", "9"),
     ("TURNSTILE_TURN_TYPING_INTERVAL", "40ms"),
     ("TURNSTILE_STATE_PATH", ":memory:"),
+    // A message for a running turn waits for the next one, as the tests of
+    // queueing, ordering, wedges and recovery expect; the tests of
+    // steering (the default) turn it on.
+    ("TURNSTILE_DISPATCHER_BUSY", "queue"),
 ];
 
 /// The bot running against the fake Bot API.

@@ -79,6 +79,10 @@ struct Preview {
     shown: Option<Instant>,
     /// Text arrived since.
     dirty: bool,
+    /// When its text began: it shows only once the text is still being
+    /// written `progress.preview_after` later, so an answer written sooner
+    /// is one message, not a preview and an edit.
+    began: Instant,
 }
 
 impl LiveView {
@@ -129,16 +133,42 @@ impl LiveView {
             text: String::new(),
             shown: None,
             dirty: false,
+            began: Instant::now(),
         });
         if preview.stream != stream {
             // A new text replaces the one shown (the agent's narration
             // before a tool call, say): same message, new text.
             preview.stream = stream.to_string();
             preview.text.clear();
+            if preview.shown.is_none() {
+                preview.began = Instant::now();
+            }
         }
         if grow(&mut preview.text, appended) {
             preview.dirty = true;
             self.flush_preview(false);
+        }
+    }
+
+    /// How long until a preview not shown yet may show
+    /// (`progress.preview_after` after its text began); `None` when there
+    /// is nothing waiting to show.
+    pub(crate) fn preview_due_in(&self) -> Option<std::time::Duration> {
+        let preview = self
+            .preview
+            .as_ref()
+            .filter(|p| p.shown.is_none() && p.dirty)?;
+        Some(
+            self.config
+                .preview_after
+                .saturating_sub(preview.began.elapsed()),
+        )
+    }
+
+    /// Shows a preview that waited for `progress.preview_after`.
+    pub(crate) fn preview_due(&mut self) {
+        if !self.over {
+            self.flush_preview(true);
         }
     }
 
@@ -163,7 +193,7 @@ impl LiveView {
             return;
         }
         let ready = match preview.shown {
-            None => true,
+            None => preview.began.elapsed() >= self.config.preview_after,
             Some(at) => at.elapsed() >= interval || (due && at.elapsed() >= interval / 2),
         };
         if !ready {

@@ -22,6 +22,8 @@ pub(super) struct Watchdogs {
     pub(super) budget: Option<SpawnHandle>,
     /// The live view's clock: `progress.after`, then every `progress.interval`.
     pub(super) view: Option<SpawnHandle>,
+    /// A preview waiting for `progress.preview_after`.
+    pub(super) preview: Option<SpawnHandle>,
     /// `turn.post_result_grace`, armed once a result arrived or the turn
     /// ended with the session still open.
     pub(super) grace: Option<SpawnHandle>,
@@ -113,6 +115,23 @@ impl TurnActor {
         }));
     }
 
+    /// Shows the preview once `progress.preview_after` has passed since its
+    /// text began, if it is still being written then.
+    pub(super) fn arm_preview(&mut self, ctx: &mut Context<Self>) {
+        if self.watchdogs.preview.is_some() {
+            return;
+        }
+        let Some(wait) = self.view.preview_due_in() else {
+            return;
+        };
+        // Once: later pieces of text show it themselves (and arm it again
+        // for a text that replaced this one).
+        self.watchdogs.preview = Some(ctx.run_later(wait, |act, _ctx| {
+            act.watchdogs.preview = None;
+            act.view.preview_due();
+        }));
+    }
+
     /// `turn.max_duration`: interrupt, then force-close, `BudgetExceeded`.
     /// Armed at start with the whole budget, again after a pause with what
     /// was left.
@@ -135,6 +154,7 @@ impl TurnActor {
             self.watchdogs.no_progress.take(),
             self.watchdogs.budget.take(),
             self.watchdogs.view.take(),
+            self.watchdogs.preview.take(),
         ]
         .into_iter()
         .flatten()
