@@ -106,7 +106,7 @@ async fn status_in_a_group_shows_only_that_chat_even_to_an_admin() {
 
 #[actix_rt::test]
 async fn updates_it_cannot_use_are_skipped_without_harm() {
-    let mut h = Harness::start(Scenario::default(), &[]).await;
+    let h = Harness::start(Scenario::default(), &[]).await;
     // Unknown update kind, a message without text, a malformed message, an empty text.
     h.api
         .push_update(serde_json::json!({"some_future_update": {"x": 1}}));
