@@ -328,6 +328,8 @@ impl Turnstile {
             inbox: inbox.clone(),
             shutdown: shutdown.clone(),
             retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
+            limit_retry: config.agent.limit_retry,
+            limit_retry_max: config.agent.limit_retry_max,
             files: files.clone(),
             workdir: config.agent_workdir(),
             forwarding: forwarding.clone(),

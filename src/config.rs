@@ -220,6 +220,13 @@ pub struct AgentConfig {
     /// At most this many agent processes are kept warm across all chats;
     /// past it, a process is closed after its turn.
     pub max_warm: usize,
+    /// A turn the model API refused for a usage limit runs again this long
+    /// later (its messages parked meanwhile); `0s` reports the refusal.
+    #[serde(with = "humantime_serde")]
+    pub limit_retry: Duration,
+    /// Each further refusal doubles the wait, up to this.
+    #[serde(with = "humantime_serde")]
+    pub limit_retry_max: Duration,
     /// Whether turns end through the PostToolBatch hook (`claude`); off only
     /// to compare API calls with and without it.
     pub batch_hook: bool,
@@ -441,6 +448,8 @@ impl Default for AgentConfig {
             max_turns: 0,
             keep_warm: Duration::from_secs(600),
             max_warm: 32,
+            limit_retry: Duration::from_secs(15 * 60),
+            limit_retry_max: Duration::from_secs(2 * 3600),
             batch_hook: true,
             pass_env: Vec::new(),
             setting_sources: Vec::new(),

@@ -27,6 +27,11 @@ pub enum TurnOutcome {
         /// The terminal reason, or the subtype when there is none.
         reason: String,
     },
+    /// The model API refused for a rate or usage limit (the agent gave up).
+    Limited {
+        /// When the limit resets (Unix seconds), when the agent said.
+        resets_at: Option<i64>,
+    },
     /// The result carries a terminal reason this build does not know.
     Unrecognized {
         /// The unknown terminal reason.
@@ -64,6 +69,7 @@ impl TurnOutcome {
             Self::IdleResume => "idle_resume",
             Self::Interrupted => "interrupted",
             Self::AgentError { .. } => "agent_error",
+            Self::Limited { .. } => "limited",
             Self::Unrecognized { .. } => "unrecognized",
             Self::ForceClosedAfterResult => "force_closed_after_result",
             Self::NoProgress => "no_progress",

@@ -116,8 +116,9 @@ async fn the_backstop_releases_a_chat_whatever_its_actors_say() {
     )
     .await;
     h.say(1, USER, "hang");
-    h.say(1, USER, "after the backstop");
+    // Taken on its own (messages that arrive together are one turn).
     let start = started_at(&mut h, 1).await;
+    h.say(1, USER, "after the backstop");
     let (first, outcome, ended) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, TurnOutcome::ForceReleased);
     assert!(ended.duration_since(start) >= Duration::from_millis(400));

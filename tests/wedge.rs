@@ -33,16 +33,17 @@ async fn a_wedged_chat_is_released_at_the_grace_and_its_queue_runs() {
         "the env knob sets the grace"
     );
     h.say(1, USER, "wedge please");
-    h.say(1, USER, "queued behind it");
-    // Another chat keeps answering while chat 1 is wedged.
-    h.say(2, USER, "meanwhile");
-    let (_, _, other_done) = h.turn_ended(2, 1).await;
+    // Taken on its own (messages that arrive together are one turn).
     let started = h
         .event(
             "chat 1's first turn",
             |e| matches!(e, BotEvent::TurnStarted { chat, .. } if chat.0 == 1),
         )
         .await;
+    h.say(1, USER, "queued behind it");
+    // Another chat keeps answering while chat 1 is wedged.
+    h.say(2, USER, "meanwhile");
+    let (_, _, other_done) = h.turn_ended(2, 1).await;
     let BotEvent::TurnStarted { at: started, .. } = started else {
         unreachable!()
     };

@@ -23,6 +23,7 @@
 //! launcher).
 
 pub(crate) mod driver;
+pub mod limits;
 pub(crate) mod permissions;
 mod process;
 pub(crate) mod seal;

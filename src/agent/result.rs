@@ -29,6 +29,13 @@ pub struct AgentResult {
     /// What the turn cost, in USD.
     #[serde(default)]
     pub total_cost_usd: f64,
+    /// The model API refused for a rate or usage limit and the agent gave
+    /// up (it retries a passing one itself).
+    #[serde(default)]
+    pub limited: bool,
+    /// When that limit resets (Unix seconds), when the agent said.
+    #[serde(default)]
+    pub resets_at: Option<i64>,
 }
 
 impl AgentResult {

@@ -52,6 +52,10 @@ pub struct Rule {
     pub contains: String,
     /// The turn to play.
     pub turn: ScriptTurn,
+    /// Played for the first this many messages it matches (in this
+    /// process), then skipped; absent: always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<u32>,
 }
 
 /// What the agent does in one turn.
@@ -133,6 +137,12 @@ pub enum Step {
         /// Model turns reported; absent means the calls played so far plus one.
         #[serde(default)]
         num_turns: Option<u32>,
+        /// The model API refused for a usage limit (with `is_error`).
+        #[serde(default)]
+        limited: bool,
+        /// The reset time the refusal named (Unix seconds).
+        #[serde(default)]
+        resets_at: Option<i64>,
     },
     /// Go silent before the result; only a kill ends it.
     HangForever,
@@ -294,16 +304,36 @@ impl Scenario {
         self.rules.push(Rule {
             contains: contains.into(),
             turn,
+            times: None,
         });
         self
     }
 
-    fn pick(&self, text: &str) -> &ScriptTurn {
-        self.rules
-            .iter()
-            .find(|r| text.contains(&r.contains))
-            .map(|r| &r.turn)
-            .unwrap_or(&self.default)
+    /// Adds a rule played for the first `times` messages it matches.
+    pub fn with_rule_times(mut self, contains: &str, times: u32, turn: ScriptTurn) -> Self {
+        self.rules.push(Rule {
+            contains: contains.into(),
+            turn,
+            times: Some(times),
+        });
+        self
+    }
+
+    /// The turn for `text`: the first rule that matches it and is not used
+    /// up (`used` counts each rule's plays), else the default.
+    fn pick(&self, text: &str, used: &mut std::collections::HashMap<usize, u32>) -> &ScriptTurn {
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !text.contains(&rule.contains) {
+                continue;
+            }
+            let played = used.entry(i).or_default();
+            if rule.times.is_some_and(|times| *played >= times) {
+                continue;
+            }
+            *played += 1;
+            return &rule.turn;
+        }
+        &self.default
     }
 }
 
@@ -345,6 +375,8 @@ struct Recent {
     opens: VecDeque<(String, Option<String>)>,
     tool_results: VecDeque<(String, String)>,
     steered: VecDeque<String>,
+    /// How often each rule was played (for `times`).
+    picks: std::collections::HashMap<usize, u32>,
 }
 
 impl Recent {

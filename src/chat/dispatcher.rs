@@ -390,6 +390,15 @@ impl Dispatcher {
         self.act(m, ctx);
     }
 
+    /// A recovered message that was parked for a usage limit until
+    /// `due_at` (Unix ms): to its conversation, to wait out the rest.
+    fn act_parked(&mut self, m: Incoming, due_at: i64, ctx: &mut Context<Self>) {
+        let to = m.to;
+        let mut msg = UserMessage::new(m);
+        msg.parked_until = Some(due_at);
+        self.deliver(to, ForChat::Message(msg), ctx);
+    }
+
     /// An admitted message, new or recovered: a command is answered, an
     /// unknown one pointed to `/help`, text for the agent routed to its
     /// conversation's supervisor (refused once the host is stopping).

@@ -23,6 +23,9 @@ pub(crate) struct Ending {
     /// Whether the agent ever started: a session was open, or the open
     /// failed (then the operator's log says why, not the chat).
     pub(crate) agent_started: bool,
+    /// `agent.limit_retry` is on: a turn refused for a usage limit is
+    /// parked and tried again (the chat is told that, not this).
+    pub(crate) parks: bool,
 }
 
 /// Told when the agent could not be started (its executable missing, not
@@ -61,6 +64,8 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String
         TurnOutcome::ForceClosedAfterResult => "⚠️ The agent finished without a reply and did not close; the turn was ended.".to_string(),
         TurnOutcome::AgentFailed { detail } => format!("⚠️ The agent failed: {}", bounded(detail, 300)),
         TurnOutcome::AgentError { reason } => format!("⚠️ The agent stopped with an error ({reason})."),
+        TurnOutcome::Limited { .. } if ending.parks => return None,
+        TurnOutcome::Limited { .. } => "⚠️ The model's usage limit was reached; send your message again later.".to_string(),
         TurnOutcome::Unrecognized { reason } => format!("⚠️ The agent stopped ({reason}) without a reply."),
         _ => return None,
     };
@@ -93,6 +98,23 @@ pub(crate) fn queue_full(waiting: usize) -> String {
 /// it may or may not have arrived, and is not sent again (it could arrive
 /// twice).
 pub(crate) const DELIVERY_UNKNOWN: &str = "⚠️ Telegram did not confirm my last message. If you see no reply above, send your message again.";
+
+/// Told when a turn was refused for a usage limit and its messages wait:
+/// when they run again (UTC, and how long from now).
+pub(crate) fn parked(due: chrono::DateTime<chrono::Utc>, wait: std::time::Duration) -> String {
+    let minutes = wait.as_secs().div_ceil(60).max(1);
+    let within = if minutes >= 120 && minutes.is_multiple_of(60) {
+        format!("{} h", minutes / 60)
+    } else if minutes >= 60 {
+        format!("{} h {} min", minutes / 60, minutes % 60)
+    } else {
+        format!("{minutes} min")
+    };
+    format!(
+        "⏳ The model's usage limit was reached. I will try again at {} UTC (in {within}) with your message; /stop cancels.",
+        due.format("%H:%M")
+    )
+}
 
 /// Told when the hard deadline released a chat.
 pub(crate) const FORCE_RELEASED: &str = "⚠️ This turn took too long and was ended.";

@@ -53,6 +53,9 @@ fn from_result(result: &AgentResult) -> TurnOutcome {
     match reason {
         _ if result.num_turns == 0 && !result.is_error => TurnOutcome::IdleResume,
         Some(r) if r.interrupted() => TurnOutcome::Interrupted,
+        _ if result.limited => TurnOutcome::Limited {
+            resets_at: result.resets_at,
+        },
         _ if !result.succeeded() => TurnOutcome::AgentError {
             reason: reason
                 .map_or(result.subtype.name(), TerminalReason::name)

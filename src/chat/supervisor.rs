@@ -11,6 +11,7 @@
 //! which retires it.
 
 mod commands;
+mod parking;
 mod state;
 mod steering;
 mod turns;
@@ -56,6 +57,9 @@ pub struct UserMessage {
     /// Steered into the last turn, which ended before the agent read it:
     /// the warm session is already running it.
     pub adopted: bool,
+    /// Parked by a previous process until this time (Unix ms): its turn
+    /// was refused for a usage limit.
+    pub parked_until: Option<i64>,
 }
 
 impl UserMessage {
@@ -67,6 +71,7 @@ impl UserMessage {
             rest_follows: false,
             delivery: None,
             adopted: false,
+            parked_until: None,
         }
     }
 }
@@ -126,6 +131,9 @@ const ALBUM_WAIT: Duration = Duration::from_millis(800);
 struct Running {
     turn: TurnId,
     update_ids: Vec<i64>,
+    /// The messages it answers, parked again should the model refuse them
+    /// for a usage limit.
+    messages: Vec<Incoming>,
     addr: Addr<TurnActor>,
     /// The turn's span, for what the supervisor logs of it.
     span: Span,
@@ -201,6 +209,10 @@ pub struct ChatSupervisor {
     idle_timer: Option<SpawnHandle>,
     /// A delivery's messages are still arriving ([`DeliveryEnd`] to come).
     delivering: bool,
+    /// Messages waiting out a usage limit.
+    parked: Option<parking::Parked>,
+    /// The last wait for a usage limit; doubles with each refusal in a row.
+    limit_wait: Option<Duration>,
 }
 
 impl ChatSupervisor {
@@ -230,6 +242,8 @@ impl ChatSupervisor {
             received: 0,
             idle_timer: None,
             delivering: false,
+            parked: None,
+            limit_wait: None,
         }
     }
 
@@ -290,6 +304,10 @@ impl ChatSupervisor {
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
+        if self.parked.is_some() {
+            // Waiting out a usage limit: everything runs together then.
+            return;
+        }
         if self.delivering && !front.adopted {
             // The rest of the delivery joins this turn: [`DeliveryEnd`].
             return;
@@ -396,6 +414,9 @@ impl Drop for ChatSupervisor {
             .events
             .metrics()
             .queued(-(self.queue.len() as i64));
+        if self.parked.is_some() {
+            self.deps.events.metrics().parked(-1);
+        }
         self.deps.gauges.leave(&self.deps.gauges.supervisors);
     }
 }
@@ -415,6 +436,9 @@ impl Handler<UserMessage> for ChatSupervisor {
         }
         if msg.rest_follows {
             self.delivering = true;
+        }
+        if self.parks(&msg) {
+            return self.park_more(msg, ctx);
         }
         if self.steers(&msg) {
             return self.steer(msg, ctx);

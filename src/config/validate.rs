@@ -113,6 +113,8 @@ impl Config {
             ),
             ("access.refusal_cooldown", self.access.refusal_cooldown),
             ("agent.keep_warm", self.agent.keep_warm),
+            ("agent.limit_retry", self.agent.limit_retry),
+            ("agent.limit_retry_max", self.agent.limit_retry_max),
             ("turn.typing_interval", turn.typing_interval),
             ("turn.post_result_grace", turn.post_result_grace),
             ("turn.no_progress_timeout", turn.no_progress_timeout),
@@ -131,6 +133,15 @@ impl Config {
                 let shown = Value::from(humantime::format_duration(duration).to_string());
                 return Err(bad_value(key, &shown, "must be at most 365 days"));
             }
+        }
+        let agent = &self.agent;
+        if agent.limit_retry_max < agent.limit_retry {
+            let shown = Value::from(humantime::format_duration(agent.limit_retry_max).to_string());
+            return Err(bad_value(
+                "agent.limit_retry_max",
+                &shown,
+                "must be at least agent.limit_retry",
+            ));
         }
         Ok(())
     }

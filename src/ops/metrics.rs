@@ -62,6 +62,10 @@ pub struct Metrics {
     schedules: Gauge<i64, AtomicI64>,
     /// Messages steered into a running turn.
     steered: Counter,
+    /// Conversations whose messages wait out a usage limit.
+    limit_parked: Gauge<i64, AtomicI64>,
+    /// Parked messages run again, and parked ones given up (`/stop`).
+    limit_retries: Family<OutcomeLabel, Counter>,
     /// The last successful `getUpdates`.
     last_poll: Mutex<Option<Instant>>,
     /// The shared warm-process slots and their number, once the dispatcher exists.
@@ -98,6 +102,8 @@ impl Metrics {
             schedule_runs: Family::<OutcomeLabel, Counter>::default(),
             schedules: Gauge::<i64, AtomicI64>::default(),
             steered: Counter::default(),
+            limit_parked: Gauge::<i64, AtomicI64>::default(),
+            limit_retries: Family::<OutcomeLabel, Counter>::default(),
             last_poll: Mutex::new(None),
             warm: Mutex::new(None),
         };
@@ -120,6 +126,16 @@ impl Metrics {
             self.schedules.clone(),
         );
         self.registry.register(
+            "turnstile_limit_parked",
+            "Conversations whose messages wait out a model usage limit",
+            self.limit_parked.clone(),
+        );
+        self.registry.register(
+            "turnstile_limit_retries",
+            "Parked turns by what became of them: retried (ran again), given_up (/stop)",
+            self.limit_retries.clone(),
+        );
+        self.registry.register(
             "turnstile_steered_messages",
             "Messages written into a running turn (dispatcher.busy = steer)",
             self.steered.clone(),
@@ -129,6 +145,30 @@ impl Metrics {
     /// A message was steered into a running turn.
     pub fn steered(&self) {
         self.steered.inc();
+    }
+
+    /// A conversation's messages were parked for a usage limit (`1`), or
+    /// left the parking (`-1`).
+    pub fn parked(&self, delta: i64) {
+        self.limit_parked.inc_by(delta);
+    }
+
+    /// Parked messages ran again.
+    pub fn limit_retried(&self) {
+        self.limit_retry("retried");
+    }
+
+    /// Parked messages were given up (`/stop`).
+    pub fn limit_given_up(&self) {
+        self.limit_retry("given_up");
+    }
+
+    fn limit_retry(&self, outcome: &str) {
+        self.limit_retries
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// Scheduled runs (or slots) ended with `outcome`: `delivered`,

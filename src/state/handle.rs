@@ -314,6 +314,17 @@ impl StoreHandle {
         });
     }
 
+    /// **parked**: the messages' turn was refused for a usage limit; they
+    /// run again at `due_at` (Unix ms), in this process or the next.
+    pub fn park(&self, update_ids: Vec<i64>, due_at: i64) {
+        if update_ids.is_empty() {
+            return;
+        }
+        self.tell("parking messages", move |store| {
+            store.park(&update_ids, due_at)
+        });
+    }
+
     /// **recover**: the messages a previous process left unfinished, oldest
     /// first.
     pub fn recover(&self) -> impl Future<Output = Vec<InboxRow>> + Send + 'static {

@@ -24,6 +24,8 @@ pub enum InboxState {
     Reported,
     /// Refused or cleared; the chat was told.
     Dropped,
+    /// Its turn was refused for a usage limit; it runs again at `due_at`.
+    Parked,
 }
 
 impl InboxState {
@@ -36,6 +38,7 @@ impl InboxState {
             Self::Done => "done",
             Self::Reported => "reported",
             Self::Dropped => "dropped",
+            Self::Parked => "parked",
         }
     }
 
@@ -47,6 +50,7 @@ impl InboxState {
             "replied" => Self::Replied,
             "reported" => Self::Reported,
             "dropped" => Self::Dropped,
+            "parked" => Self::Parked,
             _ => Self::Done,
         }
     }
@@ -59,14 +63,15 @@ pub struct InboxRow {
     pub message: Incoming,
     /// Where it is.
     pub state: InboxState,
+    /// When a parked message runs again (Unix ms).
+    pub due_at: Option<i64>,
 }
 
 /// Inbox states that are finished, and so may be pruned.
 const FINISHED_STATES: &str = "('done', 'dropped', 'reported')";
 
 /// The columns of a row, in the order [`read_row`] reads them.
-const COLUMNS: &str =
-    "update_id, chat_id, topic, user_id, message_id, date, place, ask, text, files, album, state";
+const COLUMNS: &str = "update_id, chat_id, topic, user_id, message_id, date, place, ask, text, files, album, state, due_at";
 
 /// The files column: empty for none, else a JSON list.
 fn files_json(files: &[Attachment]) -> String {
@@ -112,6 +117,7 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<InboxRow> {
             album: r.get(10)?,
         },
         state: InboxState::parse(&r.get::<_, String>(11)?),
+        due_at: r.get(12)?,
     })
 }
 
@@ -130,6 +136,20 @@ impl Store {
         let now = now_ms();
         for id in update_ids {
             stmt.execute(params![state.as_str(), now, id])?;
+        }
+        Ok(())
+    }
+
+    /// Parks messages until `due_at` (Unix ms): their turn was refused for
+    /// a usage limit.
+    pub fn park(&self, update_ids: &[i64], due_at: i64) -> Result<(), StateError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "UPDATE inbox SET state = 'parked', due_at = ?1, updated_at = ?2 WHERE update_id = ?3",
+        )?;
+        let now = now_ms();
+        for id in update_ids {
+            stmt.execute(params![due_at, now, id])?;
         }
         Ok(())
     }
@@ -153,7 +173,7 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS} FROM inbox
-             WHERE state IN ('queued', 'running', 'replied') ORDER BY update_id"
+             WHERE state IN ('queued', 'running', 'replied', 'parked') ORDER BY update_id"
         ))?;
         let rows = stmt.query_map([], read_row)?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -127,6 +127,9 @@ const MIGRATIONS: &[&str] = &[
         claimed_at  INTEGER NOT NULL,
         UNIQUE (schedule_id, slot)
      );",
+    // 9 → 10: a message whose turn was refused for a usage limit is parked
+    // until it runs again.
+    "ALTER TABLE inbox ADD COLUMN due_at INTEGER;",
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

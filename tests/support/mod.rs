@@ -333,6 +333,8 @@ pub fn result(text: &str) -> Step {
         is_error: false,
         terminal_reason: None,
         num_turns: None,
+        limited: false,
+        resets_at: None,
     }
 }
 

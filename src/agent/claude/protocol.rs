@@ -428,6 +428,10 @@ pub struct ResultLine {
     /// What the turn cost, in USD.
     #[serde(default, deserialize_with = "lenient")]
     pub total_cost_usd: f64,
+    /// The HTTP status of the model API's refusal that ended the turn
+    /// (429: a rate or usage limit the CLI did not retry).
+    #[serde(default, deserialize_with = "lenient")]
+    pub api_error_status: Option<u16>,
 }
 
 impl From<ResultLine> for AgentResult {
@@ -448,6 +452,10 @@ impl From<ResultLine> for AgentResult {
                 "aborted_tools" => TerminalReason::AbortedTools,
                 other => TerminalReason::Other(other.to_owned()),
             }),
+            limited: line.is_error && line.api_error_status == Some(429),
+            resets_at: (line.is_error && line.api_error_status == Some(429))
+                .then(|| super::limits::reset_at(&line.result, chrono::Utc::now()))
+                .flatten(),
             text: line.result,
             num_turns: u32::try_from(line.num_turns).unwrap_or(u32::MAX),
             total_cost_usd: line.total_cost_usd,

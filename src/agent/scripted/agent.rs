@@ -131,6 +131,7 @@ impl ScriptedAgent {
                     text: String::new(),
                     num_turns: calls + 1,
                     total_cost_usd: 0.0,
+                    ..AgentResult::default()
                 }));
                 self.after_result(turn.after_result).await
             }
@@ -155,7 +156,10 @@ impl ScriptedAgent {
 
     /// Plays the scenario's turn for `user_text`, step by step.
     async fn play(&mut self, user_text: &str) -> Flow {
-        let turn = self.scenario.pick(user_text).clone();
+        let turn = self
+            .scenario
+            .pick(user_text, &mut lock(&self.log).picks)
+            .clone();
         self.emit(AgentEvent::Init {
             session_id: self.session_id.clone(),
         });
@@ -211,6 +215,8 @@ impl ScriptedAgent {
                 is_error,
                 terminal_reason,
                 num_turns,
+                limited,
+                resets_at,
             } => {
                 self.emit(AgentEvent::Result(AgentResult {
                     subtype: subtype.as_str().into(),
@@ -224,6 +230,8 @@ impl ScriptedAgent {
                     text: fill(text),
                     num_turns: num_turns.unwrap_or(*calls + 1),
                     total_cost_usd: 0.0,
+                    limited: *limited && *is_error,
+                    resets_at: *resets_at,
                 }));
                 return Some(self.after_result(turn.after_result).await);
             }
@@ -335,6 +343,7 @@ impl ScriptedAgent {
                     text: String::new(),
                     num_turns: calls,
                     total_cost_usd: 0.0,
+                    ..AgentResult::default()
                 }));
                 Some(self.after_result(turn.after_result).await)
             }

@@ -201,7 +201,21 @@ fn play_step(
             let hook = matches!(step, Step::Tools { .. });
             return play_tools(fake, turn, tools, hook, user_text, played);
         }
-        Step::Result { text, subtype, is_error, terminal_reason, num_turns } => {
+        Step::Result { text, subtype, is_error, terminal_reason, num_turns, limited: true, .. } => {
+            // As the CLI writes a usage-limit refusal: the API error line,
+            // then a result with the API's status.
+            let text = fill(text);
+            fake.write(&json!({"type": "assistant", "error": "rate_limit", "message": {"id": "msg_limit", "role": "assistant", "content": [{"type": "text", "text": text}]}, "session_id": fake.session_id}));
+            fake.write(&json!({
+                "type": "result", "subtype": subtype, "is_error": *is_error, "api_error_status": 429,
+                "num_turns": num_turns.unwrap_or(calls + 1), "stop_reason": null,
+                "terminal_reason": terminal_reason.as_deref().unwrap_or("api_error"), "result": text,
+                "session_id": fake.session_id, "total_cost_usd": 0.0, "duration_ms": 5, "usage": {}
+            }));
+            after(fake, turn.after_result);
+            return ControlFlow::Break(());
+        }
+        Step::Result { text, subtype, is_error, terminal_reason, num_turns, .. } => {
             result(fake, subtype, *is_error, "end_turn", terminal_reason.as_deref().unwrap_or("completed"), &fill(text), num_turns.unwrap_or(calls + 1));
             after(fake, turn.after_result);
             return ControlFlow::Break(());

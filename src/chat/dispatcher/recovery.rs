@@ -32,6 +32,7 @@ impl Handler<Recover> for Dispatcher {
 #[derive(Debug, Default)]
 struct Recovered {
     requeued: usize,
+    parked: usize,
     retried: usize,
     reported: usize,
     refused: usize,
@@ -40,7 +41,12 @@ struct Recovered {
 impl Dispatcher {
     fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
         let mut done = Recovered::default();
-        for InboxRow { message: m, state } in rows {
+        for InboxRow {
+            message: m,
+            state,
+            due_at,
+        } in rows
+        {
             if !self.may_run(&m) {
                 // Allowed when it was accepted, not any more: it never reaches an agent.
                 done.refused += 1;
@@ -54,6 +60,12 @@ impl Dispatcher {
                 continue;
             }
             match state {
+                InboxState::Parked => {
+                    // It waits out its usage limit here as it did there.
+                    done.parked += 1;
+                    self.act_parked(m, due_at.unwrap_or(0), ctx);
+                    continue;
+                }
                 InboxState::Queued => done.requeued += 1,
                 InboxState::Running if self.deps.retry_interrupted => done.retried += 1,
                 _ => {
@@ -68,13 +80,15 @@ impl Dispatcher {
         }
         let Recovered {
             requeued,
+            parked,
             retried,
             reported,
             refused,
         } = done;
-        if requeued + retried + reported + refused > 0 {
+        if requeued + parked + retried + reported + refused > 0 {
             tracing::info!(
                 requeued,
+                parked,
                 retried,
                 reported,
                 refused,

@@ -56,8 +56,14 @@ impl ChatSupervisor {
                     "⏹ Stopped.".to_string()
                 });
             }
-            None if dropped > 0 => self.say(format!("⏹ {} dropped.", queued(dropped))),
-            None => self.say("Nothing to stop."),
+            None => match self.cancel_parked(ctx) {
+                0 if dropped > 0 => self.say(format!("⏹ {} dropped.", queued(dropped))),
+                0 => self.say("Nothing to stop."),
+                parked => self.say(format!(
+                    "⏹ Stopped: the retry after the usage limit is cancelled ({} dropped).",
+                    counted(parked + dropped, "message", "messages")
+                )),
+            },
         }
     }
 
@@ -118,7 +124,14 @@ impl Handler<DescribeChat> for ChatSupervisor {
                 "idle".to_string()
             }
         };
-        format!("chat {}: {state}, {} queued", self.to, self.queue.len())
+        match self.parked_line() {
+            Some(parked) => format!(
+                "chat {}: {state}, {} queued, {parked}",
+                self.to,
+                self.queue.len()
+            ),
+            None => format!("chat {}: {state}, {} queued", self.to, self.queue.len()),
+        }
     }
 }
 

@@ -81,6 +81,7 @@ impl ChatSupervisor {
                 rest_follows: false,
                 delivery: None,
                 adopted,
+                parked_until: None,
             });
         }
     }

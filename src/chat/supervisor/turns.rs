@@ -37,6 +37,8 @@ struct Burst {
     update_ids: Vec<i64>,
     /// The warm session is running them already: their rows and ids.
     adopted: Option<Vec<(i64, Option<MessageId>)>>,
+    /// The messages, as read.
+    messages: Vec<crate::incoming::Incoming>,
 }
 
 impl ChatSupervisor {
@@ -58,17 +60,19 @@ impl ChatSupervisor {
             answer_to: front.answer_to(),
             update_ids: Vec::new(),
             adopted: adopted.then(Vec::new),
+            messages: Vec::new(),
         };
         let mut texts = Vec::new();
         let mut take = |m: crate::incoming::Incoming| {
             if let Some(list) = &mut burst.adopted {
                 list.push((m.update_id, Some(m.message_id)));
             }
-            texts.push(m.text);
-            burst.files.extend(m.files);
+            texts.push(m.text.clone());
+            burst.files.extend(m.files.iter().cloned());
             burst.last = m.message_id;
             burst.from = m.from;
             burst.update_ids.push(m.update_id);
+            burst.messages.push(m);
         };
         take(front);
         // What the agent runs already is one turn of its own; the rest
@@ -149,6 +153,7 @@ impl ChatSupervisor {
         self.step(ChatStep::Start(Running {
             turn,
             update_ids,
+            messages: burst.messages,
             addr,
             span,
             started: Instant::now(),
@@ -226,8 +231,22 @@ impl Handler<TurnEnded> for ChatSupervisor {
         };
         let inbox = &self.deps.inbox;
         let mut rows = running.update_ids.clone();
-        rows.extend(msg.steered.iter().copied());
-        inbox.turn_finished(rows, how);
+        rows.extend(msg.steered.iter().map(|m| m.update_id));
+        if let TurnOutcome::Limited { resets_at } = msg.outcome
+            && !self.deps.limit_retry.is_zero()
+            && !msg.replied
+            && !self.stopping
+        {
+            let mut messages = running.messages.clone();
+            messages.extend(msg.steered.iter().cloned());
+            self.park(messages, resets_at, ctx);
+        } else {
+            inbox.turn_finished(rows, how);
+            if msg.outcome.finished() {
+                self.limit_wait = None;
+            }
+        }
+        let inbox = &self.deps.inbox;
         let now = now_ms();
         let took =
             i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);

@@ -90,6 +90,7 @@ impl TurnActor {
             retry: self.deps.retry_interrupted,
             restarting: self.deps.shutdown.is_restarting(),
             agent_started,
+            parks: !self.deps.limit_retry.is_zero(),
         };
         if let Some(notice) = notice_for(&outcome, ending) {
             self.deliver(notice);

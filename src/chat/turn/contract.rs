@@ -46,7 +46,7 @@ pub struct TurnEnded {
     pub at: Instant,
     /// Messages steered into the turn that the agent read there: answered
     /// with the turn's own (their rows end as its rows do).
-    pub steered: Vec<i64>,
+    pub steered: Vec<Incoming>,
 }
 
 /// Sent once per turn, after [`TurnEnded`], when the session is settled (and
@@ -159,6 +159,11 @@ pub struct Services {
     pub shutdown: Shutdown,
     /// `dispatcher.on_interrupted == "retry"`.
     pub retry_interrupted: bool,
+    /// `agent.limit_retry`: the first wait before a turn refused for a
+    /// usage limit runs again (zero: reported, not retried).
+    pub limit_retry: std::time::Duration,
+    /// `agent.limit_retry_max`: the longest such wait.
+    pub limit_retry_max: std::time::Duration,
     /// Fetches the files users send.
     pub files: Files,
     /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each

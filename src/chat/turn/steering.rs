@@ -52,12 +52,12 @@ impl Steering {
         self.steered.iter().any(|s| s.written && !s.read)
     }
 
-    /// The rows of the messages the agent read in this turn.
-    pub(super) fn read(&self) -> Vec<i64> {
+    /// The messages the agent read in this turn.
+    pub(super) fn read(&self) -> Vec<Incoming> {
         self.steered
             .iter()
             .filter(|s| s.read)
-            .map(|s| s.message.update_id)
+            .map(|s| s.message.clone())
             .collect()
     }
 }

@@ -1,0 +1,169 @@
+//! Usage limits: a turn the model API refused for a rate or usage limit
+//! (`TurnOutcome::Limited`) parks its messages in the state store with a
+//! due time; the chat is told once when they run again. New messages join
+//! them; at the due time they run together as a new turn of the same
+//! session. A further refusal doubles the wait (`agent.limit_retry`, up to
+//! `agent.limit_retry_max`); the reset time the agent names wins. `/stop`
+//! cancels; a restart keeps them (recovered with their due time).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix::{AsyncContext, Context, SpawnHandle};
+
+use super::{ChatSupervisor, UserMessage};
+use crate::chat::notices::parked;
+use crate::incoming::Incoming;
+use crate::state::Disposition;
+
+/// Messages waiting out a usage limit.
+#[derive(Debug)]
+pub(super) struct Parked {
+    messages: Vec<UserMessage>,
+    /// When they run again (Unix ms).
+    due_at: i64,
+    timer: SpawnHandle,
+}
+
+/// Now, in Unix milliseconds.
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl ChatSupervisor {
+    /// Whether `msg` waits with the parked messages: some are parked, or it
+    /// was parked by the previous process.
+    pub(super) fn parks(&self, msg: &UserMessage) -> bool {
+        self.parked.is_some() || msg.parked_until.is_some()
+    }
+
+    /// The model refused the turn of `messages` for a usage limit: they
+    /// wait, and the chat is told until when.
+    pub(super) fn park(
+        &mut self,
+        messages: Vec<Incoming>,
+        resets_at: Option<i64>,
+        ctx: &mut Context<Self>,
+    ) {
+        let settings = &self.deps;
+        let wait = match self.limit_wait {
+            None => settings.limit_retry,
+            Some(last) => (last * 2).min(settings.limit_retry_max),
+        };
+        self.limit_wait = Some(wait);
+        let now = unix_ms();
+        let by_wait = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
+        // The reset the agent named, when it gave one.
+        let due_at = resets_at.map_or(by_wait, |at| at.saturating_mul(1000).max(now));
+        let ids: Vec<i64> = messages.iter().map(|m| m.update_id).collect();
+        tracing::warn!(
+            messages = ids.len(),
+            wait_s = (due_at - now) / 1000,
+            named_reset = resets_at.is_some(),
+            "the model refused the turn for a usage limit; its messages are parked"
+        );
+        self.deps.inbox.park(ids, due_at);
+        let messages = messages.into_iter().map(UserMessage::new).collect();
+        self.hold(messages, due_at, ctx);
+        let left = Duration::from_millis(u64::try_from(due_at - now).unwrap_or(0));
+        if let Some(due) = chrono::DateTime::from_timestamp_millis(due_at) {
+            self.say(parked(due, left));
+        }
+    }
+
+    /// Keeps `messages` until `due_at`, then runs them.
+    fn hold(&mut self, messages: Vec<UserMessage>, due_at: i64, ctx: &mut Context<Self>) {
+        let metrics = self.deps.events.metrics();
+        if self.parked.is_none() {
+            metrics.parked(1);
+        }
+        let left = Duration::from_millis(u64::try_from(due_at - unix_ms()).unwrap_or(0));
+        let timer = ctx.run_later(left, |act, ctx| act.unpark(ctx));
+        match &mut self.parked {
+            Some(parked) => {
+                ctx.cancel_future(parked.timer);
+                parked.messages.extend(messages);
+                parked.due_at = parked.due_at.min(due_at);
+                parked.timer = timer;
+            }
+            None => {
+                self.parked = Some(Parked {
+                    messages,
+                    due_at,
+                    timer,
+                });
+            }
+        }
+    }
+
+    /// A message while messages are parked joins them (and one parked by
+    /// the previous process is parked again until its time).
+    pub(super) fn park_more(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
+        let due_at = match (&self.parked, msg.parked_until) {
+            (Some(parked), _) => parked.due_at,
+            (None, Some(until)) => until,
+            (None, None) => return self.enqueue(msg, ctx),
+        };
+        self.deps.inbox.park(vec![msg.message.update_id], due_at);
+        tracing::info!(
+            update_id = msg.message.update_id,
+            "message joins the parked ones"
+        );
+        self.hold(vec![msg], due_at, ctx);
+    }
+
+    /// Their time came: the parked messages run as one turn.
+    fn unpark(&mut self, ctx: &mut Context<Self>) {
+        let Some(parked) = self.parked.take() else {
+            return;
+        };
+        let metrics = self.deps.events.metrics();
+        metrics.parked(-1);
+        metrics.limit_retried();
+        tracing::info!(
+            messages = parked.messages.len(),
+            "parked messages run again"
+        );
+        metrics.queued(parked.messages.len() as i64);
+        // One delivery: they are one turn.
+        for mut msg in parked.messages.into_iter().rev() {
+            msg.delivery = Some(u64::MAX);
+            msg.parked_until = None;
+            self.queue.push_front(msg);
+        }
+        self.try_start(ctx);
+    }
+
+    /// `/stop` while parked: the retry is cancelled; how many were waiting.
+    pub(super) fn cancel_parked(&mut self, ctx: &mut Context<Self>) -> usize {
+        let Some(parked) = self.parked.take() else {
+            return 0;
+        };
+        ctx.cancel_future(parked.timer);
+        let metrics = self.deps.events.metrics();
+        metrics.parked(-1);
+        metrics.limit_given_up();
+        self.limit_wait = None;
+        let ids: Vec<i64> = parked
+            .messages
+            .iter()
+            .map(|m| m.message.update_id)
+            .collect();
+        self.deps
+            .inbox
+            .turn_finished(ids.clone(), Disposition::Done);
+        ids.len()
+    }
+
+    /// `/status`: until when messages are parked.
+    pub(super) fn parked_line(&self) -> Option<String> {
+        let parked = self.parked.as_ref()?;
+        let due = chrono::DateTime::from_timestamp_millis(parked.due_at)?;
+        Some(format!(
+            "{} parked for a usage limit until {} UTC",
+            crate::chat::notices::counted(parked.messages.len(), "message", "messages"),
+            due.format("%H:%M")
+        ))
+    }
+}
