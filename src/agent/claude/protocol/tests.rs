@@ -248,6 +248,8 @@ fn a_result_line_becomes_the_agent_result() {
             text: "partial".into(),
             num_turns: 2,
             total_cost_usd: 0.25,
+            limited: false,
+            resets_at: None,
         }
     );
     let Line::Cli(CliLine::Result(line)) =
@@ -257,6 +259,38 @@ fn a_result_line_becomes_the_agent_result() {
     };
     assert_eq!(line.num_turns, 0, "a mistyped count is zero");
     assert_eq!(line.total_cost_usd, 1.0);
+}
+
+/// The CLI's usage-limit refusal (2.1.332): an error result carrying the
+/// API's 429; only then is the turn limited, and a reset time in its text
+/// is read.
+#[test]
+fn a_429_result_is_a_usage_limit() {
+    let limited = |line: serde_json::Value| match parse(line) {
+        Line::Cli(CliLine::Result(line)) => AgentResult::from(line),
+        other => panic!("not a result line: {other:?}"),
+    };
+    let refusal = limited(json!({
+        "type": "result", "subtype": "success", "is_error": true, "api_error_status": 429,
+        "num_turns": 1, "terminal_reason": "api_error",
+        "result": "API Error: Request rejected (429) · rate limited"
+    }));
+    assert!(refusal.limited);
+    assert_eq!(refusal.resets_at, None);
+    let later = chrono::Utc::now().timestamp() + 3600;
+    let named = limited(json!({
+        "type": "result", "is_error": true, "api_error_status": 429,
+        "result": format!("Claude AI usage limit reached|{later}")
+    }));
+    assert_eq!((named.limited, named.resets_at), (true, Some(later)));
+    // Another status, or no error, is not a usage limit.
+    for line in [
+        json!({"type": "result", "is_error": true, "api_error_status": 500, "result": "API Error: 500"}),
+        json!({"type": "result", "is_error": false, "api_error_status": 429, "result": "fine"}),
+        json!({"type": "result", "is_error": true, "api_error_status": "429", "result": "x"}),
+    ] {
+        assert!(!limited(line.clone()).limited, "{line}");
+    }
 }
 
 #[test]
