@@ -66,6 +66,11 @@ pub enum Reply {
     /// This HTTP status with an error body of this type (`overloaded_error`);
     /// an invalid status becomes 500.
     Status(u16, String),
+    /// A 429 `rate_limit_error` as the API sends for a usage limit: with
+    /// `retry-after` and the `anthropic-ratelimit-unified-*` headers
+    /// (status `rejected`, reset this many seconds from now), which the CLI
+    /// does not retry.
+    UsageLimit(u64),
     /// One text block streamed as one `text_delta` per piece, the pause
     /// between two pieces (a non-zero pause sends the answer chunked, so a
     /// client sees each piece separately); `stop_reason` `end_turn`.
@@ -484,6 +489,31 @@ fn message_response(plan: MessagePlan) -> Response<Body> {
     let number = plan.number;
     let mut pause = Duration::ZERO;
     let (text, tools) = match plan.reply {
+        Reply::UsageLimit(reset_in) => {
+            let message =
+                "This request would exceed your account's rate limit. Please try again later.";
+            let mut response = json_response(429, &error_body("rate_limit_error", message));
+            let reset = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+                + reset_in;
+            let headers = response.headers_mut();
+            for (name, value) in [
+                ("retry-after", reset_in.to_string()),
+                ("anthropic-ratelimit-unified-status", "rejected".to_string()),
+                ("anthropic-ratelimit-unified-reset", reset.to_string()),
+                (
+                    "anthropic-ratelimit-unified-5h-status",
+                    "rejected".to_string(),
+                ),
+                ("anthropic-ratelimit-unified-5h-reset", reset.to_string()),
+            ] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.insert(name, value);
+                }
+            }
+            return response;
+        }
         Reply::Status(status, kind) => {
             let status = StatusCode::from_u16(status)
                 .ok()
