@@ -54,7 +54,9 @@ use support::{Args, Fakes, USER};
 #[global_allocator]
 static GLOBAL: support::alloc::Counting = support::alloc::Counting;
 
-const BENCHES: &[&str] = &["typing", "wedge", "scale", "stream", "requests", "soak"];
+const BENCHES: &[&str] = &[
+    "typing", "wedge", "scale", "stream", "first", "requests", "soak",
+];
 
 /// What a benchmark hands back: its report section, and the invariants a
 /// run broke (which fail the run).
@@ -78,6 +80,7 @@ fn main() {
         "wedge" => wedge(&args),
         "scale" => scale(&args),
         "stream" => stream(&args),
+        "first" => first(&args),
         "requests" => requests(&args),
         "soak" => soak(&args),
         other => Err(format!("unknown benchmark `{other}` (use {BENCHES:?})")),
@@ -1527,6 +1530,131 @@ fn stream(args: &Args) -> Result<Outcome, String> {
             "max",
             "token → whole answer p50 / p99",
             "text requests per turn",
+        ],
+        &rows,
+    ));
+    fragment.push('\n');
+    Ok(Outcome { fragment, broken })
+}
+
+// ---------------------------------------------------------------------------
+// 7b. A lone message's way to the agent, and a short answer's requests.
+
+/// The short answer: whole within `progress.preview_after`, and longer than
+/// the 40 characters a preview waits for.
+const SHORT_ANSWER: &str = "Short answer: forty-two, as you asked me to.";
+
+/// The short answer arrived whole.
+fn short_answered(calls: &[Call]) -> bool {
+    calls
+        .iter()
+        .any(|c| c.method == "sendmessage" && c.status == 200 && call_text(c) == SHORT_ANSWER)
+}
+
+fn first(args: &Args) -> Result<Outcome, String> {
+    let (turns, gap_ms) = if args.quick { (3, 300) } else { (20, 500) };
+    let pieces: Vec<String> = vec![
+        "{\"text\":\"Short answer: ".into(),
+        "forty-two, as you".into(),
+        " asked me to.\"}".into(),
+    ];
+    let steps = json!([
+        {"do": "stream_tool", "tool": "mcp__telegram-tools__end_turn", "pieces": pieces, "ms": 30},
+        {"do": "tools", "calls": [
+            {"name": "mcp__telegram-tools__end_turn", "input": {"text": SHORT_ANSWER}},
+        ]},
+    ]);
+    let configs: [(&str, Vec<(&'static str, String)>); 2] = [
+        (
+            "before: `merge_window = \"1500ms\"`, `busy = \"queue\"`, `preview_after = \"0s\"`",
+            vec![
+                ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "1500ms".into()),
+                ("TURNSTILE_DISPATCHER_BUSY", "queue".into()),
+                ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s".into()),
+            ],
+        ),
+        ("the defaults", Vec::new()),
+    ];
+    let mut rows = Vec::new();
+    let mut broken = Vec::new();
+    for (label, env) in configs {
+        eprintln!("first: {label}, {turns} turns");
+        let scenario = scenario(json!({"default": {"steps": steps.clone()}}))?;
+        let run = in_system(move || {
+            sequential(
+                scenario,
+                env,
+                turns,
+                Duration::from_millis(gap_ms),
+                short_answered,
+            )
+        })?;
+        sequence_checks(label, &run, "terminated", &mut broken);
+        let (mut prompt, mut requests) = (Vec::new(), Vec::new());
+        for k in 0..run.pushes.len() {
+            match run.first_mark(k, MarkKind::Prompt) {
+                Some(at) => prompt.push(ms_between(run.pushes[k], at)),
+                None => broken.push(format!("{label}: turn {k}: no prompt reached the agent")),
+            }
+            let n = run
+                .calls_of_turn(k)
+                .filter(|c| {
+                    c.status == 200
+                        && matches!(
+                            c.method.as_str(),
+                            "sendmessage" | "editmessagetext" | "sendmessagedraft"
+                        )
+                })
+                .count();
+            requests.push(n as f64);
+            if label == "the defaults" && n != 1 {
+                broken.push(format!(
+                    "{label}: turn {k}: the short answer took {n} requests, not 1"
+                ));
+            }
+        }
+        let [a, b, c] = summary_cells(&prompt);
+        let reqs = Summary::of(&requests).map_or("–".into(), |s| {
+            if s.min == s.max {
+                format!("{:.0}", s.p50)
+            } else {
+                format!("{:.0}–{:.0}", s.min, s.max)
+            }
+        });
+        rows.push(vec![
+            label.to_string(),
+            prompt.len().to_string(),
+            format!("**{a}**"),
+            b,
+            c,
+            reqs,
+        ]);
+    }
+    let mut fragment = String::new();
+    let _ = writeln!(
+        fragment,
+        "### 7b. A lone message → its prompt at the agent; requests per short answer\n"
+    );
+    let _ = writeln!(
+        fragment,
+        "Scripted backend, one chat, {turns} lone messages one after another (each {gap_ms} ms after the \
+         previous answer arrived). **Message → prompt**: from the push to the fake Telegram (before the bot's \
+         long poll sees it) to the turn's `SessionCommand::UserTurn` leaving the host (stamped in \
+         `benches/support/timed.rs`): with the claude backend the CLI's first model request follows it. \
+         Each answer is a short `end_turn {{text}}` ({} characters, streamed in 3 pieces 30 ms apart); \
+         **text requests** counts the turn's `sendMessage`, `editMessageText` and `sendMessageDraft` \
+         answered 200. The first row is the old defaults, the second today's. {}.\n",
+        SHORT_ANSWER.chars().count(),
+        support::build_profile()
+    );
+    fragment.push_str(&table(
+        &[
+            "config",
+            "turns",
+            "message → prompt p50",
+            "p99",
+            "max",
+            "text requests per short answer",
         ],
         &rows,
     ));

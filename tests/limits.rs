@@ -169,6 +169,42 @@ async fn stop_cancels_a_parked_retry_and_status_shows_it_before() {
     assert!(!h.texts(1).iter().any(|t| t == "echo: ask me"));
 }
 
+/// A turn refused after it had replied is not run again (that would
+/// answer twice): the chat is told, nothing is parked.
+#[actix_rt::test]
+async fn a_refusal_after_a_reply_is_reported_not_parked() {
+    let mut partly = refused(None);
+    partly.steps.insert(
+        0,
+        Step::Tools {
+            calls: vec![tool(
+                "mcp__telegram-tools__send",
+                serde_json::json!({"text": "partial answer"}),
+            )],
+        },
+    );
+    let scenario = Scenario::default().with_rule_times("ask", 1, partly);
+    let mut h = Harness::start(scenario, &retry("1s", "2s")).await;
+    h.say(1, USER, "ask me");
+    let (outcome, _) = ended(&mut h, 1).await;
+    assert_eq!(outcome, TurnOutcome::Limited { resets_at: None });
+    let texts = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(texts[0], "partial answer");
+    assert!(
+        texts[1].contains("usage limit") && !texts[1].starts_with("⏳"),
+        "{texts:?}"
+    );
+    h.say(1, USER, "next");
+    let (outcome, _) = ended(&mut h, 2).await;
+    assert!(outcome.finished());
+    assert_eq!(h.texts(1).last().map(String::as_str), Some("echo: next"));
+    assert!(
+        !h.texts(1).iter().any(|t| t == "echo: ask me"),
+        "run again: {:?}",
+        h.texts(1)
+    );
+}
+
 #[actix_rt::test]
 async fn with_limit_retry_off_the_refusal_is_reported() {
     let mut h = Harness::start(scenario(1, None), &retry("0s", "2h")).await;

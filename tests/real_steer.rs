@@ -1,7 +1,9 @@
 //! Steering with the real Claude Code CLI against the fake Messages API:
 //! a message written while a Bash call runs joins the turn (the next model
 //! call carries it with the tool result), and one written during the last
-//! model call is run by the CLI as its next turn, which the bot adopts.
+//! model call is run by the CLI as its next turn, which the bot adopts
+//! (with `agent.keep_warm = "0s"`, the harness's setting: the session that
+//! runs it is the next turn's whatever the caps).
 //! Part of the real-CLI group (`--features real-cli`, root, the CLI from
 //! `scripts/install-claude.sh`), run inside a loopback-only namespace.
 #![cfg(feature = "real-cli")]
@@ -137,13 +139,22 @@ async fn a_message_during_the_last_model_call_is_run_next_by_the_cli() {
     );
     let (next, outcome, ended) = h.turn_ended(1, 2).await;
     assert_eq!(next, first + 1);
+    let tails: Vec<String> = api
+        .model_requests()
+        .iter()
+        .map(|r| {
+            let m = r["messages"].as_array().cloned().unwrap_or_default();
+            let last: Vec<String> = m.iter().rev().take(3).map(|x| x.to_string()).collect();
+            last.join(" || ")
+        })
+        .collect();
     assert_eq!(
         outcome,
         TurnOutcome::Terminated {
             tool: "end_turn".into()
         },
-        "{}",
-        api.describe()
+        "texts {:?}\nlast messages: {tails:#?}",
+        h.texts(1),
     );
     assert_eq!(h.texts(1), ["first answer", "second answer"]);
     let calls = api.model_requests();

@@ -106,7 +106,22 @@ async fn a_message_during_a_tool_call_joins_the_running_turn() {
 
 #[actix_rt::test]
 async fn a_message_during_the_last_model_call_is_the_next_turn_the_agent_runs() {
-    let mut h = Harness::start(scenario(), STEER).await;
+    last_model_call(STEER).await;
+}
+
+/// The session running the steered message is the next turn's even when no
+/// session is kept warm: closing it would cost the agent's work again.
+#[actix_rt::test]
+async fn the_next_turn_adopts_the_running_session_even_with_keep_warm_off() {
+    last_model_call(&[
+        ("TURNSTILE_DISPATCHER_BUSY", "steer"),
+        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
+    ])
+    .await;
+}
+
+async fn last_model_call(env: &[(&str, &str)]) {
+    let mut h = Harness::start(scenario(), env).await;
     h.say(CHAT, CHAT, "last one");
     started(&mut h, 1).await;
     let second = h.say(CHAT, CHAT, "then this");

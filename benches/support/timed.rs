@@ -14,6 +14,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use turnstile::agent::{
     Activity, AgentBackend, AgentError, AgentEvent, AgentSession, BoxFuture, OpenSession,
+    SessionCommand,
 };
 
 /// What was stamped.
@@ -26,6 +27,10 @@ pub enum MarkKind {
     /// Text being written (an [`Activity::Writing`] with a non-empty piece:
     /// assistant text, or the `text` of `send`/`end_turn` as it streams).
     Writing,
+    /// The turn's prompt reached the agent (a `SessionCommand::UserTurn`
+    /// left the host): with the claude backend, what the first model
+    /// request follows.
+    Prompt,
 }
 
 /// One stamp.
@@ -67,6 +72,27 @@ impl AgentBackend for Timed {
         let marks = Arc::clone(&self.marks);
         Box::pin(async move {
             let mut session = opening.await?;
+            // The host's commands pass through, the prompts stamped.
+            let (to_agent, mut from_host) = mpsc::unbounded_channel::<SessionCommand>();
+            let agent_commands = std::mem::replace(&mut session.commands, to_agent);
+            let prompts = Arc::clone(&marks);
+            tokio::spawn(async move {
+                while let Some(command) = from_host.recv().await {
+                    if matches!(command, SessionCommand::UserTurn(_)) {
+                        let at = Instant::now();
+                        if let Ok(mut m) = prompts.lock() {
+                            m.push(Mark {
+                                chat,
+                                kind: MarkKind::Prompt,
+                                at,
+                            });
+                        }
+                    }
+                    if agent_commands.send(command).is_err() {
+                        return;
+                    }
+                }
+            });
             let (tx, rx) = mpsc::unbounded_channel();
             let mut from_agent = std::mem::replace(&mut session.events, rx);
             tokio::spawn(async move {
@@ -100,5 +126,9 @@ impl AgentBackend for Timed {
 
     fn closed(&self) -> BoxFuture<()> {
         self.inner.closed()
+    }
+
+    fn steers(&self) -> bool {
+        self.inner.steers()
     }
 }

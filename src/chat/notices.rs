@@ -54,6 +54,13 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String
         }
         .to_string());
     }
+    if let TurnOutcome::Limited { .. } = outcome {
+        // Parked and retried (the chat is told so then) unless it replied:
+        // a message partly answered is not run again.
+        return (!ending.parks || ending.replied).then(|| {
+            "⚠️ The model's usage limit was reached, so this answer stops here; send your message again later.".to_string()
+        });
+    }
     if ending.replied {
         return None;
     }
@@ -64,8 +71,6 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String
         TurnOutcome::ForceClosedAfterResult => "⚠️ The agent finished without a reply and did not close; the turn was ended.".to_string(),
         TurnOutcome::AgentFailed { detail } => format!("⚠️ The agent failed: {}", bounded(detail, 300)),
         TurnOutcome::AgentError { reason } => format!("⚠️ The agent stopped with an error ({reason})."),
-        TurnOutcome::Limited { .. } if ending.parks => return None,
-        TurnOutcome::Limited { .. } => "⚠️ The model's usage limit was reached; send your message again later.".to_string(),
         TurnOutcome::Unrecognized { reason } => format!("⚠️ The agent stopped ({reason}) without a reply."),
         _ => return None,
     };

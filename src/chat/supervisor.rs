@@ -153,8 +153,9 @@ impl HoldsTurn for Running {
 /// A settled session kept for the chat's next turn.
 struct Warm {
     session: AgentSession,
-    /// One of `agent.max_warm`.
-    _slot: OwnedSemaphorePermit,
+    /// One of `agent.max_warm` (none for a session that runs a steered
+    /// message for the next turn: it is that turn's, whatever the caps).
+    _slot: Option<OwnedSemaphorePermit>,
     /// `agent.keep_warm`: closes the session when it fires.
     timer: SpawnHandle,
 }
@@ -367,7 +368,29 @@ impl ChatSupervisor {
         });
         self.warm = Some(Warm {
             session,
-            _slot: slot,
+            _slot: Some(slot),
+            timer,
+        });
+    }
+
+    /// Keeps a session that runs messages steered into its last turn for
+    /// the next turn, which adopts it, whatever `agent.keep_warm` and
+    /// `agent.max_warm` say: closing it would lose the agent's work on them
+    /// and cost a model call again. Closed if no turn takes it within the
+    /// no-progress timeout.
+    fn keep_continuing(&mut self, session: AgentSession, ctx: &mut Context<Self>) {
+        if let Some(old) = self.warm.take() {
+            ctx.cancel_future(old.timer);
+        }
+        let timer = ctx.run_later(self.deps.config.no_progress_timeout, |act, ctx| {
+            if act.warm.take().is_some() {
+                tracing::warn!("a continuing session no turn took was closed");
+            }
+            act.watch_idle(ctx);
+        });
+        self.warm = Some(Warm {
+            session,
+            _slot: None,
             timer,
         });
     }

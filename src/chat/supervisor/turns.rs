@@ -299,8 +299,12 @@ impl Handler<SessionReleased> for ChatSupervisor {
             return;
         }
         self.step(ChatStep::Released(msg.turn));
+        let continuing = !msg.carried.is_empty() && msg.carried.iter().all(|c| c.written);
         if msg.turn > self.forget_through && !self.stopping {
-            self.keep_warm(msg.session, ctx);
+            match msg.session {
+                Some(session) if continuing => self.keep_continuing(session, ctx),
+                session => self.keep_warm(session, ctx),
+            }
         }
         if self.stopping {
             // Their rows stay running: the next start reports or retries
