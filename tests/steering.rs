@@ -26,6 +26,18 @@ const STEER: &[(&str, &str)] = &[("TURNSTILE_DISPATCHER_BUSY", "steer")];
 /// every text the agent read (`{text}`). "last": the answer's own tool
 /// call takes 1.5 s, so no model call is left after it.
 fn scenario() -> Scenario {
+    let ask = turn(vec![
+        Step::Ask {
+            tool: "Bash".into(),
+            input: json!({"command": "echo hi"}),
+        },
+        Step::Tools {
+            calls: vec![tool(
+                "mcp__telegram-tools__end_turn",
+                json!({"text": "answer: {text}"}),
+            )],
+        },
+    ]);
     let answer = |ms| Step::Tools {
         calls: vec![
             slow_tool(
@@ -39,6 +51,7 @@ fn scenario() -> Scenario {
     Scenario::default()
         .with_rule("slow", turn(vec![Step::Wait { ms: 1500 }, answer(0)]))
         .with_rule("last", turn(vec![answer(1500)]))
+        .with_rule("approve", ask)
         .with_rule("", turn(vec![answer(0)]))
 }
 
@@ -255,5 +268,102 @@ async fn a_lone_message_starts_its_turn_at_once() {
     assert!(
         took < Duration::from_millis(750),
         "the turn started {took:?} after the message (half the old 1.5 s window)"
+    );
+}
+
+/// A message while a tool approval waits is steered too: the agent reads
+/// it once the decision is made.
+#[actix_rt::test]
+async fn a_message_while_an_approval_waits_is_read_after_the_decision() {
+    let mut h = Harness::start(scenario(), STEER).await;
+    h.say(CHAT, CHAT, "approve this");
+    let call = h
+        .api
+        .wait_for(SOON, "the question", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "sendmessage" && !buttons_of(c).is_empty())
+                .cloned()
+        })
+        .await;
+    let second = h.say(CHAT, CHAT, "while you wait");
+    steered(&mut h, second).await;
+    assert!(
+        h.backend.log().steered.is_empty(),
+        "read before the decision"
+    );
+    let allow = buttons_of(&call)
+        .into_iter()
+        .flatten()
+        .find(|(label, _)| label == "Allow")
+        .map(|(_, data)| data)
+        .expect("an Allow button");
+    h.api.push_callback(CHAT, CHAT, 0, &allow);
+    let (_, outcome, _) = h.turn_ended(CHAT, 1).await;
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        }
+    );
+    assert_eq!(h.backend.log().steered, ["while you wait"]);
+    let texts = h.texts(CHAT);
+    assert_eq!(
+        texts.last().map(String::as_str),
+        Some("answer: approve this\nwhile you wait")
+    );
+}
+
+/// After `/new` nothing more goes into the session being left: the next
+/// message is the next turn, in a fresh session.
+#[actix_rt::test]
+async fn after_new_a_message_is_not_steered_into_the_old_session() {
+    let mut h = Harness::start(scenario(), STEER).await;
+    h.say(CHAT, CHAT, "slow one");
+    let first = started(&mut h, 1).await;
+    h.say(CHAT, CHAT, "/new");
+    h.api
+        .wait_for(SOON, "the /new answer", |_| {
+            h.texts(CHAT)
+                .iter()
+                .any(|t| t.starts_with("🆕"))
+                .then_some(())
+        })
+        .await;
+    h.say(CHAT, CHAT, "for the new session");
+    assert_eq!(started(&mut h, 2).await, first + 1);
+    h.turn_ended(CHAT, 2).await;
+    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+    assert!(h.backend.log().steered.is_empty());
+    assert_eq!(
+        h.texts(CHAT).last().map(String::as_str),
+        Some("answer: for the new session")
+    );
+    // The second turn opened a session of its own, resuming nothing.
+    let opens = h.backend.log().opens;
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    assert_eq!(opens[1].1, None, "{opens:?}");
+}
+
+/// A message with a file waits for the next turn (its file is fetched as
+/// a turn starts), steering or not.
+#[actix_rt::test]
+async fn a_message_with_a_file_waits_for_the_next_turn() {
+    use support::bot_api::files::{captioned, document, private};
+    let mut h = Harness::start(scenario(), STEER).await;
+    h.api.add_file("doc-1", "documents/notes.txt", b"notes");
+    h.say(CHAT, CHAT, "slow one");
+    let first = started(&mut h, 1).await;
+    h.api.push_message(captioned(
+        document(private(CHAT), CHAT, "doc-1", "notes.txt", 5),
+        "read this",
+    ));
+    assert_eq!(started(&mut h, 2).await, first + 1);
+    h.turn_ended(CHAT, 2).await;
+    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+    let last = h.texts(CHAT).last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("answer: ") && last.ends_with("read this"),
+        "{last}"
     );
 }

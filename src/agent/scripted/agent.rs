@@ -173,7 +173,10 @@ impl ScriptedAgent {
             // call reads what was steered in meanwhile (as the CLI does).
             let boundary = matches!(
                 step,
-                Step::Wait { .. } | Step::Tools { .. } | Step::ToolsWithoutHook { .. }
+                Step::Wait { .. }
+                    | Step::Tools { .. }
+                    | Step::ToolsWithoutHook { .. }
+                    | Step::Ask { .. }
             );
             if boundary && i + 1 < turn.steps.len() {
                 self.read_steers(&mut text);
