@@ -17,6 +17,7 @@ use self::ops::{bind_ops, serve_ops};
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
+use crate::agent::acp::{AcpBackend, AcpSettings};
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
@@ -138,6 +139,11 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             let mut settings = ClaudeSettings::from_config(config);
             settings.probe_sandbox().map_err(StartError::Sandbox)?;
             Ok(Arc::new(ClaudeBackend::new(settings, tools)))
+        }
+        Backend::Acp => {
+            let mut settings = AcpSettings::from_config(config);
+            settings.probe_sandbox().map_err(StartError::Sandbox)?;
+            Ok(Arc::new(AcpBackend::new(settings, tools)))
         }
     }
 }
