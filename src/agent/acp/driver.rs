@@ -240,6 +240,16 @@ impl Driver {
         let mut stdout_open = true;
         loop {
             tokio::select! {
+                // The host's commands first: a `/stop` that also answered
+                // a waiting permission (denied, as the turn closes its
+                // questions) cancels it rather than rejecting it.
+                biased;
+                command = commands.recv() => match command {
+                    Some(SessionCommand::UserTurn(text)) => self.user_turn(text),
+                    Some(SessionCommand::Interrupt) => self.interrupt(),
+                    Some(SessionCommand::Close) | None => return self.close(lines).await,
+                    Some(SessionCommand::Kill) => return self.kill("killed").await,
+                },
                 line = lines.recv(), if stdout_open => match line {
                     Some(line) => {
                         if let Err(why) = self.on_line(line) {
@@ -250,12 +260,6 @@ impl Driver {
                     None => stdout_open = false,
                 },
                 Some((key, permission)) = decided.recv() => self.decided(&key, &permission),
-                command = commands.recv() => match command {
-                    Some(SessionCommand::UserTurn(text)) => self.user_turn(text),
-                    Some(SessionCommand::Interrupt) => self.interrupt(),
-                    Some(SessionCommand::Close) | None => return self.close(lines).await,
-                    Some(SessionCommand::Kill) => return self.kill("killed").await,
-                },
                 status = self.process.wait() => {
                     // What the process wrote before it exited still counts.
                     while let Ok(line) = lines.try_recv() {
