@@ -52,7 +52,12 @@ impl Fake {
             ("TURNSTILE_AGENT_SANDBOX".into(), "none".into()),
             (
                 "TURNSTILE_AGENT_WORKDIR".into(),
-                self.dir.path().join("ws").join("{chat}").display().to_string(),
+                self.dir
+                    .path()
+                    .join("ws")
+                    .join("{chat}")
+                    .display()
+                    .to_string(),
             ),
             (
                 "TURNSTILE_STATE_PATH".into(),
@@ -91,7 +96,10 @@ impl Fake {
 
     /// The pids of the fakes started so far.
     fn pids(&self) -> Vec<u64> {
-        self.entries().iter().filter_map(|e| e["pid"].as_u64()).collect()
+        self.entries()
+            .iter()
+            .filter_map(|e| e["pid"].as_u64())
+            .collect()
     }
 
     /// What the fake got for its permission requests.
@@ -123,7 +131,10 @@ async fn start(fake: &Fake, extra: &[(&str, &str)]) -> (Harness, Arc<AcpBackend>
 /// Stops the bot and waits until none of the backend's processes is left.
 async fn stop(h: Harness, backend: &AcpBackend) {
     h.bot.stop().await;
-    wait_until("every agent process reaped", SOON, || backend.running() == 0).await;
+    wait_until("every agent process reaped", SOON, || {
+        backend.running() == 0
+    })
+    .await;
 }
 
 fn completed() -> TurnOutcome {
@@ -204,7 +215,8 @@ async fn message_chunks_stream_into_the_preview_that_becomes_the_answer() {
         ],
     )
     .await;
-    let whole = "The answer, streamed in pieces as it is written, arrives in the chat as one message.";
+    let whole =
+        "The answer, streamed in pieces as it is written, arrives in the chat as one message.";
     h.say(1, USER, "slow please");
     h.turn_ended(1, 1).await;
     h.api
@@ -240,7 +252,11 @@ async fn a_permission_allowed_in_the_chat_selects_allow_once() {
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, completed());
     assert_eq!(
-        h.api.wait_for_texts(1, 2, SOON).await.last().map(String::as_str),
+        h.api
+            .wait_for_texts(1, 2, SOON)
+            .await
+            .last()
+            .map(String::as_str),
         Some("got: yes")
     );
     assert_eq!(fake.permissions(), ["yes"]);
@@ -267,7 +283,10 @@ async fn always_is_remembered_by_the_chat_and_the_agent_only_ever_gets_allow_onc
         .iter()
         .filter(|c| !buttons_of(c).is_empty())
         .count();
-    assert_eq!(questions, 1, "the second call was allowed by the chat's rule");
+    assert_eq!(
+        questions, 1,
+        "the second call was allowed by the chat's rule"
+    );
     stop(h, &backend).await;
 }
 
@@ -282,7 +301,11 @@ async fn a_permission_denied_in_the_chat_selects_reject_once() {
     h.turn_ended(1, 1).await;
     assert_eq!(fake.permissions(), ["no"]);
     assert_eq!(
-        h.api.wait_for_texts(1, 2, SOON).await.last().map(String::as_str),
+        h.api
+            .wait_for_texts(1, 2, SOON)
+            .await
+            .last()
+            .map(String::as_str),
         Some("got: no")
     );
     stop(h, &backend).await;
@@ -309,7 +332,10 @@ async fn permission_mode_deny_rejects_without_asking() {
     h.turn_ended(1, 1).await;
     assert_eq!(fake.permissions(), ["no"]);
     assert!(
-        h.api.calls_of("sendMessage").iter().all(|c| buttons_of(c).is_empty()),
+        h.api
+            .calls_of("sendMessage")
+            .iter()
+            .all(|c| buttons_of(c).is_empty()),
         "nobody was asked"
     );
     stop(h, &backend).await;
@@ -338,7 +364,11 @@ async fn stop_cancels_the_prompt_and_answers_the_waiting_permission_cancelled() 
     h.say(1, USER, "after");
     h.turn_ended(1, 2).await;
     let texts = h.api.wait_for_texts(1, 3, SOON).await;
-    assert_eq!(texts.last().map(String::as_str), Some("echo: after"), "{texts:?}");
+    assert_eq!(
+        texts.last().map(String::as_str),
+        Some("echo: after"),
+        "{texts:?}"
+    );
     assert_eq!(fake.pids().len(), 1);
     assert_eq!(fake.permissions(), ["cancelled"], "answered once");
     stop(h, &backend).await;
@@ -361,12 +391,19 @@ async fn a_wedged_agent_is_force_closed_with_its_whole_process_group() {
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, TurnOutcome::NoProgress);
     wait_until("the wedged agent reaped", SOON, || backend.running() == 0).await;
-    wait_until("its grandchild killed", SOON, || sleeping(&marker).is_empty()).await;
+    wait_until("its grandchild killed", SOON, || {
+        sleeping(&marker).is_empty()
+    })
+    .await;
     // The chat is free: the next turn gets a fresh process.
     h.say(1, USER, "hello");
     h.turn_ended(1, 2).await;
     let texts = h.api.wait_for_texts(1, 2, SOON).await;
-    assert_eq!(texts.last().map(String::as_str), Some("echo: hello"), "{texts:?}");
+    assert_eq!(
+        texts.last().map(String::as_str),
+        Some("echo: hello"),
+        "{texts:?}"
+    );
     assert_eq!(fake.pids().len(), 2);
     stop(h, &backend).await;
 }
@@ -385,6 +422,18 @@ async fn across_a_restart(fake: &Fake, extra: &[(&str, &str)]) -> Vec<String> {
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, completed());
     let texts = h.api.wait_for_texts(1, 1, SOON).await;
+    let replayed: Vec<String> = h
+        .api
+        .calls()
+        .iter()
+        .filter_map(|c| c.params["text"].as_str())
+        .filter(|t| t.contains("replayed"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        replayed.is_empty(),
+        "the loaded conversation showed: {replayed:?}"
+    );
     stop(h, &backend).await;
     texts
 }
@@ -392,7 +441,15 @@ async fn across_a_restart(fake: &Fake, extra: &[(&str, &str)]) -> Vec<String> {
 #[actix_rt::test]
 async fn after_a_restart_the_conversation_is_loaded() {
     let fake = Fake::new();
-    let texts = across_a_restart(&fake, &[]).await;
+    // Streaming on: the replayed conversation must not show even as a preview.
+    let texts = across_a_restart(
+        &fake,
+        &[
+            ("TURNSTILE_PROGRESS_STREAM", "edit"),
+            ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
+        ],
+    )
+    .await;
     assert_eq!(texts, ["echo: second"], "no replayed text, no notice");
     let first = fake.pids()[0];
     let load = fake.sent("session/load");
@@ -509,8 +566,44 @@ async fn malformed_lines_are_skipped_and_unoffered_methods_refused() {
     h.say(1, USER, "hello");
     h.turn_ended(1, 2).await;
     assert_eq!(
-        h.api.wait_for_texts(1, 2, SOON).await.last().map(String::as_str),
+        h.api
+            .wait_for_texts(1, 2, SOON)
+            .await
+            .last()
+            .map(String::as_str),
         Some("echo: hello")
     );
+    stop(h, &backend).await;
+}
+
+#[actix_rt::test]
+async fn an_agent_that_holds_its_prompt_past_a_cancel_is_killed_after_the_grace() {
+    let fake = Fake::new();
+    let marker = marker();
+    let (mut h, backend) = start(
+        &fake,
+        &[
+            ("TURNSTILE_TURN_POST_RESULT_GRACE", "300ms"),
+            ("TURNSTILE_AGENT_ENV_FAKE_ACP_MARKER", &marker),
+        ],
+    )
+    .await;
+    h.say(1, USER, "wedge");
+    wait_until("the prompt sent", SOON, || {
+        !fake.sent("session/prompt").is_empty()
+    })
+    .await;
+    h.say(1, USER, "/stop");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    wait_until("the wedged agent reaped", SOON, || backend.running() == 0).await;
+    wait_until("its grandchild killed", SOON, || {
+        sleeping(&marker).is_empty()
+    })
+    .await;
+    assert_eq!(fake.sent("session/cancel").len(), 1);
+    h.say(1, USER, "hello");
+    h.turn_ended(1, 2).await;
+    assert_eq!(fake.pids().len(), 2, "a fresh process for the next turn");
     stop(h, &backend).await;
 }

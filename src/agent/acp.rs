@@ -127,8 +127,12 @@ impl AcpBackend {
     /// Spawns the agent for one session and starts its driver.
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
         let key = request.conversation.key();
-        let spawned =
-            AgentProcess::spawn(&self.settings.process, &key, &self.settings.args, &self.running)?;
+        let spawned = AgentProcess::spawn(
+            &self.settings.process,
+            &key,
+            &self.settings.args,
+            &self.running,
+        )?;
         let pid = spawned.process.pid();
         let resume = request.resume.filter(|id| {
             let fits = driver::is_session_id(id);

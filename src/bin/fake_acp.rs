@@ -179,7 +179,10 @@ fn handle(fake: &Arc<Fake>, message: Value) -> bool {
         }
         "session/load" => load(fake, &id, &params),
         "session/prompt" => {
-            let text = params["prompt"][0]["text"].as_str().unwrap_or("").to_owned();
+            let text = params["prompt"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
             if text.contains("wedge") {
                 fake.chunk("thinking");
                 return true;
@@ -204,7 +207,12 @@ fn handle(fake: &Arc<Fake>, message: Value) -> bool {
 
 fn initialize(fake: &Fake, id: &Value) {
     let auth: Vec<Value> = std::env::var("FAKE_ACP_AUTH")
-        .map(|m| vec![json!({"id": m, "name": "key"}), json!({"id": "oauth", "name": "browser"})])
+        .map(|m| {
+            vec![
+                json!({"id": m, "name": "key"}),
+                json!({"id": "oauth", "name": "browser"}),
+            ]
+        })
         .unwrap_or_default();
     fake.answer(
         id,
@@ -226,7 +234,7 @@ fn load(fake: &Fake, id: &Value, params: &Value) {
     // The replay of the conversation so far: never this turn's answer.
     fake.update(json!({"sessionUpdate": "user_message_chunk",
         "content": {"type": "text", "text": "earlier question"}}));
-    fake.chunk("replayed earlier answer");
+    fake.chunk("replayed earlier answer, from the conversation before the restart");
     fake.answer(id, Value::Null);
 }
 
@@ -252,8 +260,10 @@ fn prompt(fake: &Fake, id: &Value, text: &str, cancel: &mpsc::Receiver<()>) {
         }
         fake.update(json!({"sessionUpdate": "a_kind_from_the_future", "x": 1}));
         fake.write_raw(&format!("{{\"pad\":\"{}\"}}", "x".repeat(9 << 20)));
-        fake.write(&json!({"jsonrpc": "2.0", "id": "agent-1", "method": "fs/read_text_file",
-            "params": {"sessionId": fake.session(), "path": "/etc/passwd"}}));
+        fake.write(
+            &json!({"jsonrpc": "2.0", "id": "agent-1", "method": "fs/read_text_file",
+            "params": {"sessionId": fake.session(), "path": "/etc/passwd"}}),
+        );
         fake.chunk("still here");
         return stop(fake, id, "end_turn");
     }
@@ -280,10 +290,14 @@ fn prompt(fake: &Fake, id: &Value, text: &str, cancel: &mpsc::Receiver<()>) {
         {"content": "answer the user", "priority": "high", "status": "in_progress"}]}));
     fake.update(json!({"sessionUpdate": "tool_call", "toolCallId": "t1",
         "title": "Read notes.txt", "kind": "read", "status": "pending"}));
-    fake.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
-        "status": "completed"}));
-    fake.update(json!({"sessionUpdate": "usage_update", "used": 10, "size": 1000,
-        "cost": {"amount": 0.25, "currency": "USD"}}));
+    fake.update(
+        json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+        "status": "completed"}),
+    );
+    fake.update(
+        json!({"sessionUpdate": "usage_update", "used": 10, "size": 1000,
+        "cost": {"amount": 0.25, "currency": "USD"}}),
+    );
     let answer = format!("echo: {text}");
     let (a, b) = answer.split_at(answer.len() / 2);
     for piece in [a, b] {
@@ -306,7 +320,9 @@ fn permission(fake: &Fake, id: &Value, cancel: &mpsc::Receiver<()>) {
             {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
             {"optionId": "always", "name": "Always", "kind": "allow_always"},
             {"optionId": "no", "name": "Reject", "kind": "reject_once"}]});
-    let answer = fake.ask(7, "session/request_permission", params).unwrap_or(Value::Null);
+    let answer = fake
+        .ask(7, "session/request_permission", params)
+        .unwrap_or(Value::Null);
     let outcome = &answer["result"]["outcome"];
     let got = match outcome["outcome"].as_str() {
         Some("selected") => outcome["optionId"].as_str().unwrap_or("?").to_owned(),

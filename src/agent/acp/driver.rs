@@ -307,7 +307,11 @@ impl Driver {
                 self.finish(status.and_then(|s| s.code()), detail);
             }
             Err(_) => {
-                tracing::warn!(pid = self.pid, ?grace, "agent did not exit after its stdin closed; killing");
+                tracing::warn!(
+                    pid = self.pid,
+                    ?grace,
+                    "agent did not exit after its stdin closed; killing"
+                );
                 self.kill("did not exit after its stdin closed").await;
             }
         }
@@ -317,7 +321,10 @@ impl Driver {
     async fn kill(mut self, why: &str) {
         self.cancel_waiting();
         self.out = None;
-        let status = self.process.terminate(self.settings.process.kill_grace).await;
+        let status = self
+            .process
+            .terminate(self.settings.process.kill_grace)
+            .await;
         self.finish(
             status.and_then(|s| s.code()),
             format!("the agent was force-closed ({why})"),
@@ -330,7 +337,11 @@ impl Driver {
             Incoming::Response { id, outcome } => match self.requests.remove(&id) {
                 Some(purpose) => return self.on_response(purpose, id, outcome),
                 None => {
-                    tracing::warn!(pid = self.pid, id, "answer to no request of the host's skipped");
+                    tracing::warn!(
+                        pid = self.pid,
+                        id,
+                        "answer to no request of the host's skipped"
+                    );
                     self.emit(AgentEvent::Unknown(format!("an answer to request {id}")));
                 }
             },
@@ -371,7 +382,11 @@ impl Driver {
         }
         // No file system, no terminal was offered; nothing else is served.
         tracing::warn!(pid = self.pid, method = %method.escape_debug(), "agent request for a method the host does not offer; refused");
-        self.write(wire::error(&id, wire::METHOD_NOT_FOUND, "method not offered by this client"));
+        self.write(wire::error(
+            &id,
+            wire::METHOD_NOT_FOUND,
+            "method not offered by this client",
+        ));
         self.emit(AgentEvent::Progress);
     }
 

@@ -14,9 +14,9 @@ use agent_client_protocol_schema::v1::{
 use serde_json::{Value, json};
 
 use super::AcpSettings;
+use crate::agent::Permission;
 use crate::agent::claude::permissions::{Decision, Rules};
 use crate::agent::tools::{ToolName, ToolRegistry};
-use crate::agent::Permission;
 use crate::config::PermissionMode;
 
 /// A permission request, read once.
@@ -97,11 +97,7 @@ impl Ask {
 }
 
 /// How config decides `ask`: `Some(allowed)`, or `None` to ask the chat.
-pub(crate) fn from_config(
-    ask: &Ask,
-    settings: &AcpSettings,
-    tools: &ToolRegistry,
-) -> Option<bool> {
+pub(crate) fn from_config(ask: &Ask, settings: &AcpSettings, tools: &ToolRegistry) -> Option<bool> {
     let rules = Rules {
         allowed: &settings.allowed_tools,
         denied: &settings.denied_tools,

@@ -132,7 +132,11 @@ impl Answer {
     /// A tool call came between two texts: the next text is a new piece.
     pub(crate) fn next_piece(&mut self) {
         if !self.text.is_empty() && !self.text.ends_with("\n\n") {
-            self.text.push_str(if self.text.ends_with('\n') { "\n" } else { "\n\n" });
+            self.text.push_str(if self.text.ends_with('\n') {
+                "\n"
+            } else {
+                "\n\n"
+            });
         }
         self.piece = self.piece.saturating_add(1);
     }

@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
+use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
     FileSystemCapabilities, Implementation, InitializeRequest, LoadSessionRequest,
-    NewSessionRequest, PermissionOptionId, PromptRequest,
-    RequestPermissionOutcome, RequestPermissionResponse, SelectedPermissionOutcome, TextContent,
+    NewSessionRequest, PermissionOptionId, PromptRequest, RequestPermissionOutcome,
+    RequestPermissionResponse, SelectedPermissionOutcome, TextContent,
 };
-use agent_client_protocol_schema::ProtocolVersion;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -89,7 +89,9 @@ impl Incoming {
         match (object.remove("id"), method) {
             (Some(id), Some(method)) if !id.is_null() => Self::Request { id, method, params },
             (None, Some(method)) => Self::Notification { method, params },
-            (Some(id), None) => Self::response(&id, object).unwrap_or_else(|| Self::Malformed(shown(line))),
+            (Some(id), None) => {
+                Self::response(&id, object).unwrap_or_else(|| Self::Malformed(shown(line)))
+            }
             _ => Self::Malformed(shown(line)),
         }
     }

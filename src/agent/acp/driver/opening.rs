@@ -51,7 +51,11 @@ impl Driver {
         self.can_load = can_load;
         if offered {
             let method = method.clone();
-            self.request(Purpose::Authenticate, "authenticate", wire::authenticate(&method));
+            self.request(
+                Purpose::Authenticate,
+                "authenticate",
+                wire::authenticate(&method),
+            );
         } else {
             self.open_session();
         }
@@ -99,7 +103,9 @@ impl Driver {
             .map_err(|e| format!("the agent's answer to session/new is not ACP: {e}"))?;
         let id = response.session_id.0.to_string();
         if !is_session_id(&id) {
-            return Err("the agent's session id is empty, too long or has control characters".into());
+            return Err(
+                "the agent's session id is empty, too long or has control characters".into(),
+            );
         }
         tracing::info!(pid = self.pid, session_id = %id, "agent session opened (acp)");
         self.session = Some(id);

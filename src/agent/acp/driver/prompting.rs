@@ -29,7 +29,11 @@ impl Driver {
             self.queued.push_front(text);
             return;
         };
-        let id = self.request(Purpose::Prompt, "session/prompt", wire::prompt(&session, &text));
+        let id = self.request(
+            Purpose::Prompt,
+            "session/prompt",
+            wire::prompt(&session, &text),
+        );
         self.emit(AgentEvent::Init {
             session_id: session,
         });
@@ -65,10 +69,19 @@ impl Driver {
         } = stage
         else {
             self.stage = stage;
-            return tracing::warn!(pid = self.pid, id, "answer to a prompt that is not running skipped");
+            return tracing::warn!(
+                pid = self.pid,
+                id,
+                "answer to a prompt that is not running skipped"
+            );
         };
         if running != id {
-            tracing::warn!(pid = self.pid, id, running, "answer to an earlier prompt skipped");
+            tracing::warn!(
+                pid = self.pid,
+                id,
+                running,
+                "answer to an earlier prompt skipped"
+            );
         }
         self.cancel_waiting();
         let (text, cost) = answer.finish();
@@ -136,9 +149,19 @@ impl Driver {
             return self.write(wire::error(&id, -32602, "invalid params"));
         };
         if self.shutdown.is_closing() {
-            return self.write(wire::error(&id, wire::HOST_STOPPING, "the host is stopping"));
+            return self.write(wire::error(
+                &id,
+                wire::HOST_STOPPING,
+                "the host is stopping",
+            ));
         }
-        let prompting = matches!(self.stage, Stage::Prompting { cancelled: false, .. });
+        let prompting = matches!(
+            self.stage,
+            Stage::Prompting {
+                cancelled: false,
+                ..
+            }
+        );
         if !prompting || Some(&ask.session) != self.session.as_ref() {
             tracing::warn!(pid = self.pid, call_id = %ask.call_id, "permission request outside a running prompt; cancelled");
             return self.write(wire::result(&id, wire::permission_outcome(None)));
@@ -156,7 +179,10 @@ impl Driver {
     fn ask_chat(&mut self, id: Value, ask: Ask) {
         let key = id.to_string();
         tracing::info!(pid = self.pid, call_id = %ask.call_id, tool = %ask.tool, "tool permission asked of the host");
-        let (reply, rx) = Responder::new(format!("session/request_permission {} ({})", ask.tool, ask.call_id));
+        let (reply, rx) = Responder::new(format!(
+            "session/request_permission {} ({})",
+            ask.tool, ask.call_id
+        ));
         // An event nobody receives drops its responder, which denies.
         self.emit(AgentEvent::PermissionAsk(PermissionAsk {
             id: ask.call_id.clone(),
@@ -179,11 +205,17 @@ impl Driver {
     /// answered `cancelled` meanwhile.
     pub(super) fn decided(&mut self, key: &str, permission: &Permission) {
         let Some(waiting) = self.waiting.remove(key) else {
-            return tracing::debug!(pid = self.pid, "decision for a permission request already answered; dropped");
+            return tracing::debug!(
+                pid = self.pid,
+                "decision for a permission request already answered; dropped"
+            );
         };
         let option = waiting.ask.answer(permission);
         tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, option = ?option.as_ref().map(|o| o.0.to_string()), "permission request answered");
-        self.write(wire::result(&waiting.id, wire::permission_outcome(option.as_ref())));
+        self.write(wire::result(
+            &waiting.id,
+            wire::permission_outcome(option.as_ref()),
+        ));
     }
 
     /// A `session/update`.
