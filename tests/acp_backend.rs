@@ -607,3 +607,71 @@ async fn an_agent_that_holds_its_prompt_past_a_cancel_is_killed_after_the_grace(
     assert_eq!(fake.pids().len(), 2, "a fresh process for the next turn");
     stop(h, &backend).await;
 }
+
+#[actix_rt::test]
+async fn an_agent_taking_http_mcp_gets_the_chat_tools_behind_a_random_bearer_token() {
+    let fake = Fake::new();
+    let (mut h, backend) = start(&fake, &[("TURNSTILE_AGENT_ENV_FAKE_ACP_MCP_HTTP", "1")]).await;
+    h.say(1, USER, "tools please");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    assert_eq!(
+        h.api.wait_for_texts(1, 1, SOON).await,
+        ["via mcp: tools please"]
+    );
+    let entries = fake.entries();
+    let find = |key: &str| {
+        entries
+            .iter()
+            .find_map(|e| e.get(key).cloned())
+            .unwrap_or_else(|| panic!("no {key} in {entries:?}"))
+    };
+    assert_eq!(find("unauthorized"), 401, "no token, no tools");
+    let tools = find("tools");
+    for name in ["send", "end_turn", "react", "send_file"] {
+        assert!(tools.as_array().unwrap().contains(&json!(name)), "{tools}");
+    }
+    let server = &fake.sent("session/new")[0]["params"]["mcpServers"][0];
+    assert_eq!(server["type"], "http");
+    assert_eq!(server["name"], "telegram-tools");
+    assert!(
+        server["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:")
+    );
+    let header = &server["headers"][0];
+    assert_eq!(header["name"], "Authorization");
+    let token = header["value"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("Bearer ")
+        .unwrap();
+    assert_eq!(token.len(), 64);
+    // A second session gets a token of its own.
+    h.say(1, USER, "/new");
+    h.api.wait_for_texts(1, 2, SOON).await;
+    h.say(1, USER, "tools again");
+    h.turn_ended(1, 2).await;
+    let news = fake.sent("session/new");
+    assert_eq!(news.len(), 2);
+    assert_ne!(
+        news[0]["params"]["mcpServers"][0]["headers"],
+        news[1]["params"]["mcpServers"][0]["headers"]
+    );
+    stop(h, &backend).await;
+}
+
+#[actix_rt::test]
+async fn an_agent_without_http_mcp_gets_no_server_and_answers_in_chunks() {
+    let fake = Fake::new();
+    let (mut h, backend) = start(&fake, &[]).await;
+    h.say(1, USER, "tools please");
+    h.turn_ended(1, 1).await;
+    assert_eq!(h.api.wait_for_texts(1, 1, SOON).await, ["no tools"]);
+    assert_eq!(
+        fake.sent("session/new")[0]["params"]["mcpServers"],
+        json!([])
+    );
+    stop(h, &backend).await;
+}

@@ -25,6 +25,7 @@
 //! request; `driver` the per-session task.
 
 mod driver;
+mod mcp;
 mod permission;
 mod updates;
 mod wire;

@@ -7,6 +7,7 @@
 //!   `{"pid"}` at start, `{"in": line}` for every line from the host).
 //! - `FAKE_ACP_NO_LOAD=1`: no `loadSession` capability.
 //! - `FAKE_ACP_FORGET=1`: every `session/load` fails.
+//! - `FAKE_ACP_MCP_HTTP=1`: advertises `mcpCapabilities.http`.
 //! - `FAKE_ACP_AUTH=<id>`: offers the auth method `<id>` and refuses
 //!   `session/new` until it is used.
 //! - `FAKE_ACP_MARKER=<m>`: starts `sleep <m>` in its process group at
@@ -24,6 +25,11 @@
 //!   the end of stdin ignored (SIGTERM still ends it).
 //! - `malformed`: a run of lines the host cannot read, then `still here`.
 //! - `maxtokens`, `refuse`: a chunk, then `max_tokens` or `refusal`.
+//! - `tools`: through the host's HTTP MCP server (when `session/new` named
+//!   one): a request without its token (logged `{"unauthorized": status}`),
+//!   `initialize`, `tools/list` (logged `{"tools": [names]}`), then
+//!   `send {text: "via mcp: <text>"}` and `end_turn`; `end_turn` then;
+//!   without a server, the chunk `no tools`.
 //! - `slow`: three chunks 400 ms apart, then `end_turn`.
 //! - anything else: a tool call, a plan, usage and `echo: <text>` in three
 //!   chunks, then `end_turn`.
@@ -50,6 +56,8 @@ struct Fake {
     session: Mutex<String>,
     /// Whether `authenticate` was called.
     authenticated: Mutex<bool>,
+    /// The host's HTTP MCP server from `session/new`: its URL and headers.
+    mcp: Mutex<Option<(String, Vec<(String, String)>)>>,
 }
 
 impl Fake {
@@ -125,6 +133,7 @@ fn main() {
         cancel: Mutex::new(None),
         session: Mutex::new(format!("fake-{}", std::process::id())),
         authenticated: Mutex::new(false),
+        mcp: Mutex::new(None),
     });
     fake.log(&json!({"pid": std::process::id()}));
     if let Ok(marker) = std::env::var("FAKE_ACP_MARKER") {
@@ -160,6 +169,9 @@ fn handle(fake: &Arc<Fake>, message: Value) -> bool {
             let _ = tx.send(message);
         }
         return false;
+    }
+    if method == "session/new" || method == "session/load" {
+        remember_mcp(fake, &params);
     }
     match method {
         "initialize" => initialize(fake, &id),
@@ -218,7 +230,7 @@ fn initialize(fake: &Fake, id: &Value) {
         id,
         json!({"protocolVersion": 1,
             "agentCapabilities": {"loadSession": !env_flag("FAKE_ACP_NO_LOAD"),
-                "mcpCapabilities": {"http": false, "sse": false}},
+                "mcpCapabilities": {"http": env_flag("FAKE_ACP_MCP_HTTP"), "sse": false}},
             "authMethods": auth}),
     );
 }
@@ -245,6 +257,9 @@ fn stop(fake: &Fake, id: &Value, reason: &str) {
 fn prompt(fake: &Fake, id: &Value, text: &str, cancel: &mpsc::Receiver<()>) {
     if text.contains("permission") {
         return permission(fake, id, cancel);
+    }
+    if text.contains("tools") {
+        return tools(fake, id, text);
     }
     if text.contains("malformed") {
         for line in [
@@ -334,5 +349,108 @@ fn permission(fake: &Fake, id: &Value, cancel: &mpsc::Receiver<()>) {
         return stop(fake, id, "cancelled");
     }
     fake.chunk(&format!("got: {got}"));
+    stop(fake, id, "end_turn");
+}
+
+/// Keeps the host's HTTP MCP server named in `session/new` or `session/load`.
+fn remember_mcp(fake: &Fake, params: &Value) {
+    let server = params["mcpServers"].as_array().and_then(|list| {
+        list.iter().find(|s| s["type"] == "http").map(|s| {
+            let headers = s["headers"]
+                .as_array()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| {
+                            let text = |k: &str| h[k].as_str().unwrap_or("").to_owned();
+                            (text("name"), text("value"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (s["url"].as_str().unwrap_or("").to_owned(), headers)
+        })
+    });
+    if let Ok(mut mcp) = fake.mcp.lock() {
+        *mcp = server;
+    }
+}
+
+/// One POST to `url` with `headers`: the status and the body.
+fn post(url: &str, headers: &[(String, String)], body: &Value) -> Option<(u16, String)> {
+    use std::io::Read as _;
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let mut stream = std::net::TcpStream::connect(host).ok()?;
+    let body = body.to_string();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+fn tools(fake: &Fake, id: &Value, text: &str) {
+    let Some((url, headers)) = fake.mcp.lock().ok().and_then(|m| m.clone()) else {
+        fake.chunk("no tools");
+        return stop(fake, id, "end_turn");
+    };
+    let unauthorized = post(
+        &url,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list"}),
+    );
+    fake.log(&json!({"unauthorized": unauthorized.map(|(s, _)| s)}));
+    let call = |n: u64, method: &str, params: Value| -> Value {
+        post(
+            &url,
+            &headers,
+            &json!({"jsonrpc": "2.0", "id": n, "method": method, "params": params}),
+        )
+        .and_then(|(_, body)| serde_json::from_str(&body).ok())
+        .unwrap_or(Value::Null)
+    };
+    call(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "fake-acp", "version": "0"}}),
+    );
+    let _ = post(
+        &url,
+        &headers,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let list = call(2, "tools/list", json!({}));
+    let names: Vec<Value> = list["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().map(|t| t["name"].clone()).collect())
+        .unwrap_or_default();
+    fake.log(&json!({"tools": names}));
+    let sent = call(
+        3,
+        "tools/call",
+        json!({"name": "send", "arguments": {"text": format!("via mcp: {text}")}}),
+    );
+    fake.log(&json!({"send": sent}));
+    call(
+        4,
+        "tools/call",
+        json!({"name": "end_turn", "arguments": {}}),
+    );
     stop(fake, id, "end_turn");
 }

@@ -121,6 +121,7 @@ pub(super) fn start(start: Start) -> AgentSession {
         stage: Stage::Starting,
         resume: start.resume,
         can_load: false,
+        tool_server: None,
         cwd: start.cwd,
         session: None,
         queued: VecDeque::new(),
@@ -193,6 +194,8 @@ struct Driver {
     resume: Option<String>,
     /// Whether the agent offers `session/load`.
     can_load: bool,
+    /// The chat tools' MCP server, when the agent takes one over HTTP.
+    tool_server: Option<super::mcp::ToolServer>,
     /// The working directory.
     cwd: PathBuf,
     /// The open session's id.

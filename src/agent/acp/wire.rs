@@ -7,7 +7,7 @@ use std::path::Path;
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
-    FileSystemCapabilities, Implementation, InitializeRequest, LoadSessionRequest,
+    FileSystemCapabilities, Implementation, InitializeRequest, LoadSessionRequest, McpServer,
     NewSessionRequest, PermissionOptionId, PromptRequest, RequestPermissionOutcome,
     RequestPermissionResponse, SelectedPermissionOutcome, TextContent,
 };
@@ -163,14 +163,14 @@ pub(crate) fn authenticate(method: &str) -> AuthenticateRequest {
     AuthenticateRequest::new(method.to_owned())
 }
 
-/// `session/new` in `cwd`, with no MCP server.
-pub(crate) fn new_session(cwd: &Path) -> NewSessionRequest {
-    NewSessionRequest::new(cwd).mcp_servers(Vec::new())
+/// `session/new` in `cwd`, offering `servers`.
+pub(crate) fn new_session(cwd: &Path, servers: Vec<McpServer>) -> NewSessionRequest {
+    NewSessionRequest::new(cwd).mcp_servers(servers)
 }
 
-/// `session/load` of `id` in `cwd`, with no MCP server.
-pub(crate) fn load_session(id: &str, cwd: &Path) -> LoadSessionRequest {
-    LoadSessionRequest::new(id.to_owned(), cwd).mcp_servers(Vec::new())
+/// `session/load` of `id` in `cwd`, offering `servers`.
+pub(crate) fn load_session(id: &str, cwd: &Path, servers: Vec<McpServer>) -> LoadSessionRequest {
+    LoadSessionRequest::new(id.to_owned(), cwd).mcp_servers(servers)
 }
 
 /// `session/prompt`: the user's text as one text block.

@@ -4,10 +4,14 @@
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{InitializeResponse, NewSessionResponse};
+use std::sync::Arc;
+
+use agent_client_protocol_schema::v1::McpServer;
 use serde_json::Value;
 
 use super::{Driver, Purpose, Stage, is_session_id};
 use crate::agent::AgentEvent;
+use crate::agent::acp::mcp::ToolServer;
 use crate::agent::acp::wire::{self, RpcError};
 
 /// Told in front of the answer when the stored conversation could not be
@@ -28,7 +32,7 @@ impl Driver {
         if response.protocol_version != ProtocolVersion::V1 {
             return Err(format!(
                 "the agent speaks ACP version {}, turnstile speaks 1",
-                serde_json::to_value(&response.protocol_version).unwrap_or(Value::Null)
+                serde_json::to_value(response.protocol_version).unwrap_or(Value::Null)
             ));
         }
         let can_load = response.agent_capabilities.load_session;
@@ -49,6 +53,13 @@ impl Driver {
             tracing::info!(pid = self.pid, method = %method, "the agent does not offer agent.auth_method; not authenticating");
         }
         self.can_load = can_load;
+        if response.agent_capabilities.mcp_capabilities.http {
+            self.tool_server = ToolServer::start(
+                Arc::clone(&self.tools),
+                self.events.clone(),
+                self.shutdown.clone(),
+            );
+        }
         if offered {
             let method = method.clone();
             self.request(
@@ -75,7 +86,7 @@ impl Driver {
     fn open_session(&mut self) {
         match self.resume.take() {
             Some(id) if self.can_load => {
-                let params = wire::load_session(&id, &self.cwd);
+                let params = wire::load_session(&id, &self.cwd, self.servers());
                 self.request(Purpose::LoadSession, "session/load", params);
                 self.session = Some(id);
                 self.stage = Stage::Opening;
@@ -91,7 +102,7 @@ impl Driver {
 
     fn new_session(&mut self) {
         self.session = None;
-        let params = wire::new_session(&self.cwd);
+        let params = wire::new_session(&self.cwd, self.servers());
         self.request(Purpose::NewSession, "session/new", params);
         self.stage = Stage::Opening;
     }
@@ -127,6 +138,11 @@ impl Driver {
                 self.new_session();
             }
         }
+    }
+
+    /// The MCP servers offered: the chat tools, when they are served.
+    fn servers(&self) -> Vec<McpServer> {
+        self.tool_server.iter().map(ToolServer::describe).collect()
     }
 
     /// The session is open: run what waits.

@@ -78,9 +78,9 @@ fn initialize_offers_no_file_system_and_no_terminal() {
 
 #[test]
 fn sessions_are_opened_with_an_absolute_cwd_and_no_mcp_server() {
-    let new = serde_json::to_value(new_session(Path::new("/w/1"))).unwrap();
+    let new = serde_json::to_value(new_session(Path::new("/w/1"), Vec::new())).unwrap();
     assert_eq!(new, json!({"cwd": "/w/1", "mcpServers": []}));
-    let load = serde_json::to_value(load_session("s-1", Path::new("/w/1"))).unwrap();
+    let load = serde_json::to_value(load_session("s-1", Path::new("/w/1"), Vec::new())).unwrap();
     assert_eq!(
         load,
         json!({"sessionId": "s-1", "cwd": "/w/1", "mcpServers": []})
