@@ -78,7 +78,7 @@ impl Fake {
     }
 
     /// Every line the host sent, parsed.
-    fn from_host(&self) -> Vec<Value> {
+    fn host_lines(&self) -> Vec<Value> {
         self.entries()
             .iter()
             .filter_map(|e| e["in"].as_str())
@@ -88,7 +88,7 @@ impl Fake {
 
     /// The host's messages of `method`.
     fn sent(&self, method: &str) -> Vec<Value> {
-        self.from_host()
+        self.host_lines()
             .into_iter()
             .filter(|m| m["method"] == method)
             .collect()
@@ -557,7 +557,7 @@ async fn malformed_lines_are_skipped_and_unoffered_methods_refused() {
     assert_eq!(outcome, completed());
     assert_eq!(h.api.wait_for_texts(1, 1, SOON).await, ["still here"]);
     let refusal = fake
-        .from_host()
+        .host_lines()
         .into_iter()
         .find(|m| m["id"] == "agent-1")
         .expect("fs/read_text_file answered");

@@ -42,6 +42,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+/// An HTTP MCP server the host named: its URL and headers.
+type HttpServer = (String, Vec<(String, String)>);
+
 /// Shared by the stdin reader and the prompts.
 struct Fake {
     /// Stdout, one line at a time.
@@ -57,7 +60,7 @@ struct Fake {
     /// Whether `authenticate` was called.
     authenticated: Mutex<bool>,
     /// The host's HTTP MCP server from `session/new`: its URL and headers.
-    mcp: Mutex<Option<(String, Vec<(String, String)>)>>,
+    mcp: Mutex<Option<HttpServer>>,
 }
 
 impl Fake {
