@@ -107,8 +107,10 @@ impl FakeGemini {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
-        let mut fake = Self::default();
-        fake.port = listener.local_addr().expect("addr").port();
+        let fake = Self {
+            port: listener.local_addr().expect("addr").port(),
+            ..Self::default()
+        };
         let serving = fake.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
