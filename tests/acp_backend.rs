@@ -675,3 +675,62 @@ async fn an_agent_without_http_mcp_gets_no_server_and_answers_in_chunks() {
     );
     stop(h, &backend).await;
 }
+
+#[actix_rt::test]
+async fn under_bubblewrap_the_agent_runs_sealed_in_its_workdir() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0
+        || std::process::Command::new("bwrap")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        // The sandboxed runs need root and bwrap (the real-CLI group's
+        // prerequisites); elsewhere this proves nothing, so it says so.
+        println!("skipped: needs root and bwrap");
+        return;
+    }
+    let fake = Fake::new();
+    let ws = fake.workdir(1);
+    std::fs::create_dir_all(&ws).expect("workdir");
+    let log = ws.join("fake.log");
+    let (mut h, backend) = start(
+        &fake,
+        &[
+            ("TURNSTILE_AGENT_SANDBOX", "bubblewrap"),
+            (
+                "TURNSTILE_AGENT_ENV_FAKE_ACP_LOG",
+                &log.display().to_string(),
+            ),
+            ("TURNSTILE_AGENT_PASS_ENV", ""),
+        ],
+    )
+    .await;
+    h.say(1, USER, "hello");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    assert_eq!(h.api.wait_for_texts(1, 1, SOON).await, ["echo: hello"]);
+    let first: Value = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .expect("the fake logged its start in its workdir");
+    assert_eq!(first["cwd"], json!(ws.display().to_string()));
+    assert!(
+        first["pid"].as_u64().is_some_and(|pid| pid < 10),
+        "its own PID namespace: {first}"
+    );
+    let env: Vec<&str> = first["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        env.iter()
+            .all(|k| !k.starts_with("TURNSTILE_") && *k != "TELEGRAM_BOT_TOKEN"),
+        "{env:?}"
+    );
+    stop(h, &backend).await;
+}

@@ -4,7 +4,8 @@
 //!
 //! Its environment:
 //! - `FAKE_ACP_LOG`: a file to append what happened to (JSON lines:
-//!   `{"pid"}` at start, `{"in": line}` for every line from the host).
+//!   `{"pid", "cwd", "env": [names]}` at start, `{"in": line}` for every
+//!   line from the host).
 //! - `FAKE_ACP_NO_LOAD=1`: no `loadSession` capability.
 //! - `FAKE_ACP_FORGET=1`: every `session/load` fails.
 //! - `FAKE_ACP_MCP_HTTP=1`: advertises `mcpCapabilities.http`.
@@ -138,7 +139,9 @@ fn main() {
         authenticated: Mutex::new(false),
         mcp: Mutex::new(None),
     });
-    fake.log(&json!({"pid": std::process::id()}));
+    fake.log(&json!({"pid": std::process::id(),
+        "cwd": std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
+        "env": std::env::vars().map(|(k, _)| k).collect::<Vec<_>>()}));
     if let Ok(marker) = std::env::var("FAKE_ACP_MARKER") {
         let _ = std::process::Command::new("sleep").arg(marker).spawn();
     }
