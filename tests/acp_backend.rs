@@ -117,8 +117,11 @@ async fn start(fake: &Fake, extra: &[(&str, &str)]) -> (Harness, Arc<AcpBackend>
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut slot = None;
     let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
+        let mut settings = AcpSettings::from_config(config);
+        // The bridge an agent without HTTP MCP starts: the real binary.
+        settings.bridge = PathBuf::from(env!("CARGO_BIN_EXE_turnstile"));
         let backend = Arc::new(AcpBackend::new(
-            AcpSettings::from_config(config),
+            settings,
             Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
         ));
         slot = Some(Arc::clone(&backend));
@@ -196,7 +199,7 @@ async fn an_answer_streams_and_the_warm_process_serves_the_next_turn() {
     assert_eq!(init["clientCapabilities"]["terminal"], false);
     let new = &fake.sent("session/new")[0]["params"];
     assert_eq!(new["cwd"], json!(fake.workdir(1).display().to_string()));
-    assert_eq!(new["mcpServers"], json!([]));
+    assert_eq!(new["mcpServers"][0]["args"][0], "mcp-bridge");
     assert!(fake.sent("authenticate").is_empty(), "no method configured");
     let prompt = &fake.sent("session/prompt")[1]["params"];
     assert_eq!(prompt["prompt"], json!([{"type": "text", "text": "two"}]));
@@ -663,16 +666,41 @@ async fn an_agent_taking_http_mcp_gets_the_chat_tools_behind_a_random_bearer_tok
 }
 
 #[actix_rt::test]
-async fn an_agent_without_http_mcp_gets_no_server_and_answers_in_chunks() {
+async fn an_agent_without_http_mcp_gets_the_chat_tools_over_stdio_through_the_bridge() {
     let fake = Fake::new();
     let (mut h, backend) = start(&fake, &[]).await;
     h.say(1, USER, "tools please");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    assert_eq!(
+        h.api.wait_for_texts(1, 1, SOON).await,
+        ["via mcp: tools please"]
+    );
+    let entries = fake.entries();
+    assert!(
+        entries.iter().any(|e| e["unauthorized"] == true),
+        "a bridge with a wrong token got nothing: {entries:?}"
+    );
+    let server = &fake.sent("session/new")[0]["params"]["mcpServers"][0];
+    assert!(server.get("type").is_none(), "stdio: {server}");
+    assert_eq!(server["name"], "telegram-tools");
+    assert_eq!(server["command"], env!("CARGO_BIN_EXE_turnstile"));
+    assert_eq!(server["args"][0], "mcp-bridge");
+    let socket = PathBuf::from(server["args"][1].as_str().unwrap());
+    assert_eq!(socket.parent(), Some(fake.workdir(1).as_path()));
+    assert_eq!(server["env"][0]["name"], "ACP_MCP_TOKEN");
+    assert_eq!(server["env"][0]["value"].as_str().unwrap().len(), 64);
+    stop(h, &backend).await;
+    assert!(!socket.exists(), "the socket goes with its session");
+}
+
+#[actix_rt::test]
+async fn an_agent_that_takes_no_mcp_server_answers_in_chunks() {
+    let fake = Fake::new();
+    let (mut h, backend) = start(&fake, &[("TURNSTILE_AGENT_ENV_FAKE_ACP_NO_MCP", "1")]).await;
+    h.say(1, USER, "tools please");
     h.turn_ended(1, 1).await;
     assert_eq!(h.api.wait_for_texts(1, 1, SOON).await, ["no tools"]);
-    assert_eq!(
-        fake.sent("session/new")[0]["params"]["mcpServers"],
-        json!([])
-    );
     stop(h, &backend).await;
 }
 

@@ -24,6 +24,7 @@
 //! and a `stopReason` mean; `permission` the answer to a permission
 //! request; `driver` the per-session task.
 
+mod bridge;
 mod driver;
 mod mcp;
 mod permission;
@@ -31,6 +32,8 @@ mod updates;
 mod wire;
 
 use std::path::PathBuf;
+
+pub use bridge::{BRIDGE_COMMAND, run_bridge};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,9 +61,11 @@ pub struct AcpSettings {
     pub denied_tools: Vec<String>,
     /// What answers every other permission request.
     pub permission_mode: PermissionMode,
-    /// How long the agent has to answer `initialize` and open its session,
-    /// and to exit once its stdin is closed.
+    /// How long the agent has to exit once its stdin is closed.
     pub grace: Duration,
+    /// The `turnstile` executable an agent without HTTP MCP starts as the
+    /// chat tools' stdio server (`turnstile mcp-bridge SOCKET`): this one.
+    pub bridge: PathBuf,
 }
 
 impl AcpSettings {
@@ -75,6 +80,7 @@ impl AcpSettings {
             denied_tools: agent.denied_tools.clone(),
             permission_mode: agent.permission_mode,
             grace: config.turn.post_result_grace,
+            bridge: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("turnstile")),
         }
     }
 

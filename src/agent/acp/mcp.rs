@@ -1,18 +1,24 @@
 //! The chat tools (`send`, `end_turn`, `react`, `send_file`, …) as an MCP
-//! server over HTTP on loopback, for an agent that advertises
-//! `mcpCapabilities.http`: one listener per session on `127.0.0.1:0`,
-//! answering only requests that carry the session's random bearer token
-//! (256 bits from the OS; never logged). The MCP messages are served as the
+//! server: over HTTP on loopback for an agent that advertises
+//! `mcpCapabilities.http` (one listener per session on `127.0.0.1:0`,
+//! answering only requests that carry the session's random bearer token,
+//! 256 bits from the OS, never logged); otherwise over stdio, through
+//! `turnstile mcp-bridge` (`bridge.rs`), which the agent starts and which
+//! connects back to a Unix socket of the session in the conversation's
+//! workdir, its first line the token. The MCP messages are served as the
 //! claude backend serves its in-process `telegram-tools` server
 //! (`claude::protocol::mcp`); a tool call goes to the turn as an
 //! [`AgentEvent::ToolCall`] and its answer is the HTTP response.
 
 use std::convert::Infallible;
 use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_client_protocol_schema::v1::{HttpHeader, McpServer, McpServerHttp};
+use agent_client_protocol_schema::v1::{
+    EnvVariable, HttpHeader, McpServer, McpServerHttp, McpServerStdio,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
@@ -32,28 +38,46 @@ use crate::shutdown::Shutdown;
 const MAX_BODY: usize = 4 << 20;
 
 /// A session's tool server: where it listens and its token. Dropped, it
-/// stops listening.
+/// stops listening (and its socket goes).
 pub(crate) struct ToolServer {
-    /// `http://127.0.0.1:PORT/mcp`.
-    url: String,
-    /// The bearer token (hex).
+    /// How the agent reaches it.
+    reach: Reach,
+    /// The token (hex).
     token: String,
     /// The accept loop.
     task: tokio::task::JoinHandle<()>,
 }
 
+/// How the agent reaches a tool server.
+enum Reach {
+    /// `http://127.0.0.1:PORT/mcp`.
+    Http(String),
+    /// The bridge command, started by the agent, and the session's socket.
+    Stdio {
+        /// `turnstile` (the bridge).
+        bridge: PathBuf,
+        /// The socket in the conversation's workdir.
+        socket: PathBuf,
+    },
+}
+
 impl Drop for ToolServer {
     fn drop(&mut self) {
         self.task.abort();
+        if let Reach::Stdio { socket, .. } = &self.reach {
+            let _ = std::fs::remove_file(socket);
+        }
     }
 }
 
 impl std::fmt::Debug for ToolServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The token stays out of every log.
-        f.debug_struct("ToolServer")
-            .field("url", &self.url)
-            .finish()
+        let at = match &self.reach {
+            Reach::Http(url) => url.clone(),
+            Reach::Stdio { socket, .. } => socket.display().to_string(),
+        };
+        f.debug_struct("ToolServer").field("at", &at).finish()
     }
 }
 
@@ -102,7 +126,42 @@ impl ToolServer {
         };
         let task = tokio::spawn(accept(listener, serving));
         Some(Self {
-            url: format!("http://127.0.0.1:{port}/mcp"),
+            reach: Reach::Http(format!("http://127.0.0.1:{port}/mcp")),
+            token,
+            task,
+        })
+    }
+
+    /// Starts listening on a Unix socket in `dir` (the conversation's
+    /// workdir, mode 0600) for the stdio bridge `bridge`; `None` (logged)
+    /// when it cannot.
+    pub(crate) fn start_stdio(
+        dir: &Path,
+        bridge: PathBuf,
+        tools: Arc<ToolRegistry>,
+        events: mpsc::UnboundedSender<AgentEvent>,
+        shutdown: Shutdown,
+    ) -> Option<Self> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let token = random_token()?;
+        let socket = dir.join(format!(".turnstile-mcp-{}.sock", &token[..12]));
+        let listener = match tokio::net::UnixListener::bind(&socket) {
+            Ok(listener) => listener,
+            Err(err) => {
+                tracing::warn!(socket = %socket.display(), cause = %err, "the chat tools' MCP socket could not be made; not offered");
+                return None;
+            }
+        };
+        let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+        let serving = Serving {
+            expected: token.clone().into(),
+            tools,
+            events,
+            shutdown,
+        };
+        let task = tokio::spawn(accept_stdio(listener, serving));
+        Some(Self {
+            reach: Reach::Stdio { bridge, socket },
             token,
             task,
         })
@@ -110,12 +169,58 @@ impl ToolServer {
 
     /// The server as `session/new` names it.
     pub(crate) fn describe(&self) -> McpServer {
-        McpServer::Http(
-            McpServerHttp::new(TOOL_SERVER, self.url.clone()).headers(vec![HttpHeader::new(
-                "Authorization",
-                format!("Bearer {}", self.token),
-            )]),
-        )
+        match &self.reach {
+            Reach::Http(url) => {
+                McpServer::Http(McpServerHttp::new(TOOL_SERVER, url.clone()).headers(vec![
+                    HttpHeader::new("Authorization", format!("Bearer {}", self.token)),
+                ]))
+            }
+            Reach::Stdio { bridge, socket } => McpServer::Stdio(
+                McpServerStdio::new(TOOL_SERVER, bridge.clone())
+                    .args(vec![
+                        super::bridge::BRIDGE_COMMAND.to_owned(),
+                        socket.display().to_string(),
+                    ])
+                    .env(vec![EnvVariable::new(
+                        super::bridge::TOKEN_ENV,
+                        self.token.clone(),
+                    )]),
+            ),
+        }
+    }
+}
+
+/// Serves the bridges that connect to `listener`: the first line must be
+/// the token; then one JSON-RPC message a line, each request answered on a
+/// line of its own.
+async fn accept_stdio(listener: tokio::net::UnixListener, serving: Serving) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    while let Ok((stream, _)) = listener.accept().await {
+        let serving = serving.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut lines = tokio::io::BufReader::new(read).lines();
+            let token = lines.next_line().await.ok().flatten().unwrap_or_default();
+            if !same(token.as_bytes(), serving.expected.as_bytes()) {
+                tracing::warn!(
+                    "chat tools' MCP socket: a bridge without the session's token refused"
+                );
+                return;
+            }
+            while let Ok(Some(line)) = lines.next_line().await {
+                let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if message.get("id").is_none() {
+                    continue;
+                }
+                let mut answer = serve(&serving, &message).await.to_string();
+                answer.push('\n');
+                if write.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 }
 

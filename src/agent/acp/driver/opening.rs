@@ -53,13 +53,7 @@ impl Driver {
             tracing::info!(pid = self.pid, method = %method, "the agent does not offer agent.auth_method; not authenticating");
         }
         self.can_load = can_load;
-        if response.agent_capabilities.mcp_capabilities.http {
-            self.tool_server = ToolServer::start(
-                Arc::clone(&self.tools),
-                self.events.clone(),
-                self.shutdown.clone(),
-            );
-        }
+        self.tool_server = self.tool_server(response.agent_capabilities.mcp_capabilities.http);
         if offered {
             let method = method.clone();
             self.request(
@@ -138,6 +132,29 @@ impl Driver {
                 self.new_session();
             }
         }
+    }
+
+    /// The chat tools' server: over HTTP when the agent takes it, else
+    /// over stdio through the bridge (every ACP agent takes stdio), unless
+    /// a launcher may start the agent where the session's socket is not.
+    fn tool_server(&self, http: bool) -> Option<ToolServer> {
+        let (tools, events, shutdown) = (
+            Arc::clone(&self.tools),
+            self.events.clone(),
+            self.shutdown.clone(),
+        );
+        if http {
+            return ToolServer::start(tools, events, shutdown);
+        }
+        if !self.settings.process.seal.launcher.is_empty() {
+            tracing::info!(
+                pid = self.pid,
+                "agent.launcher is set: no stdio MCP server for the chat tools"
+            );
+            return None;
+        }
+        let bridge = self.settings.bridge.clone();
+        ToolServer::start_stdio(&self.cwd, bridge, tools, events, shutdown)
     }
 
     /// The MCP servers offered: the chat tools, when they are served.
