@@ -69,7 +69,8 @@
 //!   - `agent::acp`: the Agent Client Protocol backend (`gemini --acp`, …), on the
 //!     claude backend's `process` and `seal`: `wire` (JSON-RPC lines, requests from
 //!     the schema crate), `updates` (`session/update`, `stopReason`), `permission`,
-//!     `mcp` (the chat tools over HTTP MCP) and `driver` (the per-session task);
+//!     `mcp` (the chat tools over HTTP or a socket), `bridge` (`turnstile mcp-bridge`,
+//!     their stdio end) and `driver` (the per-session task);
 //!   - `agent::claude`: the Claude Code CLI backend, where its tool calls are parsed:
 //!     `process` (spawn, process group, reaping; `process/probe.rs`: the sandbox
 //!     probe), `seal` (clean environment, per-chat workdir and home, bubblewrap and

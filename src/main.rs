@@ -20,6 +20,8 @@ Usage:
                                           redacted) on stdout, and its warnings
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
+  turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
+                                          the chat tools' MCP server on its stdio
   turnstile --help | --version
 
 Options:
