@@ -33,6 +33,7 @@ use turnstile::chat::TurnOutcome;
 const GEMINI_ENV: &str = "TURNSTILE_REAL_GEMINI";
 
 const INNER: &[&str] = &[
+    "in_a_trusted_workspace_gemini_sends_through_the_chat_tools",
     "gemini_answers_a_prompt",
     "gemini_asks_a_permission_the_chat_grants",
     "after_a_restart_gemini_cannot_load_its_session_and_the_chat_is_told",
@@ -195,6 +196,15 @@ impl FakeGemini {
 /// The bot on the `acp` backend running the real Gemini CLI against `api`,
 /// with `dir` holding its home, the workdirs and the state file.
 async fn start(api: &FakeGemini, dir: &Path) -> (Harness, Arc<AcpBackend>) {
+    start_with(api, dir, &[]).await
+}
+
+/// [`start`] with more `TURNSTILE_*` variables.
+async fn start_with(
+    api: &FakeGemini,
+    dir: &Path,
+    extra: &[(&str, &str)],
+) -> (Harness, Arc<AcpBackend>) {
     let gemini = std::env::var(GEMINI_ENV).unwrap_or_else(|_| {
         panic!("{GEMINI_ENV} is not set: this runs only inside the loopback-only namespace")
     });
@@ -231,6 +241,8 @@ async fn start(api: &FakeGemini, dir: &Path) -> (Harness, Arc<AcpBackend>) {
         ),
         ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT".into(), "60s".into()),
     ];
+    let mut vars = vars;
+    vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut slot = None;
     let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
@@ -362,5 +374,60 @@ async fn after_a_restart_gemini_cannot_load_its_session_and_the_chat_is_told() {
         last.contains("which word?") && !last.contains("remember tangerine"),
         "the second process started a new conversation: {last}"
     );
+    stop(h, &backend).await;
+}
+
+/// Gemini CLI uses the MCP servers of `session/new` only in a trusted
+/// workspace (`GEMINI_CLI_TRUST_WORKSPACE=true`); it then offers the chat
+/// tools to the model as `mcp_telegram-tools_<tool>`, and asks before the
+/// first call of one.
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_gemini_in_a_loopback_namespace"]
+async fn in_a_trusted_workspace_gemini_sends_through_the_chat_tools() {
+    let api = FakeGemini::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    api.push(json!([{"functionCall": {"name": "mcp_telegram-tools_send",
+        "args": {"text": "Sent through the chat tool."}}}]));
+    api.push(json!([{"text": "done"}]));
+    let (mut h, backend) = start_with(
+        &api,
+        dir.path(),
+        &[("TURNSTILE_AGENT_ENV_GEMINI_CLI_TRUST_WORKSPACE", "true")],
+    )
+    .await;
+    h.say(1, USER, "send it");
+    let question = h
+        .api
+        .wait_for(
+            Duration::from_secs(30),
+            "the permission question",
+            |calls| {
+                calls
+                    .iter()
+                    .find(|c| c.method == "sendmessage" && !buttons_of(c).is_empty())
+                    .cloned()
+            },
+        )
+        .await;
+    let buttons: Vec<(String, String)> = buttons_of(&question).into_iter().flatten().collect();
+    let allow = buttons
+        .iter()
+        .find(|(label, _)| label == "Allow")
+        .unwrap_or_else(|| panic!("no Allow in {buttons:?}"))
+        .1
+        .clone();
+    let id = h.api.push_callback(1, USER, 0, &allow);
+    assert_eq!(h.callback_answer(&id).await, "Allowed");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    let texts = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(
+        texts.last().map(String::as_str),
+        Some("Sent through the chat tool."),
+        "delivered by the tool, the result text not again: {texts:?}"
+    );
+    let first = api.model_requests();
+    let offered = first.first().map(Value::to_string).unwrap_or_default();
+    assert!(offered.contains("mcp_telegram-tools_send"), "{offered}");
     stop(h, &backend).await;
 }
