@@ -762,3 +762,19 @@ async fn under_bubblewrap_the_agent_runs_sealed_in_its_workdir() {
     );
     stop(h, &backend).await;
 }
+
+#[actix_rt::test]
+async fn a_host_stop_answers_a_waiting_permission_cancelled_and_closes_the_agent() {
+    let fake = Fake::new();
+    let (mut h, backend) = start(&fake, &[("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "300ms")]).await;
+    h.say(1, USER, "permission please");
+    question(&h, 1, 1).await;
+    h.bot.stop().await;
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, TurnOutcome::HostStopping);
+    wait_until("every agent process reaped", SOON, || {
+        backend.running() == 0
+    })
+    .await;
+    assert_eq!(fake.permissions(), ["cancelled"]);
+}

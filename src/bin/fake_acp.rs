@@ -54,6 +54,8 @@ struct Fake {
     log: Option<Mutex<std::fs::File>>,
     /// The fake's own requests waiting for the host's answer.
     pending: Mutex<HashMap<u64, Sender<Value>>>,
+    /// The prompts' threads.
+    prompts: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The running prompt's cancel signal.
     cancel: Mutex<Option<Sender<()>>>,
     /// The fake's session id.
@@ -135,6 +137,7 @@ fn main() {
         }),
         pending: Mutex::new(HashMap::new()),
         cancel: Mutex::new(None),
+        prompts: Mutex::new(Vec::new()),
         session: Mutex::new(format!("fake-{}", std::process::id())),
         authenticated: Mutex::new(false),
         mcp: Mutex::new(None),
@@ -158,6 +161,19 @@ fn main() {
         loop {
             std::thread::sleep(Duration::from_secs(60));
         }
+    }
+    // The end of stdin: what still waits for the host gets no answer, and
+    // the prompts finish (their logs written) before the fake exits.
+    if let Ok(mut pending) = fake.pending.lock() {
+        pending.clear();
+    }
+    let prompts = fake
+        .prompts
+        .lock()
+        .map(|mut p| std::mem::take(&mut *p))
+        .unwrap_or_default();
+    for thread in prompts {
+        let _ = thread.join();
     }
 }
 
@@ -209,8 +225,11 @@ fn handle(fake: &Arc<Fake>, message: Value) -> bool {
             if let Ok(mut cancel) = fake.cancel.lock() {
                 *cancel = Some(tx);
             }
-            let fake = Arc::clone(fake);
-            std::thread::spawn(move || prompt(&fake, &id, &text, &rx));
+            let runner = Arc::clone(fake);
+            let thread = std::thread::spawn(move || prompt(&runner, &id, &text, &rx));
+            if let Ok(mut prompts) = fake.prompts.lock() {
+                prompts.push(thread);
+            }
         }
         "session/cancel" => {
             if let Some(tx) = fake.cancel.lock().ok().and_then(|mut c| c.take()) {
