@@ -361,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_256_random_bits_and_stay_out_of_debug() {
+    fn tokens_are_256_random_bits() {
         let a = random_token().expect("token");
         let b = random_token().expect("token");
         assert_eq!(a.len(), 64);
