@@ -7,6 +7,7 @@
 //! it was made with, into the typed values of [`tools`]; the turn sees no
 //! protocol and compares no tool names.
 
+pub mod acp;
 pub mod claude;
 #[doc(hidden)]
 pub mod partial_json;

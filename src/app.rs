@@ -16,6 +16,7 @@ use self::housekeeping::{kill_leftovers, start_pruning};
 use self::ops::{bind_ops, serve_ops};
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
+use crate::agent::acp::{AcpBackend, AcpSettings};
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
@@ -138,6 +139,11 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
             let mut settings = ClaudeSettings::from_config(config);
             settings.probe_sandbox().map_err(StartError::Sandbox)?;
             Ok(Arc::new(ClaudeBackend::new(settings, tools)))
+        }
+        Backend::Acp => {
+            let mut settings = AcpSettings::from_config(config);
+            settings.probe_sandbox().map_err(StartError::Sandbox)?;
+            Ok(Arc::new(AcpBackend::new(settings, tools)))
         }
     }
 }

@@ -250,6 +250,10 @@ pub struct AgentConfig {
     /// An argv prefix the agent command runs under (`claude`), with
     /// `{chat}` and `{workdir}` placeholders; empty runs it directly.
     pub launcher: Vec<String>,
+    /// `acp`: the authentication method (an id of the agent's
+    /// `authMethods`, such as `gemini-api-key`) to use when the agent
+    /// offers it; empty authenticates with none.
+    pub auth_method: String,
 }
 
 /// The default `agent.workdir`: one directory per chat beside the state file.
@@ -458,6 +462,7 @@ impl Default for AgentConfig {
             permission_mode: PermissionMode::Ask,
             sandbox: Sandbox::Bubblewrap,
             launcher: Vec::new(),
+            auth_method: String::new(),
         }
     }
 }

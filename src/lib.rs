@@ -66,6 +66,11 @@
 //!   - `agent::partial_json`: the `text` of a tool's input decoded as it streams;
 //!   - `agent::scripted`: the in-process backend playing a `Scenario` (the player
 //!     in `scripted/agent.rs`);
+//!   - `agent::acp`: the Agent Client Protocol backend (`gemini --acp`, …), on the
+//!     claude backend's `process` and `seal`: `wire` (JSON-RPC lines, requests from
+//!     the schema crate), `updates` (`session/update`, `stopReason`), `permission`,
+//!     `mcp` (the chat tools over HTTP or a socket), `bridge` (`turnstile mcp-bridge`,
+//!     their stdio end) and `driver` (the per-session task);
 //!   - `agent::claude`: the Claude Code CLI backend, where its tool calls are parsed:
 //!     `process` (spawn, process group, reaping; `process/probe.rs`: the sandbox
 //!     probe), `seal` (clean environment, per-chat workdir and home, bubblewrap and

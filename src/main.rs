@@ -20,6 +20,8 @@ Usage:
                                           redacted) on stdout, and its warnings
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
+  turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
+                                          the chat tools' MCP server on its stdio
   turnstile --help | --version
 
 Options:
@@ -104,6 +106,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
 
 fn main() -> ExitCode {
     forbid_same_user_reads();
+    // Started by an ACP agent as the chat tools' stdio MCP server.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(turnstile::agent::acp::BRIDGE_COMMAND) {
+        return turnstile::agent::acp::run_bridge(&args[1..]);
+    }
     let command = match parse_args(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(err) => {

@@ -25,7 +25,7 @@
 pub(crate) mod driver;
 pub mod limits;
 pub(crate) mod permissions;
-mod process;
+pub(crate) mod process;
 pub(crate) mod seal;
 // The wire types; public (hidden) for the benchmarks' minimal direct driver.
 #[doc(hidden)]

@@ -123,6 +123,9 @@ choice! {
         Scripted = "scripted",
         /// `"claude"`: the Claude Code CLI, `agent.command`.
         Claude = "claude",
+        /// `"acp"`: an agent speaking the Agent Client Protocol over its
+        /// stdio (`gemini --acp`, …), `agent.command` with `agent.args`.
+        Acp = "acp",
     }
 }
 

@@ -284,14 +284,14 @@ fn bad_backend_names_the_key_and_the_value() {
     assert_bad_value(&err, "agent.backend");
     assert_eq!(
         err.to_string(),
-        "bad value for `agent.backend`: \"gpt\": expected \"scripted\" or \"claude\""
+        "bad value for `agent.backend`: \"gpt\": expected \"scripted\", \"claude\" or \"acp\""
     );
     let err =
         Config::load(None, &env(&[("TURNSTILE_AGENT_BACKEND", "gpt")])).expect_err("bad backend");
     assert_bad_value(&err, "agent.backend");
     assert_eq!(
         err.to_string(),
-        "bad value for `agent.backend`: \"gpt\": expected \"scripted\" or \"claude\" \
+        "bad value for `agent.backend`: \"gpt\": expected \"scripted\", \"claude\" or \"acp\" \
              (set by TURNSTILE_AGENT_BACKEND)"
     );
 }

@@ -224,7 +224,7 @@ impl Config {
                     .to_string(),
             );
         }
-        if self.agent.backend == Backend::Claude && self.agent.sandbox == Sandbox::None {
+        if self.agent.backend != Backend::Scripted && self.agent.sandbox == Sandbox::None {
             warnings.push(
                 "agent.sandbox = \"none\": the agent runs unconfined as turnstile's user; it can \
                  read the state file and other chats' workdirs, and only its process group is \
@@ -279,7 +279,7 @@ impl Config {
                     .to_string(),
             );
         }
-        if self.agent.backend == Backend::Claude {
+        if self.agent.backend != Backend::Scripted {
             warnings.extend(self.agent_program_warning());
         }
         warnings

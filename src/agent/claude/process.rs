@@ -58,7 +58,7 @@ const STDERR_TAIL_LINES: usize = 5;
 /// How many processes are started and not yet reaped; a completion signal,
 /// so nothing polls for zero.
 #[derive(Debug, Clone)]
-pub(super) struct RunningProcesses {
+pub(crate) struct RunningProcesses {
     /// The count; every change wakes [`Self::all_reaped`].
     count: Arc<watch::Sender<i64>>,
     /// Where each live process group is recorded (the state file), so a
@@ -68,7 +68,7 @@ pub(super) struct RunningProcesses {
 
 impl RunningProcesses {
     /// No process yet.
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             count: Arc::new(watch::Sender::new(0)),
             ledger: Arc::default(),
@@ -76,7 +76,7 @@ impl RunningProcesses {
     }
 
     /// Records process groups in `inbox`'s store from now on.
-    pub(super) fn record_in(&self, inbox: crate::state::StoreHandle) {
+    pub(crate) fn record_in(&self, inbox: crate::state::StoreHandle) {
         let _ = self.ledger.set(inbox);
     }
 
@@ -103,7 +103,7 @@ impl RunningProcesses {
     }
 
     /// Processes started and not yet reaped.
-    pub(super) fn get(&self) -> i64 {
+    pub(crate) fn get(&self) -> i64 {
         *self.count.borrow()
     }
 
@@ -116,7 +116,7 @@ impl RunningProcesses {
     }
 
     /// Resolves once no process is left.
-    pub(super) async fn all_reaped(&self) {
+    pub(crate) async fn all_reaped(&self) {
         let mut rx = self.count.subscribe();
         // Cannot fail: `self` holds the sender.
         let _ = rx.wait_for(|n| *n <= 0).await;
@@ -127,7 +127,7 @@ impl RunningProcesses {
 ///
 /// Dropped before it was reaped (the runtime is going away mid-session), it
 /// takes the whole group down with SIGKILL.
-pub(super) struct AgentProcess {
+pub(crate) struct AgentProcess {
     /// The child; tokio reaps it.
     child: Child,
     /// The child's pid, which is also its process group id.
@@ -141,20 +141,20 @@ pub(super) struct AgentProcess {
 }
 
 /// A spawned process and the pipes the protocol runs over.
-pub(super) struct Spawned {
+pub(crate) struct Spawned {
     /// The process.
-    pub(super) process: AgentProcess,
+    pub(crate) process: AgentProcess,
     /// Lines to the CLI.
-    pub(super) stdin: ChildStdin,
+    pub(crate) stdin: ChildStdin,
     /// Lines from the CLI.
-    pub(super) stdout: ChildStdout,
+    pub(crate) stdout: ChildStdout,
 }
 
 impl AgentProcess {
     /// Starts the CLI for `chat` with `argv` (its arguments), sealed as
     /// `settings.seal` says (see `seal`): in its own process group, killed
     /// if turnstile dies; its stderr is logged (bounded).
-    pub(super) fn spawn(
+    pub(crate) fn spawn(
         settings: &ClaudeSettings,
         chat: &str,
         argv: &[String],
@@ -234,18 +234,18 @@ impl AgentProcess {
     }
 
     /// The child's pid (0 when it had none).
-    pub(super) fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// Waits for the process to exit.
-    pub(super) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         self.child.wait().await
     }
 
     /// SIGTERM to the group, SIGKILL after `grace`; the exit status when
     /// there is one.
-    pub(super) async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+    pub(crate) async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
         kill_group(self.pid, libc::SIGTERM);
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(status) => status.ok(),
@@ -259,7 +259,7 @@ impl AgentProcess {
 
     /// The process has exited: kills what is left of its group and counts
     /// it as reaped.
-    pub(super) fn reaped(&mut self) {
+    pub(crate) fn reaped(&mut self) {
         kill_group(self.pid, libc::SIGKILL);
         if !self.reaped {
             self.reaped = true;
@@ -269,7 +269,7 @@ impl AgentProcess {
     }
 
     /// What to report for an exit: the status and the last stderr lines.
-    pub(super) fn exit_detail(&self, status: Option<ExitStatus>) -> String {
+    pub(crate) fn exit_detail(&self, status: Option<ExitStatus>) -> String {
         let tail = self
             .stderr_tail
             .lock()
@@ -400,7 +400,7 @@ fn kill_group(pid: u32, signal: libc::c_int) {
 
 /// Reads the next line of `reader` (without its newline), holding at most
 /// `max` bytes of it: the rest is consumed and dropped. `None` at the end.
-async fn next_bounded_line(
+pub(crate) async fn next_bounded_line(
     reader: &mut (impl AsyncBufRead + Unpin),
     max: usize,
 ) -> std::io::Result<Option<String>> {

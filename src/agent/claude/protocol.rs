@@ -115,6 +115,10 @@ pub fn hook_output(reply: &HookReply) -> Result<Value, String> {
 
 /// One line of the CLI's stdout, parsed.
 #[derive(Debug, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one line at a time; serde_json's ordered maps (turned on by the ACP schema crate) made `CliLine` larger"
+)]
 pub enum Line {
     /// A line of a kind the host knows.
     Cli(CliLine),

@@ -1,0 +1,187 @@
+//! The `acp` backend: drives an agent that speaks the Agent Client
+//! Protocol (ACP v1: JSON-RPC 2.0, one object a line, on its stdio), such
+//! as `gemini --acp`.
+//!
+//! One process per session, started and sealed exactly as the `claude`
+//! backend starts its CLI (its `process` and `seal`: clean environment,
+//! per-chat workdir and home, bubblewrap, launcher, process group) and kept
+//! warm between turns the same way. The host's side of the protocol:
+//! `initialize` offering no file-system and no terminal capability,
+//! `authenticate` with `agent.auth_method` when the agent offers it, then
+//! `session/load` of the stored session id when the agent can load
+//! sessions, else `session/new` (with one notice in the answer when an
+//! earlier conversation could not be resumed). A turn is one
+//! `session/prompt`; its `stopReason` is its result. The agent's answer is
+//! its `agent_message_chunk` text: streamed into the chat's live preview
+//! and delivered as the result's text. `session/request_permission` is
+//! decided as the claude backend decides `can_use_tool` (the same
+//! `agent.allowed_tools`, `agent.denied_tools` and `agent.permission_mode`,
+//! a tool named by its title), asking the chat by default.
+//!
+//! Layout: this file holds the settings and the backend; `wire` the
+//! JSON-RPC lines and the requests built from the
+//! `agent-client-protocol-schema` types; `updates` what a `session/update`
+//! and a `stopReason` mean; `permission` the answer to a permission
+//! request; `driver` the per-session task.
+
+mod bridge;
+mod driver;
+mod mcp;
+mod permission;
+mod updates;
+mod wire;
+
+use std::path::PathBuf;
+
+pub use bridge::{BRIDGE_COMMAND, run_bridge};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::claude::ClaudeSettings;
+use super::claude::process::{AgentProcess, RunningProcesses};
+use super::claude::seal;
+use super::tools::ToolRegistry;
+use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
+use crate::config::{Config, PermissionMode};
+
+/// How to start and speak to an ACP agent.
+#[derive(Debug, Clone)]
+pub struct AcpSettings {
+    /// How the process starts and what it can reach: the claude backend's
+    /// settings, of which `command`, `env`, `seal` and `kill_grace` count
+    /// here (the same keys, sealed the same way).
+    pub process: ClaudeSettings,
+    /// `agent.args`: the agent's whole argument list (`--acp`).
+    pub args: Vec<String>,
+    /// `agent.auth_method`: authenticate with it when the agent offers it.
+    pub auth_method: String,
+    /// Tools that run without asking, by title.
+    pub allowed_tools: Vec<String>,
+    /// Tools that never run, by title.
+    pub denied_tools: Vec<String>,
+    /// What answers every other permission request.
+    pub permission_mode: PermissionMode,
+    /// How long the agent has to exit once its stdin is closed.
+    pub grace: Duration,
+    /// The `turnstile` executable an agent without HTTP MCP starts as the
+    /// chat tools' stdio server (`turnstile mcp-bridge SOCKET`): this one.
+    pub bridge: PathBuf,
+}
+
+impl AcpSettings {
+    /// The settings in a config.
+    pub fn from_config(config: &Config) -> Self {
+        let agent = &config.agent;
+        Self {
+            process: ClaudeSettings::from_config(config),
+            args: agent.args.clone(),
+            auth_method: agent.auth_method.clone(),
+            allowed_tools: agent.allowed_tools.clone(),
+            denied_tools: agent.denied_tools.clone(),
+            permission_mode: agent.permission_mode,
+            grace: config.turn.post_result_grace,
+            bridge: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("turnstile")),
+        }
+    }
+
+    /// As [`ClaudeSettings::probe_sandbox`]: bubblewrap must work when
+    /// asked for.
+    ///
+    /// # Errors
+    ///
+    /// bwrap is missing or cannot make its namespaces.
+    pub fn probe_sandbox(&mut self) -> Result<(), String> {
+        self.process.probe_sandbox()
+    }
+
+    /// The conversation's working directory, absolute (`session/new`'s
+    /// `cwd`): where the sealed process starts.
+    fn cwd(&self, key: &str) -> PathBuf {
+        let dir = seal::chat_path(&self.process.seal.workdir, key);
+        if dir.is_absolute() {
+            return dir;
+        }
+        std::env::current_dir().map_or(dir.clone(), |here| here.join(&dir))
+    }
+}
+
+/// The backend.
+#[derive(Debug)]
+pub struct AcpBackend {
+    /// How to start the agent.
+    settings: Arc<AcpSettings>,
+    /// The chat tools (their names are never an agent's tool here).
+    tools: Arc<ToolRegistry>,
+    /// Processes not yet reaped; [`AgentBackend::closed`] waits for none.
+    running: RunningProcesses,
+}
+
+impl AcpBackend {
+    /// A backend starting the agent with `settings`.
+    pub fn new(settings: AcpSettings, tools: Arc<ToolRegistry>) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            tools,
+            running: RunningProcesses::new(),
+        }
+    }
+
+    /// Processes started and not yet reaped.
+    pub fn running(&self) -> i64 {
+        self.running.get()
+    }
+
+    /// Spawns the agent for one session and starts its driver.
+    fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
+        let key = request.conversation.key();
+        let spawned = AgentProcess::spawn(
+            &self.settings.process,
+            &key,
+            &self.settings.args,
+            &self.running,
+        )?;
+        let pid = spawned.process.pid();
+        let resume = request.resume.filter(|id| {
+            let fits = driver::is_session_id(id);
+            if !fits {
+                tracing::warn!(session_id = %id.escape_debug(), "stored agent session id is not one an ACP agent gave; starting a new session");
+            }
+            fits
+        });
+        tracing::info!(pid, resume = ?resume, "agent process started (acp)");
+        Ok(driver::start(driver::Start {
+            settings: Arc::clone(&self.settings),
+            tools: Arc::clone(&self.tools),
+            shutdown: request.shutdown,
+            process: spawned.process,
+            stdin: spawned.stdin,
+            stdout: spawned.stdout,
+            resume,
+            cwd: self.settings.cwd(&key),
+            label: format!("acp pid {pid}"),
+        }))
+    }
+}
+
+impl AgentBackend for AcpBackend {
+    fn record_processes_in(&self, inbox: crate::state::StoreHandle) {
+        self.running.record_in(inbox);
+    }
+
+    fn closed(&self) -> BoxFuture<()> {
+        let running = self.running.clone();
+        let wait = self
+            .settings
+            .grace
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(1));
+        Box::pin(async move {
+            let _ = tokio::time::timeout(wait, running.all_reaped()).await;
+        })
+    }
+
+    fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
+        let result = self.start_session(request);
+        Box::pin(async move { result })
+    }
+}

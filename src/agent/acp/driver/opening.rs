@@ -1,0 +1,175 @@
+//! Opening the session: `initialize`, `authenticate` when the agent offers
+//! the configured method, then `session/load` of the stored id when the
+//! agent can load sessions, else `session/new`.
+
+use agent_client_protocol_schema::ProtocolVersion;
+use agent_client_protocol_schema::v1::{InitializeResponse, NewSessionResponse};
+use std::sync::Arc;
+
+use agent_client_protocol_schema::v1::McpServer;
+use serde_json::Value;
+
+use super::{Driver, Purpose, Stage, is_session_id};
+use crate::agent::AgentEvent;
+use crate::agent::acp::mcp::ToolServer;
+use crate::agent::acp::wire::{self, RpcError};
+
+/// Told in front of the answer when the stored conversation could not be
+/// loaded.
+pub(crate) const NOT_RESUMED: &str =
+    "ℹ️ The earlier conversation could not be resumed; this is a new one.";
+
+/// Told in front of the answer when the agent cannot load sessions at all.
+pub(crate) const CANNOT_RESUME: &str =
+    "ℹ️ This agent cannot resume an earlier conversation; this is a new one.";
+
+impl Driver {
+    /// The answer to `initialize`: authenticate, or open the session.
+    pub(super) fn initialized(&mut self, outcome: Result<Value, RpcError>) -> Result<(), String> {
+        let result = outcome.map_err(|e| format!("the agent refused initialize: {e}"))?;
+        let response = serde_json::from_value::<InitializeResponse>(result)
+            .map_err(|e| format!("the agent's answer to initialize is not ACP: {e}"))?;
+        if response.protocol_version != ProtocolVersion::V1 {
+            return Err(format!(
+                "the agent speaks ACP version {}, turnstile speaks 1",
+                serde_json::to_value(response.protocol_version).unwrap_or(Value::Null)
+            ));
+        }
+        let can_load = response.agent_capabilities.load_session;
+        tracing::info!(
+            pid = self.pid,
+            load_session = can_load,
+            auth_methods = response.auth_methods.len(),
+            "agent initialized (acp)"
+        );
+        self.emit(AgentEvent::Progress);
+        let method = &self.settings.auth_method;
+        let offered = !method.is_empty()
+            && response
+                .auth_methods
+                .iter()
+                .any(|m| &*m.id().0 == method.as_str());
+        if !method.is_empty() && !offered {
+            tracing::info!(pid = self.pid, method = %method, "the agent does not offer agent.auth_method; not authenticating");
+        }
+        self.can_load = can_load;
+        self.tool_server = self.tool_server(response.agent_capabilities.mcp_capabilities.http);
+        if offered {
+            let method = method.clone();
+            self.request(
+                Purpose::Authenticate,
+                "authenticate",
+                wire::authenticate(&method),
+            );
+        } else {
+            self.open_session();
+        }
+        Ok(())
+    }
+
+    /// The answer to `authenticate`: open the session.
+    pub(super) fn authenticated(&mut self, outcome: Result<Value, RpcError>) -> Result<(), String> {
+        outcome.map_err(|e| format!("the agent refused authentication: {e}"))?;
+        self.emit(AgentEvent::Progress);
+        self.open_session();
+        Ok(())
+    }
+
+    /// `session/load` of the stored session when the agent can, else
+    /// `session/new` (with a notice when there was one to resume).
+    fn open_session(&mut self) {
+        match self.resume.take() {
+            Some(id) if self.can_load => {
+                let params = wire::load_session(&id, &self.cwd, self.servers());
+                self.request(Purpose::LoadSession, "session/load", params);
+                self.session = Some(id);
+                self.stage = Stage::Opening;
+            }
+            resume => {
+                if resume.is_some() {
+                    self.notice = Some(CANNOT_RESUME.to_owned());
+                }
+                self.new_session();
+            }
+        }
+    }
+
+    fn new_session(&mut self) {
+        self.session = None;
+        let params = wire::new_session(&self.cwd, self.servers());
+        self.request(Purpose::NewSession, "session/new", params);
+        self.stage = Stage::Opening;
+    }
+
+    /// The answer to `session/new`.
+    pub(super) fn opened_new(&mut self, outcome: Result<Value, RpcError>) -> Result<(), String> {
+        let result = outcome.map_err(|e| format!("the agent refused session/new: {e}"))?;
+        let response = serde_json::from_value::<NewSessionResponse>(result)
+            .map_err(|e| format!("the agent's answer to session/new is not ACP: {e}"))?;
+        let id = response.session_id.0.to_string();
+        if !is_session_id(&id) {
+            return Err(
+                "the agent's session id is empty, too long or has control characters".into(),
+            );
+        }
+        tracing::info!(pid = self.pid, session_id = %id, "agent session opened (acp)");
+        self.session = Some(id);
+        self.ready();
+        Ok(())
+    }
+
+    /// The answer to `session/load`: the session, or a new one and a
+    /// notice.
+    pub(super) fn loaded(&mut self, outcome: Result<Value, RpcError>) {
+        match outcome {
+            Ok(_) => {
+                tracing::info!(pid = self.pid, session_id = ?self.session, "agent session loaded (acp)");
+                self.ready();
+            }
+            Err(error) => {
+                tracing::warn!(pid = self.pid, cause = %error, "the agent could not load the stored session; opening a new one");
+                self.notice = Some(NOT_RESUMED.to_owned());
+                self.new_session();
+            }
+        }
+    }
+
+    /// The chat tools' server: over HTTP when the agent takes it, else
+    /// over stdio through the bridge (every ACP agent takes stdio), unless
+    /// a launcher may start the agent where the session's socket is not.
+    fn tool_server(&self, http: bool) -> Option<ToolServer> {
+        let (tools, events, shutdown) = (
+            Arc::clone(&self.tools),
+            self.events.clone(),
+            self.shutdown.clone(),
+        );
+        if http {
+            return ToolServer::start(tools, events, shutdown);
+        }
+        if !self.settings.process.seal.launcher.is_empty() {
+            tracing::info!(
+                pid = self.pid,
+                "agent.launcher is set: no stdio MCP server for the chat tools"
+            );
+            return None;
+        }
+        let bridge = self.settings.bridge.clone();
+        ToolServer::start_stdio(&self.cwd, bridge, tools, events, shutdown)
+    }
+
+    /// The MCP servers offered: the chat tools, when they are served.
+    fn servers(&self) -> Vec<McpServer> {
+        self.tool_server.iter().map(ToolServer::describe).collect()
+    }
+
+    /// The session is open: run what waits.
+    fn ready(&mut self) {
+        self.stage = Stage::Ready;
+        self.emit(AgentEvent::Progress);
+        if let Some(text) = self.queued.pop_front() {
+            self.prompt(text);
+        } else if std::mem::take(&mut self.settle_when_ready) {
+            self.emit(AgentEvent::Idle);
+        }
+    }
+}
