@@ -1542,7 +1542,8 @@ fn stream(args: &Args) -> Result<Outcome, String> {
 
 /// The short answer: whole within `progress.preview_after`, and longer than
 /// the 40 characters a preview waits for.
-const SHORT_ANSWER: &str = "Short answer: forty-two, as you asked me to.";
+const SHORT_ANSWER: &str =
+    "Short answer: forty-two, as you asked me to. It is the number you wanted, and nothing more.";
 
 /// The short answer arrived whole.
 fn short_answered(calls: &[Call]) -> bool {
@@ -1553,13 +1554,15 @@ fn short_answered(calls: &[Call]) -> bool {
 
 fn first(args: &Args) -> Result<Outcome, String> {
     let (turns, gap_ms) = if args.quick { (3, 300) } else { (20, 500) };
+    // The first piece is long enough for a preview; the whole answer is
+    // written within 200 ms.
     let pieces: Vec<String> = vec![
-        "{\"text\":\"Short answer: ".into(),
-        "forty-two, as you".into(),
-        " asked me to.\"}".into(),
+        "{\"text\":\"Short answer: forty-two, as you asked me to.".into(),
+        " It is the number you wanted,".into(),
+        " and nothing more.\"}".into(),
     ];
     let steps = json!([
-        {"do": "stream_tool", "tool": "mcp__telegram-tools__end_turn", "pieces": pieces, "ms": 30},
+        {"do": "stream_tool", "tool": "mcp__telegram-tools__end_turn", "pieces": pieces, "ms": 100},
         {"do": "tools", "calls": [
             {"name": "mcp__telegram-tools__end_turn", "input": {"text": SHORT_ANSWER}},
         ]},
@@ -1641,7 +1644,8 @@ fn first(args: &Args) -> Result<Outcome, String> {
          previous answer arrived). **Message → prompt**: from the push to the fake Telegram (before the bot's \
          long poll sees it) to the turn's `SessionCommand::UserTurn` leaving the host (stamped in \
          `benches/support/timed.rs`): with the claude backend the CLI's first model request follows it. \
-         Each answer is a short `end_turn {{text}}` ({} characters, streamed in 3 pieces 30 ms apart); \
+         Each answer is a short `end_turn {{text}}` ({} characters, streamed in 3 pieces 100 ms apart, \
+         the first already long enough for a preview); \
          **text requests** counts the turn's `sendMessage`, `editMessageText` and `sendMessageDraft` \
          answered 200. The first row is the old defaults, the second today's. {}.\n",
         SHORT_ANSWER.chars().count(),

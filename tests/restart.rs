@@ -85,13 +85,14 @@ struct Tally {
 }
 
 /// How many of `texts` answer `m` with `part N: `: alone, or merged with
-/// others (messages that arrive together are one turn, their texts joined).
+/// others (messages that arrive together are one turn, their texts joined;
+/// a steered one joins the running turn's text).
 fn answers(texts: &[String], part: u8, m: &str) -> usize {
     let prefix = format!("part {part}: ");
     texts
         .iter()
         .filter_map(|t| t.strip_prefix(&prefix))
-        .filter(|t| t.split("\n\n").any(|x| x == m))
+        .filter(|t| t.split('\n').any(|x| x == m))
         .count()
 }
 
@@ -333,4 +334,85 @@ async fn restart_works_after_the_binary_was_replaced_on_disk() {
     assert_eq!(texts[1], "echo: again", "{}", bot.log_text());
     bot.signal(libc::SIGTERM);
     assert!(bot.exit().await.success());
+}
+
+/// A message steered into a turn that a crash cuts short is recovered as a
+/// message of that turn: reported with it (or with "retry" run again),
+/// never lost and never answered twice.
+#[tokio::test]
+async fn kill_9_with_a_steered_message_recovers_it_with_its_turn() {
+    for (on_interrupted, reported, answered) in [("report", 2, 0), ("retry", 0, 2)] {
+        let s = setup(on_interrupted).await;
+        let steer = |env: &[(&'static str, String)], script: &Path| {
+            let mut env = env.to_vec();
+            for (key, value) in &mut env {
+                match *key {
+                    "TURNSTILE_DISPATCHER_BUSY" => *value = "steer".into(),
+                    "TURNSTILE_AGENT_SCRIPT" => *value = script.display().to_string(),
+                    _ => {}
+                }
+            }
+            env
+        };
+        let first_script = s.dir.path().join("first.json");
+        let hanging = stuck_after(vec![]);
+        std::fs::write(&first_script, serde_json::to_string(&hanging).unwrap()).unwrap();
+        let second_script = s.dir.path().join("second.json");
+        std::fs::write(&second_script, serde_json::to_string(&scenario()).unwrap()).unwrap();
+        let log = s.dir.path().join("bot.log");
+        let db = s.dir.path().join("state.db");
+        let mut first = BotProcess::spawn(&s.api, &log, &steer(&s.env, &first_script));
+        s.api.push_text(1, USER, "slow A");
+        wait_until("the first turn running", Duration::from_secs(20), || {
+            row_state(&db, "slow A").as_deref() == Some("running")
+        })
+        .await;
+        s.api.push_text(1, USER, "slow B");
+        // Steered: its row belongs to the running turn.
+        wait_until(
+            "the steered message running",
+            Duration::from_secs(20),
+            || row_state(&db, "slow B").as_deref() == Some("running"),
+        )
+        .await;
+        first.signal(libc::SIGKILL);
+        first.exit().await;
+        let mut second = BotProcess::spawn(&s.api, &log, &steer(&s.env, &second_script));
+        let both = ["slow A", "slow B"];
+        let texts = s
+            .api
+            .wait_for(Duration::from_secs(30), "both answered or reported", |_| {
+                let texts = s.api.texts_to(1);
+                both.iter()
+                    .all(|m| {
+                        answers(&texts, 2, m) > 0
+                            || texts
+                                .iter()
+                                .any(|t| t.contains("restarted") && t.contains(m))
+                    })
+                    .then_some(texts)
+            })
+            .await;
+        second.signal(libc::SIGTERM);
+        assert!(second.exit().await.success(), "{}", second.log_text());
+        let reports = |m: &str| {
+            texts
+                .iter()
+                .filter(|t| t.contains("restarted") && t.contains(m))
+                .count()
+        };
+        let got_reported = both.iter().filter(|m| reports(m) == 1).count();
+        let got_answered = both.iter().filter(|m| answers(&texts, 2, m) == 1).count();
+        assert_eq!(
+            (got_reported, got_answered),
+            (reported, answered),
+            "{on_interrupted}: {texts:?}"
+        );
+        for m in both {
+            assert!(
+                reports(m) + answers(&texts, 2, m) == 1,
+                "{m} once: {texts:?}"
+            );
+        }
+    }
 }
