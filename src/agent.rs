@@ -22,7 +22,7 @@ use serde_json::Value;
 use teloxide::types::ChatId;
 use tokio::sync::{mpsc, oneshot};
 
-pub use result::{AgentResult, ResultStatus, TerminalReason};
+pub use result::{AgentResult, ResultStatus, TerminalReason, TokenUsage};
 pub use scripted::{
     AfterResult, Rule, Scenario, ScenarioError, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend,
     Step,
@@ -56,6 +56,10 @@ pub struct OpenSession {
     pub conversation: crate::ids::Conversation,
     /// The agent's own session id to resume, when the chat had one.
     pub resume: Option<String>,
+    /// The model the conversation chose (`/model`); `None`: the configured one.
+    pub model: Option<String>,
+    /// Resume a copy of `resume` (`/fork`): the agent gives it a new id.
+    pub fork: bool,
     /// Set once the host is stopping: the backend then refuses the agent's
     /// requests through its protocol.
     pub shutdown: crate::shutdown::Shutdown,
@@ -68,6 +72,8 @@ impl OpenSession {
         Self {
             conversation: chat.into(),
             resume: None,
+            model: None,
+            fork: false,
             shutdown: crate::shutdown::Shutdown::new(),
         }
     }

@@ -332,6 +332,10 @@ impl Turnstile {
             workdir: config.agent_workdir(),
             forwarding: forwarding.clone(),
             schedules: schedules.clone(),
+            models: Arc::new(crate::chat::Models {
+                default: config.agent.model.clone(),
+                listed: config.agent.models.clone(),
+            }),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(

@@ -54,7 +54,7 @@ pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
 pub use self::schedules::{OperatorSchedule, SchedulesConfig};
-pub use self::validate::{MAX_COUNT, MAX_DURATION};
+pub use self::validate::{MAX_COUNT, MAX_DURATION, MAX_MODEL_NAME, is_model_name};
 
 /// The environment variable the bot token is read from (and the only place
 /// it is read from).
@@ -211,6 +211,9 @@ pub struct AgentConfig {
     pub allowed_tools: Vec<String>,
     /// The model (`claude`); empty means the CLI's default.
     pub model: String,
+    /// The models a conversation may switch to with `/model`; empty turns
+    /// switching off.
+    pub models: Vec<String>,
     /// Model turns per user turn (`claude`); 0 means no limit.
     pub max_turns: u32,
     /// How long a chat's agent process stays warm between turns; `0s`
@@ -429,6 +432,7 @@ impl Default for AgentConfig {
             system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             allowed_tools: Vec::new(),
             model: String::new(),
+            models: Vec::new(),
             max_turns: 0,
             keep_warm: Duration::from_secs(600),
             max_warm: 32,

@@ -29,6 +29,18 @@ pub struct AgentResult {
     /// What the turn cost, in USD.
     #[serde(default)]
     pub total_cost_usd: f64,
+    /// The tokens the turn's model calls read and wrote.
+    #[serde(default)]
+    pub usage: TokenUsage,
+}
+
+/// Tokens a prompt's model calls read and wrote, as the agent reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Read: input, including what was written to and read from a cache.
+    pub input_tokens: u64,
+    /// Written.
+    pub output_tokens: u64,
 }
 
 impl AgentResult {

@@ -137,6 +137,10 @@ mod tests {
             "permissions",
             "schedule",
             "schedules",
+            "model",
+            "sessions",
+            "fork",
+            "usage",
             "help",
         ];
         assert_eq!(words(false), everyone);

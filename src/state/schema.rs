@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -127,6 +127,9 @@ const MIGRATIONS: &[&str] = &[
         claimed_at  INTEGER NOT NULL,
         UNIQUE (schedule_id, slot)
      );",
+    // 9 → 10: each conversation's model, its sessions' history and what
+    // its turns used (issue 22; `choices.rs`).
+    super::choices::MIGRATION,
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

@@ -20,9 +20,11 @@ use serde_json::{Value, json};
 
 use crate::agent::tools::TOOL_SERVER;
 use crate::agent::{AgentResult, HookReply, ResultStatus, TerminalReason};
+pub use usage::UsageLine;
 
 mod control;
 mod mcp_server;
+mod usage;
 
 pub use control::{
     BatchToolCall, CanUseTool, ControlRequest, ControlResponse, HookCallback, HookInput,
@@ -422,6 +424,9 @@ pub struct ResultLine {
     /// What the turn cost, in USD.
     #[serde(default, deserialize_with = "lenient")]
     pub total_cost_usd: f64,
+    /// The tokens its model calls read and wrote.
+    #[serde(default, deserialize_with = "lenient")]
+    pub usage: UsageLine,
 }
 
 impl From<ResultLine> for AgentResult {
@@ -445,6 +450,7 @@ impl From<ResultLine> for AgentResult {
             text: line.result,
             num_turns: u32::try_from(line.num_turns).unwrap_or(u32::MAX),
             total_cost_usd: line.total_cost_usd,
+            usage: line.usage.into(),
         }
     }
 }

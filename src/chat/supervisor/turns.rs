@@ -87,6 +87,7 @@ impl ChatSupervisor {
             return;
         };
         let update_ids = burst.update_ids;
+        self.deps.inbox.note_opening(self.to, &burst.text);
         self.deps
             .events
             .metrics()
@@ -261,7 +262,7 @@ impl Handler<SessionReleased> for ChatSupervisor {
             return;
         }
         self.step(ChatStep::Released(msg.turn));
-        if msg.turn > self.forget_through && !self.stopping {
+        if msg.turn > self.forget_through.max(self.cold_through) && !self.stopping {
             self.keep_warm(msg.session, ctx);
         }
         self.try_start(ctx);

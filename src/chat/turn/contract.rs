@@ -129,6 +129,8 @@ pub struct Services {
     pub forwarding: Forwarding,
     /// The conversations' schedules (`/schedule`, the agent's tools).
     pub schedules: crate::schedule::ScheduleBook,
+    /// The models a conversation may choose (`/model`).
+    pub models: Arc<crate::chat::choices::Models>,
 }
 
 impl Services {

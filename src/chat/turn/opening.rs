@@ -77,19 +77,23 @@ impl TurnActor {
         self.open(ctx);
     }
 
-    /// Opens a fresh session, resuming the chat's agent session id (read
-    /// after every store write asked before, so a `/new` is seen).
+    /// Opens a fresh session, resuming the chat's agent session id with
+    /// its model (read after every store write asked before, so a `/new`,
+    /// `/model` or a picked session is seen).
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
-        let resume = self.deps.inbox.session(self.to());
+        let opening = self.deps.inbox.opening(self.to());
+        let models = Arc::clone(&self.deps.models);
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
         let open = async move {
-            let resume = resume.await;
+            let opening = opening.await;
             backend
                 .open(OpenSession {
                     conversation,
-                    resume,
+                    resume: opening.resume,
+                    model: models.allowed(opening.model),
+                    fork: opening.fork,
                     shutdown,
                 })
                 .await
