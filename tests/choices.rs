@@ -290,3 +290,49 @@ async fn in_a_group_a_member_lists_and_picks_and_help_lists_the_commands() {
         assert!(help.contains(line), "{line} in {help}");
     }
 }
+
+#[actix_rt::test]
+async fn a_model_chosen_while_a_turn_runs_is_not_run_by_that_turns_warm_process() {
+    use turnstile::agent::Step;
+    use turnstile::events::BotEvent;
+    let scenario = Scenario::default().with_rule(
+        "slow",
+        support::turn(vec![
+            Step::Wait { ms: 2_000 },
+            Step::Tools {
+                calls: vec![tool(
+                    "mcp__telegram-tools__end_turn",
+                    serde_json::json!({"text": "done"}),
+                )],
+            },
+        ]),
+    );
+    let mut h = Harness::start(scenario, &[MODELS]).await;
+    h.say(USER, USER, "slow");
+    h.event("the slow turn started", |e| {
+        matches!(e, BotEvent::TurnStarted { .. })
+    })
+    .await;
+    h.say(USER, USER, "/model opus");
+    told(&h, USER, "runs with opus").await;
+    h.turn_ended(USER, 1).await;
+    told(&h, USER, "done").await;
+    let texts = h.texts(USER);
+    let at = |needle: &str| texts.iter().position(|t| t.contains(needle));
+    assert!(
+        at("runs with opus") < at("done"),
+        "chosen while the turn ran: {texts:?}"
+    );
+    turn(&mut h, USER, "next", 2).await;
+    let log = h.backend.log();
+    assert_eq!(
+        log.opens.len(),
+        2,
+        "the slow turn's process was not kept: {log:?}"
+    );
+    assert_eq!(log.choices[1].0.as_deref(), Some("opus"));
+    assert_eq!(
+        log.opens[1].1.as_deref(),
+        Some(format!("scripted-{USER}-1").as_str())
+    );
+}

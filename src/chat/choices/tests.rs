@@ -70,3 +70,30 @@ fn a_choice_the_list_no_longer_has_runs_the_configured_model() {
     assert_eq!(models.running(Some("gone")), "sonnet");
     assert_eq!(Models::default().running(None), "the agent's default model");
 }
+
+#[test]
+fn live_lists_are_bounded() {
+    let mut lists = Lists::default();
+    let first: Conversation = ChatId(0).into();
+    let kept = lists.show(first, ListKind::Models, vec!["a".into()]);
+    for chat in 1..MAX_LISTS as i64 {
+        lists.show(ChatId(chat).into(), ListKind::Models, vec!["a".into()]);
+    }
+    let pick = Pick {
+        kind: ListKind::Models,
+        list: kept,
+        entry: 0,
+    };
+    assert_eq!(
+        lists.chosen(first, pick),
+        Some("a"),
+        "still within the bound"
+    );
+    lists.show(ChatId(-1).into(), ListKind::Models, vec!["a".into()]);
+    assert_eq!(
+        lists.chosen(first, pick),
+        None,
+        "past it, the old lists expire"
+    );
+    assert!(lists.live.len() <= MAX_LISTS);
+}
