@@ -336,3 +336,63 @@ async fn a_model_chosen_while_a_turn_runs_is_not_run_by_that_turns_warm_process(
         Some(format!("scripted-{USER}-1").as_str())
     );
 }
+
+#[actix_rt::test]
+async fn a_fork_in_a_forum_topic_opens_a_topic_that_starts_from_a_copy() {
+    use support::bot_api::files::in_topic;
+    const FORUM: i64 = -100_888;
+    let mut h = Harness::start(Scenario::default(), &[MODELS]).await;
+    let say = |h: &Harness, text: &str, thread: i64| {
+        h.api.push_message(in_topic(
+            text_message(supergroup(FORUM, true), USER, text),
+            thread,
+        ))
+    };
+    say(&h, "/model@turnstile_bot haiku", 7);
+    told(&h, FORUM, "runs with haiku").await;
+    say(&h, "@turnstile_bot design the logo", 7);
+    h.turn_ended(FORUM, 1).await;
+    say(&h, "/fork@turnstile_bot", 7);
+    let forked = told(&h, FORUM, "Forked into the new topic").await;
+    assert!(forked.contains("“design the logo”"), "{forked}");
+    let created = h.api.calls_of("createForumTopic");
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].params["name"], "🍴 design the logo");
+    let thread = h
+        .api
+        .wait_for(SOON, "the new topic's first message", |calls| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.method == "sendmessage"
+                        && c.params["text"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("🍴 This topic goes on"))
+                })
+                .and_then(|c| c.params["message_thread_id"].as_i64())
+        })
+        .await;
+    assert_ne!(thread, 7);
+    say(&h, "@turnstile_bot make it blue", thread);
+    h.turn_ended(FORUM, 2).await;
+    let log = h.backend.log();
+    let original = format!("scripted-{FORUM}_7-1");
+    assert_eq!(
+        log.opens[1],
+        (format!("{FORUM}_{thread}"), Some(original.clone())),
+        "{log:?}"
+    );
+    assert_eq!(
+        log.choices[1],
+        (Some("haiku".into()), true),
+        "a copy, with the model"
+    );
+    // The original topic goes on in its own session.
+    say(&h, "@turnstile_bot and the font?", 7);
+    h.turn_ended(FORUM, 3).await;
+    assert_eq!(
+        h.backend.log().opens.len(),
+        2,
+        "the original topic goes on in its warm process"
+    );
+}
