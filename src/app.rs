@@ -336,6 +336,7 @@ impl Turnstile {
                 default: config.agent.model.clone(),
                 listed: config.agent.models.clone(),
             }),
+            projects: Arc::new(crate::chat::Projects::from_config(config)),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(

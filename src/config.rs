@@ -34,6 +34,7 @@ mod choices;
 mod env;
 mod error;
 mod load;
+mod projects;
 mod redact;
 mod schedules;
 mod sealing;
@@ -53,6 +54,7 @@ pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
+pub use self::projects::{MAX_PROJECT_NAME, ProjectConfig, is_project_name};
 pub use self::schedules::{OperatorSchedule, SchedulesConfig};
 pub use self::validate::{MAX_COUNT, MAX_DURATION, MAX_MODEL_NAME, is_model_name};
 
@@ -97,6 +99,8 @@ pub struct Config {
     pub progress: ProgressConfig,
     /// Prompts that run on their own, on time.
     pub schedules: SchedulesConfig,
+    /// Directories a conversation may move its agent to (`/project`).
+    pub projects: BTreeMap<String, ProjectConfig>,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]

@@ -300,18 +300,32 @@ impl ClaudeBackend {
             }
             other => other,
         };
-        let argv = self.settings.session_argv(
+        // A project's session works in the project's directory (made,
+        // sealed and bound as a workdir is) with its tools allowed.
+        let settings = match &request.project {
+            Some(project) => {
+                let mut settings = (*self.settings).clone();
+                settings.seal.workdir = project.workdir.clone();
+                settings
+                    .allowed_tools
+                    .extend(project.allowed_tools.iter().cloned());
+                Arc::new(settings)
+            }
+            None => Arc::clone(&self.settings),
+        };
+        let argv = settings.session_argv(
             &self.tools,
             resume.as_deref(),
             request.model.as_deref(),
             request.fork,
         );
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(&self.settings, &key, &argv, &self.running)?;
+        let spawned = AgentProcess::spawn(&settings, &key, &argv, &self.running)?;
         let pid = spawned.process.pid();
-        tracing::info!(pid, resume = ?resume, model = ?request.model, fork = request.fork, "agent process started");
+        let project = request.project.as_ref().map(|p| p.name.as_str());
+        tracing::info!(pid, resume = ?resume, model = ?request.model, fork = request.fork, project, "agent process started");
         Ok(driver::start(driver::Start {
-            settings: Arc::clone(&self.settings),
+            settings,
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
             process: spawned.process,

@@ -333,6 +333,8 @@ pub struct ScriptLog {
     pub opens: Vec<(String, Option<String>)>,
     /// Each session opened: the model asked for and whether as a fork.
     pub choices: Vec<(Option<String>, bool)>,
+    /// Each session opened: its project's name and workdir, if any.
+    pub projects: Vec<Option<(String, std::path::PathBuf)>>,
     /// Each tool call's name and the result the host gave (`Ok: …`,
     /// `Error: …`).
     pub tool_results: Vec<(String, String)>,
@@ -343,6 +345,7 @@ pub struct ScriptLog {
 struct Recent {
     opens: VecDeque<(String, Option<String>)>,
     choices: VecDeque<(Option<String>, bool)>,
+    projects: VecDeque<Option<(String, std::path::PathBuf)>>,
     tool_results: VecDeque<(String, String)>,
 }
 
@@ -391,6 +394,7 @@ impl ScriptedBackend {
         ScriptLog {
             opens: log.opens.iter().cloned().collect(),
             choices: log.choices.iter().cloned().collect(),
+            projects: log.projects.iter().cloned().collect(),
             tool_results: log.tool_results.iter().cloned().collect(),
         }
     }
@@ -404,6 +408,9 @@ impl AgentBackend for ScriptedBackend {
             let mut log = lock(&self.log);
             Recent::push(&mut log.opens, (key.clone(), request.resume.clone()));
             Recent::push(&mut log.choices, (request.model.clone(), request.fork));
+            let project = request.project.as_ref();
+            let project = project.map(|p| (p.name.clone(), p.workdir.clone()));
+            Recent::push(&mut log.projects, project);
         }
         // A fork is a copy with an id of its own.
         let session_id = request

@@ -2,6 +2,7 @@
 //! told about its choices: `/model`, `/sessions` and `/usage` texts, and
 //! the buttons' callback data, read back once ([`Pick::parse`]).
 
+use crate::agent::ProjectPlace;
 use crate::chat::notices::{bounded, counted};
 use crate::ids::Conversation;
 use crate::state::{SessionRow, UsagePeriods, UsageTotals};
@@ -42,6 +43,110 @@ impl Models {
     }
 }
 
+/// A project a conversation may move to (`[projects.NAME]`).
+#[derive(Debug, Clone, Default)]
+pub struct Project {
+    /// Where its agent works and what it may use there.
+    pub place: ProjectPlace,
+    /// Its model, unless the conversation chose one; empty: `agent.model`.
+    pub model: String,
+    /// Who may move a conversation here; empty: every allowed user.
+    pub users: Vec<u64>,
+}
+
+impl Project {
+    /// Whether `user` may move a conversation here.
+    pub fn admits(&self, user: u64) -> bool {
+        self.users.is_empty() || self.users.contains(&user)
+    }
+}
+
+/// Every project, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Projects {
+    /// The projects.
+    pub by_name: std::collections::BTreeMap<String, Project>,
+}
+
+impl Projects {
+    /// The projects of a config.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let by_name = config
+            .projects
+            .iter()
+            .map(|(name, p)| {
+                let place = ProjectPlace {
+                    name: name.clone(),
+                    workdir: config.project_workdir(p),
+                    allowed_tools: p.allowed_tools.clone(),
+                };
+                let project = Project {
+                    place,
+                    model: p.model.clone(),
+                    users: p.users.clone(),
+                };
+                (name.clone(), project)
+            })
+            .collect();
+        Self { by_name }
+    }
+
+    /// The project `name` names (empty: none; one no longer configured:
+    /// none, so the conversation works in `agent.workdir`).
+    pub fn get(&self, name: &str) -> Option<&Project> {
+        self.by_name.get(name)
+    }
+
+    /// What `/project` and a press read: `none` (or empty) is no project.
+    pub fn find(&self, name: &str) -> Option<&str> {
+        self.by_name
+            .get_key_value(name)
+            .or_else(|| {
+                self.by_name
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            })
+            .map(|(n, _)| n.as_str())
+    }
+}
+
+/// The word that names no project (`/project none`).
+pub const NO_PROJECT: &str = "none";
+
+/// `/project`'s text: where this conversation works and what is offered.
+pub fn projects_text(projects: &Projects, current: &str) -> String {
+    if projects.by_name.is_empty() {
+        return "📁 No projects are set up here (the operator adds [projects.NAME] tables)."
+            .to_owned();
+    }
+    let now = match current {
+        "" => "no project (the default workdir)".to_owned(),
+        name => format!("project {name}"),
+    };
+    let mut text = format!(
+        "📁 This conversation works in {now}. Each project keeps its own sessions. Choose, or write /project NAME (/project {NO_PROJECT} leaves it):"
+    );
+    for name in projects.by_name.keys() {
+        let mark = if name == current { "▶" } else { "•" };
+        text.push_str(&format!("\n{mark} {name}"));
+    }
+    text
+}
+
+/// A project's button label: the current one marked; the empty name is
+/// "no project".
+pub fn project_label(name: &str, current: &str) -> String {
+    let label = match name {
+        "" => format!("({NO_PROJECT})"),
+        name => name.to_owned(),
+    };
+    if name == current {
+        format!("▶ {label}")
+    } else {
+        label
+    }
+}
+
 /// Which list a button belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {
@@ -49,6 +154,8 @@ pub enum ListKind {
     Models,
     /// `/sessions`'.
     Sessions,
+    /// `/project`'s.
+    Projects,
 }
 
 impl ListKind {
@@ -56,6 +163,7 @@ impl ListKind {
         match self {
             Self::Models => 'm',
             Self::Sessions => 's',
+            Self::Projects => 'p',
         }
     }
 }
@@ -93,6 +201,7 @@ impl Pick {
         let kind = match list.get(..1)? {
             "m" => ListKind::Models,
             "s" => ListKind::Sessions,
+            "p" => ListKind::Projects,
             _ => return None,
         };
         let digits =

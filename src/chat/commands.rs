@@ -140,6 +140,7 @@ mod tests {
             "model",
             "sessions",
             "fork",
+            "project",
             "usage",
             "help",
         ];

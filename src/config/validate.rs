@@ -51,7 +51,8 @@ impl Config {
         self.check_endpoints()?;
         self.schedules.check()?;
         self.check_models()?;
-        self.check_sealing()
+        self.check_sealing()?;
+        self.check_projects()
     }
 
     /// `agent.models`: each a model name a chat may pick (1 to

@@ -28,6 +28,8 @@ pub enum Command {
     Fork,
     /// `/usage`: turns, tokens and cost (an admin also sees the bot's).
     Usage,
+    /// `/project [NAME]`: where this conversation's agent works; move it.
+    Project,
     /// `/status` (admins): chats and turns.
     Status,
     /// `/restart` (admins): drain and re-execute.
@@ -113,6 +115,13 @@ pub(crate) const TABLE: &[Entry] = &[
         command: Command::Fork,
         word: "fork",
         about: "Go on from a copy of this session",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Project,
+        word: "project",
+        about: "The project here; /project NAME moves there",
         who: Who::Everyone,
         listed: true,
     },
@@ -286,6 +295,7 @@ mod tests {
             Command::Sessions,
             Command::Fork,
             Command::Usage,
+            Command::Project,
             Command::Status,
             Command::Restart,
         ] {

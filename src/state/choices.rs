@@ -7,11 +7,9 @@
 //! `choices` holds the conversation's model, a fork asked for its next
 //! session, and the first words of its latest turn (a new session's label).
 
-use std::future::Future;
-
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{StateError, Store, StoreHandle, now_ms};
+use super::{StateError, Store, now_ms};
 use crate::ids::Conversation;
 
 /// The migration this file's tables come with (schema 9 → 10); listed last
@@ -20,6 +18,7 @@ pub(super) const MIGRATION: &str = "CREATE TABLE choices (
         chat_id       INTEGER NOT NULL,
         topic         INTEGER NOT NULL,
         model         TEXT,
+        project       TEXT NOT NULL DEFAULT '',
         fork          INTEGER NOT NULL DEFAULT 0,
         opening_words TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (chat_id, topic)
@@ -27,6 +26,7 @@ pub(super) const MIGRATION: &str = "CREATE TABLE choices (
      CREATE TABLE session_history (
         chat_id     INTEGER NOT NULL,
         topic       INTEGER NOT NULL,
+        project     TEXT NOT NULL DEFAULT '',
         session_id  TEXT NOT NULL,
         started_at  INTEGER NOT NULL,
         last_used   INTEGER NOT NULL,
@@ -34,7 +34,7 @@ pub(super) const MIGRATION: &str = "CREATE TABLE choices (
         first_words TEXT NOT NULL,
         PRIMARY KEY (chat_id, topic, session_id)
      );
-     CREATE INDEX session_history_latest ON session_history(chat_id, topic, last_used);
+     CREATE INDEX session_history_latest ON session_history(chat_id, topic, project, last_used);
      INSERT INTO session_history (chat_id, topic, session_id, started_at, last_used, turns, first_words)
         SELECT chat_id, topic, session_id, updated_at, updated_at, 0, '' FROM sessions;
      CREATE TABLE usage (
@@ -66,6 +66,8 @@ pub struct Opening {
     pub model: Option<String>,
     /// Resume as a copy (`--fork-session`): the copy gets its own id.
     pub fork: bool,
+    /// The conversation's project (`/project`); empty: none.
+    pub project: String,
 }
 
 /// One session of a conversation, as `/sessions` lists it.
@@ -167,14 +169,65 @@ impl Store {
         Ok(())
     }
 
+    /// The conversation's project (empty: none).
+    pub fn project(&self, to: Conversation) -> Result<String, StateError> {
+        Ok(self
+            .lock()
+            .prepare_cached("SELECT project FROM choices WHERE chat_id = ?1 AND topic = ?2")?
+            .query_row(params![to.chat.0, to.topic_number()], |r| r.get(0))
+            .optional()?
+            .unwrap_or_default())
+    }
+
+    /// Moves the conversation to `project` (empty: none): its current
+    /// session becomes the one it last used there, if any; the one it
+    /// leaves stays in that project's history.
+    pub fn set_project(&self, to: Conversation, project: &str) -> Result<(), StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let (chat, topic) = (to.chat.0, to.topic_number());
+        tx.execute(
+            "INSERT INTO choices (chat_id, topic, project) VALUES (?1, ?2, ?3)
+             ON CONFLICT(chat_id, topic) DO UPDATE SET project = excluded.project, fork = 0",
+            params![chat, topic, project],
+        )?;
+        let last: Option<String> = tx
+            .query_row(
+                "SELECT session_id FROM session_history WHERE chat_id = ?1 AND topic = ?2 AND project = ?3
+                 ORDER BY last_used DESC, rowid DESC LIMIT 1",
+                params![chat, topic, project],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match last {
+            Some(id) => tx.execute(
+                "INSERT INTO sessions (chat_id, topic, session_id, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(chat_id, topic) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                params![chat, topic, id, now_ms()],
+            )?,
+            None => tx.execute(
+                "DELETE FROM sessions WHERE chat_id = ?1 AND topic = ?2",
+                params![chat, topic],
+            )?,
+        };
+        tx.commit()?;
+        Ok(())
+    }
+
     /// What the conversation's next session opens with.
     pub fn opening(&self, to: Conversation) -> Result<Opening, StateError> {
         let resume = self.session(to)?;
-        let (model, fork) = self
+        let (model, fork, project) = self
             .lock()
-            .prepare_cached("SELECT model, fork FROM choices WHERE chat_id = ?1 AND topic = ?2")?
+            .prepare_cached(
+                "SELECT model, fork, project FROM choices WHERE chat_id = ?1 AND topic = ?2",
+            )?
             .query_row(params![to.chat.0, to.topic_number()], |r| {
-                Ok((r.get::<_, Option<String>>(0)?, r.get::<_, bool>(1)?))
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, bool>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
             })
             .optional()?
             .unwrap_or_default();
@@ -182,6 +235,7 @@ impl Store {
             fork: fork && resume.is_some(),
             resume,
             model,
+            project,
         })
     }
 
@@ -204,11 +258,11 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let (chat, topic) = (to.chat.0, to.topic_number());
-        let (fork, words): (bool, String) = tx
+        let (fork, words, project): (bool, String, String) = tx
             .query_row(
-                "SELECT fork, opening_words FROM choices WHERE chat_id = ?1 AND topic = ?2",
+                "SELECT fork, opening_words, project FROM choices WHERE chat_id = ?1 AND topic = ?2",
                 params![chat, topic],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?
             .unwrap_or_default();
@@ -233,10 +287,10 @@ impl Store {
         };
         let now = now_ms();
         tx.execute(
-            "INSERT INTO session_history (chat_id, topic, session_id, started_at, last_used, turns, first_words)
-             VALUES (?1, ?2, ?3, ?4, ?4, 1, ?5)
+            "INSERT INTO session_history (chat_id, topic, project, session_id, started_at, last_used, turns, first_words)
+             VALUES (?1, ?2, ?6, ?3, ?4, ?4, 1, ?5)
              ON CONFLICT(chat_id, topic, session_id) DO UPDATE SET last_used = ?4, turns = turns + 1",
-            params![chat, topic, id, now, label],
+            params![chat, topic, id, now, label, project],
         )?;
         if forked {
             tx.execute(
@@ -260,13 +314,20 @@ impl Store {
     /// first, the current one marked.
     pub fn sessions(&self, to: Conversation) -> Result<Vec<SessionRow>, StateError> {
         let current = self.session(to)?;
+        let project = self.project(to)?;
         let conn = self.lock();
         let mut query = conn.prepare_cached(
             "SELECT session_id, started_at, last_used, turns, first_words FROM session_history
-             WHERE chat_id = ?1 AND topic = ?2 ORDER BY last_used DESC, rowid DESC LIMIT ?3",
+             WHERE chat_id = ?1 AND topic = ?2 AND project = ?4
+             ORDER BY last_used DESC, rowid DESC LIMIT ?3",
         )?;
         let rows = query.query_map(
-            params![to.chat.0, to.topic_number(), SESSIONS_LISTED as i64],
+            params![
+                to.chat.0,
+                to.topic_number(),
+                SESSIONS_LISTED as i64,
+                project
+            ],
             |r| {
                 let id: String = r.get(0)?;
                 Ok(SessionRow {
@@ -285,12 +346,14 @@ impl Store {
     /// Makes session `id` the conversation's current one, if it is one of
     /// its own; answers whether it was.
     pub fn resume(&self, to: Conversation, id: &str) -> Result<bool, StateError> {
+        let project = self.project(to)?;
         let known = self
             .lock()
             .prepare_cached(
-                "SELECT 1 FROM session_history WHERE chat_id = ?1 AND topic = ?2 AND session_id = ?3",
+                "SELECT 1 FROM session_history
+                 WHERE chat_id = ?1 AND topic = ?2 AND session_id = ?3 AND project = ?4",
             )?
-            .exists(params![to.chat.0, to.topic_number(), id])?;
+            .exists(params![to.chat.0, to.topic_number(), id, project])?;
         if known {
             self.session_dropped(to)?;
             self.set_current(to, id)?;
@@ -334,13 +397,18 @@ impl Store {
         if into != from {
             let model = self.model(from)?;
             self.set_model(into, model.as_deref())?;
+            let project = self.project(from)?;
+            self.lock().execute(
+                "UPDATE choices SET project = ?3 WHERE chat_id = ?1 AND topic = ?2",
+                params![into.chat.0, into.topic_number(), project],
+            )?;
             self.set_current(into, &id)?;
             // The new conversation's history starts with the session it
             // copies, so the copy is labelled as it.
             self.lock().execute(
-                "INSERT OR IGNORE INTO session_history (chat_id, topic, session_id, started_at, last_used, turns, first_words)
-                 VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5)",
-                params![into.chat.0, into.topic_number(), id, now_ms(), words],
+                "INSERT OR IGNORE INTO session_history (chat_id, topic, project, session_id, started_at, last_used, turns, first_words)
+                 VALUES (?1, ?2, ?6, ?3, ?4, ?4, 0, ?5)",
+                params![into.chat.0, into.topic_number(), id, now_ms(), words, project],
             )?;
         }
         self.lock().execute(
@@ -426,98 +494,7 @@ impl Store {
     }
 }
 
-impl StoreHandle {
-    /// The conversation's model, after every job asked before.
-    pub fn model(&self, to: Conversation) -> impl Future<Output = Option<String>> + Send + 'static {
-        let ask = self.ask("reading the model", move |store| store.model(to));
-        async move { ask.await.flatten() }
-    }
-
-    /// Sets the conversation's model; resolves whether it was written.
-    pub fn set_model(
-        &self,
-        to: Conversation,
-        model: Option<String>,
-    ) -> impl Future<Output = bool> + Send + 'static {
-        let ask = self.ask("saving the model", move |store| {
-            store.set_model(to, model.as_deref())
-        });
-        async move { ask.await.is_some() }
-    }
-
-    /// What the conversation's next session opens with, after every job
-    /// asked before (so a `/new`, `/model` or pick is seen).
-    pub fn opening(&self, to: Conversation) -> impl Future<Output = Opening> + Send + 'static {
-        let ask = self.ask("reading the session to open", move |store| {
-            store.opening(to)
-        });
-        async move { ask.await.unwrap_or_default() }
-    }
-
-    /// Notes the first words of the conversation's latest turn.
-    pub fn note_opening(&self, to: Conversation, text: &str) {
-        let text = first_words(text);
-        self.tell("noting a turn's first words", move |store| {
-            store.note_opening(to, &text)
-        });
-    }
-
-    /// The conversation's latest sessions, newest first.
-    pub fn sessions(
-        &self,
-        to: Conversation,
-    ) -> impl Future<Output = Vec<SessionRow>> + Send + 'static {
-        let ask = self.ask("listing sessions", move |store| store.sessions(to));
-        async move { ask.await.unwrap_or_default() }
-    }
-
-    /// Makes one of the conversation's sessions its current one; resolves
-    /// whether it was the conversation's.
-    pub fn resume(
-        &self,
-        to: Conversation,
-        id: String,
-    ) -> impl Future<Output = bool> + Send + 'static {
-        let ask = self.ask("choosing a session", move |store| store.resume(to, &id));
-        async move { ask.await.unwrap_or(false) }
-    }
-
-    /// [`Store::fork`].
-    pub fn fork(
-        &self,
-        from: Conversation,
-        into: Conversation,
-    ) -> impl Future<Output = Option<String>> + Send + 'static {
-        let ask = self.ask("forking a session", move |store| store.fork(from, into));
-        async move { ask.await.flatten() }
-    }
-
-    /// Records what one turn used.
-    pub fn record_usage(&self, to: Conversation, used: TurnUsage) {
-        self.tell("recording usage", move |store| {
-            store.record_usage(to, &used)
-        });
-    }
-
-    /// What `to` (with `None`: the bot) used today, in 7 and in 30 days.
-    pub fn usage(
-        &self,
-        to: Option<Conversation>,
-    ) -> impl Future<Output = UsagePeriods> + Send + 'static {
-        let ask = self.ask("reading usage", move |store| store.usage(to, now_ms()));
-        async move { ask.await.unwrap_or_default() }
-    }
-
-    /// The conversations that cost most in the last 30 days.
-    pub fn usage_top(
-        &self,
-        limit: usize,
-    ) -> impl Future<Output = Vec<(Conversation, UsageTotals)>> + Send + 'static {
-        let since = period_starts(now_ms())[2];
-        let ask = self.ask("reading usage", move |store| store.usage_top(since, limit));
-        async move { ask.await.unwrap_or_default() }
-    }
-}
+mod handle;
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,9 @@ use crate::chat::notices::bounded;
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
 use crate::incoming::Incoming;
-use crate::telegram::outbox::{AnswerCallback, Button, EditQuestion, SendQuestion, SendText};
+use crate::telegram::outbox::{
+    AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
+};
 
 /// How many conversations an admin's `/usage` lists.
 const TOP_CONVERSATIONS: usize = 5;
@@ -28,6 +30,16 @@ fn chosen_text(chosen: &Chosen, what: &str) -> String {
         Chosen::Forked(_) | Chosen::NothingToFork | Chosen::Failed => {
             "⚠️ That could not be saved; try again.".to_owned()
         }
+    }
+}
+
+/// What the chat is told once it moved to `project` (empty: none).
+fn moved_text(project: &str) -> String {
+    match project {
+        "" => "📁 This conversation now works in no project (the default workdir).".to_owned(),
+        name => format!(
+            "📁 This conversation now works in project {name}, in its own sessions (/sessions lists them)."
+        ),
     }
 }
 
@@ -148,8 +160,17 @@ impl Dispatcher {
                 "This list has expired; ask for it again.",
             ));
         };
+        let user = query.from.id.0;
+        if pick.kind == ListKind::Projects
+            && let Some(project) = self.deps.projects.get(&entry)
+            && !project.admits(user)
+        {
+            let text = "You may not move this conversation to that project.";
+            return outbox.do_send(AnswerCallback::new(to.chat, callback, text));
+        }
         self.lists.close(to, pick.kind);
         let (choice, done) = match pick.kind {
+            ListKind::Projects => (Choose::Project(entry.clone()), moved_text(&entry)),
             ListKind::Models => (
                 Choose::Model(Some(entry.clone())),
                 format!("🧠 From the next message on, this conversation runs with {entry}."),
@@ -175,9 +196,103 @@ impl Dispatcher {
         );
     }
 
-    /// `/fork`: the conversation goes on from a copy of its session; the
-    /// original stays in `/sessions`.
+    /// `/project`: where this conversation works, a button per project
+    /// the asker may move it to (and one to leave); `/project NAME` moves
+    /// it (`none`: out of any), if the asker may.
+    pub(super) fn project(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
+        let (to, name, user) = (asked.to, asked.text.trim(), asked.from.0);
+        let projects = std::sync::Arc::clone(&self.deps.projects);
+        if !name.is_empty() && !projects.by_name.is_empty() {
+            return self.move_to_project(to, name, user, ctx);
+        }
+        let mut entries: Vec<String> = projects
+            .by_name
+            .iter()
+            .filter(|(_, p)| p.admits(user))
+            .map(|(n, _)| n.clone())
+            .collect();
+        entries.push(String::new());
+        let list = (!projects.by_name.is_empty())
+            .then(|| self.lists.show(to, ListKind::Projects, entries.clone()));
+        let current = self.deps.inbox.project(to);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let current = current.await;
+                let text = choices::projects_text(&projects, &current);
+                let Some(list) = list else {
+                    return outbox.do_send(SendText::new(to, text));
+                };
+                let buttons = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(entry, name)| {
+                        let pick = Pick {
+                            kind: ListKind::Projects,
+                            list,
+                            entry,
+                        };
+                        vec![Button::new(
+                            choices::project_label(name, &current),
+                            pick.data(),
+                        )]
+                    })
+                    .collect();
+                outbox.do_send(SendQuestion::new(to, text, buttons).0);
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/project NAME` from `user`: moved if the project exists and lets
+    /// them; `none` leaves any.
+    fn move_to_project(
+        &mut self,
+        to: Conversation,
+        name: &str,
+        user: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let projects = std::sync::Arc::clone(&self.deps.projects);
+        let chosen = if name.eq_ignore_ascii_case(choices::NO_PROJECT) {
+            Some(String::new())
+        } else {
+            projects.find(name).map(str::to_owned)
+        };
+        let Some(chosen) = chosen else {
+            let known: Vec<&str> = projects.by_name.keys().map(String::as_str).collect();
+            let text = format!(
+                "⚠️ There is no project {}. The projects: {}.",
+                bounded(name, 40),
+                known.join(", ")
+            );
+            return self.say(to, text);
+        };
+        if projects.get(&chosen).is_some_and(|p| !p.admits(user)) {
+            return self.say(
+                to,
+                format!("⚠️ You may not move this conversation to {chosen}."),
+            );
+        }
+        let done = moved_text(&chosen);
+        let written = self.choose(to, Choose::Project(chosen), ctx);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let text = chosen_text(&written.await, &done);
+                outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/fork`: in a forum topic, a new topic starts from a copy of this
+    /// conversation's session and both go on; elsewhere the conversation
+    /// goes on from a copy and the original stays in `/sessions`.
     pub(super) fn fork(&mut self, to: Conversation, ctx: &mut Context<Self>) {
+        if to.topic.is_some() {
+            return self.fork_into_topic(to, ctx);
+        }
         let chosen = self.choose(to, Choose::Fork, ctx);
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
@@ -193,6 +308,50 @@ impl Dispatcher {
                     _ => "⚠️ The fork could not be saved; try again.".to_owned(),
                 };
                 outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/fork` in a forum topic: a topic named after the session's first
+    /// words (`createForumTopic`), whose first turn resumes a copy of it
+    /// with this conversation's model.
+    fn fork_into_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
+        let inbox = self.deps.inbox.clone();
+        let outbox = self.deps.outbox.clone();
+        let sessions = inbox.sessions(from);
+        ctx.spawn(
+            async move {
+                let Some(current) = sessions.await.into_iter().find(|s| s.current) else {
+                    let text = "Nothing to fork yet: this conversation has no session.";
+                    return outbox.do_send(SendText::new(from, text));
+                };
+                let name = match current.first_words.as_str() {
+                    "" => "Fork".to_owned(),
+                    words => bounded(words, 60),
+                };
+                let (create, created) = CreateTopic::new(from.chat, format!("🍴 {name}"));
+                outbox.do_send(create);
+                let thread = match created.await {
+                    Ok(Ok(thread)) => thread,
+                    Ok(Err(err)) => {
+                        let text = format!("⚠️ No topic could be made for the fork ({err}); the bot needs the right to manage topics here.");
+                        return outbox.do_send(SendText::new(from, text));
+                    }
+                    Err(_) => return,
+                };
+                let into = Conversation::new(from.chat, Some(thread));
+                let text = match inbox.fork(from, into).await {
+                    Some(_) => {
+                        outbox.do_send(SendText::new(
+                            into,
+                            format!("🍴 This topic goes on from a copy of the session “{name}”. Write here to continue it."),
+                        ));
+                        format!("🍴 Forked into the new topic “{name}”; this topic goes on as it was.")
+                    }
+                    None => "⚠️ The fork could not be saved; try again.".to_owned(),
+                };
+                outbox.do_send(SendText::new(from, text));
             }
             .into_actor(self),
         );

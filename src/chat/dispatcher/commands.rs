@@ -35,6 +35,7 @@ impl Dispatcher {
             Command::Model => self.model(asked, ctx),
             Command::Sessions => self.sessions(to, ctx),
             Command::Fork => self.fork(to, ctx),
+            Command::Project => self.project(asked, ctx),
             Command::Usage => self.usage(to, admin, private, ctx),
             Command::Status => self.status(to, private, ctx),
             Command::Restart => self.restart(to, user, asked.date),

@@ -22,6 +22,8 @@ pub enum Choose {
     Session(String),
     /// Go on from a copy of the current session (`--fork-session`).
     Fork,
+    /// Work in this project (empty: none), in its own sessions.
+    Project(String),
 }
 
 /// How a [`Choose`] went.
@@ -70,6 +72,17 @@ impl Handler<Choose> for ChatSupervisor {
                         Chosen::Done
                     } else {
                         Chosen::Unknown
+                    }
+                })
+            }
+            Choose::Project(project) => {
+                self.forget_through = now;
+                let written = inbox.set_project(to, project);
+                Box::pin(async move {
+                    if written.await {
+                        Chosen::Done
+                    } else {
+                        Chosen::Failed
                     }
                 })
             }

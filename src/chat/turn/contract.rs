@@ -131,6 +131,8 @@ pub struct Services {
     pub schedules: crate::schedule::ScheduleBook,
     /// The models a conversation may choose (`/model`).
     pub models: Arc<crate::chat::choices::Models>,
+    /// The projects a conversation may move to (`/project`).
+    pub projects: Arc<crate::chat::choices::Projects>,
 }
 
 impl Services {

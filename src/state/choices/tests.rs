@@ -114,7 +114,8 @@ fn a_fork_into_a_topic_starts_it_from_the_copy_with_the_model() {
         Opening {
             resume: Some("orig".into()),
             model: Some("haiku".into()),
-            fork: true
+            fork: true,
+            project: String::new(),
         }
     );
     assert_eq!(
@@ -204,5 +205,33 @@ fn choices_outlive_a_restart_and_old_sessions_are_kept_by_the_migration() {
     assert_eq!(
         (opening.resume.as_deref(), opening.model.as_deref()),
         (Some("before"), Some("opus"))
+    );
+}
+
+#[test]
+fn each_project_keeps_its_own_sessions() {
+    let store = Store::in_memory().unwrap();
+    store.note_opening(to(), "home things").unwrap();
+    store.set_session(to(), Some("home")).unwrap();
+    store.set_project(to(), "beta").unwrap();
+    assert_eq!(
+        store.opening(to()).unwrap().resume,
+        None,
+        "beta starts fresh"
+    );
+    assert_eq!(store.opening(to()).unwrap().project, "beta");
+    assert!(store.sessions(to()).unwrap().is_empty(), "beta's list");
+    assert!(!store.resume(to(), "home").unwrap(), "not beta's session");
+    store.note_opening(to(), "beta things").unwrap();
+    store.set_session(to(), Some("b1")).unwrap();
+    store.set_project(to(), "").unwrap();
+    assert_eq!(store.opening(to()).unwrap().resume.as_deref(), Some("home"));
+    store.set_project(to(), "beta").unwrap();
+    let opening = store.opening(to()).unwrap();
+    assert_eq!(opening.resume.as_deref(), Some("b1"), "back where it was");
+    let listed = store.sessions(to()).unwrap();
+    assert_eq!(
+        (listed.len(), listed[0].first_words.as_str()),
+        (1, "beta things")
     );
 }
