@@ -396,3 +396,109 @@ async fn a_fork_in_a_forum_topic_opens_a_topic_that_starts_from_a_copy() {
         "the original topic goes on in its warm process"
     );
 }
+
+/// Two projects: `alpha` (its own model, only [`USER`] may move there)
+/// and `beta`, under `dir`.
+fn with_projects(dir: &std::path::Path) -> impl FnOnce(&mut turnstile::Config) {
+    let dir = dir.to_path_buf();
+    move |config| {
+        let project = |name: &str, model: &str, users: Vec<u64>| turnstile::config::ProjectConfig {
+            workdir: dir.join(name).join("{chat}"),
+            model: model.into(),
+            allowed_tools: vec!["Bash(make:*)".into()],
+            users,
+        };
+        config
+            .projects
+            .insert("alpha".into(), project("alpha", "haiku", vec![USER as u64]));
+        config
+            .projects
+            .insert("beta".into(), project("beta", "", vec![]));
+    }
+}
+
+#[actix_rt::test]
+async fn a_project_moves_the_agent_and_keeps_its_own_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::start_edited(Scenario::default(), &[], with_projects(dir.path())).await;
+    turn(&mut h, USER, "at home", 1).await;
+    h.say(USER, USER, "/project");
+    let text = told(&h, USER, "works in no project").await;
+    assert!(text.contains("• alpha\n• beta"), "{text}");
+    let (message, buttons) = last_list(&h, USER);
+    let labels: Vec<&str> = buttons.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["alpha", "beta", "▶ (none)"]);
+    // Another member may not move a conversation to alpha.
+    h.say(OTHER, OTHER, "/project alpha");
+    told(&h, OTHER, "may not move this conversation to alpha").await;
+    h.say(OTHER, OTHER, "/project");
+    told(&h, OTHER, "works in no project").await;
+    let (_, theirs) = last_list(&h, OTHER);
+    assert!(theirs.iter().all(|(l, _)| l != "alpha"), "{theirs:?}");
+    h.say(USER, USER, "/project gamma");
+    let none = told(&h, USER, "no project gamma").await;
+    assert!(none.ends_with("The projects: alpha, beta."), "{none}");
+    let press = h
+        .api
+        .push_callback(USER, USER, message, &button(&buttons, "beta"));
+    assert!(h.callback_answer(&press).await.contains("project beta"));
+    turn(&mut h, USER, "in beta", 2).await;
+    let log = h.backend.log();
+    let beta = dir.path().join("beta").join("{chat}");
+    assert_eq!(log.projects[1], Some(("beta".to_string(), beta.clone())));
+    assert_eq!(log.opens[1].1, None, "beta starts its own session");
+    h.say(USER, USER, "/project none");
+    told(&h, USER, "works in no project (the default").await;
+    turn(&mut h, USER, "home again", 3).await;
+    h.say(USER, USER, "/project BETA");
+    told(&h, USER, "works in project beta").await;
+    turn(&mut h, USER, "beta again", 4).await;
+    let log = h.backend.log();
+    assert_eq!(log.opens.len(), 4, "{log:?}");
+    assert_eq!(
+        (log.opens[2].1.as_deref(), log.projects[2].clone()),
+        (Some(format!("scripted-{USER}-1").as_str()), None),
+        "home's session resumed"
+    );
+    assert_eq!(
+        (log.opens[3].1.as_deref(), log.projects[3].clone()),
+        (
+            Some(format!("scripted-{USER}-2").as_str()),
+            Some(("beta".to_string(), beta))
+        ),
+        "beta's session resumed"
+    );
+    h.say(USER, USER, "/project alpha");
+    told(&h, USER, "works in project alpha").await;
+    turn(&mut h, USER, "in alpha", 5).await;
+    assert_eq!(
+        h.backend.log().choices[4].0.as_deref(),
+        Some("haiku"),
+        "alpha's model"
+    );
+    h.say(ADMIN, ADMIN, "/status");
+    let status = told(&h, ADMIN, "queued").await;
+    assert!(
+        status.contains(&format!("chat {USER}: idle, 0 queued, project alpha")),
+        "{status}"
+    );
+}
+
+#[actix_rt::test]
+async fn in_a_group_only_a_projects_users_may_press_it() {
+    const GROUP: i64 = -100_999;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::start_edited(Scenario::default(), &[], with_projects(dir.path())).await;
+    h.api.push_message(text_message(
+        supergroup(GROUP, false),
+        USER,
+        "/project@turnstile_bot",
+    ));
+    told(&h, GROUP, "works in no project").await;
+    let (message, buttons) = last_list(&h, GROUP);
+    let alpha = button(&buttons, "alpha");
+    let press = h.api.push_callback(GROUP, OTHER, message, &alpha);
+    assert!(h.callback_answer(&press).await.contains("may not move"));
+    let press = h.api.push_callback(GROUP, USER, message, &alpha);
+    assert!(h.callback_answer(&press).await.contains("project alpha"));
+}

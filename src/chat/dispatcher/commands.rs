@@ -154,16 +154,23 @@ impl Dispatcher {
             .chats
             .iter()
             .filter(|(id, _)| private || id.chat == chat.chat)
-            .map(|(_, e)| e.addr.send(DescribeChat))
+            .map(|(id, e)| {
+                let (line, project) = (e.addr.send(DescribeChat), self.deps.inbox.project(*id));
+                async move { (line.await, project.await) }
+            })
             .collect();
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
             async move {
                 let lines = futures_util::future::join_all(asks).await;
                 let mut text = header;
-                for line in lines.into_iter().flatten() {
+                for (line, project) in lines {
+                    let Ok(line) = line else { continue };
                     text.push('\n');
                     text.push_str(&line);
+                    if !project.is_empty() {
+                        text.push_str(&format!(", project {project}"));
+                    }
                 }
                 outbox.do_send(SendText::new(chat, text));
             }
