@@ -18,6 +18,7 @@ const INNER: &[&str] = &[
     "a_model_chosen_is_the_requests_model",
     "a_session_picked_brings_its_history_back",
     "a_fork_has_a_new_id_and_the_originals_history",
+    "a_project_runs_the_agents_command_in_its_directory",
 ];
 
 /// The model the tests choose: a name the CLI sends on as it is (2.1.332
@@ -168,4 +169,57 @@ async fn a_fork_has_a_new_id_and_the_originals_history() {
     told(&h, "Sessions here").await;
     let (_, rows) = h.api.last_buttons(1).expect("the list");
     assert_eq!(rows.len(), 2, "the original stays listed: {rows:?}");
+}
+
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_cli_in_a_loopback_namespace"]
+async fn a_project_runs_the_agents_command_in_its_directory() {
+    use std::sync::Arc;
+    use turnstile::agent::ToolRegistry;
+    use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+    let api = FakeAnthropic::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let projects = tempfile::tempdir().unwrap();
+    api.push(Reply::tools(&[(
+        "Bash",
+        json!({"command": "pwd > made-here"}),
+    )]));
+    answer(&api, "done");
+    let home_path = home.path().display().to_string();
+    let vars = support::real_cli::agent_env(&api.base_url(), &home_path, &home_path);
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let beta = projects.path().join("beta");
+    let edit = {
+        let beta = beta.clone();
+        move |config: &mut turnstile::Config| {
+            config.projects.insert(
+                "beta".into(),
+                turnstile::config::ProjectConfig {
+                    workdir: beta.join("{chat}"),
+                    // The project lets Bash run without asking.
+                    allowed_tools: vec!["Bash".into()],
+                    ..Default::default()
+                },
+            );
+        }
+    };
+    let mut h = Harness::launch_edited(&pairs, Harness::fast_limits(), edit, |config| {
+        Arc::new(ClaudeBackend::new(
+            ClaudeSettings::from_config(config),
+            Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+        ))
+    })
+    .await;
+    h.say(1, USER, "/project beta");
+    told(&h, "works in project beta").await;
+    h.say(1, USER, "where are you?");
+    h.turn_ended(1, 1).await;
+    let made = beta.join("1").join("made-here");
+    let written = std::fs::read_to_string(&made)
+        .unwrap_or_else(|e| panic!("{}: {e}; {}", made.display(), api.describe()));
+    assert_eq!(written.trim(), beta.join("1").display().to_string());
+    assert!(
+        !home.path().join("made-here").exists(),
+        "not in agent.workdir"
+    );
 }
