@@ -118,11 +118,7 @@ fn a_fork_into_a_topic_starts_it_from_the_copy_with_the_model() {
             project: String::new(),
         }
     );
-    assert_eq!(
-        store.opening(from).unwrap().fork,
-        false,
-        "the original goes on"
-    );
+    assert!(!store.opening(from).unwrap().fork, "the original goes on");
 }
 
 #[test]
