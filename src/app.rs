@@ -332,11 +332,7 @@ impl Turnstile {
             workdir: config.agent_workdir(),
             forwarding: forwarding.clone(),
             schedules: schedules.clone(),
-            models: Arc::new(crate::chat::Models {
-                default: config.agent.model.clone(),
-                listed: config.agent.models.clone(),
-            }),
-            projects: Arc::new(crate::chat::Projects::from_config(config)),
+            choices: Arc::new(crate::chat::Choices::from_config(config)),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(

@@ -14,7 +14,7 @@ pub(crate) mod turn;
 pub(crate) mod typing;
 
 pub use crate::telegram::TypingLease;
-pub use choices::{Models, Projects};
+pub use choices::{Choices, Models, Projects};
 pub use dispatcher::{Dispatcher, HostRequest};
 pub use notices::{REPROMPT, STOP_REASON};
 pub use outcome::{TurnEvent, TurnOutcome, decide};

@@ -238,6 +238,22 @@ impl ClaudeSettings {
 }
 
 impl ClaudeSettings {
+    /// The settings of a session in `project`: its workdir instead of
+    /// `agent.workdir`, its tools allowed too. The directory holding the
+    /// default workdirs stays hidden under the sandbox (as a secret's
+    /// directory is), so a project's agent sees no chat's default workdir.
+    pub fn for_project(&self, project: &crate::agent::ProjectPlace) -> Self {
+        let mut settings = self.clone();
+        let default = &self.seal.workdir;
+        let root = seal::chat_root(default).unwrap_or_else(|| default.clone());
+        settings.seal.secrets.push(root.join(".workdirs"));
+        settings.seal.workdir = project.workdir.clone();
+        settings
+            .allowed_tools
+            .extend(project.allowed_tools.iter().cloned());
+        settings
+    }
+
     /// The `--mcp-config` JSON: turnstile's own in-process server (answered
     /// over the control protocol) and the operator's servers.
     fn mcp_config(&self) -> serde_json::Value {
@@ -303,14 +319,7 @@ impl ClaudeBackend {
         // A project's session works in the project's directory (made,
         // sealed and bound as a workdir is) with its tools allowed.
         let settings = match &request.project {
-            Some(project) => {
-                let mut settings = (*self.settings).clone();
-                settings.seal.workdir = project.workdir.clone();
-                settings
-                    .allowed_tools
-                    .extend(project.allowed_tools.iter().cloned());
-                Arc::new(settings)
-            }
+            Some(project) => Arc::new(self.settings.for_project(project)),
             None => Arc::clone(&self.settings),
         };
         let argv = settings.session_argv(
@@ -502,6 +511,38 @@ mod tests {
             after(&argv, "--model").as_deref(),
             Some("sonnet"),
             "not a model name"
+        );
+    }
+
+    #[test]
+    fn a_projects_session_works_in_its_directory_and_hides_the_default_ones() {
+        let mut config = Config::default();
+        config.agent.workdir = "/srv/chats/{chat}".into();
+        config.agent.allowed_tools = vec!["Read".into()];
+        let settings = ClaudeSettings::from_config(&config);
+        let project = crate::agent::ProjectPlace {
+            name: "beta".into(),
+            workdir: "/srv/beta/{chat}".into(),
+            allowed_tools: vec!["Bash(make:*)".into()],
+        };
+        let there = settings.for_project(&project);
+        assert_eq!(there.seal.workdir, project.workdir);
+        assert_eq!(there.allowed_tools, ["Read", "Bash(make:*)"]);
+        assert!(
+            there
+                .seal
+                .secrets
+                .iter()
+                .any(|s| s.parent() == Some(std::path::Path::new("/srv/chats"))),
+            "{:?}",
+            there.seal.secrets
+        );
+        let tools = ToolRegistry::new(&config.turn.terminator_tools);
+        let argv = there.argv(&tools, None);
+        assert!(
+            argv.iter()
+                .any(|a| a.starts_with("--allowedTools=") && a.ends_with(",Read,Bash(make:*)")),
+            "{argv:?}"
         );
     }
 

@@ -43,6 +43,28 @@ impl Models {
     }
 }
 
+/// What a conversation may choose: the models and the projects.
+#[derive(Debug, Clone, Default)]
+pub struct Choices {
+    /// `agent.model` and `agent.models`.
+    pub models: Models,
+    /// `[projects.NAME]`.
+    pub projects: Projects,
+}
+
+impl Choices {
+    /// The choices a config offers.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            models: Models {
+                default: config.agent.model.clone(),
+                listed: config.agent.models.clone(),
+            },
+            projects: Projects::from_config(config),
+        }
+    }
+}
+
 /// A project a conversation may move to (`[projects.NAME]`).
 #[derive(Debug, Clone, Default)]
 pub struct Project {

@@ -62,11 +62,12 @@ impl Dispatcher {
     /// switches to a listed one; with no list, switching is off.
     pub(super) fn model(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
         let (to, name) = (asked.to, asked.text.trim());
-        let models = std::sync::Arc::clone(&self.deps.models);
+        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let models = &offered.models;
         let outbox = self.deps.outbox.clone();
         if !name.is_empty() && !models.listed.is_empty() {
             let Some(model) = models.find(name).map(str::to_owned) else {
-                return self.say(to, choices::model_refused(name, &models));
+                return self.say(to, choices::model_refused(name, models));
             };
             let chosen = self.choose(to, Choose::Model(Some(model.clone())), ctx);
             let done = format!("🧠 From the next message on, this conversation runs with {model}.");
@@ -84,9 +85,10 @@ impl Dispatcher {
         let stored = self.deps.inbox.model(to);
         ctx.spawn(
             async move {
+                let models = &offered.models;
                 let stored = stored.await;
                 let Some(list) = list else {
-                    let text = choices::model_fixed(&models, stored.as_deref());
+                    let text = choices::model_fixed(models, stored.as_deref());
                     return outbox.do_send(SendText::new(to, text));
                 };
                 let current = models.running(stored.as_deref());
@@ -106,7 +108,7 @@ impl Dispatcher {
                         )]
                     })
                     .collect();
-                let text = choices::model_menu(&models, stored.as_deref());
+                let text = choices::model_menu(models, stored.as_deref());
                 outbox.do_send(SendQuestion::new(to, text, buttons).0);
             }
             .into_actor(self),
@@ -162,7 +164,7 @@ impl Dispatcher {
         };
         let user = query.from.id.0;
         if pick.kind == ListKind::Projects
-            && let Some(project) = self.deps.projects.get(&entry)
+            && let Some(project) = self.deps.choices.projects.get(&entry)
             && !project.admits(user)
         {
             let text = "You may not move this conversation to that project.";
@@ -201,7 +203,8 @@ impl Dispatcher {
     /// it (`none`: out of any), if the asker may.
     pub(super) fn project(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
         let (to, name, user) = (asked.to, asked.text.trim(), asked.from.0);
-        let projects = std::sync::Arc::clone(&self.deps.projects);
+        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let projects = &offered.projects;
         if !name.is_empty() && !projects.by_name.is_empty() {
             return self.move_to_project(to, name, user, ctx);
         }
@@ -218,8 +221,9 @@ impl Dispatcher {
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
             async move {
+                let projects = &offered.projects;
                 let current = current.await;
-                let text = choices::projects_text(&projects, &current);
+                let text = choices::projects_text(projects, &current);
                 let Some(list) = list else {
                     return outbox.do_send(SendText::new(to, text));
                 };
@@ -253,7 +257,8 @@ impl Dispatcher {
         user: u64,
         ctx: &mut Context<Self>,
     ) {
-        let projects = std::sync::Arc::clone(&self.deps.projects);
+        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let projects = &offered.projects;
         let chosen = if name.eq_ignore_ascii_case(choices::NO_PROJECT) {
             Some(String::new())
         } else {

@@ -129,10 +129,8 @@ pub struct Services {
     pub forwarding: Forwarding,
     /// The conversations' schedules (`/schedule`, the agent's tools).
     pub schedules: crate::schedule::ScheduleBook,
-    /// The models a conversation may choose (`/model`).
-    pub models: Arc<crate::chat::choices::Models>,
-    /// The projects a conversation may move to (`/project`).
-    pub projects: Arc<crate::chat::choices::Projects>,
+    /// The models and projects a conversation may choose (`/model`, `/project`).
+    pub choices: Arc<crate::chat::choices::Choices>,
 }
 
 impl Services {

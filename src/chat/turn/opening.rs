@@ -83,20 +83,19 @@ impl TurnActor {
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
         let opening = self.deps.inbox.opening(self.to());
-        let models = Arc::clone(&self.deps.models);
-        let projects = Arc::clone(&self.deps.projects);
+        let choices = Arc::clone(&self.deps.choices);
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
         let open = async move {
             let opening = opening.await;
             // The conversation's model, else its project's, else the configured one.
-            let project = projects.get(&opening.project);
+            let project = choices.projects.get(&opening.project);
             let project_model = project.map(|p| p.model.clone()).filter(|m| !m.is_empty());
             backend
                 .open(OpenSession {
                     conversation,
                     resume: opening.resume,
-                    model: models.allowed(opening.model).or(project_model),
+                    model: choices.models.allowed(opening.model).or(project_model),
                     fork: opening.fork,
                     project: project.map(|p| p.place.clone()),
                     shutdown,
