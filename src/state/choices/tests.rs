@@ -231,3 +231,28 @@ fn each_project_keeps_its_own_sessions() {
         (1, "beta things")
     );
 }
+
+#[test]
+fn usage_rows_are_pruned_but_kept_for_the_longest_period() {
+    let store = Store::in_memory().unwrap();
+    let day = 86_400_000_i64;
+    let now = now_ms();
+    for age in [2, 20, 40] {
+        store
+            .lock()
+            .execute(
+                "INSERT INTO usage (chat_id, topic, ended_at, api_calls, input_tokens, output_tokens, cost_usd)
+                 VALUES (5, 0, ?1, 1, 1, 1, 0.0)",
+                params![now - age * day],
+            )
+            .unwrap();
+    }
+    // A retention of one day still keeps 31 days of usage.
+    store.prune(std::time::Duration::from_secs(86_400)).unwrap();
+    assert_eq!(store.usage(Some(to()), now).unwrap()[2].turns, 2);
+    let left: i64 = store
+        .lock()
+        .query_row("SELECT COUNT(*) FROM usage", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 2, "the 40-day-old row went");
+}
