@@ -23,7 +23,7 @@ use serde_json::Value;
 use teloxide::types::ChatId;
 use tokio::sync::{mpsc, oneshot};
 
-pub use result::{AgentResult, ResultStatus, TerminalReason};
+pub use result::{AgentResult, ResultStatus, TerminalReason, TokenUsage};
 pub use scripted::{
     AfterResult, Rule, Scenario, ScenarioError, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend,
     Step,
@@ -66,6 +66,13 @@ pub struct OpenSession {
     pub conversation: crate::ids::Conversation,
     /// The agent's own session id to resume, when the chat had one.
     pub resume: Option<String>,
+    /// The model the conversation chose (`/model`); `None`: the configured one.
+    pub model: Option<String>,
+    /// Resume a copy of `resume` (`/fork`): the agent gives it a new id.
+    pub fork: bool,
+    /// The conversation's project (`/project`): where the agent works
+    /// instead of `agent.workdir`, and what it may use there.
+    pub project: Option<ProjectPlace>,
     /// Set once the host is stopping: the backend then refuses the agent's
     /// requests through its protocol.
     pub shutdown: crate::shutdown::Shutdown,
@@ -78,9 +85,24 @@ impl OpenSession {
         Self {
             conversation: chat.into(),
             resume: None,
+            model: None,
+            fork: false,
+            project: None,
             shutdown: crate::shutdown::Shutdown::new(),
         }
     }
+}
+
+/// Where a conversation's project puts its agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectPlace {
+    /// The project's name.
+    pub name: String,
+    /// Its working directory, absolute, `{chat}` unfilled (checked as
+    /// `agent.workdir` is).
+    pub workdir: std::path::PathBuf,
+    /// Tools allowed without asking there, besides the backend's own.
+    pub allowed_tools: Vec<String>,
 }
 
 /// Errors at the backend boundary.

@@ -340,6 +340,7 @@ impl Turnstile {
             workdir: config.agent_workdir(),
             forwarding: forwarding.clone(),
             schedules: schedules.clone(),
+            choices: Arc::new(crate::chat::Choices::from_config(config)),
         };
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(

@@ -3,6 +3,7 @@
 //! The actors are internal; what a test or an embedder
 //! needs is re-exported here.
 
+pub(crate) mod choices;
 pub(crate) mod commands;
 pub(crate) mod dispatcher;
 pub(crate) mod notices;
@@ -13,6 +14,7 @@ pub(crate) mod turn;
 pub(crate) mod typing;
 
 pub use crate::telegram::TypingLease;
+pub use choices::{Choices, Models, Projects};
 pub use dispatcher::{Dispatcher, HostRequest};
 pub use notices::{REPROMPT, STOP_REASON};
 pub use outcome::{TurnEvent, TurnOutcome, decide};

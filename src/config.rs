@@ -34,6 +34,7 @@ mod choices;
 mod env;
 mod error;
 mod load;
+mod projects;
 mod redact;
 mod schedules;
 mod sealing;
@@ -53,8 +54,9 @@ pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
+pub use self::projects::{MAX_PROJECT_NAME, ProjectConfig, is_project_name};
 pub use self::schedules::{OperatorSchedule, SchedulesConfig};
-pub use self::validate::{MAX_COUNT, MAX_DURATION};
+pub use self::validate::{MAX_COUNT, MAX_DURATION, MAX_MODEL_NAME, is_model_name};
 
 /// The environment variable the bot token is read from (and the only place
 /// it is read from).
@@ -97,6 +99,8 @@ pub struct Config {
     pub progress: ProgressConfig,
     /// Prompts that run on their own, on time.
     pub schedules: SchedulesConfig,
+    /// Directories a conversation may move its agent to (`/project`).
+    pub projects: BTreeMap<String, ProjectConfig>,
     /// The file this configuration was read from (absolute), if any: the
     /// agent's workdir must not contain it, and the sandbox hides it.
     #[serde(skip)]
@@ -211,6 +215,9 @@ pub struct AgentConfig {
     pub allowed_tools: Vec<String>,
     /// The model (`claude`); empty means the CLI's default.
     pub model: String,
+    /// The models a conversation may switch to with `/model`; empty turns
+    /// switching off.
+    pub models: Vec<String>,
     /// Model turns per user turn (`claude`); 0 means no limit.
     pub max_turns: u32,
     /// How long a chat's agent process stays warm between turns; `0s`
@@ -449,6 +456,7 @@ impl Default for AgentConfig {
             system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             allowed_tools: Vec::new(),
             model: String::new(),
+            models: Vec::new(),
             max_turns: 0,
             keep_warm: Duration::from_secs(600),
             max_warm: 32,

@@ -17,12 +17,17 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::ids::Conversation;
 
 mod backup;
+mod choices;
 mod handle;
 mod rows;
 mod schedules;
 mod schema;
 
 pub use backup::{BackupError, BackupReport, backup};
+pub use choices::{
+    FIRST_WORDS, Opening, SESSIONS_LISTED, SessionRow, TurnUsage, UsagePeriods, UsageTotals,
+    first_words,
+};
 pub use handle::{Disposition, StoreHandle};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
@@ -328,6 +333,10 @@ impl Store {
         to: Conversation,
         session_id: Option<&str>,
     ) -> Result<(), StateError> {
+        match session_id {
+            Some(id) => self.session_used(to, id)?,
+            None => self.session_dropped(to)?,
+        }
         let conn = self.lock();
         let (chat, topic) = (to.chat.0, to.topic_number());
         match session_id {

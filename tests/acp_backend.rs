@@ -215,6 +215,8 @@ async fn message_chunks_stream_into_the_preview_that_becomes_the_answer() {
             ("TURNSTILE_PROGRESS_AFTER", "1h"),
             ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
             ("TURNSTILE_PROGRESS_STREAM", "edit"),
+            // Shown as soon as it is long enough.
+            ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s"),
         ],
     )
     .await;

@@ -536,9 +536,8 @@ async fn session_with_an_ask(
 ) -> (AgentSession, PermissionAsk) {
     let mut session = backend
         .open(OpenSession {
-            conversation: ChatId(1).into(),
-            resume: None,
             shutdown: shutdown.clone(),
+            ..OpenSession::fresh(ChatId(1))
         })
         .await
         .expect("the fake starts");

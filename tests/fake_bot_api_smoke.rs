@@ -64,6 +64,14 @@ async fn teloxide_round_trips_get_me_send_message_and_simple_methods() {
     assert_eq!(first.from.as_ref().map(|u| u.id), Some(UserId(1)));
     assert!((unix_now() - first.date.timestamp()).abs() <= 5);
 
+    let topic = bot
+        .create_forum_topic(ChatId(-100), "🍴 a fork")
+        .await
+        .expect("createForumTopic");
+    assert_eq!(
+        (topic.thread_id.0, topic.name.as_str()),
+        (MessageId(3), "🍴 a fork")
+    );
     bot.send_chat_action(ChatId(5), ChatAction::Typing)
         .await
         .expect("sendChatAction");
@@ -82,6 +90,7 @@ async fn teloxide_round_trips_get_me_send_message_and_simple_methods() {
             "getme",
             "sendmessage",
             "sendmessage",
+            "createforumtopic",
             "sendchataction",
             "setmessagereaction",
             "deletewebhook",
@@ -109,7 +118,7 @@ async fn teloxide_round_trips_get_me_send_message_and_simple_methods() {
     bot.get_me().await.expect("getMe");
     assert_eq!(
         fake.calls()[0].seq,
-        8,
+        9,
         "seq keeps counting after clear_calls"
     );
 }
@@ -707,4 +716,25 @@ async fn entities_that_break_telegrams_rules_are_refused_as_telegram_refuses_the
     )
     .await;
     assert_eq!(status, 400, "a deleted message is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forum_topic_needs_a_group_and_a_name() {
+    let fake = FakeBotApi::start().await;
+    let bot = Bot::new("123:abc").set_api_url(fake.url().parse().unwrap());
+    assert!(
+        bot.create_forum_topic(ChatId(5), "x").await.is_err(),
+        "a private chat is no forum"
+    );
+    assert!(
+        bot.create_forum_topic(ChatId(-100), "").await.is_err(),
+        "a name is needed"
+    );
+    let long = "n".repeat(129);
+    assert!(bot.create_forum_topic(ChatId(-100), long).await.is_err());
+    assert!(
+        bot.create_forum_topic(ChatId(-100), "n".repeat(128))
+            .await
+            .is_ok()
+    );
 }

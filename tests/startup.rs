@@ -120,6 +120,11 @@ async fn the_command_menu_is_set_for_everyone_and_for_each_admin() {
         "permissions",
         "schedule",
         "schedules",
+        "model",
+        "sessions",
+        "fork",
+        "project",
+        "usage",
         "help",
     ];
     assert_eq!(names(everyone), for_everyone);

@@ -179,6 +179,19 @@ impl ClaudeSettings {
     /// `--flag=value` so that no later argument is read as one of their
     /// values.
     pub fn argv(&self, tools: &ToolRegistry, resume: Option<&str>) -> Vec<String> {
+        self.session_argv(tools, resume, None, false)
+    }
+
+    /// [`ClaudeSettings::argv`] for a session of a conversation that chose
+    /// its `model` (instead of `agent.model`), resuming a copy of `resume`
+    /// with `fork` (`--fork-session`).
+    pub fn session_argv(
+        &self,
+        tools: &ToolRegistry,
+        resume: Option<&str>,
+        model: Option<&str>,
+        fork: bool,
+    ) -> Vec<String> {
         let mut argv: Vec<String> = [
             "--output-format",
             "stream-json",
@@ -195,8 +208,10 @@ impl ClaudeSettings {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        if !self.model.is_empty() {
-            argv.extend(["--model".into(), self.model.clone()]);
+        match model.filter(|m| crate::config::is_model_name(m)) {
+            Some(model) => argv.extend(["--model".into(), model.to_owned()]),
+            None if !self.model.is_empty() => argv.extend(["--model".into(), self.model.clone()]),
+            None => {}
         }
         if self.max_turns > 0 {
             argv.extend(["--max-turns".into(), self.max_turns.to_string()]);
@@ -217,6 +232,9 @@ impl ClaudeSettings {
         argv.push(format!("--mcp-config={}", self.mcp_config()));
         if let Some(id) = resume {
             argv.push(format!("--resume={id}"));
+            if fork {
+                argv.push("--fork-session".into());
+            }
         }
         argv.extend(self.args.iter().cloned());
         argv
@@ -224,6 +242,22 @@ impl ClaudeSettings {
 }
 
 impl ClaudeSettings {
+    /// The settings of a session in `project`: its workdir instead of
+    /// `agent.workdir`, its tools allowed too. The directory holding the
+    /// default workdirs stays hidden under the sandbox (as a secret's
+    /// directory is), so a project's agent sees no chat's default workdir.
+    pub fn for_project(&self, project: &crate::agent::ProjectPlace) -> Self {
+        let mut settings = self.clone();
+        let default = &self.seal.workdir;
+        let root = seal::chat_root(default).unwrap_or_else(|| default.clone());
+        settings.seal.secrets.push(root.join(".workdirs"));
+        settings.seal.workdir = project.workdir.clone();
+        settings
+            .allowed_tools
+            .extend(project.allowed_tools.iter().cloned());
+        settings
+    }
+
     /// The `--mcp-config` JSON: turnstile's own in-process server (answered
     /// over the control protocol) and the operator's servers.
     fn mcp_config(&self) -> serde_json::Value {
@@ -286,13 +320,25 @@ impl ClaudeBackend {
             }
             other => other,
         };
-        let argv = self.settings.argv(&self.tools, resume.as_deref());
+        // A project's session works in the project's directory (made,
+        // sealed and bound as a workdir is) with its tools allowed.
+        let settings = match &request.project {
+            Some(project) => Arc::new(self.settings.for_project(project)),
+            None => Arc::clone(&self.settings),
+        };
+        let argv = settings.session_argv(
+            &self.tools,
+            resume.as_deref(),
+            request.model.as_deref(),
+            request.fork,
+        );
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(&self.settings, &key, &argv, &self.running)?;
+        let spawned = AgentProcess::spawn(&settings, &key, &argv, &self.running)?;
         let pid = spawned.process.pid();
-        tracing::info!(pid, resume = ?resume, "agent process started");
+        let project = request.project.as_ref().map(|p| p.name.as_str());
+        tracing::info!(pid, resume = ?resume, model = ?request.model, fork = request.fork, project, "agent process started");
         Ok(driver::start(driver::Start {
-            settings: Arc::clone(&self.settings),
+            settings,
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
             process: spawned.process,
@@ -437,6 +483,74 @@ mod tests {
                 .denied_tools
                 .contains(&"CronCreate".to_owned()),
             "denied when the CLI asks, too"
+        );
+    }
+
+    #[test]
+    fn a_conversations_model_and_fork_reach_the_argv() {
+        let mut config = Config::default();
+        config.agent.model = "sonnet".into();
+        let settings = ClaudeSettings::from_config(&config);
+        let tools = ToolRegistry::new(&config.turn.terminator_tools);
+        let id = "0b5c7e1e-3a8f-4a47-9a57-2f1e3a4d5b6c";
+        let after = |argv: &[String], flag: &str| {
+            argv.iter()
+                .position(|a| a == flag)
+                .and_then(|at| argv.get(at + 1).cloned())
+        };
+        let argv = settings.session_argv(&tools, Some(id), Some("opus"), true);
+        assert_eq!(after(&argv, "--model").as_deref(), Some("opus"));
+        assert_eq!(argv.iter().filter(|a| *a == "--model").count(), 1);
+        let resumed = argv.iter().position(|a| *a == format!("--resume={id}"));
+        let forked = argv.iter().position(|a| a == "--fork-session");
+        assert!(
+            resumed.is_some() && forked == resumed.map(|at| at + 1),
+            "{argv:?}"
+        );
+        let argv = settings.session_argv(&tools, None, None, true);
+        assert_eq!(after(&argv, "--model").as_deref(), Some("sonnet"));
+        assert!(
+            !argv.contains(&"--fork-session".to_owned()),
+            "nothing to fork"
+        );
+        let argv =
+            settings.session_argv(&tools, None, Some("--dangerously-skip-permissions"), false);
+        assert_eq!(
+            after(&argv, "--model").as_deref(),
+            Some("sonnet"),
+            "not a model name"
+        );
+    }
+
+    #[test]
+    fn a_projects_session_works_in_its_directory_and_hides_the_default_ones() {
+        let mut config = Config::default();
+        config.agent.workdir = "/srv/chats/{chat}".into();
+        config.agent.allowed_tools = vec!["Read".into()];
+        let settings = ClaudeSettings::from_config(&config);
+        let project = crate::agent::ProjectPlace {
+            name: "beta".into(),
+            workdir: "/srv/beta/{chat}".into(),
+            allowed_tools: vec!["Bash(make:*)".into()],
+        };
+        let there = settings.for_project(&project);
+        assert_eq!(there.seal.workdir, project.workdir);
+        assert_eq!(there.allowed_tools, ["Read", "Bash(make:*)"]);
+        assert!(
+            there
+                .seal
+                .secrets
+                .iter()
+                .any(|s| s.parent() == Some(std::path::Path::new("/srv/chats"))),
+            "{:?}",
+            there.seal.secrets
+        );
+        let tools = ToolRegistry::new(&config.turn.terminator_tools);
+        let argv = there.argv(&tools, None);
+        assert!(
+            argv.iter()
+                .any(|a| a.starts_with("--allowedTools=") && a.ends_with(",Read,Bash(make:*)")),
+            "{argv:?}"
         );
     }
 

@@ -36,6 +36,18 @@ pub struct AgentResult {
     /// When that limit resets (Unix seconds), when the agent said.
     #[serde(default)]
     pub resets_at: Option<i64>,
+    /// The tokens the turn's model calls read and wrote.
+    #[serde(default)]
+    pub usage: TokenUsage,
+}
+
+/// Tokens a prompt's model calls read and wrote, as the agent reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Read: input, including what was written to and read from a cache.
+    pub input_tokens: u64,
+    /// Written.
+    pub output_tokens: u64,
 }
 
 impl AgentResult {

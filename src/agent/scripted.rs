@@ -361,6 +361,10 @@ pub struct ScriptLog {
     /// Each session opened: its conversation's key and the session id it
     /// was asked to resume.
     pub opens: Vec<(String, Option<String>)>,
+    /// Each session opened: the model asked for and whether as a fork.
+    pub choices: Vec<(Option<String>, bool)>,
+    /// Each session opened: its project's name and workdir, if any.
+    pub projects: Vec<Option<(String, std::path::PathBuf)>>,
     /// Each tool call's name and the result the host gave (`Ok: …`,
     /// `Error: …`).
     pub tool_results: Vec<(String, String)>,
@@ -373,6 +377,8 @@ pub struct ScriptLog {
 #[derive(Debug, Default)]
 struct Recent {
     opens: VecDeque<(String, Option<String>)>,
+    choices: VecDeque<(Option<String>, bool)>,
+    projects: VecDeque<Option<(String, std::path::PathBuf)>>,
     tool_results: VecDeque<(String, String)>,
     steered: VecDeque<String>,
     /// How often each rule was played (for `times`).
@@ -423,6 +429,8 @@ impl ScriptedBackend {
         let log = lock(&self.log);
         ScriptLog {
             opens: log.opens.iter().cloned().collect(),
+            choices: log.choices.iter().cloned().collect(),
+            projects: log.projects.iter().cloned().collect(),
             tool_results: log.tool_results.iter().cloned().collect(),
             steered: log.steered.iter().cloned().collect(),
         }
@@ -437,12 +445,18 @@ impl AgentBackend for ScriptedBackend {
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
         let key = request.conversation.key();
-        Recent::push(
-            &mut lock(&self.log).opens,
-            (key.clone(), request.resume.clone()),
-        );
+        {
+            let mut log = lock(&self.log);
+            Recent::push(&mut log.opens, (key.clone(), request.resume.clone()));
+            Recent::push(&mut log.choices, (request.model.clone(), request.fork));
+            let project = request.project.as_ref();
+            let project = project.map(|p| (p.name.clone(), p.workdir.clone()));
+            Recent::push(&mut log.projects, project);
+        }
+        // A fork is a copy with an id of its own.
         let session_id = request
             .resume
+            .filter(|_| !request.fork)
             .unwrap_or_else(|| format!("scripted-{key}-{n}"));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();

@@ -137,6 +137,11 @@ mod tests {
             "permissions",
             "schedule",
             "schedules",
+            "model",
+            "sessions",
+            "fork",
+            "project",
+            "usage",
             "help",
         ];
         assert_eq!(words(false), everyone);

@@ -5,6 +5,7 @@
 //! (`recovery.rs`). It owns the [`TurnSlots`] that cap concurrent turns;
 //! each chat runs its own hard deadline.
 
+mod choices;
 mod commands;
 mod recovery;
 mod schedules;
@@ -20,6 +21,7 @@ use actix::{Actor, AsyncContext, Context, Handler, Message};
 use teloxide::types::{CallbackQuery, ChatId, MessageId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::chat::choices::Pick;
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
@@ -113,6 +115,8 @@ pub struct Dispatcher {
     host: mpsc::UnboundedSender<HostRequest>,
     /// This process's start (unix seconds): older `/restart`s are ignored.
     started_at: i64,
+    /// The live `/model` and `/sessions` lists (a press on another expired).
+    lists: crate::chat::choices::Lists,
     /// Where it reports.
     events: EventBus,
     /// Set while a message of the intake's current delivery is handled.
@@ -158,6 +162,7 @@ impl Dispatcher {
             warm_slots,
             host,
             started_at: now_ms() / 1000,
+            lists: Default::default(),
             events,
         }
     }
@@ -285,6 +290,9 @@ impl Dispatcher {
             .map_or_else(|| query.from.first_name.clone(), |u| format!("@{u}"));
         if let Some(id) = query.data.as_deref().and_then(schedules::unschedule_press) {
             return self.unschedule_pressed(id, to, &query, ctx);
+        }
+        if let Some(pick) = query.data.as_deref().and_then(Pick::parse) {
+            return self.picked(pick, to, &query, ctx);
         }
         let press = query.data.as_deref().and_then(|data| {
             ButtonPressed::parse(

@@ -10,6 +10,7 @@
 //! has been idle for `dispatcher.idle_eviction` it tells the dispatcher,
 //! which retires it.
 
+mod choices;
 mod commands;
 mod parking;
 mod state;
@@ -28,6 +29,7 @@ use actix::{
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Span;
 
+pub use self::choices::{Choose, Chosen};
 use self::state::{ChatState, ChatStep, HoldsTurn};
 use crate::agent::AgentSession;
 use crate::chat::notices::not_accepted;
@@ -200,6 +202,9 @@ pub struct ChatSupervisor {
     warm: Option<Warm>,
     /// Turns up to this one must not keep their session (after `/new`).
     forget_through: TurnId,
+    /// Turns up to this one keep their session id but not their process
+    /// (after `/model`: the next turn resumes with the new model).
+    cold_through: TurnId,
     /// The chat's typing actor.
     typing: Option<Addr<TypingActor>>,
     /// No new turns once the host is stopping.
@@ -238,6 +243,7 @@ impl ChatSupervisor {
             queue: VecDeque::new(),
             warm: None,
             forget_through: TurnId(0),
+            cold_through: TurnId(0),
             typing: None,
             stopping: false,
             received: 0,

@@ -202,6 +202,9 @@ impl TurnActor {
     }
 
     fn on_event(&mut self, event: AgentEvent, ctx: &mut Context<Self>) {
+        if let AgentEvent::Result(result) = &event {
+            self.account(result);
+        }
         if !self.phase.holds_chat() {
             return self.on_late_event(event, ctx);
         }

@@ -137,7 +137,13 @@ pub(super) fn check_keys(file: Table, defaults: &Table) -> Result<Sections, Conf
             };
             return Err(bad_value(&section, &value, reason));
         };
-        if let Some(key) = entries.keys().find(|key| !known.contains_key(*key)) {
+        // `[projects.NAME]`: the names are the operator's; each table's
+        // keys are checked when it is read (`ProjectConfig`).
+        let free_form = section == "projects";
+        if let Some(key) = entries
+            .keys()
+            .find(|key| !free_form && !known.contains_key(*key))
+        {
             return Err(ConfigError::UnknownKey {
                 key: format!("{section}.{key}"),
             });

@@ -129,17 +129,29 @@ impl Config {
 
     /// No chat's workdir may contain the state file or the config file.
     fn check_workdir(&self) -> Result<(), ConfigError> {
-        let workdir = self.agent_workdir();
+        let shown = self.agent.workdir.to_string_lossy().into_owned();
+        self.check_workdir_at("agent.workdir", &shown, &self.agent_workdir())
+    }
+
+    /// `workdir` (absolute, set by `key` as `shown`) is a workdir: it
+    /// contains neither the state file nor the config file.
+    pub(super) fn check_workdir_at(
+        &self,
+        key: &str,
+        shown: &str,
+        workdir: &Path,
+    ) -> Result<(), ConfigError> {
+        check_placeholders(key, shown, &[CHAT])?;
         let files = [
             ("the state file", "state.path", self.state_file()),
             ("the config file", "--config", self.file.clone()),
         ];
         for (what, from, file) in files {
             let Some(file) = file else { continue };
-            if workdir_contains(&workdir, &file) {
+            if workdir_contains(workdir, &file) {
                 return Err(bad_value(
-                    "agent.workdir",
-                    &Value::from(self.agent.workdir.to_string_lossy().as_ref()),
+                    key,
+                    &Value::from(shown),
                     format!(
                         "the agent's workdir `{}` contains {what} `{}` ({from}): the agent \
                          could read it; put the workdir elsewhere",

@@ -18,6 +18,20 @@ pub const MAX_DOWNLOAD: u64 = 2_000 * 1024 * 1024;
 /// The largest `turn.max_output`: 16 MiB of text in one turn.
 pub const MAX_OUTPUT: u64 = 16 * 1024 * 1024;
 
+/// The longest name in `agent.models`.
+pub const MAX_MODEL_NAME: usize = 64;
+
+/// Whether `name` may be passed as `--model NAME`: 1 to [`MAX_MODEL_NAME`]
+/// letters, digits and `.-_:@/`, not starting with `-`.
+pub fn is_model_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_MODEL_NAME
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:@/".contains(&b))
+}
+
 /// The largest count any key accepts.
 pub const MAX_COUNT: usize = 1_000_000;
 
@@ -36,7 +50,36 @@ impl Config {
         self.check_files()?;
         self.check_endpoints()?;
         self.schedules.check()?;
-        self.check_sealing()
+        self.check_models()?;
+        self.check_sealing()?;
+        self.check_projects()
+    }
+
+    /// `agent.models`: each a model name a chat may pick (1 to
+    /// [`MAX_MODEL_NAME`] letters, digits and `.-_:@/`, not starting with
+    /// `-`), none twice.
+    fn check_models(&self) -> Result<(), ConfigError> {
+        let models = &self.agent.models;
+        for (i, name) in models.iter().enumerate() {
+            let shown = || Value::Array(models.iter().cloned().map(Value::String).collect());
+            if !is_model_name(name) {
+                return Err(bad_value(
+                    "agent.models",
+                    &shown(),
+                    format!(
+                        "{name:?} is not a model name (1 to {MAX_MODEL_NAME} letters, digits and .-_:@/, not starting with -)"
+                    ),
+                ));
+            }
+            if models[..i].contains(name) {
+                return Err(bad_value(
+                    "agent.models",
+                    &shown(),
+                    format!("{name:?} is listed twice"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The turn's clocks (none zero) and limits, and its terminator tools.

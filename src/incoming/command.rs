@@ -20,6 +20,16 @@ pub enum Command {
     Schedule,
     /// `/schedules`: this conversation's schedules, each with ❌.
     Schedules,
+    /// `/model [NAME]`: the model this conversation runs with; switch it.
+    Model,
+    /// `/sessions`: this conversation's latest sessions, one to resume.
+    Sessions,
+    /// `/fork`: go on from a copy of this conversation's session.
+    Fork,
+    /// `/usage`: turns, tokens and cost (an admin also sees the bot's).
+    Usage,
+    /// `/project [NAME]`: where this conversation's agent works; move it.
+    Project,
     /// `/status` (admins): chats and turns.
     Status,
     /// `/restart` (admins): drain and re-execute.
@@ -84,6 +94,41 @@ pub(crate) const TABLE: &[Entry] = &[
         command: Command::Schedules,
         word: "schedules",
         about: "This conversation's schedules",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Model,
+        word: "model",
+        about: "The model here; /model NAME switches it",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Sessions,
+        word: "sessions",
+        about: "Earlier sessions here, to pick one up",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Fork,
+        word: "fork",
+        about: "Go on from a copy of this session",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Project,
+        word: "project",
+        about: "The project here; /project NAME moves there",
+        who: Who::Everyone,
+        listed: true,
+    },
+    Entry {
+        command: Command::Usage,
+        word: "usage",
+        about: "Turns, tokens and cost",
         who: Who::Everyone,
         listed: true,
     },
@@ -246,6 +291,11 @@ mod tests {
             Command::Permissions,
             Command::Schedule,
             Command::Schedules,
+            Command::Model,
+            Command::Sessions,
+            Command::Fork,
+            Command::Usage,
+            Command::Project,
             Command::Status,
             Command::Restart,
         ] {

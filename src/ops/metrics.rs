@@ -30,6 +30,12 @@ struct RequestLabels {
     status: String,
 }
 
+/// `direction` label: `input` (read) or `output` (written).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
 /// `method` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabel {
@@ -66,6 +72,9 @@ pub struct Metrics {
     limit_parked: Gauge<i64, AtomicI64>,
     /// Parked messages run again, and parked ones given up (`/stop`).
     limit_retries: Family<OutcomeLabel, Counter>,
+    /// Tokens the agents' model calls read and wrote (`/usage` shows them
+    /// per conversation).
+    tokens: Family<DirectionLabel, Counter>,
     /// The last successful `getUpdates`.
     last_poll: Mutex<Option<Instant>>,
     /// The shared warm-process slots and their number, once the dispatcher exists.
@@ -104,6 +113,7 @@ impl Metrics {
             steered: Counter::default(),
             limit_parked: Gauge::<i64, AtomicI64>::default(),
             limit_retries: Family::<OutcomeLabel, Counter>::default(),
+            tokens: Family::<DirectionLabel, Counter>::default(),
             last_poll: Mutex::new(None),
             warm: Mutex::new(None),
         };
@@ -140,6 +150,26 @@ impl Metrics {
             "Messages written into a running turn (dispatcher.busy = steer)",
             self.steered.clone(),
         );
+        self.registry.register(
+            "turnstile_tokens",
+            "Tokens the agent's model calls read (input, cache included) and wrote (output), as each turn's result reported them",
+            self.tokens.clone(),
+        );
+    }
+
+    /// An agent's result reported `input` tokens read, `output` written
+    /// and what that cost: counted as it arrives, also when it comes after
+    /// its turn ended (as it does after a terminator), so these totals are
+    /// `/usage`'s.
+    pub fn usage(&self, input: u64, output: u64, cost_usd: f64) {
+        for (direction, n) in [("input", input), ("output", output)] {
+            self.tokens
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(n);
+        }
+        if cost_usd.is_finite() && cost_usd > 0.0 {
+            self.cost_total.inc_by(cost_usd);
+        }
     }
 
     /// A message was steered into a running turn.
@@ -282,8 +312,9 @@ impl Metrics {
             self.turn_api_calls.observe(f64::from(api_calls));
         }
         if cost_usd.is_finite() && cost_usd > 0.0 {
+            // The total is counted per result (`usage`), not here: a
+            // result may come after its turn ended.
             self.turn_cost.observe(cost_usd);
-            self.cost_total.inc_by(cost_usd);
         }
     }
 
@@ -422,7 +453,8 @@ mod tests {
         };
         assert_eq!(
             line("turnstile_cost_usd_total"),
-            "turnstile_cost_usd_total 0.375"
+            "turnstile_cost_usd_total 0.0",
+            "counted per result, by usage"
         );
         assert_eq!(
             line("turnstile_turn_api_calls_sum"),
@@ -448,6 +480,16 @@ mod tests {
             line("turnstile_store_errors_total"),
             "turnstile_store_errors_total 4"
         );
+        metrics.usage(100, 7, 0.25);
+        metrics.usage(1, 0, f64::NAN);
+        let text = metrics.render(0, 0, 4);
+        for want in [
+            "turnstile_tokens_total{direction=\"input\"} 101\n",
+            "turnstile_tokens_total{direction=\"output\"} 7\n",
+            "turnstile_cost_usd_total 0.25\n",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
         // Read again: the store count is not added twice.
         let again = metrics.render(0, 0, 4);
         assert!(

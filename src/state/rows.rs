@@ -199,6 +199,12 @@ impl Store {
             params![cutoff],
         )?;
         let turns = conn.execute("DELETE FROM turns WHERE ended_at < ?1", params![cutoff])?;
+        // `/usage` looks 30 days back: its rows stay at least 31 days.
+        let usage_cutoff = cutoff.min(now_ms().saturating_sub(31 * 86_400_000));
+        conn.execute(
+            "DELETE FROM usage WHERE ended_at < ?1",
+            params![usage_cutoff],
+        )?;
         // A claim this old is at or before its schedule's last slot, which
         // no claim goes back to: its key has done its work.
         conn.execute(

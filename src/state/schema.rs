@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -130,6 +130,9 @@ const MIGRATIONS: &[&str] = &[
     // 9 → 10: a message whose turn was refused for a usage limit is parked
     // until it runs again.
     "ALTER TABLE inbox ADD COLUMN due_at INTEGER;",
+    // 10 → 11: each conversation's model, its sessions' history and what
+    // its turns used (issue 22; `choices.rs`).
+    super::choices::MIGRATION,
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

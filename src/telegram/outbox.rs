@@ -52,7 +52,7 @@ mod workers;
 pub use error::{OutboxError, Refusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Purge,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Purge,
     QuestionFile, React, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
     StopOutbox,
 };
@@ -297,6 +297,14 @@ impl Handler<SendFile> for Outbox {
 
     fn handle(&mut self, msg: SendFile, _ctx: &mut Self::Context) {
         self.enqueue(msg.to.chat, Job::File(msg));
+    }
+}
+
+impl Handler<CreateTopic> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: CreateTopic, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::Topic(msg.name, msg.reply));
     }
 }
 

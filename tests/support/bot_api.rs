@@ -25,7 +25,8 @@
 //! `answerCallbackQuery` (`true` once per id from
 //! [`FakeBotApi::push_callback`], else "query is too old"), and `true` for
 //! `deleteWebhook`, `sendChatAction`, `setMessageReaction` and
-//! `setMyCommands`; anything else gets a 404 Bot API error. Method names are matched case-insensitively and
+//! `setMyCommands`, `createForumTopic` (in a group, a name of 1 to 128
+//! characters: a new thread id); anything else gets a 404 Bot API error. Method names are matched case-insensitively and
 //! recorded lowercased (`sendmessage`). The server side is in
 //! `bot_api_server.rs`, a child module of this one.
 #![allow(dead_code)]

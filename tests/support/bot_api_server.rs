@@ -142,6 +142,7 @@ impl Shared {
                 Answer::Json(200, OK_TRUE.to_string())
             }
             "setmessagereaction" | "setmycommands" => Answer::Json(200, OK_TRUE.to_string()),
+            "createforumtopic" => self.create_topic(params),
             // teloxide's `Me` needs the bot-only flags that Telegram sends.
             "getme" => ok(json!({
                 "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
@@ -149,6 +150,26 @@ impl Shared {
                 "supports_inline_queries": false, "has_main_web_app": false,
             })),
             _ => error(404, "Not Found: method not found", None),
+        }
+    }
+
+    /// `createForumTopic`: in a group (a negative chat id) with a name of
+    /// 1 to 128 characters, a new topic numbered as messages are.
+    fn create_topic(&self, params: &Value) -> Answer {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match params.get("chat_id").and_then(as_i64) {
+            None => error(400, "Bad Request: chat not found", None),
+            Some(chat) if chat > 0 => error(400, "Bad Request: the chat is not a forum", None),
+            Some(_) if name.is_empty() || name.chars().count() > 128 => {
+                error(400, "Bad Request: TOPIC_NAME_INVALID", None)
+            }
+            Some(_) => {
+                let thread = lock(&self.queue).next_message_id();
+                ok(json!({"message_thread_id": thread, "name": name, "icon_color": 7_322_096}))
+            }
         }
     }
 

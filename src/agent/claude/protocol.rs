@@ -20,9 +20,11 @@ use serde_json::{Value, json};
 
 use crate::agent::tools::TOOL_SERVER;
 use crate::agent::{AgentResult, HookReply, ResultStatus, TerminalReason};
+pub use usage::UsageLine;
 
 mod control;
 mod mcp_server;
+mod usage;
 
 pub use control::{
     BatchToolCall, CanUseTool, ControlRequest, ControlResponse, HookCallback, HookInput,
@@ -436,6 +438,9 @@ pub struct ResultLine {
     /// (429: a rate or usage limit the CLI did not retry).
     #[serde(default, deserialize_with = "lenient")]
     pub api_error_status: Option<u16>,
+    /// The tokens its model calls read and wrote.
+    #[serde(default, deserialize_with = "lenient")]
+    pub usage: UsageLine,
 }
 
 impl From<ResultLine> for AgentResult {
@@ -463,6 +468,7 @@ impl From<ResultLine> for AgentResult {
             text: line.result,
             num_turns: u32::try_from(line.num_turns).unwrap_or(u32::MAX),
             total_cost_usd: line.total_cost_usd,
+            usage: line.usage.into(),
         }
     }
 }

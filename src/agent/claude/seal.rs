@@ -289,7 +289,7 @@ fn is_system(dir: &Path) -> bool {
 /// The directory holding every chat's directory made from `template`
 /// (the path before its first `{chat}`); `None` when there is no
 /// placeholder (one directory for every chat).
-fn chat_root(template: &Path) -> Option<PathBuf> {
+pub(crate) fn chat_root(template: &Path) -> Option<PathBuf> {
     let mut root = PathBuf::new();
     for part in template.components() {
         if part.as_os_str().to_string_lossy().contains(CHAT) {

@@ -131,6 +131,7 @@ impl ScriptedAgent {
                     text: String::new(),
                     num_turns: calls + 1,
                     total_cost_usd: 0.0,
+                    usage: usage(calls + 1),
                     ..AgentResult::default()
                 }));
                 self.after_result(turn.after_result).await
@@ -187,6 +188,7 @@ impl ScriptedAgent {
             stop_reason: Some("end_turn".into()),
             terminal_reason: Some(TerminalReason::Completed),
             num_turns: calls + 1,
+            usage: usage(calls + 1),
             ..AgentResult::default()
         }));
         self.after_result(turn.after_result).await
@@ -235,6 +237,7 @@ impl ScriptedAgent {
                     total_cost_usd: 0.0,
                     limited: *limited && *is_error,
                     resets_at: *resets_at,
+                    usage: usage(num_turns.unwrap_or(*calls + 1)),
                 }));
                 return Some(self.after_result(turn.after_result).await);
             }
@@ -346,6 +349,7 @@ impl ScriptedAgent {
                     text: String::new(),
                     num_turns: calls,
                     total_cost_usd: 0.0,
+                    usage: usage(calls),
                     ..AgentResult::default()
                 }));
                 Some(self.after_result(turn.after_result).await)
@@ -509,5 +513,14 @@ impl ScriptedAgent {
                 Some(_) => {}
             }
         }
+    }
+}
+
+/// What a scripted result reports having used: 100 tokens read and 10
+/// written per model call.
+fn usage(calls: u32) -> crate::agent::TokenUsage {
+    crate::agent::TokenUsage {
+        input_tokens: 100 * u64::from(calls),
+        output_tokens: 10 * u64::from(calls),
     }
 }

@@ -32,6 +32,11 @@ impl Dispatcher {
             Command::Schedules => self.list_schedules(to, ctx),
             Command::Stop if !self.chats.contains_key(&to) => self.say(to, "Nothing to stop."),
             Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
+            Command::Model => self.model(asked, ctx),
+            Command::Sessions => self.sessions(to, ctx),
+            Command::Fork => self.fork(to, ctx),
+            Command::Project => self.project(asked, ctx),
+            Command::Usage => self.usage(to, admin, private, ctx),
             Command::Status => self.status(to, private, ctx),
             Command::Restart => self.restart(to, user, asked.date),
             Command::Start => self.say(to, commands::greeting(admin, &self.abilities(private))),
@@ -149,16 +154,23 @@ impl Dispatcher {
             .chats
             .iter()
             .filter(|(id, _)| private || id.chat == chat.chat)
-            .map(|(_, e)| e.addr.send(DescribeChat))
+            .map(|(id, e)| {
+                let (line, project) = (e.addr.send(DescribeChat), self.deps.inbox.project(*id));
+                async move { (line.await, project.await) }
+            })
             .collect();
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
             async move {
                 let lines = futures_util::future::join_all(asks).await;
                 let mut text = header;
-                for line in lines.into_iter().flatten() {
+                for (line, project) in lines {
+                    let Ok(line) = line else { continue };
                     text.push('\n');
                     text.push_str(&line);
+                    if !project.is_empty() {
+                        text.push_str(&format!(", project {project}"));
+                    }
                 }
                 outbox.do_send(SendText::new(chat, text));
             }

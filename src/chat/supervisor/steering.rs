@@ -21,7 +21,7 @@ impl ChatSupervisor {
             && self
                 .state
                 .running()
-                .is_some_and(|running| running.turn > self.forget_through)
+                .is_some_and(|running| running.turn > self.forget_through.max(self.cold_through))
     }
 
     /// Hands `msg` to the running turn; one it does not take (it ended

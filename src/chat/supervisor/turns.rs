@@ -104,6 +104,7 @@ impl ChatSupervisor {
             return;
         };
         let update_ids = burst.update_ids;
+        self.deps.inbox.note_opening(self.to, &burst.text);
         self.deps
             .events
             .metrics()
@@ -300,7 +301,7 @@ impl Handler<SessionReleased> for ChatSupervisor {
         }
         self.step(ChatStep::Released(msg.turn));
         let continuing = !msg.carried.is_empty() && msg.carried.iter().all(|c| c.written);
-        if msg.turn > self.forget_through && !self.stopping {
+        if msg.turn > self.forget_through.max(self.cold_through) && !self.stopping {
             match msg.session {
                 Some(session) if continuing => self.keep_continuing(session, ctx),
                 session => self.keep_warm(session, ctx),

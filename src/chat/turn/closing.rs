@@ -198,3 +198,21 @@ impl TurnActor {
         ctx.stop();
     }
 }
+
+impl TurnActor {
+    /// What one of the turn's results says it used, for `/usage` and the
+    /// metrics, whenever it arrives (after a terminator it comes late).
+    pub(super) fn account(&self, result: &crate::agent::AgentResult) {
+        let used = crate::state::TurnUsage {
+            api_calls: result.num_turns,
+            input_tokens: result.usage.input_tokens,
+            output_tokens: result.usage.output_tokens,
+            cost_usd: result.total_cost_usd,
+        };
+        self.deps
+            .events
+            .metrics()
+            .usage(used.input_tokens, used.output_tokens, used.cost_usd);
+        self.deps.inbox.record_usage(self.spec.to, used);
+    }
+}

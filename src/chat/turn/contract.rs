@@ -173,6 +173,8 @@ pub struct Services {
     pub forwarding: Forwarding,
     /// The conversations' schedules (`/schedule`, the agent's tools).
     pub schedules: crate::schedule::ScheduleBook,
+    /// The models and projects a conversation may choose (`/model`, `/project`).
+    pub choices: Arc<crate::chat::choices::Choices>,
 }
 
 impl Services {

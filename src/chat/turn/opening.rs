@@ -77,19 +77,27 @@ impl TurnActor {
         self.open(ctx);
     }
 
-    /// Opens a fresh session, resuming the chat's agent session id (read
-    /// after every store write asked before, so a `/new` is seen).
+    /// Opens a fresh session, resuming the chat's agent session id with
+    /// its model (read after every store write asked before, so a `/new`,
+    /// `/model` or a picked session is seen).
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
-        let resume = self.deps.inbox.session(self.to());
+        let opening = self.deps.inbox.opening(self.to());
+        let choices = Arc::clone(&self.deps.choices);
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
         let open = async move {
-            let resume = resume.await;
+            let opening = opening.await;
+            // The conversation's model, else its project's, else the configured one.
+            let project = choices.projects.get(&opening.project);
+            let project_model = project.map(|p| p.model.clone()).filter(|m| !m.is_empty());
             backend
                 .open(OpenSession {
                     conversation,
-                    resume,
+                    resume: opening.resume,
+                    model: choices.models.allowed(opening.model).or(project_model),
+                    fork: opening.fork,
+                    project: project.map(|p| p.place.clone()),
                     shutdown,
                 })
                 .await

@@ -307,3 +307,26 @@ fn schedules_are_read_and_each_bad_one_is_named() {
     );
     assert!(err.to_string().contains("schedules.list"), "{err}");
 }
+
+#[test]
+fn agent_models_must_be_model_names_listed_once() {
+    let ok = Config::load(
+        None,
+        &env(&[(
+            "TURNSTILE_AGENT_MODELS",
+            "sonnet,claude-opus-4-1,openai/gpt-5:free",
+        )]),
+    )
+    .unwrap();
+    assert_eq!(ok.agent.models.len(), 3);
+    for bad in [
+        "sonnet,sonnet",
+        "--dangerous",
+        "a b",
+        "ok,",
+        &"m".repeat(65),
+    ] {
+        let err = Config::load(None, &env(&[("TURNSTILE_AGENT_MODELS", bad)])).unwrap_err();
+        assert!(err.to_string().contains("agent.models"), "{bad}: {err}");
+    }
+}

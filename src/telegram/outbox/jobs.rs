@@ -66,6 +66,7 @@ pub(super) enum Job {
         String,
         Option<oneshot::Sender<Result<(), OutboxError>>>,
     ),
+    Topic(String, oneshot::Sender<Result<ThreadId, OutboxError>>),
 }
 
 /// A callback answer on its way, useless after `until`.
@@ -106,6 +107,9 @@ impl Job {
             Self::Question(question) => {
                 let _ = question.reply.send(Err(err));
             }
+            Self::Topic(_, reply) => {
+                let _ = reply.send(Err(err));
+            }
             Self::Text(TextJob { reply: None, .. })
             | Self::Clear(_)
             | Self::Typing(..)
@@ -119,7 +123,11 @@ impl Job {
             Self::Text(job) => Some(job.place.topic),
             Self::File(file) => Some(file.to.topic),
             Self::Question(question) => Some(question.topic),
-            Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
+            Self::Clear(_)
+            | Self::Typing(..)
+            | Self::React(..)
+            | Self::Edit(..)
+            | Self::Topic(..) => None,
         }
     }
 
@@ -129,7 +137,11 @@ impl Job {
             Self::Text(job) => job.turn,
             Self::File(file) => file.turn,
             Self::Question(question) => question.turn,
-            Self::Clear(_) | Self::Typing(..) | Self::React(..) | Self::Edit(..) => None,
+            Self::Clear(_)
+            | Self::Typing(..)
+            | Self::React(..)
+            | Self::Edit(..)
+            | Self::Topic(..) => None,
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix::Message;
 
-use teloxide::types::{ChatId, MessageId};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
@@ -379,6 +379,34 @@ impl AnswerCallback {
         }
     }
 }
+
+/// Creates a forum topic named `name` in `chat` (a forum group);
+/// `reply` gets its thread id. Never sent twice.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CreateTopic {
+    /// The forum group.
+    pub chat: ChatId,
+    /// The topic's name (Telegram takes 1 to 128 characters; cut to fit).
+    pub name: String,
+    /// Who wants the new topic's thread id (or why there is none).
+    pub reply: oneshot::Sender<Result<ThreadId, OutboxError>>,
+}
+
+impl CreateTopic {
+    /// A request and the receiver of the new topic's thread id.
+    pub fn new(
+        chat: ChatId,
+        name: impl Into<String>,
+    ) -> (Self, oneshot::Receiver<Result<ThreadId, OutboxError>>) {
+        let (reply, rx) = oneshot::channel();
+        let name: String = name.into().chars().take(TOPIC_NAME_LIMIT).collect();
+        (Self { chat, name, reply }, rx)
+    }
+}
+
+/// Telegram's longest topic name, in characters.
+pub const TOPIC_NAME_LIMIT: usize = 128;
 
 /// Shows "typing…" in a chat while `lease` is alive.
 #[derive(Message, Debug)]

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 use teloxide::payloads::{
-    AnswerCallbackQuery, SendChatAction, SendDocument, SendMessage, SendPhoto, SetMessageReaction,
+    AnswerCallbackQuery, CreateForumTopic, SendChatAction, SendDocument, SendMessage, SendPhoto,
+    SetMessageReaction,
 };
 use teloxide::requests::Payload;
 use teloxide::types::{
@@ -56,6 +57,9 @@ impl Post<'_> {
             }
             Job::File(file) => self.file(file).await,
             Job::Question(question) => self.question(question).await,
+            Job::Topic(name, reply) => {
+                let _ = reply.send(self.topic(name).await);
+            }
             Job::Edit(message_id, text, reply) => {
                 let rendered = Rendered::plain(text);
                 let result =
@@ -205,6 +209,25 @@ impl Post<'_> {
         if let Err(err) = result {
             tracing::warn!(message_id = id.0, cause = %err, "live message not cleared");
         }
+    }
+
+    /// A forum topic: never twice, paced as a message.
+    async fn topic(&mut self, name: String) -> Result<ThreadId, OutboxError> {
+        let (telegram, chat) = (self.telegram, self.chat);
+        let result = deliver(
+            telegram,
+            Some(&mut *self.pacing),
+            Rule::once("createForumTopic"),
+            |_| {
+                let payload = CreateForumTopic::new(chat, name.as_str());
+                Some(async move { call(&telegram.bot, &payload).await.map(|t| t.thread_id) })
+            },
+        )
+        .await;
+        if let Err(err) = &result {
+            tracing::warn!(cause = %err, "forum topic not created");
+        }
+        result
     }
 
     /// A reaction: may go twice, takes no pacing.

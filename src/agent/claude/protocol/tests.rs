@@ -234,7 +234,9 @@ fn a_result_line_becomes_the_agent_result() {
     let Line::Cli(CliLine::Result(line)) = parse(json!({
         "type": "result", "subtype": "error_during_execution", "is_error": true,
         "num_turns": 2, "stop_reason": null, "terminal_reason": "aborted_streaming",
-        "result": "partial", "total_cost_usd": 0.25, "usage": {}
+        "result": "partial", "total_cost_usd": 0.25,
+        "usage": {"input_tokens": 3, "cache_creation_input_tokens": 10,
+                  "cache_read_input_tokens": 100, "output_tokens": 7, "service_tier": "standard"}
     })) else {
         panic!("not a result line")
     };
@@ -250,6 +252,10 @@ fn a_result_line_becomes_the_agent_result() {
             total_cost_usd: 0.25,
             limited: false,
             resets_at: None,
+            usage: crate::agent::TokenUsage {
+                input_tokens: 113,
+                output_tokens: 7,
+            },
         }
     );
     let Line::Cli(CliLine::Result(line)) =
@@ -259,6 +265,19 @@ fn a_result_line_becomes_the_agent_result() {
     };
     assert_eq!(line.num_turns, 0, "a mistyped count is zero");
     assert_eq!(line.total_cost_usd, 1.0);
+    let Line::Cli(CliLine::Result(line)) =
+        parse(json!({"type": "result", "usage": {"input_tokens": -1, "output_tokens": 2}}))
+    else {
+        panic!("not a result line")
+    };
+    assert_eq!(
+        AgentResult::from(line).usage,
+        crate::agent::TokenUsage {
+            input_tokens: 0,
+            output_tokens: 2
+        },
+        "a mistyped count is zero"
+    );
 }
 
 /// The CLI's usage-limit refusal (2.1.332): an error result carrying the

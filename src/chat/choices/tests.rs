@@ -1,0 +1,99 @@
+use teloxide::types::ChatId;
+
+use super::*;
+
+#[test]
+fn a_pick_is_read_back_and_nothing_else_is() {
+    let pick = Pick {
+        kind: ListKind::Sessions,
+        list: 42,
+        entry: 3,
+    };
+    assert_eq!(pick.data(), "pick:s42:3");
+    assert_eq!(Pick::parse(&pick.data()), Some(pick));
+    for bad in [
+        "pick:",
+        "pick:s42",
+        "pick:x42:3",
+        "pick:s:3",
+        "pick:s42:",
+        "pick:s42:-1",
+        "pick:s42:+1",
+        "pick:s42:3:4",
+        "pick:s99999999999999999999:1",
+        "pick:é1:1",
+        "unsched:4",
+        "tool:abc:y",
+    ] {
+        assert_eq!(Pick::parse(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn only_the_latest_list_of_a_kind_is_live() {
+    let mut lists = Lists::default();
+    let to: Conversation = ChatId(1).into();
+    let old = lists.show(to, ListKind::Models, vec!["a".into(), "b".into()]);
+    let new = lists.show(to, ListKind::Models, vec!["c".into()]);
+    let pick = |list, entry| Pick {
+        kind: ListKind::Models,
+        list,
+        entry,
+    };
+    assert_eq!(lists.chosen(to, pick(old, 0)), None, "an older list");
+    assert_eq!(lists.chosen(to, pick(new, 0)), Some("c"));
+    assert_eq!(lists.chosen(to, pick(new, 1)), None, "no such entry");
+    assert_eq!(
+        lists.chosen(ChatId(2).into(), pick(new, 0)),
+        None,
+        "another chat"
+    );
+    let sessions = Pick {
+        kind: ListKind::Sessions,
+        ..pick(new, 0)
+    };
+    assert_eq!(lists.chosen(to, sessions), None, "another kind");
+    lists.close(to, ListKind::Models);
+    assert_eq!(lists.chosen(to, pick(new, 0)), None, "used");
+}
+
+#[test]
+fn a_choice_the_list_no_longer_has_runs_the_configured_model() {
+    let models = Models {
+        default: "sonnet".into(),
+        listed: vec!["opus".into(), "Haiku".into()],
+    };
+    assert_eq!(models.find("haiku"), Some("Haiku"));
+    assert_eq!(models.find("gpt"), None);
+    assert_eq!(models.allowed(Some("opus".into())).as_deref(), Some("opus"));
+    assert_eq!(models.allowed(Some("gone".into())), None);
+    assert_eq!(models.running(Some("gone")), "sonnet");
+    assert_eq!(Models::default().running(None), "the agent's default model");
+}
+
+#[test]
+fn live_lists_are_bounded() {
+    let mut lists = Lists::default();
+    let first: Conversation = ChatId(0).into();
+    let kept = lists.show(first, ListKind::Models, vec!["a".into()]);
+    for chat in 1..MAX_LISTS as i64 {
+        lists.show(ChatId(chat).into(), ListKind::Models, vec!["a".into()]);
+    }
+    let pick = Pick {
+        kind: ListKind::Models,
+        list: kept,
+        entry: 0,
+    };
+    assert_eq!(
+        lists.chosen(first, pick),
+        Some("a"),
+        "still within the bound"
+    );
+    lists.show(ChatId(-1).into(), ListKind::Models, vec!["a".into()]);
+    assert_eq!(
+        lists.chosen(first, pick),
+        None,
+        "past it, the old lists expire"
+    );
+    assert!(lists.live.len() <= MAX_LISTS);
+}

@@ -1,0 +1,394 @@
+//! The dispatcher's side of what a conversation chooses: `/model`,
+//! `/sessions` (each with a button per entry), `/fork`, `/usage`, and a
+//! press on a list's button. A choice is written by the conversation's
+//! supervisor ([`Choose`]), so a turn ending meanwhile cannot undo it. Only
+//! the latest list of each kind in a conversation is live; a press on an
+//! older one is answered "expired".
+
+use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
+use futures_util::future::BoxFuture;
+use teloxide::types::CallbackQuery;
+
+use super::Dispatcher;
+use crate::chat::choices::{self, ListKind, Pick};
+use crate::chat::notices::bounded;
+use crate::chat::supervisor::{Choose, Chosen};
+use crate::ids::Conversation;
+use crate::incoming::Incoming;
+use crate::telegram::outbox::{
+    AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
+};
+
+/// How many conversations an admin's `/usage` lists.
+const TOP_CONVERSATIONS: usize = 5;
+
+/// What the answer to a [`Chosen`] says, for a model or a session.
+fn chosen_text(chosen: &Chosen, what: &str) -> String {
+    match chosen {
+        Chosen::Done => what.to_owned(),
+        Chosen::Unknown => "⚠️ That session is not one of this conversation's.".to_owned(),
+        Chosen::Forked(_) | Chosen::NothingToFork | Chosen::Failed => {
+            "⚠️ That could not be saved; try again.".to_owned()
+        }
+    }
+}
+
+/// What the chat is told once it moved to `project` (empty: none).
+fn moved_text(project: &str) -> String {
+    match project {
+        "" => "📁 This conversation now works in no project (the default workdir).".to_owned(),
+        name => format!(
+            "📁 This conversation now works in project {name}, in its own sessions (/sessions lists them)."
+        ),
+    }
+}
+
+impl Dispatcher {
+    /// Hands a choice to the conversation's supervisor (starting one),
+    /// which writes it; resolves with how it went.
+    fn choose(
+        &mut self,
+        to: Conversation,
+        choice: Choose,
+        ctx: &mut Context<Self>,
+    ) -> BoxFuture<'static, Chosen> {
+        let entry = self.supervisor(to, ctx);
+        entry.routed += 1;
+        let sent = entry.addr.send(choice);
+        Box::pin(async move { sent.await.unwrap_or(Chosen::Failed) })
+    }
+
+    /// `/model`: what runs, with a button per listed model; `/model NAME`
+    /// switches to a listed one; with no list, switching is off.
+    pub(super) fn model(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
+        let (to, name) = (asked.to, asked.text.trim());
+        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let models = &offered.models;
+        let outbox = self.deps.outbox.clone();
+        if !name.is_empty() && !models.listed.is_empty() {
+            let Some(model) = models.find(name).map(str::to_owned) else {
+                return self.say(to, choices::model_refused(name, models));
+            };
+            let chosen = self.choose(to, Choose::Model(Some(model.clone())), ctx);
+            let done = format!("🧠 From the next message on, this conversation runs with {model}.");
+            ctx.spawn(
+                async move {
+                    let text = chosen_text(&chosen.await, &done);
+                    outbox.do_send(SendText::new(to, text));
+                }
+                .into_actor(self),
+            );
+            return;
+        }
+        let list = (!models.listed.is_empty())
+            .then(|| self.lists.show(to, ListKind::Models, models.listed.clone()));
+        let stored = self.deps.inbox.model(to);
+        ctx.spawn(
+            async move {
+                let models = &offered.models;
+                let stored = stored.await;
+                let Some(list) = list else {
+                    let text = choices::model_fixed(models, stored.as_deref());
+                    return outbox.do_send(SendText::new(to, text));
+                };
+                let current = models.running(stored.as_deref());
+                let buttons = models
+                    .listed
+                    .iter()
+                    .enumerate()
+                    .map(|(entry, model)| {
+                        let pick = Pick {
+                            kind: ListKind::Models,
+                            list,
+                            entry,
+                        };
+                        vec![Button::new(
+                            choices::model_label(model, &current),
+                            pick.data(),
+                        )]
+                    })
+                    .collect();
+                let text = choices::model_menu(models, stored.as_deref());
+                outbox.do_send(SendQuestion::new(to, text, buttons).0);
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/sessions`: the latest ten, a button each.
+    pub(super) fn sessions(&mut self, to: Conversation, ctx: &mut Context<Self>) {
+        let rows = self.deps.inbox.sessions(to);
+        ctx.spawn(rows.into_actor(self).map(move |rows, act, _ctx| {
+            let text = choices::sessions_text(&rows);
+            if rows.is_empty() {
+                return act.say(to, text);
+            }
+            let ids = rows.iter().map(|r| r.id.clone()).collect();
+            let list = act.lists.show(to, ListKind::Sessions, ids);
+            let buttons = rows
+                .iter()
+                .enumerate()
+                .map(|(entry, row)| {
+                    let pick = Pick {
+                        kind: ListKind::Sessions,
+                        list,
+                        entry,
+                    };
+                    vec![Button::new(choices::session_label(row), pick.data())]
+                })
+                .collect();
+            act.deps
+                .outbox
+                .do_send(SendQuestion::new(to, text, buttons).0);
+        }));
+    }
+
+    /// A press on a `/model` or `/sessions` button (by someone the
+    /// dispatcher admitted to the chat, so someone who may use both): the
+    /// choice is made if the list is the live one, else "expired".
+    pub(super) fn picked(
+        &mut self,
+        pick: Pick,
+        to: Conversation,
+        query: &CallbackQuery,
+        ctx: &mut Context<Self>,
+    ) {
+        let callback = query.id.to_string();
+        let outbox = self.deps.outbox.clone();
+        let Some(entry) = self.lists.chosen(to, pick).map(str::to_owned) else {
+            return outbox.do_send(AnswerCallback::new(
+                to.chat,
+                callback,
+                "This list has expired; ask for it again.",
+            ));
+        };
+        let user = query.from.id.0;
+        if pick.kind == ListKind::Projects
+            && let Some(project) = self.deps.choices.projects.get(&entry)
+            && !project.admits(user)
+        {
+            let text = "You may not move this conversation to that project.";
+            return outbox.do_send(AnswerCallback::new(to.chat, callback, text));
+        }
+        self.lists.close(to, pick.kind);
+        let (choice, done) = match pick.kind {
+            ListKind::Projects => (Choose::Project(entry.clone()), moved_text(&entry)),
+            ListKind::Models => (
+                Choose::Model(Some(entry.clone())),
+                format!("🧠 From the next message on, this conversation runs with {entry}."),
+            ),
+            ListKind::Sessions => (
+                Choose::Session(entry),
+                "🗂 The next message goes on in the session picked. /sessions lists them."
+                    .to_owned(),
+            ),
+        };
+        let chosen = self.choose(to, choice, ctx);
+        let message = query.message.as_ref().map(|m| m.id());
+        ctx.spawn(
+            async move {
+                let text = chosen_text(&chosen.await, &done);
+                outbox.do_send(AnswerCallback::new(to.chat, callback, bounded(&text, 190)));
+                match message {
+                    Some(message) => outbox.do_send(EditQuestion::new(to.chat, message, text)),
+                    None => outbox.do_send(SendText::new(to, text)),
+                }
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/project`: where this conversation works, a button per project
+    /// the asker may move it to (and one to leave); `/project NAME` moves
+    /// it (`none`: out of any), if the asker may.
+    pub(super) fn project(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
+        let (to, name, user) = (asked.to, asked.text.trim(), asked.from.0);
+        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let projects = &offered.projects;
+        if !name.is_empty() && !projects.by_name.is_empty() {
+            return self.move_to_project(to, name, user, ctx);
+        }
+        let mut entries: Vec<String> = projects
+            .by_name
+            .iter()
+            .filter(|(_, p)| p.admits(user))
+            .map(|(n, _)| n.clone())
+            .collect();
+        entries.push(String::new());
+        let list = (!projects.by_name.is_empty())
+            .then(|| self.lists.show(to, ListKind::Projects, entries.clone()));
+        let current = self.deps.inbox.project(to);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let projects = &offered.projects;
+                let current = current.await;
+                let text = choices::projects_text(projects, &current);
+                let Some(list) = list else {
+                    return outbox.do_send(SendText::new(to, text));
+                };
+                let buttons = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(entry, name)| {
+                        let pick = Pick {
+                            kind: ListKind::Projects,
+                            list,
+                            entry,
+                        };
+                        vec![Button::new(
+                            choices::project_label(name, &current),
+                            pick.data(),
+                        )]
+                    })
+                    .collect();
+                outbox.do_send(SendQuestion::new(to, text, buttons).0);
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/project NAME` from `user`: moved if the project exists and lets
+    /// them; `none` leaves any.
+    fn move_to_project(
+        &mut self,
+        to: Conversation,
+        name: &str,
+        user: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let projects = &offered.projects;
+        let chosen = if name.eq_ignore_ascii_case(choices::NO_PROJECT) {
+            Some(String::new())
+        } else {
+            projects.find(name).map(str::to_owned)
+        };
+        let Some(chosen) = chosen else {
+            let known: Vec<&str> = projects.by_name.keys().map(String::as_str).collect();
+            let text = format!(
+                "⚠️ There is no project {}. The projects: {}.",
+                bounded(name, 40),
+                known.join(", ")
+            );
+            return self.say(to, text);
+        };
+        if projects.get(&chosen).is_some_and(|p| !p.admits(user)) {
+            return self.say(
+                to,
+                format!("⚠️ You may not move this conversation to {chosen}."),
+            );
+        }
+        let done = moved_text(&chosen);
+        let written = self.choose(to, Choose::Project(chosen), ctx);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let text = chosen_text(&written.await, &done);
+                outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/fork`: in a forum topic, a new topic starts from a copy of this
+    /// conversation's session and both go on; elsewhere the conversation
+    /// goes on from a copy and the original stays in `/sessions`.
+    pub(super) fn fork(&mut self, to: Conversation, ctx: &mut Context<Self>) {
+        if to.topic.is_some() {
+            return self.fork_into_topic(to, ctx);
+        }
+        let chosen = self.choose(to, Choose::Fork, ctx);
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let text = match chosen.await {
+                    Chosen::Forked(words) => format!(
+                        "🍴 Forked. The next message goes on from a copy of the session “{}”; the original stays in /sessions.",
+                        bounded(&words, 60)
+                    ),
+                    Chosen::NothingToFork => {
+                        "Nothing to fork yet: this conversation has no session.".to_owned()
+                    }
+                    _ => "⚠️ The fork could not be saved; try again.".to_owned(),
+                };
+                outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/fork` in a forum topic: a topic named after the session's first
+    /// words (`createForumTopic`), whose first turn resumes a copy of it
+    /// with this conversation's model.
+    fn fork_into_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
+        let inbox = self.deps.inbox.clone();
+        let outbox = self.deps.outbox.clone();
+        let sessions = inbox.sessions(from);
+        ctx.spawn(
+            async move {
+                let Some(current) = sessions.await.into_iter().find(|s| s.current) else {
+                    let text = "Nothing to fork yet: this conversation has no session.";
+                    return outbox.do_send(SendText::new(from, text));
+                };
+                let name = match current.first_words.as_str() {
+                    "" => "Fork".to_owned(),
+                    words => bounded(words, 60),
+                };
+                let (create, created) = CreateTopic::new(from.chat, format!("🍴 {name}"));
+                outbox.do_send(create);
+                let thread = match created.await {
+                    Ok(Ok(thread)) => thread,
+                    Ok(Err(err)) => {
+                        let text = format!("⚠️ No topic could be made for the fork ({err}); the bot needs the right to manage topics here.");
+                        return outbox.do_send(SendText::new(from, text));
+                    }
+                    Err(_) => return,
+                };
+                let into = Conversation::new(from.chat, Some(thread));
+                let text = match inbox.fork(from, into).await {
+                    Some(_) => {
+                        outbox.do_send(SendText::new(
+                            into,
+                            format!("🍴 This topic goes on from a copy of the session “{name}”. Write here to continue it."),
+                        ));
+                        format!("🍴 Forked into the new topic “{name}”; this topic goes on as it was.")
+                    }
+                    None => "⚠️ The fork could not be saved; try again.".to_owned(),
+                };
+                outbox.do_send(SendText::new(from, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/usage`: this conversation's turns, model calls, tokens and cost
+    /// today, in 7 and in 30 days; an admin in a private chat also gets
+    /// the bot's and the conversations that cost most.
+    pub(super) fn usage(
+        &mut self,
+        to: Conversation,
+        admin: bool,
+        private: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        let inbox = self.deps.inbox.clone();
+        let mine = inbox.usage(Some(to));
+        let whole =
+            (admin && private).then(|| (inbox.usage(None), inbox.usage_top(TOP_CONVERSATIONS)));
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let mut text = format!(
+                    "📊 This conversation:\n{}",
+                    choices::usage_lines(&mine.await)
+                );
+                if let Some((all, top)) = whole {
+                    text.push_str(&choices::usage_admin(&all.await, &top.await));
+                }
+                outbox.do_send(SendText::new(to, text));
+            }
+            .into_actor(self),
+        );
+    }
+}
