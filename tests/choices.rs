@@ -8,7 +8,7 @@ mod support;
 
 use support::bot_api::files::{supergroup, text_message};
 use support::*;
-use turnstile::agent::Scenario;
+use turnstile::agent::{Scenario, Step};
 
 /// Another allowed user.
 const OTHER: i64 = 1002;
@@ -501,4 +501,52 @@ async fn in_a_group_only_a_projects_users_may_press_it() {
     assert!(h.callback_answer(&press).await.contains("may not move"));
     let press = h.api.push_callback(GROUP, USER, message, &alpha);
     assert!(h.callback_answer(&press).await.contains("project alpha"));
+}
+
+/// In a project the files users send land in the project's directory, and
+/// `send_file` reads from it: where the agent works.
+#[actix_rt::test]
+async fn in_a_project_files_come_and_go_through_its_directory() {
+    use support::bot_api::files::{captioned, document, private};
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::default().with_rule(
+        "send the report",
+        support::turn(vec![Step::Tools {
+            calls: vec![
+                tool(
+                    "mcp__telegram-tools__send_file",
+                    serde_json::json!({"path": "report.txt"}),
+                ),
+                tool("mcp__telegram-tools__end_turn", serde_json::json!({})),
+            ],
+        }]),
+    );
+    let mut h = Harness::start_edited(scenario, &[], with_projects(dir.path())).await;
+    h.say(USER, USER, "/project beta");
+    told(&h, USER, "works in project beta").await;
+    let beta = dir.path().join("beta").join(USER.to_string());
+    let home = h.config.agent.workdir.join(USER.to_string());
+    h.api
+        .add_file("doc-1", "documents/notes.txt", b"notes for beta");
+    h.api.push_message(captioned(
+        document(private(USER), USER, "doc-1", "notes.txt", 14),
+        "read this",
+    ));
+    h.turn_ended(USER, 1).await;
+    let saved: Vec<String> = std::fs::read_dir(beta.join("inbox"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(saved, ["notes for beta"], "the file is in beta's directory");
+    assert!(
+        !home.join("inbox").exists(),
+        "nothing in the default workdir"
+    );
+    std::fs::write(beta.join("report.txt"), b"beta's report").unwrap();
+    h.say(USER, USER, "send the report");
+    let sent = h.api.wait_for_call("sendDocument", SOON).await;
+    assert_eq!(sent.status, 200, "{sent:?}");
 }

@@ -91,6 +91,10 @@ pub struct TurnActor {
     output: serve::TurnOutput,
     /// Messages steered into the turn.
     steering: steering::Steering,
+    /// The working directories' root the conversation's files are under,
+    /// `{chat}` unfilled: `agent.workdir`, or its project's (read as the
+    /// turn starts).
+    root: std::path::PathBuf,
 }
 
 impl TurnActor {
@@ -104,6 +108,7 @@ impl TurnActor {
         released_to: Recipient<SessionReleased>,
     ) -> Self {
         deps.gauges.turns.fetch_add(1, Ordering::SeqCst);
+        let root = deps.workdir.clone();
         let to = spec.to;
         let view = LiveView::new(
             (*deps.progress).clone(),
@@ -131,6 +136,7 @@ impl TurnActor {
             view,
             output: serve::TurnOutput::default(),
             steering: steering::Steering::default(),
+            root,
         }
     }
 
@@ -336,11 +342,7 @@ impl Actor for TurnActor {
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
         self.arm_view(ctx);
-        if self.spec.files.is_empty() {
-            self.begin(ctx);
-        } else {
-            self.receive_files(ctx);
-        }
+        self.find_root(ctx);
     }
 }
 

@@ -201,7 +201,19 @@ impl Files {
     /// working directory (`chat` fills `{chat}`) and says what happened.
     /// Never fails: a file that cannot be taken becomes a note and a notice.
     pub async fn receive(&self, chat: &str, attachments: &[Attachment]) -> Received {
-        let workdir = &seal::chat_path(&self.policy.seal.workdir, chat);
+        let root = self.policy.seal.workdir.clone();
+        self.receive_in(&root, chat, attachments).await
+    }
+
+    /// As [`Files::receive`], into the working directory `root` (with its
+    /// `{chat}`) instead of `agent.workdir`: a project's.
+    pub async fn receive_in(
+        &self,
+        root: &Path,
+        chat: &str,
+        attachments: &[Attachment],
+    ) -> Received {
+        let workdir = &seal::chat_path(root, chat);
         let mut received = Received::default();
         for attachment in attachments {
             let shown = attachment
@@ -214,7 +226,7 @@ impl Files {
                 Ok(relative) => {
                     let mut note = format!("[{kind}{shown} saved as {relative}]");
                     if attachment.kind == FileKind::Voice && !self.policy.transcribe.is_empty() {
-                        note = match self.transcribe(chat, &workdir.join(&relative)).await {
+                        note = match self.transcribe(root, chat, &workdir.join(&relative)).await {
                             Ok(text) => {
                                 format!("[voice note saved as {relative}; transcript:]\n{text}")
                             }
@@ -349,7 +361,7 @@ impl Files {
     /// standard output the text: in the agent's clean environment, in its
     /// own process group (killed whole at the timeout), and under the
     /// agent's sandbox when `agent.sandbox` is on.
-    async fn transcribe(&self, chat: &str, file: &Path) -> Result<String, String> {
+    async fn transcribe(&self, root: &Path, chat: &str, file: &Path) -> Result<String, String> {
         let file_arg = file.to_string_lossy();
         let argv: Vec<String> = self
             .policy
@@ -360,6 +372,8 @@ impl Files {
         let (program, args) = argv.split_first().ok_or("no command")?;
         let mut sealed = self.policy.seal.clone();
         sealed.launcher.clear();
+        // Sealed in the directory the file is in (a project's, or the chat's).
+        sealed.workdir = root.to_path_buf();
         let plan = seal::plan(
             &sealed,
             chat,

@@ -172,6 +172,12 @@ impl LiveView {
         }
     }
 
+    /// The working directory cut from paths on the status line (a
+    /// project's, once the turn knows it is in one).
+    pub(crate) fn set_workdir(&mut self, workdir: String) {
+        self.workdir = workdir;
+    }
+
     /// Refreshes the status and the preview when they are due.
     pub(crate) fn tick(&mut self) {
         if self.over {

@@ -17,14 +17,49 @@ use crate::telegram::outbox::SendText;
 const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TurnActor {
+    /// Finds the conversation's working directory (its project's, when it
+    /// is in one), then fetches the turn's files there or starts the agent.
+    pub(super) fn find_root(&mut self, ctx: &mut Context<Self>) {
+        let opening = self.deps.inbox.opening(self.to());
+        let choices = Arc::clone(&self.deps.choices);
+        let find = async move {
+            let opening = opening.await;
+            choices
+                .projects
+                .get(&opening.project)
+                .map(|p| p.place.workdir.clone())
+        };
+        ctx.spawn(find.into_actor(self).map(|root, act, ctx| {
+            if let Some(root) = root {
+                act.root = root;
+                let workdir = act.workdir();
+                act.view.set_workdir(workdir.to_string_lossy().into_owned());
+            }
+            if !act.phase.holds_chat() {
+                return;
+            }
+            if act.spec.files.is_empty() {
+                act.begin(ctx);
+            } else {
+                act.receive_files(ctx);
+            }
+        }));
+    }
+
+    /// The conversation's working directory.
+    pub(super) fn workdir(&self) -> std::path::PathBuf {
+        crate::agent::claude::seal::chat_path(&self.root, &self.to().key())
+    }
+
     /// Fetches the turn's files into the workdir, tells the chat about any
     /// that could not be taken, puts what arrived in front of the text, then
     /// starts the agent.
     pub(super) fn receive_files(&mut self, ctx: &mut Context<Self>) {
         let files = self.deps.files.clone();
         let chat = self.to().key();
+        let root = self.root.clone();
         let attachments = std::mem::take(&mut self.spec.files);
-        let fetch = async move { files.receive(&chat, &attachments).await };
+        let fetch = async move { files.receive_in(&root, &chat, &attachments).await };
         ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
             for notice in received.notices {
                 act.deps

@@ -325,7 +325,7 @@ impl TurnActor {
         ctx: &mut Context<Self>,
     ) {
         let tool_name = "send_file";
-        let workdir = self.deps.workdir_of(self.to());
+        let workdir = self.workdir();
         let file = match outgoing(&workdir, path, as_photo) {
             Ok(file) => file,
             Err(why) => {
