@@ -382,6 +382,17 @@ fn summary_cells(values: &[f64]) -> [String; 3] {
     Summary::of(values).map_or_else(|| ["–".into(), "–".into(), "–".into()], |s| s.ms3())
 }
 
+/// `3`, or `2–4` when the values differ: a count per turn.
+fn range_cell(values: &[f64]) -> String {
+    Summary::of(values).map_or("–".into(), |s| {
+        if s.min == s.max {
+            format!("{:.0}", s.p50)
+        } else {
+            format!("{:.0}–{:.0}", s.min, s.max)
+        }
+    })
+}
+
 fn human_ms(ms: u64) -> String {
     if ms >= 1_000 && ms.is_multiple_of(1_000) {
         format!("{} s", ms / 1_000)
@@ -1483,13 +1494,7 @@ fn stream(args: &Args) -> Result<Outcome, String> {
             }
             let [a, b, c] = summary_cells(&first);
             let [d, e, _] = summary_cells(&complete);
-            let reqs = Summary::of(&requests).map_or("–".into(), |s| {
-                if s.min == s.max {
-                    format!("{:.0}", s.p50)
-                } else {
-                    format!("{:.0}–{:.0}", s.min, s.max)
-                }
-            });
+            let reqs = range_cell(&requests);
             rows.push(vec![
                 label.to_string(),
                 format!("`{mode}`"),
@@ -1617,13 +1622,7 @@ fn first(args: &Args) -> Result<Outcome, String> {
             }
         }
         let [a, b, c] = summary_cells(&prompt);
-        let reqs = Summary::of(&requests).map_or("–".into(), |s| {
-            if s.min == s.max {
-                format!("{:.0}", s.p50)
-            } else {
-                format!("{:.0}–{:.0}", s.min, s.max)
-            }
-        });
+        let reqs = range_cell(&requests);
         rows.push(vec![
             label.to_string(),
             prompt.len().to_string(),

@@ -256,14 +256,7 @@ async fn a_permission_allowed_in_the_chat_selects_allow_once() {
     assert_eq!(h.callback_answer(&id).await, "Allowed");
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, completed());
-    assert_eq!(
-        h.api
-            .wait_for_texts(1, 2, SOON)
-            .await
-            .last()
-            .map(String::as_str),
-        Some("got: yes")
-    );
+    assert_eq!(last_text(&h, 1, 2).await, "got: yes");
     assert_eq!(fake.permissions(), ["yes"]);
     stop(h, &backend).await;
 }
@@ -305,14 +298,7 @@ async fn a_permission_denied_in_the_chat_selects_reject_once() {
     assert_eq!(h.callback_answer(&id).await, "Denied");
     h.turn_ended(1, 1).await;
     assert_eq!(fake.permissions(), ["no"]);
-    assert_eq!(
-        h.api
-            .wait_for_texts(1, 2, SOON)
-            .await
-            .last()
-            .map(String::as_str),
-        Some("got: no")
-    );
+    assert_eq!(last_text(&h, 1, 2).await, "got: no");
     stop(h, &backend).await;
 }
 
@@ -570,14 +556,7 @@ async fn malformed_lines_are_skipped_and_unoffered_methods_refused() {
     // The session still works.
     h.say(1, USER, "hello");
     h.turn_ended(1, 2).await;
-    assert_eq!(
-        h.api
-            .wait_for_texts(1, 2, SOON)
-            .await
-            .last()
-            .map(String::as_str),
-        Some("echo: hello")
-    );
+    assert_eq!(last_text(&h, 1, 2).await, "echo: hello");
     stop(h, &backend).await;
 }
 
@@ -779,4 +758,14 @@ async fn a_host_stop_answers_a_waiting_permission_cancelled_and_closes_the_agent
     })
     .await;
     assert_eq!(fake.permissions(), ["cancelled"]);
+}
+
+/// The last of the first `n` texts `chat` got (waiting for them).
+async fn last_text(h: &Harness, chat: i64, n: usize) -> String {
+    h.api
+        .wait_for_texts(chat, n, SOON)
+        .await
+        .last()
+        .cloned()
+        .unwrap_or_default()
 }

@@ -57,36 +57,7 @@ fn real_gemini_in_a_loopback_namespace() {
         String::from_utf8_lossy(&install.stderr)
     );
     let gemini = String::from_utf8_lossy(&install.stdout).trim().to_string();
-    let exe = std::env::current_exe().expect("test binary path");
-    for name in INNER {
-        let out = Command::new("unshare")
-            .args([
-                "-n",
-                "sh",
-                "-c",
-                "ip link set lo up && exec \"$@\"",
-                "netns",
-            ])
-            .arg(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                name,
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(GEMINI_ENV, &gemini)
-            .output()
-            .expect("unshare runs (root is needed for a network namespace)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        println!("--- {name}\n{stdout}");
-        assert!(
-            out.status.success(),
-            "{name} failed in the namespace:\n{stdout}\n{stderr}"
-        );
-        assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
-    }
+    support::real_cli::run_each_in_namespace(INNER, &[(GEMINI_ENV, gemini.as_str())]);
 }
 
 /// A fake Gemini API: `streamGenerateContent` answers the next scripted

@@ -82,19 +82,7 @@ async fn a_message_during_a_bash_call_reaches_the_next_model_call() {
         json!({"text": "both answered"}),
     )]));
     let mut h = start(&api, &home).await;
-    h.say(1, USER, "run the slow thing");
-    model_calls(&api, 1).await;
-    let second = h.say(1, USER, "also check the date");
-    steered(&mut h, second).await;
-    let (_, outcome, _) = h.turn_ended(1, 1).await;
-    assert_eq!(
-        outcome,
-        TurnOutcome::Terminated {
-            tool: "end_turn".into()
-        },
-        "{}",
-        api.describe()
-    );
+    ask_and_steer(&api, &mut h, "run the slow thing", "also check the date").await;
     assert_eq!(h.texts(1), ["both answered"]);
     let calls = api.model_requests();
     assert_eq!(calls.len(), 2, "{}", api.describe());
@@ -124,37 +112,17 @@ async fn a_message_during_the_last_model_call_is_run_next_by_the_cli() {
         json!({"text": "second answer"}),
     )]));
     let mut h = start(&api, &home).await;
-    h.say(1, USER, "first question");
-    model_calls(&api, 1).await;
-    let second = h.say(1, USER, "second question");
-    steered(&mut h, second).await;
-    let (first, outcome, _) = h.turn_ended(1, 1).await;
-    assert_eq!(
-        outcome,
-        TurnOutcome::Terminated {
-            tool: "end_turn".into()
-        },
-        "{}",
-        api.describe()
-    );
+    let first = ask_and_steer(&api, &mut h, "first question", "second question").await;
     let (next, outcome, ended) = h.turn_ended(1, 2).await;
     assert_eq!(next, first + 1);
-    let tails: Vec<String> = api
-        .model_requests()
-        .iter()
-        .map(|r| {
-            let m = r["messages"].as_array().cloned().unwrap_or_default();
-            let last: Vec<String> = m.iter().rev().take(3).map(|x| x.to_string()).collect();
-            last.join(" || ")
-        })
-        .collect();
     assert_eq!(
         outcome,
         TurnOutcome::Terminated {
             tool: "end_turn".into()
         },
-        "texts {:?}\nlast messages: {tails:#?}",
+        "texts {:?}\nlast messages: {:#?}",
         h.texts(1),
+        last_messages(&api),
     );
     assert_eq!(h.texts(1), ["first answer", "second answer"]);
     let calls = api.model_requests();
@@ -170,4 +138,35 @@ async fn a_message_during_the_last_model_call_is_run_next_by_the_cli() {
         h.chat_actions_sent(1).iter().all(|at| *at <= ended),
         "no typing after the last answer"
     );
+}
+
+/// The last three messages of each model request, for a failure's message.
+fn last_messages(api: &FakeAnthropic) -> Vec<String> {
+    api.model_requests()
+        .iter()
+        .map(|r| {
+            let m = r["messages"].as_array().cloned().unwrap_or_default();
+            let last: Vec<String> = m.iter().rev().take(3).map(|x| x.to_string()).collect();
+            last.join(" || ")
+        })
+        .collect()
+}
+
+/// Asks `first`, steers `second` in once the first model call came, and
+/// waits for the first turn's end, by `end_turn`; answers that turn.
+async fn ask_and_steer(api: &FakeAnthropic, h: &mut Harness, first: &str, second: &str) -> u64 {
+    h.say(1, USER, first);
+    model_calls(api, 1).await;
+    let id = h.say(1, USER, second);
+    steered(h, id).await;
+    let (turn, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(
+        outcome,
+        TurnOutcome::Terminated {
+            tool: "end_turn".into()
+        },
+        "{}",
+        api.describe()
+    );
+    turn
 }

@@ -359,15 +359,7 @@ impl AgentBackend for ClaudeBackend {
     }
 
     fn closed(&self) -> BoxFuture<()> {
-        let running = self.running.clone();
-        let wait = self
-            .settings
-            .kill_grace
-            .saturating_mul(2)
-            .saturating_add(Duration::from_secs(1));
-        Box::pin(async move {
-            let _ = tokio::time::timeout(wait, running.all_reaped()).await;
-        })
+        self.running.closed(self.settings.kill_grace)
     }
 
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {

@@ -27,6 +27,19 @@ const INSTALLED: &str = ".cache/claude-code/node_modules/.bin/claude";
 pub fn run_in_loopback_namespace(tests: &[&str]) {
     require_prerequisites();
     let claude = install_claude();
+    run_each_in_namespace(
+        tests,
+        &[
+            (CLAUDE_ENV, claude.as_str()),
+            ("TELEGRAM_BOT_TOKEN", PARENT_TOKEN),
+        ],
+    );
+}
+
+/// Re-runs this test binary once for each of `tests` (its `#[ignore]`d
+/// inner tests) inside `unshare -n` with loopback up, with `env` set; each
+/// must pass.
+pub fn run_each_in_namespace(tests: &[&str], env: &[(&str, &str)]) {
     let exe = std::env::current_exe().expect("test binary path");
     for name in tests {
         let out = Command::new("unshare")
@@ -45,8 +58,7 @@ pub fn run_in_loopback_namespace(tests: &[&str]) {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(CLAUDE_ENV, &claude)
-            .env("TELEGRAM_BOT_TOKEN", PARENT_TOKEN)
+            .envs(env.iter().copied())
             .output()
             .expect("unshare runs (root is needed for a network namespace)");
         let stdout = String::from_utf8_lossy(&out.stdout);

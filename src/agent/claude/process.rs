@@ -80,6 +80,19 @@ impl RunningProcesses {
         let _ = self.ledger.set(inbox);
     }
 
+    /// A backend's [`AgentBackend::closed`](crate::agent::AgentBackend::closed):
+    /// resolves once every process was reaped, or after twice `grace` (a
+    /// graceful close, then a kill) and a second.
+    pub(crate) fn closed(&self, grace: std::time::Duration) -> crate::agent::BoxFuture<()> {
+        let running = self.clone();
+        let wait = grace
+            .saturating_mul(2)
+            .saturating_add(std::time::Duration::from_secs(1));
+        Box::pin(async move {
+            let _ = tokio::time::timeout(wait, running.all_reaped()).await;
+        })
+    }
+
     fn recorded(&self, pid: u32, chat: &str) {
         if let (Some(ledger), Some(start)) = (self.ledger.get(), start_time(pid)) {
             let chat = chat
