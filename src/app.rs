@@ -3,6 +3,7 @@
 
 mod housekeeping;
 mod ops;
+mod services;
 mod telegram;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 
 use self::housekeeping::{kill_leftovers, start_pruning};
 use self::ops::{bind_ops, serve_ops};
+use self::services::services;
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
 use crate::agent::acp::{AcpBackend, AcpSettings};
@@ -22,8 +24,8 @@ use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
-use crate::chat::turn::{Forwarding, Services};
-use crate::config::{Backend, Config, OnInterrupted};
+use crate::chat::turn::Forwarding;
+use crate::config::{Backend, Config};
 use crate::events::{EventBus, Gauges};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
@@ -324,24 +326,12 @@ impl Turnstile {
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
-        let deps = Services {
-            backend: Arc::clone(&backend),
-            outbox: outbox.clone(),
-            config: Arc::new(config.turn.clone()),
-            progress: Arc::new(config.progress.clone()),
-            events: events.clone(),
-            gauges: Arc::clone(&gauges),
-            inbox: inbox.clone(),
-            shutdown: shutdown.clone(),
-            retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
-            limit_retry: config.agent.limit_retry,
-            limit_retry_max: config.agent.limit_retry_max,
-            files: files.clone(),
-            workdir: config.agent_workdir(),
-            forwarding: forwarding.clone(),
-            schedules: schedules.clone(),
-            choices: Arc::new(crate::chat::Choices::from_config(config)),
-        };
+        let deps = services(
+            config,
+            &backend,
+            (&outbox, &events, &gauges, &inbox, &shutdown),
+            (&files, &forwarding, &schedules),
+        );
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             deps,

@@ -34,6 +34,7 @@ mod choices;
 mod env;
 mod error;
 mod load;
+mod progress;
 mod projects;
 mod redact;
 mod schedules;
@@ -54,6 +55,7 @@ pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
+pub use self::progress::ProgressConfig;
 pub use self::projects::{MAX_PROJECT_NAME, ProjectConfig, is_project_name};
 pub use self::schedules::{OperatorSchedule, SchedulesConfig};
 pub use self::validate::{MAX_COUNT, MAX_DURATION, MAX_MODEL_NAME, is_model_name};
@@ -297,38 +299,6 @@ pub struct TurnConfig {
     pub max_messages: u32,
     /// Bytes of text the agent may send in one turn.
     pub max_output: u64,
-}
-
-/// `[progress]`
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ProgressConfig {
-    /// A turn running longer than this gets a status message.
-    #[serde(with = "humantime_serde")]
-    pub after: Duration,
-    /// The shortest time between two edits of the status or the preview.
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    /// What becomes of the status message at the end of the turn.
-    pub keep: Keep,
-    /// How an answer shows while it is written.
-    pub stream: Stream,
-    /// An answer still being written this long after its first text gets a
-    /// preview; one finished sooner is sent whole, as one message.
-    #[serde(with = "humantime_serde")]
-    pub preview_after: Duration,
-}
-
-impl Default for ProgressConfig {
-    fn default() -> Self {
-        Self {
-            after: Duration::from_secs(3),
-            interval: Duration::from_secs(2),
-            keep: Keep::Delete,
-            stream: Stream::Edit,
-            preview_after: Duration::from_secs(1),
-        }
-    }
 }
 
 /// `[dispatcher]`

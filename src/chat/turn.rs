@@ -93,8 +93,10 @@ pub struct TurnActor {
     steering: steering::Steering,
     /// The working directories' root the conversation's files are under,
     /// `{chat}` unfilled: `agent.workdir`, or its project's (read as the
-    /// turn starts).
+    /// turn starts, beside it: a turn on a warm session waits for no store).
     root: std::path::PathBuf,
+    /// Whether `root` was read.
+    root_known: bool,
 }
 
 impl TurnActor {
@@ -137,6 +139,7 @@ impl TurnActor {
             output: serve::TurnOutput::default(),
             steering: steering::Steering::default(),
             root,
+            root_known: false,
         }
     }
 
@@ -342,7 +345,17 @@ impl Actor for TurnActor {
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
         self.arm_view(ctx);
-        self.find_root(ctx);
+        // Files are fetched into the conversation's directory: its root
+        // first. Otherwise the agent starts at once.
+        let files = !self.spec.files.is_empty();
+        if !files {
+            self.begin(ctx);
+        }
+        self.find_root(ctx, move |act, ctx| {
+            if files && act.phase.holds_chat() {
+                act.receive_files(ctx);
+            }
+        });
     }
 }
 

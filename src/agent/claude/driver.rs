@@ -320,6 +320,22 @@ impl Driver {
         );
     }
 
+    /// The CLI read a user message it was written: the oldest not yet
+    /// read. A steered one's receipt goes to the turn.
+    fn on_echo(&mut self) {
+        match self.unread.pop_front() {
+            Some(Some(tag)) => self.emit(AgentEvent::SteerRead(tag)),
+            Some(None) => self.emit(AgentEvent::Progress),
+            None => {
+                tracing::debug!(
+                    pid = self.pid,
+                    "echo of a user message never written; skipped"
+                );
+                self.emit(AgentEvent::Progress);
+            }
+        }
+    }
+
     fn on_line(&mut self, line: Line) {
         let line = match line {
             Line::Cli(line) => line,
@@ -372,17 +388,7 @@ impl Driver {
                 Some(activity) => self.emit(AgentEvent::Activity(activity)),
                 None => self.emit(AgentEvent::Progress),
             },
-            CliLine::User { is_replay: true } => match self.unread.pop_front() {
-                Some(Some(tag)) => self.emit(AgentEvent::SteerRead(tag)),
-                Some(None) => self.emit(AgentEvent::Progress),
-                None => {
-                    tracing::debug!(
-                        pid = self.pid,
-                        "echo of a user message never written; skipped"
-                    );
-                    self.emit(AgentEvent::Progress);
-                }
-            },
+            CliLine::User { is_replay: true } => self.on_echo(),
             CliLine::User { is_replay: false } | CliLine::RateLimitEvent {} => {
                 self.emit(AgentEvent::Progress);
             }

@@ -17,9 +17,13 @@ use crate::telegram::outbox::SendText;
 const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TurnActor {
-    /// Finds the conversation's working directory (its project's, when it
-    /// is in one), then fetches the turn's files there or starts the agent.
-    pub(super) fn find_root(&mut self, ctx: &mut Context<Self>) {
+    /// Reads the conversation's working directories' root (its project's,
+    /// when it is in one), then runs `then`.
+    pub(super) fn find_root(
+        &mut self,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
         let opening = self.deps.inbox.opening(self.to());
         let choices = Arc::clone(&self.deps.choices);
         let find = async move {
@@ -35,14 +39,8 @@ impl TurnActor {
                 let workdir = act.workdir();
                 act.view.set_workdir(workdir.to_string_lossy().into_owned());
             }
-            if !act.phase.holds_chat() {
-                return;
-            }
-            if act.spec.files.is_empty() {
-                act.begin(ctx);
-            } else {
-                act.receive_files(ctx);
-            }
+            act.root_known = true;
+            then(act, ctx);
         }));
     }
 

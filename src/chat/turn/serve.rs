@@ -325,6 +325,13 @@ impl TurnActor {
         ctx: &mut Context<Self>,
     ) {
         let tool_name = "send_file";
+        if !self.root_known {
+            // Which directory is the conversation's: read first.
+            let path = path.to_string();
+            return self.find_root(ctx, move |act, ctx| {
+                act.send_file(id, &path, caption, as_photo, reply, ctx);
+            });
+        }
         let workdir = self.workdir();
         let file = match outgoing(&workdir, path, as_photo) {
             Ok(file) => file,
