@@ -65,20 +65,30 @@ impl ChatSupervisor {
         );
         self.deps.inbox.park(ids, due_at);
         let messages = messages.into_iter().map(UserMessage::new).collect();
-        self.hold(messages, due_at, ctx);
-        let left = Duration::from_millis(u64::try_from(due_at - now).unwrap_or(0));
+        // The wait itself, not one recomputed from the wall clock's
+        // milliseconds (the retry never comes before it).
+        let left = match resets_at {
+            Some(_) => Duration::from_millis(u64::try_from(due_at - now).unwrap_or(0)),
+            None => wait,
+        };
+        self.hold(messages, due_at, left, ctx);
         if let Some(due) = chrono::DateTime::from_timestamp_millis(due_at) {
             self.say(parked(due, left));
         }
     }
 
-    /// Keeps `messages` until `due_at`, then runs them.
-    fn hold(&mut self, messages: Vec<UserMessage>, due_at: i64, ctx: &mut Context<Self>) {
+    /// Keeps `messages` until `due_at`, `left` from now, then runs them.
+    fn hold(
+        &mut self,
+        messages: Vec<UserMessage>,
+        due_at: i64,
+        left: Duration,
+        ctx: &mut Context<Self>,
+    ) {
         let metrics = self.deps.events.metrics();
         if self.parked.is_none() {
             metrics.parked(1);
         }
-        let left = Duration::from_millis(u64::try_from(due_at - unix_ms()).unwrap_or(0));
         let timer = ctx.run_later(left, |act, ctx| act.unpark(ctx));
         match &mut self.parked {
             Some(parked) => {
@@ -110,7 +120,8 @@ impl ChatSupervisor {
             update_id = msg.message.update_id,
             "message joins the parked ones"
         );
-        self.hold(vec![msg], due_at, ctx);
+        let left = Duration::from_millis(u64::try_from(due_at - unix_ms()).unwrap_or(0));
+        self.hold(vec![msg], due_at, left, ctx);
     }
 
     /// Their time came: the parked messages run as one turn.
