@@ -467,3 +467,19 @@ async fn who_allowed_is_the_person_who_pressed_not_the_turns_sender() {
         "the stored rule names who pressed"
     );
 }
+
+/// A turn stopped before Telegram answered its question's `sendMessage`
+/// still shows the decision on the question once the answer comes (the
+/// turn waits for it after letting its session go).
+#[actix_rt::test]
+async fn a_question_telegram_answers_late_still_shows_the_stop() {
+    let mut h = Harness::start(scenario(), &[]).await;
+    h.api
+        .inject("sendMessage", Fault::Delay(Duration::from_millis(1500)));
+    h.say(USER, USER, "ask");
+    h.api.wait_for_call("sendMessage", SOON).await;
+    h.say(USER, USER, "/stop");
+    let (_, outcome, _) = h.turn_ended(USER, 1).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    h.edited(USER, "❌ Not run: the turn was stopped").await;
+}

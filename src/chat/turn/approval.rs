@@ -15,11 +15,13 @@
 //! decided, in the chat, the log and the stored rule.
 
 mod question;
+mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
 
-use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture};
-use serde_json::Value;
+use actix::{
+    ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
+};
 use teloxide::types::{ChatId, MessageId, UserId};
 
 use self::question::{
@@ -33,6 +35,10 @@ use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion};
 
 /// Callback data of an approval button: `ap:<token>:<y|a|n>`.
 const TOOL_PREFIX: &str = "ap";
+
+/// The longest a turn that let its session go waits for the message ids of
+/// questions it decided, to show each its decision.
+const QUESTIONS_SHOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Callback data of a question option: `aq:<token>:<question>:<option>`.
 const QUESTION_PREFIX: &str = "aq";
 
@@ -178,6 +184,8 @@ pub(super) struct Approvals {
     /// the texts, the decision, and how many ids are still to come, so a
     /// late question still shows the decision.
     decided: HashMap<String, (Vec<String>, String, usize)>,
+    /// The turn let its session go and waits for `decided` to empty.
+    stop_armed: bool,
 }
 
 impl TurnActor {
@@ -263,6 +271,8 @@ impl TurnActor {
                 act.deps
                     .outbox
                     .do_send(EditQuestion::new(act.spec.to.chat, id, text));
+                // A turn that ended was waiting for this to show its decision.
+                act.stop_once_questions_shown(ctx);
             }));
         }
         let timeout = self.deps.config.approval_timeout;
@@ -320,82 +330,23 @@ impl TurnActor {
         self.resume_after_person(ctx);
     }
 
-    /// What the agent is told of a verdict and what the chat is shown; an
-    /// "always" is remembered for the chat on the way.
-    fn verdict_answer(&self, verdict: Verdict, kind: Kind, input: &Value) -> (Permission, String) {
-        match (verdict, kind) {
-            (Verdict::Allowed { by, always }, Kind::Tool { rule }) => {
-                let how = match (always, rule) {
-                    (true, Some(rule)) => {
-                        let how = match &rule {
-                            AlwaysRule::BashCommand(_) => {
-                                " (always in this chat: exactly this command)".to_string()
-                            }
-                            AlwaysRule::Tool(name) => {
-                                format!(" (always in this chat: every {} call)", visible(name))
-                            }
-                        };
-                        self.deps.inbox.allow_always(self.spec.to.chat, rule, by.id);
-                        how
-                    }
-                    _ => String::new(),
-                };
-                (
-                    Permission::Allow {
-                        input: input.clone(),
-                    },
-                    format!("✅ Allowed by {}{how}", by.name),
-                )
-            }
-            (Verdict::Answered { by }, Kind::Questions { answers, .. }) => {
-                let mut input = input.clone();
-                if let Some(object) = input.as_object_mut() {
-                    object.insert(
-                        "answers".into(),
-                        Value::Object(
-                            answers
-                                .into_iter()
-                                .map(|(q, a)| (q, Value::String(a)))
-                                .collect(),
-                        ),
-                    );
-                }
-                (
-                    Permission::Allow { input },
-                    format!("✅ Answered by {}", by.name),
-                )
-            }
-            (Verdict::Denied { by }, _) => (
-                Permission::Deny {
-                    message: format!(
-                        "{} denied this in the chat. Do not try it again unless they ask for it.",
-                        by.name
-                    ),
-                },
-                format!("❌ Denied by {}", by.name),
-            ),
-            (Verdict::TimedOut, _) => {
-                let timeout = humantime::format_duration(self.deps.config.approval_timeout);
-                (
-                    Permission::Deny {
-                        message: format!("Nobody in the chat answered within {timeout}; not run."),
-                    },
-                    format!("⌛ No answer in {timeout}"),
-                )
-            }
-            (Verdict::Ended(why), _) => (
-                Permission::Deny {
-                    message: format!("Not run: {why}."),
-                },
-                format!("❌ Not run: {why}"),
-            ),
-            // A verdict of the other kind cannot be built for an ask.
-            (Verdict::Allowed { .. } | Verdict::Answered { .. }, _) => (
-                Permission::Deny {
-                    message: "not run".into(),
-                },
-                "❌ Not run".to_string(),
-            ),
+    /// Stops the actor once its session was let go and every question
+    /// decided before its message id came back shows its decision (at most
+    /// [`QUESTIONS_SHOWN_WAIT`] after the release).
+    pub(super) fn stop_once_questions_shown(&mut self, ctx: &mut Context<Self>) {
+        if !self.phase.is_released() {
+            return;
+        }
+        if self.approvals.decided.is_empty() {
+            return ctx.stop();
+        }
+        if !self.approvals.stop_armed {
+            self.approvals.stop_armed = true;
+            ctx.run_later(QUESTIONS_SHOWN_WAIT, |act, ctx| {
+                tracing::warn!("a question's message never came back; its decision is not shown");
+                act.approvals.decided.clear();
+                ctx.stop();
+            });
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use actix::{ActorContext, Context};
+use actix::Context;
 
 use super::link::Settled;
 use super::phase::{Leftover, Step, TurnPhase};
@@ -195,7 +195,9 @@ impl TurnActor {
             session,
             carried,
         });
-        ctx.stop();
+        // A question decided before Telegram answered its `sendMessage`
+        // still gets its decision shown.
+        self.stop_once_questions_shown(ctx);
     }
 }
 

@@ -1,0 +1,96 @@
+//! What the agent is told of an approval's verdict, and what the chat's
+//! question shows.
+
+use serde_json::Value;
+
+use super::{Kind, Verdict};
+use crate::agent::Permission;
+use crate::chat::turn::TurnActor;
+use crate::chat::turn::approval::visible;
+use crate::state::AlwaysRule;
+
+impl TurnActor {
+    /// What the agent is told of a verdict and what the chat is shown; an
+    /// "always" is remembered for the chat on the way.
+    pub(super) fn verdict_answer(
+        &self,
+        verdict: Verdict,
+        kind: Kind,
+        input: &Value,
+    ) -> (Permission, String) {
+        match (verdict, kind) {
+            (Verdict::Allowed { by, always }, Kind::Tool { rule }) => {
+                let how = match (always, rule) {
+                    (true, Some(rule)) => {
+                        let how = match &rule {
+                            AlwaysRule::BashCommand(_) => {
+                                " (always in this chat: exactly this command)".to_string()
+                            }
+                            AlwaysRule::Tool(name) => {
+                                format!(" (always in this chat: every {} call)", visible(name))
+                            }
+                        };
+                        self.deps.inbox.allow_always(self.spec.to.chat, rule, by.id);
+                        how
+                    }
+                    _ => String::new(),
+                };
+                (
+                    Permission::Allow {
+                        input: input.clone(),
+                    },
+                    format!("✅ Allowed by {}{how}", by.name),
+                )
+            }
+            (Verdict::Answered { by }, Kind::Questions { answers, .. }) => {
+                let mut input = input.clone();
+                if let Some(object) = input.as_object_mut() {
+                    object.insert(
+                        "answers".into(),
+                        Value::Object(
+                            answers
+                                .into_iter()
+                                .map(|(q, a)| (q, Value::String(a)))
+                                .collect(),
+                        ),
+                    );
+                }
+                (
+                    Permission::Allow { input },
+                    format!("✅ Answered by {}", by.name),
+                )
+            }
+            (Verdict::Denied { by }, _) => (
+                Permission::Deny {
+                    message: format!(
+                        "{} denied this in the chat. Do not try it again unless they ask for it.",
+                        by.name
+                    ),
+                },
+                format!("❌ Denied by {}", by.name),
+            ),
+            (Verdict::TimedOut, _) => {
+                let timeout = humantime::format_duration(self.deps.config.approval_timeout);
+                (
+                    Permission::Deny {
+                        message: format!("Nobody in the chat answered within {timeout}; not run."),
+                    },
+                    format!("⌛ No answer in {timeout}"),
+                )
+            }
+            (Verdict::Ended(why), _) => (
+                Permission::Deny {
+                    message: format!("Not run: {why}."),
+                },
+                format!("❌ Not run: {why}"),
+            ),
+            // A verdict of the other kind cannot be built for an ask.
+            (Verdict::Allowed { .. } | Verdict::Answered { .. }, _) => (
+                Permission::Deny {
+                    message: "not run".into(),
+                },
+                "❌ Not run".to_string(),
+            ),
+        }
+    }
+}
