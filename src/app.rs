@@ -13,7 +13,8 @@ use actix::{Actor, Addr};
 use teloxide::Bot;
 use tokio::sync::mpsc;
 
-use self::housekeeping::{kill_leftovers, start_pruning};
+pub use self::housekeeping::trim_memory;
+use self::housekeeping::{kill_leftovers, start_pruning, start_trimming};
 use self::ops::{bind_ops, serve_ops};
 use self::services::services;
 pub use self::telegram::telegram_client;
@@ -185,6 +186,7 @@ fn open_inbox(
     let inbox = StoreHandle::start(store);
     backend.record_processes_in(inbox.clone());
     start_pruning(&inbox, config.state.retention, config.agent_workdir());
+    start_trimming();
     let recovered = Recover(Box::pin(inbox.recover()));
     (inbox, recovered)
 }

@@ -1,6 +1,7 @@
 //! What the start does about what the previous process left, and keeps
-//! doing: agent process groups a `kill -9` left running are killed, and old
-//! state and received files are pruned once a day.
+//! doing: agent process groups a `kill -9` left running are killed, old
+//! state and received files are pruned once a day, and the heap's free
+//! memory goes back to the system every few minutes.
 
 use std::time::Duration;
 
@@ -57,6 +58,35 @@ pub(super) fn start_pruning(
             if files > 0 {
                 tracing::info!(files, "pruned inbox files older than the retention");
             }
+        }
+    });
+}
+
+/// How often the heap's free memory is given back to the system.
+pub(super) const TRIM_EVERY: Duration = Duration::from_secs(300);
+
+/// Gives the heap's free pages back to the system (glibc's `malloc_trim`):
+/// the allocator keeps what a burst of turns freed, and without this the
+/// process's RSS drifts with the bursts it has seen, though its live heap
+/// does not. Nothing elsewhere (another libc).
+pub fn trim_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages; it takes the arenas'
+    // own locks and may run on any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Trims every [`TRIM_EVERY`], off the actors' thread (a trim of a large
+/// heap takes milliseconds).
+pub(super) fn start_trimming() {
+    actix_rt::spawn(async move {
+        let mut every = tokio::time::interval(TRIM_EVERY);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            let _ = tokio::task::spawn_blocking(trim_memory).await;
         }
     });
 }
