@@ -1892,7 +1892,12 @@ fn soak_plan(args: &Args) -> SoakPlan {
             from_sample: 1,
             band: 1.0,
             in_use_band: 1.0,
-            rss_band: 1.0,
+            // RSS right after the trim does not settle within 1 %: a full
+            // run on a loaded machine read 36.7, 38.0, 39.2, 39.2, 39.4,
+            // 39.2, 39.5, 39.7, 39.1, 39.5 MiB (+4.2 % from the second
+            // sample; the blocking pool's threads 13 → 17). 10 % of ~36 MiB
+            // over 80,000 turns still fails a leak of 50 bytes a turn.
+            rss_band: 10.0,
         }
     }
 }
@@ -2575,7 +2580,7 @@ fn soak(args: &Args) -> Result<Outcome, String> {
         trimmed_growth,
         "%",
         Better::Lower,
-        (0.0, 1.0),
+        (0.0, 5.0),
     );
     figure(
         "soak",
@@ -2686,9 +2691,10 @@ fn soak(args: &Args) -> Result<Outcome, String> {
         ],
         vec![
             format!(
-                "RSS after {} → {} turns, less SQLite's memory; checked right after the bot's trim (what it gives back every 5 minutes), which must grow less than the band",
+                "RSS after {} → {} turns, less SQLite's memory; right after the bot's trim (what it gives back every 5 minutes) it is checked against a leak band ({} %)",
                 thousands(second.turns),
-                thousands(last.turns)
+                thousands(last.turns),
+                run.plan.rss_band
             ),
             format!(
                 "{} → {} ({rss_growth:+.2} %); right after the bot's trim: {} → {} ({trimmed_growth:+.2} %)",
