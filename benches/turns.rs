@@ -1543,7 +1543,7 @@ fn stream(args: &Args) -> Result<Outcome, String> {
 }
 
 // ---------------------------------------------------------------------------
-// 7b. A lone message's way to the agent, and a short answer's requests.
+// 7c. A lone message's way to the agent, and a short answer's requests.
 
 /// The short answer: whole within `progress.preview_after`, and longer than
 /// the 40 characters a preview waits for.
@@ -1638,7 +1638,7 @@ fn first(args: &Args) -> Result<Outcome, String> {
     let mut fragment = String::new();
     let _ = writeln!(
         fragment,
-        "### 7b. A lone message → its prompt at the agent; requests per short answer\n"
+        "### 7c. A lone message → its prompt at the agent; requests per short answer\n"
     );
     let _ = writeln!(
         fragment,
