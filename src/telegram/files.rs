@@ -205,8 +205,7 @@ impl Files {
         self.receive_in(&root, chat, attachments).await
     }
 
-    /// As [`Files::receive`], into the working directory `root` (with its
-    /// `{chat}`) instead of `agent.workdir`: a project's.
+    /// As [`Files::receive`], into the workdir `root` (a project's).
     pub async fn receive_in(
         &self,
         root: &Path,

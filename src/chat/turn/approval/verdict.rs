@@ -42,24 +42,12 @@ impl TurnActor {
                     format!("✅ Allowed by {}{how}", by.name),
                 )
             }
-            (Verdict::Answered { by }, Kind::Questions { answers, .. }) => {
-                let mut input = input.clone();
-                if let Some(object) = input.as_object_mut() {
-                    object.insert(
-                        "answers".into(),
-                        Value::Object(
-                            answers
-                                .into_iter()
-                                .map(|(q, a)| (q, Value::String(a)))
-                                .collect(),
-                        ),
-                    );
-                }
-                (
-                    Permission::Allow { input },
-                    format!("✅ Answered by {}", by.name),
-                )
-            }
+            (Verdict::Answered { by }, Kind::Questions { answers, .. }) => (
+                Permission::Allow {
+                    input: with_answers(input, answers),
+                },
+                format!("✅ Answered by {}", by.name),
+            ),
             (Verdict::Denied { by }, _) => (
                 Permission::Deny {
                     message: format!(
@@ -93,4 +81,17 @@ impl TurnActor {
             ),
         }
     }
+}
+
+/// The question tool's input with the answers the chat pressed filled in.
+fn with_answers(input: &Value, answers: impl IntoIterator<Item = (String, String)>) -> Value {
+    let mut input = input.clone();
+    if let Some(object) = input.as_object_mut() {
+        let answers = answers
+            .into_iter()
+            .map(|(q, a)| (q, Value::String(a)))
+            .collect();
+        object.insert("answers".into(), Value::Object(answers));
+    }
+    input
 }
