@@ -367,3 +367,42 @@ async fn a_message_with_a_file_waits_for_the_next_turn() {
         "{last}"
     );
 }
+
+/// After a switch of model nothing more goes into the session being left
+/// either: the next message is the next turn, on the new model.
+#[actix_rt::test]
+async fn after_a_model_switch_a_message_is_not_steered_into_the_old_session() {
+    let mut h = Harness::start(
+        scenario(),
+        &[
+            ("TURNSTILE_DISPATCHER_BUSY", "steer"),
+            ("TURNSTILE_AGENT_MODELS", "opus,haiku"),
+        ],
+    )
+    .await;
+    h.say(CHAT, CHAT, "slow one");
+    let first = started(&mut h, 1).await;
+    h.say(CHAT, CHAT, "/model haiku");
+    h.api
+        .wait_for(SOON, "the /model answer", |_| {
+            h.texts(CHAT)
+                .iter()
+                .any(|t| t.contains("runs with haiku"))
+                .then_some(())
+        })
+        .await;
+    h.say(CHAT, CHAT, "on the new model");
+    assert_eq!(started(&mut h, 2).await, first + 1);
+    h.turn_ended(CHAT, 2).await;
+    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+    assert_eq!(
+        h.texts(CHAT).last().map(String::as_str),
+        Some("answer: on the new model")
+    );
+    let choices = h.backend.log().choices;
+    assert_eq!(
+        choices.last().and_then(|c| c.0.as_deref()),
+        Some("haiku"),
+        "{choices:?}"
+    );
+}
