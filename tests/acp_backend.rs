@@ -146,36 +146,6 @@ fn completed() -> TurnOutcome {
     }
 }
 
-/// The `n`-th (1-based) question with buttons in `chat`: its text and its
-/// buttons' callback data by label.
-async fn question(h: &Harness, chat: i64, n: usize) -> (String, Vec<(String, String)>) {
-    let call = h
-        .api
-        .wait_for(SOON, &format!("question #{n}"), |calls| {
-            calls
-                .iter()
-                .filter(|c| {
-                    c.method == "sendmessage"
-                        && c.params["chat_id"].as_i64() == Some(chat)
-                        && !buttons_of(c).is_empty()
-                })
-                .nth(n - 1)
-                .cloned()
-        })
-        .await;
-    let text = call.params["text"].as_str().unwrap_or_default().to_string();
-    (text, buttons_of(&call).into_iter().flatten().collect())
-}
-
-fn data(buttons: &[(String, String)], label: &str) -> String {
-    buttons
-        .iter()
-        .find(|(l, _)| l == label)
-        .unwrap_or_else(|| panic!("no {label} button in {buttons:?}"))
-        .1
-        .clone()
-}
-
 #[actix_rt::test]
 async fn an_answer_streams_and_the_warm_process_serves_the_next_turn() {
     let fake = Fake::new();

@@ -65,36 +65,6 @@ fn scenario() -> Scenario {
         )
 }
 
-/// The `n`-th (1-based) question with buttons sent to `chat`: its buttons'
-/// callback data by label.
-async fn question(h: &Harness, chat: i64, n: usize) -> (String, Vec<(String, String)>) {
-    let call = h
-        .api
-        .wait_for(SOON, &format!("question #{n} in chat {chat}"), |calls| {
-            calls
-                .iter()
-                .filter(|c| {
-                    c.method == "sendmessage"
-                        && c.params["chat_id"].as_i64() == Some(chat)
-                        && !buttons_of(c).is_empty()
-                })
-                .nth(n - 1)
-                .cloned()
-        })
-        .await;
-    let text = call.params["text"].as_str().unwrap_or_default().to_string();
-    (text, buttons_of(&call).into_iter().flatten().collect())
-}
-
-fn data(buttons: &[(String, String)], label: &str) -> String {
-    buttons
-        .iter()
-        .find(|(l, _)| l == label)
-        .unwrap_or_else(|| panic!("no {label} button in {buttons:?}"))
-        .1
-        .clone()
-}
-
 /// A new fake Telegram numbers updates from 1 again, below the offset the
 /// previous process stored: move its counter past it.
 fn skip_past_previous_updates(h: &Harness) {

@@ -447,3 +447,34 @@ pub async fn until_unix_ms(unix_ms: i64) {
         tokio::time::sleep(std::time::Duration::from_millis(left)).await;
     }
 }
+
+/// The `n`-th (1-based) question with buttons sent to `chat`: its text and
+/// its buttons' callback data by label.
+pub async fn question(h: &Harness, chat: i64, n: usize) -> (String, Vec<(String, String)>) {
+    let call = h
+        .api
+        .wait_for(SOON, &format!("question #{n} in chat {chat}"), |calls| {
+            calls
+                .iter()
+                .filter(|c| {
+                    c.method == "sendmessage"
+                        && c.params["chat_id"].as_i64() == Some(chat)
+                        && !buttons_of(c).is_empty()
+                })
+                .nth(n - 1)
+                .cloned()
+        })
+        .await;
+    let text = call.params["text"].as_str().unwrap_or_default().to_string();
+    (text, buttons_of(&call).into_iter().flatten().collect())
+}
+
+/// The callback data of the button labelled `label`.
+pub fn data(buttons: &[(String, String)], label: &str) -> String {
+    buttons
+        .iter()
+        .find(|(l, _)| l == label)
+        .unwrap_or_else(|| panic!("no {label} button in {buttons:?}"))
+        .1
+        .clone()
+}
