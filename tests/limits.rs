@@ -221,3 +221,15 @@ async fn with_limit_retry_off_the_refusal_is_reported() {
     let (outcome, _) = ended(&mut h, 2).await;
     assert!(outcome.finished());
 }
+
+/// A reset the refusal names far ahead (the text is the agent's) parks
+/// the messages for at most 8 days, not for good.
+#[actix_rt::test]
+async fn a_reset_named_years_ahead_is_capped_at_eight_days() {
+    let years = chrono::Utc::now().timestamp() + 10 * 365 * 86_400;
+    let mut h = Harness::start(scenario(1, Some(years)), &retry("1h", "2h")).await;
+    h.say(1, USER, "ask me");
+    ended(&mut h, 1).await;
+    let told = notice(&h).await;
+    assert!(told.contains("(in 192 h)"), "{told}");
+}

@@ -15,6 +15,9 @@ use crate::chat::notices::parked;
 use crate::incoming::Incoming;
 use crate::state::Disposition;
 
+/// The furthest reset a refusal may name (8 days: past a weekly limit).
+const MAX_NAMED_WAIT_MS: i64 = 8 * 86_400 * 1000;
+
 /// Messages waiting out a usage limit.
 #[derive(Debug)]
 pub(super) struct Parked {
@@ -54,8 +57,10 @@ impl ChatSupervisor {
         self.limit_wait = Some(wait);
         let now = unix_ms();
         let by_wait = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
-        // The reset the agent named, when it gave one.
-        let due_at = resets_at.map_or(by_wait, |at| at.saturating_mul(1000).max(now));
+        // The reset the refusal names, when it names one, within a bound: the
+        // text is the agent's, and a far-off date would park the chat for good.
+        let latest = now.saturating_add(MAX_NAMED_WAIT_MS);
+        let due_at = resets_at.map_or(by_wait, |at| at.saturating_mul(1000).clamp(now, latest));
         let ids: Vec<i64> = messages.iter().map(|m| m.update_id).collect();
         tracing::warn!(
             messages = ids.len(),
