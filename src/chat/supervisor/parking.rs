@@ -6,14 +6,14 @@
 //! `agent.limit_retry_max`); the reset time the agent names wins. `/stop`
 //! cancels; a restart keeps them (recovered with their due time).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use actix::{AsyncContext, Context, SpawnHandle};
 
 use super::{ChatSupervisor, UserMessage};
 use crate::chat::notices::parked;
 use crate::incoming::Incoming;
-use crate::state::Disposition;
+use crate::state::{Disposition, now_ms};
 
 /// The furthest reset a refusal may name (8 days: past a weekly limit).
 const MAX_NAMED_WAIT_MS: i64 = 8 * 86_400 * 1000;
@@ -25,13 +25,6 @@ pub(super) struct Parked {
     /// When they run again (Unix ms).
     due_at: i64,
     timer: SpawnHandle,
-}
-
-/// Now, in Unix milliseconds.
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl ChatSupervisor {
@@ -55,7 +48,7 @@ impl ChatSupervisor {
             Some(last) => (last * 2).min(settings.limit_retry_max),
         };
         self.limit_wait = Some(wait);
-        let now = unix_ms();
+        let now = now_ms();
         let by_wait = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
         // The reset the refusal names, when it names one, within a bound: the
         // text is the agent's, and a far-off date would park the chat for good.
@@ -125,7 +118,7 @@ impl ChatSupervisor {
             update_id = msg.message.update_id,
             "message joins the parked ones"
         );
-        let left = Duration::from_millis(u64::try_from(due_at - unix_ms()).unwrap_or(0));
+        let left = Duration::from_millis(u64::try_from(due_at - now_ms()).unwrap_or(0));
         self.hold(vec![msg], due_at, left, ctx);
     }
 
