@@ -35,8 +35,8 @@ struct Burst {
     answer_to: Option<MessageId>,
     /// Their inbox rows.
     update_ids: Vec<i64>,
-    /// The warm session is running them already: their rows and ids.
-    adopted: Option<Vec<(i64, Option<MessageId>)>>,
+    /// The warm session is running them already.
+    adopted: bool,
     /// The messages, as read.
     messages: Vec<crate::incoming::Incoming>,
 }
@@ -59,14 +59,11 @@ impl ChatSupervisor {
             from: front.from,
             answer_to: front.answer_to(),
             update_ids: Vec::new(),
-            adopted: adopted.then(Vec::new),
+            adopted,
             messages: Vec::new(),
         };
         let mut texts = Vec::new();
         let mut take = |m: crate::incoming::Incoming| {
-            if let Some(list) = &mut burst.adopted {
-                list.push((m.update_id, Some(m.message_id)));
-            }
             texts.push(m.text.clone());
             burst.files.extend(m.files.iter().cloned());
             burst.last = m.message_id;
@@ -119,7 +116,13 @@ impl ChatSupervisor {
             warm.session
         });
         // Without the session that runs them, they are written afresh.
-        let adopted = burst.adopted.filter(|_| warm.is_some());
+        let adopted = (burst.adopted && warm.is_some()).then(|| {
+            burst
+                .messages
+                .iter()
+                .map(|m| (m.update_id, Some(m.message_id)))
+                .collect()
+        });
         let typing = self.typing_actor();
         let lease = TypingLease::of_turn(self.to.chat, turn, self.deps.events.clone());
         typing.do_send(StartTyping {
