@@ -350,7 +350,13 @@ async fn after_new_a_message_is_not_steered_into_the_old_session() {
 #[actix_rt::test]
 async fn a_message_with_a_file_waits_for_the_next_turn() {
     use support::bot_api::files::{captioned, document, private};
-    let mut h = Harness::start(scenario(), STEER).await;
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().join("{chat}").display().to_string();
+    let env = [
+        ("TURNSTILE_DISPATCHER_BUSY", "steer"),
+        ("TURNSTILE_AGENT_WORKDIR", workdir.as_str()),
+    ];
+    let mut h = Harness::start(scenario(), &env).await;
     h.api.add_file("doc-1", "documents/notes.txt", b"notes");
     h.say(CHAT, CHAT, "slow one");
     let first = started(&mut h, 1).await;
