@@ -13,7 +13,7 @@ use actix::{Actor, Addr};
 use teloxide::Bot;
 use tokio::sync::mpsc;
 
-pub use self::housekeeping::trim_memory;
+pub use self::housekeeping::{BLOCKING_THREADS, system, trim_memory};
 use self::housekeeping::{kill_leftovers, start_pruning, start_trimming};
 use self::ops::{bind_ops, serve_ops};
 use self::services::services;

@@ -164,5 +164,8 @@ pub mod state;
 pub mod telegram;
 pub mod when;
 
-pub use app::{StartError, Turnstile, backend_from_config, telegram_client, trim_memory};
+pub use app::{
+    BLOCKING_THREADS, StartError, Turnstile, backend_from_config, system, telegram_client,
+    trim_memory,
+};
 pub use config::Config;

@@ -243,7 +243,7 @@ enum Exit {
 }
 
 fn run(config: Config) -> anyhow::Result<()> {
-    let system = actix_rt::System::new();
+    let system = turnstile::system();
     let exit = system.block_on(async move {
         let backend =
             turnstile::backend_from_config(&config).context("starting the agent backend")?;

@@ -1,7 +1,14 @@
 //! The bot gives the heap's free memory back to the system
 //! (`turnstile::trim_memory`, run every 5 minutes by its housekeeping):
 //! without it, what a burst of turns freed stays in the process's RSS.
+//! And its runtime (`turnstile::system`) keeps large buffers out of the
+//! heap, where they would leave pages no trim can return.
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
+
+use std::sync::Mutex;
+
+/// The allocator's counters are the whole process's: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The process's resident set, in bytes (`/proc/self/statm`).
 fn rss() -> u64 {
@@ -18,6 +25,7 @@ fn rss() -> u64 {
 
 #[test]
 fn free_heap_memory_goes_back_to_the_system() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const CHUNKS: usize = 200_000;
     // Many small blocks (below the size glibc maps on its own), written so
     // their pages are resident, and one more above them that stays: the
@@ -34,4 +42,24 @@ fn free_heap_memory_goes_back_to_the_system() {
         "RSS {before} → {after} bytes: the ~50 MB freed did not go back"
     );
     assert_eq!(pin[0], 1);
+}
+
+#[test]
+fn large_buffers_stay_mapped_on_their_own_after_a_larger_one_was_freed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    drop(turnstile::system());
+    // Freeing a mapped block of 8 MiB would raise glibc's dynamic threshold
+    // to 8 MiB, and the next 256 KiB buffer would come from the heap.
+    drop(std::hint::black_box(vec![1u8; 8 << 20]));
+    // SAFETY: mallinfo2 only reads glibc's counters.
+    let mapped = || unsafe { libc::mallinfo2() }.hblks;
+    let before = mapped();
+    let buffer = std::hint::black_box(vec![2u8; 256 << 10]);
+    let during = mapped();
+    drop(buffer);
+    assert_eq!(
+        during,
+        before + 1,
+        "a 256 KiB buffer is a mapping of its own ({before} → {during} mapped blocks)"
+    );
 }

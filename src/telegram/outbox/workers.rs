@@ -17,6 +17,8 @@ impl Workers {
     pub(super) fn start() -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            // Name lookups (a new connection's) are its only blocking work.
+            .max_blocking_threads(2)
             .thread_name("turnstile-http")
             .enable_all()
             .build();
