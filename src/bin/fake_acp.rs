@@ -17,7 +17,8 @@
 //!   start, to prove the whole group is killed.
 //!
 //! Its session ids are `fake-<pid>`; `session/load` of an id starting
-//! `fake-` succeeds (replaying one exchange first), any other fails.
+//! `fake-` succeeds (replaying one exchange, before answering it unless
+//! `FAKE_ACP_LATE_REPLAY`), any other fails.
 //!
 //! What a prompt does, by the first word its text contains:
 //! - `permission`: a `tool_call`, then `session/request_permission` with
