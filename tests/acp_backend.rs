@@ -423,6 +423,29 @@ async fn after_a_restart_the_conversation_is_loaded() {
     assert_eq!(fake.sent("session/new").len(), 1, "only the first bot's");
 }
 
+/// Gemini CLI 0.61.0 answers `session/load` first and replays the
+/// conversation after: the replay is still no turn's.
+#[actix_rt::test]
+async fn a_replay_sent_after_the_load_was_answered_is_no_turns_either() {
+    let fake = Fake::new();
+    let texts = across_a_restart(
+        &fake,
+        &[
+            ("TURNSTILE_AGENT_ENV_FAKE_ACP_LATE_REPLAY", "1"),
+            ("TURNSTILE_PROGRESS_STREAM", "edit"),
+            ("TURNSTILE_PROGRESS_INTERVAL", "300ms"),
+        ],
+    )
+    .await;
+    assert_eq!(texts, ["echo: second"], "no replayed text, no notice");
+    assert_eq!(fake.sent("session/load").len(), 1);
+    assert_eq!(
+        fake.sent("_turnstile/replay_sync").len(),
+        1,
+        "the end of the replay asked for once"
+    );
+}
+
 #[actix_rt::test]
 async fn an_agent_without_load_session_starts_a_new_one_and_says_so_once() {
     let fake = Fake::new();

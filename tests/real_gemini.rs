@@ -36,7 +36,8 @@ const INNER: &[&str] = &[
     "in_a_trusted_workspace_gemini_sends_through_the_chat_tools",
     "gemini_answers_a_prompt",
     "gemini_asks_a_permission_the_chat_grants",
-    "after_a_restart_gemini_cannot_load_its_session_and_the_chat_is_told",
+    "within_the_minute_its_session_began_gemini_cannot_load_it_and_the_chat_is_told",
+    "after_a_restart_gemini_resumes_the_conversation",
 ];
 
 #[test]
@@ -310,20 +311,50 @@ async fn gemini_asks_a_permission_the_chat_grants() {
     stop(h, &backend).await;
 }
 
-/// Gemini CLI 0.61.0 offers `loadSession`, but its `session/load` fails
-/// with "No previous sessions found for this project": loading first
-/// re-initialises the session's chat record (a `$set` of `messages` to the
-/// session context alone, appended to its `.jsonl`), then finds nothing
-/// resumable in it. turnstile sends the load, gets the error, opens a new
-/// session and tells the chat so once; this pins that, so a Gemini CLI that
-/// loads its sessions will fail here and move the pin.
+/// The minute of the UTC clock Gemini CLI names its session files by
+/// (`session-<ISO minute>-<first 8 of the id>.jsonl`).
+fn utc_minute() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_secs()
+        / 60
+}
+
+/// The seconds gone in the current UTC minute.
+fn second_of_minute() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_secs()
+        % 60
+}
+
+/// Gemini CLI 0.61.0's `session/load` erases the session it loads when it
+/// runs in the wall-clock minute the session began (upstream
+/// google-gemini/gemini-cli#28775): before resolving the session, the load
+/// opens a chat record for the id as a new session would, in the file
+/// `session-<current minute>-<id prefix>.jsonl`, which within that minute
+/// is the session's own file; the `$set` of `messages` it appends leaves
+/// only the session context, and the load then finds nothing resumable
+/// ("No previous sessions found for this project"). turnstile sends the
+/// load, gets the error, opens a new session and tells the chat so once.
+/// The test starts early in a minute and checks that both processes ran
+/// in it, so it pins that case and no other; a Gemini CLI that loads here
+/// fails it and moves the pin.
 #[actix_rt::test]
 #[ignore = "runs inside a network namespace through real_gemini_in_a_loopback_namespace"]
-async fn after_a_restart_gemini_cannot_load_its_session_and_the_chat_is_told() {
+async fn within_the_minute_its_session_began_gemini_cannot_load_it_and_the_chat_is_told() {
     let api = FakeGemini::start().await;
     let dir = tempfile::tempdir().unwrap();
     api.push(json!([{"text": "I will remember the word tangerine."}]));
     api.push(json!([{"text": "Which word?"}]));
+    // Both processes must run in one minute: begin at its start.
+    wait_until("the start of a minute", Duration::from_secs(61), || {
+        second_of_minute() < 5
+    })
+    .await;
+    let began = utc_minute();
     let (mut h, backend) = start(&api, dir.path()).await;
     h.say(1, USER, "remember tangerine");
     h.turn_ended(1, 1).await;
@@ -334,6 +365,11 @@ async fn after_a_restart_gemini_cannot_load_its_session_and_the_chat_is_told() {
     h.api.push_update(json!({"update_id": 1000}));
     h.say(1, USER, "which word?");
     let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(
+        utc_minute(),
+        began,
+        "the test outran its minute, so it says nothing about loading within it"
+    );
     assert_eq!(outcome, completed());
     assert_eq!(
         h.api.wait_for_texts(1, 1, SOON).await,
@@ -344,6 +380,51 @@ async fn after_a_restart_gemini_cannot_load_its_session_and_the_chat_is_told() {
     assert!(
         last.contains("which word?") && !last.contains("remember tangerine"),
         "the second process started a new conversation: {last}"
+    );
+    stop(h, &backend).await;
+}
+
+/// After a restart in a later minute than the one its session began in,
+/// Gemini CLI loads the session turnstile stored: the chat is told
+/// nothing, and the model is asked with the earlier turn in its history.
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_gemini_in_a_loopback_namespace"]
+async fn after_a_restart_gemini_resumes_the_conversation() {
+    let api = FakeGemini::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    api.push(json!([{"text": "I will remember the word tangerine."}]));
+    api.push(json!([{"text": "The word was tangerine."}]));
+    let (mut h, backend) = start(&api, dir.path()).await;
+    h.say(1, USER, "remember tangerine");
+    h.turn_ended(1, 1).await;
+    h.api.wait_for_texts(1, 1, SOON).await;
+    stop(h, &backend).await;
+    // The session began before the first process ended; the restart must
+    // come in a later minute (see the test above for the same minute).
+    let ended = utc_minute();
+    wait_until("the next minute", Duration::from_secs(61), || {
+        utc_minute() > ended
+    })
+    .await;
+    let (mut h, backend) = start(&api, dir.path()).await;
+    // A new fake Telegram numbers updates from 1 again: past the offset.
+    h.api.push_update(json!({"update_id": 1000}));
+    h.say(1, USER, "which word?");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    assert_eq!(
+        h.api.wait_for_texts(1, 1, SOON).await,
+        ["The word was tangerine."],
+        "the conversation resumed, so no notice"
+    );
+    let asked = api.model_requests();
+    assert_eq!(asked.len(), 2, "one model request a turn: {asked:?}");
+    let last = asked[1].to_string();
+    assert!(
+        last.contains("remember tangerine")
+            && last.contains("I will remember the word tangerine.")
+            && last.contains("which word?"),
+        "the model request after the restart carries the earlier turn: {last}"
     );
     stop(h, &backend).await;
 }

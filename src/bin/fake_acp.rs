@@ -8,6 +8,8 @@
 //!   line from the host).
 //! - `FAKE_ACP_NO_LOAD=1`: no `loadSession` capability.
 //! - `FAKE_ACP_FORGET=1`: every `session/load` fails.
+//! - `FAKE_ACP_LATE_REPLAY=1`: `session/load` is answered before its
+//!   replay, not after (as Gemini CLI 0.61.0 does).
 //! - `FAKE_ACP_MCP_HTTP=1`: advertises `mcpCapabilities.http`.
 //! - `FAKE_ACP_AUTH=<id>`: offers the auth method `<id>` and refuses
 //!   `session/new` until it is used.
@@ -15,7 +17,8 @@
 //!   start, to prove the whole group is killed.
 //!
 //! Its session ids are `fake-<pid>`; `session/load` of an id starting
-//! `fake-` succeeds (replaying one exchange first), any other fails.
+//! `fake-` succeeds (replaying one exchange, before answering it unless
+//! `FAKE_ACP_LATE_REPLAY`), any other fails.
 //!
 //! What a prompt does, by the first word its text contains:
 //! - `permission`: a `tool_call`, then `session/request_permission` with
@@ -268,11 +271,17 @@ fn load(fake: &Fake, id: &Value, params: &Value) {
     if let Ok(mut session) = fake.session.lock() {
         *session = wanted;
     }
+    let late = env_flag("FAKE_ACP_LATE_REPLAY");
+    if late {
+        fake.answer(id, Value::Null);
+    }
     // The replay of the conversation so far: never this turn's answer.
     fake.update(json!({"sessionUpdate": "user_message_chunk",
         "content": {"type": "text", "text": "earlier question"}}));
     fake.chunk("replayed earlier answer, from the conversation before the restart");
-    fake.answer(id, Value::Null);
+    if !late {
+        fake.answer(id, Value::Null);
+    }
 }
 
 fn stop(fake: &Fake, id: &Value, reason: &str) {

@@ -61,8 +61,8 @@ pub(super) struct Start {
 enum Stage {
     /// `initialize` (and `authenticate`) sent; no session yet.
     Starting,
-    /// `session/new` or `session/load` sent (a loaded conversation's
-    /// replayed updates are no turn's).
+    /// `session/new` or `session/load` sent, or a loaded session's
+    /// replay not known to be over (its replayed updates are no turn's).
     Opening,
     /// The session is open and no prompt runs.
     Ready,
@@ -84,6 +84,8 @@ enum Purpose {
     Authenticate,
     NewSession,
     LoadSession,
+    /// [`wire::REPLAY_SYNC`], after a load.
+    ReplaySync,
     Prompt,
 }
 
@@ -375,6 +377,10 @@ impl Driver {
             Purpose::NewSession => self.opened_new(outcome),
             Purpose::LoadSession => {
                 self.loaded(outcome);
+                Ok(())
+            }
+            Purpose::ReplaySync => {
+                self.replayed();
                 Ok(())
             }
             Purpose::Prompt => {

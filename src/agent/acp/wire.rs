@@ -173,6 +173,17 @@ pub(crate) fn load_session(id: &str, cwd: &Path, servers: Vec<McpServer>) -> Loa
     LoadSessionRequest::new(id.to_owned(), cwd).mcp_servers(servers)
 }
 
+/// The extension request sent after a `session/load` answered, whose
+/// answer (any answer: an agent that does not know it says "method not
+/// found", as JSON-RPC and ACP's extensibility rules ask) marks the end of
+/// a replay the agent sent after answering the load.
+pub(crate) const REPLAY_SYNC: &str = "_turnstile/replay_sync";
+
+/// The params of [`REPLAY_SYNC`]: the session.
+pub(crate) fn replay_sync(session: &str) -> Value {
+    json!({ "sessionId": session })
+}
+
 /// `session/prompt`: the user's text as one text block.
 pub(crate) fn prompt(session: &str, text: &str) -> PromptRequest {
     PromptRequest::new(

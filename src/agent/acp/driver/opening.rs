@@ -119,12 +119,23 @@ impl Driver {
     }
 
     /// The answer to `session/load`: the session, or a new one and a
-    /// notice.
+    /// notice. A loaded session is ready once the answer to
+    /// [`wire::REPLAY_SYNC`] came: the spec has the agent replay the
+    /// conversation before it answers the load, but Gemini CLI 0.61.0
+    /// answers first and replays after, writing the whole replay before it
+    /// reads its next line; so what it replays comes before the answer to
+    /// that request, sent once the load is answered, and is no turn's.
     pub(super) fn loaded(&mut self, outcome: Result<Value, RpcError>) {
         match outcome {
             Ok(_) => {
                 tracing::info!(pid = self.pid, session_id = ?self.session, "agent session loaded (acp)");
-                self.ready();
+                self.emit(AgentEvent::Progress);
+                let session = self.session.clone().unwrap_or_default();
+                self.request(
+                    Purpose::ReplaySync,
+                    wire::REPLAY_SYNC,
+                    wire::replay_sync(&session),
+                );
             }
             Err(error) => {
                 tracing::warn!(pid = self.pid, cause = %error, "the agent could not load the stored session; opening a new one");
@@ -160,6 +171,13 @@ impl Driver {
     /// The MCP servers offered: the chat tools, when they are served.
     fn servers(&self) -> Vec<McpServer> {
         self.tool_server.iter().map(ToolServer::describe).collect()
+    }
+
+    /// The answer to [`wire::REPLAY_SYNC`], whatever it is: the loaded
+    /// session's replay is over.
+    pub(super) fn replayed(&mut self) {
+        tracing::debug!(pid = self.pid, "the loaded session's replay is over");
+        self.ready();
     }
 
     /// The session is open: run what waits.
