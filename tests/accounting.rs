@@ -1,6 +1,6 @@
-//! What a turn used: its record in the `turns` table and the per-turn
-//! histograms count every result of the turn, also the one that comes
-//! after a terminator, and each turn once. Scripted agent, real
+//! What a turn used: its record in the `turns` table, the per-turn
+//! histograms and `/usage` count every result of the turn, also the one
+//! that comes after a terminator, and each turn once. Scripted agent, real
 //! teloxide client, fake Bot API, state in a file the test reads.
 
 mod support;
@@ -89,4 +89,33 @@ async fn a_turn_ended_by_end_turn_is_recorded_with_its_late_results_calls() {
     assert_eq!(metric(&h, "turnstile_turn_api_calls_count"), 1.0);
     assert_eq!(metric(&h, "turnstile_turn_api_calls_sum"), 1.0);
     assert_eq!(metric(&h, "turnstile_turn_duration_seconds_count"), 2.0);
+}
+
+#[actix_rt::test]
+async fn usage_counts_a_re_prompted_turn_once_and_both_its_results() {
+    let mut h = Harness::start(scenario(), &[]).await;
+    h.say(USER, USER, "quiet");
+    h.turn_ended(USER, 1).await;
+    let texts = h.api.wait_for_texts(USER, 1, SOON).await;
+    assert_eq!(texts, ["done"], "the re-prompt ran");
+    // The turn's use is written once its session is done, the metric after
+    // the row.
+    wait_until("the turn's tokens counted", SOON, || {
+        metric(&h, "turnstile_tokens_total{direction=\"input\"}") >= 200.0
+    })
+    .await;
+    h.say(USER, USER, "/usage");
+    let usage = h
+        .api
+        .wait_for(SOON, "the /usage answer", |_| {
+            h.texts(USER)
+                .into_iter()
+                .find(|t| t.contains("This conversation"))
+        })
+        .await;
+    let today = usage.lines().nth(1).unwrap_or_default();
+    assert_eq!(
+        today, "Today (UTC): 1 turn, 2 model calls, 200 in / 20 out tokens, $0.0000",
+        "{usage}"
+    );
 }

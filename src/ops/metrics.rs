@@ -157,10 +157,11 @@ impl Metrics {
         );
     }
 
-    /// An agent's result reported `input` tokens read, `output` written
-    /// and what that cost: counted as it arrives, also when it comes after
-    /// its turn ended (as it does after a terminator), so these totals are
-    /// `/usage`'s.
+    /// A turn's results reported `input` tokens read, `output` written and
+    /// what that cost, summed over every result (also one that came after
+    /// the turn ended, as it does after a terminator): counted when the
+    /// turn is done with its session, as `/usage`'s row is written, so
+    /// these totals are `/usage`'s.
     pub fn usage(&self, input: u64, output: u64, cost_usd: f64) {
         for (direction, n) in [("input", input), ("output", output)] {
             self.tokens

@@ -222,21 +222,9 @@ pub(super) struct Account {
 }
 
 impl TurnActor {
-    /// What one of the turn's results says it used, for `/usage` and the
-    /// metrics, whenever it arrives (after a terminator it comes late);
-    /// summed for the turn's record.
+    /// Adds what one of the turn's results says it used, whenever it
+    /// arrives.
     pub(super) fn account(&mut self, result: &crate::agent::AgentResult) {
-        let one = TurnUsage {
-            api_calls: result.num_turns,
-            input_tokens: result.usage.input_tokens,
-            output_tokens: result.usage.output_tokens,
-            cost_usd: result.total_cost_usd,
-        };
-        self.deps
-            .events
-            .metrics()
-            .usage(one.input_tokens, one.output_tokens, one.cost_usd);
-        self.deps.inbox.record_usage(self.spec.to, one);
         let used = &mut self.accounting.used;
         used.api_calls = used.api_calls.saturating_add(result.num_turns);
         used.input_tokens = used.input_tokens.saturating_add(result.usage.input_tokens);
@@ -251,14 +239,21 @@ impl TurnActor {
 
     /// Closes the turn's accounting, once: no result can come any more
     /// (its session is released or killed, or the turn aborted). Writes
-    /// the turn's record (when TurnEnded went out) and observes its calls
-    /// and cost.
+    /// one `usage` row for the turn (when a result came; `/usage` counts
+    /// its rows as turns), the turn's record (when TurnEnded went out),
+    /// and the metrics.
     pub(super) fn close_account(&mut self) {
         if std::mem::replace(&mut self.accounting.closed, true) {
             return;
         }
         let used = self.accounting.used;
         let metrics = self.deps.events.metrics();
+        if self.accounting.results > 0 {
+            // The row first: whoever saw the metric and then asks
+            // `/usage` finds it (the store runs its jobs in order).
+            self.deps.inbox.record_usage(self.spec.to, used);
+            metrics.usage(used.input_tokens, used.output_tokens, used.cost_usd);
+        }
         if let Some(mut record) = self.accounting.record.take() {
             record.api_calls = used.api_calls;
             record.cost_usd = used.cost_usd;
