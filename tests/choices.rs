@@ -232,8 +232,8 @@ async fn usage_counts_this_conversations_turns_and_an_admin_sees_the_bots() {
     turn(&mut h, USER, "two", 2).await;
     h.say(ADMIN, ADMIN, "three");
     h.turn_ended(ADMIN, 1).await;
-    // A result comes after its turn ended (after `end_turn`): counted as
-    // it comes, in the metrics and then the store.
+    // A result comes after its turn ended (after `end_turn`): counted once
+    // the turn is done with its session, in the store and then the metrics.
     let metrics = std::sync::Arc::clone(h.bot.events.metrics());
     eventually("the three results counted", SOON, || {
         let text = metrics.render(0, 0, 0);

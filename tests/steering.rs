@@ -412,3 +412,43 @@ async fn after_a_model_switch_a_message_is_not_steered_into_the_old_session() {
         "{choices:?}"
     );
 }
+
+/// A message the running turn no longer takes (here: it came right after
+/// `/stop`) is queued when the turn answers; a message after it that goes
+/// straight to the queue (one with a file) must not get ahead of it
+/// meanwhile. The stop and both messages come in one delivery, so the
+/// second is routed before the stopped turn answers for the first.
+#[actix_rt::test]
+async fn a_message_the_turn_does_not_take_keeps_its_place_before_a_later_one() {
+    use support::bot_api::files::{captioned, document, private, text_message};
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().join("{chat}").display().to_string();
+    let env = [
+        ("TURNSTILE_DISPATCHER_BUSY", "steer"),
+        ("TURNSTILE_AGENT_WORKDIR", workdir.as_str()),
+    ];
+    let mut h = Harness::start(scenario(), &env).await;
+    h.api.add_file("doc-1", "documents/notes.txt", b"notes");
+    h.say(CHAT, CHAT, "slow one");
+    let first = started(&mut h, 1).await;
+    h.api.push_messages([
+        text_message(private(CHAT), CHAT, "/stop"),
+        text_message(private(CHAT), CHAT, "alpha, sent first"),
+        captioned(
+            document(private(CHAT), CHAT, "doc-1", "notes.txt", 5),
+            "beta, sent second",
+        ),
+    ]);
+    let (_, outcome, _) = h.turn_ended(CHAT, 1).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    assert_eq!(started(&mut h, 2).await, first + 1);
+    h.turn_ended(CHAT, 2).await;
+    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+    let last = h.texts(CHAT).last().cloned().unwrap_or_default();
+    let alpha = last.find("alpha, sent first");
+    let beta = last.find("beta, sent second");
+    assert!(
+        last.starts_with("answer: ") && alpha.is_some() && beta.is_some() && alpha < beta,
+        "the messages in the order they came: {last}"
+    );
+}

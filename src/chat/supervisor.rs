@@ -198,6 +198,11 @@ pub struct ChatSupervisor {
     state: ChatState<Running>,
     /// Messages waiting, oldest first.
     queue: VecDeque<UserMessage>,
+    /// A message was handed to the running turn, which has not answered
+    /// yet whether it takes it.
+    asking: bool,
+    /// Messages accepted meanwhile, oldest first: routed once it answers.
+    held: VecDeque<UserMessage>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
     /// Turns up to this one must not keep their session (after `/new`).
@@ -241,6 +246,8 @@ impl ChatSupervisor {
             next_turn,
             state: ChatState::Idle,
             queue: VecDeque::new(),
+            asking: false,
+            held: VecDeque::new(),
             warm: None,
             forget_through: TurnId(0),
             cold_through: TurnId(0),
@@ -285,7 +292,7 @@ impl ChatSupervisor {
             // An idle chat keeps no buffer for its queue.
             self.queue.shrink_to_fit();
         }
-        if !self.state.is_idle() || !self.queue.is_empty() || self.warm.is_some() {
+        if !self.state.is_idle() || !self.queue.is_empty() || self.warm.is_some() || self.asking {
             return;
         }
         if let Some(timer) = self.idle_timer.take() {
@@ -469,10 +476,7 @@ impl Handler<UserMessage> for ChatSupervisor {
         if self.parks(&msg) {
             return self.park_more(msg, ctx);
         }
-        if self.steers(&msg) {
-            return self.steer(msg, ctx);
-        }
-        self.enqueue(msg, ctx);
+        self.route(msg, ctx);
     }
 }
 

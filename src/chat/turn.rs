@@ -97,6 +97,8 @@ pub struct TurnActor {
     root: std::path::PathBuf,
     /// Whether `root` was read.
     root_known: bool,
+    /// What the turn's results used, and its record.
+    accounting: closing::Account,
 }
 
 impl TurnActor {
@@ -140,6 +142,7 @@ impl TurnActor {
             steering: steering::Steering::default(),
             root,
             root_known: false,
+            accounting: closing::Account::default(),
         }
     }
 
@@ -361,6 +364,9 @@ impl Actor for TurnActor {
 
 impl Drop for TurnActor {
     fn drop(&mut self) {
+        // Stopped without a release (the system going away): what the
+        // results used is still written.
+        self.close_account();
         self.deps.gauges.leave(&self.deps.gauges.turns);
     }
 }
@@ -406,8 +412,10 @@ impl Handler<AbortTurn> for TurnActor {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
         });
-        // The session (or a warm one never begun on) is dropped.
+        // The session (or a warm one never begun on) is dropped, and no
+        // result comes any more.
         self.step(Step::Aborted);
+        self.close_account();
         // The supervisor already let go of this turn: nothing is handed back.
         ctx.stop();
     }

@@ -157,10 +157,11 @@ impl Metrics {
         );
     }
 
-    /// An agent's result reported `input` tokens read, `output` written
-    /// and what that cost: counted as it arrives, also when it comes after
-    /// its turn ended (as it does after a terminator), so these totals are
-    /// `/usage`'s.
+    /// A turn's results reported `input` tokens read, `output` written and
+    /// what that cost, summed over every result (also one that came after
+    /// the turn ended, as it does after a terminator): counted when the
+    /// turn is done with its session, as `/usage`'s row is written, so
+    /// these totals are `/usage`'s.
     pub fn usage(&self, input: u64, output: u64, cost_usd: f64) {
         for (direction, n) in [("input", input), ("output", output)] {
             self.tokens
@@ -300,20 +301,25 @@ impl Metrics {
         );
     }
 
-    /// A turn ended after `took`, with what its agent reported.
-    pub fn turn_ended(&self, outcome: &TurnOutcome, took: Duration, api_calls: u32, cost_usd: f64) {
+    /// A turn ended after `took`.
+    pub fn turn_ended(&self, outcome: &TurnOutcome, took: Duration) {
         self.turns
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.label().to_string(),
             })
             .inc();
         self.turn_duration.observe(took.as_secs_f64());
+    }
+
+    /// What a turn's results reported, all of them (after a terminator the
+    /// result comes after the turn ended): once per turn, when the turn is
+    /// done with its session.
+    pub fn turn_used(&self, api_calls: u32, cost_usd: f64) {
         if api_calls > 0 {
             self.turn_api_calls.observe(f64::from(api_calls));
         }
         if cost_usd.is_finite() && cost_usd > 0.0 {
-            // The total is counted per result (`usage`), not here: a
-            // result may come after its turn ended.
+            // The total is counted with the tokens (`usage`).
             self.turn_cost.observe(cost_usd);
         }
     }
@@ -438,12 +444,16 @@ mod tests {
         let done = TurnOutcome::Completed {
             reason: "completed".into(),
         };
-        metrics.turn_ended(&done, Duration::from_millis(1200), 3, 0.25);
-        metrics.turn_ended(&done, Duration::from_millis(800), 2, 0.125);
+        metrics.turn_ended(&done, Duration::from_millis(1200));
+        metrics.turn_used(3, 0.25);
+        metrics.turn_ended(&done, Duration::from_millis(800));
+        metrics.turn_used(2, 0.125);
         // A cost that is not a number (from outside) is not added.
-        metrics.turn_ended(&done, Duration::from_millis(10), 0, f64::NAN);
+        metrics.turn_ended(&done, Duration::from_millis(10));
+        metrics.turn_used(0, f64::NAN);
         // No result: nothing reported, nothing observed.
-        metrics.turn_ended(&TurnOutcome::NoProgress, Duration::from_secs(1), 0, 0.0);
+        metrics.turn_ended(&TurnOutcome::NoProgress, Duration::from_secs(1));
+        metrics.turn_used(0, 0.0);
         let text = metrics.render(0, 0, 4);
         let line = |name: &str| {
             text.lines()
@@ -454,7 +464,7 @@ mod tests {
         assert_eq!(
             line("turnstile_cost_usd_total"),
             "turnstile_cost_usd_total 0.0",
-            "counted per result, by usage"
+            "counted with the tokens, by usage"
         );
         assert_eq!(
             line("turnstile_turn_api_calls_sum"),

@@ -78,6 +78,28 @@ impl FakeBotApi {
         self.push_message_as(None, message)
     }
 
+    /// Pushes messages at once, as one `getUpdates` answer sees them (the
+    /// bot reads them as one delivery); returns their update ids.
+    pub fn push_messages(&self, messages: impl IntoIterator<Item = Value>) -> Vec<i64> {
+        let ids = {
+            let mut queue = lock(&self.shared.queue);
+            messages
+                .into_iter()
+                .map(|mut message| {
+                    if message.get("message_id").is_none() {
+                        message["message_id"] = queue.next_message_id().into();
+                    }
+                    if message.get("date").is_none() {
+                        message["date"] = unix_now().into();
+                    }
+                    queue.push(json!({"message": message}))
+                })
+                .collect()
+        };
+        self.shared.pushed.notify_waiters();
+        ids
+    }
+
     /// Like [`FakeBotApi::push_message`], with this update id when given
     /// (a second fake after a restart must go past the stored offset).
     pub fn push_message_as(&self, update_id: Option<i64>, mut message: Value) -> i64 {

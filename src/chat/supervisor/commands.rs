@@ -31,12 +31,17 @@ impl Handler<ChatCommand> for ChatSupervisor {
 }
 
 impl ChatSupervisor {
-    /// `/stop`: interrupts the running turn and drops what is queued.
+    /// `/stop`: interrupts the running turn and drops what is queued (and
+    /// what waits to be routed behind a message the turn has not answered
+    /// for).
     fn stop(&mut self, ctx: &mut actix::Context<Self>) {
-        let dropped = self.queue.len();
+        let dropped = self.queue.len() + self.held.len();
         let ids: Vec<i64> = self.queue.drain(..).map(|p| p.message.update_id).collect();
         self.deps.events.metrics().queued(-(ids.len() as i64));
-        self.deps.inbox.dropped(ids);
+        let held = self.held.drain(..).map(|p| p.message.update_id);
+        self.deps
+            .inbox
+            .dropped(ids.into_iter().chain(held).collect());
         // A slot on its way stays on its way: with the queue empty it
         // starts nothing.
         if let ChatState::Merging(handle) = self.state {

@@ -24,9 +24,25 @@ impl ChatSupervisor {
                 .is_some_and(|running| running.turn > self.forget_through.max(self.cold_through))
     }
 
+    /// Routes `msg`: into the running turn, or into the queue. While a
+    /// turn has not yet answered whether it takes a message, the ones
+    /// after it wait for that answer, so a message it does not take is
+    /// queued before them: a chat's messages keep their order.
+    pub(super) fn route(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
+        if self.asking {
+            self.held.push_back(msg);
+            return;
+        }
+        if self.steers(&msg) {
+            return self.steer(msg, ctx);
+        }
+        self.enqueue(msg, ctx);
+    }
+
     /// Hands `msg` to the running turn; one it does not take (it ended
-    /// meanwhile, or `/stop` was asked) waits for the next turn.
-    pub(super) fn steer(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
+    /// meanwhile, or `/stop` was asked) waits for the next turn, and the
+    /// messages held behind it are routed after it.
+    fn steer(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
         let Some(running) = self.state.running() else {
             return self.enqueue(msg, ctx);
         };
@@ -34,7 +50,9 @@ impl ChatSupervisor {
             message: msg.message.clone(),
             at: msg.at,
         });
+        self.asking = true;
         ctx.spawn(ask.into_actor(self).map(move |taken, act, ctx| {
+            act.asking = false;
             if !matches!(taken, Ok(true)) {
                 tracing::debug!(
                     update_id = msg.message.update_id,
@@ -42,6 +60,12 @@ impl ChatSupervisor {
                 );
                 act.enqueue(msg, ctx);
             }
+            while !act.asking
+                && let Some(next) = act.held.pop_front()
+            {
+                act.route(next, ctx);
+            }
+            act.watch_idle(ctx);
         }));
     }
 

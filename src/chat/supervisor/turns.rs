@@ -19,7 +19,7 @@ use crate::chat::typing::{StartTyping, TypingLease};
 use crate::events::BotEvent;
 use crate::ids::TurnId;
 use crate::ops::logging::{StartInSpan, context_span};
-use crate::state::{Disposition, TurnRecord, now_ms};
+use crate::state::Disposition;
 
 /// The messages one turn answers: the front one and those merged with it.
 struct Burst {
@@ -189,8 +189,6 @@ impl ChatSupervisor {
             outcome: TurnOutcome::ForceReleased,
             session_id: None,
             replied: false,
-            api_calls: 0,
-            cost_usd: 0.0,
             started: running.started,
             at,
             steered: Vec::new(),
@@ -251,21 +249,12 @@ impl Handler<TurnEnded> for ChatSupervisor {
             }
         }
         let inbox = &self.deps.inbox;
-        let now = now_ms();
-        let took =
-            i64::try_from(msg.at.duration_since(msg.started).as_millis()).unwrap_or(i64::MAX);
         let duration = msg.at.saturating_duration_since(msg.started);
-        running.span.in_scope(|| {
-            tracing::info!(
-                outcome = msg.outcome.label(),
-                duration_ms = took,
-                api_calls = msg.api_calls,
-                cost_usd = msg.cost_usd,
-                "turn recorded"
-            );
-        });
+        // Its API calls and cost are counted, and its record written, by
+        // the turn once its session is done: after a terminator the
+        // result comes later.
         let metrics = self.deps.events.metrics();
-        metrics.turn_ended(&msg.outcome, duration, msg.api_calls, msg.cost_usd);
+        metrics.turn_ended(&msg.outcome, duration);
         // A schedule's run (a negative update id) is delivered when its
         // turn completed; requeued for the next start, it is not over yet.
         let runs = running.update_ids.iter().filter(|id| **id < 0).count() as u64;
@@ -277,16 +266,6 @@ impl Handler<TurnEnded> for ChatSupervisor {
             };
             metrics.schedule_runs(label, runs);
         }
-        inbox.record_turn(TurnRecord {
-            chat_id: self.to.chat.0,
-            turn: msg.turn.get(),
-            started_at: now.saturating_sub(took),
-            ended_at: now,
-            outcome: msg.outcome.label().to_string(),
-            finished: msg.outcome.finished(),
-            api_calls: msg.api_calls,
-            cost_usd: msg.cost_usd,
-        });
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {

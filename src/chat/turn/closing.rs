@@ -12,8 +12,9 @@ use super::phase::{Leftover, Step, TurnPhase};
 use super::{SessionReleased, TurnActor, TurnEnded};
 use crate::agent::{AgentEvent, HookReply, SessionCommand, ToolReply};
 use crate::chat::notices::{Ending, STOP_REASON, notice_for};
-use crate::chat::outcome::{TurnEvent, TurnOutcome};
+use crate::chat::outcome::TurnOutcome;
 use crate::events::BotEvent;
+use crate::state::{TurnRecord, TurnUsage, now_ms};
 
 impl TurnActor {
     /// An event after TurnEnded: closing the session, never delivering.
@@ -118,26 +119,27 @@ impl TurnActor {
     }
 
     /// TurnEnded to who waits for it, the bus and the log; answers whether
-    /// a reply may have left.
+    /// a reply may have left. The turn's record waits for its accounting
+    /// to close ([`TurnActor::close_account`]).
     fn announce_end(&mut self, outcome: &TurnOutcome, at: Instant) -> bool {
-        let (api_calls, cost_usd) = self
-            .log
-            .iter()
-            .filter_map(|e| match e {
-                TurnEvent::Result(r) => Some((r.num_turns, r.total_cost_usd)),
-                _ => None,
-            })
-            .fold((0u32, 0.0), |(n, c), (dn, dc)| {
-                (n.saturating_add(dn), c + dc)
-            });
+        let ended_at = now_ms();
+        let took = i64::try_from(at.duration_since(self.started).as_millis()).unwrap_or(i64::MAX);
+        self.accounting.record = Some(TurnRecord {
+            chat_id: self.spec.to.chat.0,
+            turn: self.spec.turn.get(),
+            started_at: ended_at.saturating_sub(took),
+            ended_at,
+            outcome: outcome.label().to_string(),
+            finished: outcome.finished(),
+            api_calls: 0,
+            cost_usd: 0.0,
+        });
         let replied = self.delivered || self.lane.is_some();
         let ended = TurnEnded {
             turn: self.spec.turn,
             outcome: outcome.clone(),
             session_id: self.session_id.clone(),
             replied,
-            api_calls,
-            cost_usd,
             started: self.started,
             at,
             steered: self.steering.read(),
@@ -179,6 +181,9 @@ impl TurnActor {
         if self.phase.is_released() {
             return;
         }
+        // No event of the session is read after this: every result the
+        // turn will have is in.
+        self.close_account();
         let hand_back = self.may_hand_back();
         let session = match self.step(Step::Released) {
             Some(Leftover::Link(link)) if hand_back => link.into_session(),
@@ -201,20 +206,67 @@ impl TurnActor {
     }
 }
 
+/// What a turn's results used, summed as they arrive (after a terminator
+/// the result comes after TurnEnded), and its record, written once the
+/// turn is done with its session.
+#[derive(Debug, Default)]
+pub(super) struct Account {
+    /// Every result's use, summed.
+    used: TurnUsage,
+    /// How many results came.
+    results: u32,
+    /// The turn's record, from TurnEnded on (its use filled in at the close).
+    record: Option<TurnRecord>,
+    /// Written already.
+    closed: bool,
+}
+
 impl TurnActor {
-    /// What one of the turn's results says it used, for `/usage` and the
-    /// metrics, whenever it arrives (after a terminator it comes late).
-    pub(super) fn account(&self, result: &crate::agent::AgentResult) {
-        let used = crate::state::TurnUsage {
-            api_calls: result.num_turns,
-            input_tokens: result.usage.input_tokens,
-            output_tokens: result.usage.output_tokens,
-            cost_usd: result.total_cost_usd,
-        };
-        self.deps
-            .events
-            .metrics()
-            .usage(used.input_tokens, used.output_tokens, used.cost_usd);
-        self.deps.inbox.record_usage(self.spec.to, used);
+    /// Adds what one of the turn's results says it used, whenever it
+    /// arrives.
+    pub(super) fn account(&mut self, result: &crate::agent::AgentResult) {
+        let used = &mut self.accounting.used;
+        used.api_calls = used.api_calls.saturating_add(result.num_turns);
+        used.input_tokens = used.input_tokens.saturating_add(result.usage.input_tokens);
+        used.output_tokens = used
+            .output_tokens
+            .saturating_add(result.usage.output_tokens);
+        if result.total_cost_usd.is_finite() && result.total_cost_usd > 0.0 {
+            used.cost_usd += result.total_cost_usd;
+        }
+        self.accounting.results = self.accounting.results.saturating_add(1);
+    }
+
+    /// Closes the turn's accounting, once: no result can come any more
+    /// (its session is released or killed, or the turn aborted). Writes
+    /// one `usage` row for the turn (when a result came; `/usage` counts
+    /// its rows as turns), the turn's record (when TurnEnded went out),
+    /// and the metrics.
+    pub(super) fn close_account(&mut self) {
+        if std::mem::replace(&mut self.accounting.closed, true) {
+            return;
+        }
+        let used = self.accounting.used;
+        let metrics = self.deps.events.metrics();
+        if self.accounting.results > 0 {
+            // The row first: whoever saw the metric and then asks
+            // `/usage` finds it (the store runs its jobs in order).
+            self.deps.inbox.record_usage(self.spec.to, used);
+            metrics.usage(used.input_tokens, used.output_tokens, used.cost_usd);
+        }
+        if let Some(mut record) = self.accounting.record.take() {
+            record.api_calls = used.api_calls;
+            record.cost_usd = used.cost_usd;
+            metrics.turn_used(used.api_calls, used.cost_usd);
+            tracing::info!(
+                outcome = %record.outcome,
+                duration_ms = record.ended_at.saturating_sub(record.started_at),
+                api_calls = used.api_calls,
+                cost_usd = used.cost_usd,
+                results = self.accounting.results,
+                "turn recorded"
+            );
+            self.deps.inbox.record_turn(record);
+        }
     }
 }

@@ -36,10 +36,6 @@ pub struct TurnEnded {
     /// Whether a reply may have left (sent or still on its way): such a
     /// turn is never run again.
     pub replied: bool,
-    /// Model turns the agent reported (0 without a result).
-    pub api_calls: u32,
-    /// What the turn cost, as the agent reported it.
-    pub cost_usd: f64,
     /// When the turn started.
     pub started: Instant,
     /// When the turn ended.
