@@ -345,12 +345,10 @@ async fn after_new_a_message_is_not_steered_into_the_old_session() {
     assert_eq!(opens[1].1, None, "{opens:?}");
 }
 
-/// A message with a file waits for the next turn (its file is fetched as
-/// a turn starts), steering or not.
-#[actix_rt::test]
-async fn a_message_with_a_file_waits_for_the_next_turn() {
-    use support::bot_api::files::{captioned, document, private};
-    let dir = tempfile::tempdir().unwrap();
+/// A steering bot whose workdirs are in `dir`, a file the fake Telegram
+/// serves as `doc-1`, and a slow first turn running: the harness and that
+/// turn's number.
+async fn steering_with_a_file_at_hand(dir: &tempfile::TempDir) -> (Harness, u64) {
     let workdir = dir.path().join("{chat}").display().to_string();
     let env = [
         ("TURNSTILE_DISPATCHER_BUSY", "steer"),
@@ -360,6 +358,16 @@ async fn a_message_with_a_file_waits_for_the_next_turn() {
     h.api.add_file("doc-1", "documents/notes.txt", b"notes");
     h.say(CHAT, CHAT, "slow one");
     let first = started(&mut h, 1).await;
+    (h, first)
+}
+
+/// A message with a file waits for the next turn (its file is fetched as
+/// a turn starts), steering or not.
+#[actix_rt::test]
+async fn a_message_with_a_file_waits_for_the_next_turn() {
+    use support::bot_api::files::{captioned, document, private};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut h, first) = steering_with_a_file_at_hand(&dir).await;
     h.api.push_message(captioned(
         document(private(CHAT), CHAT, "doc-1", "notes.txt", 5),
         "read this",
@@ -422,15 +430,7 @@ async fn after_a_model_switch_a_message_is_not_steered_into_the_old_session() {
 async fn a_message_the_turn_does_not_take_keeps_its_place_before_a_later_one() {
     use support::bot_api::files::{captioned, document, private, text_message};
     let dir = tempfile::tempdir().unwrap();
-    let workdir = dir.path().join("{chat}").display().to_string();
-    let env = [
-        ("TURNSTILE_DISPATCHER_BUSY", "steer"),
-        ("TURNSTILE_AGENT_WORKDIR", workdir.as_str()),
-    ];
-    let mut h = Harness::start(scenario(), &env).await;
-    h.api.add_file("doc-1", "documents/notes.txt", b"notes");
-    h.say(CHAT, CHAT, "slow one");
-    let first = started(&mut h, 1).await;
+    let (mut h, first) = steering_with_a_file_at_hand(&dir).await;
     h.api.push_messages([
         text_message(private(CHAT), CHAT, "/stop"),
         text_message(private(CHAT), CHAT, "alpha, sent first"),
