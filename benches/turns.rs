@@ -1892,13 +1892,13 @@ fn soak_plan(args: &Args) -> SoakPlan {
             from_sample: 1,
             band: 1.0,
             in_use_band: 1.0,
-            // Before the blocking pool was bounded and the mmap threshold
+            // Before the blocking pool was bounded and glibc's thresholds
             // fixed (`turnstile::system`), RSS right after the trim rose
-            // 1-8 % from the second sample. After, six full runs under
-            // load read -0.42, -0.07, +0.35, +0.74, +1.24 and +2.05 %
-            // sample to sample, with no trend: the means of three samples
-            // at each end are checked against 1 %. 1 % of ~34 MiB over
-            // 80,000 turns still fails a leak of 5 bytes a turn.
+            // 1-8 % from the second sample. After, three full runs under
+            // load read -0.37, +0.52 and +2.38 % sample to sample, and
+            // +0.24, +0.43 and +0.41 % between the means of three samples
+            // at each end, which are checked against 1 %. 1 % of ~34 MiB
+            // over 80,000 turns still fails a leak of 5 bytes a turn.
             rss_band: 1.0,
         }
     }
