@@ -314,26 +314,41 @@ async fn a_message_while_an_approval_waits_is_read_after_the_decision() {
     );
 }
 
+/// With a slow first turn running, `command` (answered with a text that
+/// `told` accepts) and then `text`: `text` is not steered into the running
+/// turn's session but starts the next turn.
+async fn a_command_then_the_next_turn(
+    h: &mut Harness,
+    command: &str,
+    told: impl Fn(&str) -> bool,
+    text: &str,
+) {
+    h.say(CHAT, CHAT, "slow one");
+    let first = started(h, 1).await;
+    h.say(CHAT, CHAT, command);
+    h.api
+        .wait_for(SOON, &format!("the {command} answer"), |_| {
+            h.texts(CHAT).iter().any(|t| told(t)).then_some(())
+        })
+        .await;
+    h.say(CHAT, CHAT, text);
+    assert_eq!(started(h, 2).await, first + 1);
+    h.turn_ended(CHAT, 2).await;
+    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+}
+
 /// After `/new` nothing more goes into the session being left: the next
 /// message is the next turn, in a fresh session.
 #[actix_rt::test]
 async fn after_new_a_message_is_not_steered_into_the_old_session() {
     let mut h = Harness::start(scenario(), STEER).await;
-    h.say(CHAT, CHAT, "slow one");
-    let first = started(&mut h, 1).await;
-    h.say(CHAT, CHAT, "/new");
-    h.api
-        .wait_for(SOON, "the /new answer", |_| {
-            h.texts(CHAT)
-                .iter()
-                .any(|t| t.starts_with("🆕"))
-                .then_some(())
-        })
-        .await;
-    h.say(CHAT, CHAT, "for the new session");
-    assert_eq!(started(&mut h, 2).await, first + 1);
-    h.turn_ended(CHAT, 2).await;
-    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+    a_command_then_the_next_turn(
+        &mut h,
+        "/new",
+        |t| t.starts_with("🆕"),
+        "for the new session",
+    )
+    .await;
     assert!(h.backend.log().steered.is_empty());
     assert_eq!(
         h.texts(CHAT).last().map(String::as_str),
@@ -394,21 +409,13 @@ async fn after_a_model_switch_a_message_is_not_steered_into_the_old_session() {
         ],
     )
     .await;
-    h.say(CHAT, CHAT, "slow one");
-    let first = started(&mut h, 1).await;
-    h.say(CHAT, CHAT, "/model haiku");
-    h.api
-        .wait_for(SOON, "the /model answer", |_| {
-            h.texts(CHAT)
-                .iter()
-                .any(|t| t.contains("runs with haiku"))
-                .then_some(())
-        })
-        .await;
-    h.say(CHAT, CHAT, "on the new model");
-    assert_eq!(started(&mut h, 2).await, first + 1);
-    h.turn_ended(CHAT, 2).await;
-    assert!(!h.seen.iter().any(|e| matches!(e, BotEvent::Steered { .. })));
+    a_command_then_the_next_turn(
+        &mut h,
+        "/model haiku",
+        |t| t.contains("runs with haiku"),
+        "on the new model",
+    )
+    .await;
     assert_eq!(
         h.texts(CHAT).last().map(String::as_str),
         Some("answer: on the new model")

@@ -120,7 +120,7 @@ const TRIM_THRESHOLD: i32 = 1 << 20;
 /// a trim cannot return between the small blocks that outlive them: the
 /// soak's RSS after the trim rose a few percent over 100,000 turns with the
 /// live heap flat. Nothing elsewhere (another libc).
-fn fix_mmap_threshold() {
+fn fix_malloc_thresholds() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets the allocator's parameters, under its lock.
     unsafe {
@@ -130,11 +130,11 @@ fn fix_mmap_threshold() {
 }
 
 /// The actix system the bot runs in: glibc's mmap and trim thresholds fixed
-/// ([`fix_mmap_threshold`]); a current-thread runtime whose
+/// ([`fix_malloc_thresholds`]); a current-thread runtime whose
 /// blocking pool is bounded ([`BLOCKING_THREADS`]) and named
 /// (`turnstile-blocking`, as `top -H` shows it).
 pub fn system() -> actix_rt::SystemRunner {
-    fix_mmap_threshold();
+    fix_malloc_thresholds();
     actix_rt::System::with_tokio_rt(|| {
         match tokio::runtime::Builder::new_current_thread()
             .enable_all()
