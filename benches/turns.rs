@@ -887,10 +887,17 @@ async fn round(
         if counts.messages >= before.messages + count && live == 0 {
             let took = started.elapsed();
             if counts.notices > before.notices || counts.errors > before.errors {
+                let crossings: Vec<String> = tg
+                    .crossings()
+                    .iter()
+                    .take(5)
+                    .map(describe_crossing)
+                    .collect();
                 return Err(format!(
-                    "{} notices and {} errors in a round of {count} turns",
+                    "{} notices and {} errors in a round of {count} turns; the first notices of the run: {:?}; requests past the fake's keep-alive: {crossings:?}",
                     counts.notices - before.notices,
-                    counts.errors - before.errors
+                    counts.errors - before.errors,
+                    tg.notices()
                 ));
             }
             if counts.messages != before.messages + count {
@@ -935,14 +942,24 @@ async fn lost_replies(
         );
     }
     let counts = bot.inbox.counts().await;
+    let crossings: Vec<String> = tg
+        .crossings()
+        .iter()
+        .take(5)
+        .map(describe_crossing)
+        .collect();
     format!(
         "{} chats without a reply (first: {:?}); inbox {counts:?}; {} unfinished rows:{rows}; \
-         gauges: {} supervisors, {} typing",
+         gauges: {} supervisors, {} typing; the fake's counts {:?}, its first notices {:?}; \
+         requests past its keep-alive: {crossings:?}; the bot's unknown outcomes: {}",
         missing.len(),
         &missing[..missing.len().min(20)],
         unfinished.len(),
         bot.gauges.supervisors.load(Ordering::SeqCst),
         bot.gauges.typing.load(Ordering::SeqCst),
+        tg.counts(),
+        tg.notices(),
+        unknown_outcomes(bot),
     )
 }
 

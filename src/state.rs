@@ -289,6 +289,36 @@ impl Store {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Opens the transaction the store thread's next jobs share; `false`
+    /// (logged) when it could not.
+    fn begin_batch(&self) -> bool {
+        self.lock()
+            .execute_batch("BEGIN")
+            .inspect_err(|err| tracing::error!(cause = %err, "state store: BEGIN failed"))
+            .is_ok()
+    }
+
+    /// Commits the store thread's transaction; on failure (logged) rolls
+    /// it back and answers `false`.
+    fn commit_batch(&self) -> bool {
+        let conn = self.lock();
+        match conn.execute_batch("COMMIT") {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::error!(cause = %err, "state store: a batch could not be committed; its writes are lost");
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                false
+            }
+        }
+    }
+
+    /// Whether a transaction is open.
+    fn in_transaction(&self) -> bool {
+        !self.lock().is_autocommit()
+    }
+
     /// The schema version of the open file.
     pub fn schema_version(&self) -> Result<i64, StateError> {
         Ok(self

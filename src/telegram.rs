@@ -14,8 +14,8 @@ pub mod typing;
 
 pub use intake::Intake;
 pub use outbox::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, Outbox,
-    OutboxError, Purge, QuestionFile, RateLimits, React, Refusal, SendFile, SendQuestion, SendText,
-    SendTyping, Show, ShowAs, Slot, Unreachable,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, MAX_IN_FLIGHT,
+    Outbox, OutboxError, Purge, QuestionFile, RateLimits, React, Refusal, SendFile, SendQuestion,
+    SendText, SendTyping, Show, ShowAs, Slot, Unreachable,
 };
 pub use typing::{TypingLease, TypingView};

@@ -423,3 +423,40 @@ async fn a_message_telegram_did_not_answer_is_not_sent_again_and_the_chat_is_tol
         "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"} 2"
     );
 }
+
+/// Many chats answered at once share a bounded number of requests out (a
+/// burst does not open a connection per chat), and every answer arrives.
+#[actix_rt::test]
+async fn a_burst_of_answers_keeps_a_bounded_number_of_requests_out() {
+    use turnstile::telegram::MAX_IN_FLIGHT;
+    let chats = 2 * MAX_IN_FLIGHT as i64 + 20;
+    let h = Harness::start(
+        Scenario::default(),
+        &[("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "1000")],
+    )
+    .await;
+    // Each answer takes Telegram 300 ms: the burst's requests overlap.
+    for _ in 0..chats {
+        h.api
+            .inject("sendMessage", Fault::Delay(Duration::from_millis(300)));
+    }
+    h.api
+        .push_many((1..=chats).map(|chat| (chat, USER, format!("hello {chat}"))));
+    for chat in 1..=chats {
+        assert_eq!(
+            h.api.wait_for_texts(chat, 1, SOON).await,
+            vec![format!("echo: hello {chat}")]
+        );
+    }
+    let counts = h.api.counts();
+    assert!(
+        counts.peak_in_flight <= MAX_IN_FLIGHT as u64,
+        "{} requests were out at once",
+        counts.peak_in_flight
+    );
+    assert!(
+        counts.peak_in_flight > 1,
+        "the requests did not overlap: the bound was not tried"
+    );
+    assert_eq!(counts.notices, 0);
+}

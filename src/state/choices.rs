@@ -184,7 +184,7 @@ impl Store {
     /// leaves stays in that project's history.
     pub fn set_project(&self, to: Conversation, project: &str) -> Result<(), StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.savepoint()?;
         let (chat, topic) = (to.chat.0, to.topic_number());
         tx.execute(
             "INSERT INTO choices (chat_id, topic, project) VALUES (?1, ?2, ?3)
@@ -256,7 +256,7 @@ impl Store {
     /// is labelled as the session it copied; the fork is then done.
     pub(super) fn session_used(&self, to: Conversation, id: &str) -> Result<(), StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.savepoint()?;
         let (chat, topic) = (to.chat.0, to.topic_number());
         let (fork, words, project): (bool, String, String) = tx
             .query_row(

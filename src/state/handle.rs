@@ -44,8 +44,20 @@ use super::{AlwaysGrant, AlwaysRule, InboxRow, InboxState, StateError, Store, Tu
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::Incoming;
 
-/// A job for the store thread.
-type StoreJob = Box<dyn FnOnce(&Store) + Send>;
+/// A job for the store thread: it runs its statements and hands back its
+/// answer, which goes out once the batch it ran in is committed.
+type StoreJob = Box<dyn FnOnce(&Store) -> Answer + Send>;
+
+/// A job's answer to its caller, given whether its batch was committed
+/// (`false`: its writes were rolled back with the batch).
+type Answer = Box<dyn FnOnce(bool) + Send>;
+
+/// At most this many jobs share one transaction. Each commit writes the
+/// pages its jobs changed to the WAL and takes and drops SQLite's file
+/// locks; a burst of turns queues several jobs each (accept, started,
+/// replying, finished, the turn's record and usage row), and committed one
+/// by one they kept the store thread busier than the actors' own thread.
+const BATCH_MAX: usize = 256;
 
 /// How a turn leaves the messages it answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +108,43 @@ impl std::fmt::Debug for StoreHandle {
     }
 }
 
+/// Waits for a job, then takes those already queued behind it, up to
+/// [`BATCH_MAX`] in all; `false` once every sender is gone.
+fn gather(jobs: &mpsc::Receiver<StoreJob>, batch: &mut Vec<StoreJob>) -> bool {
+    let Ok(first) = jobs.recv() else {
+        return false;
+    };
+    batch.push(first);
+    batch.extend(jobs.try_iter().take(BATCH_MAX - 1));
+    true
+}
+
+/// Runs `batch` (emptying it) in one transaction, then answers each job:
+/// a caller waiting on a write hears of it only once it is committed, as
+/// when every job was its own transaction. A job whose failure rolled the
+/// transaction back (SQLite does so on a full disk or an I/O error) takes
+/// the jobs before it along: they are answered as failed, and the rest run
+/// in a new transaction. Without a transaction (`BEGIN` failed) the jobs
+/// run one by one, each committed by SQLite as it goes.
+fn run_batch(store: &Store, batch: &mut Vec<StoreJob>) {
+    let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
+    let mut open = store.begin_batch();
+    for job in batch.drain(..) {
+        answers.push(job(store));
+        if open && !store.in_transaction() {
+            let lost = answers.len();
+            tracing::error!(
+                jobs = lost,
+                "state store: a failed statement rolled back its batch"
+            );
+            answers.drain(..).for_each(|answer| answer(false));
+            open = store.begin_batch();
+        }
+    }
+    let committed = !open || store.commit_batch();
+    answers.into_iter().for_each(|answer| answer(committed));
+}
+
 impl StoreHandle {
     /// Starts the store thread over `store`.
     pub fn start(store: Arc<Store>) -> Self {
@@ -103,8 +152,9 @@ impl StoreHandle {
         let spawned = std::thread::Builder::new()
             .name("turnstile-store".into())
             .spawn(move || {
-                for job in rx {
-                    job(&store);
+                let mut batch = Vec::with_capacity(BATCH_MAX);
+                while gather(&rx, &mut batch) {
+                    run_batch(&store, &mut batch);
                 }
             });
         if let Err(err) = spawned {
@@ -165,7 +215,16 @@ impl StoreHandle {
                         None
                     }
                 };
-                let _ = tx.send(value);
+                Box::new(move |committed| {
+                    let value = if committed || value.is_none() {
+                        value
+                    } else {
+                        shared.errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!("state store: {what} failed: its batch was rolled back");
+                        None
+                    };
+                    let _ = tx.send(value);
+                })
             }),
         );
         async move { rx.await.ok().flatten() }
@@ -457,6 +516,107 @@ mod tests {
         inbox.turn_finished(vec![1], Disposition::Done);
         inbox.flushed().await;
         assert_eq!(inbox.errors(), 1);
+    }
+
+    /// A job writing the update offset `offset`; its answer records
+    /// whether it was told committed and the offset another connection to
+    /// the file read at that moment.
+    fn write_offset(offset: i64, file: &std::path::Path, seen: &Seen) -> StoreJob {
+        let (file, seen) = (file.to_path_buf(), Arc::clone(seen));
+        Box::new(move |store| {
+            store.set_offset(offset).unwrap();
+            Box::new(move |committed| {
+                let other = Store::open(&file).unwrap();
+                seen.lock()
+                    .unwrap()
+                    .push((offset, committed, other.offset().unwrap()));
+            })
+        })
+    }
+
+    type Seen = Arc<std::sync::Mutex<Vec<(i64, bool, i64)>>>;
+
+    fn batch_store() -> (tempfile::TempDir, std::path::PathBuf, Store, Seen) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("state.db");
+        let store = Store::open(&file).unwrap();
+        (dir, file, store, Seen::default())
+    }
+
+    #[test]
+    fn a_write_is_answered_once_its_batch_is_committed() {
+        let (_dir, file, store, seen) = batch_store();
+        let mut batch = vec![write_offset(5, &file, &seen), write_offset(9, &file, &seen)];
+        run_batch(&store, &mut batch);
+        assert!(batch.is_empty());
+        // Both were written by then, in one transaction: the first's
+        // answer already sees the second's offset.
+        assert_eq!(*seen.lock().unwrap(), vec![(5, true, 9), (9, true, 9)]);
+        assert!(!store.in_transaction());
+    }
+
+    #[test]
+    fn a_job_that_rolled_the_batch_back_takes_the_jobs_before_it_along() {
+        let (_dir, file, store, seen) = batch_store();
+        let rollback: StoreJob = Box::new(|store: &Store| {
+            // As SQLite does on a full disk or an I/O error.
+            store.lock().execute_batch("ROLLBACK").unwrap();
+            Box::new(|_| {})
+        });
+        let mut batch = vec![
+            write_offset(5, &file, &seen),
+            rollback,
+            write_offset(7, &file, &seen),
+        ];
+        run_batch(&store, &mut batch);
+        assert_eq!(*seen.lock().unwrap(), vec![(5, false, 0), (7, true, 7)]);
+    }
+
+    #[test]
+    fn a_batch_that_cannot_commit_is_rolled_back_and_answered_as_failed() {
+        let (_dir, file, store, seen) = batch_store();
+        store
+            .lock()
+            .execute_batch(
+                "PRAGMA foreign_keys = ON;
+                 CREATE TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TABLE child (parent REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+            )
+            .unwrap();
+        // A deferred constraint fails at COMMIT, which leaves the
+        // transaction open.
+        let orphan: StoreJob = Box::new(|store: &Store| {
+            store
+                .lock()
+                .execute("INSERT INTO child VALUES (42)", [])
+                .unwrap();
+            Box::new(|_| {})
+        });
+        let mut batch = vec![write_offset(5, &file, &seen), orphan];
+        run_batch(&store, &mut batch);
+        assert_eq!(*seen.lock().unwrap(), vec![(5, false, 0)]);
+        assert!(!store.in_transaction(), "rolled back");
+        let mut next = vec![write_offset(6, &file, &seen)];
+        run_batch(&store, &mut next);
+        assert_eq!(seen.lock().unwrap()[1], (6, true, 6));
+    }
+
+    #[test]
+    fn a_batch_takes_at_most_batch_max_jobs() {
+        let (tx, rx) = mpsc::channel::<StoreJob>();
+        for _ in 0..BATCH_MAX + 10 {
+            tx.send(Box::new(|_: &Store| Box::new(|_| {}) as Answer))
+                .unwrap();
+        }
+        let mut batch = Vec::new();
+        assert!(gather(&rx, &mut batch));
+        assert_eq!(batch.len(), BATCH_MAX);
+        batch.clear();
+        assert!(gather(&rx, &mut batch));
+        assert_eq!(batch.len(), 10);
+        drop(tx);
+        batch.clear();
+        assert!(!gather(&rx, &mut batch));
     }
 
     #[tokio::test]

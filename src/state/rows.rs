@@ -222,7 +222,7 @@ impl Store {
     /// rows are kept (they are still recovered by their row, not their id).
     pub fn reset_update_ids(&self, first: i64) -> Result<usize, StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.savepoint()?;
         let forgotten = tx.execute(
             &format!("DELETE FROM inbox WHERE state IN {FINISHED_STATES} AND update_id >= ?1"),
             params![first],

@@ -155,7 +155,7 @@ impl Store {
         wanted: &[(String, NewSchedule)],
     ) -> Result<(), StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.savepoint()?;
         let now = now_ms();
         let names: Vec<String> = {
             let mut stmt =
@@ -200,7 +200,7 @@ impl Store {
     /// are one transaction).
     pub fn add_schedule(&self, s: &NewSchedule, max: usize) -> Result<Added, StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.savepoint()?;
         let have: i64 = tx.query_row(
             "SELECT COUNT(*) FROM schedules
              WHERE chat_id = ?1 AND topic = ?2 AND operator_name IS NULL",
@@ -266,7 +266,7 @@ impl Store {
         mut run: Incoming,
     ) -> Result<Option<Incoming>, StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.savepoint()?;
         let exists: Option<i64> = tx
             .query_row("SELECT id FROM schedules WHERE id = ?1", params![id], |r| {
                 r.get(0)

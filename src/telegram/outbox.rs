@@ -49,6 +49,7 @@ mod requests;
 mod send;
 mod workers;
 
+pub use deliver::MAX_IN_FLIGHT;
 pub use error::{OutboxError, Refusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
@@ -81,11 +82,7 @@ impl Outbox {
         Self {
             shared: Arc::new(Shared {
                 global: pacing::global(&limits),
-                telegram: Telegram {
-                    bot,
-                    limits,
-                    metrics,
-                },
+                telegram: Telegram::new(bot, limits, metrics),
                 events,
                 pending: Pending::default(),
             }),

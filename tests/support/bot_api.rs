@@ -111,6 +111,9 @@ pub enum Record {
 /// [`Record::Calls`] keeps for edits, deletes and button presses.
 pub const SENT_WINDOW: usize = 1_024;
 
+/// How many notices the fake keeps the text of ([`FakeBotApi::notices`]).
+pub const NOTICES_KEPT: usize = 5;
+
 /// How a fake is started, see [`FakeBotApi::start_with`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
@@ -238,6 +241,9 @@ pub struct Counts {
     /// Calls answered with an error status (an unknown method, a bad
     /// request, an injected fault).
     pub errors: u64,
+    /// The most requests other than `getUpdates` the fake was answering at
+    /// once (read to its answer, delays included).
+    pub peak_in_flight: u64,
 }
 
 /// A running fake Bot API server; dropping it stops the server.
@@ -272,6 +278,14 @@ struct Shared {
     messages: AtomicU64,
     /// [`Counts::notices`].
     notices: AtomicU64,
+    /// Requests other than `getUpdates` being answered now.
+    in_flight: AtomicU64,
+    /// [`Counts::peak_in_flight`].
+    peak_in_flight: AtomicU64,
+    /// The first few notices' chats and texts ([`FakeBotApi::notices`]),
+    /// kept whatever the recording, so a run that counts notices can say
+    /// which.
+    notice_texts: Mutex<Vec<(i64, String)>>,
     /// [`Counts::chat_actions`].
     chat_actions: AtomicU64,
     /// [`Counts::polls`].
@@ -517,6 +531,11 @@ impl FakeBotApi {
         .await
     }
 
+    /// The first [`NOTICES_KEPT`] notices sent (chat, text).
+    pub fn notices(&self) -> Vec<(i64, String)> {
+        lock(&self.shared.notice_texts).clone()
+    }
+
     /// The totals so far.
     pub fn counts(&self) -> Counts {
         let s = &self.shared;
@@ -526,6 +545,7 @@ impl FakeBotApi {
             chat_actions: s.chat_actions.load(Ordering::SeqCst),
             polls: s.polls.load(Ordering::SeqCst),
             errors: s.errors.load(Ordering::SeqCst),
+            peak_in_flight: s.peak_in_flight.load(Ordering::SeqCst),
         }
     }
 

@@ -192,6 +192,10 @@ impl Shared {
         *lock(&self.per_chat).entry(chat_id).or_default() += 1;
         if text.starts_with('⚠') {
             self.notices.fetch_add(1, Ordering::Relaxed);
+            let mut kept = lock(&self.notice_texts);
+            if kept.len() < NOTICES_KEPT {
+                kept.push((chat_id, text.to_string()));
+            }
         }
         if self.options.record == Record::Arrivals {
             lock(&self.log)
@@ -924,6 +928,7 @@ async fn handle<B: hyper::body::Body>(
         (Ok(body), None) => (parse_params(&body.to_bytes(), form), None),
         (Err(_), _) => (Value::Null, None),
     };
+    let _answering = (method != "getupdates").then(|| InFlight::enter(shared));
     let (answer, delay) = shared.dispatch(method, params, at, file);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -944,6 +949,23 @@ async fn handle<B: hyper::body::Body>(
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
     Some(response)
+}
+
+/// A request being answered, counted in [`Counts::peak_in_flight`].
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        Self(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn parse_params(body: &[u8], form: bool) -> Value {

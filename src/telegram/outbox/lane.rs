@@ -425,11 +425,7 @@ mod tests {
     fn an_idle_lane_holds_a_small_worker_and_queue() {
         let limits = RateLimits::default();
         let shared = Arc::new(Shared {
-            telegram: Telegram {
-                bot: teloxide::Bot::new("1:test"),
-                limits: limits.clone(),
-                metrics: Arc::default(),
-            },
+            telegram: Telegram::new(teloxide::Bot::new("1:test"), limits.clone(), Arc::default()),
             events: EventBus::new(),
             global: pacing::global(&limits),
             pending: Pending::default(),
