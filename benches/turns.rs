@@ -914,12 +914,7 @@ async fn round(
         if counts.messages >= before.messages + count && live == 0 {
             let took = started.elapsed();
             if counts.notices > before.notices || counts.errors > before.errors {
-                let crossings: Vec<String> = tg
-                    .crossings()
-                    .iter()
-                    .take(5)
-                    .map(describe_crossing)
-                    .collect();
+                let crossings = first_crossings(tg);
                 return Err(format!(
                     "{} notices and {} errors in a round of {count} turns; the first notices of the run: {:?}; requests past the fake's keep-alive: {crossings:?}",
                     counts.notices - before.notices,
@@ -969,12 +964,7 @@ async fn lost_replies(
         );
     }
     let counts = bot.inbox.counts().await;
-    let crossings: Vec<String> = tg
-        .crossings()
-        .iter()
-        .take(5)
-        .map(describe_crossing)
-        .collect();
+    let crossings = first_crossings(tg);
     format!(
         "{} chats without a reply (first: {:?}); inbox {counts:?}; {} unfinished rows:{rows}; \
          gauges: {} supervisors, {} typing; the fake's counts {:?}, its first notices {:?}; \
@@ -2457,6 +2447,15 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
         timing,
         stalls,
     })
+}
+
+/// The first five requests that reached the fake past its keep-alive.
+fn first_crossings(tg: &FakeBotApi) -> Vec<String> {
+    tg.crossings()
+        .iter()
+        .take(5)
+        .map(describe_crossing)
+        .collect()
 }
 
 /// One request that reached the fake on a connection already idle for its
