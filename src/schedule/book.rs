@@ -230,3 +230,27 @@ pub fn timing_of(row: &ScheduleRow) -> Option<Timing> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Store;
+
+    #[tokio::test]
+    async fn a_prompt_may_be_as_long_as_the_bound_and_no_longer() {
+        let inbox = StoreHandle::start(Arc::new(Store::in_memory().unwrap()));
+        let book = ScheduleBook::new(&inbox, &Config::default());
+        let hourly = When::Every(Duration::from_secs(3600));
+        let longest = "a".repeat(MAX_PROMPT_CHARS);
+        assert_eq!(book.check(&hourly, &longest), Ok(()));
+        // Counted in characters, not bytes.
+        assert_eq!(book.check(&hourly, &"é".repeat(MAX_PROMPT_CHARS)), Ok(()));
+        let refused = book.check(&hourly, &format!("{longest}a"));
+        assert_eq!(
+            refused,
+            Err(format!(
+                "the prompt is longer than {MAX_PROMPT_CHARS} characters"
+            ))
+        );
+    }
+}
