@@ -446,6 +446,53 @@ async fn a_replay_sent_after_the_load_was_answered_is_no_turns_either() {
     );
 }
 
+/// An agent that never answers `_turnstile/replay_sync` holds the first
+/// turn after a load only `REPLAY_SYNC_WAIT` (3 s), not until
+/// `turn.no_progress_timeout` (which a fresh process, loading again, would
+/// meet again: the conversation stuck for good); nothing of the replay
+/// shows.
+#[actix_rt::test]
+async fn an_agent_that_never_answers_the_replay_sync_holds_the_first_turn_only_a_while() {
+    let fake = Fake::new();
+    let texts = across_a_restart(
+        &fake,
+        &[
+            ("TURNSTILE_AGENT_ENV_FAKE_ACP_SILENT_EXT", "1"),
+            ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
+        ],
+    )
+    .await;
+    assert_eq!(texts, ["echo: second"], "no replayed text, no notice");
+    assert_eq!(fake.sent("_turnstile/replay_sync").len(), 1);
+}
+
+/// The answer to `_turnstile/replay_sync` coming after
+/// `REPLAY_SYNC_WAIT`, while the first turn's prompt runs, is skipped: the
+/// turn's answer is whole.
+#[actix_rt::test]
+async fn a_replay_sync_answered_after_the_wait_leaves_the_running_turn_alone() {
+    let fake = Fake::new();
+    let env = [
+        // Past the 3 s wait, within the slow answer's 1.2 s.
+        ("TURNSTILE_AGENT_ENV_FAKE_ACP_EXT_DELAY_MS", "3600"),
+        ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
+    ];
+    let (mut h, backend) = start(&fake, &env).await;
+    h.say(1, USER, "first");
+    h.turn_ended(1, 1).await;
+    stop(h, &backend).await;
+    let (mut h, backend) = start(&fake, &env).await;
+    h.api.push_update(json!({"update_id": 1000}));
+    h.say(1, USER, "slow");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    assert_eq!(
+        h.api.wait_for_texts(1, 1, SOON).await,
+        ["The answer, streamed in pieces as it is written, arrives in the chat as one message."]
+    );
+    stop(h, &backend).await;
+}
+
 #[actix_rt::test]
 async fn an_agent_without_load_session_starts_a_new_one_and_says_so_once() {
     let fake = Fake::new();

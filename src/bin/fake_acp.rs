@@ -10,6 +10,9 @@
 //! - `FAKE_ACP_FORGET=1`: every `session/load` fails.
 //! - `FAKE_ACP_LATE_REPLAY=1`: `session/load` is answered before its
 //!   replay, not after (as Gemini CLI 0.61.0 does).
+//! - `FAKE_ACP_SILENT_EXT=1`: requests of unknown `_` methods (the host's
+//!   extensions) are never answered; `FAKE_ACP_EXT_DELAY_MS=<ms>`: they
+//!   are answered (refused) that late.
 //! - `FAKE_ACP_MCP_HTTP=1`: advertises `mcpCapabilities.http`.
 //! - `FAKE_ACP_AUTH=<id>`: offers the auth method `<id>` and refuses
 //!   `session/new` until it is used.
@@ -238,6 +241,18 @@ fn handle(fake: &Arc<Fake>, message: Value) -> bool {
             if let Some(tx) = fake.cancel.lock().ok().and_then(|mut c| c.take()) {
                 let _ = tx.send(());
             }
+        }
+        _ if method.starts_with('_') && env_flag("FAKE_ACP_SILENT_EXT") => {}
+        _ if method.starts_with('_') && std::env::var("FAKE_ACP_EXT_DELAY_MS").is_ok() => {
+            let ms = std::env::var("FAKE_ACP_EXT_DELAY_MS")
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(0);
+            let fake = Arc::clone(fake);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(ms));
+                fake.refuse(&id, "unknown method");
+            });
         }
         _ if !id.is_null() => fake.refuse(&id, "unknown method"),
         _ => {}

@@ -29,6 +29,14 @@ use crate::shutdown::Shutdown;
 /// The longest session id kept and resumed.
 const MAX_SESSION_ID: usize = 256;
 
+/// How long a loaded session waits for the answer to
+/// [`wire::REPLAY_SYNC`]. ACP has agents answer an unknown request at once
+/// ("method not found"), and Gemini CLI answers it once its replay is
+/// written; an agent that never answers would otherwise hold every first
+/// turn after a load until `turn.no_progress_timeout`, and the next
+/// process, loading again, the same.
+pub(super) const REPLAY_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Whether `id` can be a session id an ACP agent gave (and so be sent back
 /// in `session/load`): 1 to 256 characters, none a control character.
 pub(super) fn is_session_id(id: &str) -> bool {
@@ -131,6 +139,7 @@ pub(super) fn start(start: Start) -> AgentSession {
         notice: None,
         waiting: HashMap::new(),
         cost: None,
+        replay_due: None,
     };
     driver.request(Purpose::Initialize, "initialize", wire::initialize());
     tokio::spawn(driver.run(cmd_rx, line_rx, decided_rx));
@@ -165,6 +174,14 @@ async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<In
         if tx.send(Incoming::parse(&line)).is_err() {
             return;
         }
+    }
+}
+
+/// Resolves at `due` (never without one).
+async fn until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -214,6 +231,9 @@ struct Driver {
     waiting: HashMap<String, Waiting>,
     /// The session's cumulative cost in USD, as last reported.
     cost: Option<f64>,
+    /// When a loaded session stops waiting for the answer to
+    /// [`wire::REPLAY_SYNC`] ([`REPLAY_SYNC_WAIT`]).
+    replay_due: Option<tokio::time::Instant>,
 }
 
 impl Driver {
@@ -270,6 +290,7 @@ impl Driver {
                     None => stdout_open = false,
                 },
                 Some((key, permission)) = decided.recv() => self.decided(&key, &permission),
+                () = until(self.replay_due), if self.replay_due.is_some() => self.replay_not_answered(),
                 status = self.process.wait() => {
                     // What the process wrote before it exited still counts.
                     while let Ok(line) = lines.try_recv() {

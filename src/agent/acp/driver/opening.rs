@@ -136,6 +136,7 @@ impl Driver {
                     wire::REPLAY_SYNC,
                     wire::replay_sync(&session),
                 );
+                self.replay_due = Some(tokio::time::Instant::now() + super::REPLAY_SYNC_WAIT);
             }
             Err(error) => {
                 tracing::warn!(pid = self.pid, cause = %error, "the agent could not load the stored session; opening a new one");
@@ -177,6 +178,23 @@ impl Driver {
     /// session's replay is over.
     pub(super) fn replayed(&mut self) {
         tracing::debug!(pid = self.pid, "the loaded session's replay is over");
+        self.replay_due = None;
+        self.ready();
+    }
+
+    /// No answer to [`wire::REPLAY_SYNC`] within [`super::REPLAY_SYNC_WAIT`]:
+    /// the replay is taken as over (a late answer is skipped as one to no
+    /// request).
+    pub(super) fn replay_not_answered(&mut self) {
+        self.replay_due = None;
+        self.requests
+            .retain(|_, purpose| *purpose != Purpose::ReplaySync);
+        tracing::warn!(
+            pid = self.pid,
+            wait = ?super::REPLAY_SYNC_WAIT,
+            "the agent did not answer {}; its replay is taken as over",
+            wire::REPLAY_SYNC
+        );
         self.ready();
     }
 
