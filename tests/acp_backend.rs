@@ -372,6 +372,11 @@ async fn a_wedged_agent_is_force_closed_with_its_whole_process_group() {
 /// Runs one turn, stops the bot, starts it again on the same state file
 /// and runs another; answers the second bot's texts.
 async fn across_a_restart(fake: &Fake, extra: &[(&str, &str)]) -> Vec<String> {
+    across_a_restart_saying(fake, extra, "second").await
+}
+
+/// [`across_a_restart`] with `second` as the second bot's message.
+async fn across_a_restart_saying(fake: &Fake, extra: &[(&str, &str)], second: &str) -> Vec<String> {
     let (mut h, backend) = start(fake, extra).await;
     h.say(1, USER, "first");
     h.turn_ended(1, 1).await;
@@ -379,7 +384,7 @@ async fn across_a_restart(fake: &Fake, extra: &[(&str, &str)]) -> Vec<String> {
     let (mut h, backend) = start(fake, extra).await;
     // A new fake Telegram numbers updates from 1 again: past the offset.
     h.api.push_update(json!({"update_id": 1000}));
-    h.say(1, USER, "second");
+    h.say(1, USER, second);
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, completed());
     let texts = h.api.wait_for_texts(1, 1, SOON).await;
@@ -477,20 +482,11 @@ async fn a_replay_sync_answered_after_the_wait_leaves_the_running_turn_alone() {
         ("TURNSTILE_AGENT_ENV_FAKE_ACP_EXT_DELAY_MS", "3600"),
         ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
     ];
-    let (mut h, backend) = start(&fake, &env).await;
-    h.say(1, USER, "first");
-    h.turn_ended(1, 1).await;
-    stop(h, &backend).await;
-    let (mut h, backend) = start(&fake, &env).await;
-    h.api.push_update(json!({"update_id": 1000}));
-    h.say(1, USER, "slow");
-    let (_, outcome, _) = h.turn_ended(1, 1).await;
-    assert_eq!(outcome, completed());
+    let texts = across_a_restart_saying(&fake, &env, "slow").await;
     assert_eq!(
-        h.api.wait_for_texts(1, 1, SOON).await,
+        texts,
         ["The answer, streamed in pieces as it is written, arrives in the chat as one message."]
     );
-    stop(h, &backend).await;
 }
 
 #[actix_rt::test]
