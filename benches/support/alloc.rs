@@ -11,7 +11,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -26,6 +26,53 @@ const FAKE: u8 = 2;
 thread_local! {
     /// Allocations made on this thread are not counted.
     static EXCLUDED: Cell<bool> = const { Cell::new(false) };
+    /// This thread's place in [`THREADS`], once it allocated after [`start`].
+    static PLACE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// How many threads [`THREADS`] follows.
+const PLACES: usize = 64;
+
+/// One thread that allocated since [`start`]: its id and the address of
+/// the last small block it took, which lies in the malloc arena it uses
+/// (glibc keeps a thread on one arena), so [`super::arenas_by_thread`] can
+/// tell whose arena a mapping is.
+pub struct Place {
+    pub tid: AtomicIsize,
+    pub last: AtomicUsize,
+}
+
+pub static THREADS: [Place; PLACES] = [const {
+    Place {
+        tid: AtomicIsize::new(0),
+        last: AtomicUsize::new(0),
+    }
+}; PLACES];
+static NEXT_PLACE: AtomicUsize = AtomicUsize::new(0);
+
+/// Blocks from this size up may be mapped on their own, outside the arena.
+const SMALL: usize = 64 * 1024;
+
+/// Notes where this thread's last small block lies.
+fn note_place(base: *mut u8, size: usize) {
+    if size >= SMALL {
+        return;
+    }
+    let _ = PLACE.try_with(|place| {
+        let mut i = place.get();
+        if i == usize::MAX {
+            i = NEXT_PLACE.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = THREADS.get(i) {
+                // SAFETY: gettid has no preconditions.
+                p.tid
+                    .store(unsafe { libc::gettid() } as isize, Ordering::Relaxed);
+            }
+            place.set(i);
+        }
+        if let Some(p) = THREADS.get(i) {
+            p.last.store(base as usize, Ordering::Relaxed);
+        }
+    });
 }
 
 /// The allocator; declare it with `#[global_allocator]`.
@@ -152,6 +199,9 @@ unsafe impl GlobalAlloc for Counting {
 /// `base` must be a block of at least `h + size` bytes, `h >= 1`.
 unsafe fn mark(base: *mut u8, h: usize, size: usize) -> *mut u8 {
     let flag = counting_here();
+    if flag != NOT_COUNTED {
+        note_place(base, size);
+    }
     // SAFETY: the caller's contract.
     let ptr = unsafe { base.add(h) };
     unsafe { *ptr.sub(1) = flag };

@@ -364,7 +364,7 @@ impl Fakes {
     pub fn new() -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name("bench-fakes")
+            .thread_name(FAKES_THREAD)
             // The fakes' memory is not the bot's (benches/support/alloc.rs).
             .on_thread_start(alloc::exclude_this_thread)
             .enable_all()
@@ -402,4 +402,61 @@ impl Drop for Fakes {
             rt.shutdown_background();
         }
     }
+}
+
+/// The name of the thread the fakes run on.
+pub const FAKES_THREAD: &str = "bench-fakes";
+
+/// One anonymous mapping holding 128 KiB or more resident: a malloc
+/// arena's heap, a thread's stack, a large block mapped on its own.
+pub struct Mapping {
+    pub start: usize,
+    pub rss: u64,
+    /// The threads whose last small block lies in it (its arena's users),
+    /// by name.
+    pub threads: Vec<String>,
+}
+
+/// The process's anonymous mappings of 128 KiB or more resident, each
+/// with the threads whose arena it is ([`alloc::THREADS`]).
+pub fn mappings() -> Vec<Mapping> {
+    let owners: Vec<(String, usize)> = alloc::THREADS
+        .iter()
+        .filter_map(|p| {
+            let tid = p.tid.load(std::sync::atomic::Ordering::Relaxed);
+            let last = p.last.load(std::sync::atomic::Ordering::Relaxed);
+            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+            Some((comm.trim().to_string(), last))
+        })
+        .collect();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut out = Vec::new();
+    let mut current: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or_default();
+        if let Some((a, b)) = first.split_once('-')
+            && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        {
+            let path = words.nth(4).unwrap_or_default();
+            current = (path.is_empty() || path == "[heap]").then_some((a, b));
+        } else if let Some(kb) = line.strip_prefix("Rss:")
+            && let Some((a, b)) = current
+        {
+            let kb: u64 = kb.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            if kb >= 128 {
+                let threads = owners
+                    .iter()
+                    .filter(|(_, p)| (a..b).contains(p))
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                out.push(Mapping {
+                    start: a,
+                    rss: kb * 1024,
+                    threads,
+                });
+            }
+        }
+    }
+    out
 }
