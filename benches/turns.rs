@@ -2210,7 +2210,16 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
                 "TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS",
                 (plan.chats * 2 + 16).to_string(),
             ),
-            ("TURNSTILE_AGENT_KEEP_WARM", "2s".into()),
+            // Every agent session closes during the pause before a sample
+            // (`settle_ms`, twice this): a warm session's event channel keeps one
+            // to three 5.4 KiB blocks (tokio's 32-slot blocks), depending
+            // on the turns it ran, which moved the live heap ±0.6 % from
+            // one sample to the next; with the sessions closed it moved
+            // ±0.1 %. Between a chat's turns (milliseconds) it stays warm.
+            (
+                "TURNSTILE_AGENT_KEEP_WARM",
+                format!("{}ms", IDLE_CLOSE.as_millis()),
+            ),
             ("TURNSTILE_DISPATCHER_IDLE_EVICTION", "2s".into()),
             ("TURNSTILE_PROGRESS_AFTER", "20ms".into()),
             ("TURNSTILE_PROGRESS_INTERVAL", "20ms".into()),
@@ -2380,6 +2389,14 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
                  anonymous mappings resident by the threads whose arena they are (MiB): {}",
                 arenas.join(" "),
                 resident.join(", ")
+            );
+            let by_thread: Vec<String> = support::live_by_thread()
+                .iter()
+                .map(|(name, live)| format!("{name} {:.1}", *live as f64 / 1024.0))
+                .collect();
+            eprintln!(
+                "soak: live heap by the thread that made it (KiB): {}",
+                by_thread.join(", ")
             );
             eprintln!(
                 "soak: {ended} of {total} turns ({:.1} s): live heap {}, RSS {} (trimmed {}), SQLite {}, {} tasks, {} supervisors",
@@ -2893,7 +2910,8 @@ fn soak(args: &Args) -> Result<Outcome, String> {
          an approval the driver allows by pressing its button (1 in 10), a document fetched into the \
          workdir (1 in 10), an agent that exits after its result (1 in 25) and `/new` (1 in 100). Every \
          {} turns the driver stops pushing, waits for every turn to end and the outbox to drain, then \
-         {} ms, and samples at rest the bot's live heap (counting allocator; the fakes' allocations are not \
+         {} ms (by then every agent session has closed: `agent.keep_warm` is half that), and samples at rest \
+         the bot's live heap (counting allocator; the fakes' allocations are not \
          counted), glibc's bytes in use (every allocation of the process; checked less SQLite's own \
          count and the fakes'), RSS (this process, the fake Telegram included) and SQLite's own memory (its page cache \
          fills up to its 2 MB cache_size as the state file grows), then has glibc return the free memory \

@@ -33,46 +33,64 @@ thread_local! {
 /// How many threads [`THREADS`] follows.
 const PLACES: usize = 64;
 
-/// One thread that allocated since [`start`]: its id and the address of
-/// the last small block it took, which lies in the malloc arena it uses
-/// (glibc keeps a thread on one arena), so [`super::arenas_by_thread`] can
-/// tell whose arena a mapping is.
+/// One thread that allocated since [`start`]: its id; the address of the
+/// last small block it took, which lies in the malloc arena it uses (glibc
+/// keeps a thread on one arena), so [`super::mappings`] can tell whose
+/// arena a mapping is; and the live bytes of the counted blocks it made,
+/// wherever they are freed.
 pub struct Place {
     pub tid: AtomicIsize,
     pub last: AtomicUsize,
+    pub live: AtomicIsize,
 }
 
 pub static THREADS: [Place; PLACES] = [const {
     Place {
         tid: AtomicIsize::new(0),
         last: AtomicUsize::new(0),
+        live: AtomicIsize::new(0),
     }
 }; PLACES];
+
+/// A block's place byte when its thread has none in [`THREADS`].
+const NO_PLACE: u8 = u8::MAX;
 static NEXT_PLACE: AtomicUsize = AtomicUsize::new(0);
 
 /// Blocks from this size up may be mapped on their own, outside the arena.
 const SMALL: usize = 64 * 1024;
 
-/// Notes where this thread's last small block lies.
-fn note_place(base: *mut u8, size: usize) {
-    if size >= SMALL {
-        return;
-    }
-    let _ = PLACE.try_with(|place| {
-        let mut i = place.get();
-        if i == usize::MAX {
-            i = NEXT_PLACE.fetch_add(1, Ordering::Relaxed);
-            if let Some(p) = THREADS.get(i) {
-                // SAFETY: gettid has no preconditions.
-                p.tid
-                    .store(unsafe { libc::gettid() } as isize, Ordering::Relaxed);
+/// Notes a block of this thread's: where it lies (when small) and its
+/// bytes; returns the thread's place.
+fn note_place(base: *mut u8, size: usize) -> u8 {
+    PLACE
+        .try_with(|place| {
+            let mut i = place.get();
+            if i == usize::MAX {
+                i = NEXT_PLACE.fetch_add(1, Ordering::Relaxed);
+                if let Some(p) = THREADS.get(i) {
+                    // SAFETY: gettid has no preconditions.
+                    p.tid
+                        .store(unsafe { libc::gettid() } as isize, Ordering::Relaxed);
+                }
+                place.set(i);
             }
-            place.set(i);
-        }
-        if let Some(p) = THREADS.get(i) {
-            p.last.store(base as usize, Ordering::Relaxed);
-        }
-    });
+            let Some(p) = THREADS.get(i) else {
+                return NO_PLACE;
+            };
+            if size < SMALL {
+                p.last.store(base as usize, Ordering::Relaxed);
+            }
+            p.live.fetch_add(size as isize, Ordering::Relaxed);
+            i as u8
+        })
+        .unwrap_or(NO_PLACE)
+}
+
+/// Takes `size` bytes off the live bytes of the thread at `place`.
+fn place_freed(place: u8, size: isize) {
+    if let Some(p) = THREADS.get(usize::from(place)) {
+        p.live.fetch_sub(size, Ordering::Relaxed);
+    }
 }
 
 /// The allocator; declare it with `#[global_allocator]`.
@@ -119,7 +137,8 @@ fn counter(flag: u8) -> Option<&'static AtomicIsize> {
 }
 
 /// The header in front of each allocation: its last byte says whether the
-/// allocation is counted; it keeps the caller's alignment.
+/// allocation is counted, the one before it which thread made it (its
+/// place in [`THREADS`]); it keeps the caller's alignment.
 fn header(layout: Layout) -> Option<(usize, Layout)> {
     let h = layout.align().max(16);
     let full = Layout::from_size_align(layout.size().checked_add(h)?, layout.align()).ok()?;
@@ -162,10 +181,11 @@ unsafe impl GlobalAlloc for Counting {
         };
         // SAFETY: `ptr` came from `alloc` with this layout: its header is
         // the `h` bytes before it.
-        let flag = unsafe { *ptr.sub(1) };
+        let (flag, place) = unsafe { (*ptr.sub(1), *ptr.sub(2)) };
         unsafe { System.dealloc(ptr.sub(h), full) };
         if let Some(counter) = counter(flag) {
             counter.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+            place_freed(place, layout.size() as isize);
         }
     }
 
@@ -177,16 +197,15 @@ unsafe impl GlobalAlloc for Counting {
             return std::ptr::null_mut();
         };
         // SAFETY: as in `dealloc`; the header moves with the block.
-        let flag = unsafe { *ptr.sub(1) };
+        let (flag, place) = unsafe { (*ptr.sub(1), *ptr.sub(2)) };
         let base = unsafe { System.realloc(ptr.sub(h), full, new_full) };
         if base.is_null() {
             return base;
         }
         if let Some(counter) = counter(flag) {
-            counter.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
+            let change = new_size as isize - layout.size() as isize;
+            counter.fetch_add(change, Ordering::Relaxed);
+            place_freed(place, -change);
         }
         // SAFETY: `h` is within the new block.
         unsafe { base.add(h) }
@@ -196,15 +215,20 @@ unsafe impl GlobalAlloc for Counting {
 /// Writes the flag of a new block and counts it; returns the caller's part.
 ///
 /// # Safety
-/// `base` must be a block of at least `h + size` bytes, `h >= 1`.
+/// `base` must be a block of at least `h + size` bytes, `h >= 2`.
 unsafe fn mark(base: *mut u8, h: usize, size: usize) -> *mut u8 {
     let flag = counting_here();
-    if flag != NOT_COUNTED {
-        note_place(base, size);
-    }
+    let place = if flag == NOT_COUNTED {
+        NO_PLACE
+    } else {
+        note_place(base, size)
+    };
     // SAFETY: the caller's contract.
     let ptr = unsafe { base.add(h) };
-    unsafe { *ptr.sub(1) = flag };
+    unsafe {
+        *ptr.sub(1) = flag;
+        *ptr.sub(2) = place;
+    }
     if let Some(counter) = counter(flag) {
         counter.fetch_add(size as isize, Ordering::Relaxed);
     }

@@ -404,6 +404,26 @@ impl Drop for Fakes {
     }
 }
 
+/// The live bytes of counted blocks by the thread that made them, by the
+/// thread's name (threads of one name summed; "gone" for ended threads).
+pub fn live_by_thread() -> Vec<(String, i64)> {
+    let mut out: Vec<(String, i64)> = Vec::new();
+    for p in &alloc::THREADS {
+        let tid = p.tid.load(std::sync::atomic::Ordering::Relaxed);
+        if tid == 0 {
+            continue;
+        }
+        let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+            .map_or_else(|_| "gone".to_string(), |n| n.trim().to_string());
+        let live = p.live.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, sum)) => *sum += live,
+            None => out.push((name, live)),
+        }
+    }
+    out
+}
+
 /// The name of the thread the fakes run on.
 pub const FAKES_THREAD: &str = "bench-fakes";
 
