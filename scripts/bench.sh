@@ -113,6 +113,13 @@ mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/nu
 } >"$out/report.md"
 cat "$out/report.md"
 echo "bench: report written to $out/report.md" >&2
+# Each figure is one key of --compare: a name written twice would be set
+# against the other's value.
+dups=$(cut -f1,2 "$TURNSTILE_BENCH_FIGURES" 2>/dev/null | sort | uniq -d)
+if [ -n "$dups" ]; then
+  echo "bench: figure names written more than once (each must be unique): $dups" >&2
+  status=1
+fi
 if [ "$status" -ne 0 ]; then
   echo "bench: FAILED (see above)" >&2
 fi
