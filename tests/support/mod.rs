@@ -371,9 +371,17 @@ impl LogCapture {
             .with_max_level(tracing::Level::INFO)
             .with_writer(move || CaptureWriter(Arc::clone(&writer)))
             .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        // Each callsite caches whether any subscriber wants it, over every
+        // subscriber alive; one first hit by a test on another thread while
+        // this one was being set up can keep a cache that leaves this one
+        // out, and a span this test logs in is then missing from its lines
+        // (seen once: the outbox's `lane{chat_id}`). Recomputed now, with
+        // this subscriber among them.
+        tracing::callsite::rebuild_interest_cache();
         Self {
             lines,
-            _guard: tracing::subscriber::set_default(subscriber),
+            _guard: guard,
         }
     }
 
