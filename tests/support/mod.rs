@@ -371,13 +371,16 @@ impl LogCapture {
             .with_max_level(tracing::Level::INFO)
             .with_writer(move || CaptureWriter(Arc::clone(&writer)))
             .finish();
+        // Each callsite caches whether any subscriber wants it. While only
+        // one subscriber is registered, tracing asks the registering
+        // thread's own default instead of the list: a span first hit by a
+        // test on another thread (no subscriber there) is then cached as
+        // wanted by none, and this capture's lines lack it (`lane{chat_id}`
+        // in tests/outbox.rs, twice in CI). A second one, kept for the
+        // process, makes every registration ask the whole list.
+        static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+        SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
         let guard = tracing::subscriber::set_default(subscriber);
-        // Each callsite caches whether any subscriber wants it, over every
-        // subscriber alive; one first hit by a test on another thread while
-        // this one was being set up can keep a cache that leaves this one
-        // out, and a span this test logs in is then missing from its lines
-        // (seen once: the outbox's `lane{chat_id}`). Recomputed now, with
-        // this subscriber among them.
         tracing::callsite::rebuild_interest_cache();
         Self {
             lines,
