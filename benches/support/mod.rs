@@ -413,8 +413,7 @@ pub fn live_by_thread() -> Vec<(String, i64)> {
         if tid == 0 {
             continue;
         }
-        let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-            .map_or_else(|_| "gone".to_string(), |n| n.trim().to_string());
+        let name = thread_name(tid).unwrap_or_else(|| "gone".to_string());
         let live = p.live.load(std::sync::atomic::Ordering::Relaxed) as i64;
         match out.iter_mut().find(|(n, _)| *n == name) {
             Some((_, sum)) => *sum += live,
@@ -424,13 +423,18 @@ pub fn live_by_thread() -> Vec<(String, i64)> {
     out
 }
 
+/// The name of thread `tid` of this process, while it runs.
+fn thread_name(tid: isize) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+    Some(comm.trim().to_string())
+}
+
 /// The name of the thread the fakes run on.
 pub const FAKES_THREAD: &str = "bench-fakes";
 
 /// One anonymous mapping holding 128 KiB or more resident: a malloc
 /// arena's heap, a thread's stack, a large block mapped on its own.
 pub struct Mapping {
-    pub start: usize,
     pub rss: u64,
     /// The threads whose last small block lies in it (its arena's users),
     /// by name.
@@ -445,8 +449,7 @@ pub fn mappings() -> Vec<Mapping> {
         .filter_map(|p| {
             let tid = p.tid.load(std::sync::atomic::Ordering::Relaxed);
             let last = p.last.load(std::sync::atomic::Ordering::Relaxed);
-            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
-            Some((comm.trim().to_string(), last))
+            Some((thread_name(tid)?, last))
         })
         .collect();
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
@@ -471,7 +474,6 @@ pub fn mappings() -> Vec<Mapping> {
                     .map(|(n, _)| n.clone())
                     .collect();
                 out.push(Mapping {
-                    start: a,
                     rss: kb * 1024,
                     threads,
                 });
