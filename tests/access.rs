@@ -300,3 +300,74 @@ async fn in_a_group_the_refusal_replies_to_the_strangers_message() {
         private[0].params
     );
 }
+
+/// Strangers cannot stall a group: with Telegram's real pacing (20
+/// messages a minute in a group, a burst of 5), 25 strangers each
+/// mentioning the bot get one refusal between them per cooldown, and an
+/// allowed member's answer comes within a second of what it takes in a
+/// group no stranger touched.
+#[actix_rt::test]
+async fn twenty_five_strangers_in_a_group_do_not_delay_a_members_answer() {
+    use std::time::{Duration, Instant};
+    use support::bot_api::files::{supergroup, text_message};
+    use turnstile::telegram::RateLimits;
+    const QUIET: i64 = -100_501;
+    const BUSY: i64 = -100_502;
+    let mut h = Harness::start_with_limits(Scenario::default(), &[], RateLimits::default()).await;
+    let start = Instant::now();
+    h.api.push_message(text_message(
+        supergroup(QUIET, false),
+        USER,
+        "@turnstile_bot hi",
+    ));
+    h.api
+        .wait_for_texts(QUIET, 1, Duration::from_secs(20))
+        .await;
+    let baseline = start.elapsed();
+    for stranger in 0..25 {
+        h.api.push_message(text_message(
+            supergroup(BUSY, false),
+            10_000 + stranger,
+            "@turnstile_bot let me in",
+        ));
+    }
+    h.event("25 strangers refused", {
+        let mut n = 0;
+        move |e| {
+            if matches!(e, BotEvent::AccessDenied { chat, .. } if chat.0 == BUSY) {
+                n += 1;
+            }
+            n == 25
+        }
+    })
+    .await;
+    h.api.wait_for_texts(BUSY, 1, SOON).await;
+    let start = Instant::now();
+    h.api.push_message(text_message(
+        supergroup(BUSY, false),
+        USER,
+        "@turnstile_bot hi",
+    ));
+    h.api
+        .wait_for(Duration::from_secs(90), "the member's answer", |calls| {
+            calls
+                .iter()
+                .any(|c| {
+                    c.params["chat_id"] == serde_json::json!(BUSY)
+                        && c.params["text"] == serde_json::json!("echo: hi")
+                })
+                .then_some(())
+        })
+        .await;
+    let took = start.elapsed();
+    let told = h.api.wait_for_texts(BUSY, 2, SOON).await;
+    assert!(
+        took <= baseline + Duration::from_secs(1),
+        "the member's answer took {took:?}, {baseline:?} in a quiet group; sent: {told:?}"
+    );
+    assert_eq!(
+        told.iter().filter(|t| t.contains("user id is")).count(),
+        1,
+        "one refusal in the group per cooldown: {told:?}"
+    );
+}

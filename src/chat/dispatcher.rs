@@ -102,6 +102,10 @@ pub struct Dispatcher {
     username: String,
     /// When each refused user was last told so.
     refused: HashMap<UserId, Instant>,
+    /// When each group was last sent a refusal: at most one per
+    /// `access.refusal_cooldown`, so strangers cannot spend the group's
+    /// message pacing that its members' answers need.
+    refused_groups: HashMap<ChatId, Instant>,
     /// When each stranger's button press was last answered: at most once
     /// per `access.refusal_cooldown`, so presses cost Telegram nothing.
     refused_presses: HashMap<UserId, Instant>,
@@ -156,6 +160,7 @@ impl Dispatcher {
             delivery: Vec::new(),
             deliveries: 0,
             refused: HashMap::new(),
+            refused_groups: HashMap::new(),
             refused_presses: HashMap::new(),
             stopping: false,
             keep_warm,
@@ -228,7 +233,7 @@ impl Dispatcher {
 
     /// A stranger's message: logged, and once per cooldown answered with
     /// their user id (in a group, as a reply to their message, so the id is
-    /// plainly theirs).
+    /// plainly theirs, and at most once per cooldown in the whole group).
     fn refuse(&mut self, to: Conversation, user: UserId, reply_to: Option<MessageId>) {
         let chat = to.chat;
         tracing::warn!(
@@ -237,7 +242,13 @@ impl Dispatcher {
             "message from a user not on the allowlist refused"
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
-        if due(&mut self.refused, user, self.access.refusal_cooldown) {
+        let cooldown = self.access.refusal_cooldown;
+        let group_due = || chat.is_user() || is_due(&self.refused_groups, &chat, cooldown);
+        if is_due(&self.refused, &user, cooldown) && group_due() {
+            due(&mut self.refused, user, cooldown);
+            if !chat.is_user() {
+                due(&mut self.refused_groups, chat, cooldown);
+            }
             self.deps
                 .outbox
                 .do_send(SendText::new(to, refusal(user)).replying_to(reply_to));
@@ -320,16 +331,30 @@ fn refusal(user: UserId) -> String {
     )
 }
 
-/// Whether `user` is due a refusal now: none within `cooldown`. Notes it
+/// Whether `who` (a user, a group) is due a refusal now: none within
+/// `cooldown`. Notes nothing.
+fn is_due<K: Eq + std::hash::Hash>(
+    refused: &HashMap<K, Instant>,
+    who: &K,
+    cooldown: Duration,
+) -> bool {
+    refused.get(who).is_none_or(|at| at.elapsed() >= cooldown)
+}
+
+/// Whether `who` is due a refusal now: none within `cooldown`. Notes it
 /// when so, and forgets entries past the cooldown.
-fn due(refused: &mut HashMap<UserId, Instant>, user: UserId, cooldown: Duration) -> bool {
+fn due<K: Eq + std::hash::Hash>(
+    refused: &mut HashMap<K, Instant>,
+    who: K,
+    cooldown: Duration,
+) -> bool {
     let now = Instant::now();
     let due = refused
-        .get(&user)
+        .get(&who)
         .is_none_or(|at| now.duration_since(*at) >= cooldown);
     if due {
         refused.retain(|_, at| now.duration_since(*at) < cooldown);
-        refused.insert(user, now);
+        refused.insert(who, now);
     }
     due
 }
