@@ -309,7 +309,10 @@ async fn restart_works_after_the_binary_was_replaced_on_disk() {
     // A copy of the binary, so the test can replace it as an upgrade would.
     let bin_dir = tempfile::tempdir().unwrap();
     let binary = bin_dir.path().join("turnstile");
-    std::fs::copy(env!("CARGO_BIN_EXE_turnstile"), &binary).unwrap();
+    support::process::copy_executable(
+        std::path::Path::new(env!("CARGO_BIN_EXE_turnstile")),
+        &binary,
+    );
     let mut bot = BotProcess::spawn_binary(&binary, &s.api, &log, &s.env);
     s.api.push_text(1, USER, "hello");
     assert_eq!(s.api.wait_for_texts(1, 1, SOON).await, vec!["echo: hello"]);

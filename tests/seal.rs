@@ -779,7 +779,7 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let binary = dir.path().join("turnstile");
-    std::fs::copy(env!("CARGO_BIN_EXE_turnstile"), &binary).expect("copied");
+    support::process::copy_executable(Path::new(env!("CARGO_BIN_EXE_turnstile")), &binary);
     let log = dir.path().join("bot.log");
     let stderr = std::fs::File::create(&log).expect("log");
     let vars = ConfigVars::new(&api.url())
@@ -979,7 +979,7 @@ async fn not_root_the_sandbox_takes_a_user_namespace_where_it_can() {
             .stdout,
     )
     .expect("utf-8");
-    std::fs::copy(system.trim(), &bwrap).expect("copied");
+    support::process::copy_executable(Path::new(system.trim()), &bwrap);
     std::fs::set_permissions(&bwrap, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
     let (log, probes) = one_turn_as_nobody(Some(bin.path())).await;
     assert!(log.contains("user_ns=false"), "{log}");

@@ -129,3 +129,27 @@ pub fn run_ignored_test(name: &str, env: &[(&str, &str)]) {
     assert!(out.status.success(), "{name} failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
 }
+
+/// Copies the executable `from` to `to` (mode kept) by running `cp`, so
+/// that no descriptor open for writing on `to` ever exists in this
+/// process. Tests run in threads that fork and exec children; a child
+/// forked while this process held `to` open for writing (as
+/// `std::fs::copy` does, `O_CLOEXEC` or not) keeps that descriptor until
+/// its own exec, and an exec of `to` meanwhile fails with `ETXTBSY`
+/// ("Text file busy"). In `cp` the descriptor lives and dies in a process
+/// nothing else forks from.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .stdin(Stdio::null())
+        .status()
+        .expect("cp runs");
+    assert!(
+        status.success(),
+        "cp {} {}: {status}",
+        from.display(),
+        to.display()
+    );
+}
