@@ -34,6 +34,7 @@ mod choices;
 mod env;
 mod error;
 mod load;
+mod places;
 mod progress;
 mod projects;
 mod redact;

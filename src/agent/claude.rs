@@ -128,6 +128,8 @@ impl ClaudeSettings {
                     )
                     .collect(),
                 user_ns: false,
+                no_nested_userns: false,
+                places: config.place_roots(),
             },
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),
@@ -158,9 +160,21 @@ impl ClaudeSettings {
         // SAFETY: geteuid has no preconditions and cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
         match process::probe_bubblewrap(root) {
-            Ok(user_ns) => {
-                tracing::info!(user_ns, "bubblewrap works: the agent runs sandboxed");
+            Ok((user_ns, no_nested_userns)) => {
+                tracing::info!(
+                    user_ns,
+                    no_nested_userns,
+                    "bubblewrap works: the agent runs sandboxed"
+                );
+                if !no_nested_userns {
+                    tracing::warn!(
+                        "bwrap cannot forbid the agent user namespaces of its own \
+                         (`--disable-userns` needs bubblewrap 0.8 or later, not set-user-ID): \
+                         inside one, the agent holds every capability over its own mounts"
+                    );
+                }
                 self.seal.user_ns = user_ns;
+                self.seal.no_nested_userns = no_nested_userns;
                 Ok(())
             }
             Err(why) => Err(format!(

@@ -52,7 +52,8 @@ impl Config {
         self.schedules.check()?;
         self.check_models()?;
         self.check_sealing()?;
-        self.check_projects()
+        self.check_projects()?;
+        self.check_places()
     }
 
     /// `agent.models`: each a model name a chat may pick (1 to
@@ -325,6 +326,7 @@ impl Config {
         if self.agent.backend != Backend::Scripted {
             warnings.extend(self.agent_program_warning());
         }
+        warnings.extend(self.sharing_warnings());
         warnings
     }
 

@@ -61,7 +61,21 @@ pub struct Seal {
     /// start probe sets it when turnstile does not run as root and bwrap
     /// can.
     pub user_ns: bool,
+    /// Whether bwrap also forbids the agent user namespaces of its own
+    /// ([`NO_NESTED_USERNS`], which needs `user_ns`): the start probe sets
+    /// it when bwrap can.
+    pub no_nested_userns: bool,
+    /// Where every chat's directories lie, of every place (the default
+    /// workdirs, the homes, each project's workdirs): each root, absolute,
+    /// hidden under the sandbox but for this chat's own directories, and
+    /// made before the spawn, so that none appears in a running sandbox.
+    pub places: Vec<PathBuf>,
 }
+
+/// bwrap's flag that leaves the sandbox unable to make user namespaces
+/// (bubblewrap 0.8 and later; it needs `--unshare-user`): in one of its
+/// own, the agent would hold every capability again, over its own mounts.
+pub const NO_NESTED_USERNS: &str = "--disable-userns";
 
 /// A process to start: what `process` hands the OS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,13 +182,14 @@ pub fn plan(
                 }
             }
         }
+        create.extend(place_roots_to_make(seal, &create));
         let cli = cli_files(
             command,
             env.get(&OsString::from("PATH")).map(OsString::as_os_str),
         );
         env.insert("TMPDIR".into(), "/tmp".into());
         argv.extend(bwrap_argv(
-            seal.user_ns,
+            seal,
             &mounts(seal, writable, &cli, &exists),
             &workdir,
         ));
@@ -224,6 +239,18 @@ pub fn bwrap_base(user_ns: bool) -> Vec<String> {
         TMP,
     ]);
     argv.into_iter().map(str::to_owned).collect()
+}
+
+/// The flags after [`bwrap_base`] that forbid nested user namespaces:
+/// [`NO_NESTED_USERNS`] when `no_nested` and bwrap has its own user
+/// namespace (`user_ns`), which the flag needs.
+#[must_use]
+pub fn userns_seal(user_ns: bool, no_nested: bool) -> Vec<String> {
+    if user_ns && no_nested {
+        vec![NO_NESTED_USERNS.to_owned()]
+    } else {
+        Vec::new()
+    }
 }
 
 /// The sandbox's own `/tmp`, an empty tmpfs.
@@ -282,14 +309,15 @@ impl Mount {
 }
 
 /// Whether `dir` is one the sandbox never hides whole: the system itself.
-fn is_system(dir: &Path) -> bool {
+#[must_use]
+pub fn is_system(dir: &Path) -> bool {
     SYSTEM_DIRS.iter().any(|d| Path::new(d) == dir)
 }
 
 /// The directory holding every chat's directory made from `template`
 /// (the path before its first `{chat}`); `None` when there is no
 /// placeholder (one directory for every chat).
-pub(crate) fn chat_root(template: &Path) -> Option<PathBuf> {
+pub fn chat_root(template: &Path) -> Option<PathBuf> {
     let mut root = PathBuf::new();
     for part in template.components() {
         if part.as_os_str().to_string_lossy().contains(CHAT) {
@@ -298,6 +326,52 @@ pub(crate) fn chat_root(template: &Path) -> Option<PathBuf> {
         root.push(part);
     }
     None
+}
+
+/// The directories holding every chat's directories, hidden under the
+/// sandbox: the roots of `agent.workdir` and of the homes, and every
+/// place's root (each project's too), so that no chat sees another chat's
+/// or another project's directories.
+fn hidden_places(seal: &Seal) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = [&seal.workdir, &seal.home]
+        .into_iter()
+        .filter_map(|template| chat_root(template))
+        .collect();
+    for place in &seal.places {
+        if !roots.contains(place) {
+            roots.push(place.clone());
+        }
+    }
+    roots
+}
+
+/// `path` with the symlinks of its longest existing ancestor resolved
+/// (the rest, not there yet, as it is).
+#[must_use]
+pub fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(real, |p, part| p.join(part));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_owned(),
+        }
+    }
+}
+
+/// The places' roots not yet in `create`: made before the spawn (a root
+/// made while the sandbox runs would show through its read-only `/`).
+fn place_roots_to_make(seal: &Seal, create: &[PathBuf]) -> Vec<PathBuf> {
+    hidden_places(seal)
+        .into_iter()
+        .filter(|root| !create.contains(root))
+        .collect()
 }
 
 /// Everything mounted over the read-only system, parents before what lies
@@ -339,15 +413,19 @@ fn mounts(
             }
         }
     }
-    let roots: Vec<PathBuf> = [&seal.workdir, &seal.home]
-        .into_iter()
-        .filter_map(|template| chat_root(template))
-        .collect();
+    // Through symlinks resolved: bwrap cannot mount on a path through an
+    // absolute symlink, and the kernel resolves them anyway.
+    let roots: Vec<PathBuf> = hidden_places(seal).iter().map(|r| resolved(r)).collect();
     for root in &roots {
         hide(root);
     }
     let mut out: Vec<Mount> = hidden.iter().cloned().map(Mount::Hide).collect();
-    out.extend(writable.into_iter().map(Mount::Writable));
+    out.extend(writable.into_iter().map(|bind| {
+        Mount::Writable(match bind {
+            Bind::Made(dir) => Bind::Made(resolved(&dir)),
+            Bind::Given(dir) => Bind::Given(resolved(&dir)),
+        })
+    }));
     for file in cli {
         let under_hidden = file.starts_with(TMP) || hidden.iter().any(|h| file.starts_with(h));
         if !under_hidden {
@@ -434,8 +512,9 @@ fn interpreter(script: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf>
 }
 
 /// `bwrap` and its arguments up to the command.
-fn bwrap_argv(user_ns: bool, mounts: &[Mount], workdir: &Path) -> Vec<String> {
-    let mut argv = bwrap_base(user_ns);
+fn bwrap_argv(seal: &Seal, mounts: &[Mount], workdir: &Path) -> Vec<String> {
+    let mut argv = bwrap_base(seal.user_ns);
+    argv.extend(userns_seal(seal.user_ns, seal.no_nested_userns));
     let text = |p: &Path| p.to_string_lossy().into_owned();
     for mount in mounts {
         let (flag, source) = match mount {

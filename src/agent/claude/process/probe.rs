@@ -12,31 +12,37 @@ use crate::agent::claude::seal;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `bwrap <base flags> true` (see `seal::bwrap_base`) as every
-/// session will. Not root, it tries bwrap's own user namespace first, but
-/// not with a setuid bwrap, which uses its own privileges (and whose child
-/// bubblewrap 0.8 leaves behind, stuck, when that namespace cannot be made);
-/// root drops its capabilities instead. Answers whether the user namespace
-/// is to be used, or why bwrap cannot run.
-pub(in crate::agent::claude) fn probe_bubblewrap(root: bool) -> Result<bool, String> {
+/// session will. It tries bwrap's own user namespace with nested ones
+/// forbidden (`seal::NO_NESTED_USERNS`) first, root too; not root, then
+/// that namespace alone; then neither. Never a user namespace with a
+/// setuid bwrap, which uses its own privileges (and whose child bubblewrap
+/// 0.8 leaves behind, stuck, when that namespace cannot be made); root
+/// drops its capabilities anyway. Answers whether the user namespace is
+/// to be used and whether nested ones are forbidden, or why bwrap cannot
+/// run.
+pub(in crate::agent::claude) fn probe_bubblewrap(root: bool) -> Result<(bool, bool), String> {
     let path = std::env::var_os("PATH");
     let Some(bwrap) = seal::find_program(seal::BWRAP, path.as_deref()) else {
         return Err(format!("`{}` is not on PATH", seal::BWRAP));
     };
-    let tries: &[bool] = if root || is_setuid(&bwrap) {
-        &[false]
+    let tries: &[(bool, bool)] = if is_setuid(&bwrap) {
+        &[(false, false)]
+    } else if root {
+        &[(true, true), (false, false)]
     } else {
-        &[true, false]
+        &[(true, true), (true, false), (false, false)]
     };
     let mut failed = Vec::new();
-    for &user_ns in tries {
+    for &(user_ns, no_nested) in tries {
         let mut argv = seal::bwrap_base(user_ns);
+        argv.extend(seal::userns_seal(user_ns, no_nested));
         argv.extend(["--".to_owned(), "true".to_owned()]);
         match run_probe(&bwrap, &argv[1..], path.as_deref()) {
-            Ok(()) => return Ok(user_ns),
+            Ok(()) => return Ok((user_ns, no_nested)),
             Err(why) => {
                 let why = format!("`{}` {why}", argv.join(" "));
                 if user_ns {
-                    tracing::info!(cause = %why, "bwrap cannot make its own user namespace; trying without");
+                    tracing::info!(cause = %why, "bwrap cannot make its own user namespace so; trying with less");
                 }
                 failed.push(why);
             }

@@ -98,6 +98,8 @@ fn seal(sandbox: Sandbox) -> Seal {
             PathBuf::from("/etc/turnstile.toml"),
         ],
         user_ns: false,
+        no_nested_userns: false,
+        places: Vec::new(),
     }
 }
 
@@ -168,7 +170,60 @@ fn bubblewrap_hides_the_state_dir_and_binds_the_workdir_and_home() {
         "/var/lib/turnstile/homes/5"
     );
     assert_eq!(plan.env[&OsString::from("TMPDIR")], "/tmp");
-    assert_eq!(plan.create.len(), 2);
+    // The chat's own, then the roots holding every chat's.
+    assert_eq!(
+        plan.create,
+        [
+            "/var/lib/turnstile/workspaces/5",
+            "/var/lib/turnstile/homes/5",
+            "/var/lib/turnstile/workspaces",
+            "/var/lib/turnstile/homes",
+        ]
+        .map(PathBuf::from)
+    );
+}
+
+/// Every place's root is hidden, each project's too, wherever it lies
+/// (beside the state, elsewhere, without `{chat}`), and made before the
+/// spawn; the chat's own workdir in its project shows through its root.
+#[test]
+fn every_projects_directories_are_hidden_but_the_chats_own() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    seal.places = [
+        "/var/lib/turnstile/homes",
+        "/var/lib/turnstile/workspaces",
+        "/srv/alpha",
+        "/srv/beta-shared",
+        "/var/lib/turnstile/gamma",
+    ]
+    .map(PathBuf::from)
+    .to_vec();
+    seal.workdir = PathBuf::from("/srv/alpha/{chat}");
+    let plan = plan(
+        &seal,
+        "5",
+        "/usr/bin/claude",
+        &[],
+        Vec::new(),
+        &BTreeMap::new(),
+        |_| false,
+    );
+    let argv = plan.argv.join(" ");
+    for part in [
+        "--tmpfs /var/lib/turnstile ",
+        "--tmpfs /srv/alpha ",
+        "--tmpfs /srv/beta-shared ",
+        "--bind /srv/alpha/5 /srv/alpha/5 ",
+    ] {
+        assert!(argv.contains(part), "{part:?} not in {argv}");
+    }
+    assert!(argv.find("--tmpfs /srv/alpha").unwrap() < argv.find("--bind /srv/alpha/5").unwrap());
+    for root in ["/srv/alpha", "/srv/beta-shared", "/var/lib/turnstile/gamma"] {
+        assert!(
+            plan.create.contains(&PathBuf::from(root)),
+            "{root}: {plan:?}"
+        );
+    }
 }
 
 /// The mounts after the base, as text.
@@ -177,8 +232,10 @@ fn mount_args(seal: &Seal, writable: Vec<Bind>, cli: &[&str], exists: &[&str]) -
     let mounts = mounts(seal, writable, &cli, &|p: &Path| {
         exists.iter().any(|e| Path::new(e) == p)
     });
-    let argv = bwrap_argv(false, &mounts, Path::new("/w"));
-    argv[bwrap_base(false).len()..].join(" ")
+    let argv = bwrap_argv(seal, &mounts, Path::new("/w"));
+    let base =
+        bwrap_base(seal.user_ns).len() + userns_seal(seal.user_ns, seal.no_nested_userns).len();
+    argv[base..].join(" ")
 }
 
 #[test]
@@ -200,6 +257,33 @@ fn every_sandbox_drops_every_capability_and_takes_a_user_namespace_when_asked() 
         |_| false,
     );
     assert_eq!(plan.argv[..bwrap_base(true).len()], bwrap_base(true)[..]);
+    assert!(!plan.argv.iter().any(|a| a == NO_NESTED_USERNS), "{plan:?}");
+}
+
+#[test]
+fn nested_user_namespaces_are_forbidden_when_bwrap_can_and_has_its_own() {
+    let mut seal = seal(Sandbox::Bubblewrap);
+    let argv = |seal: &Seal| {
+        plan(
+            seal,
+            "1",
+            "/nowhere/claude",
+            &[],
+            Vec::new(),
+            &BTreeMap::new(),
+            |_| false,
+        )
+        .argv
+    };
+    seal.user_ns = true;
+    seal.no_nested_userns = true;
+    let sealed = argv(&seal);
+    let base = bwrap_base(true).len();
+    assert_eq!(sealed[..base], bwrap_base(true)[..]);
+    assert_eq!(sealed[base], NO_NESTED_USERNS, "{sealed:?}");
+    // The flag needs bwrap's own user namespace: never without it.
+    seal.user_ns = false;
+    assert!(!argv(&seal).iter().any(|a| a == NO_NESTED_USERNS));
 }
 
 #[test]
