@@ -126,12 +126,13 @@ impl Config {
         }
         let mut warnings = Vec::new();
         for var in ["HOME", "CLAUDE_CONFIG_DIR"] {
-            if let Some(value) = self.agent.env.get(var) {
+            // Its value is not shown: `agent.env` may hold secrets.
+            if self.agent.env.contains_key(var) {
                 warnings.push(format!(
-                    "agent.env.{var} = {value:?}: every chat's agent shares this directory, \
-                     where the agent keeps every session's transcript, so one chat's agent can \
-                     read another chat's conversations; leave it unset (each chat then gets its \
-                     own homes/{{chat}})"
+                    "agent.env.{var} is set: every chat's agent shares that directory, where \
+                     the agent keeps every session's transcript, so one chat's agent can read \
+                     another chat's conversations; leave it unset (each chat then gets its own \
+                     homes/{{chat}})"
                 ));
             }
         }
@@ -275,8 +276,8 @@ mod tests {
             );
             let warnings = load_text(&text, &[]).expect("loads").warnings().join("\n");
             for part in [
-                "agent.env.HOME = \"/srv/h\"",
-                "agent.env.CLAUDE_CONFIG_DIR = \"/srv/c\"",
+                "agent.env.HOME is set",
+                "agent.env.CLAUDE_CONFIG_DIR is set",
                 "agent.workdir = \"/srv/w\" has no {chat}",
                 "projects.p.workdir = \"/srv/p\" has no {chat}",
                 "transcript",
