@@ -189,7 +189,7 @@ fn last_dump(workdir: &Path) -> Value {
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no dump in {}", workdir.display()))
 }
 
