@@ -544,3 +544,22 @@ fn check_config_warns_that_group_mode_all_needs_privacy_mode_off() {
     ]);
     assert!(!stderr.contains("warning"), "{stderr}");
 }
+
+#[test]
+fn check_config_warns_when_pass_env_names_an_unset_variable() {
+    let claude = [
+        ("TURNSTILE_AGENT_BACKEND", "claude"),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+        ("TURNSTILE_AGENT_COMMAND", "sh"),
+        ("TURNSTILE_AGENT_PASS_ENV", "ANTHROPIC_API_KEY"),
+    ];
+    let warning = "turnstile: warning: agent.pass_env names ANTHROPIC_API_KEY, which is not set \
+                   in turnstile's environment";
+    let stderr = check_config_stderr(&claude);
+    assert!(stderr.contains(warning), "{stderr}");
+    let mut set = claude.to_vec();
+    set.push(("ANTHROPIC_API_KEY", "sk-ant-test"));
+    let stderr = check_config_stderr(&set);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(!stderr.contains("sk-ant-test"), "{stderr}");
+}

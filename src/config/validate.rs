@@ -324,6 +324,7 @@ impl Config {
         }
         if self.agent.backend != Backend::Scripted {
             warnings.extend(self.agent_program_warning());
+            warnings.extend(self.unset_pass_env_warnings());
         }
         warnings
     }
