@@ -106,6 +106,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
 
 fn main() -> ExitCode {
     forbid_same_user_reads();
+    if std::env::var_os(RESTARTED_FROM_ENV).is_some() {
+        keep_process_name();
+    }
     // Started by an ACP agent as the chat tools' stdio MCP server.
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(turnstile::agent::acp::BRIDGE_COMMAND) {
@@ -207,6 +210,33 @@ fn report(err: &anyhow::Error) -> u8 {
 /// dumpable again): no process of the same user, the agent without a
 /// sandbox included, can read its `/proc/<pid>/environ` (the bot token),
 /// `mem` or `fd`s, nor attach to it.
+/// After `/restart` re-executed `/proc/self/exe`, the kernel names the
+/// process `exe`: it takes back its own name (argv[0]'s, which the re-exec
+/// kept), so `pgrep`, `pidof` and `ps` still find it.
+fn keep_process_name() {
+    let Some(name) = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|arg0| {
+            arg0.file_name()
+                .map(|name| name.as_encoded_bytes().to_vec())
+        })
+    else {
+        return;
+    };
+    // The kernel keeps 15 bytes of it; no NUL may be inside.
+    let mut name: Vec<u8> = name.into_iter().take(15).take_while(|b| *b != 0).collect();
+    name.push(0);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes
+    // and only renames this (the main) thread, that is the process.
+    if unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) } != 0 {
+        eprintln!(
+            "turnstile: warning: prctl(PR_SET_NAME) failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 fn forbid_same_user_reads() {
     // SAFETY: PR_SET_DUMPABLE only changes an attribute of this process.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
@@ -291,6 +321,11 @@ fn restart(chat: i64) -> anyhow::Error {
     };
     tracing::warn!(exe = %exe.display(), "re-executing for /restart");
     let err = std::process::Command::new(&exe)
+        .arg0(
+            std::env::args_os()
+                .next()
+                .unwrap_or_else(|| "turnstile".into()),
+        )
         .args(std::env::args_os().skip(1))
         .env(RESTARTED_FROM_ENV, chat.to_string())
         .exec();
