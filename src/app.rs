@@ -213,6 +213,7 @@ fn start_scheduler(
 /// Says what started, in the log.
 fn log_started(config: &Config) {
     tracing::info!(
+        version = crate::VERSION,
         api = %config.telegram.api_url,
         backend = %config.agent.backend,
         state = %config.state.path.display(),

@@ -169,3 +169,13 @@ pub use app::{
     trim_memory,
 };
 pub use config::Config;
+
+/// The version `--version` prints: the crate's, and the commit it was built
+/// from (", dirty" when tracked files differed; "commit unknown" for a build
+/// without git, from a source tarball).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TURNSTILE_BUILD_COMMIT"),
+    ")"
+);

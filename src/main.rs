@@ -127,7 +127,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Command::Version => {
-            println!("turnstile {}", env!("CARGO_PKG_VERSION"));
+            println!("turnstile {}", turnstile::VERSION);
             return ExitCode::SUCCESS;
         }
         Command::Backup(path, dest) => return backup(path.as_deref(), &dest),
