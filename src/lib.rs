@@ -165,8 +165,8 @@ pub mod telegram;
 pub mod when;
 
 pub use app::{
-    BLOCKING_THREADS, StartError, Turnstile, backend_from_config, system, telegram_client,
-    trim_memory,
+    BLOCKING_THREADS, StartError, Turnstile, backend_from_config, check_agent, system,
+    telegram_client, trim_memory,
 };
 pub use config::Config;
 

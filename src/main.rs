@@ -12,12 +12,15 @@ use turnstile::{Config, Turnstile};
 
 /// `--help`: the commands, options, environment and exit codes.
 const HELP: &str = "\
-turnstile: a Telegram bot that gives every chat its own Claude Code agent
+turnstile: a Telegram bot that gives every chat its own LLM agent (Claude Code,
+or an ACP agent such as Gemini CLI)
 
 Usage:
   turnstile [run] [--config FILE]         run the bot until SIGINT, SIGTERM or SIGHUP
-  turnstile check-config [--config FILE]  check the configuration: print it (token
-                                          redacted) on stdout, and its warnings
+  turnstile check-config [--config FILE]  check the configuration as a start would
+                                          (the agent's sandbox too; without the token
+                                          when it is unset): print it (token redacted)
+                                          on stdout, and its warnings
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
   turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
@@ -136,6 +139,21 @@ fn main() -> ExitCode {
     };
     let config = match Config::from_env_and_file(path.as_deref()) {
         Ok(config) => config,
+        // Everything else can be checked before there is a bot.
+        Err(turnstile::config::ConfigError::MissingToken) if check => {
+            match Config::offline_from_env_and_file(path.as_deref()) {
+                Ok(config) => {
+                    eprintln!(
+                        "turnstile: note: TELEGRAM_BOT_TOKEN is not set: the token was not checked"
+                    );
+                    config
+                }
+                Err(err) => {
+                    eprintln!("turnstile: configuration error: {err}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         Err(err) => {
             eprintln!("turnstile: configuration error: {err}");
             return ExitCode::from(2);
@@ -150,11 +168,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if check {
-        for warning in config.warnings() {
-            eprintln!("turnstile: warning: {warning}");
-        }
-        print!("{}", config.to_redacted_toml());
-        return ExitCode::SUCCESS;
+        return check_config(&config);
     }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -163,6 +177,22 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(report(&err)),
     }
+}
+
+/// `turnstile check-config`: the warnings, then what the start checks of
+/// the agent (exit 2 when the start would refuse it), then the effective
+/// configuration.
+fn check_config(config: &Config) -> ExitCode {
+    for warning in config.warnings() {
+        eprintln!("turnstile: warning: {warning}");
+    }
+    if let Err(err) = turnstile::check_agent(config) {
+        // What the start would refuse is a bad configuration here.
+        eprintln!("turnstile: {}", causes(&err.into()));
+        return ExitCode::from(2);
+    }
+    print!("{}", config.to_redacted_toml());
+    ExitCode::SUCCESS
 }
 
 /// `turnstile backup PATH`: the state file named by the configuration,
@@ -205,11 +235,6 @@ fn report(err: &anyhow::Error) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
-/// Makes this process not dumpable, first thing (and so again after
-/// `/restart`'s re-exec, which runs `main` anew: an exec makes a process
-/// dumpable again): no process of the same user, the agent without a
-/// sandbox included, can read its `/proc/<pid>/environ` (the bot token),
-/// `mem` or `fd`s, nor attach to it.
 /// After `/restart` re-executed `/proc/self/exe`, the kernel names the
 /// process `exe`: it takes back its own name (argv[0]'s, which the re-exec
 /// kept), so `pgrep`, `pidof` and `ps` still find it.
@@ -237,6 +262,11 @@ fn keep_process_name() {
     }
 }
 
+/// Makes this process not dumpable, first thing (and so again after
+/// `/restart`'s re-exec, which runs `main` anew: an exec makes a process
+/// dumpable again): no process of the same user, the agent without a
+/// sandbox included, can read its `/proc/<pid>/environ` (the bot token),
+/// `mem` or `fd`s, nor attach to it.
 fn forbid_same_user_reads() {
     // SAFETY: PR_SET_DUMPABLE only changes an attribute of this process.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {

@@ -563,3 +563,75 @@ fn check_config_warns_when_pass_env_names_an_unset_variable() {
     assert!(!stderr.contains("warning"), "{stderr}");
     assert!(!stderr.contains("sk-ant-test"), "{stderr}");
 }
+
+#[test]
+fn check_config_works_without_the_token_and_says_it_was_not_checked() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("TELEGRAM_BOT_TOKEN is not set: the token was not checked"),
+        "{run:?}"
+    );
+    let printed: toml::Table = run.stdout.parse().expect("check-config prints TOML");
+    assert!(printed.contains_key("agent"), "{printed:?}");
+    // A bad key is still an error without the token; a start still needs it.
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "soon")],
+    );
+    assert_config_error(&run, &["telegram.poll_timeout", "soon"]);
+    let run = turnstile(dir.path(), &[], &[]);
+    assert_config_error(&run, &["TELEGRAM_BOT_TOKEN"]);
+}
+
+#[test]
+fn check_config_refuses_what_the_start_refuses() {
+    let dir = scratch();
+    let script = write(&dir, "scenario.json", "{ this is not a scenario");
+    let script = script.display().to_string();
+    let bad_script = [
+        ("TELEGRAM_BOT_TOKEN", TOKEN),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+        ("TURNSTILE_AGENT_SCRIPT", script.as_str()),
+    ];
+    let run = turnstile(dir.path(), &["check-config"], &bad_script);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("scenario.json"), "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+    // A bwrap that cannot make its namespaces: the start's probe fails.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let bwrap = bin.join("bwrap");
+    std::fs::write(
+        &bwrap,
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bwrap, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("PATH", path.as_str()),
+            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+            ("TURNSTILE_AGENT_BACKEND", "claude"),
+            ("TURNSTILE_AGENT_COMMAND", "sh"),
+        ],
+    );
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("agent.sandbox"), "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+}
