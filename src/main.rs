@@ -83,6 +83,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     while let Some(arg) = args.next() {
         match (arg.as_str(), sub) {
             ("--config" | "-c", _) => match args.next() {
+                Some(_) if config.is_some() => return Err("--config given twice".into()),
                 Some(path) => config = Some(PathBuf::from(path)),
                 None => return Err("--config needs a path".into()),
             },

@@ -635,3 +635,20 @@ fn check_config_refuses_what_the_start_refuses() {
     assert!(run.stderr.contains("agent.sandbox"), "{run:?}");
     assert!(run.stdout.is_empty(), "{run:?}");
 }
+
+#[test]
+fn a_second_config_is_refused_not_silently_taken() {
+    let dir = scratch();
+    let first = write(&dir, "a.toml", "");
+    let second = write(&dir, "b.toml", "");
+    let (first, second) = (first.display().to_string(), second.display().to_string());
+    for args in [
+        vec!["check-config", "--config", &first, "--config", &second],
+        vec!["check-config", "-c", &first, "-c", &second],
+    ] {
+        let run = turnstile(dir.path(), &args, &[("TELEGRAM_BOT_TOKEN", TOKEN)]);
+        assert_eq!(run.code, Some(2), "{run:?}");
+        assert!(run.stderr.contains("--config given twice"), "{run:?}");
+        assert!(run.stdout.is_empty(), "{run:?}");
+    }
+}

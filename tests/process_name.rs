@@ -1,6 +1,7 @@
 //! The process keeps its name across `/restart` (which re-executes
 //! `/proc/self/exe`): `comm` and `argv[0]` stay `turnstile`'s, so
-//! `pgrep`, `pidof` and `ps` find the same process before and after.
+//! `pgrep`, `pidof` and `ps` find the same process before and after. Its
+//! log does not bury the start under a line per schema migration.
 
 mod support;
 
@@ -42,4 +43,13 @@ async fn the_process_keeps_its_name_across_restart() {
     assert_eq!(name_of(pid), before, "{}", bot.log_text());
     bot.signal(libc::SIGTERM);
     assert!(bot.exit().await.success());
+    // The new state file was migrated in one step of the log, not eleven;
+    // the restarted process found it current.
+    let log = bot.log_text();
+    let migrated: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("state store migrated"))
+        .collect();
+    assert_eq!(migrated.len(), 1, "{log}");
+    assert!(migrated[0].contains("from=0"), "{}", migrated[0]);
 }
