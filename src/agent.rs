@@ -172,6 +172,10 @@ pub enum SessionCommand {
     Kill,
 }
 
+/// How the scripted backend's session ids begin (another backend finds
+/// them stored after a switch).
+pub const SCRIPTED_SESSION_PREFIX: &str = "scripted-";
+
 /// Everything a session reports, in order.
 #[derive(Debug)]
 pub enum AgentEvent {

@@ -313,7 +313,7 @@ impl ClaudeBackend {
         let resume = match request.resume {
             // Left by the scripted backend (the Quick Start's echo agent
             // before this one): expected, nothing to warn about.
-            Some(id) if id.starts_with(crate::agent::scripted::SESSION_PREFIX) => {
+            Some(id) if id.starts_with(crate::agent::SCRIPTED_SESSION_PREFIX) => {
                 tracing::info!(
                     session_id = %id.escape_debug(),
                     "stored session id is the scripted agent's; starting a fresh session"

@@ -23,10 +23,6 @@ use tokio::sync::mpsc;
 use super::tools::ToolRegistry;
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 
-/// How the ids of the scripted backend's sessions begin (another backend
-/// finds them stored after a switch).
-pub const SESSION_PREFIX: &str = "scripted-";
-
 /// Which turn the agent plays for which message.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -461,7 +457,7 @@ impl AgentBackend for ScriptedBackend {
         let session_id = request
             .resume
             .filter(|_| !request.fork)
-            .unwrap_or_else(|| format!("{SESSION_PREFIX}{key}-{n}"));
+            .unwrap_or_else(|| format!("{}{key}-{n}", super::SCRIPTED_SESSION_PREFIX));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let agent = ScriptedAgent {
