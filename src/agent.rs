@@ -19,6 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use teloxide::types::ChatId;
 use tokio::sync::{mpsc, oneshot};
@@ -171,6 +172,10 @@ pub enum SessionCommand {
     Kill,
 }
 
+/// How the scripted backend's session ids begin (another backend finds
+/// them stored after a switch).
+pub const SCRIPTED_SESSION_PREFIX: &str = "scripted-";
+
 /// Everything a session reports, in order.
 #[derive(Debug)]
 pub enum AgentEvent {
@@ -210,8 +215,22 @@ pub enum AgentEvent {
     /// What the agent is doing or writing right now, for the chat's live
     /// view; a sign of life like [`AgentEvent::Progress`], never more.
     Activity(Activity),
+    /// The agent could not authenticate with its model API: it is not
+    /// logged in, or the API refused its credentials. Retrying cannot help,
+    /// so the turn ends now rather than at its time budget.
+    AuthFailed(AuthFailure),
     /// An event the backend did not understand (logged and skipped).
     Unknown(String),
+}
+
+/// Why an agent could not authenticate, in its own words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthFailure {
+    /// The model API answered and refused the credentials (a 401); false
+    /// when the agent had none to send (not logged in).
+    pub refused: bool,
+    /// What the agent said, for the log and the chat.
+    pub detail: String,
 }
 
 /// What the agent is doing or writing right now, for the chat's live view.

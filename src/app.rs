@@ -151,6 +151,28 @@ pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, Sta
     }
 }
 
+/// What a start checks of the agent before it meets Telegram, with nothing
+/// started: the backend (the scripted one's `agent.script`, the sandbox
+/// probe) and the voice transcriber's sandbox. `check-config` runs it.
+///
+/// # Errors
+///
+/// The [`StartError`] the start would fail with.
+pub fn check_agent(config: &Config) -> Result<(), StartError> {
+    backend_from_config(config)?;
+    transcriber_seal(config).map(drop)
+}
+
+/// The transcriber's seal: the agent's, under a sandbox proven to work
+/// (probed here when the backend itself did not need it).
+fn transcriber_seal(config: &Config) -> Result<ClaudeSettings, StartError> {
+    let mut sealed = ClaudeSettings::from_config(config);
+    if !config.files.transcribe.is_empty() {
+        sealed.probe_sandbox().map_err(StartError::Sandbox)?;
+    }
+    Ok(sealed)
+}
+
 /// Meets Telegram: a client, who the bot is, no webhook in the way, the
 /// command menu set.
 async fn meet_telegram(config: &Config) -> Result<(Bot, BotIdentity), StartError> {
@@ -213,6 +235,7 @@ fn start_scheduler(
 /// Says what started, in the log.
 fn log_started(config: &Config) {
     tracing::info!(
+        version = crate::VERSION,
         api = %config.telegram.api_url,
         backend = %config.agent.backend,
         state = %config.state.path.display(),
@@ -225,10 +248,7 @@ fn log_started(config: &Config) {
 /// is, whatever the backend: under the sandbox that was proven to work
 /// (probed here when the backend itself did not need it).
 fn files_from_config(config: &Config, bot: &Bot) -> Result<Files, StartError> {
-    let mut sealed = ClaudeSettings::from_config(config);
-    if !config.files.transcribe.is_empty() {
-        sealed.probe_sandbox().map_err(StartError::Sandbox)?;
-    }
+    let sealed = transcriber_seal(config)?;
     Ok(Files::new(
         bot.clone(),
         FilesPolicy {

@@ -165,7 +165,17 @@ pub mod telegram;
 pub mod when;
 
 pub use app::{
-    BLOCKING_THREADS, StartError, Turnstile, backend_from_config, system, telegram_client,
-    trim_memory,
+    BLOCKING_THREADS, StartError, Turnstile, backend_from_config, check_agent, system,
+    telegram_client, trim_memory,
 };
 pub use config::Config;
+
+/// The version `--version` prints: the crate's, and the commit it was built
+/// from (", dirty" when tracked files differed; "commit unknown" for a build
+/// without git, from a source tarball).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TURNSTILE_BUILD_COMMIT"),
+    ")"
+);

@@ -12,12 +12,15 @@ use turnstile::{Config, Turnstile};
 
 /// `--help`: the commands, options, environment and exit codes.
 const HELP: &str = "\
-turnstile: a Telegram bot that gives every chat its own Claude Code agent
+turnstile: a Telegram bot that gives every chat its own LLM agent (Claude Code,
+or an ACP agent such as Gemini CLI)
 
 Usage:
   turnstile [run] [--config FILE]         run the bot until SIGINT, SIGTERM or SIGHUP
-  turnstile check-config [--config FILE]  check the configuration: print it (token
-                                          redacted) on stdout, and its warnings
+  turnstile check-config [--config FILE]  check the configuration as a start would
+                                          (the agent's sandbox too; without the token
+                                          when it is unset): print it (token redacted)
+                                          on stdout, and its warnings
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
   turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
@@ -80,6 +83,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     while let Some(arg) = args.next() {
         match (arg.as_str(), sub) {
             ("--config" | "-c", _) => match args.next() {
+                Some(_) if config.is_some() => return Err("--config given twice".into()),
                 Some(path) => config = Some(PathBuf::from(path)),
                 None => return Err("--config needs a path".into()),
             },
@@ -106,6 +110,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
 
 fn main() -> ExitCode {
     forbid_same_user_reads();
+    if std::env::var_os(RESTARTED_FROM_ENV).is_some() {
+        keep_process_name();
+    }
     // Started by an ACP agent as the chat tools' stdio MCP server.
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(turnstile::agent::acp::BRIDGE_COMMAND) {
@@ -124,7 +131,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Command::Version => {
-            println!("turnstile {}", env!("CARGO_PKG_VERSION"));
+            println!("turnstile {}", turnstile::VERSION);
             return ExitCode::SUCCESS;
         }
         Command::Backup(path, dest) => return backup(path.as_deref(), &dest),
@@ -133,6 +140,21 @@ fn main() -> ExitCode {
     };
     let config = match Config::from_env_and_file(path.as_deref()) {
         Ok(config) => config,
+        // Everything else can be checked before there is a bot.
+        Err(turnstile::config::ConfigError::MissingToken) if check => {
+            match Config::offline_from_env_and_file(path.as_deref()) {
+                Ok(config) => {
+                    eprintln!(
+                        "turnstile: note: TELEGRAM_BOT_TOKEN is not set: the token was not checked"
+                    );
+                    config
+                }
+                Err(err) => {
+                    eprintln!("turnstile: configuration error: {err}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         Err(err) => {
             eprintln!("turnstile: configuration error: {err}");
             return ExitCode::from(2);
@@ -147,11 +169,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if check {
-        for warning in config.warnings() {
-            eprintln!("turnstile: warning: {warning}");
-        }
-        print!("{}", config.to_redacted_toml());
-        return ExitCode::SUCCESS;
+        return check_config(&config);
     }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -160,6 +178,22 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(report(&err)),
     }
+}
+
+/// `turnstile check-config`: the warnings, then what the start checks of
+/// the agent (exit 2 when the start would refuse it), then the effective
+/// configuration.
+fn check_config(config: &Config) -> ExitCode {
+    for warning in config.warnings() {
+        eprintln!("turnstile: warning: {warning}");
+    }
+    if let Err(err) = turnstile::check_agent(config) {
+        // What the start would refuse is a bad configuration here.
+        eprintln!("turnstile: {}", causes(&err.into()));
+        return ExitCode::from(2);
+    }
+    print!("{}", config.to_redacted_toml());
+    ExitCode::SUCCESS
 }
 
 /// `turnstile backup PATH`: the state file named by the configuration,
@@ -200,6 +234,33 @@ fn report(err: &anyhow::Error) -> u8 {
         .downcast_ref::<turnstile::StartError>()
         .map_or(1, turnstile::StartError::exit_code);
     u8::try_from(code).unwrap_or(1)
+}
+
+/// After `/restart` re-executed `/proc/self/exe`, the kernel names the
+/// process `exe`: it takes back its own name (argv[0]'s, which the re-exec
+/// kept), so `pgrep`, `pidof` and `ps` still find it.
+fn keep_process_name() {
+    let Some(name) = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|arg0| {
+            arg0.file_name()
+                .map(|name| name.as_encoded_bytes().to_vec())
+        })
+    else {
+        return;
+    };
+    // The kernel keeps 15 bytes of it; no NUL may be inside.
+    let mut name: Vec<u8> = name.into_iter().take(15).take_while(|b| *b != 0).collect();
+    name.push(0);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes
+    // and only renames this (the main) thread, that is the process.
+    if unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) } != 0 {
+        eprintln!(
+            "turnstile: warning: prctl(PR_SET_NAME) failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// Makes this process not dumpable, first thing (and so again after
@@ -291,6 +352,11 @@ fn restart(chat: i64) -> anyhow::Error {
     };
     tracing::warn!(exe = %exe.display(), "re-executing for /restart");
     let err = std::process::Command::new(&exe)
+        .arg0(
+            std::env::args_os()
+                .next()
+                .unwrap_or_else(|| "turnstile".into()),
+        )
         .args(std::env::args_os().skip(1))
         .env(RESTARTED_FROM_ENV, chat.to_string())
         .exec();

@@ -32,6 +32,13 @@ pub enum TurnOutcome {
         /// When the limit resets (Unix seconds), when the agent said.
         resets_at: Option<i64>,
     },
+    /// The agent could not authenticate with its model API.
+    Unauthenticated {
+        /// The API refused the credentials (false: the agent had none).
+        refused: bool,
+        /// What the agent said.
+        detail: String,
+    },
     /// The result carries a terminal reason this build does not know.
     Unrecognized {
         /// The unknown terminal reason.
@@ -70,6 +77,7 @@ impl TurnOutcome {
             Self::Interrupted => "interrupted",
             Self::AgentError { .. } => "agent_error",
             Self::Limited { .. } => "limited",
+            Self::Unauthenticated { .. } => "unauthenticated",
             Self::Unrecognized { .. } => "unrecognized",
             Self::ForceClosedAfterResult => "force_closed_after_result",
             Self::NoProgress => "no_progress",

@@ -73,13 +73,22 @@ async fn a_taken_ops_port_exits_2_with_one_line_naming_the_address() {
 }
 
 #[test]
-fn version_prints_the_name_and_the_crate_version() {
+fn version_prints_the_name_the_crate_version_and_the_commit() {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(manifest)
+        .output()
+        .expect("git runs");
+    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
     for flag in ["--version", "-V"] {
         let out = run(&[flag]);
         assert!(out.status.success(), "{out:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            format!("turnstile {}\n", env!("CARGO_PKG_VERSION"))
+        let text = String::from_utf8_lossy(&out.stdout);
+        let prefix = format!("turnstile {} ({commit}", env!("CARGO_PKG_VERSION"));
+        assert!(
+            text.starts_with(&prefix) && text.ends_with(")\n") && text.lines().count() == 1,
+            "{text:?} is not {prefix}…)"
         );
     }
 }

@@ -79,7 +79,7 @@ async fn start_greets_a_user_with_what_the_bot_does_and_the_users_commands() {
     let (start, help) = start_and_help(&h, USER).await;
     assert!(start.contains("AI agent"), "says what the bot is: {start}");
     assert!(
-        start.contains("text, photos and files (up to 21 MB)"),
+        start.contains("text, photos and files (up to 20 MiB)"),
         "says what it takes: {start}"
     );
     assert!(

@@ -544,3 +544,111 @@ fn check_config_warns_that_group_mode_all_needs_privacy_mode_off() {
     ]);
     assert!(!stderr.contains("warning"), "{stderr}");
 }
+
+#[test]
+fn check_config_warns_when_pass_env_names_an_unset_variable() {
+    let claude = [
+        ("TURNSTILE_AGENT_BACKEND", "claude"),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+        ("TURNSTILE_AGENT_COMMAND", "sh"),
+        ("TURNSTILE_AGENT_PASS_ENV", "ANTHROPIC_API_KEY"),
+    ];
+    let warning = "turnstile: warning: agent.pass_env names ANTHROPIC_API_KEY, which is not set \
+                   in turnstile's environment";
+    let stderr = check_config_stderr(&claude);
+    assert!(stderr.contains(warning), "{stderr}");
+    let mut set = claude.to_vec();
+    set.push(("ANTHROPIC_API_KEY", "sk-ant-test"));
+    let stderr = check_config_stderr(&set);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(!stderr.contains("sk-ant-test"), "{stderr}");
+}
+
+#[test]
+fn check_config_works_without_the_token_and_says_it_was_not_checked() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("TELEGRAM_BOT_TOKEN is not set: the token was not checked"),
+        "{run:?}"
+    );
+    let printed: toml::Table = run.stdout.parse().expect("check-config prints TOML");
+    assert!(printed.contains_key("agent"), "{printed:?}");
+    // A bad key is still an error without the token; a start still needs it.
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "soon")],
+    );
+    assert_config_error(&run, &["telegram.poll_timeout", "soon"]);
+    let run = turnstile(dir.path(), &[], &[]);
+    assert_config_error(&run, &["TELEGRAM_BOT_TOKEN"]);
+}
+
+#[test]
+fn check_config_refuses_what_the_start_refuses() {
+    let dir = scratch();
+    let script = write(&dir, "scenario.json", "{ this is not a scenario");
+    let script = script.display().to_string();
+    let bad_script = [
+        ("TELEGRAM_BOT_TOKEN", TOKEN),
+        ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+        ("TURNSTILE_AGENT_SCRIPT", script.as_str()),
+    ];
+    let run = turnstile(dir.path(), &["check-config"], &bad_script);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("scenario.json"), "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+    // A bwrap that cannot make its namespaces: the start's probe fails.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let bwrap = bin.join("bwrap");
+    std::fs::write(
+        &bwrap,
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bwrap, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("PATH", path.as_str()),
+            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+            ("TURNSTILE_AGENT_BACKEND", "claude"),
+            ("TURNSTILE_AGENT_COMMAND", "sh"),
+        ],
+    );
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("agent.sandbox"), "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+}
+
+#[test]
+fn a_second_config_is_refused_not_silently_taken() {
+    let dir = scratch();
+    let first = write(&dir, "a.toml", "");
+    let second = write(&dir, "b.toml", "");
+    let (first, second) = (first.display().to_string(), second.display().to_string());
+    for args in [
+        vec!["check-config", "--config", &first, "--config", &second],
+        vec!["check-config", "-c", &first, "-c", &second],
+    ] {
+        let run = turnstile(dir.path(), &args, &[("TELEGRAM_BOT_TOKEN", TOKEN)]);
+        assert_eq!(run.code, Some(2), "{run:?}");
+        assert!(run.stderr.contains("--config given twice"), "{run:?}");
+        assert!(run.stdout.is_empty(), "{run:?}");
+    }
+}

@@ -57,6 +57,7 @@ fn the_fixture_covers_every_outcome_but_the_backstop() {
         "unrecognized",
         "force_closed_after_result",
         "no_progress",
+        "unauthenticated",
         "budget_exceeded",
         "agent_failed",
         "host_stopping",

@@ -253,6 +253,47 @@ async fn a_stored_session_id_that_is_not_a_uuid_is_dropped_with_a_warning() {
     );
 }
 
+/// The echo agent's session id, left in the store when the Quick Start
+/// switches to Claude, starts a fresh session without a warning.
+#[actix_rt::test]
+async fn the_scripted_agents_session_id_is_dropped_without_a_warning() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(|| LogWriter)
+        .with_ansi(false)
+        .try_init();
+    let state = tempfile::tempdir().expect("temp dir");
+    let db = state.path().join("turnstile.db");
+    let left = "scripted-1-0";
+    {
+        let store = turnstile::state::Store::open(&db).expect("store");
+        store
+            .set_session(teloxide::types::ChatId(1).into(), Some(left))
+            .expect("session stored");
+    }
+    let files = FakeLog::new(&Scenario::default());
+    let mut vars = files.env();
+    vars.push(("TURNSTILE_STATE_PATH".into(), db.display().to_string()));
+    let (mut h, _backend) = launch(&vars).await;
+    h.say(1, USER, "hello");
+    h.turn_ended(1, 1).await;
+    assert_eq!(h.texts(1), vec!["echo: hello"], "a fresh session answered");
+    let procs = files.processes();
+    assert!(
+        !procs[0].1.iter().any(|a| a.contains(left)),
+        "{:?}",
+        procs[0].1
+    );
+    let logs = String::from_utf8_lossy(&LOGS.lock().expect("logs")).into_owned();
+    let line = logs
+        .lines()
+        .find(|l| l.contains(left))
+        .unwrap_or_else(|| panic!("the id is not logged:\n{logs}"));
+    assert!(
+        line.contains("INFO") && line.contains("scripted agent's"),
+        "{line}"
+    );
+}
+
 #[actix_rt::test]
 async fn a_launcher_prefix_wraps_the_agent_and_the_turn_still_works() {
     let files = FakeLog::new(&Scenario::default());

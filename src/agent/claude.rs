@@ -325,6 +325,15 @@ impl ClaudeBackend {
     /// caller's span (the turn's, which names the chat).
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
         let resume = match request.resume {
+            // Left by the scripted backend (the Quick Start's echo agent
+            // before this one): expected, nothing to warn about.
+            Some(id) if id.starts_with(crate::agent::SCRIPTED_SESSION_PREFIX) => {
+                tracing::info!(
+                    session_id = %id.escape_debug(),
+                    "stored session id is the scripted agent's; starting a fresh session"
+                );
+                None
+            }
             Some(id) if !is_session_id(&id) => {
                 tracing::warn!(
                     session_id = %id.escape_debug(),

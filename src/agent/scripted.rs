@@ -457,7 +457,7 @@ impl AgentBackend for ScriptedBackend {
         let session_id = request
             .resume
             .filter(|_| !request.fork)
-            .unwrap_or_else(|| format!("scripted-{key}-{n}"));
+            .unwrap_or_else(|| format!("{}{key}-{n}", super::SCRIPTED_SESSION_PREFIX));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let agent = ScriptedAgent {

@@ -65,10 +65,13 @@ fn takes(abilities: &Abilities) -> String {
     } else {
         "voice notes reach the agent as audio files"
     };
-    format!(
-        "You can send text, photos and files (up to {}); {voice}.",
-        crate::telegram::files::megabytes(abilities.max_download)
-    )
+    // Telegram's limit (the default) is 20 MiB: said so, not "21 MB".
+    const MIB: u64 = 1024 * 1024;
+    let limit = match abilities.max_download {
+        bytes if bytes >= MIB && bytes.is_multiple_of(MIB) => format!("{} MiB", bytes / MIB),
+        bytes => crate::telegram::files::megabytes(bytes),
+    };
+    format!("You can send text, photos and files (up to {limit}); {voice}.")
 }
 
 /// How to talk to the bot in a group that takes only what is addressed to it.

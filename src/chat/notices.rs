@@ -61,6 +61,9 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String
             "⚠️ The model's usage limit was reached, so this answer stops here; send your message again later.".to_string()
         });
     }
+    if let TurnOutcome::Unauthenticated { refused, detail } = outcome {
+        return Some(unauthenticated(*refused, detail));
+    }
     if ending.replied {
         return None;
     }
@@ -75,6 +78,20 @@ pub(crate) fn notice_for(outcome: &TurnOutcome, ending: Ending) -> Option<String
         _ => return None,
     };
     Some(text)
+}
+
+/// Told when the agent could not authenticate: what it said, and what the
+/// operator sets (told even after a reply: no later turn can do better).
+fn unauthenticated(refused: bool, detail: &str) -> String {
+    let what = if refused {
+        "The model API refused the agent's credentials"
+    } else {
+        "The agent is not logged in to its model API"
+    };
+    format!(
+        "⚠️ {what} (it said: “{}”), so it cannot answer. The bot's operator must give it credentials: for Claude Code, set ANTHROPIC_API_KEY (an API key) or CLAUDE_CODE_OAUTH_TOKEN (from `claude setup-token`) in the bot's environment, name it in agent.pass_env, and restart the bot.",
+        bounded(detail, 300)
+    )
 }
 
 /// Told for a message that came while the bot stops (for `/restart` when

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::agent::tools::{BatchCall, terminator};
-use crate::agent::{AgentResult, TerminalReason};
+use crate::agent::{AgentResult, AuthFailure, TerminalReason};
 pub use crate::outcome::TurnOutcome;
 
 /// What a turn has seen so far that bears on how it ends, in order.
@@ -37,6 +37,8 @@ pub enum TurnEvent {
     },
     /// `turn.post_result_grace` passed after `result` without a settle.
     GraceExpired,
+    /// The agent could not authenticate with its model API.
+    AuthFailed(AuthFailure),
     /// `turn.no_progress_timeout` passed without an event before `result`.
     NoProgress,
     /// `turn.max_duration` passed.
@@ -121,6 +123,12 @@ pub fn decide(events: &[TurnEvent]) -> Option<TurnOutcome> {
             }
             TurnEvent::GraceExpired => {}
             TurnEvent::NoProgress => return Some(TurnOutcome::NoProgress),
+            TurnEvent::AuthFailed(AuthFailure { refused, detail }) => {
+                return Some(TurnOutcome::Unauthenticated {
+                    refused: *refused,
+                    detail: detail.clone(),
+                });
+            }
             TurnEvent::BudgetExceeded => return Some(TurnOutcome::BudgetExceeded),
             TurnEvent::Interrupt => return Some(TurnOutcome::Interrupted),
             TurnEvent::HostStopping => return Some(TurnOutcome::HostStopping),

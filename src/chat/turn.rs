@@ -284,6 +284,14 @@ impl TurnActor {
                 self.record(TurnEvent::Exited { code, detail }, ctx);
             }
             AgentEvent::PermissionAsk(ask) => self.ask_permission(ask, ctx),
+            AgentEvent::AuthFailed(failure) => {
+                tracing::error!(
+                    refused = failure.refused,
+                    cause = %failure.detail,
+                    "the agent could not authenticate with its model API"
+                );
+                self.record(TurnEvent::AuthFailed(failure), ctx);
+            }
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
                 tracing::warn!(event = %shown, "unknown agent event skipped");

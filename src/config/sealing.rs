@@ -166,6 +166,25 @@ impl Config {
 }
 
 /// Every `{…}` in `text` is one of `allowed`.
+impl Config {
+    /// A variable `agent.pass_env` names that turnstile's own environment
+    /// lacks: the agent goes without it (a credential not exported is the
+    /// usual first-hour failure, told only at the first turn otherwise).
+    pub(super) fn unset_pass_env_warnings(&self) -> Vec<String> {
+        self.agent
+            .pass_env
+            .iter()
+            .filter(|name| std::env::var_os(name.as_str()).is_none())
+            .map(|name| {
+                format!(
+                    "agent.pass_env names {name}, which is not set in turnstile's environment: \
+                     the agent starts without it (export it before starting turnstile)"
+                )
+            })
+            .collect()
+    }
+}
+
 fn check_placeholders(key: &str, text: &str, allowed: &[&str]) -> Result<(), ConfigError> {
     let mut rest = text;
     while let Some(start) = rest.find('{') {

@@ -325,6 +325,7 @@ impl Config {
         }
         if self.agent.backend != Backend::Scripted {
             warnings.extend(self.agent_program_warning());
+            warnings.extend(self.unset_pass_env_warnings());
         }
         warnings.extend(self.sharing_warnings());
         warnings

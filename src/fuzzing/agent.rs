@@ -53,11 +53,12 @@ pub fn stream_json(data: &[u8]) {
             }
             Line::Oversized(_) => continue,
         };
+        let _ = line.auth_failure();
         match line {
             CliLine::System(SystemLine::Init { session_id }) => {
                 let _ = is_session_id(&session_id);
             }
-            CliLine::Assistant { message } => {
+            CliLine::Assistant { message, .. } => {
                 for activity in live.on_assistant(&message) {
                     check_activity(&activity);
                 }

@@ -171,10 +171,15 @@ impl Store {
             tx.execute_batch(MIGRATIONS[usize::try_from(version).unwrap_or(0)])?;
             tx.pragma_update(None, "user_version", version + 1)?;
             tx.commit()?;
-            tracing::info!(path = %path.display(), from = version, to = version + 1, "state store migrated");
+            tracing::debug!(path = %path.display(), from = version, to = version + 1, "state store migration step done");
             if dropped > 0 {
                 tracing::warn!(path = %path.display(), dropped, "dropped {dropped} \"always in this chat\" Bash rule(s) of the old shape (the command's first word); those commands ask again");
             }
+        }
+        // One line for the whole way, not one per step (a new file takes
+        // them all).
+        if found < target {
+            tracing::info!(path = %path.display(), from = found, to = target, "state store migrated");
         }
         Ok(())
     }

@@ -356,6 +356,9 @@ impl Driver {
                 return self.emit(AgentEvent::Unknown(format!("a line of {bytes} bytes")));
             }
         };
+        if let Some(failure) = line.auth_failure() {
+            return self.emit(AgentEvent::AuthFailed(failure));
+        }
         match line {
             CliLine::System(SystemLine::Init { session_id }) => {
                 self.emit(AgentEvent::Init { session_id });
@@ -364,7 +367,7 @@ impl Driver {
                 state: SessionState::Idle,
             }) => self.emit(AgentEvent::Idle),
             CliLine::System(_) => self.emit(AgentEvent::Progress),
-            CliLine::Assistant { message } => {
+            CliLine::Assistant { message, .. } => {
                 let started = self.live.on_assistant(&message);
                 let told = !started.is_empty();
                 for activity in started {

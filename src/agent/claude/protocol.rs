@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::{Value, json};
 
-use crate::agent::HookReply;
 use crate::agent::tools::TOOL_SERVER;
+use crate::agent::{AuthFailure, HookReply};
 pub use result_line::{ResultLine, result};
 pub use usage::UsageLine;
 
@@ -173,6 +173,10 @@ pub enum CliLine {
         /// The message, with its one block.
         #[serde(default, deserialize_with = "lenient")]
         message: AssistantMessage,
+        /// Set on a line the CLI writes for an API error instead of the
+        /// model's answer (`authentication_failed`, `rate_limit`, …).
+        #[serde(default, deserialize_with = "lenient")]
+        error: Option<String>,
     },
     /// `user`: a tool's result fed back to the model, or (with
     /// `isReplay`, under `--replay-user-messages`) the echo of a user
@@ -217,6 +221,44 @@ pub enum CliLine {
     Unknown,
 }
 
+/// The CLI's name for an API error that these credentials cannot get past.
+const AUTH_FAILED: &str = "authentication_failed";
+
+impl CliLine {
+    /// The authentication failure this line reports: the CLI's error line
+    /// for one (`Not logged in · Please run /login`), or its retry of a
+    /// call the API refused for the credentials (it would retry a 401 for
+    /// minutes before giving up).
+    pub fn auth_failure(&self) -> Option<AuthFailure> {
+        match self {
+            Self::Assistant {
+                message,
+                error: Some(error),
+            } if error == AUTH_FAILED => {
+                let detail = message.text().unwrap_or_else(|| error.clone());
+                Some(AuthFailure {
+                    refused: !detail.starts_with("Not logged in"),
+                    detail,
+                })
+            }
+            Self::System(SystemLine::ApiRetry {
+                error_status,
+                error,
+            }) if error.as_deref() == Some(AUTH_FAILED) || *error_status == Some(401) => {
+                Some(AuthFailure {
+                    refused: true,
+                    detail: format!(
+                        "API Error: {} {}",
+                        error_status.map_or("?".into(), |s| s.to_string()),
+                        error.as_deref().unwrap_or(AUTH_FAILED)
+                    ),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A `system` line by its `subtype`.
 #[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(tag = "subtype", rename_all = "snake_case")]
@@ -233,7 +275,16 @@ pub enum SystemLine {
         #[serde(default, deserialize_with = "lenient")]
         state: SessionState,
     },
-    /// Any other subtype (`status`, `api_retry`, …): a sign of life.
+    /// The CLI will retry a failed API call.
+    ApiRetry {
+        /// The HTTP status of the failure (401: credentials refused).
+        #[serde(default, deserialize_with = "lenient")]
+        error_status: Option<u16>,
+        /// The CLI's name for it (`authentication_failed`, …).
+        #[serde(default, deserialize_with = "lenient")]
+        error: Option<String>,
+    },
+    /// Any other subtype (`status`, …): a sign of life.
     #[default]
     #[serde(other)]
     Other,

@@ -11,8 +11,8 @@ use super::link::Settled;
 use super::phase::{Leftover, Step, TurnPhase};
 use super::{SessionReleased, TurnActor, TurnEnded};
 use crate::agent::{AgentEvent, HookReply, SessionCommand, ToolReply};
-use crate::chat::notices::{Ending, STOP_REASON, notice_for};
-use crate::chat::outcome::TurnOutcome;
+use crate::chat::notices::{Ending, STOP_REASON, bounded, notice_for};
+use crate::chat::outcome::{TurnEvent, TurnOutcome};
 use crate::events::BotEvent;
 use crate::state::{TurnRecord, TurnUsage, now_ms};
 
@@ -54,6 +54,7 @@ impl TurnActor {
             AgentEvent::Text(_)
             | AgentEvent::Progress
             | AgentEvent::Activity(_)
+            | AgentEvent::AuthFailed(_)
             | AgentEvent::Init { .. } => {}
             AgentEvent::Unknown(raw) => {
                 let shown: String = raw.chars().take(200).collect();
@@ -105,7 +106,10 @@ impl TurnActor {
             return self.release(ctx);
         }
         match outcome {
-            TurnOutcome::NoProgress | TurnOutcome::ForceClosedAfterResult => self.kill(ctx),
+            // An agent that cannot authenticate would retry for minutes.
+            TurnOutcome::NoProgress
+            | TurnOutcome::ForceClosedAfterResult
+            | TurnOutcome::Unauthenticated { .. } => self.kill(ctx),
             TurnOutcome::Interrupted | TurnOutcome::BudgetExceeded => {
                 self.send(SessionCommand::Interrupt);
                 self.arm_grace(ctx);
@@ -161,6 +165,18 @@ impl TurnActor {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );
+        if let TurnOutcome::AgentError { reason } = outcome {
+            // The agent's own words, which the reason alone does not carry.
+            let said = self.log.iter().rev().find_map(|event| match event {
+                TurnEvent::Result(result) => Some(result.text.as_str()),
+                _ => None,
+            });
+            tracing::error!(
+                %reason,
+                cause = %bounded(said.unwrap_or_default(), 500),
+                "the agent stopped with an error"
+            );
+        }
         replied
     }
 

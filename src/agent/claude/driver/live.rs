@@ -134,7 +134,7 @@ mod tests {
         match Line::from_value(
             &json!({"type": "assistant", "message": {"id": "m", "content": content}}),
         ) {
-            Line::Cli(CliLine::Assistant { message }) => message,
+            Line::Cli(CliLine::Assistant { message, .. }) => message,
             other => panic!("not an assistant line: {other:?}"),
         }
     }

@@ -141,6 +141,13 @@ fn system_lines_are_read_by_subtype() {
     );
     assert_eq!(
         parse(json!({"type": "system", "subtype": "api_retry", "attempt": 1})),
+        Line::Cli(CliLine::System(SystemLine::ApiRetry {
+            error_status: None,
+            error: None
+        }))
+    );
+    assert_eq!(
+        parse(json!({"type": "system", "subtype": "status", "status": null})),
         Line::Cli(CliLine::System(SystemLine::Other))
     );
     assert_eq!(
@@ -159,7 +166,7 @@ fn system_lines_are_read_by_subtype() {
 
 #[test]
 fn assistant_lines_carry_the_text_of_their_text_blocks() {
-    let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+    let Line::Cli(CliLine::Assistant { message, .. }) = parse(json!({
         "type": "assistant",
         "message": {"id": "m1", "content": [
             {"type": "text", "text": "one"},
@@ -172,14 +179,14 @@ fn assistant_lines_carry_the_text_of_their_text_blocks() {
         panic!("not an assistant line")
     };
     assert_eq!(message.text().as_deref(), Some("one\ntwo"));
-    let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+    let Line::Cli(CliLine::Assistant { message, .. }) = parse(json!({
         "type": "assistant",
         "message": {"content": [{"type": "tool_use", "id": "t", "name": "send", "input": {}}]}
     })) else {
         panic!("not an assistant line")
     };
     assert_eq!(message.text(), None);
-    let Line::Cli(CliLine::Assistant { message }) = parse(json!({"type": "assistant"})) else {
+    let Line::Cli(CliLine::Assistant { message, .. }) = parse(json!({"type": "assistant"})) else {
         panic!("not an assistant line")
     };
     assert_eq!(message.text(), None);
@@ -209,7 +216,7 @@ fn user_stream_and_rate_limit_lines_are_known() {
 
 #[test]
 fn tool_use_blocks_are_read_from_assistant_lines() {
-    let Line::Cli(CliLine::Assistant { message }) = parse(json!({
+    let Line::Cli(CliLine::Assistant { message, .. }) = parse(json!({
         "type": "assistant",
         "message": {"id": "m1", "content": [
             {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
@@ -432,4 +439,32 @@ fn a_malformed_line_is_kept_for_the_log_not_an_error() {
     assert!(start.starts_with("{\"type\": \"assistant\""), "{start}");
     assert_eq!(start.len(), SHOWN_CHARS, "bounded");
     assert!(matches!(Line::parse(b"\xff\xfe"), Line::Malformed(_)));
+}
+
+/// Only the CLI's authentication failures end a turn as one: not a 529
+/// it retries, nor a usage-limit line, nor an ordinary answer.
+#[test]
+fn only_authentication_failures_are_read_as_such() {
+    let failure = |line: serde_json::Value| match parse(line) {
+        Line::Cli(line) => line.auth_failure(),
+        other => panic!("not a CLI line: {other:?}"),
+    };
+    let retry = |status: u16, error: &str| json!({"type": "system", "subtype": "api_retry", "attempt": 1, "error_status": status, "error": error});
+    let refused = failure(retry(401, "authentication_failed")).expect("a 401 retry");
+    assert!(refused.refused);
+    assert_eq!(refused.detail, "API Error: 401 authentication_failed");
+    assert!(failure(retry(529, "overloaded")).is_none());
+    let said = |error: &str, text: &str| json!({"type": "assistant", "error": error, "message": {"content": [{"type": "text", "text": text}]}});
+    let not_logged_in = failure(said(
+        "authentication_failed",
+        "Not logged in · Please run /login",
+    ))
+    .expect("the not-logged-in line");
+    assert!(!not_logged_in.refused);
+    assert_eq!(not_logged_in.detail, "Not logged in · Please run /login");
+    assert!(failure(said("rate_limit", "API Error: Request rejected (429)")).is_none());
+    assert!(
+        failure(json!({"type": "assistant", "message": {"content": [{"type": "text", "text": "Not logged in"}]}}))
+            .is_none()
+    );
 }
