@@ -105,7 +105,7 @@ impl Outbox {
             // id known when the row before it was settled and the message
             // it answers.
             let known = lane::lock(&outbox.shared.last_ids).get(&chat).copied();
-            let baseline = known.max(row.reply_to);
+            let baseline = known.max(row.reply_to).max(row.after_id);
             let age = u64::try_from(now.1.saturating_sub(row.created_at)).unwrap_or(0);
             let born = now
                 .0
@@ -238,6 +238,12 @@ impl Handler<SendText> for Outbox {
             let topic = msg.to.topic_number();
             Some(store.keep_outgoing(msg.to.chat.0, topic, reply_to, (&msg.text, msg.markdown)))
         });
+        // What the lane knows now exists before any copy can leave: a
+        // baseline for the next process, should it find the row.
+        let after = self.lane(msg.to.chat).baseline();
+        if let (Some(row), Some(after), Some(store)) = (kept, after, &self.shared.store) {
+            store.outgoing_after(row, after);
+        }
         self.enqueue(
             msg.to.chat,
             Job::Text(TextJob {

@@ -221,6 +221,11 @@ impl Lane {
         let _ = self.tx.send(Down::Light);
     }
 
+    /// The highest message id the lane knows.
+    pub(super) fn baseline(&self) -> Option<i32> {
+        lock(&self.known).baseline()
+    }
+
     /// A message came in: its id is known.
     pub(super) fn seen(&mut self, id: MessageId) {
         lock(&self.known).saw(id);
