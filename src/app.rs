@@ -182,7 +182,13 @@ async fn start_outbox(
         );
     }
     let metrics = Arc::clone(events.metrics());
-    let outbox = Outbox::durable(client, limits, (metrics, events.clone()), inbox.clone(), left);
+    let outbox = Outbox::durable(
+        client,
+        limits,
+        (metrics, events.clone()),
+        inbox.clone(),
+        left,
+    );
     Ok(outbox.start())
 }
 

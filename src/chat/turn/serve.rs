@@ -214,16 +214,19 @@ fn answer_when_delivered<T: Send + 'static>(
     turn: actix::Addr<TurnActor>,
     ok: impl FnOnce(T) -> String + Send + 'static,
 ) {
-    actix::spawn(async move {
-        pending.finish(match rx.await {
-            Ok(Ok(sent)) => {
-                turn.do_send(Delivered);
-                ToolReply::Ok(ok(sent))
-            }
-            Ok(Err(err)) => ToolReply::Error(err.to_string()),
-            Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-        });
-    }.in_current_span());
+    actix::spawn(
+        async move {
+            pending.finish(match rx.await {
+                Ok(Ok(sent)) => {
+                    turn.do_send(Delivered);
+                    ToolReply::Ok(ok(sent))
+                }
+                Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+            });
+        }
+        .in_current_span(),
+    );
 }
 
 impl TurnActor {
