@@ -115,10 +115,10 @@ impl Post<'_> {
         let outcome = self
             .pieces(lane, (text, markdown), place, into, origin)
             .await;
-        if let Err((err, delivered)) = &outcome {
-            if !self.expired(place.topic, err, "a message").await {
-                tracing::warn!(cause = %err, delivered_pieces = delivered, "message not delivered");
-            }
+        if let Err((err, delivered)) = &outcome
+            && !self.expired(place.topic, err, "a message").await
+        {
+            tracing::warn!(cause = %err, delivered_pieces = delivered, "message not delivered");
         }
         if let Some(reply) = reply {
             let _ = reply.send(outcome.map_err(|(err, _)| err));
