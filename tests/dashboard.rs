@@ -4,8 +4,13 @@
 
 use std::collections::BTreeSet;
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
+use teloxide::RequestError;
+use teloxide::types::Seconds;
 use turnstile::ops::Metrics;
+use turnstile::outcome::TurnOutcome;
 
 /// Every `expr` of every panel, nested rows included.
 fn exprs(value: &Value, out: &mut Vec<String>) {
@@ -58,7 +63,16 @@ fn the_dashboard_is_json_and_queries_only_metrics_the_bot_exposes() {
     exprs(&dashboard, &mut all);
     assert!(all.len() >= 10, "{} queries", all.len());
     let queried: BTreeSet<String> = all.iter().flat_map(|e| metric_names(e)).collect();
-    let exposition = Metrics::new().render(0, 0, 0);
+    // A family shows in the exposition once it has a member: one of each.
+    let metrics = Metrics::new();
+    metrics.turn_ended(&TurnOutcome::NoProgress, Duration::from_secs(1));
+    let limited: Result<(), RequestError> = Err(RequestError::RetryAfter(Seconds::from_seconds(1)));
+    metrics.telegram("sendMessage", &limited);
+    metrics.unknown_outcome("sendMessage");
+    metrics.outbox().resent("sendMessage", true);
+    metrics.outbox().dropped("sendMessage");
+    let _waiting = metrics.outbox().waiting("sendMessage", Instant::now());
+    let exposition = metrics.render(0, 0, 0);
     let exposed: BTreeSet<&str> = exposition
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -26,7 +26,7 @@ use super::error::OutboxError;
 use super::jobs::Place;
 use super::lane::lock;
 use super::send::Post;
-use crate::chat::notices;
+use crate::chat::notices::{RESENT, undelivered};
 use crate::events::BotEvent;
 use crate::ids::TurnId;
 use crate::telegram::call::{call, with_sources};
@@ -193,7 +193,7 @@ impl Post<'_> {
         let rule = Rule::once("sendMessage").answer(Instant::now());
         loop {
             let sent = deliver(telegram, Some(&mut *self.pacing), rule, |_| {
-                let mut payload = SendMessage::new(chat, notices::RESENT);
+                let mut payload = SendMessage::new(chat, RESENT);
                 payload.message_thread_id = topic;
                 payload.reply_parameters = Some(ReplyParameters::new(got));
                 Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
@@ -229,7 +229,7 @@ impl Post<'_> {
             max_pending_age = %humantime::format_duration(age),
             "telegram did not take a message within telegram.max_pending_age; dropped, the chat is told"
         );
-        let notice = Rendered::plain(notices::undelivered(what, age));
+        let notice = Rendered::plain(undelivered(what, age));
         let place = Place {
             topic,
             reply_to: None,
