@@ -88,12 +88,42 @@ struct Tally {
 /// others (messages that arrive together are one turn, their texts joined;
 /// a steered one joins the running turn's text).
 fn answers(texts: &[String], part: u8, m: &str) -> usize {
+    let (unmarked, marked) = copies(texts, part, m);
+    unmarked + marked
+}
+
+/// What marks a copy sent again that may show twice (a reply sent right
+/// behind it).
+const RESENT: &str =
+    "↻ Sent again: Telegram did not confirm the first copy of this message, so it may show twice.";
+
+/// The texts answering `m` with `part N: `, unmarked and marked as a
+/// resend (a message left in the state file by the killed process is sent
+/// again; when its first copy may have arrived, the copy is marked).
+fn copies(texts: &[String], part: u8, m: &str) -> (usize, usize) {
     let prefix = format!("part {part}: ");
-    texts
-        .iter()
-        .filter_map(|t| t.strip_prefix(&prefix))
-        .filter(|t| t.split('\n').any(|x| x == m))
-        .count()
+    let mut counts = (0, 0);
+    for (i, t) in texts.iter().enumerate() {
+        let Some(t) = t.strip_prefix(&prefix) else {
+            continue;
+        };
+        if !t.split('\n').any(|x| x == m) {
+            continue;
+        }
+        if texts.get(i + 1).is_some_and(|next| next == RESENT) {
+            counts.1 += 1;
+        } else {
+            counts.0 += 1;
+        }
+    }
+    counts
+}
+
+/// Whether `part` of `m` shows more than once, a copy marked as a resend
+/// aside (at most one such copy).
+fn twice(texts: &[String], part: u8, m: &str) -> bool {
+    let (unmarked, marked) = copies(texts, part, m);
+    unmarked > 1 || marked > 1 || (marked == 1 && unmarked == 0)
 }
 
 fn tally(texts: &[String]) -> Tally {
@@ -102,8 +132,8 @@ fn tally(texts: &[String]) -> Tally {
         ..Tally::default()
     };
     for m in MESSAGES {
-        let part1 = answers(texts, 1, m);
-        let part2 = answers(texts, 2, m);
+        // Answered: part 2 shows once (a copy marked as a resend aside).
+        let part2 = copies(texts, 2, m).0;
         let reports = texts
             .iter()
             .filter(|x| x.contains("restarted") && x.contains(m))
@@ -113,7 +143,7 @@ fn tally(texts: &[String]) -> Tally {
         } else if reports == 1 {
             t.reported += 1;
         }
-        if part1 > 1 || part2 > 1 || reports > 1 {
+        if twice(texts, 1, m) || twice(texts, 2, m) || reports > 1 {
             t.duplicated += 1;
         }
     }

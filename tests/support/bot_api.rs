@@ -90,6 +90,10 @@ pub enum Fault {
     /// closed without an answer, as when a connection fails after the
     /// request was sent: the client cannot tell whether it arrived.
     NoAnswer,
+    /// The request is carried out (a message gets its id and shows in the
+    /// chat) and then the connection closed without an answer: the message
+    /// arrived, but the client cannot tell.
+    DoneNoAnswer,
     /// An answer that is not JSON (a proxy's HTML page) with this status.
     NotJson(u16),
 }
@@ -454,6 +458,16 @@ impl FakeBotApi {
         let queued = faults.entry(method.to_ascii_lowercase()).or_default();
         queued.push_back(fault);
         self.shared.faulty.store(true, Ordering::SeqCst);
+    }
+
+    /// The message `id` of `chat` the bot sent, as the chat shows it now.
+    pub fn sent_message(&self, chat: i64, id: i64) -> Option<Value> {
+        lock(&self.shared.sent).get(&(chat, id)).cloned()
+    }
+
+    /// Drops every fault still queued (Telegram is back).
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
     }
 
     /// All recorded calls in order of arrival (none unless [`Record::Calls`]).

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use teloxide::RequestError;
-use teloxide::types::{ChatId, ThreadId};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::mpsc;
 use tracing::{Instrument, Span};
 
@@ -21,9 +21,12 @@ use super::jobs::Job;
 use super::live::{self, Shown};
 use super::pacing::{Bucket, Pacing};
 use super::requests::{Show, ShowAs, Slot};
+use super::resend::Known;
 use super::send::{self, Post};
 use crate::events::EventBus;
+use crate::ops::Waiting;
 use crate::ops::logging::context_span;
+use crate::state::StoreHandle;
 
 /// A lane unused for this long (and empty, with no live slot) is dropped
 /// and its worker ends.
@@ -37,6 +40,10 @@ pub(super) struct Shared {
     pub(super) global: Arc<Mutex<Bucket>>,
     /// Requests queued or running across all chats.
     pub(super) pending: Pending,
+    /// Where messages are kept until Telegram takes them, if anywhere.
+    pub(super) store: Option<StoreHandle>,
+    /// Each chat's highest known message id while it has no lane.
+    pub(super) last_ids: Mutex<HashMap<ChatId, i32>>,
 }
 
 /// Requests queued or running across all chats (`Flush`
@@ -114,8 +121,9 @@ impl Book {
     }
 }
 
-fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
-    book.lock()
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -124,7 +132,7 @@ fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
 /// slots allocated with the channel, stays small), or word that live text
 /// is waiting.
 pub(super) enum Down {
-    Job(Box<(Job, u64)>),
+    Job(Box<(Job, u64, Option<Waiting>)>),
     Light,
 }
 
@@ -132,6 +140,8 @@ pub(super) enum Down {
 pub(super) struct Lane {
     tx: mpsc::UnboundedSender<Down>,
     book: Arc<Mutex<Book>>,
+    /// The chat's message ids the lane knows (shared with its worker).
+    known: Arc<Mutex<Known>>,
     /// When a job was last queued.
     last_used: Instant,
 }
@@ -145,7 +155,11 @@ impl Lane {
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::unbounded_channel();
         let book = Arc::new(Mutex::new(Book::default()));
+        let known = Arc::new(Mutex::new(Known::from(
+            lock(&shared.last_ids).remove(&chat),
+        )));
         let worker = Worker {
+            known: Arc::clone(&known),
             pacing: Pacing::of_chat(&shared.telegram.limits, chat, Arc::clone(&shared.global)),
             shared: Arc::clone(shared),
             chat,
@@ -155,6 +169,7 @@ impl Lane {
         let lane = Self {
             tx,
             book,
+            known,
             last_used: Instant::now(),
         };
         // A root: the lane outlives whichever request started it.
@@ -163,7 +178,13 @@ impl Lane {
     }
 
     /// Queues `job`; gives it back when the worker is gone.
-    pub(super) fn push(&mut self, pending: &Pending, job: Job) -> Result<(), Box<Job>> {
+    /// An answer counts as waiting (in the metrics) until it is settled.
+    pub(super) fn push(
+        &mut self,
+        pending: &Pending,
+        job: Job,
+        waiting: Option<Waiting>,
+    ) -> Result<(), Box<Job>> {
         self.last_used = Instant::now();
         pending.add(1);
         let epoch = {
@@ -171,7 +192,7 @@ impl Lane {
             book.pending += 1;
             book.epoch(job.purgeable().flatten())
         };
-        match self.tx.send(Down::Job(Box::new((job, epoch)))) {
+        match self.tx.send(Down::Job(Box::new((job, epoch, waiting)))) {
             Ok(()) => Ok(()),
             Err(mpsc::error::SendError(Down::Job(queued))) => {
                 pending.count.fetch_sub(1, Ordering::SeqCst);
@@ -198,6 +219,16 @@ impl Lane {
         pending.add(1);
         drop(book);
         let _ = self.tx.send(Down::Light);
+    }
+
+    /// The highest message id the lane knows.
+    pub(super) fn baseline(&self) -> Option<i32> {
+        lock(&self.known).baseline()
+    }
+
+    /// A message came in: its id is known.
+    pub(super) fn seen(&mut self, id: MessageId) {
+        lock(&self.known).saw(id);
     }
 
     /// `/stop`: what `topic` has queued is dropped.
@@ -232,6 +263,8 @@ struct Worker {
     pacing: Pacing,
     /// The message each live slot shows.
     slots: HashMap<Slot, Shown>,
+    /// The chat's message ids the lane knows.
+    known: Arc<Mutex<Known>>,
 }
 
 impl Worker {
@@ -243,10 +276,19 @@ impl Worker {
     /// holds is kept small: a job's future (the request, its retries) is
     /// boxed while it runs, and the queue holds boxed jobs.
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Down>) {
+        self.drain(&mut rx).await;
+        // What it knows of the chat outlives the lane.
+        if let Some(last) = lock(&self.known).baseline() {
+            lock(&self.shared.last_ids).insert(self.chat, last);
+        }
+    }
+
+    /// The loop of [`Self::run`], until the lane is dropped.
+    async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Down>) {
         loop {
             match rx.try_recv() {
                 Ok(Down::Job(queued)) => {
-                    let (job, epoch) = *queued;
+                    let (job, epoch, _waiting) = *queued;
                     Box::pin(self.real(job, epoch)).await;
                     continue;
                 }
@@ -275,7 +317,7 @@ impl Worker {
                 biased;
                 down = rx.recv() => match down {
                     Some(Down::Job(queued)) => {
-                        let (job, epoch) = *queued;
+                        let (job, epoch, _waiting) = *queued;
                         Box::pin(self.real(job, epoch)).await;
                     }
                     Some(Down::Light) => {}
@@ -302,6 +344,7 @@ impl Worker {
             job.purgeable()
                 .is_some_and(|topic| book.purged(topic, epoch))
         };
+        let kept = job.kept();
         if purged {
             job.refuse(OutboxError::Dropped);
         } else {
@@ -311,12 +354,14 @@ impl Worker {
                 book,
                 pacing,
                 slots,
+                known,
             } = self;
             let mut post = Post {
                 telegram: &shared.telegram,
                 events: &shared.events,
                 chat: *chat,
                 pacing,
+                known,
             };
             let mut view = View {
                 book,
@@ -330,6 +375,10 @@ impl Worker {
                 None => Span::none(),
             };
             post.run(&mut view, job).instrument(span).await;
+        }
+        if let (Some(row), Some(store)) = (kept, &self.shared.store) {
+            let last = lock(&self.known).baseline();
+            store.settle_outgoing(row, self.chat.0, last);
         }
         self.finished();
     }
@@ -351,6 +400,8 @@ impl Worker {
         let telegram = &self.shared.telegram;
         match live::show(telegram, chat, &show, &rendered, draft, shown).await {
             Ok(Some(id)) => {
+                // A message of the lane's own: no copy of anything.
+                lock(&self.known).saw(id);
                 self.slots.insert(show.slot, Shown { id, rendered });
                 lock(&self.book).showing = self.slots.len();
             }
@@ -429,6 +480,8 @@ mod tests {
             events: EventBus::new(),
             global: pacing::global(&limits),
             pending: Pending::default(),
+            store: None,
+            last_ids: Mutex::default(),
         });
         let (_lane, worker) = Lane::start(&shared, ChatId(7));
         let size = std::mem::size_of_val(&worker);

@@ -39,6 +39,10 @@ pub struct SendText {
     pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
     /// The turn it answers, if any (for the logs).
     pub turn: Option<TurnId>,
+    /// Its row in the state store, when its sender kept it there
+    /// ([`crate::state::StoreHandle::keep_outgoing`]); otherwise the outbox
+    /// keeps it (when it has a store).
+    pub kept: Option<i64>,
 }
 
 impl SendText {
@@ -52,6 +56,7 @@ impl SendText {
             into: None,
             reply: None,
             turn: None,
+            kept: None,
         }
     }
 
@@ -430,6 +435,18 @@ pub struct React {
     pub emoji: String,
     /// Who wants to know how it went.
     pub reply: oneshot::Sender<Result<(), OutboxError>>,
+}
+
+/// A message of `chat` came in: its id exists and is no copy of the bot's
+/// (see `resend.rs`: it tells a copy sent again from one that may show
+/// twice).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Seen {
+    /// The chat.
+    pub chat: ChatId,
+    /// The message.
+    pub message_id: MessageId,
 }
 
 /// Resolves once every queued request has been sent or has failed.
