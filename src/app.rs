@@ -164,13 +164,26 @@ async fn meet_telegram(config: &Config) -> Result<(Bot, BotIdentity), StartError
 /// The outbox, with a client of its own: its connections are opened and
 /// read on the outbox's thread only (see `Outbox`), never on the actors'
 /// thread.
-fn start_outbox(
+/// Each message is kept in `inbox` until Telegram takes it; what the
+/// previous process left goes first.
+async fn start_outbox(
     config: &Config,
-    limits: RateLimits,
+    mut limits: RateLimits,
     events: &EventBus,
+    inbox: &StoreHandle,
 ) -> Result<Addr<Outbox>, StartError> {
     let client = telegram_client(config)?;
-    Ok(Outbox::new(client, limits, Arc::clone(events.metrics()), events.clone()).start())
+    limits.max_pending_age = config.telegram.max_pending_age;
+    let left = inbox.outgoing().await;
+    if !left.rows.is_empty() {
+        tracing::info!(
+            messages = left.rows.len(),
+            "messages the previous process left for telegram go first"
+        );
+    }
+    let metrics = Arc::clone(events.metrics());
+    let outbox = Outbox::durable(client, limits, (metrics, events.clone()), inbox.clone(), left);
+    Ok(outbox.start())
 }
 
 /// The inbox on `store`, after what a `kill -9` of the previous process
@@ -323,8 +336,8 @@ impl Turnstile {
         let events = EventBus::new();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
-        let outbox = start_outbox(config, limits, &events)?;
         let (inbox, recovered) = open_inbox(config, store, &backend);
+        let outbox = start_outbox(config, limits, &events, &inbox).await?;
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));

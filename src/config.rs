@@ -131,6 +131,13 @@ pub struct TelegramConfig {
     /// be lost: it cannot be sent again without risking a duplicate).
     #[serde(with = "humantime_serde")]
     pub pool_idle_timeout: Duration,
+    /// A message, file or question Telegram has not taken after this long
+    /// (it was unreachable, slow, or answering 5xx all along) is dropped,
+    /// logged at ERROR and counted, and the chat told once Telegram is
+    /// back. Until then it waits, across restarts: no count of retries
+    /// ends it. Between 1 minute and 365 days.
+    #[serde(with = "humantime_serde")]
+    pub max_pending_age: Duration,
     /// The bot token. Never read from the file or logged: it comes from
     /// `TELEGRAM_BOT_TOKEN` only.
     #[serde(skip)]
@@ -370,6 +377,7 @@ impl Default for TelegramConfig {
             poll_timeout: Duration::from_secs(30),
             delete_webhook: false,
             pool_idle_timeout: Duration::from_secs(4),
+            max_pending_age: Duration::from_secs(24 * 60 * 60),
             token: Secret::default(),
         }
     }

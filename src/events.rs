@@ -53,8 +53,8 @@ pub enum BotEvent {
         at: Instant,
     },
     /// A message left for Telegram and no answer came back (a network
-    /// failure after it was sent, an answer that is not JSON): it may or may
-    /// not have arrived, and is not sent again.
+    /// failure after it was sent, an answer that is not JSON, none in
+    /// time): it may or may not have arrived; its lane sends it again.
     DeliveryUnknown {
         /// The chat.
         chat: ChatId,
@@ -62,7 +62,7 @@ pub enum BotEvent {
         turn: Option<TurnId>,
         /// The Bot API method (`sendMessage`, `sendDocument`, `sendPhoto`).
         method: &'static str,
-        /// When the outbox gave up on knowing.
+        /// When the outbox learnt it did not know.
         at: Instant,
     },
     /// A message from someone not allowed was refused.

@@ -19,6 +19,7 @@ use crate::ids::Conversation;
 mod backup;
 mod choices;
 mod handle;
+mod outgoing;
 mod rows;
 mod schedules;
 mod schema;
@@ -29,6 +30,7 @@ pub use choices::{
     first_words,
 };
 pub use handle::{Disposition, StoreHandle};
+pub use outgoing::{Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;

@@ -99,10 +99,18 @@ pub(crate) fn queue_full(waiting: usize) -> String {
     )
 }
 
-/// Told right after a message whose request got no answer from Telegram:
-/// it may or may not have arrived, and is not sent again (it could arrive
-/// twice).
-pub(crate) const DELIVERY_UNKNOWN: &str = "⚠️ Telegram did not confirm my last message. If you see no reply above, send your message again.";
+/// Replies to a message sent again after Telegram did not confirm its
+/// first copy, when the chat's message ids cannot rule out that the first
+/// copy arrived: the message above may show twice.
+pub(crate) const RESENT: &str =
+    "↻ Sent again: Telegram did not confirm the first copy of this message, so it may show twice.";
+
+/// Told, once Telegram takes it, when a message of the bot waited longer
+/// than `telegram.max_pending_age` and was dropped.
+pub(crate) fn undelivered(what: &str, age: std::time::Duration) -> String {
+    let age = humantime::format_duration(std::time::Duration::from_secs(age.as_secs()));
+    format!("⚠️ Telegram could not be reached for {age}: {what} of mine was dropped unsent.")
+}
 
 /// Told when a turn was refused for a usage limit and its messages wait:
 /// when they run again (UTC, and how long from now).

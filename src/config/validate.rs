@@ -11,6 +11,10 @@ use super::{Backend, Config, ConfigError, GroupMode, PermissionMode, Sandbox, ba
 /// would overflow clock arithmetic).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The shortest `telegram.max_pending_age`: an outage of a few seconds
+/// must never cost an answer.
+pub const MIN_PENDING_AGE: Duration = Duration::from_secs(60);
+
 /// The largest `files.max_download`: 2000 MB, what a local Bot API server
 /// hands out (Telegram's own servers stop at 20 MB).
 pub const MAX_DOWNLOAD: u64 = 2_000 * 1024 * 1024;
@@ -154,6 +158,7 @@ impl Config {
                 "telegram.pool_idle_timeout",
                 self.telegram.pool_idle_timeout,
             ),
+            ("telegram.max_pending_age", self.telegram.max_pending_age),
             ("access.refusal_cooldown", self.access.refusal_cooldown),
             ("agent.keep_warm", self.agent.keep_warm),
             ("agent.limit_retry", self.agent.limit_retry),
@@ -176,6 +181,15 @@ impl Config {
                 let shown = Value::from(humantime::format_duration(duration).to_string());
                 return Err(bad_value(key, &shown, "must be at most 365 days"));
             }
+        }
+        let age = self.telegram.max_pending_age;
+        if age < MIN_PENDING_AGE {
+            let shown = Value::from(humantime::format_duration(age).to_string());
+            return Err(bad_value(
+                "telegram.max_pending_age",
+                &shown,
+                "must be at least 1 minute",
+            ));
         }
         let agent = &self.agent;
         if agent.limit_retry_max < agent.limit_retry {

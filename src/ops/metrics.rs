@@ -17,6 +17,10 @@ use tokio::sync::Semaphore;
 
 use crate::outcome::TurnOutcome;
 
+mod outbox;
+
+pub use outbox::{OutboxMetrics, Waiting};
+
 /// `outcome` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
@@ -75,6 +79,8 @@ pub struct Metrics {
     /// Tokens the agents' model calls read and wrote (`/usage` shows them
     /// per conversation).
     tokens: Family<DirectionLabel, Counter>,
+    /// What waits for Telegram, resends and drops.
+    outbox: OutboxMetrics,
     /// The last successful `getUpdates`.
     last_poll: Mutex<Option<Instant>>,
     /// The shared warm-process slots and their number, once the dispatcher exists.
@@ -114,9 +120,11 @@ impl Metrics {
             limit_parked: Gauge::<i64, AtomicI64>::default(),
             limit_retries: Family::<OutcomeLabel, Counter>::default(),
             tokens: Family::<DirectionLabel, Counter>::default(),
+            outbox: OutboxMetrics::default(),
             last_poll: Mutex::new(None),
             warm: Mutex::new(None),
         };
+        metrics.outbox.register(&mut metrics.registry);
         metrics.register_turns();
         metrics.register_requests();
         metrics.register_schedules();
@@ -279,7 +287,7 @@ impl Metrics {
     /// Registers the metrics of Bot API requests and of the store.
     fn register_requests(&mut self) {
         self.registry.register("turnstile_telegram_requests",
-            "Bot API requests by method and status (200, 429, 4xx, 5xx, network, invalid_json, error)",
+            "Bot API requests by method and status (200, 429, 4xx, 5xx, network, invalid_json, timeout, error)",
             self.telegram_requests.clone());
         self.registry.register(
             "turnstile_telegram_rate_limited",
@@ -287,7 +295,7 @@ impl Metrics {
             self.rate_limited.clone(),
         );
         self.registry.register("turnstile_telegram_unknown_outcome",
-            "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON), so Telegram may or may not have them; not sent again, by method",
+            "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON, none in time), so Telegram may or may not have them; each is sent again (turnstile_outbox_resent), by method",
             self.unknown_outcome.clone());
         self.registry.register(
             "turnstile_telegram_retries",
@@ -349,6 +357,7 @@ impl Metrics {
             Err(RequestError::Api(_) | RequestError::MigrateToChatId(_)) => "4xx",
             Err(RequestError::Network(_)) => "network",
             Err(RequestError::InvalidJson { .. }) => "invalid_json",
+            Err(RequestError::Io(io)) if io.kind() == std::io::ErrorKind::TimedOut => "timeout",
             Err(_) => "error",
         };
         self.telegram_requests
@@ -366,14 +375,18 @@ impl Metrics {
         }
     }
 
-    /// A message of `method` may or may not have reached Telegram, and is
-    /// not sent again.
+    /// A message of `method` may or may not have reached Telegram.
     pub fn unknown_outcome(&self, method: &str) {
         self.unknown_outcome
             .get_or_create(&MethodLabel {
                 method: method.to_string(),
             })
             .inc();
+    }
+
+    /// The outbox's own metrics.
+    pub fn outbox(&self) -> &OutboxMetrics {
+        &self.outbox
     }
 
     /// A Bot API request is about to be sent again.
@@ -407,6 +420,7 @@ impl Metrics {
             self.warm_agents
                 .set(i64::try_from(used).unwrap_or(i64::MAX));
         }
+        self.outbox.refresh();
         let seen = self.store_errors.get();
         self.store_errors.inc_by(store_errors.saturating_sub(seen));
         let mut text = String::new();

@@ -87,6 +87,8 @@ struct Shared {
     jobs: std::sync::Mutex<mpsc::Sender<StoreJob>>,
     /// Failed statements since start (a metric, not only a log line).
     errors: AtomicU64,
+    /// The outgoing messages' row ids.
+    row_ids: super::outgoing::RowIds,
     /// Test hook: the next job sleeps this long first (milliseconds).
     #[cfg(any(test, feature = "test-hooks"))]
     stall_next_ms: AtomicU64,
@@ -148,6 +150,11 @@ fn run_batch(store: &Store, batch: &mut Vec<StoreJob>) {
 impl StoreHandle {
     /// Starts the store thread over `store`.
     pub fn start(store: Arc<Store>) -> Self {
+        let last_row = store.last_outgoing_id().unwrap_or_else(|err| {
+            tracing::error!(cause = %err, "state store: reading the last outgoing row failed");
+            // Far past any row a store could hold: a new row replaces none.
+            i64::MAX / 2
+        });
         let (tx, rx) = mpsc::channel::<StoreJob>();
         let spawned = std::thread::Builder::new()
             .name("turnstile-store".into())
@@ -165,10 +172,16 @@ impl StoreHandle {
             shared: Arc::new(Shared {
                 jobs: std::sync::Mutex::new(tx),
                 errors: AtomicU64::new(0),
+                row_ids: super::outgoing::RowIds::after(last_row),
                 #[cfg(any(test, feature = "test-hooks"))]
                 stall_next_ms: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The outgoing messages' row ids.
+    pub(super) fn row_ids(&self) -> &super::outgoing::RowIds {
+        &self.shared.row_ids
     }
 
     /// Failed store statements since start.

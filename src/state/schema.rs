@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -133,6 +133,9 @@ const MIGRATIONS: &[&str] = &[
     // 10 → 11: each conversation's model, its sessions' history and what
     // its turns used (issue 22; `choices.rs`).
     super::choices::MIGRATION,
+    // 11 → 12: messages waiting for Telegram, and each chat's highest
+    // known message id (issue 34; `outgoing.rs`).
+    super::outgoing::MIGRATION,
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

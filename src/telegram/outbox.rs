@@ -32,12 +32,13 @@ use std::sync::Arc;
 
 use actix::{Actor, AsyncContext, Context, Handler};
 use teloxide::Bot;
-use teloxide::types::ChatId;
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tracing::Instrument as _;
 
 use crate::events::EventBus;
 use crate::ops::Metrics;
 use crate::ops::logging::context_span;
+use crate::state::{Outgoing, StoreHandle};
 
 mod deliver;
 mod error;
@@ -46,6 +47,7 @@ mod lane;
 mod live;
 mod pacing;
 mod requests;
+mod resend;
 mod send;
 mod workers;
 
@@ -61,6 +63,7 @@ pub use requests::{
 use deliver::Telegram;
 use jobs::{CallbackAnswer, Job, Place, TextJob};
 use lane::{LANE_IDLE, Lane, Pending, Shared};
+use resend::Origin;
 use workers::Workers;
 
 /// The Outbox actor: routes each request to its chat's lane.
@@ -79,12 +82,67 @@ impl Outbox {
     /// An outbox sending through `bot`, counting its requests in `metrics`
     /// and publishing what it did on `events`.
     pub fn new(bot: Bot, limits: RateLimits, metrics: Arc<Metrics>, events: EventBus) -> Self {
+        Self::build(bot, limits, (metrics, events), None)
+    }
+
+    /// An outbox keeping each message in `store` until Telegram takes it;
+    /// what a previous process left (`left`) goes first, in order, each
+    /// message counted as possibly sent before.
+    pub fn durable(
+        bot: Bot,
+        limits: RateLimits,
+        (metrics, events): (Arc<Metrics>, EventBus),
+        store: StoreHandle,
+        left: Outgoing,
+    ) -> Self {
+        let last_ids = left.last_ids.iter().map(|&(chat, id)| (ChatId(chat), id));
+        let mut outbox = Self::build(bot, limits, (metrics, events), Some(store));
+        lane::lock(&outbox.shared.last_ids).extend(last_ids);
+        let now = (std::time::Instant::now(), crate::state::now_ms());
+        for row in left.rows {
+            let chat = ChatId(row.chat_id);
+            let last = lane::lock(&outbox.shared.last_ids).get(&chat).copied();
+            let age = u64::try_from(now.1.saturating_sub(row.created_at)).unwrap_or(0);
+            let born = now
+                .0
+                .checked_sub(std::time::Duration::from_millis(age))
+                .unwrap_or(now.0);
+            let topic = i32::try_from(row.topic).ok().filter(|t| *t != 0);
+            let job = TextJob {
+                text: row.text,
+                markdown: row.markdown,
+                place: Place {
+                    topic: topic.map(|t| ThreadId(MessageId(t))),
+                    reply_to: row.reply_to.map(MessageId),
+                },
+                into: None,
+                reply: None,
+                origin: Origin {
+                    born,
+                    turn: None,
+                    prior: Some(last),
+                },
+                kept: Some(row.id),
+            };
+            outbox.enqueue(chat, Job::Text(job));
+        }
+        outbox
+    }
+
+    fn build(
+        bot: Bot,
+        limits: RateLimits,
+        (metrics, events): (Arc<Metrics>, EventBus),
+        store: Option<StoreHandle>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 global: pacing::global(&limits),
                 telegram: Telegram::new(bot, limits, metrics),
                 events,
                 pending: Pending::default(),
+                store,
+                last_ids: std::sync::Mutex::default(),
             }),
             lanes: HashMap::new(),
             stopped: false,
@@ -120,12 +178,20 @@ impl Outbox {
             return;
         }
         let shared = Arc::clone(&self.shared);
-        if let Err(job) = self.lane(chat).push(&shared.pending, job) {
+        let waiting = || {
+            job.waits_as()
+                .map(|(method, born)| shared.telegram.metrics.outbox().waiting(method, born))
+        };
+        let waiting = waiting();
+        if let Err(job) = self.lane(chat).push(&shared.pending, job, waiting) {
             // The worker is gone (it cannot be while the lane exists, but a
             // job must never vanish): replace the lane and queue again.
             tracing::warn!(chat_id = chat.0, "outbox worker missing; restarting it");
             self.lanes.remove(&chat);
-            if let Err(job) = self.lane(chat).push(&shared.pending, *job) {
+            let waiting = job
+                .waits_as()
+                .map(|(method, born)| shared.telegram.metrics.outbox().waiting(method, born));
+            if let Err(job) = self.lane(chat).push(&shared.pending, *job, waiting) {
                 job.refuse(OutboxError::Stopped);
             }
         }
@@ -150,6 +216,9 @@ impl Handler<SendText> for Outbox {
 
     fn handle(&mut self, msg: SendText, _ctx: &mut Self::Context) {
         if msg.text.trim().is_empty() {
+            if let (Some(row), Some(store)) = (msg.kept, &self.shared.store) {
+                store.settle_outgoing(row, msg.to.chat.0, None);
+            }
             if let Some(reply) = msg.reply {
                 let _ = reply.send(Err(OutboxError::EmptyText));
             }
@@ -159,6 +228,12 @@ impl Handler<SendText> for Outbox {
             topic: msg.to.topic,
             reply_to: msg.reply_to,
         };
+        let kept = msg.kept.or_else(|| {
+            let store = self.shared.store.as_ref()?;
+            let reply_to = msg.reply_to.map(|m| m.0);
+            let topic = msg.to.topic_number();
+            Some(store.keep_outgoing(msg.to.chat.0, topic, reply_to, (&msg.text, msg.markdown)))
+        });
         self.enqueue(
             msg.to.chat,
             Job::Text(TextJob {
@@ -167,7 +242,8 @@ impl Handler<SendText> for Outbox {
                 place,
                 into: msg.into,
                 reply: msg.reply,
-                turn: msg.turn,
+                origin: Origin::now(msg.turn),
+                kept,
             }),
         );
     }
@@ -293,7 +369,7 @@ impl Handler<SendFile> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendFile, _ctx: &mut Self::Context) {
-        self.enqueue(msg.to.chat, Job::File(msg));
+        self.enqueue(msg.to.chat, Job::File(msg, std::time::Instant::now()));
     }
 }
 

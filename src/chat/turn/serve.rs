@@ -27,6 +27,8 @@ pub(super) struct ReplyLane {
     tx: mpsc::UnboundedSender<Outgoing>,
     /// Counts what `tx` holds, for a stopping host.
     forwarding: Forwarding,
+    /// Where each text is kept until Telegram takes it.
+    inbox: StoreHandle,
 }
 
 /// How many texts and files the reply lanes hold that have not reached
@@ -110,6 +112,7 @@ impl ReplyLane {
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let durable = inbox.replying(update_ids);
         let handed = forwarding.clone();
+        let store = inbox.clone();
         let inbox = inbox.clone();
         actix::spawn(
             async move {
@@ -125,11 +128,25 @@ impl ReplyLane {
             }
             .in_current_span(),
         );
-        Self { tx, forwarding }
+        Self {
+            tx,
+            forwarding,
+            inbox: store,
+        }
     }
 
-    /// Queues a text or file behind the "replied" write.
-    pub(super) fn send(&self, out: Outgoing) {
+    /// Queues a text or file behind the "replied" write. A text is kept
+    /// in the state store now, ahead of the turn's end, so a turn that
+    /// counts as done has its texts kept.
+    pub(super) fn send(&self, mut out: Outgoing) {
+        if let Outgoing::Text(send) = &mut out {
+            send.kept = Some(self.inbox.keep_outgoing(
+                send.to.chat.0,
+                send.to.topic_number(),
+                send.reply_to.map(|m| m.0),
+                (&send.text, send.markdown),
+            ));
+        }
         self.forwarding.hold();
         if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
             self.forwarding.handed_over();
@@ -202,16 +219,6 @@ fn answer_when_delivered<T: Send + 'static>(
             Ok(Ok(sent)) => {
                 turn.do_send(Delivered);
                 ToolReply::Ok(ok(sent))
-            }
-            Ok(Err(err @ OutboxError::Unknown { .. })) => {
-                // It may have arrived: the turn counts it as a reply (no
-                // prompt to reply again), and the agent is told not to send
-                // it again; the chat was told to ask again if it saw nothing.
-                turn.do_send(Delivered);
-                ToolReply::Ok(format!(
-                    "sent, but {err}: it may or may not have reached the chat. Do not send it again; \
-                     the user was told to ask again if it did not arrive"
-                ))
             }
             Ok(Err(err)) => ToolReply::Error(err.to_string()),
             Err(_) => ToolReply::Failed("the outbox has stopped".into()),

@@ -1,9 +1,11 @@
 //! One delivery and retry path for every request: [`deliver`] sends it
 //! (under the chat's [`Pacing`] when given), [`classify`] reads the answer
 //! and the [`Rule`] of the request decides the next step: a 429 waits its
-//! `retry_after`, a 5xx or failed connection is retried with backoff, an
-//! unknown outcome is retried only when sending twice does no harm, refused
-//! formatting goes once more as plain text, a refusal is final.
+//! `retry_after`, a 5xx or failed connection is retried with backoff (an
+//! answer's until Telegram takes it, up to its age bound), an attempt gets
+//! no more than the request timeout, an unknown outcome is retried here only
+//! when sending twice does no harm (a message's is its sender's to settle),
+//! refused formatting goes once more as plain text, a refusal is final.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -79,6 +81,10 @@ pub(super) fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
         RequestError::InvalidJson { .. } => Sent::RetryIfUnsent(err),
         RequestError::Network(net) if net.is_connect() => Sent::Retry(Duration::ZERO, err),
         RequestError::Network(_) => Sent::RetryIfUnsent(err),
+        // No answer in time: it may have been written.
+        RequestError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            Sent::RetryIfUnsent(err)
+        }
         RequestError::MigrateToChatId(_) | RequestError::Io(_) => {
             Sent::Fail(OutboxError::Unreachable(Unreachable::GaveUp(err)))
         }
@@ -104,12 +110,18 @@ pub(super) struct Rule {
     pub(super) method: &'static str,
     /// Sending it twice does no harm (an edit, typing, a reaction), so a
     /// request whose outcome is unknown may be sent again; otherwise (a
-    /// message) it may not.
+    /// message) the caller decides ([`OutboxError::Unknown`]).
     pub(super) idempotent: bool,
     /// Useless after this: no wait, request or retry reaches past it.
     pub(super) until: Option<Instant>,
     /// Refused formatting: the request goes once more as plain text.
     pub(super) plain_fallback: bool,
+    /// An answer (a message, a file, a question) first queued at this
+    /// instant: retried, however often, until Telegram takes it or it is
+    /// `max_pending_age` old. Without it, retries end after `max_retries`.
+    pub(super) born: Option<Instant>,
+    /// An upload: each attempt may take four times `request_timeout`.
+    pub(super) upload: bool,
 }
 
 impl Rule {
@@ -120,14 +132,25 @@ impl Rule {
             idempotent: true,
             until: None,
             plain_fallback: false,
+            born: None,
+            upload: false,
         }
     }
 
-    /// A request that must never go twice (a message, a file).
+    /// A request that must never go twice unawares (a message, a file).
     pub(super) fn once(method: &'static str) -> Self {
         Self {
             idempotent: false,
             ..Self::idempotent(method)
+        }
+    }
+
+    /// The same rule for an answer queued at `born`: it waits out any
+    /// outage, up to `max_pending_age`.
+    pub(super) fn answer(self, born: Instant) -> Self {
+        Self {
+            born: Some(born),
+            ..self
         }
     }
 
@@ -139,6 +162,11 @@ impl Rule {
             ..self
         }
     }
+
+    /// When an answer is dropped as too old.
+    fn expires(self, limits: &RateLimits) -> Option<Instant> {
+        self.born.map(|born| born + limits.max_pending_age)
+    }
 }
 
 /// Sends a request under `pacing` (the chat's and the global limit; none
@@ -146,7 +174,8 @@ impl Rule {
 /// each attempt (`plain`: without its formatting), or `None` when it is no
 /// longer wanted (a typing request whose lease ended): nothing more is
 /// sent, and the answer is [`OutboxError::Dropped`]. A request that would
-/// only go after `rule.until` is dropped before it takes a token.
+/// only go after `rule.until` is dropped before it takes a token; an answer
+/// that would only go after its age bound is [`OutboxError::Expired`].
 pub(super) async fn deliver<T, F, Fut>(
     telegram: &Telegram,
     mut pacing: Option<&mut Pacing>,
@@ -159,14 +188,16 @@ where
 {
     let mut attempt = 0;
     let mut plain = false;
+    let expires = rule.expires(&telegram.limits);
     loop {
         // Looked at first, taken only when the request will go: a request
         // dropped as too late leaves the chat's pacing as it was.
-        if let Some(until) = rule.until {
-            let wait = pacing.as_deref_mut().map_or(Duration::ZERO, Pacing::wait);
-            if Instant::now() + wait >= until {
-                return Err(late(rule));
-            }
+        let wait = pacing.as_deref_mut().map_or(Duration::ZERO, Pacing::wait);
+        if rule.until.is_some_and(|until| Instant::now() + wait >= until) {
+            return Err(late(rule));
+        }
+        if expires.is_some_and(|at| Instant::now() + wait >= at) {
+            return Err(expired(rule));
         }
         let wait = pacing
             .as_deref_mut()
@@ -174,19 +205,10 @@ where
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        // Taken before the request is made: a typing request whose lease
-        // ended while it waited is not made.
-        let Some(Ok(out)) = within(rule.until, telegram.in_flight.acquire()).await else {
-            return Err(late(rule));
-        };
-        let Some(sending) = request(plain) else {
-            return Err(OutboxError::Dropped);
-        };
-        let answered = within(rule.until, sending).await;
-        // Not held through a retry's wait.
-        drop(out);
-        let Some(result) = answered else {
-            return Err(late(rule));
+        let result = match attempt_once(telegram, rule, plain, &mut request).await {
+            Attempt::Answered(result) => result,
+            Attempt::Late => return Err(late(rule)),
+            Attempt::Dropped => return Err(OutboxError::Dropped),
         };
         telegram.metrics.telegram(rule.method, &result);
         let (wait, why) = match classify(result) {
@@ -194,8 +216,8 @@ where
             Sent::Retry(wait, why) => (wait, why),
             Sent::RetryIfUnsent(why) if rule.idempotent => (Duration::ZERO, why),
             Sent::RetryIfUnsent(why) => {
-                // It may have arrived: sending it again could duplicate it.
-                // Whoever queued it reports it (it knows the turn).
+                // It may have arrived: whoever queued it decides whether,
+                // and how, it goes again (it knows the chat's message ids).
                 telegram.metrics.unknown_outcome(rule.method);
                 return Err(OutboxError::Unknown {
                     method: rule.method,
@@ -220,9 +242,67 @@ where
         match retry(telegram, rule, &mut attempt, wait, &why).await {
             Next::Again => {}
             Next::Late => return Err(late(rule)),
+            Next::Expired => return Err(expired(rule)),
             Next::GiveUp => return Err(OutboxError::Unreachable(Unreachable::GaveUp(why))),
         }
     }
+}
+
+/// How one attempt went.
+enum Attempt<T> {
+    /// Telegram's answer, or why none came.
+    Answered(Result<T, RequestError>),
+    /// Its deadline came first.
+    Late,
+    /// It is no longer wanted.
+    Dropped,
+}
+
+/// One attempt: a place among the requests out, then the request, its
+/// answer awaited no longer than the request timeout (no answer in time is
+/// an unknown outcome: it may have been written).
+async fn attempt_once<T, F, Fut>(
+    telegram: &Telegram,
+    rule: Rule,
+    plain: bool,
+    request: &mut F,
+) -> Attempt<T>
+where
+    F: FnMut(bool) -> Option<Fut>,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    // Taken before the request is made: a typing request whose lease
+    // ended while it waited is not made.
+    let Some(Ok(out)) = within(rule.until, telegram.in_flight.acquire()).await else {
+        return Attempt::Late;
+    };
+    let Some(sending) = request(plain) else {
+        return Attempt::Dropped;
+    };
+    let mut timeout = telegram.limits.request_timeout;
+    if rule.upload {
+        timeout = timeout.saturating_mul(4);
+    }
+    let answered = within(rule.until, tokio::time::timeout(timeout, sending)).await;
+    // Not held through a retry's wait.
+    drop(out);
+    match answered {
+        None => Attempt::Late,
+        Some(Ok(result)) => Attempt::Answered(result),
+        Some(Err(_)) => Attempt::Answered(Err(timed_out(timeout))),
+    }
+}
+
+/// No answer within `timeout`: an error that reads as an unknown outcome.
+fn timed_out(timeout: Duration) -> RequestError {
+    let why = format!(
+        "no answer within {}",
+        humantime::format_duration(timeout)
+    );
+    RequestError::Io(Arc::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        why,
+    )))
 }
 
 /// The answer to `sending`, unless `until` comes first.
@@ -243,17 +323,29 @@ fn late(rule: Rule) -> OutboxError {
     })
 }
 
+/// An answer that Telegram did not take within its age bound.
+fn expired(rule: Rule) -> OutboxError {
+    OutboxError::Expired {
+        method: rule.method,
+    }
+}
+
 /// After a failure that may be retried.
 enum Next {
     /// The wait is over: again.
     Again,
     /// No time is left before the request's deadline.
     Late,
+    /// The answer would only go after its age bound.
+    Expired,
     /// Retries ran out.
     GiveUp,
 }
 
-/// Sleeps before a retry when one is allowed.
+/// Sleeps before a retry when one is allowed: an answer's retries never run
+/// out (its backoff stays under `max_backoff`, a 429's wait is honoured
+/// whatever it is) until its age bound; any other request's end after
+/// `max_retries`.
 async fn retry(
     telegram: &Telegram,
     rule: Rule,
@@ -262,10 +354,13 @@ async fn retry(
     why: &RequestError,
 ) -> Next {
     let limits = &telegram.limits;
-    let next = if wait.is_zero() {
-        limits.backoff * 2u32.saturating_pow(*attempt)
-    } else {
+    let patient = rule.born.is_some();
+    let next = if !wait.is_zero() {
         wait
+    } else if patient {
+        (limits.backoff * 2u32.saturating_pow((*attempt).min(16))).min(limits.max_backoff)
+    } else {
+        limits.backoff * 2u32.saturating_pow(*attempt)
     };
     if rule
         .until
@@ -274,8 +369,14 @@ async fn retry(
         tracing::warn!(method = rule.method, cause = %with_sources(why), "no time left to retry");
         return Next::Late;
     }
-    *attempt += 1;
-    if *attempt > limits.max_retries || wait > limits.max_retry_after {
+    if rule
+        .expires(limits)
+        .is_some_and(|at| Instant::now() + next >= at)
+    {
+        return Next::Expired;
+    }
+    *attempt = attempt.saturating_add(1);
+    if !patient && (*attempt > limits.max_retries || wait > limits.max_retry_after) {
         tracing::warn!(
             method = rule.method,
             attempts = *attempt,

@@ -19,8 +19,9 @@ pub enum OutboxError {
     #[error("telegram could not be reached: {0}")]
     Unreachable(#[source] Unreachable),
     /// The request left but no answer came back (the connection failed
-    /// after it was written, the answer was not JSON): Telegram may or may
-    /// not have it. It is not sent again, so nothing arrives twice.
+    /// after it was written, the answer was not JSON, none came in time):
+    /// Telegram may or may not have it. A message's lane settles it (it
+    /// sends it again and reads the message ids); see docs/behaviour.md.
     #[error("telegram did not confirm the {method} request: {}", crate::telegram::call::with_sources(.cause))]
     Unknown {
         /// The Bot API method.
@@ -28,6 +29,13 @@ pub enum OutboxError {
         /// What went wrong.
         #[source]
         cause: RequestError,
+    },
+    /// An answer Telegram did not take within `telegram.max_pending_age`:
+    /// dropped, and the chat told.
+    #[error("telegram did not take the {method} request within telegram.max_pending_age")]
+    Expired {
+        /// The Bot API method.
+        method: &'static str,
     },
     /// The text was empty.
     #[error("the message text is empty")]

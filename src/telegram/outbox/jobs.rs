@@ -7,6 +7,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup, MessageId, Thr
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
+use super::resend::Origin;
 use super::requests::{
     AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
@@ -40,7 +41,12 @@ pub(super) struct TextJob {
     pub(super) place: Place,
     pub(super) into: Option<Slot>,
     pub(super) reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
-    pub(super) turn: Option<TurnId>,
+    /// When it was first queued (in this process or, recovered from the
+    /// state store, in an earlier one), by which turn, and whether it may
+    /// have left before.
+    pub(super) origin: Origin,
+    /// Its row in the state store, deleted once it is settled.
+    pub(super) kept: Option<i64>,
 }
 
 /// A question job: its text under its buttons, and the file sent first.
@@ -50,7 +56,8 @@ pub(super) struct QuestionJob {
     pub(super) topic: Option<ThreadId>,
     pub(super) file: Option<QuestionFile>,
     pub(super) reply: oneshot::Sender<Result<MessageId, OutboxError>>,
-    pub(super) turn: Option<TurnId>,
+    /// When it was queued, and by which turn.
+    pub(super) origin: Origin,
 }
 
 /// One queued request of a chat.
@@ -58,7 +65,8 @@ pub(super) enum Job {
     Text(TextJob),
     Clear(Clear),
     Typing(TypingView, Option<ThreadId>),
-    File(SendFile),
+    /// A file, and when it was queued.
+    File(SendFile, Instant),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
     Question(QuestionJob),
     Edit(
@@ -98,7 +106,7 @@ impl Job {
             }) => {
                 let _ = reply.send(Err(err));
             }
-            Self::File(file) => {
+            Self::File(file, _) => {
                 let _ = file.reply.send(Err(err));
             }
             Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
@@ -121,7 +129,7 @@ impl Job {
     pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
         match self {
             Self::Text(job) => Some(job.place.topic),
-            Self::File(file) => Some(file.to.topic),
+            Self::File(file, _) => Some(file.to.topic),
             Self::Question(question) => Some(question.topic),
             Self::Clear(_)
             | Self::Typing(..)
@@ -131,12 +139,33 @@ impl Job {
         }
     }
 
+    /// An answer's method and when it was first queued: it waits for
+    /// Telegram until it is settled (not typing, edits, live text).
+    pub(super) fn waits_as(&self) -> Option<(&'static str, Instant)> {
+        match self {
+            Self::Text(job) => Some(("sendMessage", job.origin.born)),
+            Self::File(file, born) => {
+                Some((if file.as_photo { "sendPhoto" } else { "sendDocument" }, *born))
+            }
+            Self::Question(question) => Some(("sendMessage", question.origin.born)),
+            _ => None,
+        }
+    }
+
+    /// Its row in the state store, if it is kept there.
+    pub(super) fn kept(&self) -> Option<i64> {
+        match self {
+            Self::Text(job) => job.kept,
+            _ => None,
+        }
+    }
+
     /// The turn that queued the job, if any.
     pub(super) fn turn(&self) -> Option<TurnId> {
         match self {
-            Self::Text(job) => job.turn,
-            Self::File(file) => file.turn,
-            Self::Question(question) => question.turn,
+            Self::Text(job) => job.origin.turn,
+            Self::File(file, _) => file.turn,
+            Self::Question(question) => question.origin.turn,
             Self::Clear(_)
             | Self::Typing(..)
             | Self::React(..)
@@ -183,7 +212,7 @@ impl Job {
             topic: msg.to.topic,
             file: msg.file,
             reply: msg.reply,
-            turn: msg.turn,
+            origin: Origin::now(msg.turn),
         }))
     }
 

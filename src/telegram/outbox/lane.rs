@@ -21,9 +21,12 @@ use super::jobs::Job;
 use super::live::{self, Shown};
 use super::pacing::{Bucket, Pacing};
 use super::requests::{Show, ShowAs, Slot};
+use super::resend::Known;
 use super::send::{self, Post};
 use crate::events::EventBus;
+use crate::ops::Waiting;
 use crate::ops::logging::context_span;
+use crate::state::StoreHandle;
 
 /// A lane unused for this long (and empty, with no live slot) is dropped
 /// and its worker ends.
@@ -37,6 +40,10 @@ pub(super) struct Shared {
     pub(super) global: Arc<Mutex<Bucket>>,
     /// Requests queued or running across all chats.
     pub(super) pending: Pending,
+    /// Where messages are kept until Telegram takes them, if anywhere.
+    pub(super) store: Option<StoreHandle>,
+    /// Each chat's highest known message id while it has no lane.
+    pub(super) last_ids: Mutex<HashMap<ChatId, i32>>,
 }
 
 /// Requests queued or running across all chats (`Flush`
@@ -114,8 +121,9 @@ impl Book {
     }
 }
 
-fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
-    book.lock()
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -124,7 +132,7 @@ fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
 /// slots allocated with the channel, stays small), or word that live text
 /// is waiting.
 pub(super) enum Down {
-    Job(Box<(Job, u64)>),
+    Job(Box<(Job, u64, Option<Waiting>)>),
     Light,
 }
 
@@ -145,7 +153,9 @@ impl Lane {
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::unbounded_channel();
         let book = Arc::new(Mutex::new(Book::default()));
+        let known = Known::from(lock(&shared.last_ids).remove(&chat));
         let worker = Worker {
+            known,
             pacing: Pacing::of_chat(&shared.telegram.limits, chat, Arc::clone(&shared.global)),
             shared: Arc::clone(shared),
             chat,
@@ -163,7 +173,13 @@ impl Lane {
     }
 
     /// Queues `job`; gives it back when the worker is gone.
-    pub(super) fn push(&mut self, pending: &Pending, job: Job) -> Result<(), Box<Job>> {
+    /// An answer counts as waiting (in the metrics) until it is settled.
+    pub(super) fn push(
+        &mut self,
+        pending: &Pending,
+        job: Job,
+        waiting: Option<Waiting>,
+    ) -> Result<(), Box<Job>> {
         self.last_used = Instant::now();
         pending.add(1);
         let epoch = {
@@ -171,7 +187,7 @@ impl Lane {
             book.pending += 1;
             book.epoch(job.purgeable().flatten())
         };
-        match self.tx.send(Down::Job(Box::new((job, epoch)))) {
+        match self.tx.send(Down::Job(Box::new((job, epoch, waiting)))) {
             Ok(()) => Ok(()),
             Err(mpsc::error::SendError(Down::Job(queued))) => {
                 pending.count.fetch_sub(1, Ordering::SeqCst);
@@ -232,6 +248,8 @@ struct Worker {
     pacing: Pacing,
     /// The message each live slot shows.
     slots: HashMap<Slot, Shown>,
+    /// The chat's message ids the lane knows.
+    known: Known,
 }
 
 impl Worker {
@@ -243,10 +261,19 @@ impl Worker {
     /// holds is kept small: a job's future (the request, its retries) is
     /// boxed while it runs, and the queue holds boxed jobs.
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Down>) {
+        self.drain(&mut rx).await;
+        // What it knows of the chat outlives the lane.
+        if let Some(last) = self.known.baseline() {
+            lock(&self.shared.last_ids).insert(self.chat, last);
+        }
+    }
+
+    /// The loop of [`Self::run`], until the lane is dropped.
+    async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Down>) {
         loop {
             match rx.try_recv() {
                 Ok(Down::Job(queued)) => {
-                    let (job, epoch) = *queued;
+                    let (job, epoch, _waiting) = *queued;
                     Box::pin(self.real(job, epoch)).await;
                     continue;
                 }
@@ -275,7 +302,7 @@ impl Worker {
                 biased;
                 down = rx.recv() => match down {
                     Some(Down::Job(queued)) => {
-                        let (job, epoch) = *queued;
+                        let (job, epoch, _waiting) = *queued;
                         Box::pin(self.real(job, epoch)).await;
                     }
                     Some(Down::Light) => {}
@@ -302,6 +329,7 @@ impl Worker {
             job.purgeable()
                 .is_some_and(|topic| book.purged(topic, epoch))
         };
+        let kept = job.kept();
         if purged {
             job.refuse(OutboxError::Dropped);
         } else {
@@ -311,12 +339,14 @@ impl Worker {
                 book,
                 pacing,
                 slots,
+                known,
             } = self;
             let mut post = Post {
                 telegram: &shared.telegram,
                 events: &shared.events,
                 chat: *chat,
                 pacing,
+                known,
             };
             let mut view = View {
                 book,
@@ -330,6 +360,9 @@ impl Worker {
                 None => Span::none(),
             };
             post.run(&mut view, job).instrument(span).await;
+        }
+        if let (Some(row), Some(store)) = (kept, &self.shared.store) {
+            store.settle_outgoing(row, self.chat.0, self.known.baseline());
         }
         self.finished();
     }
@@ -429,6 +462,8 @@ mod tests {
             events: EventBus::new(),
             global: pacing::global(&limits),
             pending: Pending::default(),
+            store: None,
+            last_ids: Mutex::default(),
         });
         let (_lane, worker) = Lane::start(&shared, ChatId(7));
         let size = std::mem::size_of_val(&worker);

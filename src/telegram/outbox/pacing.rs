@@ -24,8 +24,20 @@ pub struct RateLimits {
     pub max_retries: u32,
     /// The first backoff; it doubles per retry.
     pub backoff: Duration,
-    /// The longest `retry_after` honoured before giving up.
+    /// The longest `retry_after` honoured before giving up (requests
+    /// that give way; an answer waits out any).
     pub max_retry_after: Duration,
+    /// The longest backoff of an answer (a message, file or question),
+    /// which is retried until Telegram takes it: once Telegram is back,
+    /// delivery resumes within about this long.
+    pub max_backoff: Duration,
+    /// The longest one attempt may wait for its answer (an upload gets
+    /// four times as long): a connection that never answers holds its lane
+    /// and its place among the requests out no longer than this.
+    pub request_timeout: Duration,
+    /// An answer Telegram has not taken after this long is dropped, and the
+    /// chat told (`telegram.max_pending_age`).
+    pub max_pending_age: Duration,
 }
 
 impl Default for RateLimits {
@@ -39,6 +51,9 @@ impl Default for RateLimits {
             max_retries: 4,
             backoff: Duration::from_millis(500),
             max_retry_after: Duration::from_secs(300),
+            max_backoff: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(20),
+            max_pending_age: Duration::from_secs(24 * 60 * 60),
         }
     }
 }

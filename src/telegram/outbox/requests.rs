@@ -39,6 +39,10 @@ pub struct SendText {
     pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
     /// The turn it answers, if any (for the logs).
     pub turn: Option<TurnId>,
+    /// Its row in the state store, when its sender kept it there
+    /// ([`crate::state::StoreHandle::keep_outgoing`]); otherwise the outbox
+    /// keeps it (when it has a store).
+    pub kept: Option<i64>,
 }
 
 impl SendText {
@@ -52,6 +56,7 @@ impl SendText {
             into: None,
             reply: None,
             turn: None,
+            kept: None,
         }
     }
 

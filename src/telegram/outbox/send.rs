@@ -1,6 +1,6 @@
 //! Running each kind of job: the Bot API request it makes, all through
 //! [`deliver`] (one retry path) and `telegram::call`. A message that may or
-//! may not have arrived is reported here ([`Post::unconfirmed`]).
+//! may not have arrived is settled in `resend.rs` ([`Post::settle`]).
 
 use std::time::Instant;
 
@@ -20,9 +20,9 @@ use super::error::OutboxError;
 use super::jobs::{CAPTION_LIMIT, CallbackAnswer, Job, Place, QuestionJob, TextJob, cut};
 use super::live::{self, Shown};
 use super::pacing::Pacing;
+use super::resend::{Known, Origin};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
 use crate::events::{BotEvent, EventBus};
-use crate::ids::TurnId;
 use crate::telegram::call::{FilePart, call, call_with_file};
 use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 use crate::telegram::typing::TypingView;
@@ -43,6 +43,8 @@ pub(super) struct Post<'a> {
     pub(super) events: &'a EventBus,
     pub(super) chat: ChatId,
     pub(super) pacing: &'a mut Pacing,
+    /// The chat's message ids the lane knows.
+    pub(super) known: &'a mut Known,
 }
 
 impl Post<'_> {
@@ -55,7 +57,7 @@ impl Post<'_> {
             Job::React(message_id, emoji, reply) => {
                 let _ = reply.send(self.react(message_id, emoji).await);
             }
-            Job::File(file) => self.file(file).await,
+            Job::File(file, born) => self.file(file, born).await,
             Job::Question(question) => self.question(question).await,
             Job::Topic(name, reply) => {
                 let _ = reply.send(self.topic(name).await);
@@ -104,12 +106,17 @@ impl Post<'_> {
             place,
             into,
             reply,
-            turn,
+            origin,
+            kept: _,
         } = job;
-        let outcome = self.pieces(lane, text, markdown, place, into).await;
+        if let Some(id) = place.reply_to {
+            self.known.saw(id);
+        }
+        let outcome = self
+            .pieces(lane, (text, markdown), place, into, origin)
+            .await;
         if let Err((err, delivered)) = &outcome {
-            let request = format!("piece {} of a text", delivered + 1);
-            if !self.unconfirmed(place.topic, turn, err, &request).await {
+            if !self.expired(place.topic, err, "a message").await {
                 tracing::warn!(cause = %err, delivered_pieces = delivered, "message not delivered");
             }
         }
@@ -124,10 +131,10 @@ impl Post<'_> {
     async fn pieces(
         &mut self,
         lane: &mut impl Lane,
-        text: String,
-        markdown: bool,
+        (text, markdown): (String, bool),
         mut place: Place,
         into: Option<Slot>,
+        origin: Origin,
     ) -> Result<Vec<MessageId>, (OutboxError, usize)> {
         let pieces = if markdown {
             format::pieces(&text)
@@ -160,7 +167,7 @@ impl Post<'_> {
                     }
                 }
             }
-            let sent = self.piece(place, &piece).await;
+            let sent = self.piece(place, &piece, origin).await;
             // Only the first piece is a reply.
             place.reply_to = None;
             match sent {
@@ -174,13 +181,18 @@ impl Post<'_> {
     /// Sends one piece of text: entities, never a parse mode, so nothing in
     /// the text can fail to parse; should Telegram refuse them all the same,
     /// the piece goes once more as plain text.
-    async fn piece(&mut self, place: Place, piece: &Rendered) -> Result<MessageId, OutboxError> {
+    pub(super) async fn piece(
+        &mut self,
+        place: Place,
+        piece: &Rendered,
+        origin: Origin,
+    ) -> Result<MessageId, OutboxError> {
         let mut rule = Rule::once("sendMessage");
         if !piece.entities.is_empty() {
             rule = rule.or_plain();
         }
         let (telegram, chat) = (self.telegram, self.chat);
-        deliver(telegram, Some(&mut *self.pacing), rule, |plain| {
+        self.settle(rule, place.topic, origin, |plain| {
             let mut payload = SendMessage::new(chat, piece.text.as_str());
             payload.message_thread_id = place.topic;
             payload.reply_parameters = place
@@ -244,22 +256,18 @@ impl Post<'_> {
         .await
     }
 
-    async fn file(&mut self, file: SendFile) {
-        let result = self.upload(&file).await;
-        if let Err(err) = &result {
-            let request = format!("the file {}", file.file.name);
-            if !self
-                .unconfirmed(file.to.topic, file.turn, err, &request)
-                .await
-            {
-                tracing::warn!(file = %file.file.name, cause = %err, "file not delivered");
-            }
+    async fn file(&mut self, file: SendFile, born: Instant) {
+        let result = self.upload(&file, born).await;
+        if let Err(err) = &result
+            && !self.expired(file.to.topic, err, "a file").await
+        {
+            tracing::warn!(file = %file.file.name, cause = %err, "file not delivered");
         }
         let _ = file.reply.send(result);
     }
 
-    /// Sends a file as a document or a photo; never twice.
-    async fn upload(&mut self, file: &SendFile) -> Result<MessageId, OutboxError> {
+    /// Sends a file as a document or a photo.
+    async fn upload(&mut self, file: &SendFile, born: Instant) -> Result<MessageId, OutboxError> {
         // Read once, off this thread, from the descriptor the turn opened
         // and checked; every attempt sends these bytes.
         let unreadable = |e: std::io::Error| OutboxError::Unreadable(std::sync::Arc::new(e));
@@ -274,10 +282,15 @@ impl Post<'_> {
             bytes: bytes::Bytes::from(bytes),
         };
         let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
+        let sent = Origin {
+            born,
+            ..Origin::now(file.turn)
+        };
         if file.as_photo {
-            self.send_photo(file.to.topic, caption, &part).await
+            self.send_photo(file.to.topic, caption, &part, sent).await
         } else {
-            self.send_document(file.to.topic, caption, &part).await
+            self.send_document(file.to.topic, caption, &part, sent)
+                .await
         }
     }
 
@@ -286,9 +299,10 @@ impl Post<'_> {
         topic: Option<ThreadId>,
         caption: Option<String>,
         part: &FilePart,
+        sent: Origin,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
-        self.upload_as("sendPhoto", part, || {
+        self.upload_as(("sendPhoto", topic, sent), part, || {
             let mut payload = SendPhoto::new(chat, InputFile::memory(part.bytes.clone()));
             payload.caption = caption.clone();
             payload.message_thread_id = topic;
@@ -302,9 +316,10 @@ impl Post<'_> {
         topic: Option<ThreadId>,
         caption: Option<String>,
         part: &FilePart,
+        sent: Origin,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
-        self.upload_as("sendDocument", part, || {
+        self.upload_as(("sendDocument", topic, sent), part, || {
             let mut payload = SendDocument::new(chat, InputFile::memory(part.bytes.clone()));
             payload.caption = caption.clone();
             payload.message_thread_id = topic;
@@ -313,12 +328,13 @@ impl Post<'_> {
         .await
     }
 
-    /// Sends `part` with the payload `make` builds as `method`, once (an upload is not
-    /// sent again when its outcome is unknown). The file goes as `part`;
-    /// the payload's own is left out.
+    /// Sends `part` with the payload `make` builds as `method` (an answer,
+    /// of `topic`, queued at `born` by `turn`), settling an unknown outcome
+    /// as a message's. The file goes as `part`; the payload's own is left
+    /// out.
     async fn upload_as<P>(
         &mut self,
-        method: &'static str,
+        (method, topic, origin): (&'static str, Option<ThreadId>, Origin),
         part: &FilePart,
         make: impl Fn() -> P,
     ) -> Result<MessageId, OutboxError>
@@ -326,19 +342,18 @@ impl Post<'_> {
         P: Payload<Output = Message> + Serialize,
     {
         let telegram = self.telegram;
-        deliver(
-            telegram,
-            Some(&mut *self.pacing),
-            Rule::once(method),
-            |_| {
-                let payload = make();
-                Some(async move {
-                    call_with_file(&telegram.bot, &payload, part)
-                        .await
-                        .map(|m| m.id)
-                })
-            },
-        )
+        let rule = Rule {
+            upload: true,
+            ..Rule::once(method)
+        };
+        self.settle(rule, topic, origin, |_| {
+            let payload = make();
+            Some(async move {
+                call_with_file(&telegram.bot, &payload, part)
+                    .await
+                    .map(|m| m.id)
+            })
+        })
         .await
     }
 
@@ -351,40 +366,29 @@ impl Post<'_> {
             topic,
             file,
             reply,
-            turn,
+            origin,
         } = question;
         let result = async {
             let file = match &file {
-                Some(file) => Some(self.question_file(topic, file).await?),
+                Some(file) => Some(self.question_file(topic, file, origin).await?),
                 None => None,
             };
             let (telegram, chat) = (self.telegram, self.chat);
-            deliver(
-                telegram,
-                Some(&mut *self.pacing),
-                Rule::once("sendMessage"),
-                |_| {
-                    let mut payload = SendMessage::new(chat, text.as_str());
-                    payload.reply_markup = Some(keyboard.clone().into());
-                    payload.message_thread_id = topic;
-                    payload.reply_parameters = file.map(ReplyParameters::new);
-                    Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
-                },
-            )
+            let rule = Rule::once("sendMessage");
+            self.settle(rule, topic, origin, |_| {
+                let mut payload = SendMessage::new(chat, text.as_str());
+                payload.reply_markup = Some(keyboard.clone().into());
+                payload.message_thread_id = topic;
+                payload.reply_parameters = file.map(ReplyParameters::new);
+                Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
+            })
             .await
         }
         .await;
-        if let Err(err) = &result {
-            let request = match err {
-                OutboxError::Unknown {
-                    method: "sendDocument",
-                    ..
-                } => "the file of a question",
-                _ => "a question",
-            };
-            if !self.unconfirmed(topic, turn, err, request).await {
-                tracing::warn!(cause = %err, "question not delivered");
-            }
+        if let Err(err) = &result
+            && !self.expired(topic, err, "a question").await
+        {
+            tracing::warn!(cause = %err, "question not delivered");
         }
         let _ = reply.send(result);
     }
@@ -394,6 +398,7 @@ impl Post<'_> {
         &mut self,
         topic: Option<ThreadId>,
         file: &QuestionFile,
+        sent: Origin,
     ) -> Result<MessageId, OutboxError> {
         let part = FilePart {
             field: "document",
@@ -401,47 +406,7 @@ impl Post<'_> {
             bytes: bytes::Bytes::from(file.text.clone().into_bytes()),
         };
         let caption = Some(cut(&file.caption, CAPTION_LIMIT));
-        self.send_document(topic, caption, &part).await
-    }
-
-    /// When `err` says a message may or may not have reached the chat (it
-    /// left, no answer came back): logs it with its chat, turn and request,
-    /// publishes [`BotEvent::DeliveryUnknown`] and tells the chat (a short
-    /// notice right behind it, so a user who sees no reply knows to ask
-    /// again; nothing is sent twice, and the notice is no copy of the
-    /// message). `false` for any other error.
-    async fn unconfirmed(
-        &mut self,
-        topic: Option<ThreadId>,
-        turn: Option<TurnId>,
-        err: &OutboxError,
-        request: &str,
-    ) -> bool {
-        let OutboxError::Unknown { method, cause } = err else {
-            return false;
-        };
-        let chat = self.chat;
-        tracing::warn!(
-            method,
-            request,
-            cause = %crate::telegram::call::with_sources(cause),
-            "a message may not have reached the chat: its request got no answer after it was sent; not sent again (it could arrive twice); the chat is told"
-        );
-        self.events.publish(BotEvent::DeliveryUnknown {
-            chat,
-            turn,
-            method,
-            at: Instant::now(),
-        });
-        let notice = Rendered::plain(crate::chat::notices::DELIVERY_UNKNOWN.to_string());
-        let place = Place {
-            topic,
-            reply_to: None,
-        };
-        if let Err(err) = self.piece(place, &notice).await {
-            tracing::warn!(cause = %err, "the notice of an unconfirmed message was not delivered");
-        }
-        true
+        self.send_document(topic, caption, &part, sent).await
     }
 }
 
