@@ -1,16 +1,21 @@
 //! How a turn serves the chat tools and gets its replies out: every text of
 //! a turn leaves through one [`ReplyLane`], which first records durably that
 //! the turn's messages were replied to, then hands the texts to the outbox
-//! in order.
+//! in order. A `send` is answered when Telegram took its text, or shortly
+//! after the text was accepted for delivery (kept in the state store and
+//! handed to the outbox), whichever comes first: delivery goes on without
+//! the turn, whatever Telegram does.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use actix::{AsyncContext, Context, Handler, Message};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 use super::TurnActor;
+use super::watchdogs::TelegramAnswered;
 use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
 use crate::chat::notices::{self, bounded};
@@ -23,8 +28,9 @@ use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
 /// outbox, in the order given. It outlives the turn actor, so nothing queued
 /// is lost when the actor stops.
 pub(super) struct ReplyLane {
-    /// Texts and files to forward; closed when the turn actor drops it.
-    tx: mpsc::UnboundedSender<Outgoing>,
+    /// Texts and files to forward, each with whom to tell once it is
+    /// accepted for delivery; closed when the turn actor drops it.
+    tx: mpsc::UnboundedSender<(Outgoing, Option<Accepted>)>,
     /// Counts what `tx` holds, for a stopping host.
     forwarding: Forwarding,
     /// Where each text is kept until Telegram takes it.
@@ -71,6 +77,10 @@ impl Forwarding {
     }
 }
 
+/// Told once a text is accepted for delivery: kept in the state store and
+/// handed to the outbox.
+pub(super) type Accepted = tokio::sync::oneshot::Sender<()>;
+
 /// What a turn sends to its chat.
 #[derive(Debug)]
 pub(super) enum Outgoing {
@@ -109,7 +119,7 @@ impl ReplyLane {
         outbox: actix::Addr<Outbox>,
         forwarding: Forwarding,
     ) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Outgoing, Option<Accepted>)>();
         let durable = inbox.replying(update_ids);
         let handed = forwarding.clone();
         let store = inbox.clone();
@@ -117,11 +127,20 @@ impl ReplyLane {
         actix::spawn(
             async move {
                 durable.await;
-                while let Some(out) = rx.recv().await {
+                while let Some((out, accepted)) = rx.recv().await {
                     match out {
                         Outgoing::Text(send) => outbox.do_send(send),
                         Outgoing::File(send) => outbox.do_send(send),
                         Outgoing::Replied(rows) => inbox.replying(rows).await,
+                    }
+                    if let Some(accepted) = accepted {
+                        // Its text was kept by a write asked before this:
+                        // durable once the store is past it.
+                        let flushed = inbox.flushed();
+                        actix::spawn(async move {
+                            flushed.await;
+                            let _ = accepted.send(());
+                        });
                     }
                     handed.handed_over();
                 }
@@ -138,7 +157,7 @@ impl ReplyLane {
     /// Queues a text or file behind the "replied" write. A text is kept
     /// in the state store now, ahead of the turn's end, so a turn that
     /// counts as done has its texts kept.
-    pub(super) fn send(&self, mut out: Outgoing) {
+    pub(super) fn send(&self, mut out: Outgoing, accepted: Option<Accepted>) {
         if let Outgoing::Text(send) = &mut out {
             send.kept = Some(self.inbox.keep_outgoing(
                 send.to.chat.0,
@@ -148,7 +167,7 @@ impl ReplyLane {
             ));
         }
         self.forwarding.hold();
-        if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
+        if let Err(mpsc::error::SendError((out, _))) = self.tx.send((out, accepted)) {
             self.forwarding.handed_over();
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
@@ -215,7 +234,9 @@ fn answer_when_delivered<T: Send + 'static>(
     ok: impl FnOnce(T) -> String + Send + 'static,
 ) {
     actix::spawn(async move {
-        pending.finish(match rx.await {
+        let outcome = rx.await;
+        turn.do_send(TelegramAnswered);
+        pending.finish(match outcome {
             Ok(Ok(sent)) => {
                 turn.do_send(Delivered);
                 ToolReply::Ok(ok(sent))
@@ -224,6 +245,62 @@ fn answer_when_delivered<T: Send + 'static>(
             Err(_) => ToolReply::Failed("the outbox has stopped".into()),
         });
     }.in_current_span());
+}
+
+/// How long a `send` waits for Telegram once its text is accepted for
+/// delivery, before it is answered as accepted: Telegram being slow or
+/// unreachable holds the agent no longer than this.
+const DELIVERY_WAIT: Duration = Duration::from_secs(2);
+
+/// Answers a `send` when Telegram took its text (`delivered`), or
+/// [`DELIVERY_WAIT`] after it was accepted for delivery (`accepted`: kept
+/// in the state store and handed to the outbox), whichever comes first. A
+/// text that reached Telegram or was accepted counts as the turn's reply
+/// (`Delivered`) before the agent hears back.
+fn answer_when_delivered_or_accepted(
+    (mut delivered, accepted): (
+        tokio::sync::oneshot::Receiver<Result<Vec<teloxide::types::MessageId>, OutboxError>>,
+        tokio::sync::oneshot::Receiver<()>,
+    ),
+    pending: PendingTool,
+    turn: actix::Addr<TurnActor>,
+    cut: Option<usize>,
+) {
+    let cut_note = move || match cut {
+        Some(kept) => format!(
+            ", cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached"
+        ),
+        None => String::new(),
+    };
+    actix::spawn(
+        async move {
+            let waited = async {
+                match accepted.await {
+                    Ok(()) => tokio::time::sleep(DELIVERY_WAIT).await,
+                    // Never accepted: only Telegram's answer tells.
+                    Err(_) => std::future::pending().await,
+                }
+            };
+            let reply = tokio::select! {
+                outcome = &mut delivered => match outcome {
+                    Ok(Ok(ids)) => ToolReply::Ok(format!("delivered as {} message(s){}", ids.len(), cut_note())),
+                    Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                    Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+                },
+                () = waited => ToolReply::Ok(format!(
+                    "accepted for delivery{}: Telegram has not confirmed it yet; it reaches the chat \
+                     in order, waiting out any outage. Do not send it again",
+                    cut_note()
+                )),
+            };
+            turn.do_send(TelegramAnswered);
+            if let ToolReply::Ok(_) = reply {
+                turn.do_send(Delivered);
+            }
+            pending.finish(reply);
+        }
+        .in_current_span(),
+    );
 }
 
 impl TurnActor {
@@ -267,7 +344,7 @@ impl TurnActor {
         };
         let tool_name = tool.name();
         match tool {
-            ChatTool::React { emoji } => self.react(id, emoji, reply),
+            ChatTool::React { emoji } => self.react(id, emoji, reply, ctx),
             ChatTool::EndTurn { text: None } => {
                 reply.answer(ToolReply::Ok(
                     "the turn will end once this batch is done".into(),
@@ -291,7 +368,13 @@ impl TurnActor {
     }
 
     /// `react`: the emoji on the user's last message.
-    fn react(&mut self, id: String, emoji: String, reply: Responder<ToolReply>) {
+    fn react(
+        &mut self,
+        id: String,
+        emoji: String,
+        reply: Responder<ToolReply>,
+        ctx: &mut Context<Self>,
+    ) {
         let chat = self.spec.to.chat;
         let tool_name = "react";
         let Some(message_id) = self.spec.reply_to else {
@@ -308,9 +391,13 @@ impl TurnActor {
             reply: tx,
         });
         let pending = self.pending_tool(id, tool_name, reply);
+        self.wait_for_telegram(ctx);
+        let turn = ctx.address();
         actix::spawn(
             async move {
-                pending.finish(match rx.await {
+                let outcome = rx.await;
+                turn.do_send(TelegramAnswered);
+                pending.finish(match outcome {
                     Ok(Ok(())) => ToolReply::Ok("reacted".into()),
                     Ok(Err(err)) => ToolReply::Error(err.to_string()),
                     Err(_) => ToolReply::Failed("the outbox has stopped".into()),
@@ -356,6 +443,7 @@ impl TurnActor {
         let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
         self.reply(Outgoing::File(send));
         let pending = self.pending_tool(id, tool_name, reply);
+        self.wait_for_telegram(ctx);
         answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
     }
 
@@ -385,24 +473,30 @@ impl TurnActor {
             }
         };
         let into = self.view.take_preview();
-        let (send, rx) = SendText::tracked(self.to(), text);
-        self.reply(Outgoing::Text(send.markdown().into_slot(into)));
+        let (send, delivered) = SendText::tracked(self.to(), text);
+        let (accepted, on_accepted) = tokio::sync::oneshot::channel();
+        self.reply_with(
+            Outgoing::Text(send.markdown().into_slot(into)),
+            Some(accepted),
+        );
         if cut.is_some() {
             self.tell_limit(notices::too_much_output(self.deps.config.max_output));
         }
         let pending = self.pending_tool(id, tool_name, reply);
-        answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
-            Some(kept) => format!(
-                "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
-                ids.len()
-            ),
-            None => format!("delivered as {} message(s)", ids.len()),
-        });
+        self.wait_for_telegram(ctx);
+        let turn = ctx.address();
+        answer_when_delivered_or_accepted((delivered, on_accepted), pending, turn, cut);
     }
 
     /// Queues a text for the chat through the turn's reply lane (opening it,
     /// and so recording "replied", at the first text).
-    pub(super) fn reply(&mut self, mut out: Outgoing) {
+    pub(super) fn reply(&mut self, out: Outgoing) {
+        self.reply_with(out, None);
+    }
+
+    /// As [`TurnActor::reply`], telling `accepted` once the text is
+    /// accepted for delivery.
+    fn reply_with(&mut self, mut out: Outgoing, accepted: Option<Accepted>) {
         match &mut out {
             Outgoing::Text(send) => {
                 if self.lane.is_none() {
@@ -428,9 +522,9 @@ impl TurnActor {
             )
         });
         if !read.is_empty() && !lane_was_new {
-            lane.send(Outgoing::Replied(read));
+            lane.send(Outgoing::Replied(read), None);
         }
-        lane.send(out);
+        lane.send(out, accepted);
     }
 
     /// Queues an untracked notice; it counts as delivered at once.
