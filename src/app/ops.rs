@@ -27,27 +27,46 @@ pub(super) fn bind_ops(config: &Config) -> Result<Option<std::net::TcpListener>,
         })
 }
 
-/// Serves `[ops] listen` on `listener`: the health of the poll, the store
-/// and the dispatcher, and the metrics.
-pub(super) fn serve_ops(
+/// What `/healthz` and systemd's watchdog look at: the poll, the store
+/// and the dispatcher.
+pub(super) fn probe(
     config: &Config,
-    listener: std::net::TcpListener,
     events: &EventBus,
     gauges: &Arc<Gauges>,
     inbox: &StoreHandle,
     dispatcher: &Addr<Dispatcher>,
-) -> Result<OpsServer, StartError> {
-    let probe = Probe {
+) -> Probe {
+    Probe {
         metrics: Arc::clone(events.metrics()),
         gauges: Arc::clone(gauges),
         inbox: inbox.clone(),
         ping: ping(dispatcher),
         poll_timeout: config.telegram.poll_timeout,
-    };
+    }
+}
+
+/// Serves `[ops] listen` on `listener` with `probe`: the health and the
+/// metrics.
+pub(super) fn serve_ops(
+    config: &Config,
+    listener: std::net::TcpListener,
+    probe: Probe,
+) -> Result<OpsServer, StartError> {
     crate::ops::server::serve(listener, probe).map_err(|source| StartError::Ops {
         listen: config.ops.listen.clone(),
         source,
     })
+}
+
+/// Tells systemd the bot is ready and pings its watchdog while `probe`
+/// finds it healthy, when systemd listens (`NOTIFY_SOCKET`).
+pub(super) fn notify_systemd(probe: Probe) -> Option<tokio::task::JoinHandle<()>> {
+    let notifier = crate::ops::notify::Notifier::from_env()?;
+    Some(crate::ops::notify::spawn(
+        notifier,
+        crate::ops::notify::watchdog_interval(),
+        probe,
+    ))
 }
 
 /// The health check's ping of the dispatcher: answered while it runs.
