@@ -25,13 +25,11 @@ fn scenario() -> Scenario {
         .with_rule(
             "answer",
             turn(vec![Step::Tools {
-                calls: vec![
-                    slow_tool(
-                        "mcp__telegram-tools__end_turn",
-                        json!({"text": "the answer"}),
-                        THINK_MS,
-                    ),
-                ],
+                calls: vec![slow_tool(
+                    "mcp__telegram-tools__end_turn",
+                    json!({"text": "the answer"}),
+                    THINK_MS,
+                )],
             }]),
         )
         .with_rule(
@@ -56,8 +54,10 @@ const ENV: &[(&str, &str)] = &[("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "2s")];
 /// soon as it started; returns when the outage began.
 async fn turn_into_an_outage(h: &mut Harness, text: &str) -> Instant {
     h.say(1, USER, text);
-    h.event("the turn's start", |e| matches!(e, BotEvent::TurnStarted { .. }))
-        .await;
+    h.event("the turn's start", |e| {
+        matches!(e, BotEvent::TurnStarted { .. })
+    })
+    .await;
     h.api.outage(Outage::Refused).await;
     Instant::now()
 }
@@ -80,7 +80,8 @@ async fn a_turn_that_answers_during_an_outage_ends_at_once_and_its_answer_follow
     assert!(
         results
             .iter()
-            .any(|(name, r)| name.ends_with("end_turn") && r.starts_with("Ok: accepted for delivery")),
+            .any(|(name, r)| name.ends_with("end_turn")
+                && r.starts_with("Ok: accepted for delivery")),
         "the agent heard back before Telegram did: {results:?}"
     );
     // Typing stopped with the turn: nothing more is sent for it once
@@ -104,12 +105,17 @@ async fn a_turn_that_answers_during_an_outage_ends_at_once_and_its_answer_follow
         "typing sent for the turn that ended during the outage: {late_typing:?}"
     );
     assert!(
-        !h.seen.iter().any(|e| matches!(e, BotEvent::SessionKilled { .. })),
+        !h.seen
+            .iter()
+            .any(|e| matches!(e, BotEvent::SessionKilled { .. })),
         "no session was killed: {:#?}",
         h.seen
     );
     let text = log.text();
-    for bad in ["no progress from the agent", "tool result arrived after the turn ended"] {
+    for bad in [
+        "no progress from the agent",
+        "tool result arrived after the turn ended",
+    ] {
         assert!(!text.contains(bad), "{bad:?} logged:\n{text}");
     }
     println!(
@@ -124,8 +130,10 @@ async fn a_reaction_waiting_on_telegram_is_not_the_agents_lack_of_progress() {
     let log = LogCapture::start();
     let mut h = Harness::start(scenario(), ENV).await;
     h.say(1, USER, "react please");
-    h.event("the turn's start", |e| matches!(e, BotEvent::TurnStarted { .. }))
-        .await;
+    h.event("the turn's start", |e| {
+        matches!(e, BotEvent::TurnStarted { .. })
+    })
+    .await;
     // Requests held unanswered past the agent's call and twice the
     // no-progress timeout after it (well within the request timeout).
     let held = Duration::from_millis(THINK_MS) + Duration::from_secs(4);

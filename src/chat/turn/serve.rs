@@ -233,18 +233,21 @@ fn answer_when_delivered<T: Send + 'static>(
     turn: actix::Addr<TurnActor>,
     ok: impl FnOnce(T) -> String + Send + 'static,
 ) {
-    actix::spawn(async move {
-        let outcome = rx.await;
-        turn.do_send(TelegramAnswered);
-        pending.finish(match outcome {
-            Ok(Ok(sent)) => {
-                turn.do_send(Delivered);
-                ToolReply::Ok(ok(sent))
-            }
-            Ok(Err(err)) => ToolReply::Error(err.to_string()),
-            Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-        });
-    }.in_current_span());
+    actix::spawn(
+        async move {
+            let outcome = rx.await;
+            turn.do_send(TelegramAnswered);
+            pending.finish(match outcome {
+                Ok(Ok(sent)) => {
+                    turn.do_send(Delivered);
+                    ToolReply::Ok(ok(sent))
+                }
+                Ok(Err(err)) => ToolReply::Error(err.to_string()),
+                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
+            });
+        }
+        .in_current_span(),
+    );
 }
 
 /// How long a `send` waits for Telegram once its text is accepted for
