@@ -38,7 +38,7 @@ use crate::ops::panics::contain;
 use crate::schedule::RunDue;
 use crate::state::now_ms;
 use crate::telegram::intake::UpdateReceived;
-use crate::telegram::outbox::{AnswerCallback, SendText};
+use crate::telegram::outbox::{AnswerCallback, Seen, SendText};
 
 /// The host is stopping: no new turns; with `end_running`, running ones end
 /// with `HostStopping`. Answers how many chats hold a turn.
@@ -346,6 +346,12 @@ impl Handler<UpdateReceived> for Dispatcher {
     fn handle(&mut self, update: UpdateReceived, ctx: &mut Self::Context) {
         match update {
             UpdateReceived::Message(m) => {
+                // Its id tells the outbox a copy sent again from one that
+                // may show twice.
+                self.deps.outbox.do_send(Seen {
+                    chat: m.to.chat,
+                    message_id: m.message_id,
+                });
                 self.in_delivery = true;
                 self.contained_message(m, ctx);
                 self.in_delivery = false;

@@ -21,7 +21,8 @@ pub(super) const MIGRATION: &str = "CREATE TABLE outgoing (
         reply_to   INTEGER,
         markdown   INTEGER NOT NULL,
         text       TEXT NOT NULL,
-        created_at INTEGER NOT NULL
+        created_at INTEGER NOT NULL,
+        after_id   INTEGER
      );
      CREATE TABLE outgoing_chats (
         chat_id INTEGER PRIMARY KEY,
@@ -45,6 +46,9 @@ pub struct OutgoingRow {
     pub text: String,
     /// When it was first queued (Unix ms).
     pub created_at: i64,
+    /// The highest message id its chat's lane knew before any copy of it
+    /// could leave.
+    pub after_id: Option<i32>,
 }
 
 /// What a previous process left to send: the rows in order, and each
@@ -61,8 +65,8 @@ impl Store {
     fn keep_outgoing(&self, row: &OutgoingRow) -> Result<(), StateError> {
         self.lock()
             .prepare_cached(
-                "INSERT OR REPLACE INTO outgoing (id, chat_id, topic, reply_to, markdown, text, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT OR REPLACE INTO outgoing (id, chat_id, topic, reply_to, markdown, text, created_at, after_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 row.id,
@@ -71,7 +75,8 @@ impl Store {
                 row.reply_to,
                 row.markdown,
                 row.text,
-                row.created_at
+                row.created_at,
+                row.after_id
             ])?;
         Ok(())
     }
@@ -96,7 +101,7 @@ impl Store {
         let conn = self.lock();
         let rows = conn
             .prepare(
-                "SELECT id, chat_id, topic, reply_to, markdown, text, created_at
+                "SELECT id, chat_id, topic, reply_to, markdown, text, created_at, after_id
                  FROM outgoing ORDER BY id",
             )?
             .query_map([], |r| {
@@ -108,6 +113,7 @@ impl Store {
                     markdown: r.get(4)?,
                     text: r.get(5)?,
                     created_at: r.get(6)?,
+                    after_id: r.get(7)?,
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
@@ -160,12 +166,25 @@ impl StoreHandle {
             markdown,
             text: text.to_string(),
             created_at: now_ms(),
+            after_id: None,
         };
         let id = row.id;
         self.tell("keeping a message to send", move |store| {
             store.keep_outgoing(&row)
         });
         id
+    }
+
+    /// No copy of the message of row `id` can leave before its lane knew
+    /// its chat's messages up to `after`.
+    pub fn outgoing_after(&self, id: i64, after: i32) {
+        self.tell("noting a message's place", move |store| {
+            store
+                .lock()
+                .prepare_cached("UPDATE outgoing SET after_id = ?2 WHERE id = ?1")?
+                .execute(params![id, after])?;
+            Ok(())
+        });
     }
 
     /// The message of row `id` is settled; `last` is the highest message
@@ -198,6 +217,7 @@ mod tests {
             markdown: true,
             text: text.into(),
             created_at: 1,
+            after_id: None,
         };
         store.keep_outgoing(&row(1, "one")).expect("kept");
         store.keep_outgoing(&row(2, "two")).expect("kept");

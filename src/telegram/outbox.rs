@@ -56,7 +56,7 @@ pub use error::{OutboxError, Refusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Purge,
-    QuestionFile, React, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
+    QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
     StopOutbox,
 };
 
@@ -101,7 +101,11 @@ impl Outbox {
         let now = (std::time::Instant::now(), crate::state::now_ms());
         for row in left.rows {
             let chat = ChatId(row.chat_id);
-            let last = lane::lock(&outbox.shared.last_ids).get(&chat).copied();
+            // A copy sent before, if any, came after both the chat's highest
+            // id known when the row before it was settled and the message
+            // it answers.
+            let known = lane::lock(&outbox.shared.last_ids).get(&chat).copied();
+            let baseline = known.max(row.reply_to).max(row.after_id);
             let age = u64::try_from(now.1.saturating_sub(row.created_at)).unwrap_or(0);
             let born = now
                 .0
@@ -120,7 +124,7 @@ impl Outbox {
                 origin: Origin {
                     born,
                     turn: None,
-                    prior: Some(last),
+                    prior: Some(baseline),
                 },
                 kept: Some(row.id),
             };
@@ -234,6 +238,12 @@ impl Handler<SendText> for Outbox {
             let topic = msg.to.topic_number();
             Some(store.keep_outgoing(msg.to.chat.0, topic, reply_to, (&msg.text, msg.markdown)))
         });
+        // What the lane knows now exists before any copy can leave: a
+        // baseline for the next process, should it find the row.
+        let after = self.lane(msg.to.chat).baseline();
+        if let (Some(row), Some(after), Some(store)) = (kept, after, &self.shared.store) {
+            store.outgoing_after(row, after);
+        }
         self.enqueue(
             msg.to.chat,
             Job::Text(TextJob {
@@ -386,5 +396,16 @@ impl Handler<React> for Outbox {
 
     fn handle(&mut self, msg: React, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, msg.reply));
+    }
+}
+
+impl Handler<Seen> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Seen, _ctx: &mut Self::Context) {
+        if self.stopped {
+            return;
+        }
+        self.lane(msg.chat).seen(msg.message_id);
     }
 }

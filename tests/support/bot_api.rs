@@ -113,6 +113,10 @@ pub enum Fault {
     /// closed without an answer, as when a connection fails after the
     /// request was sent: the client cannot tell whether it arrived.
     NoAnswer,
+    /// The request is carried out (a message gets its id and shows in the
+    /// chat) and then the connection closed without an answer: the message
+    /// arrived, but the client cannot tell.
+    DoneNoAnswer,
     /// An answer that is not JSON (a proxy's HTML page) with this status.
     NotJson(u16),
 }
@@ -557,6 +561,16 @@ impl FakeBotApi {
     /// The outage in force, if any.
     pub fn current_outage(&self) -> Option<Outage> {
         self.shared.outage.borrow().outage
+    }
+
+    /// The message `id` of `chat` the bot sent, as the chat shows it now.
+    pub fn sent_message(&self, chat: i64, id: i64) -> Option<Value> {
+        lock(&self.shared.sent).get(&(chat, id)).cloned()
+    }
+
+    /// Drops every fault still queued (Telegram is back).
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
     }
 
     /// All recorded calls in order of arrival (none unless [`Record::Calls`]).

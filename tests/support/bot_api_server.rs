@@ -74,6 +74,10 @@ impl Shared {
         let (answer, delay) = match fault {
             None => (self.answer(&method, &params, at, file), Duration::ZERO),
             Some(Fault::Delay(delay)) => (self.answer(&method, &params, at, file), delay),
+            Some(Fault::DoneNoAnswer) => {
+                drop(self.answer(&method, &params, at, file));
+                (Answer::Hangup, Duration::ZERO)
+            }
             Some(fault) => (fault_answer(fault), Duration::ZERO),
         };
         let status = answer.status();
@@ -1139,7 +1143,7 @@ fn fault_answer(fault: Fault) -> Answer {
             status,
             format!("<html><body><h1>{status}</h1>The proxy could not answer.</body></html>"),
         ),
-        Fault::Delay(_) => unreachable!("dispatch applies delays"),
+        Fault::Delay(_) | Fault::DoneNoAnswer => unreachable!("dispatch applies these"),
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use teloxide::RequestError;
-use teloxide::types::{ChatId, ThreadId};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::mpsc;
 use tracing::{Instrument, Span};
 
@@ -140,6 +140,8 @@ pub(super) enum Down {
 pub(super) struct Lane {
     tx: mpsc::UnboundedSender<Down>,
     book: Arc<Mutex<Book>>,
+    /// The chat's message ids the lane knows (shared with its worker).
+    known: Arc<Mutex<Known>>,
     /// When a job was last queued.
     last_used: Instant,
 }
@@ -153,9 +155,11 @@ impl Lane {
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::unbounded_channel();
         let book = Arc::new(Mutex::new(Book::default()));
-        let known = Known::from(lock(&shared.last_ids).remove(&chat));
+        let known = Arc::new(Mutex::new(Known::from(
+            lock(&shared.last_ids).remove(&chat),
+        )));
         let worker = Worker {
-            known,
+            known: Arc::clone(&known),
             pacing: Pacing::of_chat(&shared.telegram.limits, chat, Arc::clone(&shared.global)),
             shared: Arc::clone(shared),
             chat,
@@ -165,6 +169,7 @@ impl Lane {
         let lane = Self {
             tx,
             book,
+            known,
             last_used: Instant::now(),
         };
         // A root: the lane outlives whichever request started it.
@@ -216,6 +221,16 @@ impl Lane {
         let _ = self.tx.send(Down::Light);
     }
 
+    /// The highest message id the lane knows.
+    pub(super) fn baseline(&self) -> Option<i32> {
+        lock(&self.known).baseline()
+    }
+
+    /// A message came in: its id is known.
+    pub(super) fn seen(&mut self, id: MessageId) {
+        lock(&self.known).saw(id);
+    }
+
     /// `/stop`: what `topic` has queued is dropped.
     pub(super) fn purge(&mut self, pending: &Pending, topic: Option<ThreadId>) {
         let mut book = lock(&self.book);
@@ -249,7 +264,7 @@ struct Worker {
     /// The message each live slot shows.
     slots: HashMap<Slot, Shown>,
     /// The chat's message ids the lane knows.
-    known: Known,
+    known: Arc<Mutex<Known>>,
 }
 
 impl Worker {
@@ -263,7 +278,7 @@ impl Worker {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Down>) {
         self.drain(&mut rx).await;
         // What it knows of the chat outlives the lane.
-        if let Some(last) = self.known.baseline() {
+        if let Some(last) = lock(&self.known).baseline() {
             lock(&self.shared.last_ids).insert(self.chat, last);
         }
     }
@@ -362,7 +377,8 @@ impl Worker {
             post.run(&mut view, job).instrument(span).await;
         }
         if let (Some(row), Some(store)) = (kept, &self.shared.store) {
-            store.settle_outgoing(row, self.chat.0, self.known.baseline());
+            let last = lock(&self.known).baseline();
+            store.settle_outgoing(row, self.chat.0, last);
         }
         self.finished();
     }

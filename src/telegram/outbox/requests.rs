@@ -437,6 +437,18 @@ pub struct React {
     pub reply: oneshot::Sender<Result<(), OutboxError>>,
 }
 
+/// A message of `chat` came in: its id exists and is no copy of the bot's
+/// (see `resend.rs`: it tells a copy sent again from one that may show
+/// twice).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Seen {
+    /// The chat.
+    pub chat: ChatId,
+    /// The message.
+    pub message_id: MessageId,
+}
+
 /// Resolves once every queued request has been sent or has failed.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]

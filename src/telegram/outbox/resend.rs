@@ -24,6 +24,7 @@ use teloxide::types::{MessageId, ReplyParameters, ThreadId};
 use super::deliver::{Rule, deliver};
 use super::error::OutboxError;
 use super::jobs::Place;
+use super::lane::lock;
 use super::send::Post;
 use crate::chat::notices;
 use crate::events::BotEvent;
@@ -129,14 +130,14 @@ impl Post<'_> {
         let (rule, turn, mut prior) = (rule.answer(origin.born), origin.turn, origin.prior);
         loop {
             // Taken before it leaves: the lane is the only sender here.
-            let baseline = self.known.baseline();
+            let baseline = lock(self.known).baseline();
             let sent = deliver(self.telegram, Some(&mut *self.pacing), rule, &mut request).await;
             match sent {
                 Ok(id) => {
                     if let Some(first) = prior {
                         self.resent(rule.method, topic, first, id).await;
                     }
-                    self.known.saw(id);
+                    lock(self.known).saw(id);
                     return Ok(id);
                 }
                 Err(OutboxError::Unknown { method, cause }) => {
@@ -171,7 +172,8 @@ impl Post<'_> {
         got: MessageId,
     ) {
         let metrics = &self.telegram.metrics;
-        if self.known.ruled_out(baseline, got) {
+        let ruled_out = lock(self.known).ruled_out(baseline, got);
+        if ruled_out {
             metrics.outbox().resent(method, false);
             tracing::info!(
                 method,
@@ -198,7 +200,7 @@ impl Post<'_> {
             })
             .await;
             match sent {
-                Ok(id) => return self.known.saw(id),
+                Ok(id) => return lock(self.known).saw(id),
                 // A mark twice does no harm; a mark lost would.
                 Err(OutboxError::Unknown { .. }) => {}
                 Err(err) => {

@@ -44,7 +44,7 @@ pub(super) struct Post<'a> {
     pub(super) chat: ChatId,
     pub(super) pacing: &'a mut Pacing,
     /// The chat's message ids the lane knows.
-    pub(super) known: &'a mut Known,
+    pub(super) known: &'a std::sync::Mutex<Known>,
 }
 
 impl Post<'_> {
@@ -110,7 +110,7 @@ impl Post<'_> {
             kept: _,
         } = job;
         if let Some(id) = place.reply_to {
-            self.known.saw(id);
+            super::lane::lock(self.known).saw(id);
         }
         let outcome = self
             .pieces(lane, (text, markdown), place, into, origin)
