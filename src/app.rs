@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 pub use self::housekeeping::{BLOCKING_THREADS, system, trim_memory};
 use self::housekeeping::{kill_leftovers, start_pruning, start_trimming};
-use self::ops::{bind_ops, notify_systemd, probe, serve_ops};
+use self::ops::{bind_ops, serve_ops};
 use self::services::services;
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
@@ -381,12 +381,8 @@ impl Turnstile {
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let probe = probe(config, &events, &gauges, &inbox, &dispatcher);
-        let ops = listener
-            .map(|listener| serve_ops(config, listener, probe.clone()))
-            .transpose()?;
+        let (ops, watchdog) = serve_ops(config, listener, (&events, &gauges), &inbox, &dispatcher)?;
         log_started(config);
-        let watchdog = notify_systemd(probe).map(AbortOnDrop);
         Ok(Self {
             scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),
             _follower: AbortOnDrop(crate::ops::follow(events.metrics(), &events)),
@@ -405,7 +401,7 @@ impl Turnstile {
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
             ops,
-            _watchdog: watchdog,
+            _watchdog: watchdog.map(AbortOnDrop),
         })
     }
 
@@ -432,7 +428,6 @@ impl Turnstile {
     /// (their chats are told), flushes the outbox and waits for the agent
     /// processes. Returns how many turns had to be cut short.
     pub async fn stop(&self) -> usize {
-        crate::ops::notify::stopping();
         self.shutdown.trigger();
         let _ = self.intake.send(StopIntake).await;
         let _ = self.scheduler.send(StopScheduler).await;

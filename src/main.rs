@@ -339,6 +339,7 @@ fn run(config: Config) -> anyhow::Result<()> {
             },
         };
         tracing::info!("stopping");
+        turnstile::ops::notify::stopping();
         let cut = bot.stop().await;
         if cut > 0 {
             tracing::warn!(cut, "stopped with turns cut short");

@@ -7,21 +7,21 @@
 //! the turn, whatever Telegram does.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use actix::{AsyncContext, Context, Handler, Message};
+use actix::{AsyncContext, Context};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 use super::TurnActor;
+use super::pending::{answer_when_delivered, answer_when_delivered_or_accepted};
 use super::watchdogs::TelegramAnswered;
 use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
-use crate::chat::notices::{self, bounded};
+use crate::chat::notices;
 use crate::state::StoreHandle;
 use crate::telegram::files::outgoing;
-use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
+use crate::telegram::outbox::{Outbox, React, SendFile, SendText};
 
 /// The way a turn's texts leave: opened at the first reply, it writes
 /// "replied" for the turn's messages and only then forwards each text to the
@@ -176,154 +176,7 @@ impl ReplyLane {
     }
 }
 
-/// A delivery from the turn reached Telegram.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(super) struct Delivered;
-
-impl Handler<Delivered> for TurnActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Delivered, _ctx: &mut Self::Context) {
-        self.delivered = true;
-    }
-}
-
-/// A tool call waiting for its work (a Telegram request) to finish.
-pub(super) struct PendingTool {
-    id: String,
-    tool: &'static str,
-    reply: Responder<ToolReply>,
-    /// False once the turn has ended.
-    open: Arc<AtomicBool>,
-    shutdown: crate::shutdown::Shutdown,
-}
-
-impl PendingTool {
-    /// Answers the agent, or, when the turn ended or the host began stopping
-    /// meanwhile, logs the result and drops it.
-    pub(super) fn finish(self, value: ToolReply) {
-        if self.open.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
-            self.reply.answer(value);
-            return;
-        }
-        let (ok, error) = match &value {
-            ToolReply::Ok(_) => (true, String::new()),
-            ToolReply::Error(e) | ToolReply::Refused(e) | ToolReply::Failed(e) => {
-                (false, bounded(e, 500))
-            }
-        };
-        tracing::warn!(
-            call_id = %self.id,
-            tool = %self.tool,
-            ok,
-            error = %error,
-            "tool result arrived after the turn ended; dropped (the agent may run it again)"
-        );
-        self.reply.refuse("the turn has ended");
-    }
-}
-
-/// Answers a tool call once the outbox says how its delivery went. A
-/// delivery is recorded (`Delivered`) before the agent hears back, so the
-/// result text is never sent again.
-fn answer_when_delivered<T: Send + 'static>(
-    rx: tokio::sync::oneshot::Receiver<Result<T, OutboxError>>,
-    pending: PendingTool,
-    turn: actix::Addr<TurnActor>,
-    ok: impl FnOnce(T) -> String + Send + 'static,
-) {
-    actix::spawn(
-        async move {
-            let outcome = rx.await;
-            turn.do_send(TelegramAnswered);
-            pending.finish(match outcome {
-                Ok(Ok(sent)) => {
-                    turn.do_send(Delivered);
-                    ToolReply::Ok(ok(sent))
-                }
-                Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-            });
-        }
-        .in_current_span(),
-    );
-}
-
-/// How long a `send` waits for Telegram once its text is accepted for
-/// delivery, before it is answered as accepted: Telegram being slow or
-/// unreachable holds the agent no longer than this.
-const DELIVERY_WAIT: Duration = Duration::from_secs(2);
-
-/// Answers a `send` when Telegram took its text (`delivered`), or
-/// [`DELIVERY_WAIT`] after it was accepted for delivery (`accepted`: kept
-/// in the state store and handed to the outbox), whichever comes first. A
-/// text that reached Telegram or was accepted counts as the turn's reply
-/// (`Delivered`) before the agent hears back.
-fn answer_when_delivered_or_accepted(
-    (mut delivered, accepted): (
-        tokio::sync::oneshot::Receiver<Result<Vec<teloxide::types::MessageId>, OutboxError>>,
-        tokio::sync::oneshot::Receiver<()>,
-    ),
-    pending: PendingTool,
-    turn: actix::Addr<TurnActor>,
-    cut: Option<usize>,
-) {
-    let cut_note = move || match cut {
-        Some(kept) => format!(
-            ", cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached"
-        ),
-        None => String::new(),
-    };
-    actix::spawn(
-        async move {
-            let waited = async {
-                match accepted.await {
-                    Ok(()) => tokio::time::sleep(DELIVERY_WAIT).await,
-                    // Never accepted: only Telegram's answer tells.
-                    Err(_) => std::future::pending().await,
-                }
-            };
-            let reply = tokio::select! {
-                outcome = &mut delivered => match outcome {
-                    Ok(Ok(ids)) => ToolReply::Ok(format!("delivered as {} message(s){}", ids.len(), cut_note())),
-                    Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                    Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                },
-                () = waited => ToolReply::Ok(format!(
-                    "accepted for delivery{}: Telegram has not confirmed it yet; it reaches the chat \
-                     in order, waiting out any outage. Do not send it again",
-                    cut_note()
-                )),
-            };
-            turn.do_send(TelegramAnswered);
-            if let ToolReply::Ok(_) = reply {
-                turn.do_send(Delivered);
-            }
-            pending.finish(reply);
-        }
-        .in_current_span(),
-    );
-}
-
 impl TurnActor {
-    /// A tool call whose work runs outside the actor (so its result is
-    /// seen even when the turn has ended by then).
-    pub(super) fn pending_tool(
-        &self,
-        id: String,
-        tool: &'static str,
-        reply: Responder<ToolReply>,
-    ) -> PendingTool {
-        PendingTool {
-            id,
-            tool,
-            reply,
-            open: Arc::clone(&self.open),
-            shutdown: self.deps.shutdown.clone(),
-        }
-    }
-
     /// Serves one call of a chat tool.
     pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
         let ToolCall { id, call, reply } = call;
