@@ -2474,7 +2474,7 @@ async fn soak_run(plan: SoakPlan) -> Result<SoakRun, String> {
     }
     if !unconfirmed.is_empty() {
         broken.push(format!(
-            "{} messages left with no answer from the fake (not sent again; the chat told): {}",
+            "{} messages left with no answer from the fake (each sent again): {}",
             unconfirmed.len(),
             unconfirmed
                 .iter()

@@ -2,8 +2,9 @@
 //! for their keep-alive time. A request written to such a connection at
 //! that moment crosses the close: it is never read, and the client only
 //! sees the connection end, which for a message means "it may have
-//! arrived", so it is not sent again and the reply is lost (2 of 10,000 in
-//! the scale benchmark). The bot must never write to a connection that has
+//! arrived": it must be sent again, and may then show twice, marked as a
+//! resend (before the outbox sent such messages again, the reply was lost:
+//! 2 of 10,000 in the scale benchmark). The bot must never write to a connection that has
 //! been idle that long: `telegram.pool_idle_timeout` is below the server's
 //! keep-alive, and such a connection is not used again.
 //!

@@ -123,6 +123,7 @@ const RULES: &[Rule] = &[
             "super::live",
             "super::pacing",
             "super::requests",
+            "super::resend",
             "super::send",
             "super::workers",
         ],

@@ -371,7 +371,11 @@ async fn a_message_telegram_did_not_answer_is_sent_again_and_shows_once() {
     let texts = h.api.wait_for_texts(1, 1, SOON).await;
     assert_eq!(texts, vec!["echo: hello"], "delivered, once, unmarked");
     let attempts = send_attempts(&h, 1, "echo: hello");
-    assert_eq!(statuses(&attempts), vec![0, 200], "sent again after no answer");
+    assert_eq!(
+        statuses(&attempts),
+        vec![0, 200],
+        "sent again after no answer"
+    );
     let event = h
         .event(
             "DeliveryUnknown in chat 1",
@@ -388,11 +392,17 @@ async fn a_message_telegram_did_not_answer_is_sent_again_and_shows_once() {
     };
     assert_eq!((of.get(), method), (turn, "sendMessage"));
     assert_eq!(
-        metric(&h, "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"}"),
+        metric(
+            &h,
+            "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"}"
+        ),
         "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"} 1"
     );
     assert_eq!(
-        metric(&h, "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"}"),
+        metric(
+            &h,
+            "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"}"
+        ),
         "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"} 1"
     );
     let log = logs.text();
@@ -462,7 +472,10 @@ async fn a_message_that_arrived_unconfirmed_shows_at_most_once_more_marked() {
         "the first copy is the one before: the mark is on the second"
     );
     assert_eq!(
-        metric(&h, "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"}"),
+        metric(
+            &h,
+            "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"}"
+        ),
         "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"} 1"
     );
     h.say(1, USER, "next");

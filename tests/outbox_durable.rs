@@ -92,7 +92,10 @@ async fn answers_wait_out_an_outage_longer_than_any_retry_budget_in_order() {
         "delivery resumed {back:?} after Telegram answered again"
     );
     let outage = sends[FAILURES - 1].at.duration_since(sends[0].at);
-    assert!(outage > Duration::from_secs(8), "the outage lasted {outage:?}");
+    assert!(
+        outage > Duration::from_secs(8),
+        "the outage lasted {outage:?}"
+    );
     // Settled: nothing waits.
     api.wait_for(SOON, "the gauge back at zero", |_| {
         (metric(&metrics, "turnstile_outbox_waiting{method=\"sendMessage\"}") == Some(0.0))
@@ -176,7 +179,10 @@ async fn an_answer_older_than_its_age_bound_is_dropped_and_the_chat_told() {
         "tried past its age bound"
     );
     assert_eq!(
-        metric(&metrics, "turnstile_outbox_dropped_total{method=\"sendMessage\"}"),
+        metric(
+            &metrics,
+            "turnstile_outbox_dropped_total{method=\"sendMessage\"}"
+        ),
         Some(1.0)
     );
     let log = logs.text();

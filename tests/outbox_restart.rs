@@ -65,23 +65,31 @@ async fn an_answer_waiting_at_a_kill_is_sent_once_in_order_by_the_next_process()
     })
     .await;
     api.push_text(1, USER, "two");
-    api.wait_for(Duration::from_secs(30), "the second message answered", |_| {
-        api.texts_to(1)
-            .iter()
-            .any(|t| t == "echo: two")
-            .then_some(())
-    })
+    api.wait_for(
+        Duration::from_secs(30),
+        "the second message answered",
+        |_| {
+            api.texts_to(1)
+                .iter()
+                .any(|t| t == "echo: two")
+                .then_some(())
+        },
+    )
     .await;
     second.signal(libc::SIGTERM);
     assert!(second.exit().await.success(), "{}", second.log_text());
     let mut third = BotProcess::spawn(&api, &log, &env(dir.path()));
     api.push_text(1, USER, "three");
-    api.wait_for(Duration::from_secs(30), "the third message answered", |_| {
-        api.texts_to(1)
-            .iter()
-            .any(|t| t == "echo: three")
-            .then_some(())
-    })
+    api.wait_for(
+        Duration::from_secs(30),
+        "the third message answered",
+        |_| {
+            api.texts_to(1)
+                .iter()
+                .any(|t| t == "echo: three")
+                .then_some(())
+        },
+    )
     .await;
     third.signal(libc::SIGTERM);
     assert!(third.exit().await.success(), "{}", third.log_text());

@@ -128,7 +128,9 @@ impl Store {
     pub(super) fn last_outgoing_id(&self) -> Result<i64, StateError> {
         Ok(self
             .lock()
-            .query_row("SELECT COALESCE(MAX(id), 0) FROM outgoing", [], |r| r.get(0))?)
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM outgoing", [], |r| {
+                r.get(0)
+            })?)
     }
 }
 

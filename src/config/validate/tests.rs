@@ -337,19 +337,30 @@ fn a_pending_age_under_a_minute_or_over_a_year_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("telegram.max_pending_age") && err.contains("30s") && err.contains("at least 1 minute"),
+        err.contains("telegram.max_pending_age")
+            && err.contains("30s")
+            && err.contains("at least 1 minute"),
         "{err}"
     );
-    let err = Config::load(None, &env(&[("TURNSTILE_TELEGRAM_MAX_PENDING_AGE", "400days")]))
-        .unwrap_err()
-        .to_string();
+    let err = Config::load(
+        None,
+        &env(&[("TURNSTILE_TELEGRAM_MAX_PENDING_AGE", "400days")]),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("telegram.max_pending_age"), "{err}");
-    let err = Config::load(None, &env(&[("TURNSTILE_TELEGRAM_MAX_PENDING_AGE", "soon")]))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("telegram.max_pending_age") && err.contains("soon"), "{err}");
-    let config = Config::load(None, &env(&[("TURNSTILE_TELEGRAM_MAX_PENDING_AGE", "2h")]))
-        .expect("loads");
+    let err = Config::load(
+        None,
+        &env(&[("TURNSTILE_TELEGRAM_MAX_PENDING_AGE", "soon")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("telegram.max_pending_age") && err.contains("soon"),
+        "{err}"
+    );
+    let config =
+        Config::load(None, &env(&[("TURNSTILE_TELEGRAM_MAX_PENDING_AGE", "2h")])).expect("loads");
     assert_eq!(config.telegram.max_pending_age, Duration::from_secs(7200));
     let config = Config::load(None, &env(&[])).expect("loads");
     assert_eq!(config.telegram.max_pending_age, Duration::from_secs(86_400));

@@ -145,10 +145,15 @@ mod tests {
         metrics.refresh();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
-        assert!(text.contains("turnstile_outbox_waiting{method=\"sendMessage\"} 2\n"), "{text}");
+        assert!(
+            text.contains("turnstile_outbox_waiting{method=\"sendMessage\"} 2\n"),
+            "{text}"
+        );
         let oldest = text
             .lines()
-            .find_map(|l| l.strip_prefix("turnstile_outbox_oldest_waiting_seconds{method=\"sendMessage\"} "))
+            .find_map(|l| {
+                l.strip_prefix("turnstile_outbox_oldest_waiting_seconds{method=\"sendMessage\"} ")
+            })
             .and_then(|v| v.parse::<f64>().ok())
             .expect("the oldest's age");
         assert!((90.0..100.0).contains(&oldest), "{oldest}");
@@ -157,7 +162,13 @@ mod tests {
         metrics.refresh();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
-        assert!(text.contains("turnstile_outbox_waiting{method=\"sendMessage\"} 0\n"), "{text}");
-        assert!(text.contains("turnstile_outbox_oldest_waiting_seconds{method=\"sendMessage\"} 0.0\n"), "{text}");
+        assert!(
+            text.contains("turnstile_outbox_waiting{method=\"sendMessage\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("turnstile_outbox_oldest_waiting_seconds{method=\"sendMessage\"} 0.0\n"),
+            "{text}"
+        );
     }
 }

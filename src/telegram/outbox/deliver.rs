@@ -193,7 +193,10 @@ where
         // Looked at first, taken only when the request will go: a request
         // dropped as too late leaves the chat's pacing as it was.
         let wait = pacing.as_deref_mut().map_or(Duration::ZERO, Pacing::wait);
-        if rule.until.is_some_and(|until| Instant::now() + wait >= until) {
+        if rule
+            .until
+            .is_some_and(|until| Instant::now() + wait >= until)
+        {
             return Err(late(rule));
         }
         if expires.is_some_and(|at| Instant::now() + wait >= at) {
@@ -295,10 +298,7 @@ where
 
 /// No answer within `timeout`: an error that reads as an unknown outcome.
 fn timed_out(timeout: Duration) -> RequestError {
-    let why = format!(
-        "no answer within {}",
-        humantime::format_duration(timeout)
-    );
+    let why = format!("no answer within {}", humantime::format_duration(timeout));
     RequestError::Io(Arc::new(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         why,

@@ -7,11 +7,11 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup, MessageId, Thr
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
-use super::resend::Origin;
 use super::requests::{
     AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
 };
+use super::resend::Origin;
 use crate::ids::TurnId;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::typing::TypingView;
@@ -144,9 +144,14 @@ impl Job {
     pub(super) fn waits_as(&self) -> Option<(&'static str, Instant)> {
         match self {
             Self::Text(job) => Some(("sendMessage", job.origin.born)),
-            Self::File(file, born) => {
-                Some((if file.as_photo { "sendPhoto" } else { "sendDocument" }, *born))
-            }
+            Self::File(file, born) => Some((
+                if file.as_photo {
+                    "sendPhoto"
+                } else {
+                    "sendDocument"
+                },
+                *born,
+            )),
             Self::Question(question) => Some(("sendMessage", question.origin.born)),
             _ => None,
         }

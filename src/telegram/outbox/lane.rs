@@ -400,6 +400,8 @@ impl Worker {
         let telegram = &self.shared.telegram;
         match live::show(telegram, chat, &show, &rendered, draft, shown).await {
             Ok(Some(id)) => {
+                // A message of the lane's own: no copy of anything.
+                lock(&self.known).saw(id);
                 self.slots.insert(show.slot, Shown { id, rendered });
                 lock(&self.book).showing = self.slots.len();
             }

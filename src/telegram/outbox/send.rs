@@ -20,8 +20,8 @@ use super::error::OutboxError;
 use super::jobs::{CAPTION_LIMIT, CallbackAnswer, Job, Place, QuestionJob, TextJob, cut};
 use super::live::{self, Shown};
 use super::pacing::Pacing;
-use super::resend::{Known, Origin};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
+use super::resend::{Known, Origin};
 use crate::events::{BotEvent, EventBus};
 use crate::telegram::call::{FilePart, call, call_with_file};
 use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
@@ -115,10 +115,10 @@ impl Post<'_> {
         let outcome = self
             .pieces(lane, (text, markdown), place, into, origin)
             .await;
-        if let Err((err, delivered)) = &outcome {
-            if !self.expired(place.topic, err, "a message").await {
-                tracing::warn!(cause = %err, delivered_pieces = delivered, "message not delivered");
-            }
+        if let Err((err, delivered)) = &outcome
+            && !self.expired(place.topic, err, "a message").await
+        {
+            tracing::warn!(cause = %err, delivered_pieces = delivered, "message not delivered");
         }
         if let Some(reply) = reply {
             let _ = reply.send(outcome.map_err(|(err, _)| err));
