@@ -49,6 +49,13 @@ VOLUME /var/lib/turnstile
 # TELEGRAM_BOT_TOKEN is unset: a Docker or Compose secret named
 # telegram-bot-token lands there. The agent's sandbox hides that directory.
 ENV CREDENTIALS_DIRECTORY=/run/secrets
+# The health check asks GET /healthz on ops.listen (the image has no curl:
+# `turnstile healthcheck` does the request, exit 0 when ok). On loopback
+# inside the container by default; a config or -e TURNSTILE_OPS_LISTEN that
+# moves it is followed, since the check reads the same configuration.
+ENV TURNSTILE_OPS_LISTEN=127.0.0.1:9464
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+  CMD ["/usr/local/bin/turnstile", "healthcheck", "--config", "/etc/turnstile/turnstile.toml"]
 USER turnstile
 ENTRYPOINT ["/usr/local/bin/turnstile"]
 CMD ["--config", "/etc/turnstile/turnstile.toml"]

@@ -320,6 +320,8 @@ pub struct Turnstile {
     ops: Option<crate::ops::server::OpsServer>,
     /// Feeds the metrics from the event bus.
     _follower: AbortOnDrop,
+    /// Pings systemd's watchdog while healthy, when systemd listens.
+    _watchdog: Option<AbortOnDrop>,
 }
 
 /// A task that ends with its owner.
@@ -399,9 +401,7 @@ impl Turnstile {
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let ops = listener
-            .map(|listener| serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher))
-            .transpose()?;
+        let (ops, watchdog) = serve_ops(config, listener, (&events, &gauges), &inbox, &dispatcher)?;
         log_started(config);
         Ok(Self {
             scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),
@@ -421,6 +421,7 @@ impl Turnstile {
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
             ops,
+            _watchdog: watchdog.map(AbortOnDrop),
         })
     }
 

@@ -23,6 +23,9 @@ Usage:
                                           on stdout, and its warnings
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
+  turnstile healthcheck [--config FILE]   GET /healthz of the running bot (ops.listen):
+                                          exit 0 when it says ok, 1 otherwise (a
+                                          container's HEALTHCHECK)
   turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
                                           the chat tools' MCP server on its stdio
   turnstile --help | --version
@@ -55,7 +58,7 @@ Exit codes:
 ";
 
 /// The short usage, after a bad command line.
-const USAGE: &str = "usage: turnstile [run | check-config | backup PATH] [--config FILE]\n\
+const USAGE: &str = "usage: turnstile [run | check-config | backup PATH | healthcheck] [--config FILE]\n\
                      (turnstile --help says more)";
 
 /// What the command line asks for.
@@ -63,6 +66,7 @@ enum Command {
     Run(Option<PathBuf>),
     CheckConfig(Option<PathBuf>),
     Backup(Option<PathBuf>, PathBuf),
+    Healthcheck(Option<PathBuf>),
     Help,
     Version,
 }
@@ -73,6 +77,7 @@ enum Sub {
     Run,
     CheckConfig,
     Backup,
+    Healthcheck,
 }
 
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
@@ -92,6 +97,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             ("run", None) => sub = Some(Sub::Run),
             ("check-config", None) => sub = Some(Sub::CheckConfig),
             ("backup", None) => sub = Some(Sub::Backup),
+            ("healthcheck", None) => sub = Some(Sub::Healthcheck),
             (path, Some(Sub::Backup)) if dest.is_none() && !path.starts_with('-') => {
                 dest = Some(PathBuf::from(path));
             }
@@ -101,6 +107,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     match sub {
         None | Some(Sub::Run) => Ok(Command::Run(config)),
         Some(Sub::CheckConfig) => Ok(Command::CheckConfig(config)),
+        Some(Sub::Healthcheck) => Ok(Command::Healthcheck(config)),
         Some(Sub::Backup) => match dest {
             Some(dest) => Ok(Command::Backup(config, dest)),
             None => Err("backup needs the PATH to write the copy to".into()),
@@ -135,6 +142,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Command::Backup(path, dest) => return backup(path.as_deref(), &dest),
+        Command::Healthcheck(path) => return healthcheck(path.as_deref()),
         Command::Run(path) => (path, false),
         Command::CheckConfig(path) => (path, true),
     };
@@ -224,6 +232,67 @@ fn backup(path: Option<&std::path::Path>, dest: &std::path::Path) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `turnstile healthcheck`: `GET /healthz` on `ops.listen` (the loopback
+/// address when it listens on all); 0 when it answers 200, 1 when it
+/// answers otherwise or not within 5 s, 2 when `ops.listen` is off.
+fn healthcheck(path: Option<&std::path::Path>) -> ExitCode {
+    let config = match Config::offline_from_env_and_file(path) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("turnstile: configuration error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let listen = config.ops.listen.trim();
+    let Ok(mut addr) = listen.parse::<std::net::SocketAddr>() else {
+        eprintln!("turnstile: healthcheck needs ops.listen (now {listen:?})");
+        return ExitCode::from(2);
+    };
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    match get_healthz(addr) {
+        Ok((200, body)) => {
+            println!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok((status, body)) => {
+            eprintln!("turnstile: unhealthy ({status}): {body}");
+            ExitCode::from(1)
+        }
+        Err(err) => {
+            eprintln!("turnstile: no answer from http://{addr}/healthz: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `GET /healthz` at `addr`: the status and the body.
+fn get_healthz(addr: std::net::SocketAddr) -> std::io::Result<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let bound = std::time::Duration::from_secs(5);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, bound)?;
+    stream.set_read_timeout(Some(bound))?;
+    stream.set_write_timeout(Some(bound))?;
+    write!(
+        stream,
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut answer)?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other("not an HTTP answer"))?;
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((status, body.trim().to_string()))
 }
 
 /// Prints why the bot could not run; answers its exit code (a rejected
@@ -331,6 +400,7 @@ fn run(config: Config) -> anyhow::Result<()> {
             },
         };
         tracing::info!("stopping");
+        turnstile::ops::notify::stopping();
         let cut = bot.stop().await;
         if cut > 0 {
             tracing::warn!(cut, "stopped with turns cut short");

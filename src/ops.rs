@@ -3,10 +3,12 @@
 //! [`EventBus`](crate::events::EventBus)), what only the bus tells them
 //! ([`follow`]), the `[ops] listen` HTTP endpoint serving `GET /healthz` and
 //! `GET /metrics` ([`server`]), the log set-up and the spans that give a
-//! line its context ([`logging`]), and what a panic does ([`panics`]).
+//! line its context ([`logging`]), what a panic does ([`panics`]), and
+//! systemd's readiness and watchdog notifications ([`notify`]).
 
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod panics;
 pub mod server;
 

@@ -10,8 +10,10 @@ use super::StartError;
 use crate::chat::dispatcher::{Dispatcher, RunningTurns};
 use crate::config::Config;
 use crate::events::{EventBus, Gauges};
+use crate::ops::notify::{Notifier, watchdog_interval};
 use crate::ops::server::{OpsServer, Ping, Probe};
 use crate::state::StoreHandle;
+use tokio::task::JoinHandle;
 
 /// Binds `[ops] listen`, when set: before Telegram is asked anything, so a
 /// taken port fails the start at once, with no actor to stop.
@@ -27,16 +29,16 @@ pub(super) fn bind_ops(config: &Config) -> Result<Option<std::net::TcpListener>,
         })
 }
 
-/// Serves `[ops] listen` on `listener`: the health of the poll, the store
-/// and the dispatcher, and the metrics.
+/// Serves `[ops] listen` on `listener`, when bound, and tells systemd the
+/// bot is ready (pinging its watchdog while healthy) when it listens: both
+/// with one health check, of the poll, the store and the dispatcher.
 pub(super) fn serve_ops(
     config: &Config,
-    listener: std::net::TcpListener,
-    events: &EventBus,
-    gauges: &Arc<Gauges>,
+    listener: Option<std::net::TcpListener>,
+    (events, gauges): (&EventBus, &Arc<Gauges>),
     inbox: &StoreHandle,
     dispatcher: &Addr<Dispatcher>,
-) -> Result<OpsServer, StartError> {
+) -> Result<(Option<OpsServer>, Option<JoinHandle<()>>), StartError> {
     let probe = Probe {
         metrics: Arc::clone(events.metrics()),
         gauges: Arc::clone(gauges),
@@ -44,10 +46,16 @@ pub(super) fn serve_ops(
         ping: ping(dispatcher),
         poll_timeout: config.telegram.poll_timeout,
     };
-    crate::ops::server::serve(listener, probe).map_err(|source| StartError::Ops {
-        listen: config.ops.listen.clone(),
-        source,
-    })
+    let ops = listener
+        .map(|listener| crate::ops::server::serve(listener, probe.clone()))
+        .transpose()
+        .map_err(|source| StartError::Ops {
+            listen: config.ops.listen.clone(),
+            source,
+        })?;
+    let watchdog = Notifier::from_env()
+        .map(|notifier| crate::ops::notify::spawn(notifier, watchdog_interval(), probe));
+    Ok((ops, watchdog))
 }
 
 /// The health check's ping of the dispatcher: answered while it runs.

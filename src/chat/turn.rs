@@ -16,6 +16,7 @@ mod contract;
 mod link;
 pub(crate) mod live;
 mod opening;
+mod pending;
 mod phase;
 mod scheduling;
 mod serve;

@@ -29,6 +29,29 @@
 //! characters: a new thread id); anything else gets a 404 Bot API error. Method names are matched case-insensitively and
 //! recorded lowercased (`sendmessage`). The server side is in
 //! `bot_api_server.rs`, a child module of this one.
+//!
+//! Besides the one-shot per-method faults of [`FakeBotApi::inject`], a
+//! test can break the whole transport, every method (`getUpdates` and
+//! downloads included), for a while: [`FakeBotApi::outage`] switches an
+//! [`Outage`] on until [`FakeBotApi::clear_outage`], [`FakeBotApi::outage_for`]
+//! for a duration (it clears itself; a later outage is not cleared by an
+//! earlier one's timer). The knobs:
+//!
+//! - [`Outage::Refused`]: the listener is closed and every open connection
+//!   reset (closed with `SO_LINGER` 0), so new connections are refused and
+//!   requests in flight fail; once cleared the fake listens on the same
+//!   port again.
+//! - [`Outage::HalfOpen`]: connections are accepted and requests read, but
+//!   none is answered; they are held until the outage ends and then their
+//!   connections closed unanswered. With `carried: true` the fake carried
+//!   each request out before it died (recorded with its real status: a sent
+//!   message exists, with its id); with `carried: false` it did not
+//!   (recorded with status 0, nothing done). A request already being
+//!   answered when it starts (a long poll) is held and dropped too.
+//! - [`Outage::Storm502`]: every request is answered 502 with an HTML body
+//!   (recorded with status 502, nothing done).
+//! - [`Outage::Slow`]: every answer leaves this long after the request was
+//!   read (recorded, and carried out, on arrival).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -96,6 +119,38 @@ pub enum Fault {
     DoneNoAnswer,
     /// An answer that is not JSON (a proxy's HTML page) with this status.
     NotJson(u16),
+}
+
+/// A transport-level fault of every call while it lasts, see
+/// [`FakeBotApi::outage`] and the module doc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outage {
+    /// Connections refused, open ones reset.
+    Refused,
+    /// Requests read and held with no answer, then their connections
+    /// closed; `carried`: the fake did what each asked before it died.
+    HalfOpen { carried: bool },
+    /// Every request answered 502 with an HTML page.
+    Storm502,
+    /// Every answer delayed this long.
+    Slow(Duration),
+}
+
+/// The outage in force and a number that changes with every switch.
+#[derive(Clone, Copy, Debug, Default)]
+struct OutageState {
+    generation: u64,
+    outage: Option<Outage>,
+}
+
+impl OutageState {
+    fn refused(&self) -> bool {
+        self.outage == Some(Outage::Refused)
+    }
+
+    fn half_open(&self) -> bool {
+        matches!(self.outage, Some(Outage::HalfOpen { .. }))
+    }
 }
 
 /// What the fake keeps of each call besides the totals.
@@ -315,6 +370,10 @@ struct Shared {
     crossings: Mutex<Vec<Crossing>>,
     /// How requests met their connections' idle time.
     timing: Mutex<Timing>,
+    /// The transport outage in force ([`FakeBotApi::outage`]).
+    outage: tokio::sync::watch::Sender<OutageState>,
+    /// Whether the listener is open (false during [`Outage::Refused`]).
+    listening: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -354,6 +413,7 @@ impl FakeBotApi {
             options,
             ..Shared::default()
         });
+        shared.listening.send_replace(true);
         let server = tokio::spawn(server::accept_loop(listener, shared.clone()));
         let server = Mutex::new(Some(server));
         FakeBotApi {
@@ -458,6 +518,49 @@ impl FakeBotApi {
         let queued = faults.entry(method.to_ascii_lowercase()).or_default();
         queued.push_back(fault);
         self.shared.faulty.store(true, Ordering::SeqCst);
+    }
+
+    /// Switches `outage` on (replacing any other) until
+    /// [`FakeBotApi::clear_outage`]; returns once it is in force (for
+    /// [`Outage::Refused`]: the listener is closed).
+    pub async fn outage(&self, outage: Outage) {
+        self.shared.set_outage(Some(outage)).await;
+    }
+
+    /// Like [`FakeBotApi::outage`], cleared after `duration` (by a task on
+    /// the current runtime) unless another outage or a clear came first.
+    pub async fn outage_for(&self, outage: Outage, duration: Duration) {
+        let generation = self.shared.set_outage(Some(outage)).await;
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(async move {
+            tokio::time::sleep(duration).await;
+            if shared.outage.borrow().generation == generation {
+                shared.set_outage(None).await;
+            }
+        });
+    }
+
+    /// Ends the outage in force; returns once the fake listens again.
+    pub async fn clear_outage(&self) {
+        self.shared.set_outage(None).await;
+    }
+
+    /// Waits up to `timeout` until no outage is in force and the fake
+    /// listens (an [`FakeBotApi::outage_for`] ended); false if it did not.
+    pub async fn outage_over(&self, timeout: Duration) -> bool {
+        let mut state = self.shared.outage.subscribe();
+        let mut listening = self.shared.listening.subscribe();
+        tokio::time::timeout(timeout, async {
+            let _ = state.wait_for(|s| s.outage.is_none()).await;
+            let _ = listening.wait_for(|l| *l).await;
+        })
+        .await
+        .is_ok()
+    }
+
+    /// The outage in force, if any.
+    pub fn current_outage(&self) -> Option<Outage> {
+        self.shared.outage.borrow().outage
     }
 
     /// The message `id` of `chat` the bot sent, as the chat shows it now.
@@ -646,6 +749,28 @@ impl Drop for FakeBotApi {
         if let Some(server) = lock(&self.server).take() {
             server.abort();
         }
+    }
+}
+
+impl Shared {
+    /// Puts `outage` in force and waits until the listener agrees (closed
+    /// when refused, open otherwise); returns the new generation.
+    async fn set_outage(&self, outage: Option<Outage>) -> u64 {
+        let mut generation = 0;
+        self.outage.send_modify(|state| {
+            state.generation += 1;
+            state.outage = outage;
+            generation = state.generation;
+        });
+        let open = outage != Some(Outage::Refused);
+        let mut listening = self.listening.subscribe();
+        let agreed =
+            tokio::time::timeout(Duration::from_secs(30), listening.wait_for(|l| *l == open));
+        assert!(
+            matches!(agreed.await, Ok(Ok(_))),
+            "the fake Bot API's listener did not follow the outage {outage:?} (was it shut down?)"
+        );
+        generation
     }
 }
 

@@ -54,11 +54,14 @@ impl Shared {
         params: Value,
         at: Instant,
         file: Option<files::Part>,
+        forced: Option<Fault>,
     ) -> (Answer, Duration) {
         // Held across the answer, so calls are numbered in the order they
         // were answered (and sent messages got their ids).
         let calls = (self.options.record == Record::Calls).then(|| lock(&self.calls));
-        let fault = if self.faulty.load(Ordering::Relaxed) {
+        let fault = if forced.is_some() {
+            forced
+        } else if self.faulty.load(Ordering::Relaxed) {
             lock(&self.faults)
                 .get_mut(&method)
                 .and_then(VecDeque::pop_front)
@@ -456,12 +459,48 @@ impl Queue {
     }
 }
 
+/// Binds `addr` again after a refusing outage (retrying while the port is
+/// briefly in use).
+async fn rebind(addr: SocketAddr) -> TcpListener {
+    let mut tries = 0;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return listener,
+            Err(err) if tries >= 500 => panic!("re-bind the fake Bot API to {addr}: {err}"),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Accepts while no [`Outage::Refused`] is in force: the listener is closed
+/// for its length and bound to the same address after.
 pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let addr = listener.local_addr().expect("address of the fake Bot API");
+    let mut listener = Some(listener);
+    let mut outage = shared.outage.subscribe();
     // Aborting this task drops the set, which aborts every connection.
     let mut connections = JoinSet::new();
     loop {
+        let refused = outage.borrow_and_update().refused();
+        if refused && listener.is_some() {
+            listener = None;
+            shared.listening.send_replace(false);
+        } else if !refused && listener.is_none() {
+            listener = Some(rebind(addr).await);
+            shared.listening.send_replace(true);
+        }
+        let accept = async {
+            match &listener {
+                Some(listener) => listener.accept().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            accepted = listener.accept() => {
+            _ = outage.changed() => {}
+            accepted = accept => {
                 let Ok((stream, _)) = accepted else {
                     // Out of descriptors, most likely: let connections finish.
                     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -681,17 +720,21 @@ where
     C: std::future::Future + GracefulShutdown,
 {
     let mut connection = std::pin::pin!(connection);
-    let Some(idle) = idle_close else {
-        let _ = connection.await;
-        return;
-    };
+    let mut outage = watch.shared.outage.subscribe();
+    // Without an idle close the check never fires.
+    let idle = idle_close.unwrap_or(Duration::MAX);
     loop {
         tokio::select! {
             // The connection first: a request already waiting is read
             // before the idle check looks.
             biased;
             _ = connection.as_mut() => return,
-            () = tokio::time::sleep(idle) => {
+            _ = async { outage.wait_for(OutageState::refused).await.is_ok() } => {
+                // Dropped with a reset, as a dead peer's connection is.
+                reset(watch.fd);
+                return;
+            }
+            () = tokio::time::sleep(idle), if idle_close.is_some() => {
                 let Some((since, idle_for)) = watch.activity.idle() else { continue };
                 if idle_for < idle {
                     continue;
@@ -716,6 +759,25 @@ where
                 return;
             }
         }
+    }
+}
+
+/// Makes the close of `fd` a reset (`SO_LINGER` 0).
+fn reset(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid descriptor (the connection's, open while it is
+    // served) and an option value of the right size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
     }
 }
 
@@ -911,6 +973,13 @@ async fn handle<B: hyper::body::Body>(
         // teloxide sends the path as one segment (`photos%2Ffile_1.jpg`).
         .map(|(_, file_path)| url_decode(file_path.as_bytes()))
     {
+        let outage = shared.outage.borrow().outage;
+        match outage {
+            Some(Outage::Storm502) => return Some(proxy_page(502)),
+            Some(Outage::HalfOpen { .. }) => return held(shared).await,
+            Some(Outage::Slow(delay)) => tokio::time::sleep(delay).await,
+            _ => {}
+        }
         let (status, body) = match shared.download(&file_path) {
             Some(bytes) => (StatusCode::OK, bytes),
             None => (StatusCode::NOT_FOUND, b"Not Found".to_vec()),
@@ -933,9 +1002,11 @@ async fn handle<B: hyper::body::Body>(
         (Err(_), _) => (Value::Null, None),
     };
     let _answering = (method != "getupdates").then(|| InFlight::enter(shared));
-    let (answer, delay) = shared.dispatch(method, params, at, file);
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    let outage = shared.outage.borrow().outage;
+    let (forced, slow) = outage_fault(outage);
+    let (answer, delay) = shared.dispatch(method, params, at, file, forced);
+    if !(delay + slow).is_zero() {
+        tokio::time::sleep(delay + slow).await;
     }
     let (status, body, kind) = match answer {
         Answer::Json(status, body) => (status, body, "application/json"),
@@ -945,14 +1016,52 @@ async fn handle<B: hyper::body::Body>(
             "application/json",
         ),
         Answer::Html(status, body) => (status, body, "text/html"),
+        Answer::Hangup if outage.is_some() => return held(shared).await,
         Answer::Hangup => return None,
     };
+    let half_open = shared.outage.borrow().half_open();
+    if half_open {
+        // Carried out (or begun before the outage), never answered.
+        return held(shared).await;
+    }
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
     Some(response)
+}
+
+/// The fault an outage forces on every call (instead of a queued one), and
+/// the delay it adds to every answer.
+fn outage_fault(outage: Option<Outage>) -> (Option<Fault>, Duration) {
+    match outage {
+        Some(Outage::Storm502) => (Some(Fault::NotJson(502)), Duration::ZERO),
+        Some(Outage::HalfOpen { carried: false }) => (Some(Fault::NoAnswer), Duration::ZERO),
+        Some(Outage::Slow(delay)) => (None, delay),
+        _ => (None, Duration::ZERO),
+    }
+}
+
+/// Holds a request until the half-open outage ends: then no answer, its
+/// connection is closed.
+async fn held(shared: &Shared) -> Option<Response<Full<Bytes>>> {
+    let mut outage = shared.outage.subscribe();
+    let _ = outage.wait_for(|state| !state.half_open()).await;
+    None
+}
+
+/// A proxy's HTML error page with this status.
+fn proxy_page(status: u16) -> Response<Full<Bytes>> {
+    let Answer::Html(status, body) = fault_answer(Fault::NotJson(status)) else {
+        unreachable!("NotJson answers HTML")
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or_default();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
+    response
 }
 
 /// A request being answered, counted in [`Counts::peak_in_flight`].

@@ -25,7 +25,7 @@ use turnstile::telegram::RateLimits;
 use turnstile::{Config, Turnstile};
 
 #[allow(unused_imports)]
-pub use bot_api::{Call, FakeBotApi, Fault, buttons_of};
+pub use bot_api::{Call, FakeBotApi, Fault, Outage, buttons_of};
 #[allow(unused_imports)]
 pub use config::ConfigVars;
 

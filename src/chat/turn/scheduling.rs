@@ -7,7 +7,7 @@
 //! [`MAX_PER_CONVERSATION`]: crate::schedule::MAX_PER_CONVERSATION
 
 use super::TurnActor;
-use super::serve::PendingTool;
+use super::pending::PendingTool;
 use crate::agent::ToolReply;
 use crate::agent::tools::ChatTool;
 use crate::chat::notices;

@@ -1,30 +1,36 @@
 //! How a turn serves the chat tools and gets its replies out: every text of
 //! a turn leaves through one [`ReplyLane`], which first records durably that
 //! the turn's messages were replied to, then hands the texts to the outbox
-//! in order.
+//! in order. A `send` is answered when Telegram took its text, or shortly
+//! after the text was accepted for delivery (kept in the state store and
+//! handed to the outbox), whichever comes first: delivery goes on without
+//! the turn, whatever Telegram does.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use actix::{AsyncContext, Context, Handler, Message};
+use actix::{AsyncContext, Context};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 use super::TurnActor;
+use super::pending::{answer_when_delivered, answer_when_delivered_or_accepted};
+use super::watchdogs::TelegramAnswered;
 use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
-use crate::chat::notices::{self, bounded};
+use crate::chat::notices;
 use crate::state::StoreHandle;
 use crate::telegram::files::outgoing;
-use crate::telegram::outbox::{Outbox, OutboxError, React, SendFile, SendText};
+use crate::telegram::outbox::{Outbox, React, SendFile, SendText};
 
 /// The way a turn's texts leave: opened at the first reply, it writes
 /// "replied" for the turn's messages and only then forwards each text to the
 /// outbox, in the order given. It outlives the turn actor, so nothing queued
 /// is lost when the actor stops.
 pub(super) struct ReplyLane {
-    /// Texts and files to forward; closed when the turn actor drops it.
-    tx: mpsc::UnboundedSender<Outgoing>,
+    /// Texts and files to forward, each with whom to tell once it is
+    /// accepted for delivery; closed when the turn actor drops it.
+    tx: mpsc::UnboundedSender<(Outgoing, Option<Accepted>)>,
     /// Counts what `tx` holds, for a stopping host.
     forwarding: Forwarding,
     /// Where each text is kept until Telegram takes it.
@@ -71,6 +77,10 @@ impl Forwarding {
     }
 }
 
+/// Told once a text is accepted for delivery: kept in the state store and
+/// handed to the outbox.
+pub(super) type Accepted = tokio::sync::oneshot::Sender<()>;
+
 /// What a turn sends to its chat.
 #[derive(Debug)]
 pub(super) enum Outgoing {
@@ -109,7 +119,7 @@ impl ReplyLane {
         outbox: actix::Addr<Outbox>,
         forwarding: Forwarding,
     ) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Outgoing, Option<Accepted>)>();
         let durable = inbox.replying(update_ids);
         let handed = forwarding.clone();
         let store = inbox.clone();
@@ -117,11 +127,20 @@ impl ReplyLane {
         actix::spawn(
             async move {
                 durable.await;
-                while let Some(out) = rx.recv().await {
+                while let Some((out, accepted)) = rx.recv().await {
                     match out {
                         Outgoing::Text(send) => outbox.do_send(send),
                         Outgoing::File(send) => outbox.do_send(send),
                         Outgoing::Replied(rows) => inbox.replying(rows).await,
+                    }
+                    if let Some(accepted) = accepted {
+                        // Its text was kept by a write asked before this:
+                        // durable once the store is past it.
+                        let flushed = inbox.flushed();
+                        actix::spawn(async move {
+                            flushed.await;
+                            let _ = accepted.send(());
+                        });
                     }
                     handed.handed_over();
                 }
@@ -138,7 +157,7 @@ impl ReplyLane {
     /// Queues a text or file behind the "replied" write. A text is kept
     /// in the state store now, ahead of the turn's end, so a turn that
     /// counts as done has its texts kept.
-    pub(super) fn send(&self, mut out: Outgoing) {
+    pub(super) fn send(&self, mut out: Outgoing, accepted: Option<Accepted>) {
         if let Outgoing::Text(send) = &mut out {
             send.kept = Some(self.inbox.keep_outgoing(
                 send.to.chat.0,
@@ -148,7 +167,7 @@ impl ReplyLane {
             ));
         }
         self.forwarding.hold();
-        if let Err(mpsc::error::SendError(out)) = self.tx.send(out) {
+        if let Err(mpsc::error::SendError((out, _))) = self.tx.send((out, accepted)) {
             self.forwarding.handed_over();
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
@@ -157,96 +176,7 @@ impl ReplyLane {
     }
 }
 
-/// A delivery from the turn reached Telegram.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(super) struct Delivered;
-
-impl Handler<Delivered> for TurnActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Delivered, _ctx: &mut Self::Context) {
-        self.delivered = true;
-    }
-}
-
-/// A tool call waiting for its work (a Telegram request) to finish.
-pub(super) struct PendingTool {
-    id: String,
-    tool: &'static str,
-    reply: Responder<ToolReply>,
-    /// False once the turn has ended.
-    open: Arc<AtomicBool>,
-    shutdown: crate::shutdown::Shutdown,
-}
-
-impl PendingTool {
-    /// Answers the agent, or, when the turn ended or the host began stopping
-    /// meanwhile, logs the result and drops it.
-    pub(super) fn finish(self, value: ToolReply) {
-        if self.open.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
-            self.reply.answer(value);
-            return;
-        }
-        let (ok, error) = match &value {
-            ToolReply::Ok(_) => (true, String::new()),
-            ToolReply::Error(e) | ToolReply::Refused(e) | ToolReply::Failed(e) => {
-                (false, bounded(e, 500))
-            }
-        };
-        tracing::warn!(
-            call_id = %self.id,
-            tool = %self.tool,
-            ok,
-            error = %error,
-            "tool result arrived after the turn ended; dropped (the agent may run it again)"
-        );
-        self.reply.refuse("the turn has ended");
-    }
-}
-
-/// Answers a tool call once the outbox says how its delivery went. A
-/// delivery is recorded (`Delivered`) before the agent hears back, so the
-/// result text is never sent again.
-fn answer_when_delivered<T: Send + 'static>(
-    rx: tokio::sync::oneshot::Receiver<Result<T, OutboxError>>,
-    pending: PendingTool,
-    turn: actix::Addr<TurnActor>,
-    ok: impl FnOnce(T) -> String + Send + 'static,
-) {
-    actix::spawn(
-        async move {
-            pending.finish(match rx.await {
-                Ok(Ok(sent)) => {
-                    turn.do_send(Delivered);
-                    ToolReply::Ok(ok(sent))
-                }
-                Ok(Err(err)) => ToolReply::Error(err.to_string()),
-                Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-            });
-        }
-        .in_current_span(),
-    );
-}
-
 impl TurnActor {
-    /// A tool call whose work runs outside the actor (so its result is
-    /// seen even when the turn has ended by then).
-    pub(super) fn pending_tool(
-        &self,
-        id: String,
-        tool: &'static str,
-        reply: Responder<ToolReply>,
-    ) -> PendingTool {
-        PendingTool {
-            id,
-            tool,
-            reply,
-            open: Arc::clone(&self.open),
-            shutdown: self.deps.shutdown.clone(),
-        }
-    }
-
     /// Serves one call of a chat tool.
     pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
         let ToolCall { id, call, reply } = call;
@@ -270,7 +200,7 @@ impl TurnActor {
         };
         let tool_name = tool.name();
         match tool {
-            ChatTool::React { emoji } => self.react(id, emoji, reply),
+            ChatTool::React { emoji } => self.react(id, emoji, reply, ctx),
             ChatTool::EndTurn { text: None } => {
                 reply.answer(ToolReply::Ok(
                     "the turn will end once this batch is done".into(),
@@ -294,7 +224,13 @@ impl TurnActor {
     }
 
     /// `react`: the emoji on the user's last message.
-    fn react(&mut self, id: String, emoji: String, reply: Responder<ToolReply>) {
+    fn react(
+        &mut self,
+        id: String,
+        emoji: String,
+        reply: Responder<ToolReply>,
+        ctx: &mut Context<Self>,
+    ) {
         let chat = self.spec.to.chat;
         let tool_name = "react";
         let Some(message_id) = self.spec.reply_to else {
@@ -311,9 +247,13 @@ impl TurnActor {
             reply: tx,
         });
         let pending = self.pending_tool(id, tool_name, reply);
+        self.wait_for_telegram(ctx);
+        let turn = ctx.address();
         actix::spawn(
             async move {
-                pending.finish(match rx.await {
+                let outcome = rx.await;
+                turn.do_send(TelegramAnswered);
+                pending.finish(match outcome {
                     Ok(Ok(())) => ToolReply::Ok("reacted".into()),
                     Ok(Err(err)) => ToolReply::Error(err.to_string()),
                     Err(_) => ToolReply::Failed("the outbox has stopped".into()),
@@ -359,6 +299,7 @@ impl TurnActor {
         let (send, rx) = SendFile::new(self.to(), file, caption, as_photo);
         self.reply(Outgoing::File(send));
         let pending = self.pending_tool(id, tool_name, reply);
+        self.wait_for_telegram(ctx);
         answer_when_delivered(rx, pending, ctx.address(), |_| "the file was sent".into());
     }
 
@@ -388,24 +329,30 @@ impl TurnActor {
             }
         };
         let into = self.view.take_preview();
-        let (send, rx) = SendText::tracked(self.to(), text);
-        self.reply(Outgoing::Text(send.markdown().into_slot(into)));
+        let (send, delivered) = SendText::tracked(self.to(), text);
+        let (accepted, on_accepted) = tokio::sync::oneshot::channel();
+        self.reply_with(
+            Outgoing::Text(send.markdown().into_slot(into)),
+            Some(accepted),
+        );
         if cut.is_some() {
             self.tell_limit(notices::too_much_output(self.deps.config.max_output));
         }
         let pending = self.pending_tool(id, tool_name, reply);
-        answer_when_delivered(rx, pending, ctx.address(), move |ids: Vec<_>| match cut {
-            Some(kept) => format!(
-                "delivered as {} message(s), cut after {kept} bytes: the turn's limit of text (turn.max_output) was reached",
-                ids.len()
-            ),
-            None => format!("delivered as {} message(s)", ids.len()),
-        });
+        self.wait_for_telegram(ctx);
+        let turn = ctx.address();
+        answer_when_delivered_or_accepted((delivered, on_accepted), pending, turn, cut);
     }
 
     /// Queues a text for the chat through the turn's reply lane (opening it,
     /// and so recording "replied", at the first text).
-    pub(super) fn reply(&mut self, mut out: Outgoing) {
+    pub(super) fn reply(&mut self, out: Outgoing) {
+        self.reply_with(out, None);
+    }
+
+    /// As [`TurnActor::reply`], telling `accepted` once the text is
+    /// accepted for delivery.
+    fn reply_with(&mut self, mut out: Outgoing, accepted: Option<Accepted>) {
         match &mut out {
             Outgoing::Text(send) => {
                 if self.lane.is_none() {
@@ -431,9 +378,9 @@ impl TurnActor {
             )
         });
         if !read.is_empty() && !lane_was_new {
-            lane.send(Outgoing::Replied(read));
+            lane.send(Outgoing::Replied(read), None);
         }
-        lane.send(out);
+        lane.send(out, accepted);
     }
 
     /// Queues an untracked notice; it counts as delivered at once.

@@ -4,11 +4,13 @@
 //!
 //! While a person decides a tool approval, the no-progress watchdog and the
 //! budget stand still (the agent is waiting, not stalling); the chat's hard
-//! deadline, owned by the supervisor, keeps running.
+//! deadline, owned by the supervisor, keeps running. While a tool call waits
+//! on Telegram (a reaction, a file), the no-progress watchdog stands still
+//! too: a slow or unreachable Telegram is not the agent's lack of progress.
 
 use std::time::{Duration, Instant};
 
-use actix::{AsyncContext, Context, SpawnHandle};
+use actix::{AsyncContext, Context, Handler, Message, SpawnHandle};
 
 use super::TurnActor;
 use crate::chat::outcome::TurnEvent;
@@ -33,6 +35,9 @@ pub(super) struct Watchdogs {
     pub(super) budget_armed: Option<Instant>,
     /// Approvals waiting for a person; the clocks stand still while any do.
     pub(super) waiting_for_person: usize,
+    /// Tool calls waiting on Telegram's answer; the no-progress watchdog
+    /// stands still while any do.
+    pub(super) waiting_for_telegram: usize,
 }
 
 impl TurnActor {
@@ -41,7 +46,10 @@ impl TurnActor {
         if let Some(h) = self.watchdogs.no_progress.take() {
             ctx.cancel_future(h);
         }
-        if !self.phase.awaits_result() || self.watchdogs.waiting_for_person > 0 {
+        if !self.phase.awaits_result()
+            || self.watchdogs.waiting_for_person > 0
+            || self.watchdogs.waiting_for_telegram > 0
+        {
             return;
         }
         let timeout = self.deps.config.no_progress_timeout;
@@ -163,10 +171,34 @@ impl TurnActor {
         }
     }
 
+    /// A tool call now waits on Telegram: the no-progress watchdog stands
+    /// still until [`TelegramAnswered`].
+    pub(super) fn wait_for_telegram(&mut self, ctx: &mut Context<Self>) {
+        self.watchdogs.waiting_for_telegram += 1;
+        self.disarm_no_progress(ctx);
+    }
+
     /// Stops the no-progress watchdog (a result arrived).
     pub(super) fn disarm_no_progress(&mut self, ctx: &mut Context<Self>) {
         if let Some(h) = self.watchdogs.no_progress.take() {
             ctx.cancel_future(h);
         }
+    }
+}
+
+/// Telegram answered a tool call's request (see
+/// [`TurnActor::wait_for_telegram`]): the no-progress watchdog runs again
+/// once none waits.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(super) struct TelegramAnswered;
+
+impl Handler<TelegramAnswered> for TurnActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: TelegramAnswered, ctx: &mut Self::Context) {
+        let waiting = &mut self.watchdogs.waiting_for_telegram;
+        *waiting = waiting.saturating_sub(1);
+        self.arm_no_progress(ctx);
     }
 }
