@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use teloxide::RequestError;
-use teloxide::payloads::SendMessage;
+use teloxide::payloads::{GetMe, SendMessage};
 use teloxide::types::{MessageId, ReplyParameters, ThreadId};
 
 use super::deliver::{Rule, deliver};
@@ -154,10 +154,30 @@ impl Post<'_> {
                         method,
                         at: Instant::now(),
                     });
-                    let limits = &self.telegram.limits;
-                    tokio::time::sleep(limits.backoff.min(limits.max_backoff)).await;
+                    self.until_answered(origin.born).await;
                 }
                 Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// After an unknown outcome: waits until Telegram answers a request
+    /// that makes nothing (`getMe`), or the message's age bound. A copy sent
+    /// into the same dead path (a half-open connection that still carries
+    /// requests out) could arrive again with no answer, and show a third
+    /// time; sent once Telegram answers, it shows at most once more.
+    async fn until_answered(&self, born: Instant) {
+        let limits = &self.telegram.limits;
+        let expires = born + limits.max_pending_age;
+        loop {
+            tokio::time::sleep(limits.backoff.min(limits.max_backoff)).await;
+            if Instant::now() >= expires {
+                return;
+            }
+            let payload = GetMe::new();
+            let probe = call(&self.telegram.bot, &payload);
+            if let Ok(Ok(_)) = tokio::time::timeout(limits.request_timeout, probe).await {
+                return;
             }
         }
     }
