@@ -38,8 +38,14 @@ pub use schema::SCHEMA_VERSION;
 pub enum AlwaysRule {
     /// Every call of this tool (any tool but Bash).
     Tool(String),
-    /// Bash running exactly this command (its whitespace runs collapsed).
+    /// Bash running exactly this command, byte for byte. (Earlier
+    /// versions stored the command with its whitespace runs collapsed;
+    /// compared byte for byte, such a rule runs only the command it reads
+    /// as, which is what the chat was shown.)
     BashCommand(String),
+    /// Exactly this request, byte for byte (an ACP request: its title and
+    /// everything it says it runs or writes, as JSON).
+    Request(String),
 }
 
 impl AlwaysRule {
@@ -48,6 +54,7 @@ impl AlwaysRule {
         match self {
             Self::Tool(name) => ("tool", name),
             Self::BashCommand(command) => ("bash_command", command),
+            Self::Request(request) => ("request", request),
         }
     }
 
@@ -56,6 +63,7 @@ impl AlwaysRule {
         match kind {
             "tool" => Some(Self::Tool(value)),
             "bash_command" => Some(Self::BashCommand(value)),
+            "request" => Some(Self::Request(value)),
             _ => None,
         }
     }
@@ -402,32 +410,40 @@ impl Store {
         Ok(())
     }
 
-    /// Remembers that `rule` runs without asking in the chat, granted by
-    /// `granted_by` (the first grant of a rule is kept).
+    /// Remembers that `rule` runs without asking in the conversation `to`
+    /// while it is in `project` (empty: none), granted by `granted_by`
+    /// (the first grant of a rule is kept).
     pub fn allow_always(
         &self,
-        chat_id: i64,
+        to: Conversation,
+        project: &str,
         rule: &AlwaysRule,
         granted_by: i64,
     ) -> Result<(), StateError> {
         let (kind, value) = rule.stored();
         self.lock().execute(
-            "INSERT INTO always_allowed (chat_id, kind, value, granted_by, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT(chat_id, kind, value) DO NOTHING",
-            params![chat_id, kind, value, granted_by, now_ms()],
+            "INSERT INTO always_rules (chat_id, topic, project, kind, value, granted_by, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(chat_id, topic, project, kind, value) DO NOTHING",
+            params![to.chat.0, to.topic_number(), project, kind, value, granted_by, now_ms()],
         )?;
         Ok(())
     }
 
-    /// The chat's "always" rules, oldest first.
-    pub fn always_rules(&self, chat_id: i64) -> Result<Vec<AlwaysGrant>, StateError> {
+    /// The "always" rules of the conversation `to` in `project`, oldest
+    /// first.
+    pub fn always_rules(
+        &self,
+        to: Conversation,
+        project: &str,
+    ) -> Result<Vec<AlwaysGrant>, StateError> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT kind, value, granted_by FROM always_allowed WHERE chat_id = ?1
+            "SELECT kind, value, granted_by FROM always_rules
+             WHERE chat_id = ?1 AND topic = ?2 AND project = ?3
              ORDER BY created_at, kind, value",
         )?;
-        let rows = stmt.query_map(params![chat_id], |r| {
+        let rows = stmt.query_map(params![to.chat.0, to.topic_number(), project], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -444,11 +460,12 @@ impl Store {
         Ok(grants)
     }
 
-    /// Forgets the chat's "always" rules; returns how many there were.
-    pub fn clear_always(&self, chat_id: i64) -> Result<usize, StateError> {
+    /// Forgets the "always" rules of the conversation `to` in `project`;
+    /// returns how many there were.
+    pub fn clear_always(&self, to: Conversation, project: &str) -> Result<usize, StateError> {
         Ok(self.lock().execute(
-            "DELETE FROM always_allowed WHERE chat_id = ?1",
-            params![chat_id],
+            "DELETE FROM always_rules WHERE chat_id = ?1 AND topic = ?2 AND project = ?3",
+            params![to.chat.0, to.topic_number(), project],
         )?)
     }
 

@@ -14,9 +14,10 @@
 //! `session/prompt`; its `stopReason` is its result. The agent's answer is
 //! its `agent_message_chunk` text: streamed into the chat's live preview
 //! and delivered as the result's text. `session/request_permission` is
-//! decided as the claude backend decides `can_use_tool` (the same
-//! `agent.allowed_tools`, `agent.denied_tools` and `agent.permission_mode`,
-//! a tool named by its title), asking the chat by default.
+//! decided by `agent.denied_tools` (a call's whole title) and
+//! `agent.permission_mode`, asking the chat by default; a title is the
+//! agent's own words, so it never makes a call a chat tool or one of
+//! `agent.allowed_tools`.
 //!
 //! Layout: this file holds the settings and the backend; `wire` the
 //! JSON-RPC lines and the requests built from the
@@ -34,6 +35,7 @@ mod wire;
 use std::path::PathBuf;
 
 pub use bridge::{BRIDGE_COMMAND, run_bridge};
+pub use permission::{Shown, shown_content};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,9 +57,7 @@ pub struct AcpSettings {
     pub args: Vec<String>,
     /// `agent.auth_method`: authenticate with it when the agent offers it.
     pub auth_method: String,
-    /// Tools that run without asking, by title.
-    pub allowed_tools: Vec<String>,
-    /// Tools that never run, by title.
+    /// Requests that never run, by their whole title.
     pub denied_tools: Vec<String>,
     /// What answers every other permission request.
     pub permission_mode: PermissionMode,
@@ -76,7 +76,6 @@ impl AcpSettings {
             process: ClaudeSettings::from_config(config),
             args: agent.args.clone(),
             auth_method: agent.auth_method.clone(),
-            allowed_tools: agent.allowed_tools.clone(),
             denied_tools: agent.denied_tools.clone(),
             permission_mode: agent.permission_mode,
             grace: config.turn.post_result_grace,
