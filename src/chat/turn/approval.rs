@@ -17,6 +17,7 @@
 //! the log and the stored rule.
 
 mod question;
+mod request;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
