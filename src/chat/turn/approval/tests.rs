@@ -1,6 +1,6 @@
 use super::question::*;
 use super::*;
-use crate::agent::Responder;
+use crate::agent::{Remember, Responder};
 use crate::agent::tools::ToolName;
 use crate::state::AlwaysGrant;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
