@@ -797,6 +797,74 @@ async fn a_host_stop_answers_a_waiting_permission_cancelled_and_closes_the_agent
 }
 
 /// The last of the first `n` texts `chat` got (waiting for them).
+#[actix_rt::test]
+async fn a_conversation_moved_to_a_project_works_in_the_projects_directory() {
+    let fake = Fake::new();
+    let place = fake.dir.path().join("beta");
+    let vars = fake.env(&[]);
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut slot = None;
+    let workdir = place.join("{chat}");
+    let mut h = Harness::launch_edited(
+        &pairs,
+        Harness::fast_limits(),
+        move |config| {
+            config.projects.insert(
+                "beta".into(),
+                turnstile::config::ProjectConfig {
+                    workdir,
+                    model: String::new(),
+                    allowed_tools: vec![],
+                    users: vec![],
+                },
+            );
+        },
+        |config| {
+            let mut settings = AcpSettings::from_config(config);
+            settings.bridge = PathBuf::from(env!("CARGO_BIN_EXE_turnstile"));
+            let backend = Arc::new(AcpBackend::new(
+                settings,
+                Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+            ));
+            slot = Some(Arc::clone(&backend));
+            backend
+        },
+    )
+    .await;
+    let backend = slot.expect("backend built");
+    h.say(1, USER, "/project beta");
+    h.api
+        .wait_for(SOON, "the move told", |_| {
+            h.texts(1)
+                .into_iter()
+                .find(|t| t.contains("now works in project beta"))
+        })
+        .await;
+    h.say(1, USER, "hello");
+    h.turn_ended(1, 1).await;
+    let opened: Vec<Value> = fake
+        .sent("session/new")
+        .into_iter()
+        .chain(fake.sent("session/load"))
+        .collect();
+    let cwd = opened
+        .last()
+        .and_then(|m| m["params"]["cwd"].as_str())
+        .map(PathBuf::from)
+        .expect("a session opened");
+    assert!(cwd.starts_with(&place), "{cwd:?} is not in {place:?}");
+    let started: Vec<PathBuf> = fake
+        .entries()
+        .iter()
+        .filter_map(|e| e["cwd"].as_str().map(PathBuf::from))
+        .collect();
+    assert!(
+        started.last().is_some_and(|c| c.starts_with(&place)),
+        "the process starts there too: {started:?}"
+    );
+    stop(h, &backend).await;
+}
+
 /// How many questions (messages with buttons) the chat got.
 fn questions_asked(h: &Harness) -> usize {
     h.api

@@ -133,12 +133,17 @@ impl AcpBackend {
     /// Spawns the agent for one session and starts its driver.
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(
-            &self.settings.process,
-            &key,
-            &self.settings.args,
-            &self.running,
-        )?;
+        // A project's session works in the project's directory, made,
+        // sealed and bound as a workdir is, as the claude backend's does
+        // (its `allowed_tools` name tools, which no ACP request is).
+        let settings = match &request.project {
+            Some(project) => Arc::new(AcpSettings {
+                process: self.settings.process.for_project(project),
+                ..(*self.settings).clone()
+            }),
+            None => Arc::clone(&self.settings),
+        };
+        let spawned = AgentProcess::spawn(&settings.process, &key, &settings.args, &self.running)?;
         let pid = spawned.process.pid();
         let resume = request.resume.filter(|id| {
             let fits = driver::is_session_id(id);
@@ -147,16 +152,17 @@ impl AcpBackend {
             }
             fits
         });
-        tracing::info!(pid, resume = ?resume, "agent process started (acp)");
+        let project = request.project.as_ref().map(|p| p.name.as_str());
+        tracing::info!(pid, resume = ?resume, project, "agent process started (acp)");
         Ok(driver::start(driver::Start {
-            settings: Arc::clone(&self.settings),
+            cwd: settings.cwd(&key),
+            settings,
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
             process: spawned.process,
             stdin: spawned.stdin,
             stdout: spawned.stdout,
             resume,
-            cwd: self.settings.cwd(&key),
             label: format!("acp pid {pid}"),
         }))
     }
