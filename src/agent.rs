@@ -307,6 +307,9 @@ pub enum Remember {
     /// The request cannot be named exactly (it carries what a question
     /// cannot show): no "always" is offered.
     Never,
+    /// Shown as [`Remember::ByTool`], asked every time: each is its own
+    /// (a schedule the agent asks to make).
+    Once,
 }
 
 /// The answer to a [`PermissionAsk`].

@@ -41,7 +41,7 @@ pub(super) struct Question {
 /// (a Bash call without a command, a request a question cannot show).
 pub(super) fn rule_for(ask: &PermissionAsk) -> Option<AlwaysRule> {
     match ask.remember {
-        Remember::Never => None,
+        Remember::Never | Remember::Once => None,
         Remember::Exactly => Some(AlwaysRule::Request(ask.input.to_string())),
         Remember::ByTool => match ask.tool.full() {
             "Bash" => ask
@@ -301,7 +301,7 @@ pub(super) fn tool_message(ask: &PermissionAsk, always: bool, project: &str, tok
     };
     let tool = visible(ask.tool.full());
     let (whole, file) = match ask.remember {
-        Remember::ByTool => (
+        Remember::ByTool | Remember::Once => (
             format!(
                 "🔐 The agent asks to use {tool}:\n{}",
                 summary(&ask.tool, &ask.input)

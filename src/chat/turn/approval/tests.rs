@@ -1,7 +1,7 @@
 use super::question::*;
 use super::*;
-use crate::agent::{Remember, Responder};
 use crate::agent::tools::ToolName;
+use crate::agent::{Remember, Responder};
 use crate::state::AlwaysGrant;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use serde_json::{Value, json};
