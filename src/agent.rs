@@ -307,8 +307,28 @@ pub struct PermissionAsk {
     pub tool: ToolName,
     /// The tool's input object, as the agent would run it.
     pub input: Value,
+    /// What "always in this chat" may remember of it.
+    pub remember: Remember,
     /// Answers the ask exactly once; dropped unanswered, it denies.
     pub reply: Responder<Permission>,
+}
+
+/// What "always in this chat" may remember of a [`PermissionAsk`], by who
+/// names its tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remember {
+    /// The agent's CLI names the tool (claude's `can_use_tool`): a Bash
+    /// call is remembered by its exact command, any other tool by name.
+    ByTool,
+    /// The name is the agent's own words (an ACP request's title): only
+    /// the whole request, exactly (`input`, byte for byte).
+    Exactly,
+    /// The request cannot be named exactly (it carries what a question
+    /// cannot show): no "always" is offered.
+    Never,
+    /// Shown as [`Remember::ByTool`], asked every time: each is its own
+    /// (a schedule the agent asks to make).
+    Once,
 }
 
 /// The answer to a [`PermissionAsk`].

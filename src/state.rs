@@ -16,6 +16,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ids::Conversation;
 
+mod always;
 mod backup;
 mod choices;
 mod handle;
@@ -24,6 +25,7 @@ mod rows;
 mod schedules;
 mod schema;
 
+pub use always::{AlwaysGrant, AlwaysRule};
 pub use backup::{BackupError, BackupReport, backup};
 pub use choices::{
     FIRST_WORDS, Opening, SESSIONS_LISTED, SessionRow, TurnUsage, UsagePeriods, UsageTotals,
@@ -34,43 +36,6 @@ pub use outgoing::{Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
-
-/// What "always in this chat" lets run without asking.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum AlwaysRule {
-    /// Every call of this tool (any tool but Bash).
-    Tool(String),
-    /// Bash running exactly this command (its whitespace runs collapsed).
-    BashCommand(String),
-}
-
-impl AlwaysRule {
-    /// The stored kind and value.
-    fn stored(&self) -> (&'static str, &str) {
-        match self {
-            Self::Tool(name) => ("tool", name),
-            Self::BashCommand(command) => ("bash_command", command),
-        }
-    }
-
-    /// The rule a stored row holds; `None` for a kind this build does not know.
-    fn from_stored(kind: &str, value: String) -> Option<Self> {
-        match kind {
-            "tool" => Some(Self::Tool(value)),
-            "bash_command" => Some(Self::BashCommand(value)),
-            _ => None,
-        }
-    }
-}
-
-/// An "always" rule and who granted it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AlwaysGrant {
-    /// What runs without asking.
-    pub rule: AlwaysRule,
-    /// The Telegram user who pressed "Always in this chat".
-    pub granted_by: i64,
-}
 
 /// An agent process group recorded while it ran: what a next start needs
 /// to tell whether the group is still the one recorded.
@@ -402,56 +367,6 @@ impl Store {
             ],
         )?;
         Ok(())
-    }
-
-    /// Remembers that `rule` runs without asking in the chat, granted by
-    /// `granted_by` (the first grant of a rule is kept).
-    pub fn allow_always(
-        &self,
-        chat_id: i64,
-        rule: &AlwaysRule,
-        granted_by: i64,
-    ) -> Result<(), StateError> {
-        let (kind, value) = rule.stored();
-        self.lock().execute(
-            "INSERT INTO always_allowed (chat_id, kind, value, granted_by, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT(chat_id, kind, value) DO NOTHING",
-            params![chat_id, kind, value, granted_by, now_ms()],
-        )?;
-        Ok(())
-    }
-
-    /// The chat's "always" rules, oldest first.
-    pub fn always_rules(&self, chat_id: i64) -> Result<Vec<AlwaysGrant>, StateError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT kind, value, granted_by FROM always_allowed WHERE chat_id = ?1
-             ORDER BY created_at, kind, value",
-        )?;
-        let rows = stmt.query_map(params![chat_id], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?;
-        let mut grants = Vec::new();
-        for row in rows {
-            let (kind, value, granted_by) = row?;
-            if let Some(rule) = AlwaysRule::from_stored(&kind, value) {
-                grants.push(AlwaysGrant { rule, granted_by });
-            }
-        }
-        Ok(grants)
-    }
-
-    /// Forgets the chat's "always" rules; returns how many there were.
-    pub fn clear_always(&self, chat_id: i64) -> Result<usize, StateError> {
-        Ok(self.lock().execute(
-            "DELETE FROM always_allowed WHERE chat_id = ?1",
-            params![chat_id],
-        )?)
     }
 
     /// Records a live agent process group of `chat_id`.

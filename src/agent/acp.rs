@@ -14,9 +14,10 @@
 //! `session/prompt`; its `stopReason` is its result. The agent's answer is
 //! its `agent_message_chunk` text: streamed into the chat's live preview
 //! and delivered as the result's text. `session/request_permission` is
-//! decided as the claude backend decides `can_use_tool` (the same
-//! `agent.allowed_tools`, `agent.denied_tools` and `agent.permission_mode`,
-//! a tool named by its title), asking the chat by default.
+//! decided by `agent.denied_tools` (a call's whole title) and
+//! `agent.permission_mode`, asking the chat by default; a title is the
+//! agent's own words, so it never makes a call a chat tool or one of
+//! `agent.allowed_tools`.
 //!
 //! Layout: this file holds the settings and the backend; `wire` the
 //! JSON-RPC lines and the requests built from the
@@ -34,6 +35,7 @@ mod wire;
 use std::path::PathBuf;
 
 pub use bridge::{BRIDGE_COMMAND, run_bridge};
+pub use permission::{Shown, shown_content};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,9 +57,7 @@ pub struct AcpSettings {
     pub args: Vec<String>,
     /// `agent.auth_method`: authenticate with it when the agent offers it.
     pub auth_method: String,
-    /// Tools that run without asking, by title.
-    pub allowed_tools: Vec<String>,
-    /// Tools that never run, by title.
+    /// Requests that never run, by their whole title.
     pub denied_tools: Vec<String>,
     /// What answers every other permission request.
     pub permission_mode: PermissionMode,
@@ -76,7 +76,6 @@ impl AcpSettings {
             process: ClaudeSettings::from_config(config),
             args: agent.args.clone(),
             auth_method: agent.auth_method.clone(),
-            allowed_tools: agent.allowed_tools.clone(),
             denied_tools: agent.denied_tools.clone(),
             permission_mode: agent.permission_mode,
             grace: config.turn.post_result_grace,
@@ -134,12 +133,17 @@ impl AcpBackend {
     /// Spawns the agent for one session and starts its driver.
     fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(
-            &self.settings.process,
-            &key,
-            &self.settings.args,
-            &self.running,
-        )?;
+        // A project's session works in the project's directory, made,
+        // sealed and bound as a workdir is, as the claude backend's does
+        // (its `allowed_tools` name tools, which no ACP request is).
+        let settings = match &request.project {
+            Some(project) => Arc::new(AcpSettings {
+                process: self.settings.process.for_project(project),
+                ..(*self.settings).clone()
+            }),
+            None => Arc::clone(&self.settings),
+        };
+        let spawned = AgentProcess::spawn(&settings.process, &key, &settings.args, &self.running)?;
         let pid = spawned.process.pid();
         let resume = request.resume.filter(|id| {
             let fits = driver::is_session_id(id);
@@ -148,16 +152,17 @@ impl AcpBackend {
             }
             fits
         });
-        tracing::info!(pid, resume = ?resume, "agent process started (acp)");
+        let project = request.project.as_ref().map(|p| p.name.as_str());
+        tracing::info!(pid, resume = ?resume, project, "agent process started (acp)");
         Ok(driver::start(driver::Start {
-            settings: Arc::clone(&self.settings),
+            cwd: settings.cwd(&key),
+            settings,
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
             process: spawned.process,
             stdin: spawned.stdin,
             stdout: spawned.stdout,
             resume,
-            cwd: self.settings.cwd(&key),
             label: format!("acp pid {pid}"),
         }))
     }

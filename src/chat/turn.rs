@@ -98,6 +98,9 @@ pub struct TurnActor {
     root: std::path::PathBuf,
     /// Whether `root` was read.
     root_known: bool,
+    /// The conversation's project as the turn started (empty: none), read
+    /// with `root`: "always" rules are its.
+    project: String,
     /// What the turn's results used, and its record.
     accounting: closing::Account,
 }
@@ -143,6 +146,7 @@ impl TurnActor {
             steering: steering::Steering::default(),
             root,
             root_known: false,
+            project: String::new(),
             accounting: closing::Account::default(),
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
-use super::{CatchUp, ConfigError, bad_value};
+use super::{CatchUp, ConfigError, PermissionMode, bad_value};
 use crate::when::{When, zone};
 
 /// `[schedules]`
@@ -22,6 +22,10 @@ pub struct SchedulesConfig {
     pub min_interval: Duration,
     /// What the slots missed while the bot was down become.
     pub catch_up: CatchUp,
+    /// What answers a schedule the agent asks to make: `"ask"` (the
+    /// default) asks the chat as for a tool, `"allow"` makes it unasked,
+    /// `"deny"` refuses it.
+    pub agent: PermissionMode,
     /// The operator's schedules; the chat cannot remove them.
     pub list: Vec<OperatorSchedule>,
 }
@@ -32,6 +36,7 @@ impl Default for SchedulesConfig {
             timezone: "UTC".to_owned(),
             min_interval: Duration::from_secs(5 * 60),
             catch_up: CatchUp::Once,
+            agent: PermissionMode::Ask,
             list: Vec::new(),
         }
     }

@@ -276,6 +276,12 @@ impl Config {
     /// the defaults do.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
+        if self.schedules.agent == PermissionMode::Allow {
+            warnings.push(
+                "schedules.agent = \"allow\": the agent makes schedules without asking anyone; what it schedules runs later as a prompt of the chat"
+                    .to_string(),
+            );
+        }
         if self.agent.permission_mode == PermissionMode::Allow {
             warnings.push(
                 "agent.permission_mode = \"allow\": every tool the agent asks for runs without asking anyone (agent.denied_tools still applies)"

@@ -105,8 +105,8 @@ fn check_activity(activity: &Activity) {
 }
 
 /// What an approval question shows of a tool call leaves nothing out and
-/// hides nothing: every top-level string of the input (a Bash command with
-/// its blank runs collapsed) is in it, each character that shows in order,
+/// hides nothing: every top-level string of the input is in it, each
+/// character that shows in order,
 /// and no character that would not show is left in it (such characters
 /// are written out, as `⟦U+202E⟧`).
 fn check_question(tool: &ToolName, input: &Value) {

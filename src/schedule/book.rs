@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 use tokio::sync::Notify;
 
 use super::when::{Timing, When, show_ms, zone};
-use crate::config::Config;
+use crate::config::{Config, PermissionMode};
 use crate::ids::Conversation;
 use crate::state::{Added, NewSchedule, Origin, Removed, ScheduleRow, StoreHandle, now_ms};
 
@@ -57,6 +57,8 @@ pub struct ScheduleBook {
     timezone: Tz,
     /// `schedules.min_interval`.
     min_interval: Duration,
+    /// `schedules.agent`: what answers a schedule the agent asks to make.
+    agent: PermissionMode,
 }
 
 impl ScheduleBook {
@@ -68,7 +70,13 @@ impl ScheduleBook {
             changed: Arc::new(Notify::new()),
             timezone: zone(&config.timezone).unwrap_or(Tz::UTC),
             min_interval: config.min_interval,
+            agent: config.agent,
         }
+    }
+
+    /// `schedules.agent`: what answers a schedule the agent asks to make.
+    pub fn agent_mode(&self) -> PermissionMode {
+        self.agent
     }
 
     /// What the scheduler waits on.

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use teloxide::types::{ChatId, UserId};
+use teloxide::types::UserId;
 use tokio::sync::oneshot;
 
 use super::{AlwaysGrant, AlwaysRule, InboxRow, InboxState, StateError, Store, TurnRecord};
@@ -431,33 +431,56 @@ impl StoreHandle {
         });
     }
 
-    /// Remembers "always in this chat" for `rule`, granted by `granted_by`
-    /// (who pressed the button).
-    pub fn allow_always(&self, chat: ChatId, rule: AlwaysRule, granted_by: UserId) {
+    /// Remembers "always in this chat" for `rule` in the conversation `to`
+    /// while in `project`, granted by `granted_by` (who pressed the button).
+    pub fn allow_always(
+        &self,
+        to: Conversation,
+        project: String,
+        rule: AlwaysRule,
+        granted_by: UserId,
+    ) {
         let by = i64::try_from(granted_by.0).unwrap_or(i64::MAX);
         self.tell("remembering a tool approval", move |store| {
-            store.allow_always(chat.0, &rule, by)
+            store.allow_always(to, &project, &rule, by)
         });
     }
 
-    /// The chat's "always" rules, after every job asked before.
+    /// The "always" rules of the conversation `to` in `project`, after
+    /// every job asked before.
     pub fn always_rules(
         &self,
-        chat: ChatId,
+        to: Conversation,
+        project: String,
     ) -> impl Future<Output = Vec<AlwaysGrant>> + Send + 'static {
         let ask = self.ask("reading tool approvals", move |store| {
-            store.always_rules(chat.0)
+            store.always_rules(to, &project)
         });
         async move { ask.await.unwrap_or_default() }
     }
 
-    /// Forgets the chat's "always" rules; resolves with how many there were.
-    pub fn clear_always(
+    /// The "always" rules of the conversation `to` in the project it is in
+    /// now, and that project (empty: none).
+    pub fn always_rules_here(
         &self,
-        chat: ChatId,
+        to: Conversation,
+    ) -> impl Future<Output = Option<(String, Vec<AlwaysGrant>)>> + Send + 'static {
+        self.ask("reading tool approvals", move |store| {
+            let project = store.opening(to)?.project;
+            let rules = store.always_rules(to, &project)?;
+            Ok((project, rules))
+        })
+    }
+
+    /// Forgets the "always" rules of the conversation `to` in the project
+    /// it is in now; resolves with how many there were.
+    pub fn clear_always_here(
+        &self,
+        to: Conversation,
     ) -> impl Future<Output = Option<usize>> + Send + 'static {
         self.ask("clearing tool approvals", move |store| {
-            store.clear_always(chat.0)
+            let project = store.opening(to)?.project;
+            store.clear_always(to, &project)
         })
     }
 
@@ -482,6 +505,8 @@ impl StoreHandle {
 
 #[cfg(test)]
 mod tests {
+    use teloxide::types::ChatId;
+
     use super::*;
 
     fn msg(update_id: i64) -> Incoming {

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -136,6 +136,27 @@ const MIGRATIONS: &[&str] = &[
     // 11 → 12: messages waiting for Telegram, and each chat's highest
     // known message id (issue 34; `outgoing.rs`).
     super::outgoing::MIGRATION,
+    // 12 → 13: "always" rules per conversation (chat and topic) and the
+    // project it was in when granted, so a rule granted in one project
+    // never runs in another; a kind for a whole ACP request. A rule of
+    // before was the chat's, project unknown: it is kept only for the
+    // chat's main conversation (topic 0) and when none of the chat's
+    // conversations ever chose a project (see `RULES_PER_PROJECT`).
+    "CREATE TABLE always_rules (
+        chat_id    INTEGER NOT NULL,
+        topic      INTEGER NOT NULL,
+        project    TEXT NOT NULL,
+        kind       TEXT NOT NULL CHECK (kind IN ('tool', 'bash_command', 'request')),
+        value      TEXT NOT NULL,
+        granted_by INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, topic, project, kind, value)
+     );
+     INSERT INTO always_rules (chat_id, topic, project, kind, value, granted_by, created_at)
+        SELECT a.chat_id, 0, '', a.kind, a.value, a.granted_by, a.created_at
+        FROM always_allowed a
+        WHERE NOT EXISTS (SELECT 1 FROM choices c WHERE c.chat_id = a.chat_id AND c.project <> '');
+     DROP TABLE always_allowed;",
 ];
 
 /// The migration (from this version) that drops the old Bash "always"
@@ -143,6 +164,15 @@ const MIGRATIONS: &[&str] = &[
 const OLD_BASH_RULES: (i64, &str) = (
     5,
     "SELECT COUNT(*) FROM permissions WHERE rule = 'Bash' OR substr(rule, 1, 5) = 'Bash('",
+);
+
+/// The migration (from this version) that keys "always" rules on the
+/// conversation and its project, and the query counting the rules it
+/// drops (those of a chat that chose a project), for its one log line.
+const RULES_PER_PROJECT: (i64, &str) = (
+    12,
+    "SELECT COUNT(*) FROM always_allowed a
+     WHERE EXISTS (SELECT 1 FROM choices c WHERE c.chat_id = a.chat_id AND c.project <> '')",
 );
 
 impl Store {
@@ -166,17 +196,21 @@ impl Store {
         }
         for version in found..target {
             let tx = conn.transaction()?;
-            let dropped: i64 = if version == OLD_BASH_RULES.0 {
-                tx.query_row(OLD_BASH_RULES.1, [], |r| r.get(0))?
-            } else {
-                0
+            let counted = [OLD_BASH_RULES, RULES_PER_PROJECT]
+                .into_iter()
+                .find(|(from, _)| *from == version);
+            let dropped: i64 = match counted {
+                Some((_, query)) => tx.query_row(query, [], |r| r.get(0))?,
+                None => 0,
             };
             tx.execute_batch(MIGRATIONS[usize::try_from(version).unwrap_or(0)])?;
             tx.pragma_update(None, "user_version", version + 1)?;
             tx.commit()?;
             tracing::debug!(path = %path.display(), from = version, to = version + 1, "state store migration step done");
-            if dropped > 0 {
+            if dropped > 0 && version == OLD_BASH_RULES.0 {
                 tracing::warn!(path = %path.display(), dropped, "dropped {dropped} \"always in this chat\" Bash rule(s) of the old shape (the command's first word); those commands ask again");
+            } else if dropped > 0 {
+                tracing::warn!(path = %path.display(), dropped, "dropped {dropped} \"always in this chat\" rule(s) of chats that chose a project (the project each was granted in is not known); those tools ask again");
             }
         }
         // One line for the whole way, not one per step (a new file takes

@@ -156,19 +156,25 @@ fn rows_written_before_the_place_was_stored_get_it_from_the_chat_id_once() {
     );
 }
 
+fn chat(id: i64) -> Conversation {
+    ChatId(id).into()
+}
+
 #[test]
-fn always_rules_are_kept_per_chat_and_cleared() {
+fn always_rules_are_kept_per_conversation_and_project_and_cleared() {
     let store = Store::in_memory().unwrap();
     let git = AlwaysRule::BashCommand("git status".into());
-    store.allow_always(1, &git, 7).unwrap();
-    store.allow_always(1, &git, 8).unwrap();
+    store.allow_always(chat(1), "", &git, 7).unwrap();
+    store.allow_always(chat(1), "", &git, 8).unwrap();
     store
-        .allow_always(1, &AlwaysRule::Tool("WebFetch".into()), 7)
+        .allow_always(chat(1), "", &AlwaysRule::Tool("WebFetch".into()), 7)
         .unwrap();
     store
-        .allow_always(2, &AlwaysRule::Tool("Read".into()), 8)
+        .allow_always(chat(2), "", &AlwaysRule::Tool("Read".into()), 8)
         .unwrap();
-    let rules = store.always_rules(1).unwrap();
+    let request = AlwaysRule::Request(r#"{"title":"x"}"#.into());
+    store.allow_always(chat(1), "staging", &request, 7).unwrap();
+    let rules = store.always_rules(chat(1), "").unwrap();
     assert_eq!(rules.len(), 2);
     assert_eq!(
         rules[0],
@@ -179,12 +185,49 @@ fn always_rules_are_kept_per_chat_and_cleared() {
         "the first grant is kept"
     );
     assert_eq!(
-        store.always_rules(2).unwrap()[0].rule,
+        store.always_rules(chat(2), "").unwrap()[0].rule,
         AlwaysRule::Tool("Read".into())
     );
-    assert_eq!(store.clear_always(1).unwrap(), 2);
-    assert!(store.always_rules(1).unwrap().is_empty());
-    assert_eq!(store.always_rules(2).unwrap().len(), 1);
+    // A rule granted in a project is that project's, and a topic's its own.
+    assert_eq!(
+        store.always_rules(chat(1), "staging").unwrap()[0].rule,
+        request
+    );
+    assert!(store.always_rules(chat(1), "prod").unwrap().is_empty());
+    let topic = Conversation::new(ChatId(1), Some(ThreadId(MessageId(42))));
+    assert!(store.always_rules(topic, "").unwrap().is_empty());
+    assert_eq!(store.clear_always(chat(1), "").unwrap(), 2);
+    assert!(store.always_rules(chat(1), "").unwrap().is_empty());
+    assert_eq!(store.always_rules(chat(1), "staging").unwrap().len(), 1);
+    assert_eq!(store.always_rules(chat(2), "").unwrap().len(), 1);
+}
+
+#[test]
+fn rules_of_a_chat_that_chose_a_project_are_dropped_at_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v12.db");
+    {
+        let old = Store::create_at_version(&path, 12).unwrap();
+        old.lock()
+            .execute_batch(
+                "INSERT INTO always_allowed (chat_id, kind, value, granted_by, created_at) VALUES
+                    (1, 'tool', 'WebFetch', 7, 1), (1, 'bash_command', 'ls', 7, 2),
+                    (2, 'tool', 'WebFetch', 8, 3);
+                 INSERT INTO choices (chat_id, topic, project) VALUES (2, 0, 'prod'), (1, 0, '');",
+            )
+            .unwrap();
+    }
+    let mut store = None;
+    let log = logged(|| store = Some(Store::open(&path).unwrap()));
+    let store = store.unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(store.always_rules(chat(1), "").unwrap().len(), 2);
+    assert!(store.always_rules(chat(2), "").unwrap().is_empty());
+    assert!(store.always_rules(chat(2), "prod").unwrap().is_empty());
+    assert!(
+        log.contains("dropped 1 \"always in this chat\" rule(s) of chats that chose a project"),
+        "{log}"
+    );
 }
 
 /// What a closure logged, as text.
@@ -234,9 +277,9 @@ fn old_bash_rules_are_dropped_at_the_upgrade_with_one_log_line() {
     let log = logged(|| store = Some(Store::open(&path).unwrap()));
     let store = store.unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-    let rules = |chat| -> Vec<AlwaysRule> {
+    let rules = |id| -> Vec<AlwaysRule> {
         store
-            .always_rules(chat)
+            .always_rules(chat(id), "")
             .unwrap()
             .into_iter()
             .map(|g| g.rule)
@@ -244,7 +287,7 @@ fn old_bash_rules_are_dropped_at_the_upgrade_with_one_log_line() {
     };
     assert_eq!(rules(1), vec![AlwaysRule::Tool("WebFetch".into())]);
     assert_eq!(rules(2), vec![AlwaysRule::Tool("mcp__files__read".into())]);
-    assert_eq!(store.always_rules(1).unwrap()[0].granted_by, 7);
+    assert_eq!(store.always_rules(chat(1), "").unwrap()[0].granted_by, 7);
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("old shape")).collect();
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains("dropped 2 "), "{log}");

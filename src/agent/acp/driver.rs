@@ -47,7 +47,7 @@ pub(super) fn is_session_id(id: &str) -> bool {
 pub(super) struct Start {
     /// The grace, the permission rules, the authentication method.
     pub(super) settings: Arc<AcpSettings>,
-    /// The chat tools (decided as the host's own when asked about).
+    /// The chat tools, served to the agent over MCP.
     pub(super) tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     pub(super) shutdown: Shutdown,

@@ -133,6 +133,7 @@ pub(super) fn serve(
         id: call_id,
         tool,
         input: ask.input,
+        remember: agent::Remember::ByTool,
         reply: responder,
     }));
     tokio::spawn(async move {

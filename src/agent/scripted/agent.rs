@@ -375,6 +375,7 @@ impl ScriptedAgent {
             id: format!("toolu_ask_{calls}"),
             tool: ToolName::parse(tool),
             input,
+            remember: crate::agent::Remember::ByTool,
             reply,
         }));
         let text = match self.settle(rx, turn, calls).await {

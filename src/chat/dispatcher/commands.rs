@@ -55,13 +55,13 @@ impl Dispatcher {
         }
     }
 
-    /// `/permissions`: the tools that run without asking in this chat;
-    /// `/permissions clear` forgets them.
+    /// `/permissions`: the tools that run without asking in this
+    /// conversation, in the project it is in now; `/permissions clear`
+    /// forgets them.
     fn permissions(&mut self, to: Conversation, args: &str, ctx: &mut Context<Self>) {
-        let chat = to.chat;
         let outbox = self.deps.outbox.clone();
         if args.eq_ignore_ascii_case("clear") {
-            let cleared = self.deps.inbox.clear_always(chat);
+            let cleared = self.deps.inbox.clear_always_here(to);
             ctx.spawn(
                 async move {
                     let text = match cleared.await {
@@ -78,15 +78,20 @@ impl Dispatcher {
             );
             return;
         }
-        let rules = self.deps.inbox.always_rules(chat);
+        let rules = self.deps.inbox.always_rules_here(to);
         ctx.spawn(
             async move {
-                let rules = rules.await;
+                let (project, rules) = rules.await.unwrap_or_default();
+                let here = if project.is_empty() {
+                    "in this chat".to_string()
+                } else {
+                    format!("in this chat while in project {project}")
+                };
                 let text = if rules.is_empty() {
-                    "Every tool asks before it runs in this chat.".to_string()
+                    format!("Every tool asks before it runs {here}.")
                 } else {
                     format!(
-                        "🔐 These run without asking in this chat:\n{}\n/permissions clear forgets them.",
+                        "🔐 These run without asking {here}:\n{}\n/permissions clear forgets them.",
                         rules
                             .iter()
                             .map(|grant| format!("• {}", describe_rule(&grant.rule)))

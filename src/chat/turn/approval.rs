@@ -7,14 +7,17 @@
 //! turn's end (`/stop`, a host stop), or, should the actor go, its dropped
 //! responder.
 //!
-//! A question shows the whole input, never a part: a Bash command with its
-//! whitespace runs collapsed, anything that would not show written out
-//! (`⟦U+202E⟧`); what does not fit one message goes whole in a text file
-//! sent just before the question. "Always" remembers a Bash call's exact
-//! (collapsed) command and any other tool's name; the press's author is who
-//! decided, in the chat, the log and the stored rule.
+//! A question shows the whole input, never a part and nothing folded: a
+//! Bash command byte for byte, anything that would not show written out
+//! (`⟦U+202E⟧`, a tab, a blank ending a line); what does not fit one
+//! message goes whole in a text file sent just before the question.
+//! "Always" remembers a Bash call's exact command, any other tool's name,
+//! and an ACP request (named by the agent's own words) whole, byte for
+//! byte, or not at all; the press's author is who decided, in the chat,
+//! the log and the stored rule.
 
 mod question;
+mod request;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,7 +28,8 @@ use actix::{
 use teloxide::types::{ChatId, MessageId, UserId};
 
 use self::question::{
-    Question, always_allows, question_messages, questions, rule_for, token, tool_message, visible,
+    Question, always_allows, logged_rule, question_messages, questions, rule_for, token,
+    tool_message, visible,
 };
 pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
@@ -125,9 +129,13 @@ impl ButtonPressed {
 /// What an ask is about.
 #[derive(Debug, Clone)]
 enum Kind {
-    /// A tool to run; `rule` is what "always" would remember (none for a
-    /// Bash call without a command: no "always" is offered).
-    Tool { rule: Option<AlwaysRule> },
+    /// A tool to run; `rule` is what "always" would remember (none when
+    /// nothing can be named exactly: no "always" is offered), for the
+    /// conversation in `project`, the one its rules were read for.
+    Tool {
+        rule: Option<AlwaysRule>,
+        project: String,
+    },
     /// Claude Code's question tool: each question answered by its options.
     Questions {
         questions: Vec<Question>,
@@ -210,19 +218,34 @@ impl TurnActor {
                 ctx,
             );
         }
-        let rule = rule_for(ask.tool.full(), &ask.input);
-        let grants = self.deps.inbox.always_rules(self.spec.to.chat);
+        let rule = rule_for(&ask);
+        // The project the turn started in; on a warm session whose turn
+        // has not read it yet, the conversation's project now.
+        let known = self.root_known.then(|| self.project.clone());
+        let grants = match known {
+            Some(project) => {
+                let rules = self.deps.inbox.always_rules(self.to(), project.clone());
+                Box::pin(async move { Some((project, rules.await)) })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+            }
+            None => Box::pin(self.deps.inbox.always_rules_here(self.to())),
+        };
         ctx.spawn(grants.into_actor(self).map(move |grants, act, ctx| {
+            let Some((project, grants)) = grants else {
+                tracing::warn!(call_id = %ask.id, "the conversation's approvals could not be read; asking");
+                return act.post(ask, Kind::Tool { rule: None, project: String::new() }, ctx);
+            };
             if !act.phase.holds_chat() {
                 ask.reply.answer(Permission::Deny {
                     message: "the turn has already ended".into(),
                 });
-            } else if always_allows(&grants, ask.tool.full(), &ask.input) {
-                tracing::info!(call_id = %ask.id, rule = ?rule, "tool allowed: always in this chat");
+            } else if always_allows(&grants, &ask) {
+                tracing::info!(call_id = %ask.id, rule = %rule.as_ref().map(logged_rule).unwrap_or_default(), "tool allowed: always in this chat");
+                tracing::debug!(call_id = %ask.id, rule = ?rule, "the rule in full");
                 let input = ask.input.clone();
                 ask.reply.answer(Permission::Allow { input });
             } else {
-                act.post(ask, Kind::Tool { rule }, ctx);
+                act.post(ask, Kind::Tool { rule, project }, ctx);
             }
         }));
     }
@@ -231,7 +254,9 @@ impl TurnActor {
     fn post(&mut self, ask: PermissionAsk, kind: Kind, ctx: &mut Context<Self>) {
         let token = token();
         let messages = match &kind {
-            Kind::Tool { rule } => vec![tool_message(&ask, rule.is_some(), &token)],
+            Kind::Tool { rule, project } => {
+                vec![tool_message(&ask, rule.is_some(), project, &token)]
+            }
             Kind::Questions { questions, .. } => question_messages(questions, &token),
         };
         let texts: Vec<String> = messages.iter().map(|m| m.text.clone()).collect();
@@ -390,7 +415,7 @@ impl Handler<ButtonPressed> for TurnActor {
             name: press.name.clone(),
         };
         match (press.choice, &mut waiting.kind) {
-            (Choice::Allow | Choice::Always, Kind::Tool { rule }) => {
+            (Choice::Allow | Choice::Always, Kind::Tool { rule, .. }) => {
                 // "Always" is offered only where a rule can be remembered.
                 let always = press.choice == Choice::Always && rule.is_some();
                 answer(

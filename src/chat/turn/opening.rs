@@ -28,12 +28,14 @@ impl TurnActor {
         let choices = Arc::clone(&self.deps.choices);
         let find = async move {
             let opening = opening.await;
-            choices
+            let root = choices
                 .projects
                 .get(&opening.project)
-                .map(|p| p.place.workdir.clone())
+                .map(|p| p.place.workdir.clone());
+            (root, opening.project)
         };
-        ctx.spawn(find.into_actor(self).map(|root, act, ctx| {
+        ctx.spawn(find.into_actor(self).map(|(root, project), act, ctx| {
+            act.project = project;
             if let Some(root) = root {
                 act.root = root;
                 let workdir = act.workdir();

@@ -1,24 +1,39 @@
 //! The agent's schedule tools, served for this turn's conversation only:
 //! the agent names no chat, sees and removes only this conversation's
 //! schedules, and what it makes keeps the [`ScheduleBook`]'s bounds
-//! (`schedules.min_interval`, [`MAX_PER_CONVERSATION`]).
+//! (`schedules.min_interval`, [`MAX_PER_CONVERSATION`]). A schedule it
+//! asks to make is asked of the chat first, as a tool is, unless
+//! `schedules.agent` allows (or refuses) it.
 //!
 //! [`ScheduleBook`]: crate::schedule::ScheduleBook
 //! [`MAX_PER_CONVERSATION`]: crate::schedule::MAX_PER_CONVERSATION
 
+use actix::Context;
+use serde_json::json;
+
 use super::TurnActor;
 use super::pending::PendingTool;
-use crate::agent::ToolReply;
-use crate::agent::tools::ChatTool;
+use crate::agent::tools::{ChatTool, ToolName};
+use crate::agent::{Permission, PermissionAsk, Remember, Responder, ToolReply};
 use crate::chat::notices;
+use crate::config::PermissionMode;
 use crate::schedule::words::read_when;
 use crate::state::{Origin, now_ms};
 use crate::telegram::outbox::SendText;
 
 impl TurnActor {
     /// `schedule`, `unschedule` or `schedules`, answered when the store has.
-    pub(super) fn schedule_tool(&mut self, tool: ChatTool, pending: PendingTool) {
+    pub(super) fn schedule_tool(
+        &mut self,
+        tool: ChatTool,
+        pending: PendingTool,
+        ctx: &mut Context<Self>,
+    ) {
         let (book, to) = (self.deps.schedules.clone(), self.spec.to);
+        let decided = match &tool {
+            ChatTool::Schedule { when, prompt } => Some(self.may_schedule(when, prompt, ctx)),
+            _ => None,
+        };
         // What the agent sets to run later, the chat sees (and can remove).
         let outbox = self.deps.outbox.clone();
         let tell = move |text: String| outbox.do_send(SendText::new(to, text));
@@ -28,6 +43,11 @@ impl TurnActor {
             .map_or(0, |user| i64::try_from(user.0).unwrap_or(0));
         let chat_id = to.chat.0;
         actix::spawn(async move {
+            if let Some(decided) = decided
+                && let Err(why) = decided.await
+            {
+                return pending.finish(ToolReply::Error(why));
+            }
             let reply = match tool {
                 ChatTool::Schedule { when, prompt } => match read_when(&when, now_ms()) {
                     Err(err) => ToolReply::Error(err.to_string()),
@@ -60,6 +80,46 @@ impl TurnActor {
             };
             pending.finish(reply);
         });
+    }
+}
+
+impl TurnActor {
+    /// Whether the agent may make the schedule `when`, `prompt`: by
+    /// `schedules.agent`, else asked of the chat (no "always": each is
+    /// its own). Resolves `Err` with what the agent is told when not.
+    fn may_schedule(
+        &mut self,
+        when: &str,
+        prompt: &str,
+        ctx: &mut Context<Self>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>>>> {
+        match self.deps.schedules.agent_mode() {
+            PermissionMode::Allow => return Box::pin(async { Ok(()) }),
+            PermissionMode::Deny => {
+                return Box::pin(async {
+                    Err("the operator does not let the agent make schedules (schedules.agent = \"deny\")".to_string())
+                });
+            }
+            PermissionMode::Ask => {}
+        }
+        let (reply, rx) = Responder::new("schedule ask");
+        self.ask_permission(
+            PermissionAsk {
+                id: "schedule".into(),
+                tool: ToolName::served_here("schedule"),
+                input: json!({ "when": when, "prompt": prompt }),
+                remember: Remember::Once,
+                reply,
+            },
+            ctx,
+        );
+        Box::pin(async move {
+            match rx.await {
+                Ok(Permission::Allow { .. }) => Ok(()),
+                Ok(Permission::Deny { message }) => Err(message),
+                Err(_) => Err("the schedule was not asked; not made".to_string()),
+            }
+        })
     }
 }
 

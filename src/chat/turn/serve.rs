@@ -218,7 +218,7 @@ impl TurnActor {
             | ChatTool::Unschedule { .. }
             | ChatTool::Schedules) => {
                 let pending = self.pending_tool(id, tool_name, reply);
-                self.schedule_tool(tool, pending);
+                self.schedule_tool(tool, pending, ctx);
             }
         }
     }

@@ -221,6 +221,21 @@ fn setting_sources_are_warned_about() {
 }
 
 #[test]
+fn agent_schedules_made_unasked_are_warned_about_and_a_bad_value_named() {
+    let warnings = warnings_of("[schedules]\nagent = \"allow\"\n");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("schedules.agent = \"allow\""),
+        "{warnings:?}"
+    );
+    assert!(warnings_of("[schedules]\nagent = \"ask\"\n").is_empty());
+    let err = load_text("[schedules]\nagent = \"maybe\"\n", QUIET)
+        .expect_err("a bad value")
+        .to_string();
+    assert!(err.contains("agent") && err.contains("maybe"), "{err}");
+}
+
+#[test]
 fn ops_listen_off_loopback_is_warned_about() {
     for listen in ["0.0.0.0:9464", "[::]:9464", "192.168.1.5:9464"] {
         let warnings = warnings_of(&format!("[ops]\nlisten = \"{listen}\"\n"));

@@ -166,7 +166,7 @@ impl Driver {
             tracing::warn!(pid = self.pid, call_id = %ask.call_id, "permission request outside a running prompt; cancelled");
             return self.write(wire::result(&id, wire::permission_outcome(None)));
         }
-        if let Some(allowed) = permission::from_config(&ask, &self.settings, &self.tools) {
+        if let Some(allowed) = permission::from_config(&ask, &self.settings) {
             tracing::info!(pid = self.pid, call_id = %ask.call_id, tool = %ask.tool, allowed, "tool decided by config");
             let option = if allowed { ask.allow() } else { ask.reject() };
             self.emit(AgentEvent::Progress);
@@ -188,6 +188,7 @@ impl Driver {
             id: ask.call_id.clone(),
             tool: ask.tool.clone(),
             input: ask.input.clone(),
+            remember: ask.remember,
             reply,
         }));
         let decided = self.decided.clone();

@@ -6,9 +6,10 @@ use std::io::Read;
 
 use serde_json::Value;
 
+use super::request::request_summary;
 use super::{QUESTION_PREFIX, TOOL_PREFIX};
-use crate::agent::PermissionAsk;
 use crate::agent::tools::ToolName;
+use crate::agent::{PermissionAsk, Remember};
 use crate::chat::notices::bounded;
 use crate::state::{AlwaysGrant, AlwaysRule};
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
@@ -33,65 +34,130 @@ pub(super) struct Question {
     pub(super) descriptions: Vec<String>,
 }
 
-/// What "always in this chat" remembers for a call: for Bash, the exact
-/// command (whitespace runs collapsed), nothing wider; for any other tool,
-/// its name. `None` for a Bash call without a command.
-pub(super) fn rule_for(tool: &str, input: &Value) -> Option<AlwaysRule> {
-    match tool {
-        "Bash" => input
-            .get("command")
-            .and_then(Value::as_str)
-            .map(|command| AlwaysRule::BashCommand(collapse(command))),
-        other => Some(AlwaysRule::Tool(other.to_string())),
+/// What "always in this chat" remembers for a call. Named by the agent's
+/// CLI: for Bash, the exact command, byte for byte; for any other tool,
+/// its name. Named by the agent's own words (an ACP request): the whole
+/// request, byte for byte, or nothing. `None` when nothing can be named
+/// (a Bash call without a command, a request a question cannot show).
+pub(super) fn rule_for(ask: &PermissionAsk) -> Option<AlwaysRule> {
+    match ask.remember {
+        Remember::Never | Remember::Once => None,
+        Remember::Exactly => Some(AlwaysRule::Request(ask.input.to_string())),
+        Remember::ByTool => match ask.tool.full() {
+            "Bash" => ask
+                .input
+                .get("command")
+                .and_then(Value::as_str)
+                .map(|command| AlwaysRule::BashCommand(command.to_owned())),
+            other => Some(AlwaysRule::Tool(other.to_string())),
+        },
     }
 }
 
-/// Whether a rule granted in the chat lets this call run without asking.
-pub(super) fn always_allows(grants: &[AlwaysGrant], tool: &str, input: &Value) -> bool {
-    rule_for(tool, input).is_some_and(|rule| grants.iter().any(|g| g.rule == rule))
+/// Whether a rule granted in the conversation lets this call run without
+/// asking: the very rule it would remember, compared byte for byte.
+pub(super) fn always_allows(grants: &[AlwaysGrant], ask: &PermissionAsk) -> bool {
+    rule_for(ask).is_some_and(|rule| grants.iter().any(|g| g.rule == rule))
 }
 
 /// A rule as `/permissions` lists it.
 pub(crate) fn describe_rule(rule: &AlwaysRule) -> String {
     match rule {
         AlwaysRule::Tool(name) => format!("{} (every call)", visible(name)),
-        AlwaysRule::BashCommand(command) => format!("Bash, exactly: $ {}", visible(command)),
+        AlwaysRule::BashCommand(command) => {
+            format!("Bash, exactly: $ {}", visible_command(command))
+        }
+        AlwaysRule::Request(request) => format!("exactly this request: {}", visible(request)),
     }
 }
 
-/// A Bash command as shown and remembered: every run of blanks (spaces,
-/// tabs) and line breaks becomes one line break when it holds one and one
-/// space otherwise; none is kept at either end. Nothing else changes: other
-/// characters, even Unicode spaces, are not blanks to the shell.
-pub(super) fn collapse(command: &str) -> String {
+/// A rule as logged at INFO: its kind, its length and a fingerprint
+/// (SipHash, for telling log lines apart), never its text, which can hold
+/// a secret (the whole text is logged at DEBUG only).
+pub(super) fn logged_rule(rule: &AlwaysRule) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    let (kind, text) = match rule {
+        AlwaysRule::Tool(name) => return format!("tool {}", visible(name)),
+        AlwaysRule::BashCommand(command) => ("bash command", command),
+        AlwaysRule::Request(request) => ("request", request),
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    format!("{kind} of {} bytes #{:016x}", text.len(), hasher.finish())
+}
+
+/// The longest run of spaces a command shows as it is; a longer one is
+/// written out (`⟦U+0020 ×700⟧`), so it cannot push what follows out of
+/// sight.
+const SHOWN_SPACES: usize = 8;
+
+/// A command as a question shows it: its bytes, none folded or dropped,
+/// with what would not show written out: as [`visible`], and also every
+/// tab, every blank ending a line or the command (`\␠⏎` is not the
+/// continuation `\⏎`), and a run of more than [`SHOWN_SPACES`] spaces.
+pub(super) fn visible_command(command: &str) -> String {
     let mut out = String::with_capacity(command.len());
-    // Inside a run: whether it held a line break.
-    let mut run: Option<bool> = None;
-    for c in command.chars() {
-        if matches!(c, ' ' | '\t' | '\n') {
-            run = Some(run.unwrap_or(false) || c == '\n');
-            continue;
+    for (i, line) in command.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
         }
-        if let Some(newline) = run.take()
-            && !out.is_empty()
-        {
-            out.push(if newline { '\n' } else { ' ' });
+        let body = line.trim_end_matches([' ', '\t']);
+        let mut rest = body;
+        while let Some(at) = rest.find([' ', '\t']) {
+            out.push_str(&visible(&rest[..at]));
+            let blank = if rest[at..].starts_with(' ') {
+                ' '
+            } else {
+                '\t'
+            };
+            let run = rest[at..].len() - rest[at..].trim_start_matches(blank).len();
+            if blank == ' ' && run <= SHOWN_SPACES {
+                out.push_str(&rest[at..at + run]);
+            } else {
+                out.push_str(&mark(blank, run));
+            }
+            rest = &rest[at + run..];
         }
-        out.push(c);
+        out.push_str(&visible(rest));
+        let mut tail = line[body.len()..].chars().peekable();
+        while let Some(c) = tail.next() {
+            let mut n = 1;
+            while tail.next_if_eq(&c).is_some() {
+                n += 1;
+            }
+            out.push_str(&mark(c, n));
+        }
     }
     out
+}
+
+/// `c`, `n` times over, written out: `⟦U+0009⟧`, `⟦U+0020 ×3⟧`.
+fn mark(c: char, n: usize) -> String {
+    if n == 1 {
+        format!("⟦U+{:04X}⟧", u32::from(c))
+    } else {
+        format!("⟦U+{:04X} ×{n}⟧", u32::from(c))
+    }
 }
 
 /// Whether `c` would not show in a message (or would change how what
 /// follows shows): controls other than line breaks and tabs, Unicode
 /// spaces other than the plain one, zero-width, direction and other format
-/// characters, variation selectors and tag characters.
+/// characters, variation selectors, tag characters, and the combining
+/// marks that lay themselves over their neighbours (diacritics for symbols,
+/// half marks, enclosing marks).
 pub(super) fn hidden(c: char) -> bool {
     match c {
         ' ' | '\n' | '\t' => false,
         c if c.is_control() || c.is_whitespace() => true,
         '\u{00AD}'
-        | '\u{034F}'
+        | '\u{0300}'..='\u{036F}'
+        | '\u{0488}'
+        | '\u{0489}'
+        | '\u{1AB0}'..='\u{1AFF}'
+        | '\u{1DC0}'..='\u{1DFF}'
+        | '\u{20D0}'..='\u{20FF}'
+        | '\u{FE20}'..='\u{FE2F}'
         | '\u{061C}'
         | '\u{115F}'
         | '\u{1160}'
@@ -116,7 +182,6 @@ pub(super) fn hidden(c: char) -> bool {
 /// written out as `⟦U+202E⟧`, a run of the same one as `⟦U+00A0 ×700⟧`, so
 /// nothing can hide, or reorder, what follows it.
 pub(super) fn visible(text: &str) -> String {
-    use std::fmt::Write as _;
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -128,11 +193,7 @@ pub(super) fn visible(text: &str) -> String {
         while chars.next_if_eq(&c).is_some() {
             n += 1;
         }
-        let _ = if n == 1 {
-            write!(out, "⟦U+{:04X}⟧", u32::from(c))
-        } else {
-            write!(out, "⟦U+{:04X} ×{n}⟧", u32::from(c))
-        };
+        out.push_str(&mark(c, n));
     }
     out
 }
@@ -162,15 +223,15 @@ pub(super) fn other_fields(input: &Value, skip: &[&str]) -> String {
         .collect()
 }
 
-/// What the tool would do, in full: nothing of the input is left out or
-/// cut (a Bash command has its whitespace runs collapsed).
+/// What the tool would do, in full: nothing of the input is left out,
+/// cut or folded.
 pub(crate) fn summary(tool: &ToolName, input: &Value) -> String {
     let field = |name: &str| input.get(name).and_then(Value::as_str);
     let text = |name: &str| visible(field(name).unwrap_or(""));
     match tool.bare() {
         "Bash" if field("command").is_some() => format!(
             "$ {}{}",
-            visible(&collapse(field("command").unwrap_or(""))),
+            visible_command(field("command").unwrap_or("")),
             other_fields(input, &["command"])
         ),
         "Edit" if field("file_path").is_some() => format!(
@@ -233,30 +294,61 @@ pub(super) struct Asked {
 /// The question for a tool call: the tool and its whole input, with
 /// **Allow**, **Always in this chat** (when `always` can be remembered) and
 /// **Deny**.
-pub(super) fn tool_message(ask: &PermissionAsk, always: bool, token: &str) -> Asked {
+pub(super) fn tool_message(ask: &PermissionAsk, always: bool, project: &str, token: &str) -> Asked {
     let button = |label: &str, c: &str| Button {
         label: label.into(),
         data: format!("{TOOL_PREFIX}:{token}:{c}"),
     };
     let tool = visible(ask.tool.full());
-    let whole = format!(
-        "🔐 The agent asks to use {tool}:\n{}",
-        summary(&ask.tool, &ask.input)
-    );
-    let file = if ask.tool.bare() == "Bash" {
-        "command.txt"
-    } else {
-        "input.txt"
+    let (whole, file) = match ask.remember {
+        Remember::ByTool | Remember::Once => (
+            format!(
+                "🔐 The agent asks to use {tool}:\n{}",
+                summary(&ask.tool, &ask.input)
+            ),
+            if ask.tool.bare() == "Bash" {
+                "command.txt"
+            } else {
+                "input.txt"
+            },
+        ),
+        Remember::Exactly | Remember::Never => {
+            let never = if ask.remember == Remember::Never {
+                "\n(No \"always\": this request carries what cannot be shown as text, or is too large to remember.)"
+            } else {
+                ""
+            };
+            (
+                format!(
+                    "🔐 The agent asks to use {tool}:\n{}{never}",
+                    request_summary(&ask.input)
+                ),
+                "request.txt",
+            )
+        }
     };
     let (text, file) = presented(whole, &format!("🔐 The agent asks to use {tool}."), file);
     let mut first = vec![button("Allow", "y")];
     if always {
-        first.push(button("Always in this chat", "a"));
+        first.push(button(&always_label(project), "a"));
     }
     Asked {
         text,
         file,
         keyboard: vec![first, vec![button("Deny", "n")]],
+    }
+}
+
+/// What the "always" button says it covers: this conversation, and the
+/// project it is in when it is in one (a rule never runs in another).
+pub(super) fn always_label(project: &str) -> String {
+    if project.is_empty() {
+        "Always in this chat".to_string()
+    } else {
+        bounded(
+            &format!("Always in this chat, project {}", visible(project)),
+            BUTTON_LABEL,
+        )
     }
 }
 

@@ -19,18 +19,23 @@ impl TurnActor {
         input: &Value,
     ) -> (Permission, String) {
         match (verdict, kind) {
-            (Verdict::Allowed { by, always }, Kind::Tool { rule }) => {
+            (Verdict::Allowed { by, always }, Kind::Tool { rule, project }) => {
                 let how = match (always, rule) {
                     (true, Some(rule)) => {
                         let how = match &rule {
                             AlwaysRule::BashCommand(_) => {
                                 " (always in this chat: exactly this command)".to_string()
                             }
+                            AlwaysRule::Request(_) => {
+                                " (always in this chat: exactly this request)".to_string()
+                            }
                             AlwaysRule::Tool(name) => {
                                 format!(" (always in this chat: every {} call)", visible(name))
                             }
                         };
-                        self.deps.inbox.allow_always(self.spec.to.chat, rule, by.id);
+                        self.deps
+                            .inbox
+                            .allow_always(self.spec.to, project, rule, by.id);
                         how
                     }
                     _ => String::new(),
