@@ -17,11 +17,14 @@ turnstile: a Telegram bot that gives every chat its own Claude Code agent
 Usage:
   turnstile [run] [--config FILE]         run the bot until SIGINT, SIGTERM or SIGHUP
   turnstile check-config [--config FILE]  check the configuration: print it (token
-                                          redacted) on stdout, and its warnings
+                                          redacted) on stdout, its warnings and the
+                                          agent's network policy on stderr
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
   turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
                                           the chat tools' MCP server on its stdio
+  turnstile net-relay SOCKET -- COMMAND…  run in the agent's sandbox: relays its
+                                          127.0.0.1:3128 to turnstile's network proxy
   turnstile --help | --version
 
 Options:
@@ -111,6 +114,10 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(turnstile::agent::acp::BRIDGE_COMMAND) {
         return turnstile::agent::acp::run_bridge(&args[1..]);
     }
+    // Run inside the sandbox, before the agent: its network's relay.
+    if args.first().map(String::as_str) == Some(turnstile::agent::network::RELAY_COMMAND) {
+        return turnstile::agent::network::run_relay(&args[1..]);
+    }
     let command = match parse_args(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(err) => {
@@ -150,6 +157,10 @@ fn main() -> ExitCode {
         for warning in config.warnings() {
             eprintln!("turnstile: warning: {warning}");
         }
+        eprintln!(
+            "turnstile: {}",
+            config.network_summary(|var| std::env::var(var).ok())
+        );
         print!("{}", config.to_redacted_toml());
         return ExitCode::SUCCESS;
     }

@@ -38,7 +38,10 @@ use std::time::Duration;
 
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
-use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
+use super::network::Isolation;
+use crate::config::{
+    Config, NetworkPolicy, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL,
+};
 use process::{AgentProcess, RunningProcesses};
 
 pub use driver::MAX_LINE_BYTES;
@@ -102,6 +105,19 @@ fn denied_tools(allowed: &[String], denied: &[String]) -> Vec<String> {
     all
 }
 
+/// The agent's own network as `config` says (`None`: the host's), relayed
+/// in the sandbox by this binary; turnstile's environment is read for an
+/// `ANTHROPIC_BASE_URL` that `agent.pass_env` passes on.
+fn isolation(config: &Config) -> Option<Arc<Isolation>> {
+    match config.network_policy(|var| std::env::var(var).ok()) {
+        NetworkPolicy::Shared(_) => None,
+        NetworkPolicy::Isolated(rules) => {
+            let relay = std::env::current_exe().unwrap_or_else(|_| "turnstile".into());
+            Some(Arc::new(Isolation::new(rules, relay)))
+        }
+    }
+}
+
 impl ClaudeSettings {
     /// The settings in a config.
     pub fn from_config(config: &Config) -> Self {
@@ -128,6 +144,7 @@ impl ClaudeSettings {
                     )
                     .collect(),
                 user_ns: false,
+                network: isolation(config),
             },
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),

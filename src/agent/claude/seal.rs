@@ -18,6 +18,9 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use crate::agent::network::{self, Isolation};
 use crate::config::{ENV_PREFIX, Sandbox, TOKEN_ENV};
 
 /// Variables of turnstile's own environment every agent gets (and `LC_*`).
@@ -61,6 +64,39 @@ pub struct Seal {
     /// start probe sets it when turnstile does not run as root and bwrap
     /// can.
     pub user_ns: bool,
+    /// The agent's own network (`agent.network`): under bubblewrap, a
+    /// namespace whose only way out is the proxy; `None` shares the
+    /// host's.
+    pub network: Option<Arc<Isolation>>,
+}
+
+impl Seal {
+    /// Starts the proxy of the agent's own network, when it has one and
+    /// runs under bubblewrap (once; later calls answer as the first).
+    ///
+    /// # Errors
+    ///
+    /// The proxy's socket could not be made.
+    pub fn start_network(&self) -> Result<(), String> {
+        match &self.network {
+            Some(isolation) if self.isolates_network() => isolation.start(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the agent runs in a network of its own.
+    #[must_use]
+    pub fn isolates_network(&self) -> bool {
+        self.network.is_some() && self.sandbox == Sandbox::Bubblewrap
+    }
+
+    /// Relays the agent's own network with `relay` (a `turnstile`
+    /// binary) instead of this one; before any process starts.
+    pub fn relay_network_with(&mut self, relay: PathBuf) {
+        if let Some(isolation) = &self.network {
+            self.network = Some(Arc::new(isolation.relayed_by(relay)));
+        }
+    }
 }
 
 /// A process to start: what `process` hands the OS.
@@ -173,11 +209,18 @@ pub fn plan(
             env.get(&OsString::from("PATH")).map(OsString::as_os_str),
         );
         env.insert("TMPDIR".into(), "/tmp".into());
+        let mut cli = cli;
+        if let Some(isolation) = &seal.network {
+            cli.extend(cli_files(&isolation.relay().to_string_lossy(), None));
+        }
         argv.extend(bwrap_argv(
             seal.user_ns,
             &mounts(seal, writable, &cli, &exists),
             &workdir,
         ));
+        if let Some(isolation) = &seal.network {
+            isolate_network(isolation, &mut argv, &mut env);
+        }
     }
     argv.push(command.to_owned());
     argv.extend(args.iter().cloned());
@@ -186,6 +229,41 @@ pub fn plan(
         env,
         workdir,
         create,
+    }
+}
+
+/// The agent's own network, in a planned bwrap `argv` (up to its `--`)
+/// and `env`: a network namespace of its own (`--unshare-net`), the
+/// proxy's socket bound read-only at [`network::SANDBOX_SOCKET`], the
+/// relay run first (`turnstile net-relay SOCKET --` before the command),
+/// and the proxy variables pointing at it; no variable that would let
+/// the agent's HTTP go around it.
+fn isolate_network(
+    isolation: &Isolation,
+    argv: &mut Vec<String>,
+    env: &mut BTreeMap<OsString, OsString>,
+) {
+    // Before bwrap's own `--`, which ends its arguments.
+    let at = argv.len().saturating_sub(1);
+    let flags = [
+        "--unshare-net".to_owned(),
+        "--ro-bind".to_owned(),
+        isolation.socket().to_string_lossy().into_owned(),
+        network::SANDBOX_SOCKET.to_owned(),
+    ];
+    argv.splice(at..at, flags);
+    argv.extend([
+        isolation.relay().to_string_lossy().into_owned(),
+        network::RELAY_COMMAND.to_owned(),
+        network::SANDBOX_SOCKET.to_owned(),
+        "--".to_owned(),
+    ]);
+    let url = format!("http://127.0.0.1:{}", network::RELAY_PORT);
+    for var in network::BYPASS_VARS {
+        env.remove(&OsString::from(var));
+    }
+    for var in network::PROXY_VARS {
+        env.insert(var.into(), url.clone().into());
     }
 }
 

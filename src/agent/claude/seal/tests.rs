@@ -98,6 +98,7 @@ fn seal(sandbox: Sandbox) -> Seal {
             PathBuf::from("/etc/turnstile.toml"),
         ],
         user_ns: false,
+        network: None,
     }
 }
 
