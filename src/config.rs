@@ -52,11 +52,11 @@ pub use self::choices::{
     Backend, Busy, CatchUp, GroupMode, Keep, LogFormat, NetworkMode, OnInterrupted, PermissionMode,
     Sandbox, SettingSource, Stream,
 };
-pub use self::network::{HostPattern, HostRule, NetworkConfig, NetworkPolicy, normal_host};
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
+pub use self::network::{HostPattern, HostRule, NetworkConfig, NetworkPolicy, normal_host};
 pub use self::progress::ProgressConfig;
 pub use self::projects::{MAX_PROJECT_NAME, ProjectConfig, is_project_name};
 pub use self::schedules::{OperatorSchedule, SchedulesConfig};

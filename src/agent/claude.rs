@@ -36,9 +36,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::network::Isolation;
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
-use super::network::Isolation;
 use crate::config::{
     Config, NetworkPolicy, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL,
 };

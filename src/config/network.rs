@@ -235,7 +235,13 @@ impl Config {
         let rules = self
             .model_api(env)
             .into_iter()
-            .chain(agent.network.allow.iter().filter_map(|e| HostRule::parse(e).ok()))
+            .chain(
+                agent
+                    .network
+                    .allow
+                    .iter()
+                    .filter_map(|e| HostRule::parse(e).ok()),
+            )
             .collect();
         NetworkPolicy::Isolated(rules)
     }

@@ -56,6 +56,18 @@ pub struct Proxy {
     rules: Arc<Vec<HostRule>>,
     /// Its bounds.
     limits: Limits,
+    /// How names are looked up.
+    resolver: Resolver,
+}
+
+/// How the proxy looks names up.
+#[derive(Debug, Clone)]
+enum Resolver {
+    /// The system's resolver.
+    System,
+    /// Every name resolves to these (unit tests).
+    #[cfg(test)]
+    Fixed(Vec<IpAddr>),
 }
 
 /// Why a request gets no tunnel: its status and the body the agent reads.
@@ -68,7 +80,15 @@ impl Proxy {
         Self {
             rules: Arc::new(rules),
             limits,
+            resolver: Resolver::System,
         }
+    }
+
+    /// The same proxy, every name resolving to `addrs`.
+    #[cfg(test)]
+    pub(crate) fn resolving_to(mut self, addrs: Vec<IpAddr>) -> Self {
+        self.resolver = Resolver::Fixed(addrs);
+        self
     }
 
     /// Binds `socket` (its directory made 0700, which must not exist) and
@@ -129,7 +149,11 @@ impl Proxy {
                     max = self.limits.max_connections,
                     "the agent's network proxy is full; a connection is refused"
                 );
-                let _ = stream.try_write(&response(503, "Service Unavailable", "turnstile's proxy serves too many connections at once\n"));
+                let _ = stream.try_write(&response(
+                    503,
+                    "Service Unavailable",
+                    "turnstile's proxy serves too many connections at once\n",
+                ));
                 continue;
             };
             let proxy = self.clone();
@@ -157,7 +181,13 @@ impl Proxy {
                 return;
             }
             Err(_) => {
-                let _ = client.write_all(&response(408, "Request Timeout", "turnstile's proxy: no request head in time\n")).await;
+                let _ = client
+                    .write_all(&response(
+                        408,
+                        "Request Timeout",
+                        "turnstile's proxy: no request head in time\n",
+                    ))
+                    .await;
                 return;
             }
         };
@@ -194,7 +224,7 @@ impl Proxy {
             return Err(refused(&host, port, "is not on the agent's allowlist"));
         };
         let exact = matches!(rule.host, HostPattern::Exact(_));
-        let addrs = tokio::time::timeout(self.limits.connect_timeout, resolve(&host, port))
+        let addrs = tokio::time::timeout(self.limits.connect_timeout, self.resolve(&host, port))
             .await
             .map_err(|_| bad_gateway(&host, port, "the name lookup timed out"))?
             .map_err(|e| bad_gateway(&host, port, &format!("the name lookup failed: {e}")))?;
@@ -202,7 +232,14 @@ impl Proxy {
             let own = host_addresses();
             if let Some(addr) = addrs.iter().find(|a| is_local(a.ip(), &own)) {
                 tracing::info!(host = %host, port, address = %addr.ip(), "the agent's network proxy refused a host that resolves to this host's own address");
-                return Err(refused(&host, port, &format!("resolves to {}, an address of turnstile's host, which only an exact entry may open", addr.ip())));
+                return Err(refused(
+                    &host,
+                    port,
+                    &format!(
+                        "resolves to {}, an address of turnstile's host, which only an exact entry may open",
+                        addr.ip()
+                    ),
+                ));
             }
         }
         let connect = async {
@@ -320,19 +357,31 @@ fn parse(head: &[u8]) -> Result<Request, Refusal> {
     else {
         return Err(bad_request("expected `METHOD TARGET HTTP/1.x`"));
     };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+    if !version.starts_with("HTTP/1.")
+        || method.is_empty()
+        || !method.bytes().all(|b| b.is_ascii_uppercase())
+    {
         return Err(bad_request("expected `METHOD TARGET HTTP/1.x`"));
     }
     if method == "CONNECT" {
         let (host, port) = authority(target)?;
-        return Ok(Request { host, port, first: First::Established });
+        return Ok(Request {
+            host,
+            port,
+            first: First::Established,
+        });
     }
     let url = reqwest::Url::parse(target)
         .map_err(|_| bad_request("expected CONNECT host:port, or an absolute http:// URL"))?;
     if url.scheme() != "http" {
-        return Err(bad_request("only http:// URLs are forwarded; use CONNECT for https"));
+        return Err(bad_request(
+            "only http:// URLs are forwarded; use CONNECT for https",
+        ));
     }
-    let host = normal_host(url.host_str().ok_or_else(|| bad_request("the URL has no host"))?);
+    let host = normal_host(
+        url.host_str()
+            .ok_or_else(|| bad_request("the URL has no host"))?,
+    );
     let port = url.port_or_known_default().unwrap_or(80);
     let mut path = url.path().to_owned();
     if let Some(query) = url.query() {
@@ -342,14 +391,23 @@ fn parse(head: &[u8]) -> Result<Request, Refusal> {
     let mut out = format!("{method} {path} {version}\r\n");
     for header in lines.filter(|h| !h.is_empty()) {
         let name = header.split(':').next().unwrap_or_default().trim();
-        let hop = ["connection", "proxy-connection", "proxy-authorization", "keep-alive"];
+        let hop = [
+            "connection",
+            "proxy-connection",
+            "proxy-authorization",
+            "keep-alive",
+        ];
         if !hop.iter().any(|h| name.eq_ignore_ascii_case(h)) {
             out.push_str(header);
             out.push_str("\r\n");
         }
     }
     out.push_str("Connection: close\r\n\r\n");
-    Ok(Request { host, port, first: First::Forward(out.into_bytes()) })
+    Ok(Request {
+        host,
+        port,
+        first: First::Forward(out.into_bytes()),
+    })
 }
 
 /// `host:port` of a `CONNECT` (`[v6]:port` too).
@@ -364,11 +422,22 @@ fn authority(target: &str) -> Result<(String, u16), Refusal> {
     Ok((host, port))
 }
 
-/// The addresses of `host` (an IP address stands for itself).
-async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
+impl Proxy {
+    /// The addresses of `host` (an IP address stands for itself).
+    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        match &self.resolver {
+            Resolver::System => lookup(host, port).await,
+            #[cfg(test)]
+            Resolver::Fixed(ips) => Ok(ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect()),
+        }
     }
+}
+
+/// The system's addresses of `host`.
+async fn lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
     if addrs.is_empty() {
         return Err(io::Error::new(io::ErrorKind::NotFound, "no address"));
@@ -384,7 +453,9 @@ fn is_local(ip: IpAddr, own: &[IpAddr]) -> bool {
         IpAddr::V4(_) => ip,
     };
     let special = match ip {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local() || v4.is_broadcast(),
+        IpAddr::V4(v4) => {
+            v4.is_loopback() || v4.is_unspecified() || v4.is_link_local() || v4.is_broadcast()
+        }
         IpAddr::V6(v6) => {
             v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80
         }
@@ -410,7 +481,9 @@ fn host_addresses() -> Vec<IpAddr> {
             if family == libc::AF_INET {
                 // SAFETY: an AF_INET address is a sockaddr_in.
                 let sin = unsafe { &*node.ifa_addr.cast::<libc::sockaddr_in>() };
-                out.push(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()));
+                out.push(IpAddr::from(
+                    u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                ));
             } else if family == libc::AF_INET6 {
                 // SAFETY: an AF_INET6 address is a sockaddr_in6.
                 let sin6 = unsafe { &*node.ifa_addr.cast::<libc::sockaddr_in6>() };
@@ -476,3 +549,6 @@ where
     }
     let _ = to.shutdown().await;
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,9 @@ const MAX_CONNECTIONS: usize = 256;
 #[must_use]
 pub fn run_relay(args: &[String]) -> ExitCode {
     let usage = || {
-        eprintln!("turnstile {RELAY_COMMAND}: usage: turnstile {RELAY_COMMAND} SOCKET -- COMMAND [ARG…]");
+        eprintln!(
+            "turnstile {RELAY_COMMAND}: usage: turnstile {RELAY_COMMAND} SOCKET -- COMMAND [ARG…]"
+        );
         ExitCode::from(2)
     };
     let [socket, dashes, command, rest @ ..] = args else {

@@ -19,7 +19,10 @@ fn an_exact_host_allows_that_host_on_its_port_only() {
     assert!(!plain.allows("registry.npmjs.org.evil.com", 443));
     let local = rule("127.0.0.1:8080");
     assert!(local.allows("127.0.0.1", 8080));
-    assert!(!local.allows("127.0.0.1", 9464), "another port stays closed");
+    assert!(
+        !local.allows("127.0.0.1", 9464),
+        "another port stays closed"
+    );
     let v6 = rule("[::1]:8080");
     assert!(v6.allows("::1", 8080));
     assert_eq!(v6.to_string(), "[::1]:8080");
@@ -30,7 +33,10 @@ fn a_wildcard_allows_subdomains_only() {
     let any = rule("*.crates.io");
     assert!(any.allows("static.crates.io", 443));
     assert!(any.allows("a.b.crates.io", 443));
-    assert!(!any.allows("crates.io", 443), "the domain itself is not a subdomain");
+    assert!(
+        !any.allows("crates.io", 443),
+        "the domain itself is not a subdomain"
+    );
     assert!(!any.allows("evilcrates.io", 443));
     assert!(!any.allows("static.crates.io", 22));
     assert!(rule("*.example.com:8443").allows("x.example.com", 8443));
@@ -101,11 +107,8 @@ fn the_model_api_comes_from_the_agents_base_url() {
     // Not passed: turnstile's own variable is not the agent's.
     let unpassed = load_text("[agent]\nbackend = \"claude\"\n", &[]).expect("loads");
     assert_eq!(unpassed.model_api(env), Some(rule("api.anthropic.com:443")));
-    let gemini = load_text(
-        "[agent]\nbackend = \"acp\"\ncommand = \"gemini\"\n",
-        &[],
-    )
-    .expect("loads");
+    let gemini =
+        load_text("[agent]\nbackend = \"acp\"\ncommand = \"gemini\"\n", &[]).expect("loads");
     assert_eq!(
         gemini.model_api(no_env),
         Some(rule("generativelanguage.googleapis.com"))
@@ -121,23 +124,34 @@ fn the_summary_says_the_effective_policy_and_the_opt_out_is_warned_about() {
     .expect("loads");
     let summary = isolated.network_summary(no_env);
     assert!(summary.contains("namespace of its own"), "{summary}");
-    assert!(summary.contains("api.anthropic.com:443, github.com:443"), "{summary}");
+    assert!(
+        summary.contains("api.anthropic.com:443, github.com:443"),
+        "{summary}"
+    );
     assert_eq!(isolated.network_warning(), None);
     let host = load_text(
         "[agent]\nbackend = \"claude\"\n[agent.network]\nmode = \"host\"\n",
         &[],
     )
     .expect("loads");
-    assert!(host.network_summary(no_env).contains("shares the host's network"));
+    assert!(
+        host.network_summary(no_env)
+            .contains("shares the host's network")
+    );
     let warning = host.network_warning().expect("warned");
-    assert!(warning.contains("agent.network.mode = \"host\""), "{warning}");
+    assert!(
+        warning.contains("agent.network.mode = \"host\""),
+        "{warning}"
+    );
     assert!(host.warnings().iter().any(|w| w == &warning));
-    let none = load_text("[agent]\nbackend = \"claude\"\nsandbox = \"none\"\n", &[])
-        .expect("loads");
+    let none =
+        load_text("[agent]\nbackend = \"claude\"\nsandbox = \"none\"\n", &[]).expect("loads");
     let summary = none.network_summary(no_env);
     assert!(summary.contains("agent.sandbox = \"none\""), "{summary}");
     assert!(
-        none.warnings().iter().any(|w| w.contains("shares the host's network")),
+        none.warnings()
+            .iter()
+            .any(|w| w.contains("shares the host's network")),
         "{:?}",
         none.warnings()
     );
