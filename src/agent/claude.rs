@@ -113,7 +113,12 @@ fn isolation(config: &Config) -> Option<Arc<Isolation>> {
         NetworkPolicy::Shared(_) => None,
         NetworkPolicy::Isolated(rules) => {
             let relay = std::env::current_exe().unwrap_or_else(|_| "turnstile".into());
-            Some(Arc::new(Isolation::new(rules, relay)))
+            // The acp backend's stdio bridge to the chat tools is a UNIX
+            // socket; the claude backend's tools need none.
+            let bridge = config.agent.backend == crate::config::Backend::Acp;
+            Some(Arc::new(
+                Isolation::new(rules, relay).with_unix_sockets(bridge),
+            ))
         }
     }
 }

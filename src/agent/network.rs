@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 pub use proxy::{Limits, Proxy};
-pub use relay::{RELAY_COMMAND, run_relay};
+pub use relay::{
+    NO_UNIX_SOCKETS, RELAY_COMMAND, forbid_unix_sockets, run_relay, unix_socket_filter,
+};
 
 use crate::config::HostRule;
 
@@ -43,6 +45,10 @@ pub struct Isolation {
     rules: Vec<HostRule>,
     /// `turnstile`, run in the sandbox as `net-relay`.
     relay: PathBuf,
+    /// Whether the agent may make UNIX sockets (the `acp` backend's stdio
+    /// bridge to the chat tools needs one); if not, a seccomp filter
+    /// refuses them.
+    unix_sockets: bool,
     /// The proxy's socket outside the sandbox, in a directory of its own
     /// (mode 0700).
     socket: PathBuf,
@@ -70,6 +76,7 @@ impl Isolation {
         Self {
             rules,
             relay,
+            unix_sockets: false,
             socket: dir.join("proxy.sock"),
             started: OnceLock::new(),
             stop: Mutex::new(None),
@@ -79,7 +86,20 @@ impl Isolation {
     /// The same isolation relayed by `relay` instead (nothing started).
     #[must_use]
     pub fn relayed_by(&self, relay: PathBuf) -> Self {
-        Self::new(self.rules.clone(), relay)
+        Self::new(self.rules.clone(), relay).with_unix_sockets(self.unix_sockets)
+    }
+
+    /// The same, the agent allowed UNIX sockets or not (not by default).
+    #[must_use]
+    pub fn with_unix_sockets(mut self, allowed: bool) -> Self {
+        self.unix_sockets = allowed;
+        self
+    }
+
+    /// Whether the agent may make UNIX sockets.
+    #[must_use]
+    pub fn unix_sockets(&self) -> bool {
+        self.unix_sockets
     }
 
     /// What the proxy lets through.

@@ -213,13 +213,14 @@ pub fn plan(
         if let Some(isolation) = &seal.network {
             cli.extend(cli_files(&isolation.relay().to_string_lossy(), None));
         }
+        let base = argv.len() + bwrap_base(seal.user_ns).len();
         argv.extend(bwrap_argv(
             seal.user_ns,
             &mounts(seal, writable, &cli, &exists),
             &workdir,
         ));
         if let Some(isolation) = &seal.network {
-            isolate_network(isolation, &mut argv, &mut env);
+            isolate_network(isolation, base, &mut argv, &mut env);
         }
     }
     argv.push(command.to_owned());
@@ -240,9 +241,13 @@ pub fn plan(
 /// the agent's HTTP go around it.
 fn isolate_network(
     isolation: &Isolation,
+    base: usize,
     argv: &mut Vec<String>,
     env: &mut BTreeMap<OsString, OsString>,
 ) {
+    // Right after bwrap's base, before any bind (a workdir may lie under
+    // /run): an empty /run, where the host's sockets live.
+    argv.splice(base..base, ["--tmpfs".to_owned(), RUN.to_owned()]);
     // Before bwrap's own `--`, which ends its arguments.
     let at = argv.len().saturating_sub(1);
     let flags = [
@@ -252,12 +257,12 @@ fn isolate_network(
         network::SANDBOX_SOCKET.to_owned(),
     ];
     argv.splice(at..at, flags);
-    argv.extend([
-        isolation.relay().to_string_lossy().into_owned(),
-        network::RELAY_COMMAND.to_owned(),
-        network::SANDBOX_SOCKET.to_owned(),
-        "--".to_owned(),
-    ]);
+    argv.push(isolation.relay().to_string_lossy().into_owned());
+    argv.push(network::RELAY_COMMAND.to_owned());
+    if !isolation.unix_sockets() {
+        argv.push(network::NO_UNIX_SOCKETS.to_owned());
+    }
+    argv.extend([network::SANDBOX_SOCKET.to_owned(), "--".to_owned()]);
     let url = format!("http://127.0.0.1:{}", network::RELAY_PORT);
     for var in network::BYPASS_VARS {
         env.remove(&OsString::from(var));
@@ -266,6 +271,10 @@ fn isolate_network(
         env.insert(var.into(), url.clone().into());
     }
 }
+
+/// Where the host's daemons keep their sockets (`docker.sock`,
+/// containerd's, D-Bus's): empty in a sandbox with its own network.
+const RUN: &str = "/run";
 
 /// `bwrap` and the flags every sandbox starts with (and the start probe
 /// runs `true` under): a new session; its own PID, IPC, UTS and cgroup

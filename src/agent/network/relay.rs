@@ -18,6 +18,9 @@ use super::RELAY_PORT;
 /// The relay's first word on turnstile's command line.
 pub const RELAY_COMMAND: &str = "net-relay";
 
+/// The flag that forbids the agent new UNIX sockets.
+pub const NO_UNIX_SOCKETS: &str = "--no-unix-sockets";
+
 /// Connections relayed at once; past it, one is closed at once.
 const MAX_CONNECTIONS: usize = 256;
 
@@ -30,6 +33,10 @@ pub fn run_relay(args: &[String]) -> ExitCode {
             "turnstile {RELAY_COMMAND}: usage: turnstile {RELAY_COMMAND} SOCKET -- COMMAND [ARG…]"
         );
         ExitCode::from(2)
+    };
+    let (unix_sockets, args) = match args.split_first() {
+        Some((flag, rest)) if flag == NO_UNIX_SOCKETS => (false, rest),
+        _ => (true, args),
     };
     let [socket, dashes, command, rest @ ..] = args else {
         return usage();
@@ -61,6 +68,10 @@ pub fn run_relay(args: &[String]) -> ExitCode {
         }
         _ => {
             drop(listener);
+            if !unix_sockets && let Err(err) = forbid_unix_sockets() {
+                eprintln!("turnstile {RELAY_COMMAND}: seccomp: {err}");
+                return ExitCode::from(1);
+            }
             let err = std::process::Command::new(command).args(rest).exec();
             let _ = writeln!(
                 std::io::stderr(),
@@ -128,4 +139,79 @@ fn relay(client: TcpStream, proxy: UnixStream) {
     let _ = std::io::copy(&mut from, &mut to);
     let _ = to.shutdown(std::net::Shutdown::Write);
     let _ = up.join();
+}
+
+/// The audit architecture of this build, as seccomp names it.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E;
+/// The audit architecture of this build, as seccomp names it.
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7;
+
+/// A classic BPF instruction.
+const fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// The seccomp program: `socket(AF_UNIX, …)` fails with EPERM (a UNIX
+/// socket file of the host, such as a root-owned `docker.sock`, cannot be
+/// reached however visible); so does `io_uring_setup` (its ops would go
+/// around the filter), every syscall of another ABI (x32, i386 and its
+/// `socketcall`); everything else is allowed. `socketpair` stays (pipes
+/// between a program and its children).
+#[must_use]
+pub fn unix_socket_filter() -> Vec<libc::sock_filter> {
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ: u16 = 0x15;
+    const JGE: u16 = 0x35;
+    const RET: u16 = 0x06;
+    const ALLOW: u32 = 0x7fff_0000;
+    const ERRNO: u32 = 0x0005_0000;
+    const X32: u32 = 0x4000_0000;
+    #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
+    let (socket, uring, unix, eperm) = (
+        libc::SYS_socket as u32,
+        libc::SYS_io_uring_setup as u32,
+        libc::AF_UNIX as u32,
+        libc::EPERM as u32,
+    );
+    vec![
+        op(LD_W_ABS, 0, 0, 4),        // 0: arch
+        op(JEQ, 0, 7, AUDIT_ARCH),    // 1: another ABI: 9
+        op(LD_W_ABS, 0, 0, 0),        // 2: nr
+        op(JGE, 5, 0, X32),           // 3: x32: 9
+        op(JEQ, 4, 0, uring),         // 4: io_uring_setup: 9
+        op(JEQ, 0, 2, socket),        // 5: not socket: 8
+        op(LD_W_ABS, 0, 0, 16),       // 6: its domain (args[0], low half)
+        op(JEQ, 1, 0, unix),          // 7: AF_UNIX: 9
+        op(RET, 0, 0, ALLOW),         // 8
+        op(RET, 0, 0, ERRNO | eperm), // 9
+    ]
+}
+
+/// Installs [`unix_socket_filter`] on this process (kept across `exec`).
+///
+/// # Errors
+///
+/// The kernel refused it.
+pub fn forbid_unix_sockets() -> std::io::Result<()> {
+    let mut filter = unix_socket_filter();
+    let program = libc::sock_fprog {
+        len: u16::try_from(filter.len()).unwrap_or(u16::MAX),
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: prctl with a valid, live program; no_new_privs first, as the
+    // kernel requires of an unprivileged filter.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &raw const program,
+            ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

@@ -402,6 +402,10 @@ fn an_isolated_agent_gets_its_own_network_and_only_the_relay_as_proxy() {
         .expect("bwrap's --");
     let flags = plan.argv[..bwrap_end].join(" ");
     assert!(flags.contains("--unshare-net"), "{argv}");
+    // The host's /run is empty before anything is bound (a workdir may lie
+    // beneath it).
+    let base = bwrap_base(false).len();
+    assert_eq!(plan.argv[base..base + 2], ["--tmpfs", "/run"], "{argv}");
     assert!(
         flags.contains(&format!("--ro-bind {socket} /tmp/.turnstile-proxy.sock")),
         "{argv}"
@@ -411,6 +415,7 @@ fn an_isolated_agent_gets_its_own_network_and_only_the_relay_as_proxy() {
         [
             "/opt/turnstile/turnstile",
             "net-relay",
+            "--no-unix-sockets",
             "/tmp/.turnstile-proxy.sock",
             "--",
             "claude",
