@@ -11,8 +11,10 @@
 //! `agent.network.allow`), and answers anything else with a 403 naming
 //! the host and the key.
 
+mod local;
 mod proxy;
 mod relay;
+mod tunnel;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use crate::agent::network::{self, Isolation};
+use crate::agent::network::Isolation;
 use crate::config::{ENV_PREFIX, Sandbox, TOKEN_ENV};
+use network::isolate_network;
 
 /// Variables of turnstile's own environment every agent gets (and `LC_*`).
 pub const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ", "TMPDIR"];
@@ -68,35 +69,6 @@ pub struct Seal {
     /// namespace whose only way out is the proxy; `None` shares the
     /// host's.
     pub network: Option<Arc<Isolation>>,
-}
-
-impl Seal {
-    /// Starts the proxy of the agent's own network, when it has one and
-    /// runs under bubblewrap (once; later calls answer as the first).
-    ///
-    /// # Errors
-    ///
-    /// The proxy's socket could not be made.
-    pub fn start_network(&self) -> Result<(), String> {
-        match &self.network {
-            Some(isolation) if self.isolates_network() => isolation.start(),
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether the agent runs in a network of its own.
-    #[must_use]
-    pub fn isolates_network(&self) -> bool {
-        self.network.is_some() && self.sandbox == Sandbox::Bubblewrap
-    }
-
-    /// Relays the agent's own network with `relay` (a `turnstile`
-    /// binary) instead of this one; before any process starts.
-    pub fn relay_network_with(&mut self, relay: PathBuf) {
-        if let Some(isolation) = &self.network {
-            self.network = Some(Arc::new(isolation.relayed_by(relay)));
-        }
-    }
 }
 
 /// A process to start: what `process` hands the OS.
@@ -232,49 +204,6 @@ pub fn plan(
         create,
     }
 }
-
-/// The agent's own network, in a planned bwrap `argv` (up to its `--`)
-/// and `env`: a network namespace of its own (`--unshare-net`), the
-/// proxy's socket bound read-only at [`network::SANDBOX_SOCKET`], the
-/// relay run first (`turnstile net-relay SOCKET --` before the command),
-/// and the proxy variables pointing at it; no variable that would let
-/// the agent's HTTP go around it.
-fn isolate_network(
-    isolation: &Isolation,
-    base: usize,
-    argv: &mut Vec<String>,
-    env: &mut BTreeMap<OsString, OsString>,
-) {
-    // Right after bwrap's base, before any bind (a workdir may lie under
-    // /run): an empty /run, where the host's sockets live.
-    argv.splice(base..base, ["--tmpfs".to_owned(), RUN.to_owned()]);
-    // Before bwrap's own `--`, which ends its arguments.
-    let at = argv.len().saturating_sub(1);
-    let flags = [
-        "--unshare-net".to_owned(),
-        "--ro-bind".to_owned(),
-        isolation.socket().to_string_lossy().into_owned(),
-        network::SANDBOX_SOCKET.to_owned(),
-    ];
-    argv.splice(at..at, flags);
-    argv.push(isolation.relay().to_string_lossy().into_owned());
-    argv.push(network::RELAY_COMMAND.to_owned());
-    if !isolation.unix_sockets() {
-        argv.push(network::NO_UNIX_SOCKETS.to_owned());
-    }
-    argv.extend([network::SANDBOX_SOCKET.to_owned(), "--".to_owned()]);
-    let url = format!("http://127.0.0.1:{}", network::RELAY_PORT);
-    for var in network::BYPASS_VARS {
-        env.remove(&OsString::from(var));
-    }
-    for var in network::PROXY_VARS {
-        env.insert(var.into(), url.clone().into());
-    }
-}
-
-/// Where the host's daemons keep their sockets (`docker.sock`,
-/// containerd's, D-Bus's): empty in a sandbox with its own network.
-const RUN: &str = "/run";
 
 /// `bwrap` and the flags every sandbox starts with (and the start probe
 /// runs `true` under): a new session; its own PID, IPC, UTS and cgroup
@@ -540,6 +469,8 @@ fn bwrap_argv(user_ns: bool, mounts: &[Mount], workdir: &Path) -> Vec<String> {
     argv.extend(["--chdir".into(), text(workdir), "--".into()]);
     argv
 }
+
+mod network;
 
 #[cfg(test)]
 mod tests;

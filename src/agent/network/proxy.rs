@@ -13,13 +13,14 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpStream, UnixListener};
 use tokio::sync::{Semaphore, oneshot};
 
+use super::local::{host_addresses, is_local};
+use super::tunnel::tunnel;
 use crate::config::{HostPattern, HostRule, normal_host};
 
 /// The proxy's bounds.
@@ -443,111 +444,6 @@ async fn lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         return Err(io::Error::new(io::ErrorKind::NotFound, "no address"));
     }
     Ok(addrs)
-}
-
-/// Whether `ip` is this host's own: loopback, unspecified, link-local,
-/// or one of `own` (its interfaces' addresses), IPv4-mapped ones too.
-fn is_local(ip: IpAddr, own: &[IpAddr]) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        IpAddr::V4(_) => ip,
-    };
-    let special = match ip {
-        IpAddr::V4(v4) => {
-            v4.is_loopback() || v4.is_unspecified() || v4.is_link_local() || v4.is_broadcast()
-        }
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80
-        }
-    };
-    special || own.contains(&ip)
-}
-
-/// The addresses of this host's interfaces.
-fn host_addresses() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list` with a list freed below.
-    if unsafe { libc::getifaddrs(&raw mut list) } != 0 {
-        return out;
-    }
-    let mut at = list;
-    while !at.is_null() {
-        // SAFETY: `at` is a node of the list getifaddrs made.
-        let node = unsafe { &*at };
-        if !node.ifa_addr.is_null() {
-            // SAFETY: a non-null ifa_addr points at a sockaddr of its family.
-            let family = i32::from(unsafe { (*node.ifa_addr).sa_family });
-            if family == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*node.ifa_addr.cast::<libc::sockaddr_in>() };
-                out.push(IpAddr::from(
-                    u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                ));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                let sin6 = unsafe { &*node.ifa_addr.cast::<libc::sockaddr_in6>() };
-                out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
-            }
-        }
-        at = node.ifa_next;
-    }
-    // SAFETY: `list` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(list) };
-    out
-}
-
-/// Bytes both ways until both ends are done, or neither way moved a byte
-/// for `idle`.
-async fn tunnel<S>(client: S, upstream: TcpStream, idle: Duration)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let start = Instant::now();
-    let last = AtomicU64::new(0);
-    let (mut client_read, mut client_write) = tokio::io::split(client);
-    let (mut up_read, mut up_write) = upstream.into_split();
-    let both = async {
-        tokio::join!(
-            copy(&mut client_read, &mut up_write, start, &last),
-            copy(&mut up_read, &mut client_write, start, &last),
-        );
-    };
-    let watchdog = async {
-        loop {
-            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
-            let quiet = start.elapsed().saturating_sub(seen);
-            if quiet >= idle {
-                return;
-            }
-            tokio::time::sleep(idle - quiet).await;
-        }
-    };
-    tokio::select! {
-        () = both => {}
-        () = watchdog => tracing::debug!(?idle, "the agent's network proxy closed an idle tunnel"),
-    }
-}
-
-/// One way of a tunnel; each chunk marks `last` (ms since `start`).
-async fn copy<R, W>(from: &mut R, to: &mut W, start: Instant, last: &AtomicU64)
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let read = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => read,
-        };
-        if to.write_all(&buf[..read]).await.is_err() {
-            break;
-        }
-        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        last.store(now, Ordering::Relaxed);
-    }
-    let _ = to.shutdown().await;
 }
 
 #[cfg(test)]
