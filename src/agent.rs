@@ -9,6 +9,7 @@
 
 pub mod acp;
 pub mod claude;
+pub mod network;
 #[doc(hidden)]
 pub mod partial_json;
 mod result;
@@ -131,6 +132,9 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// The agent's network proxy could not start.
+    #[error("could not start the agent: its network proxy: {0}")]
+    Network(String),
     /// The agent started without the pipes its protocol runs over.
     #[error("could not start the agent: the agent's pipes are missing")]
     MissingPipes,

@@ -34,6 +34,7 @@ mod choices;
 mod env;
 mod error;
 mod load;
+mod network;
 mod places;
 mod progress;
 mod projects;
@@ -49,13 +50,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use self::choices::{
-    Backend, Busy, CatchUp, GroupMode, Keep, LogFormat, OnInterrupted, PermissionMode, Sandbox,
-    SettingSource, Stream,
+    Backend, Busy, CatchUp, GroupMode, Keep, LogFormat, NetworkMode, OnInterrupted, PermissionMode,
+    Sandbox, SettingSource, Stream,
 };
 pub use self::env::{ENV_PREFIX, NOT_CONFIG_VARS};
 pub use self::error::ConfigError;
 use self::error::bad_value;
 use self::load::{Sections, probe};
+pub use self::network::{HostPattern, HostRule, NetworkConfig, NetworkPolicy, normal_host};
 pub use self::progress::ProgressConfig;
 pub use self::projects::{MAX_PROJECT_NAME, ProjectConfig, is_project_name};
 pub use self::schedules::{OperatorSchedule, SchedulesConfig};
@@ -267,6 +269,9 @@ pub struct AgentConfig {
     /// An argv prefix the agent command runs under (`claude`), with
     /// `{chat}` and `{workdir}` placeholders; empty runs it directly.
     pub launcher: Vec<String>,
+    /// The sandboxed agent's network: its own namespace, out only through
+    /// turnstile's proxy to allowed hosts (`[agent.network]`).
+    pub network: NetworkConfig,
     /// `acp`: the authentication method (an id of the agent's
     /// `authMethods`, such as `gemini-api-key`) to use when the agent
     /// offers it; empty authenticates with none.
@@ -449,6 +454,7 @@ impl Default for AgentConfig {
             permission_mode: PermissionMode::Ask,
             sandbox: Sandbox::Bubblewrap,
             launcher: Vec::new(),
+            network: NetworkConfig::default(),
             auth_method: String::new(),
         }
     }

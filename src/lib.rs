@@ -71,12 +71,16 @@
 //!     the schema crate), `updates` (`session/update`, `stopReason`), `permission`,
 //!     `mcp` (the chat tools over HTTP or a socket), `bridge` (`turnstile mcp-bridge`,
 //!     their stdio end) and `driver` (the per-session task);
+//!   - `agent::network`: the agent's own network: `Isolation` (per backend), `proxy`
+//!     (the allowlisting HTTP proxy on a UNIX socket, with `tunnel` and `local`),
+//!     `relay` (`turnstile net-relay`, in the sandbox before the agent);
 //!   - `agent::claude`: the Claude Code CLI backend, where its tool calls are parsed:
 //!     `process` (spawn, process group, reaping; `process/probe.rs`: the sandbox
 //!     probe), `seal` (clean environment, per-chat workdir and home, bubblewrap and
-//!     launcher argv), `driver` (the per-session task) with `driver/requests.rs` (the
-//!     CLI's requests), `driver/answers.rs` (each answered once) and `driver/live.rs`
-//!     (the stream as `Activity`), `permissions` (what answers `can_use_tool`),
+//!     launcher argv; `seal/network.rs` the agent's own network), `driver` (the
+//!     per-session task) with `driver/requests.rs` (the CLI's requests),
+//!     `driver/answers.rs` (each answered once) and `driver/live.rs` (the stream
+//!     as `Activity`), `permissions` (what answers `can_use_tool`),
 //!     `protocol` (typed stream-json) with `protocol/control.rs` (control requests
 //!     and responses) and `protocol/mcp_server.rs` (the `telegram-tools` MCP server).
 //! - `when`: the pure next-slot function of a schedule (`every` aligned to the

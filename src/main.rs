@@ -20,7 +20,8 @@ Usage:
   turnstile check-config [--config FILE]  check the configuration as a start would
                                           (the agent's sandbox too; without the token
                                           when it is unset): print it (token redacted)
-                                          on stdout, and its warnings
+                                          on stdout, its warnings and the agent's
+                                          network policy on stderr
   turnstile backup [--config FILE] PATH   copy the state file to PATH, consistently,
                                           while the bot runs (PATH must not exist)
   turnstile healthcheck [--config FILE]   GET /healthz of the running bot (ops.listen):
@@ -28,6 +29,8 @@ Usage:
                                           container's HEALTHCHECK)
   turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
                                           the chat tools' MCP server on its stdio
+  turnstile net-relay SOCKET -- COMMAND…  run in the agent's sandbox: relays its
+                                          127.0.0.1:3128 to turnstile's network proxy
   turnstile --help | --version
 
 Options:
@@ -125,6 +128,10 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(turnstile::agent::acp::BRIDGE_COMMAND) {
         return turnstile::agent::acp::run_bridge(&args[1..]);
     }
+    // Run inside the sandbox, before the agent: its network's relay.
+    if args.first().map(String::as_str) == Some(turnstile::agent::network::RELAY_COMMAND) {
+        return turnstile::agent::network::run_relay(&args[1..]);
+    }
     let command = match parse_args(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(err) => {
@@ -195,6 +202,10 @@ fn check_config(config: &Config) -> ExitCode {
     for warning in config.warnings() {
         eprintln!("turnstile: warning: {warning}");
     }
+    eprintln!(
+        "turnstile: {}",
+        config.network_summary(|var| std::env::var(var).ok())
+    );
     if let Err(err) = turnstile::check_agent(config) {
         // What the start would refuse is a bad configuration here.
         eprintln!("turnstile: {}", causes(&err.into()));

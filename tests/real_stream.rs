@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
 use teloxide::types::ChatId;
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+use turnstile::agent::claude::ClaudeBackend;
 use turnstile::agent::{
     Activity, AgentBackend, AgentEvent, AgentResult, AgentSession, ChatCall, ChatTool, HookReply,
     OpenSession, Permission, SessionCommand, ToolRegistry, ToolReply, WritingSource,
@@ -52,7 +52,7 @@ fn backend(api: &FakeAnthropic, home: &tempfile::TempDir) -> ClaudeBackend {
         .set_all(support::real_cli::agent_env(&api.base_url(), &home, &home))
         .load();
     ClaudeBackend::new(
-        ClaudeSettings::from_config(&config),
+        support::claude_settings(&config),
         Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
     )
 }

@@ -22,7 +22,7 @@ use support::fake_cli::{self, FakeLog};
 use support::*;
 use turnstile::agent::Scenario;
 use turnstile::agent::ToolRegistry;
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+use turnstile::agent::claude::ClaudeBackend;
 
 /// The bot token in the parent's environment.
 const PARENT_TOKEN: &str = "4242:parent-token-never-for-the-agent";
@@ -62,7 +62,7 @@ async fn launch(vars: &[(String, String)]) -> (Harness, Arc<ClaudeBackend>) {
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut slot = None;
     let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
-        let mut settings = ClaudeSettings::from_config(config);
+        let mut settings = support::claude_settings(config);
         // As at start: bwrap probed once when the sandbox is on.
         if let Err(err) = settings.probe_sandbox() {
             panic!("{err}");

@@ -36,9 +36,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::network::Isolation;
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
-use crate::config::{Config, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL};
+use crate::config::{
+    Config, NetworkPolicy, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL,
+};
 use process::{AgentProcess, RunningProcesses};
 
 pub use driver::MAX_LINE_BYTES;
@@ -102,6 +105,24 @@ fn denied_tools(allowed: &[String], denied: &[String]) -> Vec<String> {
     all
 }
 
+/// The agent's own network as `config` says (`None`: the host's), relayed
+/// in the sandbox by this binary; turnstile's environment is read for an
+/// `ANTHROPIC_BASE_URL` that `agent.pass_env` passes on.
+fn isolation(config: &Config) -> Option<Arc<Isolation>> {
+    match config.network_policy(|var| std::env::var(var).ok()) {
+        NetworkPolicy::Shared(_) => None,
+        NetworkPolicy::Isolated(rules) => {
+            let relay = std::env::current_exe().unwrap_or_else(|_| "turnstile".into());
+            // The acp backend's stdio bridge to the chat tools is a UNIX
+            // socket; the claude backend's tools need none.
+            let bridge = config.agent.backend == crate::config::Backend::Acp;
+            Some(Arc::new(
+                Isolation::new(rules, relay).with_unix_sockets(bridge),
+            ))
+        }
+    }
+}
+
 impl ClaudeSettings {
     /// The settings in a config.
     pub fn from_config(config: &Config) -> Self {
@@ -130,6 +151,7 @@ impl ClaudeSettings {
                 user_ns: false,
                 no_nested_userns: false,
                 places: config.place_roots(),
+                network: isolation(config),
             },
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),

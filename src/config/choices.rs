@@ -179,6 +179,20 @@ choice! {
 }
 
 choice! {
+    /// `agent.network.mode`: what network the sandboxed agent has.
+    #[derive(Default)]
+    NetworkMode {
+        /// `"isolated"` (the default): a network namespace of its own; its
+        /// only way out is turnstile's proxy, to the hosts allowed.
+        #[default]
+        Isolated = "isolated",
+        /// `"host"`: the host's network, loopback and UNIX sockets included
+        /// (an explicit opt-out, warned about).
+        Host = "host",
+    }
+}
+
+choice! {
     /// One of Claude's own settings sources (`agent.setting_sources`).
     SettingSource {
         /// The operator's `~/.claude` settings.

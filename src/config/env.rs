@@ -128,9 +128,15 @@ fn env_target<'d>(var: &'d str, defaults: &'d Table) -> Option<EnvTarget<'d>> {
             });
         }
         for (key, default) in known {
-            if let (Value::Table(_), Some(name)) = (default, strip_word(rest, key))
+            if let (Value::Table(fields), Some(name)) = (default, strip_word(rest, key))
                 && !name.is_empty()
             {
+                // A table with fields of its own (`[agent.network]`) names
+                // them in lowercase; a free-form one (`agent.env`) as given.
+                let name = fields
+                    .keys()
+                    .find(|field| field.to_uppercase() == name)
+                    .map_or(name, String::as_str);
                 return Some(EnvTarget::Entry { section, key, name });
             }
         }

@@ -56,6 +56,7 @@ impl Config {
         self.schedules.check()?;
         self.check_models()?;
         self.check_sealing()?;
+        self.check_network()?;
         self.check_projects()?;
         self.check_places()
     }
@@ -294,10 +295,12 @@ impl Config {
                  read the state file and other chats' workdirs, and only its process group is \
                  killed when its session ends: a background job of a Bash command (which the \
                  CLI starts in a session of its own) or anything started with setsid outlives it \
-                 (the default \"bubblewrap\" seals it)"
+                 (the default \"bubblewrap\" seals it); it also shares the host's network \
+                 (agent.network needs the sandbox)"
                     .to_string(),
             );
         }
+        warnings.extend(self.network_warning());
         if !self.agent.setting_sources.is_empty() {
             let sources: Vec<&str> = self
                 .agent

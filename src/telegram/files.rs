@@ -373,6 +373,7 @@ impl Files {
         sealed.launcher.clear();
         // Sealed in the directory the file is in (a project's, or the chat's).
         sealed.workdir = root.to_path_buf();
+        sealed.start_network()?;
         let plan = seal::plan(
             &sealed,
             chat,

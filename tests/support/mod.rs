@@ -56,6 +56,16 @@ pub const TEST_DEFAULTS: &[(&str, &str)] = &[
     ("TURNSTILE_DISPATCHER_BUSY", "queue"),
 ];
 
+/// The `claude` backend's settings from `config`, the agent's network
+/// relayed by the `turnstile` binary (a test binary has no `net-relay`).
+pub fn claude_settings(config: &Config) -> ClaudeSettings {
+    let mut settings = ClaudeSettings::from_config(config);
+    settings
+        .seal
+        .relay_network_with(std::path::PathBuf::from(env!("CARGO_BIN_EXE_turnstile")));
+    settings
+}
+
 /// The bot running against the fake Bot API.
 pub struct Harness {
     /// The fake Telegram.
@@ -161,7 +171,7 @@ impl Harness {
         let mut slot = None;
         let harness = Self::launch(&pairs, Self::fast_limits(), |config| {
             let backend = Arc::new(ClaudeBackend::new(
-                ClaudeSettings::from_config(config),
+                claude_settings(config),
                 Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
             ));
             slot = Some(Arc::clone(&backend));

@@ -173,6 +173,7 @@ impl AgentProcess {
         argv: &[String],
         running: &RunningProcesses,
     ) -> Result<Spawned, AgentError> {
+        settings.seal.start_network().map_err(AgentError::Network)?;
         let plan = seal::plan(
             &settings.seal,
             chat,

@@ -18,7 +18,11 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use crate::agent::network::Isolation;
 use crate::config::{ENV_PREFIX, Sandbox, TOKEN_ENV};
+use network::isolate_network;
 
 /// Variables of turnstile's own environment every agent gets (and `LC_*`).
 pub const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ", "TMPDIR"];
@@ -70,6 +74,10 @@ pub struct Seal {
     /// hidden under the sandbox but for this chat's own directories, and
     /// made before the spawn, so that none appears in a running sandbox.
     pub places: Vec<PathBuf>,
+    /// The agent's own network (`agent.network`): under bubblewrap, a
+    /// namespace whose only way out is the proxy; `None` shares the
+    /// host's.
+    pub network: Option<Arc<Isolation>>,
 }
 
 /// bwrap's flag that leaves the sandbox unable to make user namespaces
@@ -188,11 +196,19 @@ pub fn plan(
             env.get(&OsString::from("PATH")).map(OsString::as_os_str),
         );
         env.insert("TMPDIR".into(), "/tmp".into());
+        let mut cli = cli;
+        if let Some(isolation) = &seal.network {
+            cli.extend(cli_files(&isolation.relay().to_string_lossy(), None));
+        }
+        let base = argv.len() + bwrap_base(seal.user_ns).len();
         argv.extend(bwrap_argv(
             seal,
             &mounts(seal, writable, &cli, &exists),
             &workdir,
         ));
+        if let Some(isolation) = &seal.network {
+            isolate_network(isolation, base, &mut argv, &mut env);
+        }
     }
     argv.push(command.to_owned());
     argv.extend(args.iter().cloned());
@@ -532,6 +548,8 @@ fn bwrap_argv(seal: &Seal, mounts: &[Mount], workdir: &Path) -> Vec<String> {
     argv.extend(["--chdir".into(), text(workdir), "--".into()]);
     argv
 }
+
+mod network;
 
 #[cfg(test)]
 mod tests;

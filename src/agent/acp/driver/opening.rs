@@ -146,7 +146,8 @@ impl Driver {
         }
     }
 
-    /// The chat tools' server: over HTTP when the agent takes it, else
+    /// The chat tools' server: over HTTP when the agent takes it and
+    /// shares turnstile's network, else
     /// over stdio through the bridge (every ACP agent takes stdio), unless
     /// a launcher may start the agent where the session's socket is not.
     fn tool_server(&self, http: bool) -> Option<ToolServer> {
@@ -155,7 +156,9 @@ impl Driver {
             self.events.clone(),
             self.shutdown.clone(),
         );
-        if http {
+        // An agent in a network of its own cannot reach turnstile's
+        // loopback: it gets the stdio bridge, over a socket in its workdir.
+        if http && !self.settings.process.seal.isolates_network() {
             return ToolServer::start(tools, events, shutdown);
         }
         if !self.settings.process.seal.launcher.is_empty() {

@@ -100,6 +100,7 @@ fn seal(sandbox: Sandbox) -> Seal {
         user_ns: false,
         no_nested_userns: false,
         places: Vec::new(),
+        network: None,
     }
 }
 
@@ -449,4 +450,85 @@ fn the_launcher_goes_first() {
         plan.argv[..4],
         ["/wrap.sh", "3", "/var/lib/turnstile/workspaces/3", "bwrap"]
     );
+}
+
+#[test]
+fn an_isolated_agent_gets_its_own_network_and_only_the_relay_as_proxy() {
+    let isolation = Arc::new(Isolation::new(
+        vec![crate::config::HostRule::parse("api.anthropic.com").expect("rule")],
+        PathBuf::from("/opt/turnstile/turnstile"),
+    ));
+    let socket = isolation.socket().to_string_lossy().into_owned();
+    let mut sealed = seal(Sandbox::Bubblewrap);
+    sealed.network = Some(isolation);
+    let parent = os(&[("PATH", "/usr/bin"), ("NO_PROXY", "*")]);
+    let extra = BTreeMap::from([
+        ("no_proxy".to_owned(), "127.0.0.1".to_owned()),
+        ("HTTPS_PROXY".to_owned(), "http://elsewhere:1".to_owned()),
+        ("ALL_PROXY".to_owned(), "socks5://elsewhere:1".to_owned()),
+    ]);
+    let pass = vec!["NO_PROXY".to_owned()];
+    sealed.pass_env = pass;
+    let plan = plan(
+        &sealed,
+        "5",
+        "claude",
+        &["-p".into()],
+        parent,
+        &extra,
+        |_| false,
+    );
+    let argv = plan.argv.join(" ");
+    let bwrap_end = plan
+        .argv
+        .iter()
+        .position(|a| a == "--")
+        .expect("bwrap's --");
+    let flags = plan.argv[..bwrap_end].join(" ");
+    assert!(flags.contains("--unshare-net"), "{argv}");
+    // The host's /run is empty before anything is bound (a workdir may lie
+    // beneath it).
+    let base = bwrap_base(false).len();
+    assert_eq!(plan.argv[base..base + 2], ["--tmpfs", "/run"], "{argv}");
+    assert!(
+        flags.contains(&format!("--ro-bind {socket} /tmp/.turnstile-proxy.sock")),
+        "{argv}"
+    );
+    assert_eq!(
+        plan.argv[bwrap_end + 1..],
+        [
+            "/opt/turnstile/turnstile",
+            "net-relay",
+            "--no-unix-sockets",
+            "/tmp/.turnstile-proxy.sock",
+            "--",
+            "claude",
+            "-p"
+        ],
+        "{argv}"
+    );
+    for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        assert_eq!(
+            plan.env.get(&OsString::from(var)),
+            Some(&OsString::from("http://127.0.0.1:3128")),
+            "{var}"
+        );
+    }
+    for var in ["NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"] {
+        assert!(!plan.env.contains_key(&OsString::from(var)), "{var}");
+    }
+    // Without the sandbox there is no namespace, and nothing pretends.
+    sealed.sandbox = Sandbox::None;
+    let plain = super::plan(
+        &sealed,
+        "5",
+        "claude",
+        &[],
+        Vec::new(),
+        &BTreeMap::new(),
+        |_| false,
+    );
+    assert_eq!(plain.argv, ["claude"]);
+    assert!(!sealed.isolates_network());
+    assert!(!plain.env.contains_key(&OsString::from("HTTPS_PROXY")));
 }

@@ -1,0 +1,34 @@
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+
+use super::*;
+
+#[test]
+fn the_proxy_starts_once_on_a_private_socket_and_goes_with_its_isolation() {
+    let isolation = Isolation::new(
+        vec![HostRule::parse("example.com").expect("rule")],
+        PathBuf::from("/usr/bin/turnstile"),
+    );
+    assert!(
+        !isolation.socket().exists(),
+        "nothing starts before a spawn"
+    );
+    isolation.start().expect("starts");
+    isolation
+        .start()
+        .expect("a second start answers as the first");
+    let dir = isolation.socket().parent().expect("dir").to_owned();
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(isolation.socket()).expect("it listens");
+    stream
+        .write_all(b"CONNECT elsewhere.org:443 HTTP/1.1\r\n\r\n")
+        .expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
+    assert!(answer.contains("elsewhere.org:443"), "{answer}");
+    drop(isolation);
+    assert!(!dir.exists(), "its directory goes with it");
+}
