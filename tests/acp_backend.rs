@@ -111,15 +111,25 @@ impl Fake {
     }
 }
 
+/// The `acp` backend's settings from `config`, with the real binary for
+/// what a test binary cannot be: the stdio bridge an agent without HTTP MCP
+/// starts, and the relay of the agent's own network (a test binary has no
+/// `net-relay`: it would run no test and exit 0).
+fn acp_settings(config: &turnstile::config::Config) -> AcpSettings {
+    let mut settings = AcpSettings::from_config(config);
+    let turnstile = PathBuf::from(env!("CARGO_BIN_EXE_turnstile"));
+    settings.process.seal.relay_network_with(turnstile.clone());
+    settings.bridge = turnstile;
+    settings
+}
+
 /// The bot on the `acp` backend and the fake.
 async fn start(fake: &Fake, extra: &[(&str, &str)]) -> (Harness, Arc<AcpBackend>) {
     let vars = fake.env(extra);
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut slot = None;
     let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
-        let mut settings = AcpSettings::from_config(config);
-        // The bridge an agent without HTTP MCP starts: the real binary.
-        settings.bridge = PathBuf::from(env!("CARGO_BIN_EXE_turnstile"));
+        let settings = acp_settings(config);
         let backend = Arc::new(AcpBackend::new(
             settings,
             Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
@@ -820,8 +830,7 @@ async fn a_conversation_moved_to_a_project_works_in_the_projects_directory() {
             );
         },
         |config| {
-            let mut settings = AcpSettings::from_config(config);
-            settings.bridge = PathBuf::from(env!("CARGO_BIN_EXE_turnstile"));
+            let settings = acp_settings(config);
             let backend = Arc::new(AcpBackend::new(
                 settings,
                 Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),

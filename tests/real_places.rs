@@ -13,7 +13,7 @@ use serde_json::json;
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
 use turnstile::agent::ToolRegistry;
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+use turnstile::agent::claude::ClaudeBackend;
 
 /// What only project alpha's conversation wrote.
 const SECRET: &str = "alpha-only-plugh-4711";
@@ -75,7 +75,7 @@ async fn a_chat_outside_a_project_reads_nothing_of_its_folder() {
         }
     };
     let mut h = Harness::launch_edited(&pairs, Harness::fast_limits(), edit, |config| {
-        let mut settings = ClaudeSettings::from_config(config);
+        let mut settings = support::claude_settings(config);
         if let Err(err) = settings.probe_sandbox() {
             panic!("{err}");
         }
