@@ -14,7 +14,6 @@
 //! (a short reply to it). No probe is made: an edit of a candidate id
 //! could overwrite another message.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use teloxide::RequestError;
@@ -32,17 +31,21 @@ use crate::ids::TurnId;
 use crate::telegram::call::{call, with_sources};
 use crate::telegram::format::Rendered;
 
-/// At most this many ids are remembered: an unknown outcome spanning more
-/// is simply marked.
-const REMEMBERED: usize = 4_096;
+/// How many of the most recent ids are remembered: an unknown outcome
+/// spanning more is simply marked. A fixed window, so what a lane keeps of
+/// its chat does not grow with the messages it has seen.
+const WINDOW: i32 = 1_024;
+/// The window's bitmap, in 64-bit words.
+const WORDS: usize = WINDOW as usize / 64;
 
 /// The message ids a lane knows in its chat.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Known {
     /// The highest id seen.
     highest: Option<i32>,
-    /// Recent ids known not to be an unconfirmed copy.
-    explained: BTreeSet<i32>,
+    /// Which of the ids `highest - WINDOW + 1 ..= highest` are known not to
+    /// be an unconfirmed copy: bit `id mod WINDOW`.
+    explained: [u64; WORDS],
 }
 
 impl Known {
@@ -51,18 +54,58 @@ impl Known {
     pub(super) fn from(highest: Option<i32>) -> Self {
         Self {
             highest,
-            explained: BTreeSet::new(),
+            explained: [0; WORDS],
         }
+    }
+
+    /// Where `id`'s bit is.
+    fn bit(id: i32) -> (usize, u64) {
+        let at = id.rem_euclid(WINDOW) as usize;
+        (at / 64, 1 << (at % 64))
     }
 
     /// `id` exists and is no unconfirmed copy: a message of the lane's,
     /// confirmed, or an incoming one.
     pub(super) fn saw(&mut self, id: MessageId) {
-        self.highest = Some(self.highest.map_or(id.0, |h| h.max(id.0)));
-        self.explained.insert(id.0);
-        while self.explained.len() > REMEMBERED {
-            self.explained.pop_first();
+        let id = id.0;
+        // In i64: ids come from Telegram, and no difference of two may wrap.
+        let gap = self
+            .highest
+            .map(|highest| i64::from(id) - i64::from(highest));
+        match (self.highest, gap) {
+            (Some(_), Some(gap)) if gap <= 0 => {
+                if gap <= -i64::from(WINDOW) {
+                    return; // older than the window: nothing to remember
+                }
+            }
+            (Some(highest), Some(gap)) if gap < i64::from(WINDOW) => {
+                // The ids the window now takes in are not known yet.
+                for fresh in highest + 1..id {
+                    let (word, mask) = Self::bit(fresh);
+                    self.explained[word] &= !mask;
+                }
+                self.highest = Some(id);
+            }
+            _ => {
+                self.explained = [0; WORDS];
+                self.highest = Some(id);
+            }
         }
+        let (word, mask) = Self::bit(id);
+        self.explained[word] |= mask;
+    }
+
+    /// Whether `id` is known to be no unconfirmed copy.
+    fn explained(&self, id: i32) -> bool {
+        let Some(highest) = self.highest else {
+            return false;
+        };
+        let behind = i64::from(highest) - i64::from(id);
+        if behind < 0 || behind >= i64::from(WINDOW) {
+            return false;
+        }
+        let (word, mask) = Self::bit(id);
+        self.explained[word] & mask != 0
     }
 
     /// The highest id seen: a request's baseline, taken before it leaves.
@@ -77,10 +120,12 @@ impl Known {
         let Some(baseline) = baseline else {
             return false;
         };
-        if got.0 <= baseline || (got.0 - baseline) as usize > REMEMBERED {
+        // The ids between the two, all of which must be known.
+        let between = i64::from(got.0) - i64::from(baseline) - 1;
+        if !(0..=i64::from(WINDOW)).contains(&between) {
             return false;
         }
-        (baseline + 1..got.0).all(|id| self.explained.contains(&id))
+        (baseline + 1..got.0).all(|id| self.explained(id))
     }
 }
 
@@ -280,5 +325,35 @@ mod tests {
         // An id at or below the baseline cannot be a later copy's.
         assert!(!known.ruled_out(Some(10), MessageId(10)));
         assert_eq!(known.baseline(), Some(11));
+    }
+
+    #[test]
+    fn what_a_lane_knows_is_a_window_of_fixed_size() {
+        let mut known = Known::from(Some(0));
+        // Thousands of messages later, only the recent window is known,
+        // in the same fixed memory.
+        for id in 1..=5_000 {
+            known.saw(MessageId(id));
+        }
+        assert_eq!(std::mem::size_of::<Known>(), 8 + WINDOW as usize / 8);
+        assert!(known.ruled_out(Some(5_000 - WINDOW), MessageId(5_001)));
+        // An id that left the window is no longer known.
+        assert!(!known.ruled_out(Some(5_000 - WINDOW - 1), MessageId(5_001)));
+        // Ids the window took in by a jump are not known.
+        known.saw(MessageId(5_010));
+        assert!(!known.ruled_out(Some(5_000), MessageId(5_011)));
+        known.saw(MessageId(5_005));
+        assert!(!known.ruled_out(Some(5_004), MessageId(5_011)));
+        for id in 5_001..5_010 {
+            known.saw(MessageId(id));
+        }
+        assert!(known.ruled_out(Some(4_999), MessageId(5_011)));
+        // A late id from before the window changes nothing.
+        known.saw(MessageId(1));
+        assert_eq!(known.baseline(), Some(5_010));
+        // A jump past the whole window forgets it all.
+        known.saw(MessageId(9_000));
+        assert!(!known.ruled_out(Some(8_998), MessageId(9_001)));
+        assert!(known.ruled_out(Some(9_000), MessageId(9_001)));
     }
 }
