@@ -58,20 +58,9 @@ fn env() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .get(format!("http://{addr}{path}"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .expect("the ops endpoint answers");
-    let status = response.status().as_u16();
-    (status, response.text().await.expect("a body"))
-}
-
 async fn health_until(addr: SocketAddr, want: u16, within: Duration) {
     eventually(&format!("/healthz {want}"), within, || async {
-        let (status, body) = get(addr, "/healthz").await;
+        let (status, body) = ops_get(addr, "/healthz").await;
         if status == want {
             Ok(())
         } else {
@@ -84,7 +73,7 @@ async fn health_until(addr: SocketAddr, want: u16, within: Duration) {
 /// The value of the sample `name` (with its labels, as printed) on
 /// `/metrics`; 0 when absent.
 async fn metric(addr: SocketAddr, sample: &str) -> f64 {
-    let (_, body) = get(addr, "/metrics").await;
+    let (_, body) = ops_get(addr, "/metrics").await;
     body.lines()
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)

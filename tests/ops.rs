@@ -52,23 +52,12 @@ const OPS_ENV: &[(&str, &str)] = &[
     ("TURNSTILE_DISPATCHER_BUSY", "queue"),
 ];
 
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .get(format!("http://{addr}{path}"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .expect("the ops endpoint answers");
-    let status = response.status().as_u16();
-    (status, response.text().await.expect("a body"))
-}
-
 /// The samples of one scrape, by name and sorted labels.
 struct Scrape(Vec<prometheus_parse::Sample>);
 
 impl Scrape {
     async fn take(addr: SocketAddr) -> Self {
-        let (status, body) = get(addr, "/metrics").await;
+        let (status, body) = ops_get(addr, "/metrics").await;
         assert_eq!(status, 200, "{body}");
         let lines = body.lines().map(|l| Ok(l.to_string()));
         let parsed = prometheus_parse::Scrape::parse(lines).expect("Prometheus text parses");
@@ -268,13 +257,13 @@ async fn metrics_count_turns_outcomes_wedges_queue_and_telegram_requests() {
         s.value("turnstile_store_errors_total", &[]),
         h.bot.inbox.errors() as f64
     );
-    let (status, _) = get(addr, "/nope").await;
+    let (status, _) = ops_get(addr, "/nope").await;
     assert_eq!(status, 404);
     h.bot.stop().await;
 }
 
 async fn health(addr: SocketAddr) -> (u16, serde_json::Value) {
-    let (status, body) = get(addr, "/healthz").await;
+    let (status, body) = ops_get(addr, "/healthz").await;
     let json = serde_json::from_str(&body).expect("healthz answers JSON");
     (status, json)
 }

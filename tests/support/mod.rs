@@ -499,3 +499,16 @@ pub fn data(buttons: &[(String, String)], label: &str) -> String {
         .1
         .clone()
 }
+
+/// A GET of the ops endpoint at `addr` (`/healthz`, `/metrics`): its status
+/// and body.
+pub async fn ops_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("the ops endpoint answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
