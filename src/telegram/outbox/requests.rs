@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use super::error::OutboxError;
 use crate::ids::{Conversation, TurnId};
+use crate::state::{KeptFile, StoreHandle};
 use crate::telegram::files::OutgoingFile;
 use crate::telegram::typing::TypingView;
 
@@ -196,6 +197,10 @@ pub struct SendFile {
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
     /// The turn that sends it, if any (for the logs).
     pub turn: Option<TurnId>,
+    /// Its row in the state store (its bytes in the spool), when its
+    /// sender kept it there ([`SendFile::keep_in`]); otherwise the outbox
+    /// keeps it (when it has a store).
+    pub kept: Option<i64>,
 }
 
 impl SendFile {
@@ -215,8 +220,30 @@ impl SendFile {
             as_photo,
             reply: tx,
             turn: None,
+            kept: None,
         };
         (send, rx)
+    }
+
+    /// Keeps the file in `store` until it is settled: on the store thread,
+    /// ahead of whatever is asked after it, its bytes (read from the
+    /// descriptor) are copied into the state file's spool and its row is
+    /// written. Its row id; `None` when the descriptor cannot be shared.
+    pub fn keep_in(&self, store: &StoreHandle) -> Option<i64> {
+        let reader = match self.file.try_clone() {
+            Ok(reader) => reader,
+            Err(err) => {
+                tracing::error!(file = %self.file.name, cause = %err, "a file to send could not be kept; it goes from memory only");
+                return None;
+            }
+        };
+        let kept = KeptFile {
+            name: self.file.name.clone(),
+            caption: self.caption.clone(),
+            as_photo: self.as_photo,
+        };
+        let to = (self.to.chat.0, self.to.topic_number());
+        Some(store.keep_outgoing_file(to, kept, move |out| reader.copy_to(out)))
     }
 
     /// The same file, sent by `turn`.
@@ -267,6 +294,11 @@ pub struct SendQuestion {
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
     /// The turn that asks, if any (for the logs).
     pub turn: Option<TurnId>,
+    /// Its buttons mean something only to this process (an approval,
+    /// decided by the turn that asks): a later process, finding it still
+    /// waiting for Telegram, sends it without them, saying that the request
+    /// ended.
+    pub ends_with_process: bool,
 }
 
 impl SendQuestion {
@@ -285,8 +317,16 @@ impl SendQuestion {
             file: None,
             reply: tx,
             turn: None,
+            ends_with_process: false,
         };
         (question, rx)
+    }
+
+    /// The same question, its buttons answered only by this process.
+    #[must_use]
+    pub fn ending_with_process(mut self) -> Self {
+        self.ends_with_process = true;
+        self
     }
 
     /// The same question, asked by `turn`.
