@@ -443,4 +443,86 @@ mod tests {
         assert_eq!(left.rows, vec![row(2, "two")]);
         assert_eq!(left.last_ids, vec![(7, 40)], "never moves back");
     }
+
+    #[test]
+    fn a_file_keeps_its_bytes_in_a_private_spool_until_settled_and_nothing_else_stays() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(&dir.path().join("state.db")).expect("store");
+        let file = OutgoingRow {
+            id: 1,
+            chat_id: 7,
+            topic: 0,
+            reply_to: None,
+            markdown: false,
+            text: String::new(),
+            created_at: 1,
+            after_id: None,
+            kept: Some(Kept::File(KeptFile {
+                name: "a.txt".into(),
+                caption: Some("see".into()),
+                as_photo: false,
+            })),
+        };
+        store
+            .keep_outgoing_file(&file, |out| out.write_all(b"bytes"))
+            .expect("kept");
+        let spool = dir.path().join("state.db-outgoing");
+        assert_eq!(std::fs::read(spool.join("1")).expect("spooled"), b"bytes");
+        let mode = |p: &Path| std::fs::metadata(p).expect("there").permissions().mode() & 0o777;
+        assert_eq!((mode(&spool), mode(&spool.join("1"))), (0o700, 0o600));
+        // A copy no row waits for (the process ended between the two), and
+        // a row that cannot be read back: neither stays.
+        std::fs::write(spool.join("99"), b"left over").expect("written");
+        store
+            .lock()
+            .execute(
+                "INSERT INTO outgoing (id, chat_id, topic, markdown, text, created_at, extra)
+                 VALUES (2, 7, 0, 0, 'x', 1, '{\"kind\":\"nonsense\"}')",
+                [],
+            )
+            .expect("inserted");
+        let left = store.outgoing().expect("read");
+        assert_eq!(left.rows, vec![file]);
+        assert_eq!(left.spooled(1), Some(spool.join("1")));
+        assert!(!spool.join("99").exists());
+        let rows: i64 = store
+            .lock()
+            .query_row("SELECT COUNT(*) FROM outgoing", [], |r| r.get(0))
+            .expect("counted");
+        assert_eq!(rows, 1, "the unreadable row is gone");
+        store.settle_outgoing(1, 7, None, true).expect("settled");
+        assert!(!spool.join("1").exists());
+        assert!(store.outgoing().expect("read").rows.is_empty());
+    }
+
+    #[test]
+    fn a_failed_copy_keeps_no_row_and_no_partial_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(&dir.path().join("state.db")).expect("store");
+        let mut file = OutgoingRow {
+            id: 3,
+            chat_id: 7,
+            topic: 0,
+            reply_to: None,
+            markdown: false,
+            text: String::new(),
+            created_at: 1,
+            after_id: None,
+            kept: None,
+        };
+        file.kept = Some(Kept::File(KeptFile {
+            name: "a.txt".into(),
+            caption: None,
+            as_photo: true,
+        }));
+        store
+            .keep_outgoing_file(&file, |out| {
+                out.write_all(b"half")?;
+                Err(std::io::Error::other("the agent's file shrank"))
+            })
+            .expect("no error for the store");
+        assert!(store.outgoing().expect("read").rows.is_empty());
+        assert!(!dir.path().join("state.db-outgoing").join("3").exists());
+    }
 }
