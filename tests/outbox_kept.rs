@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Actor;
+use std::io::Write as _;
 use support::*;
 use teloxide::types::ChatId;
 use turnstile::events::EventBus;
 use turnstile::ops::Metrics;
-use std::io::Write as _;
 
 use turnstile::state::{Kept, KeptFile, KeptQuestion, Outgoing, Store, StoreHandle};
 use turnstile::telegram::{Button, Outbox, SendQuestion, SendText};

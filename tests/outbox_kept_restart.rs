@@ -216,7 +216,11 @@ async fn an_approval_question_waiting_at_a_kill_goes_out_once_saying_the_request
         sent.params["text"].as_str().unwrap(),
         format!("{asked}\n\n{ENDED}")
     );
-    assert!(buttons_of(&sent).is_empty(), "no buttons: {:?}", sent.params);
+    assert!(
+        buttons_of(&sent).is_empty(),
+        "no buttons: {:?}",
+        sent.params
+    );
     s.api
         .wait_for(Duration::from_secs(30), "the cut turn reported", |_| {
             s.api
@@ -287,8 +291,14 @@ async fn an_approval_question_waiting_at_a_restart_goes_out_once_saying_the_requ
         sent.params["text"].as_str().unwrap(),
         format!("{asked}\n\n{ENDED}")
     );
-    assert!(buttons_of(&sent).is_empty(), "no buttons: {:?}", sent.params);
-    s.api.wait_for_texts(ADMIN, 2, Duration::from_secs(30)).await;
+    assert!(
+        buttons_of(&sent).is_empty(),
+        "no buttons: {:?}",
+        sent.params
+    );
+    s.api
+        .wait_for_texts(ADMIN, 2, Duration::from_secs(30))
+        .await;
     let mut bot = bot;
     bot.signal(libc::SIGTERM);
     assert!(bot.exit().await.success(), "{}", bot.log_text());
@@ -301,7 +311,9 @@ async fn an_approval_question_waiting_at_a_restart_goes_out_once_saying_the_requ
     let marks = s.api.calls_of("sendMessage");
     for mark in marks.iter().filter(|c| c.params["text"] == RESENT) {
         let (chat, to) = (&mark.params["chat_id"], &mark.params["reply_parameters"]);
-        let sent = s.api.sent_message(chat.as_i64().unwrap(), to["message_id"].as_i64().unwrap());
+        let sent = s
+            .api
+            .sent_message(chat.as_i64().unwrap(), to["message_id"].as_i64().unwrap());
         assert!(sent.is_some(), "{mark:?}");
     }
 }

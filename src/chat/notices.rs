@@ -125,8 +125,7 @@ pub(crate) const RESENT: &str =
 /// Ends a question sent by a later process than the one that asked it
 /// (an approval waiting for Telegram when the bot stopped): the request it
 /// asked about ended with that process, so it goes without its buttons.
-pub(crate) const QUESTION_ENDED: &str =
-    "❌ Not run: turnstile restarted before this question reached the chat, and the request ended with it.";
+pub(crate) const QUESTION_ENDED: &str = "❌ Not run: turnstile restarted before this question reached the chat, and the request ended with it.";
 
 /// Told, once Telegram takes it, when a message of the bot waited longer
 /// than `telegram.max_pending_age` and was dropped.

@@ -224,7 +224,10 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()?;
         let mut rows = Vec::with_capacity(read.len());
         for (mut row, extra) in read {
-            match extra.map(|json| serde_json::from_str::<Kept>(&json)).transpose() {
+            match extra
+                .map(|json| serde_json::from_str::<Kept>(&json))
+                .transpose()
+            {
                 Ok(kept) => {
                     row.kept = kept;
                     rows.push(row);
@@ -437,8 +440,12 @@ mod tests {
         store.keep_outgoing(&row(1, "one")).expect("kept");
         store.keep_outgoing(&row(2, "two")).expect("kept");
         assert_eq!(store.last_outgoing_id().expect("max"), 2);
-        store.settle_outgoing(1, 7, Some(40), false).expect("settled");
-        store.settle_outgoing(9, 7, Some(12), false).expect("settled");
+        store
+            .settle_outgoing(1, 7, Some(40), false)
+            .expect("settled");
+        store
+            .settle_outgoing(9, 7, Some(12), false)
+            .expect("settled");
         let left = store.outgoing().expect("read");
         assert_eq!(left.rows, vec![row(2, "two")]);
         assert_eq!(left.last_ids, vec![(7, 40)], "never moves back");

@@ -309,7 +309,11 @@ impl Handler<SendQuestion> for Outbox {
                         buttons: question
                             .buttons
                             .iter()
-                            .map(|row| row.iter().map(|b| (b.label.clone(), b.data.clone())).collect())
+                            .map(|row| {
+                                row.iter()
+                                    .map(|b| (b.label.clone(), b.data.clone()))
+                                    .collect()
+                            })
                             .collect(),
                         file: question
                             .file

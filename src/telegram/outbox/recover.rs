@@ -67,16 +67,14 @@ fn file_job(
     Some(Job::File(FileJob { send, origin }))
 }
 
-fn question_job(
-    to: Conversation,
-    row: OutgoingRow,
-    kept: KeptQuestion,
-    origin: Origin,
-) -> Job {
+fn question_job(to: Conversation, row: OutgoingRow, kept: KeptQuestion, origin: Origin) -> Job {
     let (text, buttons) = if kept.ends_with_process {
         // Room for the line that says why it has no buttons.
         let room = TELEGRAM_TEXT_LIMIT - QUESTION_ENDED.encode_utf16().count() - 2;
-        (format!("{}\n\n{QUESTION_ENDED}", cut(&row.text, room)), Vec::new())
+        (
+            format!("{}\n\n{QUESTION_ENDED}", cut(&row.text, room)),
+            Vec::new(),
+        )
     } else {
         let buttons = kept
             .buttons
@@ -85,9 +83,11 @@ fn question_job(
             .collect();
         (row.text, buttons)
     };
-    let file = kept
-        .file
-        .map(|(name, caption, text)| QuestionFile { name, caption, text });
+    let file = kept.file.map(|(name, caption, text)| QuestionFile {
+        name,
+        caption,
+        text,
+    });
     let (reply, _nobody) = tokio::sync::oneshot::channel();
     Job::Question(QuestionJob {
         text,

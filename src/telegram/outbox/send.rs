@@ -17,9 +17,7 @@ use teloxide::types::{
 
 use super::deliver::{Rule, Telegram, deliver};
 use super::error::OutboxError;
-use super::jobs::{
-    CAPTION_LIMIT, CallbackAnswer, FileJob, Job, Place, QuestionJob, TextJob, cut,
-};
+use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, Place, QuestionJob, TextJob, cut};
 use super::live::{self, Shown};
 use super::pacing::Pacing;
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
