@@ -1,4 +1,5 @@
-//! What a previous process left for Telegram, made into jobs again: texts,
+//! Files kept for the next process ([`SendFile::keep_in`]), and what a
+//! previous process left for Telegram made into jobs again: texts,
 //! files (their bytes from the spool) and questions, each counted as
 //! possibly sent before. A question whose buttons meant something only to
 //! the process that asked (an approval: the request it asks about ended
@@ -13,9 +14,32 @@ use super::requests::{Button, QuestionFile, SendFile};
 use super::resend::Origin;
 use crate::chat::notices::QUESTION_ENDED;
 use crate::ids::Conversation;
-use crate::state::{Kept, KeptFile, KeptQuestion, OutgoingRow};
+use crate::state::{Kept, KeptFile, KeptQuestion, OutgoingRow, StoreHandle};
 use crate::telegram::files::OutgoingFile;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
+
+impl SendFile {
+    /// Keeps the file in `store` until it is settled: on the store thread,
+    /// ahead of whatever is asked after it, its bytes (read from the
+    /// descriptor) are copied into the state file's spool and its row is
+    /// written. Its row id; `None` when the descriptor cannot be shared.
+    pub fn keep_in(&self, store: &StoreHandle) -> Option<i64> {
+        let reader = match self.file.try_clone() {
+            Ok(reader) => reader,
+            Err(err) => {
+                tracing::error!(file = %self.file.name, cause = %err, "a file to send could not be kept; it goes from memory only");
+                return None;
+            }
+        };
+        let kept = KeptFile {
+            name: self.file.name.clone(),
+            caption: self.caption.clone(),
+            as_photo: self.as_photo,
+        };
+        let to = (self.to.chat.0, self.to.topic_number());
+        Some(store.keep_outgoing_file(to, kept, move |out| reader.copy_to(out)))
+    }
+}
 
 /// The job of `row`, sent as coming from `origin`; `spooled`: where its
 /// file's bytes are, if it is a file. `None` (logged) when it cannot be

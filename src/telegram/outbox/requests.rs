@@ -10,7 +10,6 @@ use tokio::sync::oneshot;
 
 use super::error::OutboxError;
 use crate::ids::{Conversation, TurnId};
-use crate::state::{KeptFile, StoreHandle};
 use crate::telegram::files::OutgoingFile;
 use crate::telegram::typing::TypingView;
 
@@ -223,27 +222,6 @@ impl SendFile {
             kept: None,
         };
         (send, rx)
-    }
-
-    /// Keeps the file in `store` until it is settled: on the store thread,
-    /// ahead of whatever is asked after it, its bytes (read from the
-    /// descriptor) are copied into the state file's spool and its row is
-    /// written. Its row id; `None` when the descriptor cannot be shared.
-    pub fn keep_in(&self, store: &StoreHandle) -> Option<i64> {
-        let reader = match self.file.try_clone() {
-            Ok(reader) => reader,
-            Err(err) => {
-                tracing::error!(file = %self.file.name, cause = %err, "a file to send could not be kept; it goes from memory only");
-                return None;
-            }
-        };
-        let kept = KeptFile {
-            name: self.file.name.clone(),
-            caption: self.caption.clone(),
-            as_photo: self.as_photo,
-        };
-        let to = (self.to.chat.0, self.to.topic_number());
-        Some(store.keep_outgoing_file(to, kept, move |out| reader.copy_to(out)))
     }
 
     /// The same file, sent by `turn`.
