@@ -467,19 +467,28 @@ mod tests {
         let telegram = Telegram::new(bot.clone(), limits.clone(), Arc::default());
         let mut pacing = Pacing::of_chat(&limits, ChatId(5), pacing::global(&limits));
         let attempts = Cell::new(0);
-        let sent = deliver(&telegram, Some(&mut pacing), Rule::once("sendMessage"), |_| {
-            attempts.set(attempts.get() + 1);
-            let bot = bot.clone();
-            let payload = teloxide::payloads::GetMe::new();
-            Some(async move { crate::telegram::call::call(&bot, &payload).await })
-        })
+        let sent = deliver(
+            &telegram,
+            Some(&mut pacing),
+            Rule::once("sendMessage"),
+            |_| {
+                attempts.set(attempts.get() + 1);
+                let bot = bot.clone();
+                let payload = teloxide::payloads::GetMe::new();
+                Some(async move { crate::telegram::call::call(&bot, &payload).await })
+            },
+        )
         .await;
         assert!(matches!(sent, Err(OutboxError::Unreachable(_))), "{sent:?}");
         assert_eq!(attempts.get(), 4, "the first and 3 retries");
         let (chat, global) = pacing.parts();
         let (chat, global) = (chat.tokens(), global.tokens());
         assert!(chat > 4.99, "refused attempts took {} of 5", 5.0 - chat);
-        assert!(global > 29.99, "refused attempts took {} of 30", 30.0 - global);
+        assert!(
+            global > 29.99,
+            "refused attempts took {} of 30",
+            30.0 - global
+        );
     }
 
     #[tokio::test]
