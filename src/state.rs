@@ -32,7 +32,7 @@ pub use choices::{
     first_words,
 };
 pub use handle::{Disposition, StoreHandle};
-pub use outgoing::{Outgoing, OutgoingRow};
+pub use outgoing::{Kept, KeptFile, KeptQuestion, Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
@@ -161,6 +161,9 @@ pub struct TurnRecord {
 pub struct Store {
     /// The one connection.
     conn: Mutex<Connection>,
+    /// Where a file waiting for Telegram is kept (`<state file>-outgoing`;
+    /// none in memory).
+    spool: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Store {
@@ -224,6 +227,7 @@ impl Store {
             .map_err(corrupt)?;
         let store = Self {
             conn: Mutex::new(conn),
+            spool: outgoing::spool_of(path),
         };
         store.migrate(path, SCHEMA_VERSION)?;
         // The WAL and SHM files exist now; an older build may have made them 0644.
@@ -245,6 +249,7 @@ impl Store {
         let conn = Connection::open(path)?;
         let store = Self {
             conn: Mutex::new(conn),
+            spool: None,
         };
         store.migrate(path, version)?;
         Ok(store)

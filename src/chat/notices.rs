@@ -122,6 +122,11 @@ pub(crate) fn queue_full(waiting: usize) -> String {
 pub(crate) const RESENT: &str =
     "↻ Sent again: Telegram did not confirm the first copy of this message, so it may show twice.";
 
+/// Ends a question sent by a later process than the one that asked it
+/// (an approval waiting for Telegram when the bot stopped): the request it
+/// asked about ended with that process, so it goes without its buttons.
+pub(crate) const QUESTION_ENDED: &str = "❌ Not run: turnstile restarted before this question reached the chat, and the request ended with it.";
+
 /// Told, once Telegram takes it, when a message of the bot waited longer
 /// than `telegram.max_pending_age` and was dropped.
 pub(crate) fn undelivered(what: &str, age: std::time::Duration) -> String {

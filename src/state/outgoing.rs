@@ -5,10 +5,18 @@
 //! The next process sends what it finds, in order. Beside it, each chat's
 //! highest message id the outbox knows, which tells a copy sent again from
 //! one that may show twice (see `telegram/outbox/resend.rs`).
+//!
+//! A row is a text, a file or a question ([`Kept`]). A file's bytes are not
+//! in the database: they are copied, when the file is queued, into the
+//! spool (`<state file>-outgoing/<row id>`, mode 0600 in a 0700 folder),
+//! which the bot alone owns, and removed when the row is settled.
 
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use rusqlite::params;
+use serde::{Deserialize, Serialize};
 
 use super::handle::StoreHandle;
 use super::{StateError, Store, now_ms};
@@ -28,6 +36,54 @@ pub(super) const MIGRATION: &str = "CREATE TABLE outgoing (
         chat_id INTEGER PRIMARY KEY,
         last_id INTEGER NOT NULL
      );";
+
+/// The migration that lets files and questions wait too: what a row
+/// carries besides its text ([`Kept`], JSON; NULL for a text).
+pub(super) const MIGRATION_KINDS: &str = "ALTER TABLE outgoing ADD COLUMN extra TEXT;";
+
+/// The spool of the state file at `path`: none for one in memory.
+pub(super) fn spool_of(path: &Path) -> Option<PathBuf> {
+    let text = path.as_os_str();
+    if text.is_empty() || text == ":memory:" {
+        return None;
+    }
+    let mut name = text.to_os_string();
+    name.push("-outgoing");
+    Some(PathBuf::from(name))
+}
+
+/// What a row carries besides its text, when it is no text message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Kept {
+    /// A file; its bytes are in the spool under the row's id.
+    File(KeptFile),
+    /// A question under buttons; the row's text is the question's.
+    Question(KeptQuestion),
+}
+
+/// A file waiting for Telegram.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptFile {
+    /// The name it is sent under.
+    pub name: String,
+    /// Its caption.
+    pub caption: Option<String>,
+    /// Sent as a photo rather than a document.
+    pub as_photo: bool,
+}
+
+/// A question waiting for Telegram.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptQuestion {
+    /// Rows of buttons: `(label, callback data)`.
+    pub buttons: Vec<Vec<(String, String)>>,
+    /// The text file sent just before it: `(name, caption, text)`.
+    pub file: Option<(String, String, String)>,
+    /// Its buttons mean something only to the process that asked (an
+    /// approval): a later process sends it without them, saying so.
+    pub ends_with_process: bool,
+}
 
 /// A message waiting for Telegram.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +105,8 @@ pub struct OutgoingRow {
     /// The highest message id its chat's lane knew before any copy of it
     /// could leave.
     pub after_id: Option<i32>,
+    /// A file or a question; `None` for a text.
+    pub kept: Option<Kept>,
 }
 
 /// What a previous process left to send: the rows in order, and each
@@ -59,14 +117,27 @@ pub struct Outgoing {
     pub rows: Vec<OutgoingRow>,
     /// `(chat, highest message id known)`.
     pub last_ids: Vec<(i64, i32)>,
+    /// Where files' bytes are kept.
+    pub spool: Option<PathBuf>,
+}
+
+impl Outgoing {
+    /// Where the bytes of the file of row `id` are kept.
+    pub fn spooled(&self, id: i64) -> Option<PathBuf> {
+        Some(self.spool.as_ref()?.join(id.to_string()))
+    }
 }
 
 impl Store {
     fn keep_outgoing(&self, row: &OutgoingRow) -> Result<(), StateError> {
+        let extra = row
+            .kept
+            .as_ref()
+            .map(|kept| serde_json::to_string(kept).unwrap_or_default());
         self.lock()
             .prepare_cached(
-                "INSERT OR REPLACE INTO outgoing (id, chat_id, topic, reply_to, markdown, text, created_at, after_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT OR REPLACE INTO outgoing (id, chat_id, topic, reply_to, markdown, text, created_at, after_id, extra)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 row.id,
@@ -76,15 +147,45 @@ impl Store {
                 row.markdown,
                 row.text,
                 row.created_at,
-                row.after_id
+                row.after_id,
+                extra
             ])?;
         Ok(())
     }
 
-    fn settle_outgoing(&self, id: i64, chat: i64, last: Option<i32>) -> Result<(), StateError> {
+    /// Keeps a file: its bytes (`write` writes them) into the spool first,
+    /// then its row. A copy that fails keeps nothing (the file still goes
+    /// from memory, but not after a restart); no spool (in memory): nothing.
+    fn keep_outgoing_file(
+        &self,
+        row: &OutgoingRow,
+        write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+    ) -> Result<(), StateError> {
+        let Some(spool) = &self.spool else {
+            return Ok(());
+        };
+        let path = spool.join(row.id.to_string());
+        if let Err(err) = spool_file(spool, &path, write) {
+            let _ = std::fs::remove_file(&path);
+            tracing::error!(path = %path.display(), cause = %err, "a file to send could not be kept in the spool; it goes from memory only (lost if the process ends first)");
+            return Ok(());
+        }
+        self.keep_outgoing(row)
+    }
+
+    fn settle_outgoing(
+        &self,
+        id: i64,
+        chat: i64,
+        last: Option<i32>,
+        file: bool,
+    ) -> Result<(), StateError> {
         let conn = self.lock();
         conn.prepare_cached("DELETE FROM outgoing WHERE id = ?1")?
             .execute(params![id])?;
+        if let (true, Some(spool)) = (file, &self.spool) {
+            let _ = std::fs::remove_file(spool.join(id.to_string()));
+        }
         if let Some(last) = last {
             conn.prepare_cached(
                 "INSERT INTO outgoing_chats (chat_id, last_id) VALUES (?1, ?2)
@@ -96,16 +197,18 @@ impl Store {
     }
 
     /// What waits to be sent, oldest first, and each chat's highest known
-    /// message id.
+    /// message id. A row that cannot be read back (its JSON) is logged and
+    /// deleted; a spooled file without its row (the process ended between
+    /// the two) is removed.
     pub fn outgoing(&self) -> Result<Outgoing, StateError> {
         let conn = self.lock();
-        let rows = conn
+        let read = conn
             .prepare(
-                "SELECT id, chat_id, topic, reply_to, markdown, text, created_at, after_id
+                "SELECT id, chat_id, topic, reply_to, markdown, text, created_at, after_id, extra
                  FROM outgoing ORDER BY id",
             )?
             .query_map([], |r| {
-                Ok(OutgoingRow {
+                let row = OutgoingRow {
                     id: r.get(0)?,
                     chat_id: r.get(1)?,
                     topic: r.get(2)?,
@@ -114,14 +217,45 @@ impl Store {
                     text: r.get(5)?,
                     created_at: r.get(6)?,
                     after_id: r.get(7)?,
-                })
+                    kept: None,
+                };
+                Ok((row, r.get::<_, Option<String>>(8)?))
             })?
             .collect::<Result<Vec<_>, _>>()?;
+        let mut rows = Vec::with_capacity(read.len());
+        for (mut row, extra) in read {
+            match extra
+                .map(|json| serde_json::from_str::<Kept>(&json))
+                .transpose()
+            {
+                Ok(kept) => {
+                    row.kept = kept;
+                    rows.push(row);
+                }
+                Err(err) => {
+                    tracing::error!(row = row.id, chat_id = row.chat_id, cause = %err, "a message waiting for telegram cannot be read back; dropped");
+                    conn.prepare_cached("DELETE FROM outgoing WHERE id = ?1")?
+                        .execute(params![row.id])?;
+                }
+            }
+        }
         let last_ids = conn
             .prepare("SELECT chat_id, last_id FROM outgoing_chats")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Outgoing { rows, last_ids })
+        if let Some(spool) = &self.spool {
+            let files: std::collections::HashSet<i64> = rows
+                .iter()
+                .filter(|row| matches!(row.kept, Some(Kept::File(_))))
+                .map(|row| row.id)
+                .collect();
+            sweep_spool(spool, &files);
+        }
+        Ok(Outgoing {
+            rows,
+            last_ids,
+            spool: self.spool.clone(),
+        })
     }
 
     /// The highest row id used so far.
@@ -131,6 +265,42 @@ impl Store {
             .query_row("SELECT COALESCE(MAX(id), 0) FROM outgoing", [], |r| {
                 r.get(0)
             })?)
+    }
+}
+
+/// Writes a file into the spool (made, mode 0700, when missing) as `path`,
+/// new, mode 0600.
+fn spool_file(
+    spool: &Path,
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    match std::fs::DirBuilder::new().mode(0o700).create(spool) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => return Err(err),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    write(&mut file)?;
+    file.flush()
+}
+
+/// Removes every file of the spool that is not the file of a row in
+/// `files`.
+fn sweep_spool(spool: &Path, files: &std::collections::HashSet<i64>) {
+    let Ok(entries) = std::fs::read_dir(spool) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let id = entry.file_name().to_str().and_then(|n| n.parse().ok());
+        if id.is_none_or(|id| !files.contains(&id)) {
+            tracing::info!(path = %entry.path().display(), "a spooled file no message waits for; removed");
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
@@ -160,7 +330,22 @@ impl StoreHandle {
         reply_to: Option<i32>,
         (text, markdown): (&str, bool),
     ) -> i64 {
-        let row = OutgoingRow {
+        let row = self.new_row((chat, topic, reply_to), (text, markdown), None);
+        let id = row.id;
+        self.tell("keeping a message to send", move |store| {
+            store.keep_outgoing(&row)
+        });
+        id
+    }
+
+    /// A new row, not kept yet.
+    fn new_row(
+        &self,
+        (chat, topic, reply_to): (i64, i64, Option<i32>),
+        (text, markdown): (&str, bool),
+        kept: Option<Kept>,
+    ) -> OutgoingRow {
+        OutgoingRow {
             id: self.row_ids().next(),
             chat_id: chat,
             topic,
@@ -169,10 +354,40 @@ impl StoreHandle {
             text: text.to_string(),
             created_at: now_ms(),
             after_id: None,
-        };
+            kept,
+        }
+    }
+
+    /// Keeps a question for `chat` until it is settled; its row id (as
+    /// [`StoreHandle::keep_outgoing`]).
+    pub fn keep_outgoing_question(
+        &self,
+        (chat, topic): (i64, i64),
+        text: &str,
+        question: KeptQuestion,
+    ) -> i64 {
+        let kept = Some(Kept::Question(question));
+        let row = self.new_row((chat, topic, None), (text, false), kept);
         let id = row.id;
-        self.tell("keeping a message to send", move |store| {
+        self.tell("keeping a question to send", move |store| {
             store.keep_outgoing(&row)
+        });
+        id
+    }
+
+    /// Keeps a file for `chat` until it is settled; its row id. On the
+    /// store thread, ahead of whatever is asked after it, `write` copies
+    /// its bytes into the spool, then the row is written.
+    pub fn keep_outgoing_file(
+        &self,
+        (chat, topic): (i64, i64),
+        file: KeptFile,
+        write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()> + Send + 'static,
+    ) -> i64 {
+        let row = self.new_row((chat, topic, None), ("", false), Some(Kept::File(file)));
+        let id = row.id;
+        self.tell("keeping a file to send", move |store| {
+            store.keep_outgoing_file(&row, write)
         });
         id
     }
@@ -190,10 +405,10 @@ impl StoreHandle {
     }
 
     /// The message of row `id` is settled; `last` is the highest message
-    /// id its chat's lane knows.
-    pub fn settle_outgoing(&self, id: i64, chat: i64, last: Option<i32>) {
+    /// id its chat's lane knows; `file`: its spooled bytes go too.
+    pub fn settle_outgoing(&self, id: i64, chat: i64, last: Option<i32>, file: bool) {
         self.tell("settling a sent message", move |store| {
-            store.settle_outgoing(id, chat, last)
+            store.settle_outgoing(id, chat, last, file)
         });
     }
 
@@ -220,14 +435,101 @@ mod tests {
             text: text.into(),
             created_at: 1,
             after_id: None,
+            kept: None,
         };
         store.keep_outgoing(&row(1, "one")).expect("kept");
         store.keep_outgoing(&row(2, "two")).expect("kept");
         assert_eq!(store.last_outgoing_id().expect("max"), 2);
-        store.settle_outgoing(1, 7, Some(40)).expect("settled");
-        store.settle_outgoing(9, 7, Some(12)).expect("settled");
+        store
+            .settle_outgoing(1, 7, Some(40), false)
+            .expect("settled");
+        store
+            .settle_outgoing(9, 7, Some(12), false)
+            .expect("settled");
         let left = store.outgoing().expect("read");
         assert_eq!(left.rows, vec![row(2, "two")]);
         assert_eq!(left.last_ids, vec![(7, 40)], "never moves back");
+    }
+
+    #[test]
+    fn a_file_keeps_its_bytes_in_a_private_spool_until_settled_and_nothing_else_stays() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(&dir.path().join("state.db")).expect("store");
+        let file = OutgoingRow {
+            id: 1,
+            chat_id: 7,
+            topic: 0,
+            reply_to: None,
+            markdown: false,
+            text: String::new(),
+            created_at: 1,
+            after_id: None,
+            kept: Some(Kept::File(KeptFile {
+                name: "a.txt".into(),
+                caption: Some("see".into()),
+                as_photo: false,
+            })),
+        };
+        store
+            .keep_outgoing_file(&file, |out| out.write_all(b"bytes"))
+            .expect("kept");
+        let spool = dir.path().join("state.db-outgoing");
+        assert_eq!(std::fs::read(spool.join("1")).expect("spooled"), b"bytes");
+        let mode = |p: &Path| std::fs::metadata(p).expect("there").permissions().mode() & 0o777;
+        assert_eq!((mode(&spool), mode(&spool.join("1"))), (0o700, 0o600));
+        // A copy no row waits for (the process ended between the two), and
+        // a row that cannot be read back: neither stays.
+        std::fs::write(spool.join("99"), b"left over").expect("written");
+        store
+            .lock()
+            .execute(
+                "INSERT INTO outgoing (id, chat_id, topic, markdown, text, created_at, extra)
+                 VALUES (2, 7, 0, 0, 'x', 1, '{\"kind\":\"nonsense\"}')",
+                [],
+            )
+            .expect("inserted");
+        let left = store.outgoing().expect("read");
+        assert_eq!(left.rows, vec![file]);
+        assert_eq!(left.spooled(1), Some(spool.join("1")));
+        assert!(!spool.join("99").exists());
+        let rows: i64 = store
+            .lock()
+            .query_row("SELECT COUNT(*) FROM outgoing", [], |r| r.get(0))
+            .expect("counted");
+        assert_eq!(rows, 1, "the unreadable row is gone");
+        store.settle_outgoing(1, 7, None, true).expect("settled");
+        assert!(!spool.join("1").exists());
+        assert!(store.outgoing().expect("read").rows.is_empty());
+    }
+
+    #[test]
+    fn a_failed_copy_keeps_no_row_and_no_partial_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(&dir.path().join("state.db")).expect("store");
+        let mut file = OutgoingRow {
+            id: 3,
+            chat_id: 7,
+            topic: 0,
+            reply_to: None,
+            markdown: false,
+            text: String::new(),
+            created_at: 1,
+            after_id: None,
+            kept: None,
+        };
+        file.kept = Some(Kept::File(KeptFile {
+            name: "a.txt".into(),
+            caption: None,
+            as_photo: true,
+        }));
+        store
+            .keep_outgoing_file(&file, |out| {
+                out.write_all(b"half")?;
+                Err(std::io::Error::other("the agent's file shrank"))
+            })
+            .expect("no error for the store");
+        assert!(store.outgoing().expect("read").rows.is_empty());
+        assert!(!dir.path().join("state.db-outgoing").join("3").exists());
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -157,6 +157,9 @@ const MIGRATIONS: &[&str] = &[
         FROM always_allowed a
         WHERE NOT EXISTS (SELECT 1 FROM choices c WHERE c.chat_id = a.chat_id AND c.project <> '');
      DROP TABLE always_allowed;",
+    // 13 → 14: files and questions wait for Telegram in `outgoing` too:
+    // what they carry besides a text (issue 34; `outgoing.rs`).
+    super::outgoing::MIGRATION_KINDS,
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

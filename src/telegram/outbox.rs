@@ -32,13 +32,13 @@ use std::sync::Arc;
 
 use actix::{Actor, AsyncContext, Context, Handler};
 use teloxide::Bot;
-use teloxide::types::{ChatId, MessageId, ThreadId};
+use teloxide::types::ChatId;
 use tracing::Instrument as _;
 
 use crate::events::EventBus;
 use crate::ops::Metrics;
 use crate::ops::logging::context_span;
-use crate::state::{Outgoing, StoreHandle};
+use crate::state::{Kept, KeptQuestion, Outgoing, StoreHandle};
 
 mod deliver;
 mod error;
@@ -46,6 +46,7 @@ mod jobs;
 mod lane;
 mod live;
 mod pacing;
+mod recover;
 mod requests;
 mod resend;
 mod send;
@@ -61,7 +62,7 @@ pub use requests::{
 };
 
 use deliver::Telegram;
-use jobs::{CallbackAnswer, Job, Place, TextJob};
+use jobs::{CallbackAnswer, FileJob, Job, Place, TextJob};
 use lane::{LANE_IDLE, Lane, Pending, Shared};
 use resend::Origin;
 use workers::Workers;
@@ -93,13 +94,14 @@ impl Outbox {
         limits: RateLimits,
         (metrics, events): (Arc<Metrics>, EventBus),
         store: StoreHandle,
-        left: Outgoing,
+        mut left: Outgoing,
     ) -> Self {
         let last_ids = left.last_ids.iter().map(|&(chat, id)| (ChatId(chat), id));
         let mut outbox = Self::build(bot, limits, (metrics, events), Some(store));
         lane::lock(&outbox.shared.last_ids).extend(last_ids);
         let now = (std::time::Instant::now(), crate::state::now_ms());
-        for row in left.rows {
+        let rows = std::mem::take(&mut left.rows);
+        for row in rows {
             let chat = ChatId(row.chat_id);
             // A copy sent before, if any, came after both the chat's highest
             // id known when the row before it was settled and the message
@@ -111,24 +113,20 @@ impl Outbox {
                 .0
                 .checked_sub(std::time::Duration::from_millis(age))
                 .unwrap_or(now.0);
-            let topic = i32::try_from(row.topic).ok().filter(|t| *t != 0);
-            let job = TextJob {
-                text: row.text,
-                markdown: row.markdown,
-                place: Place {
-                    topic: topic.map(|t| ThreadId(MessageId(t))),
-                    reply_to: row.reply_to.map(MessageId),
-                },
-                into: None,
-                reply: None,
-                origin: Origin {
-                    born,
-                    turn: None,
-                    prior: Some(baseline),
-                },
-                kept: Some(row.id),
+            let origin = Origin {
+                born,
+                turn: None,
+                prior: Some(baseline),
             };
-            outbox.enqueue(chat, Job::Text(job));
+            let (id, file) = (row.id, matches!(row.kept, Some(Kept::File(_))));
+            match recover::job(row, origin, left.spooled(id)) {
+                Some(job) => outbox.enqueue(chat, job),
+                None => {
+                    if let Some(store) = &outbox.shared.store {
+                        store.settle_outgoing(id, chat.0, None, file);
+                    }
+                }
+            }
         }
         outbox
     }
@@ -201,6 +199,16 @@ impl Outbox {
         }
     }
 
+    /// What the lane of `chat` knows now exists before any copy of the
+    /// message of row `kept` can leave: a baseline for the next process,
+    /// should it find the row.
+    fn placed(&mut self, chat: ChatId, kept: Option<i64>) {
+        let after = self.lane(chat).baseline();
+        if let (Some(row), Some(after), Some(store)) = (kept, after, &self.shared.store) {
+            store.outgoing_after(row, after);
+        }
+    }
+
     /// Drops idle, empty lanes without live slots; their workers end.
     fn sweep(&mut self, _ctx: &mut Context<Self>) {
         self.lanes.retain(|_, lane| !lane.idle());
@@ -221,7 +229,7 @@ impl Handler<SendText> for Outbox {
     fn handle(&mut self, msg: SendText, _ctx: &mut Self::Context) {
         if msg.text.trim().is_empty() {
             if let (Some(row), Some(store)) = (msg.kept, &self.shared.store) {
-                store.settle_outgoing(row, msg.to.chat.0, None);
+                store.settle_outgoing(row, msg.to.chat.0, None, false);
             }
             if let Some(reply) = msg.reply {
                 let _ = reply.send(Err(OutboxError::EmptyText));
@@ -238,12 +246,7 @@ impl Handler<SendText> for Outbox {
             let topic = msg.to.topic_number();
             Some(store.keep_outgoing(msg.to.chat.0, topic, reply_to, (&msg.text, msg.markdown)))
         });
-        // What the lane knows now exists before any copy can leave: a
-        // baseline for the next process, should it find the row.
-        let after = self.lane(msg.to.chat).baseline();
-        if let (Some(row), Some(after), Some(store)) = (kept, after, &self.shared.store) {
-            store.outgoing_after(row, after);
-        }
+        self.placed(msg.to.chat, kept);
         self.enqueue(
             msg.to.chat,
             Job::Text(TextJob {
@@ -298,11 +301,34 @@ impl Handler<SendQuestion> for Outbox {
     type Result = ();
 
     fn handle(&mut self, msg: SendQuestion, _ctx: &mut Self::Context) {
-        let chat = msg.to.chat;
+        let to = msg.to;
         match Job::question(msg) {
-            Ok(job) => self.enqueue(chat, job),
+            Ok(mut job) => {
+                if let (Job::Question(question), Some(store)) = (&mut job, &self.shared.store) {
+                    let kept = KeptQuestion {
+                        buttons: question
+                            .buttons
+                            .iter()
+                            .map(|row| {
+                                row.iter()
+                                    .map(|b| (b.label.clone(), b.data.clone()))
+                                    .collect()
+                            })
+                            .collect(),
+                        file: question
+                            .file
+                            .as_ref()
+                            .map(|f| (f.name.clone(), f.caption.clone(), f.text.clone())),
+                        ends_with_process: question.ends_with_process,
+                    };
+                    let at = (to.chat.0, to.topic_number());
+                    question.kept = Some(store.keep_outgoing_question(at, &question.text, kept));
+                    self.placed(to.chat, question.kept);
+                }
+                self.enqueue(to.chat, job);
+            }
             Err((err, reply)) => {
-                tracing::warn!(chat_id = chat.0, cause = %err, "question not sent");
+                tracing::warn!(chat_id = to.chat.0, cause = %err, "question not sent");
                 let _ = reply.send(Err(err));
             }
         }
@@ -378,8 +404,14 @@ impl Handler<SendTyping> for Outbox {
 impl Handler<SendFile> for Outbox {
     type Result = ();
 
-    fn handle(&mut self, msg: SendFile, _ctx: &mut Self::Context) {
-        self.enqueue(msg.to.chat, Job::File(msg, std::time::Instant::now()));
+    fn handle(&mut self, mut msg: SendFile, _ctx: &mut Self::Context) {
+        if let (None, Some(store)) = (msg.kept, &self.shared.store) {
+            msg.kept = msg.keep_in(store);
+        }
+        self.placed(msg.to.chat, msg.kept);
+        let origin = Origin::now(msg.turn);
+        let job = FileJob { send: msg, origin };
+        self.enqueue(job.send.to.chat, Job::File(job));
     }
 }
 

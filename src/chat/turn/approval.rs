@@ -263,9 +263,10 @@ impl TurnActor {
         tracing::info!(call_id = %ask.id, tool = %ask.tool, "asking the chat");
         for (i, message) in messages.into_iter().enumerate() {
             let (send, sent) = SendQuestion::new(self.to(), message.text, message.keyboard);
-            self.deps
-                .outbox
-                .do_send(send.with_file(message.file).for_turn(self.spec.turn));
+            // Decided by this turn alone: a later process that finds it
+            // unsent sends it without buttons, saying the request ended.
+            let send = send.with_file(message.file).ending_with_process();
+            self.deps.outbox.do_send(send.for_turn(self.spec.turn));
             let token = token.clone();
             ctx.spawn(sent.into_actor(self).map(move |sent, act, ctx| {
                 let id = match sent {

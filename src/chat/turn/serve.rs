@@ -154,17 +154,21 @@ impl ReplyLane {
         }
     }
 
-    /// Queues a text or file behind the "replied" write. A text is kept
-    /// in the state store now, ahead of the turn's end, so a turn that
-    /// counts as done has its texts kept.
+    /// Queues a text or file behind the "replied" write. A text or a file
+    /// is kept in the state store now (a file's bytes in its spool), ahead
+    /// of the turn's end, so a turn that counts as done has them kept.
     pub(super) fn send(&self, mut out: Outgoing, accepted: Option<Accepted>) {
-        if let Outgoing::Text(send) = &mut out {
-            send.kept = Some(self.inbox.keep_outgoing(
-                send.to.chat.0,
-                send.to.topic_number(),
-                send.reply_to.map(|m| m.0),
-                (&send.text, send.markdown),
-            ));
+        match &mut out {
+            Outgoing::Text(send) => {
+                send.kept = Some(self.inbox.keep_outgoing(
+                    send.to.chat.0,
+                    send.to.topic_number(),
+                    send.reply_to.map(|m| m.0),
+                    (&send.text, send.markdown),
+                ));
+            }
+            Outgoing::File(send) => send.kept = send.keep_in(&self.inbox),
+            Outgoing::Replied(_) => {}
         }
         self.forwarding.hold();
         if let Err(mpsc::error::SendError((out, _))) = self.tx.send((out, accepted)) {

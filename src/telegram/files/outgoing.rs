@@ -38,6 +38,39 @@ impl OutgoingFile {
         })
     }
 
+    /// A file kept in the outbox's spool (its bytes copied there when it
+    /// was queued), opened to be sent as `name`.
+    pub fn spooled(path: &Path, name: String, as_photo: bool) -> std::io::Result<Self> {
+        let file = File::open(path)?;
+        let limit = if as_photo {
+            MAX_PHOTO_UPLOAD
+        } else {
+            MAX_UPLOAD
+        };
+        Ok(Self { file, name, limit })
+    }
+
+    /// Copies its bytes, read from the descriptor from the start, into
+    /// `out` (blocking; at most its limit, as [`OutgoingFile::read`]).
+    pub fn copy_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut offset = 0u64;
+        loop {
+            let n = self.file.read_at(&mut chunk, offset)?;
+            if n == 0 {
+                return Ok(());
+            }
+            offset += n as u64;
+            if offset > self.limit {
+                return Err(std::io::Error::other(format!(
+                    "it grew past Telegram's limit of {}",
+                    megabytes(self.limit)
+                )));
+            }
+            out.write_all(&chunk[..n])?;
+        }
+    }
+
     /// Its bytes, read from the descriptor from the start (blocking; at
     /// most its limit): refused when it grew past the limit or is empty
     /// now.

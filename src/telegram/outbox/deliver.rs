@@ -214,6 +214,12 @@ where
             Attempt::Dropped => return Err(OutboxError::Dropped),
         };
         telegram.metrics.telegram(rule.method, &result);
+        if let (Err(RequestError::Network(net)), Some(pacing)) = (&result, pacing.as_deref_mut())
+            && net.is_connect()
+        {
+            // Never reached Telegram: it took nothing of the chat's budget.
+            pacing.give_back();
+        }
         let (wait, why) = match classify(result) {
             Sent::Ok(value) => return Ok(value),
             Sent::Retry(wait, why) => (wait, why),
@@ -441,6 +447,48 @@ mod tests {
         );
         let global = pacing.parts().1.tokens();
         assert!(global > 29.5, "it took a global slot: {global} left of 30");
+    }
+
+    #[tokio::test]
+    async fn an_attempt_that_never_reached_telegram_takes_no_token() {
+        // A port nothing listens on: every connection is refused.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let url = format!("http://{closed}/").parse().expect("a url");
+        let bot = Bot::new("1:x").set_api_url(url);
+        let limits = RateLimits {
+            chat_per_sec: 1e-6,
+            global_per_sec: 1e-6,
+            max_retries: 3,
+            backoff: Duration::from_millis(1),
+            ..RateLimits::default()
+        };
+        let telegram = Telegram::new(bot.clone(), limits.clone(), Arc::default());
+        let mut pacing = Pacing::of_chat(&limits, ChatId(5), pacing::global(&limits));
+        let attempts = Cell::new(0);
+        let sent = deliver(
+            &telegram,
+            Some(&mut pacing),
+            Rule::once("sendMessage"),
+            |_| {
+                attempts.set(attempts.get() + 1);
+                let bot = bot.clone();
+                let payload = teloxide::payloads::GetMe::new();
+                Some(async move { crate::telegram::call::call(&bot, &payload).await })
+            },
+        )
+        .await;
+        assert!(matches!(sent, Err(OutboxError::Unreachable(_))), "{sent:?}");
+        assert_eq!(attempts.get(), 4, "the first and 3 retries");
+        let (chat, global) = pacing.parts();
+        let (chat, global) = (chat.tokens(), global.tokens());
+        assert!(chat > 4.99, "refused attempts took {} of 5", 5.0 - chat);
+        assert!(
+            global > 29.99,
+            "refused attempts took {} of 30",
+            30.0 - global
+        );
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use super::error::OutboxError;
 use super::requests::{
-    AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
 };
 use super::resend::Origin;
@@ -52,11 +52,40 @@ pub(super) struct TextJob {
 /// A question job: its text under its buttons, and the file sent first.
 pub(super) struct QuestionJob {
     pub(super) text: String,
-    pub(super) keyboard: InlineKeyboardMarkup,
+    /// Its buttons, rows top to bottom (none: it goes without a keyboard).
+    pub(super) buttons: Vec<Vec<Button>>,
     pub(super) topic: Option<ThreadId>,
     pub(super) file: Option<QuestionFile>,
     pub(super) reply: oneshot::Sender<Result<MessageId, OutboxError>>,
-    /// When it was queued, and by which turn.
+    /// When it was queued (here or, recovered, by an earlier process), by
+    /// which turn, and whether it may have left before.
+    pub(super) origin: Origin,
+    /// Its buttons mean something only to the process that asked.
+    pub(super) ends_with_process: bool,
+    /// Its row in the state store, deleted once it is settled.
+    pub(super) kept: Option<i64>,
+}
+
+impl QuestionJob {
+    /// Its buttons as Telegram takes them; none without buttons.
+    pub(super) fn keyboard(&self) -> Option<InlineKeyboardMarkup> {
+        if self.buttons.is_empty() {
+            return None;
+        }
+        let rows = self.buttons.iter().map(|row| {
+            row.iter()
+                .map(|b| InlineKeyboardButton::callback(b.label.clone(), b.data.clone()))
+                .collect::<Vec<_>>()
+        });
+        Some(InlineKeyboardMarkup::new(rows))
+    }
+}
+
+/// A file job: the file, where it comes from, and its row.
+pub(super) struct FileJob {
+    pub(super) send: SendFile,
+    /// When it was queued (here or, recovered, by an earlier process) and
+    /// whether it may have left before.
     pub(super) origin: Origin,
 }
 
@@ -65,8 +94,7 @@ pub(super) enum Job {
     Text(TextJob),
     Clear(Clear),
     Typing(TypingView, Option<ThreadId>),
-    /// A file, and when it was queued.
-    File(SendFile, Instant),
+    File(FileJob),
     React(MessageId, String, oneshot::Sender<Result<(), OutboxError>>),
     Question(QuestionJob),
     Edit(
@@ -106,8 +134,8 @@ impl Job {
             }) => {
                 let _ = reply.send(Err(err));
             }
-            Self::File(file, _) => {
-                let _ = file.reply.send(Err(err));
+            Self::File(file) => {
+                let _ = file.send.reply.send(Err(err));
             }
             Self::React(_, _, reply) | Self::Edit(_, _, Some(reply)) => {
                 let _ = reply.send(Err(err));
@@ -129,7 +157,7 @@ impl Job {
     pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
         match self {
             Self::Text(job) => Some(job.place.topic),
-            Self::File(file, _) => Some(file.to.topic),
+            Self::File(file) => Some(file.send.to.topic),
             Self::Question(question) => Some(question.topic),
             Self::Clear(_)
             | Self::Typing(..)
@@ -144,23 +172,26 @@ impl Job {
     pub(super) fn waits_as(&self) -> Option<(&'static str, Instant)> {
         match self {
             Self::Text(job) => Some(("sendMessage", job.origin.born)),
-            Self::File(file, born) => Some((
-                if file.as_photo {
+            Self::File(file) => Some((
+                if file.send.as_photo {
                     "sendPhoto"
                 } else {
                     "sendDocument"
                 },
-                *born,
+                file.origin.born,
             )),
             Self::Question(question) => Some(("sendMessage", question.origin.born)),
             _ => None,
         }
     }
 
-    /// Its row in the state store, if it is kept there.
-    pub(super) fn kept(&self) -> Option<i64> {
+    /// Its row in the state store, if it is kept there, and whether the
+    /// row has a spooled file.
+    pub(super) fn kept(&self) -> Option<(i64, bool)> {
         match self {
-            Self::Text(job) => job.kept,
+            Self::Text(job) => job.kept.map(|row| (row, false)),
+            Self::Question(job) => job.kept.map(|row| (row, false)),
+            Self::File(job) => job.send.kept.map(|row| (row, true)),
             _ => None,
         }
     }
@@ -169,7 +200,7 @@ impl Job {
     pub(super) fn turn(&self) -> Option<TurnId> {
         match self {
             Self::Text(job) => job.origin.turn,
-            Self::File(file, _) => file.turn,
+            Self::File(file) => file.send.turn,
             Self::Question(question) => question.origin.turn,
             Self::Clear(_)
             | Self::Typing(..)
@@ -205,19 +236,15 @@ impl Job {
             );
             return Err((OutboxError::check(why), msg.reply));
         }
-        let rows = msg.buttons.iter().map(|row| {
-            row.iter()
-                .map(|b| InlineKeyboardButton::callback(b.label.clone(), b.data.clone()))
-                .collect::<Vec<_>>()
-        });
-        let keyboard = InlineKeyboardMarkup::new(rows);
         Ok(Self::Question(QuestionJob {
             text: msg.text,
-            keyboard,
+            buttons: msg.buttons,
             topic: msg.to.topic,
             file: msg.file,
             reply: msg.reply,
             origin: Origin::now(msg.turn),
+            ends_with_process: msg.ends_with_process,
+            kept: None,
         }))
     }
 
@@ -264,7 +291,6 @@ fn cut_chars(text: &str, limit: usize) -> String {
 mod tests {
     use teloxide::types::ChatId;
 
-    use super::super::requests::Button;
     use super::*;
 
     #[test]

@@ -376,9 +376,9 @@ impl Worker {
             };
             post.run(&mut view, job).instrument(span).await;
         }
-        if let (Some(row), Some(store)) = (kept, &self.shared.store) {
+        if let (Some((row, file)), Some(store)) = (kept, &self.shared.store) {
             let last = lock(&self.known).baseline();
-            store.settle_outgoing(row, self.chat.0, last);
+            store.settle_outgoing(row, self.chat.0, last, file);
         }
         self.finished();
     }

@@ -118,6 +118,11 @@ impl Bucket {
         self.short_of(0.0)
     }
 
+    /// Gives back a token taken for a send that never reached Telegram.
+    fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
+
     /// How long live text must wait: it may not take the last token a real
     /// message could use (one is kept back when the burst allows it), nor
     /// go while a 429 holds the chat. Takes nothing.
@@ -186,6 +191,14 @@ impl Pacing {
     pub(super) fn reserve(&mut self) -> Duration {
         let global = self.global().reserve();
         self.chat.reserve().max(global)
+    }
+
+    /// A send taken by [`Pacing::reserve`] never reached Telegram (the
+    /// connection was refused): its tokens are given back, so an outage
+    /// costs the chat none of its budget.
+    pub(super) fn give_back(&mut self) {
+        self.global().give_back();
+        self.chat.give_back();
     }
 
     /// How long live text must wait (see [`Bucket::light_wait`]).

@@ -196,6 +196,10 @@ pub struct SendFile {
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
     /// The turn that sends it, if any (for the logs).
     pub turn: Option<TurnId>,
+    /// Its row in the state store (its bytes in the spool), when its
+    /// sender kept it there ([`SendFile::keep_in`]); otherwise the outbox
+    /// keeps it (when it has a store).
+    pub kept: Option<i64>,
 }
 
 impl SendFile {
@@ -215,6 +219,7 @@ impl SendFile {
             as_photo,
             reply: tx,
             turn: None,
+            kept: None,
         };
         (send, rx)
     }
@@ -267,6 +272,11 @@ pub struct SendQuestion {
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
     /// The turn that asks, if any (for the logs).
     pub turn: Option<TurnId>,
+    /// Its buttons mean something only to this process (an approval,
+    /// decided by the turn that asks): a later process, finding it still
+    /// waiting for Telegram, sends it without them, saying that the request
+    /// ended.
+    pub ends_with_process: bool,
 }
 
 impl SendQuestion {
@@ -285,8 +295,16 @@ impl SendQuestion {
             file: None,
             reply: tx,
             turn: None,
+            ends_with_process: false,
         };
         (question, rx)
+    }
+
+    /// The same question, its buttons answered only by this process.
+    #[must_use]
+    pub fn ending_with_process(mut self) -> Self {
+        self.ends_with_process = true;
+        self
     }
 
     /// The same question, asked by `turn`.

@@ -17,7 +17,7 @@ use teloxide::types::{
 
 use super::deliver::{Rule, Telegram, deliver};
 use super::error::OutboxError;
-use super::jobs::{CAPTION_LIMIT, CallbackAnswer, Job, Place, QuestionJob, TextJob, cut};
+use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, Place, QuestionJob, TextJob, cut};
 use super::live::{self, Shown};
 use super::pacing::Pacing;
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
@@ -57,7 +57,7 @@ impl Post<'_> {
             Job::React(message_id, emoji, reply) => {
                 let _ = reply.send(self.react(message_id, emoji).await);
             }
-            Job::File(file, born) => self.file(file, born).await,
+            Job::File(file) => self.file(file).await,
             Job::Question(question) => self.question(question).await,
             Job::Topic(name, reply) => {
                 let _ = reply.send(self.topic(name).await);
@@ -256,8 +256,9 @@ impl Post<'_> {
         .await
     }
 
-    async fn file(&mut self, file: SendFile, born: Instant) {
-        let result = self.upload(&file, born).await;
+    async fn file(&mut self, job: FileJob) {
+        let FileJob { send: file, origin } = job;
+        let result = self.upload(&file, origin).await;
         if let Err(err) = &result
             && !self.expired(file.to.topic, err, "a file").await
         {
@@ -267,7 +268,7 @@ impl Post<'_> {
     }
 
     /// Sends a file as a document or a photo.
-    async fn upload(&mut self, file: &SendFile, born: Instant) -> Result<MessageId, OutboxError> {
+    async fn upload(&mut self, file: &SendFile, sent: Origin) -> Result<MessageId, OutboxError> {
         // Read once, off this thread, from the descriptor the turn opened
         // and checked; every attempt sends these bytes.
         let unreadable = |e: std::io::Error| OutboxError::Unreadable(std::sync::Arc::new(e));
@@ -282,10 +283,6 @@ impl Post<'_> {
             bytes: bytes::Bytes::from(bytes),
         };
         let caption = file.caption.as_deref().map(|c| cut(c, CAPTION_LIMIT));
-        let sent = Origin {
-            born,
-            ..Origin::now(file.turn)
-        };
         if file.as_photo {
             self.send_photo(file.to.topic, caption, &part, sent).await
         } else {
@@ -360,13 +357,14 @@ impl Post<'_> {
     /// A question: its file first (a question never goes without it), then
     /// its text under its buttons, replying to the file.
     async fn question(&mut self, question: QuestionJob) {
+        let keyboard = question.keyboard();
         let QuestionJob {
             text,
-            keyboard,
             topic,
             file,
             reply,
             origin,
+            ..
         } = question;
         let result = async {
             let file = match &file {
@@ -377,7 +375,7 @@ impl Post<'_> {
             let rule = Rule::once("sendMessage");
             self.settle(rule, topic, origin, |_| {
                 let mut payload = SendMessage::new(chat, text.as_str());
-                payload.reply_markup = Some(keyboard.clone().into());
+                payload.reply_markup = keyboard.clone().map(Into::into);
                 payload.message_thread_id = topic;
                 payload.reply_parameters = file.map(ReplyParameters::new);
                 Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
