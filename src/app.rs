@@ -360,8 +360,11 @@ impl Turnstile {
         store: Arc<Store>,
     ) -> Result<Self, StartError> {
         let listener = bind_ops(config)?;
-        let (bot, me) = meet_telegram(config).await?;
         let events = EventBus::new();
+        let (bot, me) = meet_telegram(config).await?;
+        // The poller's health counts from here until its first long poll
+        // answers.
+        events.metrics().met_telegram();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
         let (inbox, recovered) = open_inbox(config, store, &backend);
