@@ -24,6 +24,7 @@ mod outgoing;
 mod rows;
 mod schedules;
 mod schema;
+mod turn_ids;
 
 pub use always::{AlwaysGrant, AlwaysRule};
 pub use backup::{BackupError, BackupReport, backup};
@@ -36,6 +37,7 @@ pub use outgoing::{Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
+pub use turn_ids::{TURN_ID_BLOCK, TurnIds};
 
 /// An agent process group recorded while it ran: what a next start needs
 /// to tell whether the group is still the one recorded.
