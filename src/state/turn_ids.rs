@@ -63,22 +63,21 @@ struct Range {
 }
 
 impl TurnIds {
-    /// The ids after the mark in `store`, the first block reserved.
+    /// The ids after the mark in `store` (the first block is reserved
+    /// with the first id).
     ///
     /// # Errors
     ///
-    /// The mark could not be read or moved.
+    /// The mark could not be read.
     pub fn open(store: Arc<Store>) -> Result<Self, StateError> {
         let last = store.turn_ids_through()?;
-        let ids = Self {
+        Ok(Self {
             store,
             range: Mutex::new(Range {
                 last,
                 through: last,
             }),
-        };
-        ids.reserve(&mut ids.lock())?;
-        Ok(ids)
+        })
     }
 
     /// The next id; the mark moves a block ahead first when the reserved
