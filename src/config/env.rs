@@ -203,7 +203,7 @@ fn coerce(
             .trim()
             .parse::<i64>()
             .map(Value::Integer)
-            .map_err(|err| bad(format!("expected an integer: {err}"))),
+            .map_err(|_| bad("expected a whole number".to_owned())),
         Value::Array(_) => {
             let items: Vec<&str> = match raw.trim() {
                 "" => Vec::new(),

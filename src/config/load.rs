@@ -149,7 +149,7 @@ pub(super) fn check_keys(file: Table, defaults: &Table) -> Result<Sections, Conf
             .keys()
             .find(|key| !free_form && !known.contains_key(*key))
         {
-            let suggestion: Option<&str> = None;
+            let suggestion = closest(key, known.keys().map(String::as_str));
             return Err(ConfigError::UnknownKey {
                 key: format!("{section}.{key}"),
                 suggestion: suggestion.map(|near| format!("{section}.{near}")),
@@ -224,7 +224,7 @@ fn explain(key: &str, value: &Value, message: &str) -> ConfigError {
             suggestion: suggestion.map(|near| format!("{parent}.{near}")),
         };
     }
-    bad_value(key, value, message)
+    bad_value(key, value, plain(message))
 }
 
 /// Whether a default value is a duration: a string that humantime parses.
