@@ -30,7 +30,7 @@ use crate::config::{Backend, Config};
 use crate::events::{EventBus, Gauges};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
-use crate::state::{Store, StoreHandle};
+use crate::state::{Store, StoreHandle, TurnIds};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
@@ -304,6 +304,8 @@ pub struct Turnstile {
     pub files: Files,
     /// The running turns.
     slots: TurnSlots,
+    /// Numbers turns; its mark is written back at the stop.
+    turn_ids: Arc<TurnIds>,
     /// The reply lanes' texts on their way to the outbox.
     forwarding: Forwarding,
     /// The Telegram client (for the offset confirmation at stop).
@@ -360,10 +362,14 @@ impl Turnstile {
         store: Arc<Store>,
     ) -> Result<Self, StartError> {
         let listener = bind_ops(config)?;
-        let (bot, me) = meet_telegram(config).await?;
         let events = EventBus::new();
+        let (bot, me) = meet_telegram(config).await?;
+        // The poller's health counts from here until its first long poll
+        // answers.
+        events.metrics().met_telegram();
         let gauges = Arc::new(Gauges::default());
         let shutdown = Shutdown::new();
+        let turn_ids = Arc::new(TurnIds::open(Arc::clone(&store))?);
         let (inbox, recovered) = open_inbox(config, store, &backend);
         let outbox = start_outbox(config, limits, &events, &inbox).await?;
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
@@ -382,7 +388,7 @@ impl Turnstile {
             config.dispatcher.clone(),
             (config.agent.keep_warm, config.agent.max_warm),
             host_tx,
-            slots.clone(),
+            (slots.clone(), Arc::clone(&turn_ids)),
             me.username.clone(),
         )
         .start();
@@ -414,6 +420,7 @@ impl Turnstile {
             inbox,
             files,
             slots,
+            turn_ids,
             forwarding,
             bot,
             host_requests: tokio::sync::Mutex::new(host_rx),
@@ -488,6 +495,8 @@ impl Turnstile {
         let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
         let _ = self.outbox.send(StopOutbox).await;
         self.backend.closed().await;
+        // No turn starts any more: the next process goes on from the last id.
+        self.turn_ids.release();
         tracing::info!(cut_short = cut, "stopped");
         cut
     }

@@ -28,7 +28,9 @@
 //! - `validate`: [`Config::validate`], the bounds ([`MAX_DURATION`],
 //!   [`MAX_COUNT`]) and cross-key checks;
 //! - `redact`: what may be shown: [`Config::to_redacted_toml`] (printed by
-//!   `check-config`) and the scrubbing of the token from errors.
+//!   `check-config`) and the scrubbing of the token from errors;
+//! - `wording`: serde's messages in plain words, and the known key nearest
+//!   to a misspelled one (`did you mean …?`).
 
 mod choices;
 mod env;
@@ -42,6 +44,7 @@ mod redact;
 mod schedules;
 mod sealing;
 mod validate;
+mod wording;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,8 +1,9 @@
 //! Identifiers that travel between actors. Chats and users are teloxide's
 //! own [`ChatId`](teloxide::types::ChatId) and [`UserId`](teloxide::types::UserId);
-//! turns are numbered here.
+//! turns are numbered by `state::TurnIds`.
 
-/// A turn, numbered from 1 within one process.
+/// A turn, numbered on across the processes that ran on one state file
+/// (`state::TurnIds`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct TurnId(pub u64);
 

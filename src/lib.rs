@@ -94,6 +94,7 @@
 //!   its own thread and holds the states of a message; the inbox rows, each an
 //!   `Incoming` (`state/rows.rs`); the schema and its migrations (`state/schema.rs`);
 //!   schedules and the claim of a slot with its run (`state/schedules.rs`);
+//!   `TurnIds`, turn ids numbered on across restarts (`state/turn_ids.rs`);
 //!   `turnstile backup`'s online copy (`state/backup.rs`).
 //! - `attachment`: `Attachment`, `FileKind`: a file a message carried, as Telegram
 //!   describes it (stored with its inbox row, fetched by `telegram::files`).

@@ -6,7 +6,9 @@
 //! [`Store`] is the SQL, synchronous; [`StoreHandle`] runs it on the store's own
 //! thread and documents the states of a message (`inbox.rs`). An inbox row
 //! is an [`Incoming`](crate::incoming::Incoming) as the intake read it
-//! (`rows.rs`); the schema and its migrations are in `schema.rs`.
+//! (`rows.rs`); the schema and its migrations are in `schema.rs`; the turn
+//! ids' high-water mark, which numbers turns on across restarts, in
+//! `turn_ids.rs`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -24,6 +26,7 @@ mod outgoing;
 mod rows;
 mod schedules;
 mod schema;
+mod turn_ids;
 
 pub use always::{AlwaysGrant, AlwaysRule};
 pub use backup::{BackupError, BackupReport, backup};
@@ -36,6 +39,7 @@ pub use outgoing::{Kept, KeptFile, KeptQuestion, Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
+pub use turn_ids::{TURN_ID_BLOCK, TurnIds};
 
 /// An agent process group recorded while it ran: what a next start needs
 /// to tell whether the group is still the one recorded.
@@ -139,7 +143,7 @@ pub enum StateError {
 pub struct TurnRecord {
     /// The chat.
     pub chat_id: i64,
-    /// The turn number in its process.
+    /// The turn's id (never used twice on one state file, see `TurnIds`).
     pub turn: u64,
     /// Unix milliseconds.
     pub started_at: i64,

@@ -9,8 +9,9 @@ use serde_json::json;
 use support::*;
 use turnstile::agent::{Scenario, Step};
 
-/// "finish": `end_turn` at once; the result (1 call, 100 in / 10 out
-/// tokens) comes after the turn ended. "quiet": a result with no text and
+/// Each model call reports 100 tokens read and 10 written. "finish":
+/// `end_turn` at once; the result (1 call, 100 in / 10 out tokens) comes
+/// after the turn ended. "quiet": a result with no text and
 /// nothing sent, so the bot re-prompts, and the re-prompt ends with
 /// `end_turn`: two results, one turn. "hang": silent until killed.
 fn scenario() -> Scenario {
@@ -25,6 +26,7 @@ fn scenario() -> Scenario {
         .with_rule("finish", turn(vec![end()]))
         .with_rule("quiet", turn(vec![result("")]))
         .with_rule("hang", turn(vec![Step::HangForever]))
+        .with_usage(100, 10)
 }
 
 /// The `turns` rows of `chat`: (outcome, api_calls, cost_usd), oldest first.

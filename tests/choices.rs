@@ -227,7 +227,8 @@ async fn a_fork_goes_on_from_a_copy_and_the_original_stays_listed() {
 
 #[actix_rt::test]
 async fn usage_counts_this_conversations_turns_and_an_admin_sees_the_bots() {
-    let mut h = Harness::start(Scenario::default(), &[]).await;
+    // Each model call reports 100 tokens read and 10 written.
+    let mut h = Harness::start(Scenario::default().with_usage(100, 10), &[]).await;
     turn(&mut h, USER, "one", 1).await;
     turn(&mut h, USER, "two", 2).await;
     h.say(ADMIN, ADMIN, "three");
@@ -252,6 +253,7 @@ async fn usage_counts_this_conversations_turns_and_an_admin_sees_the_bots() {
     assert!(today.starts_with("Today (UTC): 2 turns, "), "{mine}");
     assert!(today.contains("200 in / 20 out tokens"), "{mine}");
     assert!(!mine.contains("whole bot"), "not for a user: {mine}");
+    assert!(!mine.contains(NO_USAGE), "use was reported: {mine}");
     h.say(ADMIN, ADMIN, "/usage");
     let admin = told(&h, ADMIN, "This conversation").await;
     assert!(
@@ -267,6 +269,43 @@ async fn usage_counts_this_conversations_turns_and_an_admin_sees_the_bots() {
         text.contains("turnstile_tokens_total{direction=\"output\"} 30\n"),
         "{text}"
     );
+}
+
+/// What `/usage` says under the figures when the agent reported none.
+const NO_USAGE: &str = "The agent reported no token use or cost for these turns.";
+
+#[actix_rt::test]
+async fn the_echo_agent_reports_no_usage_and_usage_says_so() {
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    turn(&mut h, USER, "one", 1).await;
+    // The turn's record is counted after its `usage` row is written.
+    let metrics = std::sync::Arc::clone(h.bot.events.metrics());
+    eventually("the turn's use recorded", SOON, || {
+        let text = metrics.render(0, 0, 0);
+        async move {
+            if text.contains("turnstile_turn_api_calls_count 1\n") {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        }
+    })
+    .await;
+    h.say(USER, USER, "/usage");
+    let mine = told(&h, USER, "This conversation").await;
+    let today = mine.lines().nth(1).unwrap_or_default();
+    assert!(today.starts_with("Today (UTC): 1 turn, "), "{mine}");
+    assert!(today.contains(" 0 in / 0 out tokens, $0.0000"), "{mine}");
+    assert_eq!(mine.lines().last(), Some(NO_USAGE), "{mine}");
+    let text = metrics.render(0, 0, 0);
+    for direction in ["input", "output"] {
+        let line = format!("turnstile_tokens_total{{direction=\"{direction}\"}} ");
+        let counted = text
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map_or(0.0, |v| v.parse::<f64>().expect("a number"));
+        assert_eq!(counted, 0.0, "{direction} tokens: {text}");
+    }
 }
 
 #[actix_rt::test]

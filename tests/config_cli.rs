@@ -120,6 +120,79 @@ fn unknown_key_in_the_file_is_named() {
 }
 
 #[test]
+fn a_misspelled_key_or_variable_gets_the_nearest_known_one() {
+    let dir = scratch();
+    let file = write(&dir, "turnstile.toml", "[telegram]\npoll_timout = \"5s\"\n");
+    let run = turnstile(
+        dir.path(),
+        &["--config", file.to_str().expect("utf-8 path")],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_config_error(
+        &run,
+        &[
+            "telegram.poll_timout",
+            "did you mean `telegram.poll_timeout`?",
+        ],
+    );
+    let run = turnstile(
+        dir.path(),
+        &[],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_DISPATCHER_QUEUE_LIMT", "3"),
+        ],
+    );
+    assert_config_error(
+        &run,
+        &[
+            "TURNSTILE_DISPATCHER_QUEUE_LIMT",
+            "did you mean `TURNSTILE_DISPATCHER_QUEUE_LIMIT`?",
+        ],
+    );
+}
+
+#[test]
+fn a_wrong_type_is_told_in_words_not_rust_types() {
+    let dir = scratch();
+    let file = write(
+        &dir,
+        "turnstile.toml",
+        "[dispatcher]\nqueue_limit = \"x\"\n",
+    );
+    let run = turnstile(
+        dir.path(),
+        &["--config", file.to_str().expect("utf-8 path")],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_config_error(
+        &run,
+        &[
+            "dispatcher.queue_limit",
+            "expected a whole number (0 or more), got the text \"x\"",
+        ],
+    );
+    assert!(!run.stderr.contains("usize"), "{run:?}");
+    let run = turnstile(
+        dir.path(),
+        &[],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_MAX_TURNS", "-3"),
+        ],
+    );
+    assert_config_error(
+        &run,
+        &[
+            "agent.max_turns",
+            "expected a whole number from 0 to 4294967295, got the number -3",
+            "TURNSTILE_AGENT_MAX_TURNS",
+        ],
+    );
+    assert!(!run.stderr.contains("u32"), "{run:?}");
+}
+
+#[test]
 fn bad_duration_from_the_environment_names_the_key_and_the_value() {
     let dir = scratch();
     let run = turnstile(

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::json;
+use support::process::BotProcess;
 use support::*;
 use turnstile::agent::{AfterResult, Scenario, ScriptTurn, Step};
 use turnstile::events::BotEvent;
@@ -350,4 +351,110 @@ fn a_bad_listen_address_is_a_config_error() {
     .collect();
     let config = turnstile::Config::load(None, &ok).expect("a good address loads");
     assert_eq!(config.ops.listen, "127.0.0.1:9464");
+}
+
+/// A loopback address with a port free now, for `ops.listen`.
+fn free_loopback_port() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    probe.local_addr().expect("addr").to_string()
+}
+
+/// `/healthz` of the binary at `listen`: the status and reason, `None`
+/// while it does not answer yet.
+async fn binary_health(listen: &str) -> Option<(u16, String)> {
+    let response = reqwest::Client::new()
+        .get(format!("http://{listen}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.unwrap_or_default()))
+}
+
+/// The binary on the fake Bot API with `ops.listen` and a state file of
+/// its own, `poll_timeout` set.
+fn spawn_bot(
+    api: &FakeBotApi,
+    dir: &std::path::Path,
+    listen: &str,
+    poll_timeout: &str,
+) -> BotProcess {
+    let env = [
+        ("TURNSTILE_OPS_LISTEN", listen.to_owned()),
+        ("TURNSTILE_TELEGRAM_POLL_TIMEOUT", poll_timeout.to_owned()),
+        (
+            "TURNSTILE_STATE_PATH",
+            dir.join("state.db").display().to_string(),
+        ),
+    ];
+    BotProcess::spawn(api, &dir.join("bot.log"), &env)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_bot_is_healthy_while_its_first_long_poll_is_open() {
+    let api = FakeBotApi::start().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let listen = free_loopback_port();
+    let mut bot = spawn_bot(&api, dir.path(), &listen, "60s");
+    api.wait_for_call("getUpdates", Duration::from_secs(30))
+        .await;
+    // The long poll is open and holds for 60 s: healthy all the same,
+    // within a few seconds.
+    let at = listen.as_str();
+    let healthy = eventually("/healthz 200", Duration::from_secs(5), move || async move {
+        match binary_health(at).await {
+            Some((200, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(healthy.contains("\"ok\""), "{healthy}");
+    assert_eq!(
+        api.calls_of("getUpdates").len(),
+        1,
+        "still in the first long poll"
+    );
+    bot.signal(libc::SIGTERM);
+    assert!(bot.exit().await.success(), "{}", bot.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poller_that_never_succeeds_is_unhealthy_after_twice_the_poll_timeout() {
+    let api = FakeBotApi::start().await;
+    // getMe answers; getUpdates fails long past the 2 s health window
+    // (backoff 250 ms doubling to 30 s).
+    for _ in 0..12 {
+        api.inject(
+            "getUpdates",
+            Fault::BadRequest("Bad Request: injected".into()),
+        );
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let listen = free_loopback_port();
+    let mut bot = spawn_bot(&api, dir.path(), &listen, "1s");
+    api.wait_for_call("getUpdates", Duration::from_secs(30))
+        .await;
+    let at = listen.as_str();
+    let reason = eventually(
+        "/healthz 503",
+        Duration::from_secs(20),
+        move || async move {
+            match binary_health(at).await {
+                Some((503, body)) => Ok(body),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        reason.contains("getUpdates has not succeeded in the"),
+        "{reason}"
+    );
+    assert!(
+        api.calls_of("getUpdates").len() < 12,
+        "the faults outlasted the check"
+    );
+    bot.signal(libc::SIGTERM);
+    assert!(bot.exit().await.success(), "{}", bot.log_text());
 }

@@ -33,6 +33,10 @@ pub struct Scenario {
     /// Played when no rule matches.
     #[serde(default = "ScriptTurn::echo")]
     pub default: ScriptTurn,
+    /// The tokens each model call reports having read and written; absent:
+    /// none reported (the echo agent has no model, so it claims no use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::TokenUsage>,
 }
 
 impl Default for Scenario {
@@ -40,6 +44,7 @@ impl Default for Scenario {
         Self {
             rules: Vec::new(),
             default: ScriptTurn::echo(),
+            usage: None,
         }
     }
 }
@@ -305,6 +310,16 @@ impl Scenario {
             contains: contains.into(),
             turn,
             times: None,
+        });
+        self
+    }
+
+    /// A scenario whose results report `input` tokens read and `output`
+    /// written per model call.
+    pub fn with_usage(mut self, input: u64, output: u64) -> Self {
+        self.usage = Some(super::TokenUsage {
+            input_tokens: input,
+            output_tokens: output,
         });
         self
     }

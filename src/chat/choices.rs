@@ -371,14 +371,26 @@ fn period(name: &str, t: &UsageTotals) -> String {
     )
 }
 
-/// The three periods' lines.
+/// Said under the periods when turns ran but the agent reported no tokens
+/// and no cost (the echo agent has no model): the zeros are not a measure.
+pub const NO_USAGE_REPORTED: &str = "The agent reported no token use or cost for these turns.";
+
+/// The three periods' lines, and [`NO_USAGE_REPORTED`] when it applies.
 pub fn usage_lines(periods: &UsagePeriods) -> String {
-    ["Today (UTC)", "7 days", "30 days"]
+    let mut lines = ["Today (UTC)", "7 days", "30 days"]
         .iter()
         .zip(periods)
         .map(|(name, t)| period(name, t))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect::<Vec<_>>();
+    let month = &periods[2];
+    if month.turns > 0
+        && month.input_tokens == 0
+        && month.output_tokens == 0
+        && month.cost_usd == 0.0
+    {
+        lines.push(NO_USAGE_REPORTED.to_owned());
+    }
+    lines.join("\n")
 }
 
 /// `/usage` for an admin, in a private chat: the bot's totals and the

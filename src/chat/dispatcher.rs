@@ -15,7 +15,6 @@ pub use recovery::Recover;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, AsyncContext, Context, Handler, Message};
@@ -36,7 +35,7 @@ use crate::incoming::{Command, Incoming};
 use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
 use crate::schedule::RunDue;
-use crate::state::now_ms;
+use crate::state::{TurnIds, now_ms};
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::{AnswerCallback, Seen, SendText};
 
@@ -94,8 +93,8 @@ pub struct Dispatcher {
     config: DispatcherConfig,
     /// The cap on concurrent turns.
     slots: TurnSlots,
-    /// Numbers turns.
-    next_turn: Arc<AtomicU64>,
+    /// Numbers turns, on from the previous processes' ids.
+    turn_ids: Arc<TurnIds>,
     /// Live conversations (chats, and forum topics of chats).
     chats: HashMap<Conversation, ChatEntry>,
     /// The bot's username, stripped from the front of messages.
@@ -140,7 +139,7 @@ impl Dispatcher {
         config: DispatcherConfig,
         (keep_warm, max_warm): (Duration, usize),
         host: mpsc::UnboundedSender<HostRequest>,
-        slots: TurnSlots,
+        (slots, turn_ids): (TurnSlots, Arc<TurnIds>),
         username: String,
     ) -> Self {
         let events = deps.events.clone();
@@ -153,7 +152,7 @@ impl Dispatcher {
             access,
             config,
             slots,
-            next_turn: Arc::new(AtomicU64::new(0)),
+            turn_ids,
             chats: HashMap::new(),
             username,
             in_delivery: false,
@@ -207,10 +206,10 @@ impl Dispatcher {
             warm_slots: Arc::clone(&self.warm_slots),
         };
         let slots = self.slots.clone();
-        let next_turn = Arc::clone(&self.next_turn);
+        let turn_ids = Arc::clone(&self.turn_ids);
         let me = ctx.address().recipient();
         self.chats.entry(chat).or_insert_with(|| {
-            let supervisor = ChatSupervisor::new(chat, deps, settings, me, slots, next_turn);
+            let supervisor = ChatSupervisor::new(chat, deps, settings, me, slots, turn_ids);
             let span = supervisor.span();
             ChatEntry {
                 addr: supervisor.start_in(span),

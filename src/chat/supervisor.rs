@@ -19,7 +19,7 @@ mod turns;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use actix::{
@@ -39,6 +39,7 @@ use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::{Command, Incoming};
 use crate::ops::logging::{StartInSpan, context_span};
+use crate::state::TurnIds;
 use crate::telegram::outbox::SendText;
 
 /// A message for the chat's agent, as the intake read it.
@@ -192,8 +193,8 @@ pub struct ChatSupervisor {
     dispatcher: Recipient<ChatReport>,
     /// The global cap on concurrent turns.
     slots: TurnSlots,
-    /// Numbers turns across the process.
-    next_turn: Arc<AtomicU64>,
+    /// Numbers turns, on from the previous processes' ids.
+    turn_ids: Arc<TurnIds>,
     /// Where the chat is.
     state: ChatState<Running>,
     /// Messages waiting, oldest first.
@@ -234,7 +235,7 @@ impl ChatSupervisor {
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
         slots: TurnSlots,
-        next_turn: Arc<AtomicU64>,
+        turn_ids: Arc<TurnIds>,
     ) -> Self {
         deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
         Self {
@@ -243,7 +244,7 @@ impl ChatSupervisor {
             settings,
             dispatcher,
             slots,
-            next_turn,
+            turn_ids,
             state: ChatState::Idle,
             queue: VecDeque::new(),
             asking: false,

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use toml::{Table, Value};
 
+use super::wording::closest;
 use super::{Config, ConfigError, RESTARTED_FROM_ENV, Sections, bad_value, probe};
 
 /// The prefix of the environment variables that override config keys:
@@ -79,7 +80,12 @@ pub(super) fn apply_env(
         .filter(|(var, _)| var.starts_with(ENV_PREFIX) && !NOT_CONFIG_VARS.contains(&var.as_str()))
     {
         let Some(target) = env_target(var, defaults) else {
-            return Err(ConfigError::UnknownEnv { var: var.clone() });
+            let known = env_names(defaults);
+            let suggestion = closest(var, known.iter().map(String::as_str));
+            return Err(ConfigError::UnknownEnv {
+                suggestion: suggestion.map(str::to_owned),
+                var: var.clone(),
+            });
         };
         match target {
             EnvTarget::Key {
@@ -144,6 +150,31 @@ fn env_target<'d>(var: &'d str, defaults: &'d Table) -> Option<EnvTarget<'d>> {
     None
 }
 
+/// Every variable that names a key (`TURNSTILE_<SECTION>_<KEY>`, and
+/// `…_<FIELD>` for each field of a table with fields of its own), and the
+/// `TURNSTILE_*` variables that are not keys: what a misspelled name may
+/// have meant.
+fn env_names(defaults: &Table) -> Vec<String> {
+    let mut names: Vec<String> = NOT_CONFIG_VARS.iter().map(|&var| var.to_owned()).collect();
+    for (section, known) in defaults {
+        let Value::Table(known) = known else {
+            continue;
+        };
+        for (key, default) in known {
+            let name = format!("{ENV_PREFIX}{section}_{key}").to_uppercase();
+            if let Value::Table(fields) = default {
+                names.extend(
+                    fields
+                        .keys()
+                        .map(|field| format!("{name}_{}", field.to_uppercase())),
+                );
+            }
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// `text` without a leading `WORD_` (`word` uppercased).
 fn strip_word<'t>(text: &'t str, word: &str) -> Option<&'t str> {
     text.strip_prefix(&word.to_uppercase())?.strip_prefix('_')
@@ -172,7 +203,7 @@ fn coerce(
             .trim()
             .parse::<i64>()
             .map(Value::Integer)
-            .map_err(|err| bad(format!("expected an integer: {err}"))),
+            .map_err(|_| bad("expected a whole number".to_owned())),
         Value::Array(_) => {
             let items: Vec<&str> = match raw.trim() {
                 "" => Vec::new(),
@@ -188,7 +219,7 @@ fn coerce(
                 .map(|item| {
                     item.parse::<i64>().map(Value::Integer).map_err(|_| {
                         bad(format!(
-                            "expected a comma-separated list of integers; `{item}` is not one"
+                            "expected a comma-separated list of whole numbers; `{item}` is not one"
                         ))
                     })
                 })
@@ -253,7 +284,7 @@ mod tests {
         let err = Config::load(None, &env(&[("TURNSTILE_TURN_POST_RESULT_GRCE", "2s")]))
             .expect_err("unknown variable");
         assert!(
-            matches!(&err, ConfigError::UnknownEnv { var } if var == "TURNSTILE_TURN_POST_RESULT_GRCE"),
+            matches!(&err, ConfigError::UnknownEnv { var, .. } if var == "TURNSTILE_TURN_POST_RESULT_GRCE"),
             "{err:?}"
         );
         assert!(err.to_string().contains("TURNSTILE_TURN_POST_RESULT_GRCE"));
@@ -272,7 +303,7 @@ mod tests {
         ] {
             let err = Config::load(None, &env(&[(var, "2s")])).expect_err(var);
             assert!(
-                matches!(&err, ConfigError::UnknownEnv { var: got } if got == var),
+                matches!(&err, ConfigError::UnknownEnv { var: got, .. } if got == var),
                 "{var}: {err:?}"
             );
         }
@@ -301,7 +332,7 @@ mod tests {
             .expect_err("bad integer");
         let message = assert_bad_value(&err, "dispatcher.queue_limit");
         assert!(
-            message.contains("\"lots\": expected an integer"),
+            message.contains("\"lots\": expected a whole number"),
             "{message}"
         );
         assert!(

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use toml::Value;
 
-use super::{TOKEN_CREDENTIAL, TOKEN_ENV};
+use super::{ENV_PREFIX, TOKEN_CREDENTIAL, TOKEN_ENV};
 
 /// Why a configuration could not be loaded. Every message names the key (or
 /// the file, or the variable) and the offending value, and never contains the
@@ -31,20 +31,31 @@ pub enum ConfigError {
         message: String,
     },
     /// The config file has a section or key that turnstile does not know.
-    #[error("unknown config key `{key}`{}", token_hint(.key == "telegram.token"))]
+    #[error(
+        "unknown config key `{key}`{}{}",
+        did_you_mean(.suggestion.as_deref()),
+        token_hint(.key == "telegram.token")
+    )]
     UnknownKey {
         /// The dotted key path, e.g. `turn.post_result_grce`.
         key: String,
+        /// The known key nearest to it, when one is near enough to be what
+        /// was meant, e.g. `turn.post_result_grace`.
+        suggestion: Option<String>,
     },
     /// A `TURNSTILE_*` environment variable names no config key.
     #[error(
         "unknown environment variable `{var}`: it names no config key \
-         (expected TURNSTILE_<SECTION>_<KEY>){}",
+         (expected TURNSTILE_<SECTION>_<KEY>){}{}",
+        did_you_mean(.suggestion.as_deref()),
         token_hint(.var == "TURNSTILE_TELEGRAM_TOKEN")
     )]
     UnknownEnv {
         /// The variable's name (its value is not shown).
         var: String,
+        /// The variable nearest to it that names a key, when one is near
+        /// enough to be what was meant.
+        suggestion: Option<String>,
     },
     /// A key has a value of the wrong type, or one that fails validation.
     #[error("bad value for `{key}`: {value}: {reason}")]
@@ -75,6 +86,11 @@ pub enum ConfigError {
     },
 }
 
+/// `; did you mean `NAME`?` when a name near the unknown one is known.
+pub(super) fn did_you_mean(suggestion: Option<&str>) -> String {
+    suggestion.map_or_else(String::new, |name| format!("; did you mean `{name}`?"))
+}
+
 /// The extra advice for someone who tried to put the token in the config.
 pub(super) fn token_hint(is_token: bool) -> &'static str {
     if is_token {
@@ -95,9 +111,23 @@ impl ConfigError {
                 };
                 Self::BadValue { key, value, reason }
             }
+            // An entry a variable added to a table (`TURNSTILE_AGENT_NETWORK_MDOE`)
+            // that the table does not have: the variable is at fault.
+            Self::UnknownKey { key, suggestion } => match origins.get(&key) {
+                Some(var) => Self::UnknownEnv {
+                    var: var.clone(),
+                    suggestion: suggestion.map(|near| env_name(&near)),
+                },
+                None => Self::UnknownKey { key, suggestion },
+            },
             other => other,
         }
     }
+}
+
+/// The variable that sets the dotted `key`: `TURNSTILE_AGENT_NETWORK_MODE`.
+fn env_name(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.replace('.', "_").to_uppercase())
 }
 
 /// A [`ConfigError::BadValue`] for `key`.

@@ -9,6 +9,7 @@ use std::path::Path;
 use toml::{Table, Value};
 
 use super::env::apply_env;
+use super::wording::{closest, plain, unknown_field};
 use super::{
     CREDENTIALS_ENV, Config, ConfigError, Secret, TOKEN_CREDENTIAL, TOKEN_ENV, bad_value, sealing,
 };
@@ -126,7 +127,11 @@ pub(super) fn check_keys(file: Table, defaults: &Table) -> Result<Sections, Conf
     let mut sections = Sections::new();
     for (section, value) in file {
         let Some(Value::Table(known)) = defaults.get(&section) else {
-            return Err(ConfigError::UnknownKey { key: section });
+            let suggestion = closest(&section, defaults.keys().map(String::as_str));
+            return Err(ConfigError::UnknownKey {
+                suggestion: suggestion.map(str::to_owned),
+                key: section,
+            });
         };
         let Value::Table(entries) = value else {
             let reason = if section == "schedules" {
@@ -144,8 +149,10 @@ pub(super) fn check_keys(file: Table, defaults: &Table) -> Result<Sections, Conf
             .keys()
             .find(|key| !free_form && !known.contains_key(*key))
         {
+            let suggestion = closest(key, known.keys().map(String::as_str));
             return Err(ConfigError::UnknownKey {
                 key: format!("{section}.{key}"),
+                suggestion: suggestion.map(|near| format!("{section}.{near}")),
             });
         }
         sections.insert(section, entries);
@@ -169,39 +176,55 @@ pub(super) fn deserialize(sections: &Sections, defaults: &Table) -> Result<Confi
         locate_bad_value(sections, defaults).unwrap_or_else(|| ConfigError::BadValue {
             key: "config".to_owned(),
             value: String::new(),
-            reason: err.message().to_owned(),
+            reason: plain(err.message()),
         })
     })
 }
 
-/// Tries each key alone to find the one whose value does not deserialize.
+/// Tries each key alone to find the one whose value does not deserialize;
+/// a table's entries (`[agent.network]`, `[projects.NAME]`) one by one.
 pub(super) fn locate_bad_value(sections: &Sections, defaults: &Table) -> Option<ConfigError> {
     for (section, entries) in sections {
         for (key, value) in entries {
-            let default = defaults.get(section)?.get(key)?;
-            if let (Value::Table(_), Value::Table(given)) = (default, value) {
+            let dotted = format!("{section}.{key}");
+            // None: an entry of a free-form section (`projects.NAME`).
+            let default = defaults.get(section).and_then(|known| known.get(key));
+            if let Value::Table(given) = value
+                && default.is_none_or(Value::is_table)
+            {
                 for (name, entry) in given {
                     let alone = Table::from_iter([(name.clone(), entry.clone())]);
                     if let Err(err) = probe(section, key, Value::Table(alone)) {
-                        return Some(bad_value(
-                            &format!("{section}.{key}.{name}"),
-                            entry,
-                            err.message(),
-                        ));
+                        return Some(explain(&format!("{dotted}.{name}"), entry, err.message()));
                     }
                 }
             }
             if let Err(err) = probe(section, key, value.clone()) {
-                let reason = if is_duration(default) {
-                    duration_reason(value)
-                } else {
-                    err.message().to_owned()
-                };
-                return Some(bad_value(&format!("{section}.{key}"), value, reason));
+                if default.is_some_and(is_duration) {
+                    return Some(bad_value(&dotted, value, duration_reason(value)));
+                }
+                return Some(explain(&dotted, value, err.message()));
             }
         }
     }
     None
+}
+
+/// The error for `key = value`, which serde refused with `message`: an
+/// unknown key when `key` itself is a field its table does not have (with
+/// the nearest one it has), else a bad value in plain words.
+fn explain(key: &str, value: &Value, message: &str) -> ConfigError {
+    if let Some((field, known)) = unknown_field(message)
+        && let Some((parent, name)) = key.rsplit_once('.')
+        && name == field
+    {
+        let suggestion = closest(&field, known.iter().map(String::as_str));
+        return ConfigError::UnknownKey {
+            key: key.to_owned(),
+            suggestion: suggestion.map(|near| format!("{parent}.{near}")),
+        };
+    }
+    bad_value(key, value, plain(message))
 }
 
 /// Whether a default value is a duration: a string that humantime parses.

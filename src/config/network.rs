@@ -35,7 +35,13 @@ fn list_or_commas<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Stri
         List(Vec<String>),
         Text(String),
     }
-    Ok(match Given::deserialize(deserializer)? {
+    let given = Given::deserialize(deserializer).map_err(|_| {
+        serde::de::Error::custom(
+            "expected a list of hosts in square brackets, such as [\"example.com\"], \
+             or one comma-separated text",
+        )
+    })?;
+    Ok(match given {
         Given::List(list) => list,
         Given::Text(text) => text
             .split(',')

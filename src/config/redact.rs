@@ -24,8 +24,14 @@ impl ConfigError {
                 path,
                 message: scrub(message),
             },
-            Self::UnknownKey { key } => Self::UnknownKey { key: scrub(key) },
-            Self::UnknownEnv { var } => Self::UnknownEnv { var: scrub(var) },
+            Self::UnknownKey { key, suggestion } => Self::UnknownKey {
+                key: scrub(key),
+                suggestion: suggestion.map(scrub),
+            },
+            Self::UnknownEnv { var, suggestion } => Self::UnknownEnv {
+                var: scrub(var),
+                suggestion: suggestion.map(scrub),
+            },
             Self::BadValue { key, value, reason } => Self::BadValue {
                 key: scrub(key),
                 value: scrub(value),

@@ -144,12 +144,12 @@ fn file_values_are_read() {
 fn unknown_key_in_file_names_the_dotted_key() {
     let err = load_err("[turn]\npost_result_grce = \"5s\"\n", &[]);
     assert!(
-        matches!(&err, ConfigError::UnknownKey { key } if key == "turn.post_result_grce"),
+        matches!(&err, ConfigError::UnknownKey { key, .. } if key == "turn.post_result_grce"),
         "{err:?}"
     );
     assert_eq!(
         err.to_string(),
-        "unknown config key `turn.post_result_grce`"
+        "unknown config key `turn.post_result_grce`; did you mean `turn.post_result_grace`?"
     );
 }
 
@@ -157,7 +157,7 @@ fn unknown_key_in_file_names_the_dotted_key() {
 fn unknown_section_in_file_is_named() {
     let err = load_err("[turns]\nmax_duration = \"5s\"\n", &[]);
     assert!(
-        matches!(&err, ConfigError::UnknownKey { key } if key == "turns"),
+        matches!(&err, ConfigError::UnknownKey { key, .. } if key == "turns"),
         "{err:?}"
     );
 }

@@ -83,6 +83,10 @@ pub struct Metrics {
     outbox: OutboxMetrics,
     /// The last successful `getUpdates`.
     last_poll: Mutex<Option<Instant>>,
+    /// When `getMe` answered at start: until the first long poll answers
+    /// (up to `telegram.poll_timeout` on a quiet bot), the poller's health
+    /// is counted from here.
+    met_telegram: Mutex<Option<Instant>>,
     /// The shared warm-process slots and their number, once the dispatcher exists.
     warm: Mutex<Option<(Arc<Semaphore>, usize)>>,
 }
@@ -122,6 +126,7 @@ impl Metrics {
             tokens: Family::<DirectionLabel, Counter>::default(),
             outbox: OutboxMetrics::default(),
             last_poll: Mutex::new(None),
+            met_telegram: Mutex::new(None),
             warm: Mutex::new(None),
         };
         metrics.outbox.register(&mut metrics.registry);
@@ -402,6 +407,16 @@ impl Metrics {
     /// How long ago `getUpdates` last answered, if it ever did.
     pub fn since_last_poll(&self) -> Option<Duration> {
         lock(&self.last_poll).map(|at| at.elapsed())
+    }
+
+    /// `getMe` answered at start.
+    pub fn met_telegram(&self) {
+        *lock(&self.met_telegram) = Some(Instant::now());
+    }
+
+    /// How long ago `getMe` answered at start, if it did.
+    pub fn since_met_telegram(&self) -> Option<Duration> {
+        lock(&self.met_telegram).map(|at| at.elapsed())
     }
 
     /// Where warm agent processes are counted: `max` slots of `slots`.

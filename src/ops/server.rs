@@ -44,17 +44,8 @@ pub struct Probe {
 impl Probe {
     /// `None` when healthy, else why not.
     pub async fn unhealthy(&self) -> Option<String> {
-        let window = self.poll_timeout.saturating_mul(2);
-        match self.metrics.since_last_poll() {
-            None => return Some("telegram getUpdates has not succeeded yet".into()),
-            Some(ago) if ago > window => {
-                return Some(format!(
-                    "telegram getUpdates last succeeded {}s ago (limit {}s)",
-                    ago.as_secs(),
-                    window.as_secs()
-                ));
-            }
-            Some(_) => {}
+        if let Some(reason) = self.poller_unhealthy() {
+            return Some(reason);
         }
         match tokio::time::timeout(PING_BOUND, (self.ping)()).await {
             Ok(true) => None,
@@ -63,6 +54,31 @@ impl Probe {
                 "the dispatcher did not answer within {}s",
                 PING_BOUND.as_secs()
             )),
+        }
+    }
+
+    /// Why the poller looks stuck or dead, if it does: no `getUpdates`
+    /// answered within twice `telegram.poll_timeout`, counted from the last
+    /// one, or, before the first (a long poll on a quiet bot answers only
+    /// at its timeout), from `getMe`'s answer at start.
+    fn poller_unhealthy(&self) -> Option<String> {
+        let window = self.poll_timeout.saturating_mul(2);
+        let limit = window.as_secs();
+        match (
+            self.metrics.since_last_poll(),
+            self.metrics.since_met_telegram(),
+        ) {
+            (Some(ago), _) if ago > window => Some(format!(
+                "telegram getUpdates last succeeded {}s ago (limit {limit}s)",
+                ago.as_secs()
+            )),
+            (Some(_), _) => None,
+            (None, Some(ago)) if ago > window => Some(format!(
+                "telegram getUpdates has not succeeded in the {}s since getMe answered (limit {limit}s)",
+                ago.as_secs()
+            )),
+            (None, Some(_)) => None,
+            (None, None) => Some("telegram getUpdates has not succeeded yet".into()),
         }
     }
 }

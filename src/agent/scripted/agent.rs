@@ -132,7 +132,7 @@ impl ScriptedAgent {
                     text: String::new(),
                     num_turns: calls + 1,
                     total_cost_usd: 0.0,
-                    usage: usage(calls + 1),
+                    usage: self.usage(calls + 1),
                     ..AgentResult::default()
                 }));
                 self.after_result(turn.after_result).await
@@ -189,7 +189,7 @@ impl ScriptedAgent {
             stop_reason: Some("end_turn".into()),
             terminal_reason: Some(TerminalReason::Completed),
             num_turns: calls + 1,
-            usage: usage(calls + 1),
+            usage: self.usage(calls + 1),
             ..AgentResult::default()
         }));
         self.after_result(turn.after_result).await
@@ -238,7 +238,7 @@ impl ScriptedAgent {
                     total_cost_usd: 0.0,
                     limited: *limited && *is_error,
                     resets_at: *resets_at,
-                    usage: usage(num_turns.unwrap_or(*calls + 1)),
+                    usage: self.usage(num_turns.unwrap_or(*calls + 1)),
                 }));
                 return Some(self.after_result(turn.after_result).await);
             }
@@ -350,7 +350,7 @@ impl ScriptedAgent {
                     text: String::new(),
                     num_turns: calls,
                     total_cost_usd: 0.0,
-                    usage: usage(calls),
+                    usage: self.usage(calls),
                     ..AgentResult::default()
                 }));
                 Some(self.after_result(turn.after_result).await)
@@ -433,6 +433,16 @@ impl ScriptedAgent {
         }
     }
 
+    /// What a result of `calls` model calls reports having used: the
+    /// scenario's figures per call, or nothing when it sets none.
+    fn usage(&self, calls: u32) -> crate::agent::TokenUsage {
+        let per_call = self.scenario.usage.unwrap_or_default();
+        crate::agent::TokenUsage {
+            input_tokens: per_call.input_tokens.saturating_mul(u64::from(calls)),
+            output_tokens: per_call.output_tokens.saturating_mul(u64::from(calls)),
+        }
+    }
+
     /// Wedged: deaf to everything but a kill.
     async fn hang(&mut self) -> Flow {
         loop {
@@ -445,14 +455,5 @@ impl ScriptedAgent {
                 Some(_) => {}
             }
         }
-    }
-}
-
-/// What a scripted result reports having used: 100 tokens read and 10
-/// written per model call.
-fn usage(calls: u32) -> crate::agent::TokenUsage {
-    crate::agent::TokenUsage {
-        input_tokens: 100 * u64::from(calls),
-        output_tokens: 10 * u64::from(calls),
     }
 }

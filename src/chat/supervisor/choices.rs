@@ -3,12 +3,9 @@
 //! cannot write over it, and lets go of the warm process, which no longer
 //! fits; the next turn opens what the store then says.
 
-use std::sync::atomic::Ordering;
-
 use actix::{AsyncContext, Handler, Message, ResponseFuture};
 
 use super::ChatSupervisor;
-use crate::ids::TurnId;
 
 /// A choice for the conversation.
 #[derive(Message, Debug, Clone, PartialEq, Eq)]
@@ -50,7 +47,7 @@ impl Handler<Choose> for ChatSupervisor {
             ctx.cancel_future(warm.timer);
             tracing::debug!(?choice, "warm session closed: the chat chose anew");
         }
-        let now = TurnId(self.next_turn.load(Ordering::SeqCst));
+        let now = self.turn_ids.last();
         let (inbox, to) = (self.deps.inbox.clone(), self.to);
         let done: ResponseFuture<Chosen> = match choice {
             Choose::Model(model) => {

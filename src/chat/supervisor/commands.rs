@@ -8,10 +8,8 @@ use super::state::{ChatState, ChatStep};
 use super::{ChatCommand, ChatSupervisor, DescribeChat, RetireChat, StopChatForHost};
 use crate::chat::notices::counted;
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
-use crate::ids::TurnId;
 use crate::incoming::Command;
 use crate::telegram::outbox::{AnswerCallback, Purge};
-use std::sync::atomic::Ordering;
 
 impl Handler<ChatCommand> for ChatSupervisor {
     type Result = ();
@@ -78,7 +76,7 @@ impl ChatSupervisor {
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
-        self.forget_through = TurnId(self.next_turn.load(Ordering::SeqCst));
+        self.forget_through = self.turn_ids.last();
         self.say("🆕 The next message starts a fresh conversation.");
     }
 }

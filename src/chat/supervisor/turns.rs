@@ -2,7 +2,6 @@
 //! [`TurnSpec`], the hard deadline, and what the supervisor writes when the
 //! turn ends and its session settles.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actix::{AsyncContext, Context, Handler};
@@ -106,7 +105,7 @@ impl ChatSupervisor {
             .events
             .metrics()
             .queued(-(update_ids.len() as i64));
-        let turn = TurnId(self.next_turn.fetch_add(1, Ordering::SeqCst) + 1);
+        let turn = self.turn_ids.next();
         self.deps.inbox.turn_started(update_ids.clone(), turn);
         // Inside the chat's span, as is what the turn logs.
         let span = context_span!("turn", turn_id = turn.get());
