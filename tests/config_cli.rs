@@ -725,3 +725,92 @@ fn a_second_config_is_refused_not_silently_taken() {
         assert!(run.stdout.is_empty(), "{run:?}");
     }
 }
+
+#[test]
+fn check_config_warns_that_allowed_tools_allow_nothing_with_the_acp_backend() {
+    let dir = scratch();
+    let config = write(
+        &dir,
+        "turnstile.toml",
+        "[agent]\nbackend = \"acp\"\ncommand = \"sh\"\nallowed_tools = [\"Bash(git:*)\"]\n\
+         [access]\nallowed_users = [1001]\n\
+         [projects.web]\nworkdir = \"web\"\nallowed_tools = [\"run_shell_command\"]\n",
+    );
+    let config = config.display().to_string();
+    let run = turnstile(
+        dir.path(),
+        &["--config", &config, "check-config"],
+        &[("TELEGRAM_BOT_TOKEN", TOKEN)],
+    );
+    assert_eq!(run.code, Some(0), "a warning is not an error:\n{run:?}");
+    for (key, value) in [
+        ("agent.allowed_tools", "[\"Bash(git:*)\"]"),
+        ("projects.web.allowed_tools", "[\"run_shell_command\"]"),
+    ] {
+        let warning = format!(
+            "turnstile: warning: {key} = {value} does not apply to the acp backend: an ACP \
+             request's tool is `acp:<kind>`"
+        );
+        assert!(run.stderr.contains(&warning), "{key}:\n{run:?}");
+    }
+    assert!(
+        run.stderr.contains("agent.permission_mode"),
+        "what to use instead:\n{run:?}"
+    );
+    // The same keys mean something to the claude backend: no warning.
+    let run = turnstile(
+        dir.path(),
+        &["--config", &config, "check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_BACKEND", "claude"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(!run.stderr.contains("allowed_tools"), "{run:?}");
+}
+
+/// `check-config` shows the acp backend's network: Gemini's API (or the
+/// base URL the agent is given) and `agent.network.allow`.
+#[test]
+fn check_config_shows_the_acp_agents_network_policy() {
+    let dir = scratch();
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_BACKEND", "acp"),
+            ("TURNSTILE_AGENT_COMMAND", "sh"),
+            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+            ("TURNSTILE_AGENT_NETWORK_ALLOW", "github.com"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "network: the agent has a network namespace of its own; out only through \
+             turnstile's proxy, to generativelanguage.googleapis.com:443, github.com:443"
+        ),
+        "{run:?}"
+    );
+    let run = turnstile(
+        dir.path(),
+        &["check-config"],
+        &[
+            ("TELEGRAM_BOT_TOKEN", TOKEN),
+            ("TURNSTILE_AGENT_BACKEND", "acp"),
+            ("TURNSTILE_AGENT_COMMAND", "sh"),
+            ("TURNSTILE_ACCESS_ALLOWED_USERS", "1001"),
+            (
+                "TURNSTILE_AGENT_ENV_GOOGLE_GEMINI_BASE_URL",
+                "http://10.0.0.7:8080",
+            ),
+        ],
+    );
+    assert!(
+        run.stderr
+            .contains("out only through turnstile's proxy, to 10.0.0.7:8080 ("),
+        "{run:?}"
+    );
+}

@@ -1,10 +1,12 @@
 //! The agent's own network, proven with the real `turnstile` binary and
-//! `fake-claude` under bubblewrap (with `--features real-cli`, as root;
-//! and with the bot as `nobody`): from inside the sandbox the agent reaches
-//! no service on the host's loopback (the ops port included), no host
-//! abstract socket, no UNIX socket file (a root-owned 0600 one, in `/run`
-//! and elsewhere); through turnstile's proxy it reaches the model API's
-//! host and port and nothing else, and a refusal is a 403 it can read.
+//! `fake-claude` (the `claude` backend) or `fake-acp` (the `acp` backend)
+//! under bubblewrap (with `--features real-cli`, as root; and with the bot
+//! as `nobody`): from inside the sandbox the agent reaches no service on
+//! the host's loopback (the ops port included), no host abstract socket,
+//! no UNIX socket file (a root-owned 0600 one, in `/run` and elsewhere,
+//! nor the proxy's or the chat tools' own); through turnstile's proxy it
+//! reaches the model API's host and port and nothing else, and a refusal
+//! is a 403 it can read. The ACP agent's chat tools still reach it.
 //! `agent.network.mode = "host"` shows what the same probes reach without
 //! it.
 
@@ -17,33 +19,11 @@ mod sandboxed {
     use std::io::Write as _;
     use std::os::linux::net::SocketAddrExt as _;
     use std::os::unix::fs::PermissionsExt as _;
-    use std::process::Command;
     use std::time::Duration;
 
+    use super::support::process::{RunAs, SealedBot, require_bubblewrap_as_root};
     use super::support::*;
     use serde_json::Value;
-
-    /// A child killed when the test ends, however it ends.
-    struct Reaped(std::process::Child);
-
-    impl Drop for Reaped {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    /// Panics unless this runs as root with `bwrap` on PATH.
-    fn require_bubblewrap_as_root() {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::geteuid() };
-        let bwrap = Command::new("bwrap").arg("--version").output();
-        assert!(
-            uid == 0 && bwrap.as_ref().is_ok_and(|o| o.status.success()),
-            "the network test (--features real-cli) needs root (uid {uid}) and `bwrap` on PATH \
-         (Debian package bubblewrap): {bwrap:?}"
-        );
-    }
 
     /// Listens on host loopback TCP, an abstract socket or a socket file;
     /// every connection gets `banner` and is closed.
@@ -91,24 +71,6 @@ mod sandboxed {
             .port()
     }
 
-    /// Makes `command` run as `nobody`.
-    fn as_nobody(command: &mut Command) {
-        use std::os::unix::process::CommandExt as _;
-        // SAFETY: setgroups, setgid and setuid are async-signal-safe.
-        unsafe {
-            command.pre_exec(|| {
-                let nobody: libc::uid_t = 65534;
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(nobody) != 0
-                    || libc::setuid(nobody) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-
     /// What the agent reached: `connects` of its dump, by name.
     struct Reached {
         /// Target name to what `fake-claude` got.
@@ -136,22 +98,92 @@ mod sandboxed {
         }
     }
 
+    /// The agent whose network is probed.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Agent {
+        /// `fake-claude` on the `claude` backend.
+        Claude,
+        /// `fake-acp` on the `acp` backend, which also reaches the chat
+        /// tools through the stdio bridge.
+        Acp,
+    }
+
+    /// The backend's variables: its fake, where its model API is, what it
+    /// probes; the message it is sent and the answer it gives.
+    fn backend(
+        agent: Agent,
+        model_api: u16,
+        connect: &str,
+    ) -> (Vec<(&'static str, String)>, &'static str, &'static str) {
+        let api = format!("http://127.0.0.1:{model_api}");
+        match agent {
+            Agent::Claude => (
+                vec![
+                    ("TURNSTILE_AGENT_BACKEND", "claude".into()),
+                    (
+                        "TURNSTILE_AGENT_COMMAND",
+                        env!("CARGO_BIN_EXE_fake-claude").into(),
+                    ),
+                    ("TURNSTILE_AGENT_ENV_ANTHROPIC_BASE_URL", api),
+                    ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_DUMP", "dump.jsonl".into()),
+                    ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_CONNECT", connect.into()),
+                ],
+                "hi",
+                "echo: hi",
+            ),
+            Agent::Acp => (
+                vec![
+                    ("TURNSTILE_AGENT_BACKEND", "acp".into()),
+                    (
+                        "TURNSTILE_AGENT_COMMAND",
+                        env!("CARGO_BIN_EXE_fake-acp").into(),
+                    ),
+                    ("TURNSTILE_AGENT_ENV_GOOGLE_GEMINI_BASE_URL", api),
+                    ("TURNSTILE_AGENT_ENV_FAKE_ACP_LOG", "fake.log".into()),
+                    ("TURNSTILE_AGENT_ENV_FAKE_ACP_CONNECT", connect.into()),
+                ],
+                "tools please",
+                "via mcp: tools please",
+            ),
+        }
+    }
+
+    /// What the agent reached, from what it wrote in its workdir.
+    fn connects_of(agent: Agent, workdir: &std::path::Path) -> Value {
+        let file = match agent {
+            Agent::Claude => "dump.jsonl",
+            Agent::Acp => "fake.log",
+        };
+        let text = std::fs::read_to_string(workdir.join(file)).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|l| l.get("connects").cloned())
+            .unwrap_or_else(|| panic!("no connects in {file}: {text}"))
+    }
+
     /// One turn of the real `turnstile` (as root, or as `nobody`), its agent
-    /// `fake-claude` under bubblewrap with `network` as `agent.network.mode`,
-    /// probing host services; what it reached.
-    async fn probe_the_network(nobody: bool, network: &str) -> Reached {
+    /// under bubblewrap with `network` as `agent.network.mode`, probing host
+    /// services; what it reached.
+    async fn probe_the_network(agent: Agent, who: RunAs, network: &str) -> Reached {
         let api = FakeBotApi::start().await;
         let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-        if nobody {
+        if who == RunAs::Nobody {
             std::os::unix::fs::chown(state.path(), Some(65534), Some(65534)).expect("chown");
         }
         let db = state.path().join("turnstile.db");
         let log = state.path().join("bot.log");
-        let stderr = std::fs::File::create(&log).expect("log");
         let model_api = tcp_banner("BANNER-model-api");
         let other = tcp_banner("BANNER-other-port");
         let ops = free_port();
-        let name = format!("turnstile-test-{}-{network}-{nobody}", std::process::id());
+        let tag = match agent {
+            Agent::Claude => "claude",
+            Agent::Acp => "acp",
+        };
+        let name = format!(
+            "turnstile-test-{}-{tag}-{network}-{}",
+            std::process::id(),
+            who == RunAs::Nobody
+        );
         let addr =
             std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name");
         serve_banners(
@@ -175,76 +207,50 @@ mod sandboxed {
             ("abstract socket", format!("abstract:{name}")),
             ("socket in /run", format!("unix:{run_socket}")),
             ("socket elsewhere", format!("unix:{other_socket}")),
+            ("proxy socket", "unix:/tmp/.turnstile-proxy.sock".to_owned()),
+            (
+                "tools socket",
+                "unix:/tmp/.turnstile-tools/mcp.sock".to_owned(),
+            ),
             ("proxy model api", format!("proxy:127.0.0.1:{model_api}")),
             ("proxy other port", format!("proxy:127.0.0.1:{other}")),
             ("proxy ops port", format!("proxy:127.0.0.1:{ops}")),
             ("proxy other name", format!("proxy:localhost:{model_api}")),
         ];
         let connect: Vec<&str> = targets.iter().map(|(_, t)| t.as_str()).collect();
+        let (vars, said, answer) = backend(agent, model_api, &connect.join(","));
         let vars = ConfigVars::new(&api.url())
             .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
             .set("TURNSTILE_ACCESS_ALLOWED_USERS", USER.to_string())
             .set("TURNSTILE_STATE_PATH", db.display().to_string())
             .set("TURNSTILE_OPS_LISTEN", format!("127.0.0.1:{ops}"))
             .set("TURNSTILE_PROGRESS_AFTER", "1h")
-            .set("TURNSTILE_AGENT_BACKEND", "claude")
-            .set("TURNSTILE_AGENT_COMMAND", env!("CARGO_BIN_EXE_fake-claude"))
             .set("TURNSTILE_AGENT_KEEP_WARM", "0s")
             .set("TURNSTILE_AGENT_NETWORK_MODE", network)
-            .set(
-                "TURNSTILE_AGENT_ENV_ANTHROPIC_BASE_URL",
-                format!("http://127.0.0.1:{model_api}"),
-            )
-            .set("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_DUMP", "dump.jsonl")
-            .set("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_CONNECT", connect.join(","));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
-        command
-            .current_dir(state.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("TURNSTILE_LOG", "info")
-            .envs(vars.iter())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(stderr);
-        if nobody {
-            as_nobody(&mut command);
-        }
-        let mut bot = Reaped(command.spawn().expect("turnstile starts"));
-        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-        eventually("turnstile polling", SOON, || {
-            let polled = !api.calls_of("getUpdates").is_empty();
-            let exited = bot.0.try_wait().ok().flatten();
-            let log = log_text();
-            async move {
-                if polled {
-                    Ok(())
-                } else {
-                    Err(format!("exited: {exited:?}; log:\n{log}"))
-                }
-            }
-        })
-        .await;
-        api.push_text(USER, USER, "hi");
+            .set_all(vars);
+        let mut bot = SealedBot::start(
+            std::path::Path::new(env!("CARGO_BIN_EXE_turnstile")),
+            &[],
+            state.path(),
+            who,
+            &vars,
+            &[],
+            &log,
+        );
+        bot.wait_polling(&api).await;
+        api.push_text(USER, USER, said);
         let told = api.wait_for_texts(USER, 1, Duration::from_secs(60)).await;
-        assert_eq!(told, vec!["echo: hi"], "{}", log_text());
-        // SAFETY: a plain kill(2) of our own child.
-        unsafe { libc::kill(bot.0.id() as libc::pid_t, libc::SIGTERM) };
-        let status = bot.0.wait().expect("turnstile exits");
-        assert!(status.success(), "{status:?}\n{}", log_text());
+        assert_eq!(told, vec![answer], "{}", bot.log_text());
+        let log = bot.stop();
         let _ = std::fs::remove_file(&run_socket);
-        let dump = state.path().join(format!("workspaces/{USER}/dump.jsonl"));
-        let text = std::fs::read_to_string(&dump).unwrap_or_default();
-        let line: Value = serde_json::from_str(text.lines().next().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("no dump ({e}): {text}\n{}", log_text()));
-        let connects = &line["connects"];
+        let connects = connects_of(agent, &state.path().join(format!("workspaces/{USER}")));
         let mut seen = serde_json::Map::new();
         for (name, target) in &targets {
             seen.insert((*name).to_owned(), connects[target.as_str()].clone());
         }
         Reached {
             seen: Value::Object(seen),
-            log: log_text(),
+            log,
         }
     }
 
@@ -258,6 +264,8 @@ mod sandboxed {
             "abstract socket",
             "socket in /run",
             "socket elsewhere",
+            "proxy socket",
+            "tools socket",
         ] {
             reached.refused(name);
         }
@@ -286,13 +294,27 @@ mod sandboxed {
     #[actix_rt::test]
     async fn as_root_the_agent_has_a_network_of_its_own() {
         require_bubblewrap_as_root();
-        assert_isolated(&probe_the_network(false, "isolated").await);
+        assert_isolated(&probe_the_network(Agent::Claude, RunAs::Me, "isolated").await);
     }
 
     #[actix_rt::test]
     async fn as_nobody_the_agent_has_a_network_of_its_own() {
         require_bubblewrap_as_root();
-        assert_isolated(&probe_the_network(true, "isolated").await);
+        assert_isolated(&probe_the_network(Agent::Claude, RunAs::Nobody, "isolated").await);
+    }
+
+    /// The `acp` backend's agent alike: no UNIX socket of its own (the
+    /// chat tools still reach it, relayed: its answer came through them).
+    #[actix_rt::test]
+    async fn as_root_an_acp_agent_has_a_network_of_its_own() {
+        require_bubblewrap_as_root();
+        assert_isolated(&probe_the_network(Agent::Acp, RunAs::Me, "isolated").await);
+    }
+
+    #[actix_rt::test]
+    async fn as_nobody_an_acp_agent_has_a_network_of_its_own() {
+        require_bubblewrap_as_root();
+        assert_isolated(&probe_the_network(Agent::Acp, RunAs::Nobody, "isolated").await);
     }
 
     /// The same probes with the opt-out: they do reach what the default
@@ -300,7 +322,7 @@ mod sandboxed {
     #[actix_rt::test]
     async fn with_the_host_network_the_same_probes_reach_the_host() {
         require_bubblewrap_as_root();
-        let reached = probe_the_network(false, "host").await;
+        let reached = probe_the_network(Agent::Claude, RunAs::Me, "host").await;
         for (name, banner) in [
             ("direct model api", "BANNER-model-api"),
             ("direct other port", "BANNER-other-port"),

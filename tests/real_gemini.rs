@@ -38,6 +38,7 @@ const INNER: &[&str] = &[
     "gemini_asks_a_permission_the_chat_grants",
     "within_the_minute_its_session_began_gemini_cannot_load_it_and_the_chat_is_told",
     "after_a_restart_gemini_resumes_the_conversation",
+    "under_bubblewrap_in_a_network_of_its_own_gemini_answers_through_the_proxy",
 ];
 
 #[test]
@@ -218,8 +219,12 @@ async fn start_with(
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut slot = None;
     let harness = Harness::launch(&pairs, Harness::fast_limits(), |config| {
+        let mut settings = AcpSettings::from_config(config);
+        let turnstile = std::path::PathBuf::from(env!("CARGO_BIN_EXE_turnstile"));
+        settings.process.seal.relay_network_with(turnstile.clone());
+        settings.bridge = turnstile;
         let backend = Arc::new(AcpBackend::new(
-            AcpSettings::from_config(config),
+            settings,
             Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
         ));
         slot = Some(Arc::clone(&backend));
@@ -481,5 +486,54 @@ async fn in_a_trusted_workspace_gemini_sends_through_the_chat_tools() {
     let first = api.model_requests();
     let offered = first.first().map(Value::to_string).unwrap_or_default();
     assert!(offered.contains("mcp_telegram-tools_send"), "{offered}");
+    stop(h, &backend).await;
+}
+
+/// Under bubblewrap with the default network (a namespace of its own, out
+/// only through turnstile's proxy, UNIX sockets refused), Gemini CLI
+/// reaches its API through `HTTPS_PROXY`/`HTTP_PROXY`, and the chat tools
+/// through the relayed bridge.
+#[actix_rt::test]
+#[ignore = "runs inside a network namespace through real_gemini_in_a_loopback_namespace"]
+async fn under_bubblewrap_in_a_network_of_its_own_gemini_answers_through_the_proxy() {
+    let api = FakeGemini::start().await;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    api.push(json!([{"functionCall": {"name": "mcp_telegram-tools_send",
+        "args": {"text": "Sent from the sandbox."}}}]));
+    api.push(json!([{"text": "done"}]));
+    let (mut h, backend) = start_with(
+        &api,
+        dir.path(),
+        &[
+            ("TURNSTILE_AGENT_SANDBOX", "bubblewrap"),
+            ("TURNSTILE_AGENT_ENV_GEMINI_CLI_TRUST_WORKSPACE", "true"),
+        ],
+    )
+    .await;
+    h.say(1, USER, "send it");
+    let question = h
+        .api
+        .wait_for(
+            Duration::from_secs(60),
+            "the permission question",
+            |calls| {
+                calls
+                    .iter()
+                    .find(|c| c.method == "sendmessage" && !buttons_of(c).is_empty())
+                    .cloned()
+            },
+        )
+        .await;
+    let buttons: Vec<(String, String)> = buttons_of(&question).into_iter().flatten().collect();
+    let allow = data(&buttons, "Allow");
+    h.api.push_callback(1, USER, 0, &allow);
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, completed());
+    let texts = h.api.wait_for_texts(1, 2, SOON).await;
+    assert!(
+        texts.iter().any(|t| t == "Sent from the sandbox."),
+        "{texts:?}"
+    );
+    assert!(!api.model_requests().is_empty());
     stop(h, &backend).await;
 }

@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -19,6 +20,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::fake_cli::{self, FakeLog};
+#[cfg(feature = "real-cli")]
+use support::process::require_bubblewrap_as_root;
+use support::process::{RunAs, SealedBot};
 use support::*;
 use turnstile::agent::Scenario;
 use turnstile::agent::ToolRegistry;
@@ -324,30 +328,6 @@ async fn a_launcher_prefix_wraps_the_agent_and_the_turn_still_works() {
     assert_eq!(lines[1], files.workdir(1).display().to_string());
     assert_eq!(lines[2], env!("CARGO_BIN_EXE_fake-claude"));
     assert!(lines.contains(&"--strict-mcp-config"), "{lines:?}");
-}
-
-/// Panics unless this runs as root with `bwrap` on PATH: the bubblewrap
-/// tests (part of the real-CLI group) fail naming what is missing.
-#[cfg(feature = "real-cli")]
-fn require_bubblewrap_as_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let bwrap = Command::new("bwrap").arg("--version").output();
-    assert!(
-        uid == 0 && bwrap.as_ref().is_ok_and(|o| o.status.success()),
-        "the bubblewrap test (--features real-cli) cannot run here: it needs root \
-         (uid {uid}) and `bwrap` on PATH (Debian package bubblewrap): {bwrap:?}"
-    );
-    // The sandbox mounts a fresh /tmp, so a fake agent and files built
-    // below /tmp would vanish from the agent's view.
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    assert!(
-        !target.starts_with("/tmp"),
-        "the bubblewrap test cannot run with its build below /tmp ({}): the sandbox \
-         gives the agent a fresh /tmp, which hides the fake agent; set CARGO_TARGET_DIR \
-         to a directory outside /tmp",
-        target.display()
-    );
 }
 
 /// Bubblewrap around `fake-claude`: needs root and `bwrap`, so it is part
@@ -765,45 +745,12 @@ async fn a_transcriber_without_bwrap_under_the_default_sandbox_is_exit_2() {
     }
 }
 
-/// A child killed when the test ends, however it ends.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Makes `command` run as `nobody` when this test runs as root (root may
-/// read any process's environ); as this test's own user otherwise.
-fn as_same_unprivileged_user(command: &mut Command) {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return;
-    }
-    // SAFETY: setgroups, setgid and setuid are async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            let nobody: libc::uid_t = 65534;
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(nobody) != 0
-                || libc::setuid(nobody) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 /// What `cat /proc/<pid>/environ` gives a process of the same user:
 /// the environment, or what cat said.
 fn environ_as_the_same_user(pid: u32) -> Result<String, String> {
     let mut cat = Command::new("cat");
     cat.arg(format!("/proc/{pid}/environ"));
-    as_same_unprivileged_user(&mut cat);
+    support::process::as_nobody(&mut cat);
     let out = cat.output().expect("cat runs");
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -822,33 +769,28 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
     let binary = dir.path().join("turnstile");
     support::process::copy_executable(Path::new(env!("CARGO_BIN_EXE_turnstile")), &binary);
     let log = dir.path().join("bot.log");
-    let stderr = std::fs::File::create(&log).expect("log");
     let vars = ConfigVars::new(&api.url())
         .set("TURNSTILE_TELEGRAM_POLL_TIMEOUT", "1s")
         .set("TURNSTILE_ACCESS_ALLOWED_USERS", "1001")
         .set("TURNSTILE_ACCESS_ADMINS", ADMIN.to_string())
         .set("TURNSTILE_STATE_PATH", ":memory:");
-    let mut command = Command::new(&binary);
-    command
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("TURNSTILE_LOG", "info")
-        .envs(vars.iter())
-        .env(SECRET.0, SECRET.1)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr);
-    as_same_unprivileged_user(&mut command);
-    let mut bot = Reaped(command.spawn().expect("turnstile starts"));
-    let pid = bot.0.id();
+    let mut bot = SealedBot::start(
+        &binary,
+        &[],
+        dir.path(),
+        RunAs::Nobody,
+        &vars,
+        &[(SECRET.0, OsStr::new(SECRET.1))],
+        &log,
+    );
+    let pid = bot.child.id();
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // A process of that user that did not forbid it: its environ reads.
     let mut sleeper = Command::new("sleep");
     sleeper.arg("60").env(SECRET.0, SECRET.1);
-    as_same_unprivileged_user(&mut sleeper);
-    let sleeper = Reaped(sleeper.spawn().expect("sleep runs"));
+    support::process::as_nobody(&mut sleeper);
+    let sleeper = support::process::Reaped(sleeper.spawn().expect("sleep runs"));
     let read = environ_as_the_same_user(sleeper.0.id());
     drop(sleeper);
     assert!(
@@ -869,7 +811,12 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
     api.push_text(ADMIN, ADMIN, "/restart");
     let told = api.wait_for_texts(ADMIN, 2, Duration::from_secs(30)).await;
     assert!(told[1].contains("Restarted."), "{told:?}\n{}", log_text());
-    assert_eq!(bot.0.try_wait().expect("waitable"), None, "{}", log_text());
+    assert_eq!(
+        bot.child.try_wait().expect("waitable"),
+        None,
+        "{}",
+        log_text()
+    );
     assert!(
         log_text().contains("re-executing for /restart"),
         "{}",
@@ -882,10 +829,7 @@ async fn a_process_of_the_same_user_cannot_read_turnstiles_environ_even_after_re
         "turnstile's environ was readable after /restart: {read:?}\n{}",
         log_text()
     );
-    // SAFETY: a plain kill(2) of our own child.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-    let status = bot.0.wait().expect("turnstile exits");
-    assert!(status.success(), "{status:?}\n{}", log_text());
+    bot.stop();
 }
 
 /// turnstile run as `nobody` with the default sandbox, `bin` first on its
@@ -899,7 +843,6 @@ async fn one_turn_as_nobody(bin: Option<&Path>) -> (String, Value) {
     chown(state.path(), Some(65534), Some(65534)).expect("chown");
     let db = state.path().join("turnstile.db");
     let log = state.path().join("bot.log");
-    let stderr = std::fs::File::create(&log).expect("log");
     let probes = [
         "/proc/self/uid_map".to_owned(),
         "/proc/self/status".to_owned(),
@@ -921,39 +864,20 @@ async fn one_turn_as_nobody(bin: Option<&Path>) -> (String, Value) {
             .chain(std::env::split_paths(&path)),
     )
     .expect("PATH");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
-    command
-        .current_dir(state.path())
-        .env_clear()
-        .env("PATH", path)
-        .env("TURNSTILE_LOG", "info")
-        .envs(vars.iter())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr);
-    as_same_unprivileged_user(&mut command);
-    let mut bot = Reaped(command.spawn().expect("turnstile starts"));
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    eventually("turnstile polling", SOON, || {
-        let polled = !api.calls_of("getUpdates").is_empty();
-        let exited = bot.0.try_wait().ok().flatten();
-        let log = log_text();
-        async move {
-            if polled {
-                Ok(())
-            } else {
-                Err(format!("exited: {exited:?}; log:\n{log}"))
-            }
-        }
-    })
-    .await;
+    let mut bot = SealedBot::start(
+        Path::new(env!("CARGO_BIN_EXE_turnstile")),
+        &[],
+        state.path(),
+        RunAs::Nobody,
+        &vars,
+        &[("PATH", path.as_os_str())],
+        &log,
+    );
+    bot.wait_polling(&api).await;
     api.push_text(USER, USER, "hi");
     let told = api.wait_for_texts(USER, 1, Duration::from_secs(30)).await;
-    assert_eq!(told, vec!["echo: hi"], "{}", log_text());
-    // SAFETY: a plain kill(2) of our own child.
-    unsafe { libc::kill(bot.0.id() as libc::pid_t, libc::SIGTERM) };
-    let status = bot.0.wait().expect("turnstile exits");
-    assert!(status.success(), "{status:?}\n{}", log_text());
+    assert_eq!(told, vec!["echo: hi"], "{}", bot.log_text());
+    let log = bot.stop();
     let seen = dumps(&state.path().join(format!("workspaces/{USER}/dump.jsonl")));
     assert_eq!(seen.len(), 1, "{seen:#?}");
     let mut probes = seen[0]["probes"].clone();
@@ -964,7 +888,7 @@ async fn one_turn_as_nobody(bin: Option<&Path>) -> (String, Value) {
     {
         probes["state dir"] = listing;
     }
-    (log_text(), probes)
+    (log, probes)
 }
 
 /// The `/proc/self/uid_map` the agent saw, as words.

@@ -8,12 +8,14 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::process::{RunAs, SealedBot, require_bubblewrap_as_root};
 use support::*;
 
 /// The chats: a private chat each, and the project each works in.
@@ -24,32 +26,6 @@ const CHATS: [(i64, &str); 5] = [
     (1004, "gamma"),
     (1005, ""),
 ];
-
-/// A child killed when the test ends, however it ends.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Panics unless this runs as root with `bwrap` on PATH and its build
-/// outside `/tmp` (the sandbox's `/tmp` is its own).
-fn require_bubblewrap_as_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let bwrap = Command::new("bwrap").arg("--version").output();
-    assert!(
-        uid == 0 && bwrap.as_ref().is_ok_and(|o| o.status.success()),
-        "this test (--features real-cli) needs root (uid {uid}) and `bwrap` on PATH: {bwrap:?}"
-    );
-    assert!(
-        !Path::new(env!("CARGO_TARGET_TMPDIR")).starts_with("/tmp"),
-        "the build must lie outside /tmp, which the sandbox replaces"
-    );
-}
 
 /// The layout: the state and default workdirs in `state/`; project alpha
 /// (only user 1001) in `projects/alpha/{chat}`, beta shared by its
@@ -155,24 +131,6 @@ impl Layout {
     }
 }
 
-/// Runs `command` as `nobody` (with no group but nobody's).
-fn as_nobody(command: &mut Command) {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: setgroups, setgid and setuid are async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            let nobody: libc::uid_t = 65534;
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(nobody) != 0
-                || libc::setuid(nobody) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 /// `chown -R nobody: dir`.
 fn give_to_nobody(dir: &Path) {
     let status = Command::new("chown")
@@ -220,23 +178,17 @@ async fn two_rounds(nobody: bool) -> (Layout, String) {
             "TURNSTILE_AGENT_ENV_FAKE_CLAUDE_PROBE",
             layout.probes().join(":"),
         );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
-    command
-        .arg("--config")
-        .arg(&config_file)
-        .current_dir(layout.base.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("TURNSTILE_LOG", "info")
-        .envs(vars.iter())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"));
-    if nobody {
-        as_nobody(&mut command);
-    }
-    let mut bot = Reaped(command.spawn().expect("turnstile starts"));
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let who = if nobody { RunAs::Nobody } else { RunAs::Me };
+    let bot = SealedBot::start(
+        Path::new(env!("CARGO_BIN_EXE_turnstile")),
+        &[OsStr::new("--config"), config_file.as_os_str()],
+        layout.base.path(),
+        who,
+        &vars,
+        &[],
+        &log,
+    );
+    let log_text = || bot.log_text();
     let wait = Duration::from_secs(30);
     for (chat, project) in CHATS {
         let mut told = 0;
@@ -271,11 +223,8 @@ async fn two_rounds(nobody: bool) -> (Layout, String) {
             log_text()
         );
     }
-    // SAFETY: a plain kill(2) of our own child.
-    unsafe { libc::kill(bot.0.id() as libc::pid_t, libc::SIGTERM) };
-    let status = bot.0.wait().expect("turnstile exits");
-    assert!(status.success(), "{status:?}\n{}", log_text());
-    (layout, log_text())
+    let log = bot.stop();
+    (layout, log)
 }
 
 /// What an agent saw at `path`: its file's text, its directory's names

@@ -136,12 +136,24 @@ impl AcpBackend {
         // A project's session works in the project's directory, made,
         // sealed and bound as a workdir is, as the claude backend's does
         // (its `allowed_tools` name tools, which no ACP request is).
-        let settings = match &request.project {
+        let mut settings = match &request.project {
             Some(project) => Arc::new(AcpSettings {
                 process: self.settings.process.for_project(project),
                 ..(*self.settings).clone()
             }),
             None => Arc::clone(&self.settings),
+        };
+        // In a network of its own the agent can make no UNIX socket: its
+        // chat tools are relayed from a directory of this process's own.
+        let tools_dir = match &settings.process.seal.network {
+            Some(isolation) if settings.process.seal.isolates_network() => {
+                let dir = isolation.tools_dir().map_err(AgentError::Network)?;
+                let mut own = (*settings).clone();
+                own.process.seal.tools = Some(dir.path().to_owned());
+                settings = Arc::new(own);
+                Some(dir)
+            }
+            _ => None,
         };
         let spawned = AgentProcess::spawn(&settings.process, &key, &settings.args, &self.running)?;
         let pid = spawned.process.pid();
@@ -163,6 +175,7 @@ impl AcpBackend {
             stdin: spawned.stdin,
             stdout: spawned.stdout,
             resume,
+            tools_dir,
             label: format!("acp pid {pid}"),
         }))
     }

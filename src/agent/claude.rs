@@ -113,12 +113,7 @@ fn isolation(config: &Config) -> Option<Arc<Isolation>> {
         NetworkPolicy::Shared(_) => None,
         NetworkPolicy::Isolated(rules) => {
             let relay = std::env::current_exe().unwrap_or_else(|_| "turnstile".into());
-            // The acp backend's stdio bridge to the chat tools is a UNIX
-            // socket; the claude backend's tools need none.
-            let bridge = config.agent.backend == crate::config::Backend::Acp;
-            Some(Arc::new(
-                Isolation::new(rules, relay).with_unix_sockets(bridge),
-            ))
+            Some(Arc::new(Isolation::new(rules, relay)))
         }
     }
 }
@@ -152,6 +147,7 @@ impl ClaudeSettings {
                 no_nested_userns: false,
                 places: config.place_roots(),
                 network: isolation(config),
+                tools: None,
             },
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),

@@ -9,7 +9,11 @@
 //! whose `HTTPS_PROXY` and `HTTP_PROXY` point at it. The proxy lets
 //! through only what the allowlist names (the model API's host and port,
 //! `agent.network.allow`), and answers anything else with a 403 naming
-//! the host and the key.
+//! the host and the key. The agent can make no UNIX socket (a seccomp
+//! filter, installed by the relay before it becomes the agent): the
+//! `acp` backend's chat tools are reached the same way, the relay taking
+//! each connection to `127.0.0.1:`[`TOOLS_PORT`] to the session's socket
+//! in a directory of its own, bound read-only at [`SANDBOX_TOOLS`].
 
 mod local;
 mod proxy;
@@ -21,7 +25,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub use proxy::{Limits, Proxy};
 pub use relay::{
-    NO_UNIX_SOCKETS, RELAY_COMMAND, forbid_unix_sockets, run_relay, unix_socket_filter,
+    NO_UNIX_SOCKETS, RELAY_COMMAND, TOOLS_FLAG, forbid_unix_sockets, run_relay, unix_socket_filter,
 };
 
 use crate::config::HostRule;
@@ -31,6 +35,16 @@ pub const RELAY_PORT: u16 = 3128;
 
 /// Where the proxy's socket is in the sandbox (on its own `/tmp`).
 pub const SANDBOX_SOCKET: &str = "/tmp/.turnstile-proxy.sock";
+
+/// The port the relay takes the chat tools' connections on (the `acp`
+/// backend's stdio bridge connects there), on the sandbox's own loopback.
+pub const TOOLS_PORT: u16 = 3129;
+
+/// Where a process's chat tools directory is in the sandbox (read-only).
+pub const SANDBOX_TOOLS: &str = "/tmp/.turnstile-tools";
+
+/// The chat tools' socket's name in that directory.
+pub const TOOLS_SOCKET: &str = "mcp.sock";
 
 /// The variables that send the agent's HTTP through the relay; and the
 /// ones that would send some of it around, which the agent never gets.
@@ -47,10 +61,6 @@ pub struct Isolation {
     rules: Vec<HostRule>,
     /// `turnstile`, run in the sandbox as `net-relay`.
     relay: PathBuf,
-    /// Whether the agent may make UNIX sockets (the `acp` backend's stdio
-    /// bridge to the chat tools needs one); if not, a seccomp filter
-    /// refuses them.
-    unix_sockets: bool,
     /// The proxy's socket outside the sandbox, in a directory of its own
     /// (mode 0700).
     socket: PathBuf,
@@ -78,7 +88,6 @@ impl Isolation {
         Self {
             rules,
             relay,
-            unix_sockets: false,
             socket: dir.join("proxy.sock"),
             started: OnceLock::new(),
             stop: Mutex::new(None),
@@ -88,20 +97,7 @@ impl Isolation {
     /// The same isolation relayed by `relay` instead (nothing started).
     #[must_use]
     pub fn relayed_by(&self, relay: PathBuf) -> Self {
-        Self::new(self.rules.clone(), relay).with_unix_sockets(self.unix_sockets)
-    }
-
-    /// The same, the agent allowed UNIX sockets or not (not by default).
-    #[must_use]
-    pub fn with_unix_sockets(mut self, allowed: bool) -> Self {
-        self.unix_sockets = allowed;
-        self
-    }
-
-    /// Whether the agent may make UNIX sockets.
-    #[must_use]
-    pub fn unix_sockets(&self) -> bool {
-        self.unix_sockets
+        Self::new(self.rules.clone(), relay)
     }
 
     /// What the proxy lets through.
@@ -139,6 +135,59 @@ impl Isolation {
                 Ok(())
             })
             .clone()
+    }
+}
+
+/// One agent process's chat tools directory (mode 0700, beside the
+/// proxy's socket, outside every sandbox): its socket is made there once
+/// the session knows it serves the tools over stdio, and the sandbox sees
+/// the directory read-only at [`SANDBOX_TOOLS`]. Dropped, it goes.
+#[derive(Debug)]
+pub struct ToolsDir {
+    /// The directory.
+    dir: PathBuf,
+}
+
+impl ToolsDir {
+    /// The directory, outside the sandbox.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the chat tools' socket goes, outside the sandbox.
+    #[must_use]
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join(TOOLS_SOCKET)
+    }
+}
+
+impl Drop for ToolsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.socket());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl Isolation {
+    /// A new chat tools directory for one agent process (the proxy is
+    /// started first: the directory lies beside its socket).
+    ///
+    /// # Errors
+    ///
+    /// The proxy could not start, or the directory could not be made.
+    pub fn tools_dir(&self) -> Result<ToolsDir, String> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        self.start()?;
+        let parent = self.socket.parent().unwrap_or_else(|| Path::new("/"));
+        let dir = parent.join(format!("tools-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(ToolsDir { dir })
     }
 }
 

@@ -18,6 +18,9 @@
 //!   `session/new` until it is used.
 //! - `FAKE_ACP_MARKER=<m>`: starts `sleep <m>` in its process group at
 //!   start, to prove the whole group is killed.
+//! - `FAKE_ACP_CONNECT`: targets (`,`-separated, as `fake_net/connect.rs`
+//!   reads them) it connects to at start; logged as `{"connects": {target:
+//!   what it got}}`.
 //!
 //! Its session ids are `fake-<pid>`; `session/load` of an id starting
 //! `fake-` succeeds (replaying one exchange, before answering it unless
@@ -48,6 +51,8 @@
 //! - anything else: a tool call, a plan, usage and `echo: <text>` in three
 //!   chunks, then `end_turn`.
 
+#[path = "fake_net/connect.rs"]
+mod connect;
 #[path = "fake_acp/mcp.rs"]
 mod mcp;
 
@@ -158,6 +163,9 @@ fn main() {
     fake.log(&json!({"pid": std::process::id(),
         "cwd": std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
         "env": std::env::vars().map(|(k, _)| k).collect::<Vec<_>>()}));
+    if std::env::var_os("FAKE_ACP_CONNECT").is_some() {
+        fake.log(&json!({"connects": connect::connects("FAKE_ACP_CONNECT")}));
+    }
     if let Ok(marker) = std::env::var("FAKE_ACP_MARKER") {
         let _ = std::process::Command::new("sleep").arg(marker).spawn();
     }

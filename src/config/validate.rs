@@ -351,7 +351,36 @@ impl Config {
             warnings.extend(self.unset_pass_env_warnings());
         }
         warnings.extend(self.sharing_warnings());
+        warnings.extend(self.acp_allowed_tools_warnings());
         warnings
+    }
+
+    /// `agent.allowed_tools` and `[projects.*] allowed_tools` with the
+    /// `acp` backend, where they allow nothing: a request's tool is
+    /// `acp:<kind>` and its title the agent's own words, which no entry
+    /// matches.
+    fn acp_allowed_tools_warnings(&self) -> Vec<String> {
+        if self.agent.backend != Backend::Acp {
+            return Vec::new();
+        }
+        let projects = self
+            .projects
+            .iter()
+            .filter(|(_, p)| !p.allowed_tools.is_empty())
+            .map(|(name, p)| (format!("projects.{name}.allowed_tools"), &p.allowed_tools));
+        std::iter::once(("agent.allowed_tools".to_owned(), &self.agent.allowed_tools))
+            .filter(|(_, tools)| !tools.is_empty())
+            .chain(projects)
+            .map(|(key, tools)| {
+                format!(
+                    "{key} = {tools:?} does not apply to the acp backend: an ACP request's \
+                     tool is `acp:<kind>` and its title is the agent's own words, so no entry \
+                     ever lets one run unasked; every request is decided by \
+                     agent.denied_tools (a whole title), agent.permission_mode, or the chat \
+                     (\"Always in this chat\" remembers that exact request); remove the key"
+                )
+            })
+            .collect()
     }
 
     /// The program the `claude` backend starts, when it cannot be found on

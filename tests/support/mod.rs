@@ -472,8 +472,12 @@ pub async fn until_unix_ms(unix_ms: i64) {
 /// The `n`-th (1-based) question with buttons sent to `chat`: its text and
 /// its buttons' callback data by label.
 pub async fn question(h: &Harness, chat: i64, n: usize) -> (String, Vec<(String, String)>) {
-    let call = h
-        .api
+    question_in(&h.api, chat, n).await
+}
+
+/// [`question`], asked through `api` (a bot run as a child process).
+pub async fn question_in(api: &FakeBotApi, chat: i64, n: usize) -> (String, Vec<(String, String)>) {
+    let call = api
         .wait_for(SOON, &format!("question #{n} in chat {chat}"), |calls| {
             calls
                 .iter()

@@ -1,11 +1,13 @@
 //! `turnstile mcp-bridge SOCKET`: the chat tools' MCP server over stdio,
 //! for an agent that takes no HTTP MCP. The agent starts it (as
 //! `session/new` named it); it connects to SOCKET, the session's Unix
-//! socket in the conversation's workdir, sends the session's token (from
-//! [`TOKEN_ENV`]) as the first line, then relays lines both ways until
-//! either side ends.
+//! socket in the conversation's workdir (or, as `127.0.0.1:PORT`, to the
+//! relay of an agent in a network of its own, which takes it to the
+//! session's socket), sends the session's token (from [`TOKEN_ENV`]) as
+//! the first line, then relays lines both ways until either side ends.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 
@@ -23,7 +25,11 @@ pub fn run_bridge(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     };
     let token = std::env::var(TOKEN_ENV).unwrap_or_default();
-    let stream = match UnixStream::connect(socket) {
+    let connected = match socket.parse::<SocketAddr>() {
+        Ok(addr) => TcpStream::connect(addr).map(Stream::Tcp),
+        Err(_) => UnixStream::connect(socket).map(Stream::Unix),
+    };
+    let stream = match connected {
         Ok(stream) => stream,
         Err(err) => {
             eprintln!("turnstile {BRIDGE_COMMAND}: {socket}: {err}");
@@ -44,7 +50,7 @@ pub fn run_bridge(args: &[String]) -> ExitCode {
                 break;
             }
         }
-        let _ = to_host.shutdown(std::net::Shutdown::Write);
+        to_host.end_writing();
     });
     let mut out = std::io::stdout().lock();
     for line in BufReader::new(stream).lines() {
@@ -54,4 +60,52 @@ pub fn run_bridge(args: &[String]) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The connection to the host: the session's socket, or the relay's port.
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> std::io::Result<Self> {
+        match self {
+            Self::Unix(s) => s.try_clone().map(Self::Unix),
+            Self::Tcp(s) => s.try_clone().map(Self::Tcp),
+        }
+    }
+
+    /// The host sees the end of its input.
+    fn end_writing(&self) {
+        let _ = match self {
+            Self::Unix(s) => s.shutdown(Shutdown::Write),
+            Self::Tcp(s) => s.shutdown(Shutdown::Write),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Unix(s) => s.read(buf),
+            Self::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Unix(s) => s.write(buf),
+            Self::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Unix(s) => s.flush(),
+            Self::Tcp(s) => s.flush(),
+        }
+    }
 }

@@ -22,6 +22,7 @@ use super::updates::Answer;
 use super::wire::{self, Incoming};
 use crate::agent::claude::MAX_LINE_BYTES;
 use crate::agent::claude::process::{AgentProcess, next_bounded_line};
+use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, AgentSession, Permission, SessionCommand};
 use crate::shutdown::Shutdown;
@@ -61,6 +62,9 @@ pub(super) struct Start {
     pub(super) resume: Option<String>,
     /// The conversation's working directory (`cwd`).
     pub(super) cwd: PathBuf,
+    /// The process's chat tools directory, when it runs in a network of
+    /// its own (kept while the driver runs).
+    pub(super) tools_dir: Option<ToolsDir>,
     /// For logs.
     pub(super) label: String,
 }
@@ -132,6 +136,7 @@ pub(super) fn start(start: Start) -> AgentSession {
         resume: start.resume,
         can_load: false,
         tool_server: None,
+        tools_dir: start.tools_dir,
         cwd: start.cwd,
         session: None,
         queued: VecDeque::new(),
@@ -213,8 +218,10 @@ struct Driver {
     resume: Option<String>,
     /// Whether the agent offers `session/load`.
     can_load: bool,
-    /// The chat tools' MCP server, when the agent takes one over HTTP.
+    /// The chat tools' MCP server, when it is served.
     tool_server: Option<super::mcp::ToolServer>,
+    /// The process's chat tools directory, in a network of its own.
+    tools_dir: Option<ToolsDir>,
     /// The working directory.
     cwd: PathBuf,
     /// The open session's id.

@@ -5,7 +5,10 @@
 //! 256 bits from the OS, never logged); otherwise over stdio, through
 //! `turnstile mcp-bridge` (`bridge.rs`), which the agent starts and which
 //! connects back to a Unix socket of the session in the conversation's
-//! workdir, its first line the token. The MCP messages are served as the
+//! workdir, its first line the token; or, for an agent in a network of
+//! its own (which can make no UNIX socket), to `127.0.0.1:3129` of its
+//! sandbox, which the relay takes to the session's socket in the
+//! process's chat tools directory (`network::ToolsDir`). The MCP messages are served as the
 //! claude backend serves its in-process `telegram-tools` server
 //! (`claude::protocol::mcp`); a tool call goes to the turn as an
 //! [`AgentEvent::ToolCall`] and its answer is the HTTP response.
@@ -48,6 +51,14 @@ pub(crate) struct ToolServer {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What a stdio server serves with: the chat tools, where their calls
+/// go, and the host's stop.
+pub(crate) type Serve = (
+    Arc<ToolRegistry>,
+    mpsc::UnboundedSender<AgentEvent>,
+    Shutdown,
+);
+
 /// How the agent reaches a tool server.
 enum Reach {
     /// `http://127.0.0.1:PORT/mcp`.
@@ -56,8 +67,12 @@ enum Reach {
     Stdio {
         /// `turnstile` (the bridge).
         bridge: PathBuf,
-        /// The socket in the conversation's workdir.
+        /// The socket (in the conversation's workdir, or in the process's
+        /// chat tools directory).
         socket: PathBuf,
+        /// What the bridge connects to: the socket's path, or the relay's
+        /// `127.0.0.1:PORT` in the agent's own network.
+        connect: String,
     },
 }
 
@@ -135,16 +150,35 @@ impl ToolServer {
     /// Starts listening on a Unix socket in `dir` (the conversation's
     /// workdir, mode 0600) for the stdio bridge `bridge`; `None` (logged)
     /// when it cannot.
-    pub(crate) fn start_stdio(
-        dir: &Path,
-        bridge: PathBuf,
-        tools: Arc<ToolRegistry>,
-        events: mpsc::UnboundedSender<AgentEvent>,
-        shutdown: Shutdown,
-    ) -> Option<Self> {
-        use std::os::unix::fs::PermissionsExt as _;
+    pub(crate) fn start_stdio(dir: &Path, bridge: PathBuf, serve: Serve) -> Option<Self> {
         let token = random_token()?;
         let socket = dir.join(format!(".turnstile-mcp-{}.sock", &token[..12]));
+        let connect = socket.display().to_string();
+        Self::listen_stdio(token, socket, connect, bridge, serve)
+    }
+
+    /// Starts listening on `socket` (in the process's chat tools
+    /// directory, mode 0600) for the stdio bridge `bridge`, which connects
+    /// to `relay` (the relay's `127.0.0.1:PORT` in the agent's sandbox);
+    /// `None` (logged) when it cannot.
+    pub(crate) fn start_relayed(
+        socket: PathBuf,
+        relay: String,
+        bridge: PathBuf,
+        serve: Serve,
+    ) -> Option<Self> {
+        let token = random_token()?;
+        Self::listen_stdio(token, socket, relay, bridge, serve)
+    }
+
+    fn listen_stdio(
+        token: String,
+        socket: PathBuf,
+        connect: String,
+        bridge: PathBuf,
+        (tools, events, shutdown): Serve,
+    ) -> Option<Self> {
+        use std::os::unix::fs::PermissionsExt as _;
         let listener = match tokio::net::UnixListener::bind(&socket) {
             Ok(listener) => listener,
             Err(err) => {
@@ -161,7 +195,11 @@ impl ToolServer {
         };
         let task = tokio::spawn(accept_stdio(listener, serving));
         Some(Self {
-            reach: Reach::Stdio { bridge, socket },
+            reach: Reach::Stdio {
+                bridge,
+                socket,
+                connect,
+            },
             token,
             task,
         })
@@ -175,11 +213,13 @@ impl ToolServer {
                     HttpHeader::new("Authorization", format!("Bearer {}", self.token)),
                 ]))
             }
-            Reach::Stdio { bridge, socket } => McpServer::Stdio(
+            Reach::Stdio {
+                bridge, connect, ..
+            } => McpServer::Stdio(
                 McpServerStdio::new(TOOL_SERVER, bridge.clone())
                     .args(vec![
                         super::bridge::BRIDGE_COMMAND.to_owned(),
-                        socket.display().to_string(),
+                        connect.clone(),
                     ])
                     .env(vec![EnvVariable::new(
                         super::bridge::TOKEN_ENV,

@@ -78,6 +78,11 @@ pub struct Seal {
     /// namespace whose only way out is the proxy; `None` shares the
     /// host's.
     pub network: Option<Arc<Isolation>>,
+    /// One process's chat tools directory (the `acp` backend's, in a
+    /// network of its own): bound read-only into its sandbox, its socket
+    /// relayed to the agent on the sandbox's loopback. Set per process,
+    /// never in the backend's own settings.
+    pub tools: Option<PathBuf>,
 }
 
 /// bwrap's flag that leaves the sandbox unable to make user namespaces
@@ -207,7 +212,7 @@ pub fn plan(
             &workdir,
         ));
         if let Some(isolation) = &seal.network {
-            isolate_network(isolation, base, &mut argv, &mut env);
+            isolate_network(isolation, seal.tools.as_deref(), base, &mut argv, &mut env);
         }
     }
     argv.push(command.to_owned());

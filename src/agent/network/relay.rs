@@ -1,9 +1,15 @@
-//! `turnstile net-relay SOCKET -- COMMAND…`: run inside the sandbox's own
-//! network namespace, first thing. It binds `127.0.0.1:`[`RELAY_PORT`]
-//! there, forks a relay that takes each connection to SOCKET (turnstile's
-//! proxy, bound into the sandbox), and becomes COMMAND (the agent) in the
-//! same process, so the agent keeps its pid, pipes and signals. The relay
-//! has no stdio (the agent's pipes end with the agent) and dies with it.
+//! `turnstile net-relay [--no-unix-sockets] [--tools TOOLS] SOCKET --
+//! COMMAND…`: run inside the sandbox's own network namespace, first
+//! thing. It binds `127.0.0.1:`[`RELAY_PORT`] there (and
+//! `127.0.0.1:`[`TOOLS_PORT`] with `--tools`), forks a relay that takes
+//! each connection to SOCKET (turnstile's proxy, bound into the sandbox),
+//! or to TOOLS (the session's chat tools socket, bound read-only), and
+//! becomes COMMAND (the agent) in the same process, so the agent keeps its
+//! pid, pipes and signals; with `--no-unix-sockets` only after a seccomp
+//! filter forbids it UNIX sockets (the relay, forked before, is not
+//! filtered: it reaches the two sockets it was given, and nothing the
+//! agent names). The relay has no stdio (the agent's pipes end with the
+//! agent) and dies with it.
 
 use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
@@ -13,13 +19,66 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::RELAY_PORT;
+use super::{RELAY_PORT, TOOLS_PORT};
 
 /// The relay's first word on turnstile's command line.
 pub const RELAY_COMMAND: &str = "net-relay";
 
 /// The flag that forbids the agent new UNIX sockets.
 pub const NO_UNIX_SOCKETS: &str = "--no-unix-sockets";
+
+/// The flag naming the chat tools' socket, relayed from
+/// `127.0.0.1:`[`TOOLS_PORT`].
+pub const TOOLS_FLAG: &str = "--tools";
+
+/// The relay's command line, read.
+struct Args<'a> {
+    /// Whether the agent may make UNIX sockets.
+    unix_sockets: bool,
+    /// The chat tools' socket, when relayed.
+    tools: Option<&'a str>,
+    /// The proxy's socket.
+    socket: &'a str,
+    /// The agent's command and its arguments.
+    command: &'a str,
+    rest: &'a [String],
+}
+
+/// Reads the arguments after `net-relay`; `None` when they are not right.
+fn parse(mut args: &[String]) -> Option<Args<'_>> {
+    let (mut unix_sockets, mut tools) = (true, None);
+    loop {
+        match args {
+            [flag, rest @ ..] if flag == NO_UNIX_SOCKETS => {
+                unix_sockets = false;
+                args = rest;
+            }
+            [flag, path, rest @ ..] if flag == TOOLS_FLAG => {
+                tools = Some(path.as_str());
+                args = rest;
+            }
+            _ => break,
+        }
+    }
+    let [socket, dashes, command, rest @ ..] = args else {
+        return None;
+    };
+    (dashes == "--").then_some(Args {
+        unix_sockets,
+        tools,
+        socket,
+        command,
+        rest,
+    })
+}
+
+/// Binds `127.0.0.1:port` in the sandbox.
+fn bind(port: u16) -> Result<TcpListener, ExitCode> {
+    TcpListener::bind(("127.0.0.1", port)).map_err(|err| {
+        eprintln!("turnstile {RELAY_COMMAND}: 127.0.0.1:{port}: {err}");
+        ExitCode::from(1)
+    })
+}
 
 /// Connections relayed at once; past it, one is closed at once.
 const MAX_CONNECTIONS: usize = 256;
@@ -28,28 +87,21 @@ const MAX_CONNECTIONS: usize = 256;
 /// any thread starts: it forks.
 #[must_use]
 pub fn run_relay(args: &[String]) -> ExitCode {
-    let usage = || {
+    let Some(args) = parse(args) else {
         eprintln!(
-            "turnstile {RELAY_COMMAND}: usage: turnstile {RELAY_COMMAND} SOCKET -- COMMAND [ARG…]"
+            "turnstile {RELAY_COMMAND}: usage: turnstile {RELAY_COMMAND} [{NO_UNIX_SOCKETS}] \
+             [{TOOLS_FLAG} TOOLS] SOCKET -- COMMAND [ARG…]"
         );
-        ExitCode::from(2)
+        return ExitCode::from(2);
     };
-    let (unix_sockets, args) = match args.split_first() {
-        Some((flag, rest)) if flag == NO_UNIX_SOCKETS => (false, rest),
-        _ => (true, args),
-    };
-    let [socket, dashes, command, rest @ ..] = args else {
-        return usage();
-    };
-    if dashes != "--" {
-        return usage();
-    }
-    let listener = match TcpListener::bind(("127.0.0.1", RELAY_PORT)) {
+    let listener = match bind(RELAY_PORT) {
         Ok(listener) => listener,
-        Err(err) => {
-            eprintln!("turnstile {RELAY_COMMAND}: 127.0.0.1:{RELAY_PORT}: {err}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
+    };
+    let tools = match args.tools.map(|path| bind(TOOLS_PORT).map(|l| (l, path))) {
+        Some(Err(code)) => return code,
+        Some(Ok(tools)) => Some(tools),
+        None => None,
     };
     // SAFETY: no other thread runs yet (the relay is the first thing the
     // binary does), so the child may go on as a normal program.
@@ -63,16 +115,24 @@ pub fn run_relay(args: &[String]) -> ExitCode {
         }
         0 => {
             become_relay();
-            serve(&listener, socket);
+            if let Some((listener, path)) = tools {
+                let path = path.to_owned();
+                let _ = std::thread::Builder::new().spawn(move || serve(&listener, &path));
+            }
+            serve(&listener, args.socket);
             ExitCode::SUCCESS
         }
         _ => {
             drop(listener);
-            if !unix_sockets && let Err(err) = forbid_unix_sockets() {
+            drop(tools);
+            if !args.unix_sockets
+                && let Err(err) = forbid_unix_sockets()
+            {
                 eprintln!("turnstile {RELAY_COMMAND}: seccomp: {err}");
                 return ExitCode::from(1);
             }
-            let err = std::process::Command::new(command).args(rest).exec();
+            let command = args.command;
+            let err = std::process::Command::new(command).args(args.rest).exec();
             let _ = writeln!(
                 std::io::stderr(),
                 "turnstile {RELAY_COMMAND}: {command}: {err}"

@@ -32,3 +32,23 @@ fn the_proxy_starts_once_on_a_private_socket_and_goes_with_its_isolation() {
     drop(isolation);
     assert!(!dir.exists(), "its directory goes with it");
 }
+
+#[test]
+fn each_process_gets_a_private_tools_directory_that_goes_with_it() {
+    let isolation = Isolation::new(Vec::new(), PathBuf::from("/usr/bin/turnstile"));
+    let one = isolation.tools_dir().expect("made");
+    let two = isolation.tools_dir().expect("made");
+    assert_ne!(one.path(), two.path(), "one a process");
+    assert_eq!(one.path().parent(), isolation.socket().parent());
+    let mode = std::fs::metadata(one.path())
+        .expect("dir")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    assert_eq!(one.socket(), one.path().join(TOOLS_SOCKET));
+    std::fs::write(one.socket(), b"").expect("a file where the socket goes");
+    let dir = one.path().to_owned();
+    drop(one);
+    assert!(!dir.exists(), "it goes with its process, socket and all");
+    assert!(two.path().exists());
+}

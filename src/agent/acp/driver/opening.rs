@@ -13,6 +13,7 @@ use super::{Driver, Purpose, Stage, is_session_id};
 use crate::agent::AgentEvent;
 use crate::agent::acp::mcp::ToolServer;
 use crate::agent::acp::wire::{self, RpcError};
+use crate::agent::network;
 
 /// Told in front of the answer when the stored conversation could not be
 /// loaded.
@@ -147,18 +148,31 @@ impl Driver {
     }
 
     /// The chat tools' server: over HTTP when the agent takes it and
-    /// shares turnstile's network, else
-    /// over stdio through the bridge (every ACP agent takes stdio), unless
-    /// a launcher may start the agent where the session's socket is not.
+    /// shares turnstile's network, else over stdio through the bridge
+    /// (every ACP agent takes stdio): in a network of its own, through the
+    /// relay to the socket in the process's chat tools directory (the
+    /// agent can make no UNIX socket); else over a socket in its workdir,
+    /// unless a launcher may start the agent where that socket is not.
     fn tool_server(&self, http: bool) -> Option<ToolServer> {
-        let (tools, events, shutdown) = (
+        let serve = (
             Arc::clone(&self.tools),
             self.events.clone(),
             self.shutdown.clone(),
         );
-        // An agent in a network of its own cannot reach turnstile's
-        // loopback: it gets the stdio bridge, over a socket in its workdir.
-        if http && !self.settings.process.seal.isolates_network() {
+        let bridge = self.settings.bridge.clone();
+        if self.settings.process.seal.isolates_network() {
+            let Some(dir) = &self.tools_dir else {
+                tracing::warn!(
+                    pid = self.pid,
+                    "no chat tools directory for an agent in a network of its own; no tools"
+                );
+                return None;
+            };
+            let relay = format!("127.0.0.1:{}", network::TOOLS_PORT);
+            return ToolServer::start_relayed(dir.socket(), relay, bridge, serve);
+        }
+        if http {
+            let (tools, events, shutdown) = serve;
             return ToolServer::start(tools, events, shutdown);
         }
         if !self.settings.process.seal.launcher.is_empty() {
@@ -168,8 +182,7 @@ impl Driver {
             );
             return None;
         }
-        let bridge = self.settings.bridge.clone();
-        ToolServer::start_stdio(&self.cwd, bridge, tools, events, shutdown)
+        ToolServer::start_stdio(&self.cwd, bridge, serve)
     }
 
     /// The MCP servers offered: the chat tools, when they are served.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{Sandbox, Seal};
@@ -44,12 +44,15 @@ impl Seal {
 
 /// The agent's own network, in a planned bwrap `argv` (up to its `--`)
 /// and `env`: a network namespace of its own (`--unshare-net`), the
-/// proxy's socket bound read-only at [`network::SANDBOX_SOCKET`], the
-/// relay run first (`turnstile net-relay SOCKET --` before the command),
-/// and the proxy variables pointing at it; no variable that would let
-/// the agent's HTTP go around it.
+/// proxy's socket bound read-only at [`network::SANDBOX_SOCKET`] (and
+/// the process's chat tools directory `tools` at
+/// [`network::SANDBOX_TOOLS`]), the relay run first (`turnstile net-relay
+/// --no-unix-sockets [--tools …] SOCKET --` before the command), and the
+/// proxy variables pointing at it; no variable that would let the agent's
+/// HTTP go around it.
 pub(super) fn isolate_network(
     isolation: &Isolation,
+    tools: Option<&Path>,
     base: usize,
     argv: &mut Vec<String>,
     env: &mut BTreeMap<OsString, OsString>,
@@ -59,17 +62,27 @@ pub(super) fn isolate_network(
     argv.splice(base..base, ["--tmpfs".to_owned(), RUN.to_owned()]);
     // Before bwrap's own `--`, which ends its arguments.
     let at = argv.len().saturating_sub(1);
-    let flags = [
+    let mut flags = vec![
         "--unshare-net".to_owned(),
         "--ro-bind".to_owned(),
         isolation.socket().to_string_lossy().into_owned(),
         network::SANDBOX_SOCKET.to_owned(),
     ];
+    if let Some(dir) = tools {
+        flags.extend([
+            "--ro-bind".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            network::SANDBOX_TOOLS.to_owned(),
+        ]);
+    }
     argv.splice(at..at, flags);
     argv.push(isolation.relay().to_string_lossy().into_owned());
     argv.push(network::RELAY_COMMAND.to_owned());
-    if !isolation.unix_sockets() {
-        argv.push(network::NO_UNIX_SOCKETS.to_owned());
+    argv.push(network::NO_UNIX_SOCKETS.to_owned());
+    if tools.is_some() {
+        let socket = Path::new(network::SANDBOX_TOOLS).join(network::TOOLS_SOCKET);
+        argv.push(network::TOOLS_FLAG.to_owned());
+        argv.push(socket.to_string_lossy().into_owned());
     }
     argv.extend([network::SANDBOX_SOCKET.to_owned(), "--".to_owned()]);
     let url = format!("http://127.0.0.1:{}", network::RELAY_PORT);

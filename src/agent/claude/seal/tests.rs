@@ -101,6 +101,7 @@ fn seal(sandbox: Sandbox) -> Seal {
         no_nested_userns: false,
         places: Vec::new(),
         network: None,
+        tools: None,
     }
 }
 
@@ -531,4 +532,50 @@ fn an_isolated_agent_gets_its_own_network_and_only_the_relay_as_proxy() {
     assert_eq!(plain.argv, ["claude"]);
     assert!(!sealed.isolates_network());
     assert!(!plain.env.contains_key(&OsString::from("HTTPS_PROXY")));
+}
+
+#[test]
+fn an_acp_process_gets_its_tools_directory_read_only_and_relayed_with_no_unix_socket() {
+    let isolation = Arc::new(Isolation::new(
+        vec![crate::config::HostRule::parse("generativelanguage.googleapis.com").expect("rule")],
+        PathBuf::from("/opt/turnstile/turnstile"),
+    ));
+    let mut sealed = seal(Sandbox::Bubblewrap);
+    sealed.network = Some(isolation);
+    sealed.tools = Some(PathBuf::from("/run/turnstile-net/tools-3"));
+    let plan = plan(
+        &sealed,
+        "5",
+        "gemini",
+        &["--acp".into()],
+        Vec::new(),
+        &BTreeMap::new(),
+        |_| false,
+    );
+    let argv = plan.argv.join(" ");
+    let bwrap_end = plan
+        .argv
+        .iter()
+        .position(|a| a == "--")
+        .expect("bwrap's --");
+    let flags = plan.argv[..bwrap_end].join(" ");
+    assert!(
+        flags.contains("--ro-bind /run/turnstile-net/tools-3 /tmp/.turnstile-tools"),
+        "{argv}"
+    );
+    assert_eq!(
+        plan.argv[bwrap_end + 1..],
+        [
+            "/opt/turnstile/turnstile",
+            "net-relay",
+            "--no-unix-sockets",
+            "--tools",
+            "/tmp/.turnstile-tools/mcp.sock",
+            "/tmp/.turnstile-proxy.sock",
+            "--",
+            "gemini",
+            "--acp"
+        ],
+        "{argv}"
+    );
 }
