@@ -49,7 +49,7 @@ use support::figures::{Better, figure};
 use support::live::{ANSWER_PIECES, answer, answer_calls, answer_complete, call_text};
 use support::stats::{Summary, bytes, ms_between, ratio, table, verdict};
 use support::timed::{Mark, MarkKind, Timed};
-use support::{Args, Fakes, USER};
+use support::{Args, Fakes, USER, in_system};
 
 #[global_allocator]
 static GLOBAL: support::alloc::Counting = support::alloc::Counting;
@@ -160,19 +160,6 @@ fn run_all(args: &Args) {
         eprintln!("failed: {failed:?}");
         std::process::exit(1);
     }
-}
-
-/// Runs `f` in a fresh actix system on a thread of its own; everything it
-/// started is dropped with the system.
-fn in_system<T, F, Fut>(f: F) -> Result<T, String>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, String>>,
-    T: Send + 'static,
-{
-    std::thread::spawn(move || turnstile::system().block_on(f()))
-        .join()
-        .map_err(|_| "the benchmark thread panicked".to_string())?
 }
 
 // ---------------------------------------------------------------------------

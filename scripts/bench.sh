@@ -11,7 +11,8 @@
 #                              by more than its noise band
 #
 # Benchmarks 1-3 (benches/turns.rs) run the bot in process on the scripted
-# backend. Benchmarks 4-6 (benches/real_cli.rs) run the real Claude Code CLI
+# backend, as does the flapping soak (benches/flap.rs: Telegram down for
+# 10 s every minute). Benchmarks 4-6 (benches/real_cli.rs) run the real Claude Code CLI
 # (installed by scripts/install-claude.sh, which needs npm) against a fake
 # Anthropic API, inside a loopback-only network namespace: `unshare -n`
 # needs root, as the real-CLI tests do. benches/format.rs times the Telegram
@@ -50,7 +51,7 @@ fi
 
 out=target/bench
 mkdir -p "$out"
-rm -f "$out/turns.md" "$out/real_cli.md" "$out/format.md" "$out/report.md" "$out/figures.tsv"
+rm -f "$out/turns.md" "$out/flap.md" "$out/real_cli.md" "$out/format.md" "$out/report.md" "$out/figures.tsv"
 # Where the benchmarks write their figures (an absolute path: BASE's run
 # happens in another directory).
 export TURNSTILE_BENCH_FIGURES="${TURNSTILE_BENCH_FIGURES:-$PWD/$out/figures.tsv}"
@@ -60,16 +61,17 @@ load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 echo "bench: building (release, cargo bench profile)" >&2
 # Build once and run the binaries themselves, so every benchmark of a run
 # measures the same build even if the sources change meanwhile.
-artifacts=$(cargo bench --locked --no-run --bench turns --bench real_cli --bench format \
+artifacts=$(cargo bench --locked --no-run --bench turns --bench flap --bench real_cli --bench format \
   --message-format=json-render-diagnostics)
 exe() {
   printf '%s\n' "$artifacts" | grep -o '"executable":"[^"]*/'"$1"'-[^"]*"' |
     sed 's/^"executable":"//; s/"$//' | tail -n 1
 }
 turns_exe=$(exe turns)
+flap_exe=$(exe flap)
 real_cli_exe=$(exe real_cli)
 format_exe=$(exe format)
-if [ -z "$turns_exe" ] || [ -z "$real_cli_exe" ] || [ -z "$format_exe" ]; then
+if [ -z "$turns_exe" ] || [ -z "$flap_exe" ] || [ -z "$real_cli_exe" ] || [ -z "$format_exe" ]; then
   echo "bench: could not find the bench binaries in cargo's output" >&2
   exit 1
 fi
@@ -90,6 +92,7 @@ run() {
   echo "bench: $name took $(($(date +%s) - t0)) s" >&2
 }
 run turns "$turns_exe" ${flags[@]+"${flags[@]}"}
+run flap "$flap_exe" ${flags[@]+"${flags[@]}"}
 run real_cli "$real_cli_exe" ${flags[@]+"${flags[@]}"}
 run format "$format_exe" ${flags[@]+"${flags[@]}"}
 finished=$(date +%s)
@@ -109,7 +112,7 @@ mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/nu
   echo
   echo "Percentiles are nearest-rank over every sample; every ratio compares two figures of the same run."
   echo
-  cat "$out/turns.md" "$out/real_cli.md" "$out/format.md"
+  cat "$out/turns.md" "$out/flap.md" "$out/real_cli.md" "$out/format.md"
 } >"$out/report.md"
 cat "$out/report.md"
 echo "bench: report written to $out/report.md" >&2

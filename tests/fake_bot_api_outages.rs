@@ -94,7 +94,10 @@ async fn an_outage_for_a_while_ends_by_itself_and_a_later_one_is_not_ended_by_it
     fake.outage_for(Outage::Storm502, Duration::from_millis(100))
         .await;
     fake.outage(Outage::Refused).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // past the first timer, nothing to wait on
+    assert!(
+        fake.outage_timers_run_out(2, WAIT).await,
+        "the storm's timer runs out"
+    );
     assert_eq!(fake.current_outage(), Some(Outage::Refused));
     assert!(!fake.outage_over(Duration::from_millis(50)).await);
     fake.clear_outage().await;

@@ -149,6 +149,19 @@ pub fn build_profile() -> &'static str {
     }
 }
 
+/// Runs `f` in a fresh actix system on a thread of its own; everything it
+/// started is dropped with the system.
+pub fn in_system<T, F, Fut>(f: F) -> Result<T, String>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, String>>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || turnstile::system().block_on(f()))
+        .join()
+        .map_err(|_| "the benchmark thread panicked".to_string())?
+}
+
 /// Resident set size of this process, from `/proc/self/statm`.
 pub fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

@@ -374,6 +374,9 @@ struct Shared {
     outage: tokio::sync::watch::Sender<OutageState>,
     /// Whether the listener is open (false during [`Outage::Refused`]).
     listening: tokio::sync::watch::Sender<bool>,
+    /// How many [`FakeBotApi::outage_for`] timers have run out (whether
+    /// they ended their outage or found another in force).
+    timers: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -537,7 +540,17 @@ impl FakeBotApi {
             if shared.outage.borrow().generation == generation {
                 shared.set_outage(None).await;
             }
+            shared.timers.send_modify(|n| *n += 1);
         });
+    }
+
+    /// Waits up to `timeout` until `n` [`FakeBotApi::outage_for`] timers
+    /// have run out (and done what they do); false if they did not.
+    pub async fn outage_timers_run_out(&self, n: u64, timeout: Duration) -> bool {
+        let mut timers = self.shared.timers.subscribe();
+        tokio::time::timeout(timeout, timers.wait_for(|run_out| *run_out >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Ends the outage in force; returns once the fake listens again.
