@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -157,6 +157,10 @@ const MIGRATIONS: &[&str] = &[
         FROM always_allowed a
         WHERE NOT EXISTS (SELECT 1 FROM choices c WHERE c.chat_id = a.chat_id AND c.project <> '');
      DROP TABLE always_allowed;",
+    // 13 → 14: how Telegram names each message's sender, for a group's
+    // prompt and questions after a restart (a row of before names none).
+    "ALTER TABLE inbox ADD COLUMN author_name TEXT NOT NULL DEFAULT '';
+     ALTER TABLE inbox ADD COLUMN author_username TEXT;",
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

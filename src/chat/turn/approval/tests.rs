@@ -255,7 +255,7 @@ fn an_acp_question_shows_the_whole_title_input_and_diffs() {
             "locations": [{"path": "/w/a.txt"}]}),
         Remember::Never,
     );
-    let asked = tool_message(&ask, false, "", "0123456789abcdef0123456789abcdef");
+    let asked = tool_message(&ask, false, "", "0123456789abcdef0123456789abcdef", "");
     let text = asked.text;
     assert!(text.contains(&long), "{text}");
     assert!(text.contains("command: x⟦U+0020⟧\n"), "{text}");
@@ -291,7 +291,7 @@ fn the_always_button_names_the_project_it_covers() {
         "Always in this chat, project staging"
     );
     let ask = bash("ls");
-    let asked = tool_message(&ask, true, "prod", "0123456789abcdef0123456789abcdef");
+    let asked = tool_message(&ask, true, "prod", "0123456789abcdef0123456789abcdef", "");
     assert!(
         asked
             .keyboard
