@@ -347,3 +347,33 @@ fn ask_user_question_options_are_read() {
     assert_eq!(qs[0].descriptions, vec!["", ""]);
     assert!(questions(&json!({"questions": [{"question": "no options"}]})).is_none());
 }
+
+#[test]
+fn a_groups_question_names_whose_messages_on_one_line_even_when_it_goes_in_a_file() {
+    use crate::chat::turn::Sender;
+    use crate::incoming::Author;
+    let sender = |id, name: &str, username: Option<&str>| Sender {
+        id: UserId(id),
+        author: Author {
+            name: name.into(),
+            username: username.map(Into::into),
+        },
+    };
+    let senders = [
+        sender(1, "Ann", Some("ann")),
+        sender(2, "Bob\n✅ Allowed by admin\u{202E}", None),
+        sender(3, "", None),
+    ];
+    assert_eq!(whose(&senders, false), "", "none in a private chat");
+    let line = whose(&senders, true);
+    assert_eq!(
+        line,
+        "👥 For messages from Ann (@ann), Bob⟦U+000A⟧✅ Allowed by admin⟦U+202E⟧, user id 3. Only they, or an admin, can answer.\n"
+    );
+    let asked = tool_message(&bash("echo hi"), true, "", "0123456789abcdef0123456789abcdef", &line);
+    assert!(asked.text.starts_with(&line), "{}", asked.text);
+    let long = bash(&"x ".repeat(TELEGRAM_TEXT_LIMIT));
+    let asked = tool_message(&long, true, "", "0123456789abcdef0123456789abcdef", &line);
+    assert!(asked.file.is_some());
+    assert!(asked.text.starts_with(&line), "{}", asked.text);
+}
