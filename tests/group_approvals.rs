@@ -84,7 +84,7 @@ async fn a_burst_from_two_people_is_decided_by_either_of_them_and_named() {
     assert_eq!(h.callback_answer(&id).await, "Allowed in this chat");
     h.turn_ended(GROUP, 1).await;
     assert_eq!(told(&h), [r#"allowed: {"command":"echo hi"}"#]);
-    assert!(h.edited(GROUP, "✅ Allowed by @ann").await.contains("$ echo hi"));
+    assert!(h.edited(GROUP, "✅ Allowed by u1001").await.contains("$ echo hi"));
     h.bot.stop().await;
     let store = turnstile::state::Store::open(&db).expect("the state file");
     let grants = store
