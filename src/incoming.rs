@@ -170,7 +170,10 @@ impl Incoming {
             return self.text.clone();
         }
         let header = if self.is_scheduled() {
-            format!("{HEADER_START} a scheduled run, set by user id {}]", self.from.0)
+            format!(
+                "{HEADER_START} a scheduled run, set by user id {}]",
+                self.from.0
+            )
         } else {
             let user: String = (self.author.username.as_deref())
                 .unwrap_or("")

@@ -34,8 +34,8 @@ use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 pub use self::contract::{
-    AbortTurn, Carried, InterruptTurn, Sender, Services, SessionReleased, SteerTurn,
-    StopForHost, TurnEnded, TurnSpec,
+    AbortTurn, Carried, InterruptTurn, Sender, Services, SessionReleased, SteerTurn, StopForHost,
+    TurnEnded, TurnSpec,
 };
 use self::link::{Link, Settled};
 use self::live::LiveView;

@@ -370,7 +370,13 @@ fn a_groups_question_names_whose_messages_on_one_line_even_when_it_goes_in_a_fil
         line,
         "👥 For messages from Ann (@ann), Bob⟦U+000A⟧✅ Allowed by admin⟦U+202E⟧, user id 3. Only they, or an admin, can answer.\n"
     );
-    let asked = tool_message(&bash("echo hi"), true, "", "0123456789abcdef0123456789abcdef", &line);
+    let asked = tool_message(
+        &bash("echo hi"),
+        true,
+        "",
+        "0123456789abcdef0123456789abcdef",
+        &line,
+    );
     assert!(asked.text.starts_with(&line), "{}", asked.text);
     let long = bash(&"x ".repeat(TELEGRAM_TEXT_LIMIT));
     let asked = tool_message(&long, true, "", "0123456789abcdef0123456789abcdef", &line);
