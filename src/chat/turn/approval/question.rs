@@ -403,8 +403,9 @@ pub(super) fn question_messages(questions: &[Question], token: &str, whose: &str
 
 /// The line a group's question begins with: whose messages the turn
 /// answers, that led to the call (they, or an admin, decide it), each by
-/// name and @username (or, with neither, user id), on one line, what would
-/// not show written out. Empty in a private chat.
+/// name and @username (or, with neither, user id; user 0 is the operator,
+/// whose schedule ran), on one line, what would not show written out.
+/// Empty in a private chat.
 pub(super) fn whose(senders: &[Sender], group: bool) -> String {
     if !group || senders.is_empty() {
         return String::new();
@@ -413,7 +414,9 @@ pub(super) fn whose(senders: &[Sender], group: bool) -> String {
         .iter()
         .map(|s| {
             let shown = s.author.shown();
-            if shown.is_empty() {
+            if s.id.0 == 0 {
+                "the operator (a schedule)".to_string()
+            } else if shown.is_empty() {
                 format!("user id {}", s.id.0)
             } else {
                 one_line(&shown)

@@ -365,6 +365,10 @@ fn a_groups_question_names_whose_messages_on_one_line_even_when_it_goes_in_a_fil
         sender(3, "", None),
     ];
     assert_eq!(whose(&senders, false), "", "none in a private chat");
+    assert_eq!(
+        whose(&[sender(0, "", None)], true),
+        "👥 For messages from the operator (a schedule). Only they, or an admin, can answer.\n"
+    );
     let line = whose(&senders, true);
     assert_eq!(
         line,
