@@ -28,7 +28,7 @@ use actix::{
 use teloxide::types::{ChatId, MessageId, UserId};
 
 use self::question::{
-    Question, always_allows, logged_rule, question_messages, questions, rule_for, token,
+    Question, always_allows, logged_rule, one_line, question_messages, questions, rule_for, token,
     tool_message, visible, whose,
 };
 pub(crate) use self::question::{describe_rule, summary};
@@ -416,9 +416,10 @@ impl Handler<ButtonPressed> for TurnActor {
                 "Only those whose messages led to this, or an admin, can answer it.",
             );
         }
+        // Shown on the question: on one line, as the names it starts with.
         let by = Presser {
             id: press.user,
-            name: press.name.clone(),
+            name: one_line(&press.name),
         };
         match (press.choice, &mut waiting.kind) {
             (Choice::Allow | Choice::Always, Kind::Tool { rule, .. }) => {

@@ -431,7 +431,7 @@ pub(super) fn whose(senders: &[Sender], group: bool) -> String {
 
 /// `text` made [`visible`], its line breaks written out too: a name
 /// cannot start a line of its own in a question.
-fn one_line(text: &str) -> String {
+pub(super) fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut plain = String::new();
     for c in text.chars() {
