@@ -468,7 +468,10 @@ async fn files_in_a_group_need_the_address_too() {
         .api
         .push_message(text_message(group, USER, "@turnstile_bot done"));
     let texts = bot.h.api.wait_for_texts(-100, 2, SOON).await;
-    assert_eq!(texts[1], "echo: done");
+    assert_eq!(
+        texts[1],
+        "echo: [turnstile: message from \"u1001\", user id 1001]\ndone"
+    );
     assert_eq!(bot.inbox("-100").len(), 1);
 }
 

@@ -17,6 +17,12 @@ fn group() -> Value {
     supergroup(GROUP, false)
 }
 
+/// The scripted agent's echo of a group message: it read the text under
+/// its author's line.
+fn echo(from: i64, text: &str) -> String {
+    format!("echo: [turnstile: message from \"u{from}\", user id {from}]\n{text}")
+}
+
 /// The `sendMessage` calls to `chat` that succeeded, in order.
 fn sends_to(h: &Harness, chat: i64) -> Vec<Value> {
     h.api
@@ -41,7 +47,7 @@ async fn a_group_message_not_addressed_to_the_bot_reaches_no_agent() {
     ));
     h.turn_ended(GROUP, 1).await;
     let texts = h.api.wait_for_texts(GROUP, 1, SOON).await;
-    assert_eq!(texts, vec!["echo: what time is it"]);
+    assert_eq!(texts, vec![echo(USER, "what time is it")]);
     assert_eq!(h.backend.opened(), 1, "only the mention opened a session");
     assert_eq!(
         h.seen
@@ -89,9 +95,9 @@ async fn a_mention_entity_inside_a_surrogate_pair_or_past_the_end_is_read_safely
     assert_eq!(
         h.api.texts_to(GROUP),
         vec![
-            "echo: 😀😀 @turnstile_bot look",
-            "echo: hi @turnstile_bot",
-            "echo: next"
+            echo(USER, "😀😀 @turnstile_bot look"),
+            echo(USER, "hi @turnstile_bot"),
+            echo(USER, "next")
         ],
         "the mention in the text was seen: both were handled"
     );
@@ -130,8 +136,8 @@ async fn a_reply_to_the_bot_and_a_command_for_it_are_taken() {
         .push_message(text_message(group(), USER, "/help@turnstile_bot"));
     h.api.push_message(text_message(group(), USER, "/help"));
     let texts = h.api.wait_for_texts(GROUP, 4, SOON).await;
-    assert_eq!(texts[0], "echo: first");
-    assert_eq!(texts[1], "echo: and then?");
+    assert_eq!(texts[0], echo(USER, "first"));
+    assert_eq!(texts[1], echo(USER, "and then?"));
     assert!(texts[2].starts_with("Send a message"), "{texts:?}");
     assert!(texts[3].starts_with("Send a message"), "{texts:?}");
     assert_eq!(
@@ -187,7 +193,7 @@ async fn group_mode_all_takes_every_message() {
     h.api
         .push_message(text_message(group(), USER, "hello everyone"));
     h.turn_ended(GROUP, 1).await;
-    assert_eq!(h.api.texts_to(GROUP), vec!["echo: hello everyone"]);
+    assert_eq!(h.api.texts_to(GROUP), vec![echo(USER, "hello everyone")]);
 }
 
 #[actix_rt::test]
@@ -200,7 +206,7 @@ async fn an_allowed_chat_lets_everyone_in_it_talk_to_the_bot() {
     h.api
         .push_message(text_message(group(), STRANGER, "@turnstile_bot hi"));
     h.turn_ended(GROUP, 1).await;
-    assert_eq!(h.api.texts_to(GROUP), vec!["echo: hi"]);
+    assert_eq!(h.api.texts_to(GROUP), vec![echo(STRANGER, "hi")]);
     // Elsewhere the stranger is still a stranger.
     let elsewhere = supergroup(-100_777, false);
     h.api
@@ -262,9 +268,9 @@ async fn each_forum_topic_is_its_own_conversation_and_keeps_its_session_across_a
             .unwrap_or_else(|| panic!("no {text:?} in {sends:?}"))
     };
     assert_eq!(thread_of("slow done"), Some(json!(7)));
-    assert_eq!(thread_of("echo: nine"), Some(json!(9)));
+    assert_eq!(thread_of(&echo(USER, "nine")), Some(json!(9)));
     assert_eq!(
-        thread_of("echo: general"),
+        thread_of(&echo(USER, "general")),
         None,
         "General takes no thread id"
     );

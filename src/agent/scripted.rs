@@ -370,22 +370,20 @@ pub struct ScriptedBackend {
 pub const LOG_LIMIT: usize = 1_000;
 
 /// What the scripted sessions saw.
-
 #[derive(Debug, Default, Clone)]
 pub struct ScriptLog {
-    /// Each session opened: its conversation's key and the session id it
-    /// was asked to resume.
+    /// Each session opened: its conversation's key and the session id resumed.
     pub opens: Vec<(String, Option<String>)>,
     /// Each session opened: the model asked for and whether as a fork.
     pub choices: Vec<(Option<String>, bool)>,
     /// Each session opened: its project's name and workdir, if any.
     pub projects: Vec<Option<(String, std::path::PathBuf)>>,
-    /// Each tool call's name and the result the host gave (`Ok: …`,
-    /// `Error: …`).
+    /// Each tool call's name and the host's result (`Ok: …`, `Error: …`).
     pub tool_results: Vec<(String, String)>,
-    /// Each message steered into a running turn and read there (at a tool
-    /// boundary), in order.
+    /// Each message steered into a running turn and read there, in order.
     pub steered: Vec<String>,
+    /// Each user turn's text as the session got it, in order.
+    pub prompts: Vec<String>,
 }
 
 /// The newest [`LOG_LIMIT`] entries of each list of a [`ScriptLog`].
@@ -396,6 +394,7 @@ struct Recent {
     projects: VecDeque<Option<(String, std::path::PathBuf)>>,
     tool_results: VecDeque<(String, String)>,
     steered: VecDeque<String>,
+    prompts: VecDeque<String>,
     /// How often each rule was played (for `times`).
     picks: std::collections::HashMap<usize, u32>,
 }
@@ -448,6 +447,7 @@ impl ScriptedBackend {
             projects: log.projects.iter().cloned().collect(),
             tool_results: log.tool_results.iter().cloned().collect(),
             steered: log.steered.iter().cloned().collect(),
+            prompts: log.prompts.iter().cloned().collect(),
         }
     }
 }

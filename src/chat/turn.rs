@@ -34,7 +34,7 @@ use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 pub use self::contract::{
-    AbortTurn, Carried, InterruptTurn, Services, SessionReleased, SteerTurn, StopForHost,
+    AbortTurn, Carried, InterruptTurn, Sender, Services, SessionReleased, SteerTurn, StopForHost,
     TurnEnded, TurnSpec,
 };
 use self::link::{Link, Settled};

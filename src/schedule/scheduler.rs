@@ -311,6 +311,7 @@ fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
         text,
         files: Vec::new(),
         album: None,
+        author: crate::incoming::Author::default(),
     }
 }
 

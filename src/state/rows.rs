@@ -7,7 +7,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use super::{Pruned, StateError, Store, now_ms};
 use crate::attachment::Attachment;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Incoming, Place};
+use crate::incoming::{Ask, Author, Incoming, Place};
 
 /// Where an inbox message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,7 @@ pub struct InboxRow {
 const FINISHED_STATES: &str = "('done', 'dropped', 'reported')";
 
 /// The columns of a row, in the order [`read_row`] reads them.
-const COLUMNS: &str = "update_id, chat_id, topic, user_id, message_id, date, place, ask, text, files, album, state, due_at";
+const COLUMNS: &str = "update_id, chat_id, topic, user_id, message_id, date, place, ask, text, files, album, state, due_at, author_name, author_username";
 
 /// The files column: empty for none, else a JSON list.
 fn files_json(files: &[Attachment]) -> String {
@@ -115,6 +115,10 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<InboxRow> {
             text: r.get(8)?,
             files: files_from_json(&r.get::<_, String>(9)?),
             album: r.get(10)?,
+            author: Author {
+                name: r.get(13)?,
+                username: r.get(14)?,
+            },
         },
         state: InboxState::parse(&r.get::<_, String>(11)?),
         due_at: r.get(12)?,
@@ -248,8 +252,8 @@ pub(super) fn insert_incoming(
     let n = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO inbox (update_id, chat_id, topic, user_id, message_id, date,
-                    place, ask, text, files, album, state, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'queued', ?12)",
+                    place, ask, text, files, album, state, updated_at, author_name, author_username)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'queued', ?12, ?13, ?14)",
         )?
         .execute(params![
             m.update_id,
@@ -264,6 +268,8 @@ pub(super) fn insert_incoming(
             files_json(&m.files),
             m.album,
             now_ms(),
+            m.author.name,
+            m.author.username,
         ])?;
     Ok(n == 1)
 }

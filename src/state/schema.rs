@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -160,6 +160,10 @@ const MIGRATIONS: &[&str] = &[
     // 13 → 14: files and questions wait for Telegram in `outgoing` too:
     // what they carry besides a text (issue 34; `outgoing.rs`).
     super::outgoing::MIGRATION_KINDS,
+    // 14 → 15: how Telegram names each message's sender, for a group's
+    // prompt and questions after a restart (a row of before names none).
+    "ALTER TABLE inbox ADD COLUMN author_name TEXT NOT NULL DEFAULT '';
+     ALTER TABLE inbox ADD COLUMN author_username TEXT;",
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

@@ -4,7 +4,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 
 use super::*;
 use crate::attachment::Attachment;
-use crate::incoming::{Ask, Command, Incoming, Place};
+use crate::incoming::{Ask, Author, Command, Incoming, Place};
 
 fn msg(update_id: i64, chat_id: i64) -> Incoming {
     Incoming {
@@ -95,6 +95,10 @@ fn a_message_is_read_back_whole_as_the_intake_read_it() {
     m.to = Conversation::new(ChatId(100), Some(ThreadId(MessageId(42))));
     m.place = Place::Group;
     m.album = Some("album-1".into());
+    m.author = Author {
+        name: "Ann \"Lee\"\nsecond line".into(),
+        username: Some("ann".into()),
+    };
     m.files = vec![Attachment {
         kind: crate::attachment::FileKind::Voice,
         file_id: "f1".into(),
@@ -154,6 +158,7 @@ fn rows_written_before_the_place_was_stored_get_it_from_the_chat_id_once() {
             (Place::Private, Ask::Agent, "hi", None),
         ]
     );
+    assert!(rows.iter().all(|r| r.message.author == Author::default()));
 }
 
 fn chat(id: i64) -> Conversation {

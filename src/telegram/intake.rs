@@ -16,7 +16,7 @@ use tracing::{Span, field};
 
 use crate::config::AccessConfig;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Incoming, Parsed, Place, cut, parse};
+use crate::incoming::{Ask, Author, Incoming, Parsed, Place, cut, parse};
 use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
@@ -332,6 +332,10 @@ pub(crate) fn read(
     if !access.admits(user.id.0, chat.0) {
         return Some(incoming);
     }
+    incoming.author = Author {
+        name: user.full_name(),
+        username: user.username.clone(),
+    };
     let text = strip_address(text, me);
     let text = text.trim();
     if text.is_empty() && files.is_empty() {

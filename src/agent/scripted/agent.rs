@@ -158,6 +158,7 @@ impl ScriptedAgent {
 
     /// Plays the scenario's turn for `user_text`, step by step.
     async fn play(&mut self, user_text: &str) -> Flow {
+        Recent::push(&mut lock(&self.log).prompts, user_text.to_string());
         let turn = self
             .scenario
             .pick(user_text, &mut lock(&self.log).picks)

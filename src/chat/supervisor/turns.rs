@@ -13,7 +13,7 @@ use crate::attachment::Attachment;
 use crate::chat::notices::FORCE_RELEASED;
 use crate::chat::outcome::TurnOutcome;
 use crate::chat::slots::TurnSlot;
-use crate::chat::turn::{AbortTurn, SessionReleased, TurnActor, TurnEnded, TurnSpec};
+use crate::chat::turn::{AbortTurn, Sender, SessionReleased, TurnActor, TurnEnded, TurnSpec};
 use crate::chat::typing::{StartTyping, TypingLease};
 use crate::events::BotEvent;
 use crate::ids::TurnId;
@@ -22,14 +22,19 @@ use crate::state::Disposition;
 
 /// The messages one turn answers: the front one and those merged with it.
 struct Burst {
-    /// Their texts, the empty ones left out, joined.
+    /// Their texts as the agent reads them (in a group, each under its
+    /// author's line), the empty ones left out, joined.
     text: String,
+    /// Their own texts, the empty ones left out, joined.
+    plain: String,
     /// Their files, in order.
     files: Vec<Attachment>,
     /// The last message, for reactions.
     last: MessageId,
     /// Who sent the last one.
     from: UserId,
+    /// Who sent them, each once.
+    senders: Vec<Sender>,
     /// What the answer replies to: the front message, in a group.
     answer_to: Option<MessageId>,
     /// Their inbox rows.
@@ -53,20 +58,24 @@ impl ChatSupervisor {
         let album = front.album.clone();
         let mut burst = Burst {
             text: String::new(),
+            plain: String::new(),
             files: Vec::new(),
             last: front.message_id,
             from: front.from,
+            senders: Vec::new(),
             answer_to: front.answer_to(),
             update_ids: Vec::new(),
             adopted,
             messages: Vec::new(),
         };
-        let mut texts = Vec::new();
+        let (mut texts, mut prompts) = (Vec::new(), Vec::new());
         let mut take = |m: crate::incoming::Incoming| {
             texts.push(m.text.clone());
+            prompts.push(m.for_agent());
             burst.files.extend(m.files.iter().cloned());
             burst.last = m.message_id;
             burst.from = m.from;
+            Sender::add(&mut burst.senders, &m);
             burst.update_ids.push(m.update_id);
             burst.messages.push(m);
         };
@@ -83,7 +92,9 @@ impl ChatSupervisor {
             take(next.message);
         }
         texts.retain(|t| !t.trim().is_empty());
-        burst.text = texts.join("\n\n");
+        prompts.retain(|t| !t.trim().is_empty());
+        burst.plain = texts.join("\n\n");
+        burst.text = prompts.join("\n\n");
         Some(burst)
     }
 
@@ -100,7 +111,7 @@ impl ChatSupervisor {
             return;
         };
         let update_ids = burst.update_ids;
-        self.deps.inbox.note_opening(self.to, &burst.text);
+        self.deps.inbox.note_opening(self.to, &burst.plain);
         self.deps
             .events
             .metrics()
@@ -139,6 +150,7 @@ impl ChatSupervisor {
             files: burst.files,
             update_ids: update_ids.clone(),
             from: Some(burst.from),
+            senders: burst.senders,
             typing: lease,
             adopted,
         };

@@ -28,8 +28,8 @@ use actix::{
 use teloxide::types::{ChatId, MessageId, UserId};
 
 use self::question::{
-    Question, always_allows, logged_rule, question_messages, questions, rule_for, token,
-    tool_message, visible,
+    Question, always_allows, logged_rule, one_line, question_messages, questions, rule_for, token,
+    tool_message, visible, whose,
 };
 pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
@@ -153,6 +153,9 @@ struct Waiting {
     messages: Vec<Option<MessageId>>,
     /// `turn.approval_timeout`.
     timer: SpawnHandle,
+    /// Who sent the messages the turn answered when the agent asked: they
+    /// (or an admin) decide it.
+    deciders: Vec<UserId>,
 }
 
 /// Who pressed the button that decided an ask.
@@ -253,11 +256,13 @@ impl TurnActor {
     /// Puts the question to the chat and waits.
     fn post(&mut self, ask: PermissionAsk, kind: Kind, ctx: &mut Context<Self>) {
         let token = token();
+        let senders = self.senders();
+        let whose = whose(&senders, !self.spec.to.chat.is_user());
         let messages = match &kind {
             Kind::Tool { rule, project } => {
-                vec![tool_message(&ask, rule.is_some(), project, &token)]
+                vec![tool_message(&ask, rule.is_some(), project, &token, &whose)]
             }
-            Kind::Questions { questions, .. } => question_messages(questions, &token),
+            Kind::Questions { questions, .. } => question_messages(questions, &token, &whose),
         };
         let texts: Vec<String> = messages.iter().map(|m| m.text.clone()).collect();
         tracing::info!(call_id = %ask.id, tool = %ask.tool, "asking the chat");
@@ -315,6 +320,7 @@ impl TurnActor {
                 texts,
                 messages: vec![None; count],
                 timer,
+                deciders: senders.iter().map(|s| s.id).collect(),
             },
         );
         self.pause_for_person(ctx);
@@ -401,19 +407,20 @@ impl Handler<ButtonPressed> for TurnActor {
         let Some(waiting) = self.approvals.waiting.get_mut(&press.token) else {
             return answer(self, "This question has expired.");
         };
-        if !(press.admin || self.spec.from == Some(press.user)) {
+        if !(press.admin || waiting.deciders.contains(&press.user)) {
             tracing::warn!(
                 user_id = press.user.0,
-                "approval press by someone else refused"
+                "approval press by someone whose message the turn does not answer refused"
             );
             return answer(
                 self,
-                "Only the person who asked, or an admin, can answer this.",
+                "Only those whose messages led to this, or an admin, can answer it.",
             );
         }
+        // Shown on the question: on one line, as the names it starts with.
         let by = Presser {
             id: press.user,
-            name: press.name.clone(),
+            name: one_line(&press.name),
         };
         match (press.choice, &mut waiting.kind) {
             (Choice::Allow | Choice::Always, Kind::Tool { rule, .. }) => {

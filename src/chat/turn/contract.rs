@@ -15,12 +15,33 @@ use crate::chat::outcome::TurnOutcome;
 use crate::config::{ProgressConfig, TurnConfig};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
-use crate::incoming::Incoming;
+use crate::incoming::{Author, Incoming};
 use crate::shutdown::Shutdown;
 use crate::state::StoreHandle;
 use crate::telegram::TypingLease;
 use crate::telegram::files::Files;
 use crate::telegram::outbox::Outbox;
+
+/// Someone whose message a turn answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sender {
+    /// Their Telegram id.
+    pub id: UserId,
+    /// How Telegram names them.
+    pub author: Author,
+}
+
+impl Sender {
+    /// Adds the sender of `m` to `list`, unless it has them already.
+    pub fn add(list: &mut Vec<Sender>, m: &Incoming) {
+        if !list.iter().any(|s| s.id == m.from) {
+            list.push(Sender {
+                id: m.from,
+                author: m.author.clone(),
+            });
+        }
+    }
+}
 
 /// Sent once per turn, to the supervisor and to the typing actor, when the
 /// turn is over.
@@ -120,9 +141,13 @@ pub struct TurnSpec {
     pub files: Vec<Attachment>,
     /// The inbox rows (update ids) this turn answers.
     pub update_ids: Vec<i64>,
-    /// Who sent the message the turn answers (the last one, when merged):
-    /// besides an admin, only they may answer its approval questions.
+    /// Who sent the last message the turn answers: who made a schedule
+    /// the agent sets.
     pub from: Option<UserId>,
+    /// Who sent the messages the turn answers (the merged burst), each
+    /// once, in order; the messages steered into it add theirs. A group's
+    /// question names them, and besides an admin only they decide it.
+    pub senders: Vec<Sender>,
     /// The chat's typing lease for this turn, owned by the turn actor and
     /// ended by it at TurnEnded (or by its drop).
     pub typing: TypingLease,

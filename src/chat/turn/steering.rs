@@ -10,7 +10,7 @@ use actix::{Context, Handler};
 
 use super::link::Settled;
 use super::phase::TurnPhase;
-use super::{Carried, SteerTurn, TurnActor};
+use super::{Carried, Sender, SteerTurn, TurnActor};
 use crate::agent::SessionCommand;
 use crate::chat::outcome::TurnEvent;
 use crate::incoming::Incoming;
@@ -63,6 +63,16 @@ impl Steering {
 }
 
 impl TurnActor {
+    /// Who sent the messages the turn answers so far, each once: its own,
+    /// then those of the messages steered into it.
+    pub(super) fn senders(&self) -> Vec<Sender> {
+        let mut senders = self.spec.senders.clone();
+        for steered in &self.steering.steered {
+            Sender::add(&mut senders, &steered.message);
+        }
+        senders
+    }
+
     /// Whether a message may still be steered into the turn: before it
     /// ends, or after an end that hands its session back, while the session
     /// is still attached.
@@ -92,7 +102,7 @@ impl TurnActor {
         {
             let command = SessionCommand::Steer {
                 tag: steered.message.update_id,
-                text: steered.message.text.clone(),
+                text: steered.message.for_agent(),
             };
             if link.commands.send(command).is_ok() {
                 steered.written = true;

@@ -110,6 +110,21 @@ fn a_strangers_message_keeps_nothing_they_wrote() {
     .expect("taken, to be refused");
     assert_eq!(stranger.ask, Ask::Agent, "not even the command");
     assert!(stranger.text.is_empty() && stranger.files.is_empty());
+    assert_eq!(stranger.author, Author::default(), "nor their name");
+}
+
+#[test]
+fn an_admitted_sender_is_read_with_their_name_and_username() {
+    let from = serde_json::json!({"from": {"id": 5, "is_bot": false, "first_name": "Ann",
+        "last_name": "Lee", "username": "ann"}, "text": "hi"});
+    let m = read(9, &message(group(), from), "TurnBot", &admitted()).expect("taken");
+    assert_eq!(
+        m.author,
+        Author {
+            name: "Ann Lee".into(),
+            username: Some("ann".into())
+        }
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ use super::{QUESTION_PREFIX, TOOL_PREFIX};
 use crate::agent::tools::ToolName;
 use crate::agent::{PermissionAsk, Remember};
 use crate::chat::notices::bounded;
+use crate::chat::turn::Sender;
 use crate::state::{AlwaysGrant, AlwaysRule};
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::outbox::{Button, QuestionFile};
@@ -294,7 +295,13 @@ pub(super) struct Asked {
 /// The question for a tool call: the tool and its whole input, with
 /// **Allow**, **Always in this chat** (when `always` can be remembered) and
 /// **Deny**.
-pub(super) fn tool_message(ask: &PermissionAsk, always: bool, project: &str, token: &str) -> Asked {
+pub(super) fn tool_message(
+    ask: &PermissionAsk,
+    always: bool,
+    project: &str,
+    token: &str,
+    whose: &str,
+) -> Asked {
     let button = |label: &str, c: &str| Button {
         label: label.into(),
         data: format!("{TOOL_PREFIX}:{token}:{c}"),
@@ -303,7 +310,7 @@ pub(super) fn tool_message(ask: &PermissionAsk, always: bool, project: &str, tok
     let (whole, file) = match ask.remember {
         Remember::ByTool | Remember::Once => (
             format!(
-                "🔐 The agent asks to use {tool}:\n{}",
+                "{whose}🔐 The agent asks to use {tool}:\n{}",
                 summary(&ask.tool, &ask.input)
             ),
             if ask.tool.bare() == "Bash" {
@@ -320,14 +327,15 @@ pub(super) fn tool_message(ask: &PermissionAsk, always: bool, project: &str, tok
             };
             (
                 format!(
-                    "🔐 The agent asks to use {tool}:\n{}{never}",
+                    "{whose}🔐 The agent asks to use {tool}:\n{}{never}",
                     request_summary(&ask.input)
                 ),
                 "request.txt",
             )
         }
     };
-    let (text, file) = presented(whole, &format!("🔐 The agent asks to use {tool}."), file);
+    let subject = format!("{whose}🔐 The agent asks to use {tool}.");
+    let (text, file) = presented(whole, &subject, file);
     let mut first = vec![button("Allow", "y")];
     if always {
         first.push(button(&always_label(project), "a"));
@@ -355,12 +363,12 @@ pub(super) fn always_label(project: &str) -> String {
 /// One message per `AskUserQuestion` question, an option per button; the
 /// text lists the options whole when one has a description or a label too
 /// long for its button.
-pub(super) fn question_messages(questions: &[Question], token: &str) -> Vec<Asked> {
+pub(super) fn question_messages(questions: &[Question], token: &str, whose: &str) -> Vec<Asked> {
     questions
         .iter()
         .enumerate()
         .map(|(qi, q)| {
-            let mut whole = format!("❓ {}", visible(&q.text));
+            let mut whole = format!("{whose}❓ {}", visible(&q.text));
             let listed = q.options.iter().any(|o| o.chars().count() > BUTTON_LABEL)
                 || q.descriptions.iter().any(|d| !d.is_empty());
             if listed {
@@ -382,7 +390,8 @@ pub(super) fn question_messages(questions: &[Question], token: &str) -> Vec<Aske
                     }]
                 })
                 .collect();
-            let (text, file) = presented(whole, "❓ The agent asks a question.", "question.txt");
+            let subject = format!("{whose}❓ The agent asks a question.");
+            let (text, file) = presented(whole, &subject, "question.txt");
             Asked {
                 text,
                 file,
@@ -390,6 +399,51 @@ pub(super) fn question_messages(questions: &[Question], token: &str) -> Vec<Aske
             }
         })
         .collect()
+}
+
+/// The line a group's question begins with: whose messages the turn
+/// answers, that led to the call (they, or an admin, decide it), each by
+/// name and @username (or, with neither, user id; user 0 is the operator,
+/// whose schedule ran), on one line, what would not show written out.
+/// Empty in a private chat.
+pub(super) fn whose(senders: &[Sender], group: bool) -> String {
+    if !group || senders.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = senders
+        .iter()
+        .map(|s| {
+            let shown = s.author.shown();
+            if s.id.0 == 0 {
+                "the operator (a schedule)".to_string()
+            } else if shown.is_empty() {
+                format!("user id {}", s.id.0)
+            } else {
+                one_line(&shown)
+            }
+        })
+        .collect();
+    format!(
+        "👥 For messages from {}. Only they, or an admin, can answer.\n",
+        names.join(", ")
+    )
+}
+
+/// `text` made [`visible`], its line breaks written out too: a name
+/// cannot start a line of its own in a question.
+pub(super) fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut plain = String::new();
+    for c in text.chars() {
+        if c == '\n' || c == '\t' {
+            out.push_str(&visible(&std::mem::take(&mut plain)));
+            out.push_str(&mark(c, 1));
+        } else {
+            plain.push(c);
+        }
+    }
+    out.push_str(&visible(&plain));
+    out
 }
 
 /// 128 random bits as hex, from the OS.

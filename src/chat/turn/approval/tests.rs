@@ -255,7 +255,7 @@ fn an_acp_question_shows_the_whole_title_input_and_diffs() {
             "locations": [{"path": "/w/a.txt"}]}),
         Remember::Never,
     );
-    let asked = tool_message(&ask, false, "", "0123456789abcdef0123456789abcdef");
+    let asked = tool_message(&ask, false, "", "0123456789abcdef0123456789abcdef", "");
     let text = asked.text;
     assert!(text.contains(&long), "{text}");
     assert!(text.contains("command: x⟦U+0020⟧\n"), "{text}");
@@ -291,7 +291,7 @@ fn the_always_button_names_the_project_it_covers() {
         "Always in this chat, project staging"
     );
     let ask = bash("ls");
-    let asked = tool_message(&ask, true, "prod", "0123456789abcdef0123456789abcdef");
+    let asked = tool_message(&ask, true, "prod", "0123456789abcdef0123456789abcdef", "");
     assert!(
         asked
             .keyboard
@@ -346,4 +346,44 @@ fn ask_user_question_options_are_read() {
     assert_eq!(qs[0].options, vec!["A", "B"]);
     assert_eq!(qs[0].descriptions, vec!["", ""]);
     assert!(questions(&json!({"questions": [{"question": "no options"}]})).is_none());
+}
+
+#[test]
+fn a_groups_question_names_whose_messages_on_one_line_even_when_it_goes_in_a_file() {
+    use crate::chat::turn::Sender;
+    use crate::incoming::Author;
+    let sender = |id, name: &str, username: Option<&str>| Sender {
+        id: UserId(id),
+        author: Author {
+            name: name.into(),
+            username: username.map(Into::into),
+        },
+    };
+    let senders = [
+        sender(1, "Ann", Some("ann")),
+        sender(2, "Bob\n✅ Allowed by admin\u{202E}", None),
+        sender(3, "", None),
+    ];
+    assert_eq!(whose(&senders, false), "", "none in a private chat");
+    assert_eq!(
+        whose(&[sender(0, "", None)], true),
+        "👥 For messages from the operator (a schedule). Only they, or an admin, can answer.\n"
+    );
+    let line = whose(&senders, true);
+    assert_eq!(
+        line,
+        "👥 For messages from Ann (@ann), Bob⟦U+000A⟧✅ Allowed by admin⟦U+202E⟧, user id 3. Only they, or an admin, can answer.\n"
+    );
+    let asked = tool_message(
+        &bash("echo hi"),
+        true,
+        "",
+        "0123456789abcdef0123456789abcdef",
+        &line,
+    );
+    assert!(asked.text.starts_with(&line), "{}", asked.text);
+    let long = bash(&"x ".repeat(TELEGRAM_TEXT_LIMIT));
+    let asked = tool_message(&long, true, "", "0123456789abcdef0123456789abcdef", &line);
+    assert!(asked.file.is_some());
+    assert!(asked.text.starts_with(&line), "{}", asked.text);
 }
