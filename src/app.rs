@@ -497,6 +497,10 @@ impl Turnstile {
         self.backend.closed().await;
         // No turn starts any more: the next process goes on from the last id.
         self.turn_ids.release();
+        // What the outbox settled as it drained (a sent message's row) is
+        // committed before the process ends or re-executes, or the next
+        // process would send that message again.
+        self.inbox.flushed().await;
         tracing::info!(cut_short = cut, "stopped");
         cut
     }
