@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::*;
 use turnstile::agent::{Scenario, Step};
+use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 
 /// The chats talking during the outage.
@@ -31,6 +32,11 @@ const THINK_MS: u64 = 1_500;
 /// After the outage: every answer shown within this (delivery resumes
 /// within seconds; the turns of messages polled after the outage run then).
 const AFTER: Duration = Duration::from_secs(90);
+
+/// After the outage: the answers written during it (waiting in the outbox)
+/// are shown within this. Delivery resumes within 2 s of Telegram being
+/// back; the rest is room for a loaded machine.
+const RESUMED: Duration = Duration::from_secs(10);
 
 /// The mark the outbox puts on an answer sent again when its first copy
 /// may have arrived too (a reply to the copy).
@@ -135,6 +141,27 @@ async fn weather(outage: Outage, length: Duration) -> Harness {
         "the outage ends"
     );
     let over = Instant::now();
+    // The answers written during the outage were waiting: they go out as
+    // soon as Telegram is back, not at the next step of a long backoff.
+    for chat in CHATS {
+        let first = format!("answer to ask {chat} first");
+        eventually(
+            &format!("the waiting answer in chat {chat}"),
+            RESUMED,
+            || {
+                let texts = h.texts(chat);
+                let first = first.clone();
+                async move {
+                    if texts.contains(&first) {
+                        Ok(())
+                    } else {
+                        Err(format!("shown {texts:?}"))
+                    }
+                }
+            },
+        )
+        .await;
+    }
     for chat in CHATS {
         let expected: Vec<String> = ["first", "second"]
             .iter()
@@ -172,6 +199,24 @@ async fn weather(outage: Outage, length: Duration) -> Harness {
     )
     .await;
     assert_eq!(dropped, 0.0, "nothing dropped");
+    // Every turn ended as its agent ended it: waiting on Telegram is no
+    // lack of progress, and no watchdog cut a turn short.
+    let turns = CHATS.len() * 2;
+    let mut ended = 0;
+    h.event(&format!("the {turns} turns' ends"), |e| {
+        ended += usize::from(matches!(e, BotEvent::TurnEnded { .. }));
+        ended == turns
+    })
+    .await;
+    for event in &h.seen {
+        if let BotEvent::TurnEnded { chat, outcome, .. } = event {
+            assert!(
+                matches!(outcome, TurnOutcome::Terminated { tool } if tool == "end_turn"),
+                "chat {}'s turn ended {outcome:?}",
+                chat.0
+            );
+        }
+    }
     h
 }
 
