@@ -169,7 +169,8 @@ pub struct AccessConfig {
     /// Telegram user ids that may also use `/status` and `/restart`
     /// (admins are always allowed users).
     pub admins: Vec<i64>,
-    /// At most one refusal per user per this long.
+    /// At most one refusal per user per this long (in a private chat:
+    /// strangers in a group get none).
     #[serde(with = "humantime_serde")]
     pub refusal_cooldown: Duration,
     /// Chat ids (groups) where everyone may talk to the bot, besides the

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, AsyncContext, Context, Handler, Message};
-use teloxide::types::{CallbackQuery, ChatId, MessageId, UserId};
+use teloxide::types::{CallbackQuery, ChatId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::chat::choices::Pick;
@@ -101,10 +101,6 @@ pub struct Dispatcher {
     username: String,
     /// When each refused user was last told so.
     refused: HashMap<UserId, Instant>,
-    /// When each group was last sent a refusal: at most one per
-    /// `access.refusal_cooldown`, so strangers cannot spend the group's
-    /// message pacing that its members' answers need.
-    refused_groups: HashMap<ChatId, Instant>,
     /// When each stranger's button press was last answered: at most once
     /// per `access.refusal_cooldown`, so presses cost Telegram nothing.
     refused_presses: HashMap<UserId, Instant>,
@@ -159,7 +155,6 @@ impl Dispatcher {
             delivery: Vec::new(),
             deliveries: 0,
             refused: HashMap::new(),
-            refused_groups: HashMap::new(),
             refused_presses: HashMap::new(),
             stopping: false,
             keep_warm,
@@ -230,10 +225,12 @@ impl Dispatcher {
         }
     }
 
-    /// A stranger's message: logged, and once per cooldown answered with
-    /// their user id (in a group, as a reply to their message, so the id is
-    /// plainly theirs, and at most once per cooldown in the whole group).
-    fn refuse(&mut self, to: Conversation, user: UserId, reply_to: Option<MessageId>) {
+    /// A stranger's message: logged, and in a private chat answered with
+    /// their user id once per cooldown. In a group nothing is sent: any
+    /// message there spends the group's pacing (a burst of 5, then 20 a
+    /// minute) that its members' answers need, so strangers could delay
+    /// them; a stranger learns their id by writing to the bot privately.
+    fn refuse(&mut self, to: Conversation, user: UserId) {
         let chat = to.chat;
         tracing::warn!(
             user_id = user.0,
@@ -241,16 +238,12 @@ impl Dispatcher {
             "message from a user not on the allowlist refused"
         );
         self.events.publish(BotEvent::AccessDenied { chat, user });
-        let cooldown = self.access.refusal_cooldown;
-        let group_due = || chat.is_user() || is_due(&self.refused_groups, &chat, cooldown);
-        if is_due(&self.refused, &user, cooldown) && group_due() {
-            due(&mut self.refused, user, cooldown);
-            if !chat.is_user() {
-                due(&mut self.refused_groups, chat, cooldown);
-            }
-            self.deps
-                .outbox
-                .do_send(SendText::new(to, refusal(user)).replying_to(reply_to));
+        if !chat.is_user() {
+            return;
+        }
+        if is_due(&self.refused, &user, self.access.refusal_cooldown) {
+            due(&mut self.refused, user, self.access.refusal_cooldown);
+            self.deps.outbox.do_send(SendText::new(to, refusal(user)));
         }
     }
 

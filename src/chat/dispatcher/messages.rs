@@ -33,7 +33,7 @@ impl Dispatcher {
                     "a schedule's run dropped: the user who made it is no longer on the allowlist"
                 );
             } else {
-                self.refuse(m.to, m.from, m.answer_to());
+                self.refuse(m.to, m.from);
             }
             return;
         }
