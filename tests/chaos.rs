@@ -21,6 +21,7 @@ use support::*;
 use turnstile::agent::{Scenario, Step};
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
+use turnstile::telegram::RateLimits;
 
 /// The chats talking during the outage.
 const CHATS: [i64; 3] = [11, 12, 13];
@@ -117,7 +118,12 @@ fn shown(texts: &[String], expected: &[String]) -> Result<(), String> {
 /// Runs `outage` for `length` while turns answer into it and more
 /// messages come; asserts the three things; returns the harness.
 async fn weather(outage: Outage, length: Duration) -> Harness {
-    let mut h = Harness::start(scenario(), &env()).await;
+    weather_with(outage, length, Harness::fast_limits()).await
+}
+
+/// [`weather`], the outbox's limits given.
+async fn weather_with(outage: Outage, length: Duration, limits: RateLimits) -> Harness {
+    let mut h = Harness::start_with_limits(scenario(), &env(), limits).await;
     let addr = h.bot.ops_addr().expect("ops.listen is on");
     health_until(addr, 200, Duration::from_secs(20)).await;
     for chat in CHATS {
@@ -257,11 +263,35 @@ async fn a_storm_of_html_502s_for_2_minutes() {
 #[actix_rt::test]
 #[ignore = "chaos: a minute long; run with --ignored"]
 async fn ten_seconds_per_answer_for_a_minute() {
-    weather(
+    // Each request's answer is due within 4 s, so every message sent in
+    // the minute has an unknown outcome: Telegram carried it out, its
+    // answer came too late. Telegram counts as back only once a probe is
+    // answered within that time too (a slow answer is no answer): then
+    // each is sent once more, marked. A probe waited out to its slow
+    // answer would say "back" in the middle of the minute, and each copy
+    // sent then would be one more unmarked duplicate.
+    let limits = RateLimits {
+        request_timeout: Duration::from_secs(4),
+        ..Harness::fast_limits()
+    };
+    let h = weather_with(
         Outage::Slow(Duration::from_secs(10)),
         Duration::from_secs(60),
+        limits,
     )
     .await;
+    let addr = h.bot.ops_addr().expect("ops");
+    // Each chat's waiting answer reached Telegram in the minute: its copy
+    // after it is marked.
+    let marked = metric(
+        addr,
+        "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"}",
+    )
+    .await;
+    assert!(
+        marked >= CHATS.len() as f64,
+        "every answer of the minute came too late to be confirmed: {marked} marked resend(s)"
+    );
 }
 
 /// The real binary stopped (SIGTERM) and started again in the middle of
