@@ -203,3 +203,40 @@ async fn a_restart_says_the_bot_is_restarting() {
         ]
     );
 }
+
+/// What the outbox settled while the stop drained it (here the "cut short"
+/// notice, sent after the turns' own writes were flushed) is committed
+/// before `stop` returns: the process ends or re-executes right after, and
+/// a row left unsettled would be sent again by the next process.
+#[actix_rt::test]
+async fn what_the_outbox_settled_while_draining_is_committed_when_stop_returns() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let state = dir.path().join("state.sqlite");
+    let path = state.display().to_string();
+    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let mut h = Harness::start(
+        scenario,
+        &[
+            ("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "200ms"),
+            ("TURNSTILE_STATE_PATH", path.as_str()),
+        ],
+    )
+    .await;
+    h.say(ADMIN, ADMIN, "slow");
+    h.event("turn start", |e| {
+        matches!(e, turnstile::events::BotEvent::TurnStarted { .. })
+    })
+    .await;
+    // The notice's settle write is slow to land.
+    h.bot
+        .inbox
+        .stall_next_settle(std::time::Duration::from_millis(1_500));
+    assert_eq!(h.bot.stop().await, 1, "the drain cut the turn short");
+    assert_eq!(h.texts(ADMIN).len(), 1, "the notice was sent");
+    // Read beside the store thread, not behind it: what is committed now.
+    let conn = rusqlite::Connection::open(&state).expect("the state file opens");
+    let waiting: i64 = conn
+        .query_row("SELECT count(*) FROM outgoing", [], |r| r.get(0))
+        .expect("the outgoing table");
+    assert_eq!(waiting, 0, "a sent message's row was left to be sent again");
+}

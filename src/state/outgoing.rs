@@ -304,13 +304,14 @@ fn sweep_spool(spool: &Path, files: &std::collections::HashSet<i64>) {
     }
 }
 
-/// Row ids, handed out without asking the store thread.
+/// Row ids, handed out without asking the store thread; and a test hook:
+/// how long the next settle write stalls (milliseconds).
 #[derive(Debug, Default)]
-pub(super) struct RowIds(AtomicI64);
+pub(super) struct RowIds(AtomicI64, std::sync::atomic::AtomicU64);
 
 impl RowIds {
     pub(super) fn after(last: i64) -> Self {
-        Self(AtomicI64::new(last))
+        Self(AtomicI64::new(last), std::sync::atomic::AtomicU64::new(0))
     }
 
     fn next(&self) -> i64 {
@@ -407,9 +408,21 @@ impl StoreHandle {
     /// The message of row `id` is settled; `last` is the highest message
     /// id its chat's lane knows; `file`: its spooled bytes go too.
     pub fn settle_outgoing(&self, id: i64, chat: i64, last: Option<i32>, file: bool) {
+        let stall = self.row_ids().1.swap(0, Ordering::SeqCst);
         self.tell("settling a sent message", move |store| {
+            if stall > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(stall));
+            }
             store.settle_outgoing(id, chat, last, file)
         });
+    }
+
+    /// Test hook: the next settle write takes `stall` longer on the store
+    /// thread, as a slow disk would, holding up every write behind it.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn stall_next_settle(&self, stall: std::time::Duration) {
+        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.row_ids().1.store(ms, Ordering::SeqCst);
     }
 
     /// What a previous process left to send.

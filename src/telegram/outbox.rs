@@ -25,7 +25,10 @@
 //! `deliver.rs` is the one delivery and retry path they all take; the
 //! requests are in `requests.rs`, the jobs they become in `jobs.rs`, the
 //! live slots' requests in `live.rs`, the errors in `error.rs`, the thread
-//! the workers run on in `workers.rs`.
+//! the workers run on in `workers.rs`; `resend.rs` settles an unknown
+//! outcome, with what a lane knows of its chat's ids (`known.rs`). The
+//! types they all share are in `post.rs`, below them all: the files form
+//! layers (`lane` over `send` over `resend` over `jobs` over `post`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,9 +46,11 @@ use crate::state::{Kept, KeptQuestion, Outgoing, StoreHandle};
 mod deliver;
 mod error;
 mod jobs;
+mod known;
 mod lane;
 mod live;
 mod pacing;
+mod post;
 mod recover;
 mod requests;
 mod resend;
@@ -62,9 +67,9 @@ pub use requests::{
 };
 
 use deliver::Telegram;
-use jobs::{CallbackAnswer, FileJob, Job, Place, TextJob};
+use jobs::{CallbackAnswer, FileJob, Job, TextJob};
 use lane::{LANE_IDLE, Lane, Pending, Shared};
-use resend::Origin;
+use post::{Origin, Place, lock};
 use workers::Workers;
 
 /// The Outbox actor: routes each request to its chat's lane.
@@ -98,7 +103,7 @@ impl Outbox {
     ) -> Self {
         let last_ids = left.last_ids.iter().map(|&(chat, id)| (ChatId(chat), id));
         let mut outbox = Self::build(bot, limits, (metrics, events), Some(store));
-        lane::lock(&outbox.shared.last_ids).extend(last_ids);
+        lock(&outbox.shared.last_ids).extend(last_ids);
         let now = (std::time::Instant::now(), crate::state::now_ms());
         let rows = std::mem::take(&mut left.rows);
         for row in rows {
@@ -106,7 +111,7 @@ impl Outbox {
             // A copy sent before, if any, came after both the chat's highest
             // id known when the row before it was settled and the message
             // it answers.
-            let known = lane::lock(&outbox.shared.last_ids).get(&chat).copied();
+            let known = lock(&outbox.shared.last_ids).get(&chat).copied();
             let baseline = known.max(row.reply_to).max(row.after_id);
             let age = u64::try_from(now.1.saturating_sub(row.created_at)).unwrap_or(0);
             let born = now

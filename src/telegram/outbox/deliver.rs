@@ -1,5 +1,5 @@
 //! One delivery and retry path for every request: [`deliver`] sends it
-//! (under the chat's [`Pacing`] when given), [`classify`] reads the answer
+//! (under the chat's [`Pacing`] when given), `classify` (`error.rs`) reads the answer
 //! and the [`Rule`] of the request decides the next step: a 429 waits its
 //! `retry_after`, a 5xx or failed connection is retried with backoff (an
 //! answer's until Telegram takes it, up to its age bound), an attempt gets
@@ -11,9 +11,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use teloxide::{ApiError, Bot, RequestError};
+use teloxide::{Bot, RequestError};
 
-use super::error::{OutboxError, Unreachable};
+use super::error::{OutboxError, Sent, Unreachable, classify};
 use super::pacing::{Pacing, RateLimits};
 use crate::ops::Metrics;
 use crate::telegram::call::with_sources;
@@ -45,62 +45,6 @@ impl Telegram {
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
         }
     }
-}
-
-/// What a request's answer means for the next step.
-pub(super) enum Sent<T> {
-    Ok(T),
-    /// Not delivered; safe to send again after the wait.
-    Retry(Duration, RequestError),
-    /// Unknown whether it was delivered; only idempotent requests retry.
-    RetryIfUnsent(RequestError),
-    /// The formatting was refused; send as plain text.
-    Plain(RequestError),
-    /// Final.
-    Fail(OutboxError),
-}
-
-pub(super) fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
-    let err = match result {
-        Ok(v) => return Sent::Ok(v),
-        Err(err) => err,
-    };
-    match &err {
-        RequestError::RetryAfter(secs) => Sent::Retry(secs.duration(), err),
-        RequestError::Api(ApiError::CantParseEntities(_)) => Sent::Plain(err),
-        RequestError::Api(
-            ApiError::BotBlocked
-            | ApiError::UserDeactivated
-            | ApiError::BotKicked
-            | ApiError::BotKickedFromSupergroup,
-        ) => Sent::Fail(OutboxError::Blocked),
-        RequestError::Api(ApiError::Unknown(why)) if is_server_error(why) => {
-            Sent::Retry(Duration::ZERO, err)
-        }
-        RequestError::Api(_) => Sent::Fail(OutboxError::refused(err)),
-        RequestError::InvalidJson { .. } => Sent::RetryIfUnsent(err),
-        RequestError::Network(net) if net.is_connect() => Sent::Retry(Duration::ZERO, err),
-        RequestError::Network(_) => Sent::RetryIfUnsent(err),
-        // No answer in time: it may have been written.
-        RequestError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-            Sent::RetryIfUnsent(err)
-        }
-        RequestError::MigrateToChatId(_) | RequestError::Io(_) => {
-            Sent::Fail(OutboxError::Unreachable(Unreachable::GaveUp(err)))
-        }
-    }
-}
-
-/// Telegram's 5xx descriptions (teloxide keeps only the description).
-fn is_server_error(description: &str) -> bool {
-    [
-        "Internal Server Error",
-        "Bad Gateway",
-        "Service Unavailable",
-        "Gateway Timeout",
-    ]
-    .iter()
-    .any(|s| description.contains(s))
 }
 
 /// How a request may be repeated.

@@ -1,9 +1,11 @@
 //! Why a request did not get through: [`OutboxError`], which keeps what
-//! Telegram (or the network) answered as its source.
+//! Telegram (or the network) answered as its source; and what an answer
+//! means for the next step ([`classify`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use teloxide::RequestError;
+use teloxide::{ApiError, RequestError};
 
 /// Why a request did not get through.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -96,6 +98,62 @@ impl PartialEq for OutboxError {
         std::mem::discriminant(self) == std::mem::discriminant(other)
             && self.to_string() == other.to_string()
     }
+}
+
+/// What a request's answer means for the next step.
+pub(super) enum Sent<T> {
+    Ok(T),
+    /// Not delivered; safe to send again after the wait.
+    Retry(Duration, RequestError),
+    /// Unknown whether it was delivered; only idempotent requests retry.
+    RetryIfUnsent(RequestError),
+    /// The formatting was refused; send as plain text.
+    Plain(RequestError),
+    /// Final.
+    Fail(OutboxError),
+}
+
+pub(super) fn classify<T>(result: Result<T, RequestError>) -> Sent<T> {
+    let err = match result {
+        Ok(v) => return Sent::Ok(v),
+        Err(err) => err,
+    };
+    match &err {
+        RequestError::RetryAfter(secs) => Sent::Retry(secs.duration(), err),
+        RequestError::Api(ApiError::CantParseEntities(_)) => Sent::Plain(err),
+        RequestError::Api(
+            ApiError::BotBlocked
+            | ApiError::UserDeactivated
+            | ApiError::BotKicked
+            | ApiError::BotKickedFromSupergroup,
+        ) => Sent::Fail(OutboxError::Blocked),
+        RequestError::Api(ApiError::Unknown(why)) if is_server_error(why) => {
+            Sent::Retry(Duration::ZERO, err)
+        }
+        RequestError::Api(_) => Sent::Fail(OutboxError::refused(err)),
+        RequestError::InvalidJson { .. } => Sent::RetryIfUnsent(err),
+        RequestError::Network(net) if net.is_connect() => Sent::Retry(Duration::ZERO, err),
+        RequestError::Network(_) => Sent::RetryIfUnsent(err),
+        // No answer in time: it may have been written.
+        RequestError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            Sent::RetryIfUnsent(err)
+        }
+        RequestError::MigrateToChatId(_) | RequestError::Io(_) => {
+            Sent::Fail(OutboxError::Unreachable(Unreachable::GaveUp(err)))
+        }
+    }
+}
+
+/// Telegram's 5xx descriptions (teloxide keeps only the description).
+fn is_server_error(description: &str) -> bool {
+    [
+        "Internal Server Error",
+        "Bad Gateway",
+        "Service Unavailable",
+        "Gateway Timeout",
+    ]
+    .iter()
+    .any(|s| description.contains(s))
 }
 
 #[cfg(test)]

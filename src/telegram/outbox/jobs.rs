@@ -7,11 +7,11 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup, MessageId, Thr
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
+use super::post::{Origin, Place};
 use super::requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
 };
-use super::resend::Origin;
 use crate::ids::TurnId;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::typing::TypingView;
@@ -24,15 +24,6 @@ pub(super) const CAPTION_LIMIT: usize = 1024;
 
 /// Who waits for a question's message id.
 pub(super) type QuestionReply = oneshot::Sender<Result<MessageId, OutboxError>>;
-
-/// Where in its chat a message goes.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Place {
-    /// The forum topic.
-    pub(super) topic: Option<ThreadId>,
-    /// The message the first piece replies to.
-    pub(super) reply_to: Option<MessageId>,
-}
 
 /// A text job: what, where, and who waits.
 pub(super) struct TextJob {

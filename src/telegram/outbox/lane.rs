@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use teloxide::RequestError;
@@ -18,11 +18,11 @@ use tracing::{Instrument, Span};
 use super::deliver::Telegram;
 use super::error::OutboxError;
 use super::jobs::Job;
+use super::known::Known;
 use super::live::{self, Shown};
 use super::pacing::{Bucket, Pacing};
+use super::post::{LaneView, Post, lock};
 use super::requests::{Show, ShowAs, Slot};
-use super::resend::Known;
-use super::send::{self, Post};
 use crate::events::EventBus;
 use crate::ops::Waiting;
 use crate::ops::logging::context_span;
@@ -119,12 +119,6 @@ impl Book {
         }
         None
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What goes down a lane's channel: a real job with the purge epoch of its
@@ -447,7 +441,7 @@ struct View<'a> {
     epoch: u64,
 }
 
-impl send::Lane for View<'_> {
+impl LaneView for View<'_> {
     fn close(&mut self, slot: Slot) -> Option<Shown> {
         let mut book = lock(self.book);
         if book.shows.remove(&slot).is_some() {

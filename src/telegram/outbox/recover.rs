@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use teloxide::types::{ChatId, MessageId, ThreadId};
 
-use super::jobs::{FileJob, Job, Place, QuestionJob, TextJob, cut};
+use super::jobs::{FileJob, Job, QuestionJob, TextJob, cut};
+use super::post::{Origin, Place};
 use super::requests::{Button, QuestionFile, SendFile};
-use super::resend::Origin;
 use crate::chat::notices::QUESTION_ENDED;
 use crate::ids::Conversation;
 use crate::state::{Kept, KeptFile, KeptQuestion, OutgoingRow, StoreHandle};

@@ -11,45 +11,25 @@ use teloxide::payloads::{
 };
 use teloxide::requests::Payload;
 use teloxide::types::{
-    CallbackQueryId, ChatAction, ChatId, InputFile, Message, MessageId, ReactionType,
-    ReplyParameters, ThreadId,
+    CallbackQueryId, ChatAction, InputFile, Message, MessageId, ReactionType, ReplyParameters,
+    ThreadId,
 };
 
 use super::deliver::{Rule, Telegram, deliver};
 use super::error::OutboxError;
-use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, Place, QuestionJob, TextJob, cut};
+use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, TextJob, cut};
 use super::live::{self, Shown};
-use super::pacing::Pacing;
+use super::post::{LaneView, Origin, Place, Post, lock};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
-use super::resend::{Known, Origin};
-use crate::events::{BotEvent, EventBus};
+use crate::chat::notices::undelivered;
+use crate::events::BotEvent;
 use crate::telegram::call::{FilePart, call, call_with_file};
 use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 use crate::telegram::typing::TypingView;
 
-/// What a job may touch of its lane.
-pub(super) trait Lane {
-    /// Ends `slot`: its queued live text is dropped; the message it showed,
-    /// if any.
-    fn close(&mut self, slot: Slot) -> Option<Shown>;
-    /// Whether `/stop` purged `topic` since the job was queued.
-    fn purged(&self, topic: Option<ThreadId>) -> bool;
-}
-
-/// Where a chat's requests leave from: the client, the bus, the chat and
-/// its pacing.
-pub(super) struct Post<'a> {
-    pub(super) telegram: &'a Telegram,
-    pub(super) events: &'a EventBus,
-    pub(super) chat: ChatId,
-    pub(super) pacing: &'a mut Pacing,
-    /// The chat's message ids the lane knows.
-    pub(super) known: &'a std::sync::Mutex<Known>,
-}
-
 impl Post<'_> {
     /// Runs one job of the chat's lane.
-    pub(super) async fn run(&mut self, lane: &mut impl Lane, job: Job) {
+    pub(super) async fn run(&mut self, lane: &mut impl LaneView, job: Job) {
         match job {
             Job::Typing(lease, topic) => self.typing(&lease, topic).await,
             Job::Text(job) => self.text(lane, job).await,
@@ -99,7 +79,7 @@ impl Post<'_> {
         }
     }
 
-    async fn text(&mut self, lane: &mut impl Lane, job: TextJob) {
+    async fn text(&mut self, lane: &mut impl LaneView, job: TextJob) {
         let TextJob {
             text,
             markdown,
@@ -110,7 +90,7 @@ impl Post<'_> {
             kept: _,
         } = job;
         if let Some(id) = place.reply_to {
-            super::lane::lock(self.known).saw(id);
+            lock(self.known).saw(id);
         }
         let outcome = self
             .pieces(lane, (text, markdown), place, into, origin)
@@ -130,7 +110,7 @@ impl Post<'_> {
     /// the first failure, or when `/stop` purged the conversation meanwhile.
     async fn pieces(
         &mut self,
-        lane: &mut impl Lane,
+        lane: &mut impl LaneView,
         (text, markdown): (String, bool),
         mut place: Place,
         into: Option<Slot>,
@@ -206,7 +186,7 @@ impl Post<'_> {
         .await
     }
 
-    async fn clear(&mut self, lane: &mut impl Lane, clear: Clear) {
+    async fn clear(&mut self, lane: &mut impl LaneView, clear: Clear) {
         let Some(Shown { id, .. }) = lane.close(clear.slot) else {
             return;
         };
@@ -405,6 +385,36 @@ impl Post<'_> {
         };
         let caption = Some(cut(&file.caption, CAPTION_LIMIT));
         self.send_document(topic, caption, &part, sent).await
+    }
+
+    /// When `err` says an answer outlived `telegram.max_pending_age`: logs
+    /// it, counts it and tells the chat (once Telegram takes that). `false`
+    /// for any other error.
+    pub(super) async fn expired(
+        &mut self,
+        topic: Option<ThreadId>,
+        err: &OutboxError,
+        what: &str,
+    ) -> bool {
+        let OutboxError::Expired { method } = err else {
+            return false;
+        };
+        let age = self.telegram.limits.max_pending_age;
+        self.telegram.metrics.outbox().dropped(method);
+        tracing::error!(
+            method,
+            max_pending_age = %humantime::format_duration(age),
+            "telegram did not take a message within telegram.max_pending_age; dropped, the chat is told"
+        );
+        let notice = Rendered::plain(undelivered(what, age));
+        let place = Place {
+            topic,
+            reply_to: None,
+        };
+        if let Err(err) = self.piece(place, &notice, Origin::now(None)).await {
+            tracing::warn!(cause = %err, "the notice of a dropped message was not delivered");
+        }
+        true
     }
 }
 
