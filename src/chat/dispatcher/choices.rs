@@ -7,14 +7,13 @@
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
-use teloxide::types::CallbackQuery;
 
 use super::Dispatcher;
 use crate::chat::choices::{self, ListKind, Pick};
 use crate::chat::notices::bounded;
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
-use crate::incoming::Incoming;
+use crate::incoming::{Incoming, Press};
 use crate::telegram::outbox::{
     AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
 };
@@ -146,14 +145,8 @@ impl Dispatcher {
     /// A press on a `/model` or `/sessions` button (by someone the
     /// dispatcher admitted to the chat, so someone who may use both): the
     /// choice is made if the list is the live one, else "expired".
-    pub(super) fn picked(
-        &mut self,
-        pick: Pick,
-        to: Conversation,
-        query: &CallbackQuery,
-        ctx: &mut Context<Self>,
-    ) {
-        let callback = query.id.to_string();
+    pub(super) fn picked(&mut self, pick: Pick, press: &Press, ctx: &mut Context<Self>) {
+        let (to, callback) = (press.to, press.id.clone());
         let outbox = self.deps.outbox.clone();
         let Some(entry) = self.lists.chosen(to, pick).map(str::to_owned) else {
             return outbox.do_send(AnswerCallback::new(
@@ -162,7 +155,7 @@ impl Dispatcher {
                 "This list has expired; ask for it again.",
             ));
         };
-        let user = query.from.id.0;
+        let user = press.from.0;
         if pick.kind == ListKind::Projects
             && let Some(project) = self.deps.choices.projects.get(&entry)
             && !project.admits(user)
@@ -184,7 +177,7 @@ impl Dispatcher {
             ),
         };
         let chosen = self.choose(to, choice, ctx);
-        let message = query.message.as_ref().map(|m| m.id());
+        let message = press.message;
         ctx.spawn(
             async move {
                 let text = chosen_text(&chosen.await, &done);
