@@ -11,9 +11,11 @@
 //! It sits below the store, beside [`Attachment`]: it names no `telegram`,
 //! `chat` or `state` type.
 
+mod address;
 mod command;
 mod press;
 
+pub use address::{Head, strip_address};
 pub use command::{Command, Parsed, Who, parse};
 pub(crate) use command::{Entry, TABLE};
 pub use press::{Approval, Callback, Choice, KINDS, Kind, ListKind, Pick, Press, TOKEN_LEN};

@@ -17,12 +17,12 @@ use tracing::{Span, field};
 
 use crate::config::AccessConfig;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, Incoming, Parsed, Place, Press, cut, parse};
+use crate::incoming::{Ask, Author, Incoming, Parsed, Place, Press, cut, parse, strip_address};
 use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
 use crate::state::{StoreHandle, UPDATE_ID_RESET_GAP};
-use crate::telegram::addressing::{Addressing, NotForUs, strip_address};
+use crate::telegram::addressing::{Addressing, NotForUs};
 use crate::telegram::files::attachments;
 
 /// The update kinds turnstile handles (`allowed_updates`): messages and
