@@ -5,8 +5,8 @@
 //! (`recovery.rs`). It owns the [`TurnSlots`] that cap concurrent turns;
 //! each chat runs its own hard deadline.
 
-mod choices;
 mod commands;
+mod menus;
 mod messages;
 mod recovery;
 mod schedules;

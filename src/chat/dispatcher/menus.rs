@@ -1,9 +1,9 @@
-//! The dispatcher's side of what a conversation chooses: `/model`,
-//! `/sessions` (each with a button per entry), `/fork`, `/usage`, and a
-//! press on a list's button. A choice is written by the conversation's
-//! supervisor ([`Choose`]), so a turn ending meanwhile cannot undo it. Only
-//! the latest list of each kind in a conversation is live; a press on an
-//! older one is answered "expired".
+//! The menus a conversation chooses from: `/model`, `/sessions` and
+//! `/project`, each with a button per entry, a press on one of those
+//! buttons (a [`Pick`]), and `/fork`. A choice is written by the
+//! conversation's supervisor ([`Choose`]), so a turn ending meanwhile
+//! cannot undo it. Only the latest list of each kind in a conversation is
+//! live; a press on an older one is answered "expired".
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
@@ -17,9 +17,6 @@ use crate::incoming::{Incoming, Press};
 use crate::telegram::outbox::{
     AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
 };
-
-/// How many conversations an admin's `/usage` lists.
-const TOP_CONVERSATIONS: usize = 5;
 
 /// What the answer to a [`Chosen`] says, for a model or a session.
 fn chosen_text(chosen: &Chosen, what: &str) -> String {
@@ -350,36 +347,6 @@ impl Dispatcher {
                     None => "⚠️ The fork could not be saved; try again.".to_owned(),
                 };
                 outbox.do_send(SendText::new(from, text));
-            }
-            .into_actor(self),
-        );
-    }
-
-    /// `/usage`: this conversation's turns, model calls, tokens and cost
-    /// today, in 7 and in 30 days; an admin in a private chat also gets
-    /// the bot's and the conversations that cost most.
-    pub(super) fn usage(
-        &mut self,
-        to: Conversation,
-        admin: bool,
-        private: bool,
-        ctx: &mut Context<Self>,
-    ) {
-        let inbox = self.deps.inbox.clone();
-        let mine = inbox.usage(Some(to));
-        let whole =
-            (admin && private).then(|| (inbox.usage(None), inbox.usage_top(TOP_CONVERSATIONS)));
-        let outbox = self.deps.outbox.clone();
-        ctx.spawn(
-            async move {
-                let mut text = format!(
-                    "📊 This conversation:\n{}",
-                    choices::usage_lines(&mine.await)
-                );
-                if let Some((all, top)) = whole {
-                    text.push_str(&choices::usage_admin(&all.await, &top.await));
-                }
-                outbox.do_send(SendText::new(to, text));
             }
             .into_actor(self),
         );
