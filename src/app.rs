@@ -491,7 +491,7 @@ impl Turnstile {
         // What the turns queued as they ended (a "cut short" notice) goes
         // to the outbox after its turn's "replied" write: in the outbox
         // before the flush, or the stopped outbox would refuse it.
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.forwarding.settled()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.forwarding.drained()).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
         let _ = self.outbox.send(StopOutbox).await;
         self.backend.closed().await;

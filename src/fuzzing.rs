@@ -11,12 +11,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use teloxide::types::{CallbackQuery, ChatId, Message, Update, UpdateKind, UserId};
+use teloxide::types::{CallbackQuery, Message, Update, UpdateKind, UserId};
 
 use crate::chat::turn::ButtonPressed;
-use crate::chat::turn::approval::Choice;
 use crate::config::{AccessConfig, Config, GroupMode};
-use crate::incoming::{Ask, MAX_INPUT_CHARS};
+use crate::incoming::{Ask, Callback, KINDS, Kind, MAX_INPUT_CHARS, Press, TOKEN_LEN};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{attachments, safe_component};
 use crate::telegram::format::{Rendered, TELEGRAM_TEXT_LIMIT, render, split, validate};
@@ -52,7 +51,7 @@ const TOKEN: &str = "123456:SECRET-fuzz-token-value";
 /// then parsed by the same code), then each update through what the intake
 /// and the dispatcher read of it: addressing (both group modes), the row's
 /// fields and attachments, the file names made safe, the address stripped,
-/// the command parsed; a button press's chat, topic and callback data.
+/// the command parsed; a button press read once ([`Press::read`]).
 pub fn telegram_update(data: &[u8]) {
     let raw = String::from_utf8_lossy(data);
     let Ok(updates) = crate::telegram::call::parse::<Vec<Update>>(&raw, 200) else {
@@ -133,61 +132,55 @@ fn check_safe_component(name: &str) {
     );
 }
 
-/// A button press as the dispatcher reads it.
+/// A button press as the intake reads it, and what the dispatcher makes
+/// of an approval.
 fn button(query: &CallbackQuery) {
-    let user = query.from.id;
-    let chat = crate::chat::dispatcher::press_conversation(query).chat;
-    let name = query
-        .from
-        .username
-        .clone()
-        .map_or_else(|| query.from.first_name.clone(), |u| format!("@{u}"));
-    if let Some(data) = query.data.as_deref() {
-        press(data, chat, user, name);
+    let press = Press::read(query);
+    check_callback(query.data.as_deref().unwrap_or(""), &press.data);
+    if let Callback::Approval(approval) = press.data.clone() {
+        let pressed = ButtonPressed::new(press, approval, false);
+        assert_eq!(pressed.token.len(), TOKEN_LEN);
     }
 }
 
-/// Callback data of a button press, alone.
+/// Callback data of a button press, alone, through the one table that reads
+/// every kind of button.
 pub fn callback_data(data: &[u8]) {
     // Telegram's callback data is a string.
     let Ok(data) = std::str::from_utf8(data) else {
         return;
     };
-    press(data, ChatId(-100_123), UserId(7), "@someone".to_owned());
+    check_callback(data, &Callback::parse(data));
 }
 
-/// Parses callback data; what parses is in one of the shapes the approval
-/// questions use (`ap:<token>:<y|a|n>`, `aq:<token>:<question>:<option>`),
-/// and written back it parses the same.
-fn press(data: &str, chat: ChatId, user: UserId, name: String) {
-    let parse =
-        |data: &str| ButtonPressed::parse(data, chat, user, name.clone(), false, "cb".into());
-    let Some(pressed) = parse(data) else {
+/// `data` read as `read`: what one kind reads is written back as exactly
+/// `data`, under the prefix of that kind alone, and reads back the same;
+/// what none reads starts with no prefix, or is not in its kind's shape.
+fn check_callback(data: &str, read: &Callback) {
+    let prefixed: Vec<Kind> = KINDS
+        .iter()
+        .filter(|(_, prefix)| data.starts_with(prefix))
+        .map(|(kind, _)| *kind)
+        .collect();
+    assert!(prefixed.len() <= 1, "{data:?} starts {prefixed:?}");
+    let Some(kind) = read.kind() else {
         return;
     };
-    assert!(
-        pressed.token.len() == 32 && pressed.token.bytes().all(|b| b.is_ascii_hexdigit()),
-        "token {:?} of {data:?}",
-        pressed.token
-    );
-    let token = &pressed.token;
-    let written = match pressed.choice {
-        Choice::Allow => format!("ap:{token}:y"),
-        Choice::Always => format!("ap:{token}:a"),
-        Choice::Deny => format!("ap:{token}:n"),
-        Choice::Option { question, option } => format!("aq:{token}:{question}:{option}"),
-    };
-    assert!(
-        data.split(':').count() == written.split(':').count() && data.get(..3) == written.get(..3),
-        "{data:?} parsed as {written:?}"
-    );
-    let again = parse(&written)
-        .unwrap_or_else(|| panic!("{data:?} written back as {written:?} does not parse"));
-    assert_eq!(
-        (again.choice, &again.token),
-        (pressed.choice, &pressed.token),
-        "{data:?} written back as {written:?}"
-    );
+    assert_eq!(prefixed, [kind], "{data:?} read as {read:?}");
+    let written = read.data();
+    assert_eq!(written, data, "{data:?} read as {read:?}");
+    assert_eq!(&Callback::parse(&written), read, "{data:?} written back");
+    if let Callback::Approval(approval) = read {
+        assert!(
+            approval.token.len() == TOKEN_LEN
+                && approval
+                    .token
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "token {:?} of {data:?}",
+            approval.token
+        );
+    }
 }
 
 /// Numbers drawn from the input (xorshift seeded with its FNV-1a hash): the
@@ -329,5 +322,44 @@ impl ConfigFile {
 impl Drop for ConfigFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incoming::{Approval, Choice, ListKind, Pick};
+
+    #[test]
+    fn callback_data_takes_every_kind_and_anything_else() {
+        let token = "0123456789abcdef0123456789abcdef".to_owned();
+        let buttons = [
+            Callback::Unschedule(3),
+            Callback::Pick(Pick {
+                kind: ListKind::Projects,
+                list: 2,
+                entry: 0,
+            }),
+            Callback::Approval(Approval {
+                token: token.clone(),
+                choice: Choice::Always,
+            }),
+            Callback::Approval(Approval {
+                token,
+                choice: Choice::Option {
+                    question: 0,
+                    option: 1,
+                },
+            }),
+        ];
+        for button in &buttons {
+            let data = button.data();
+            assert_eq!(&Callback::parse(&data), button);
+            callback_data(data.as_bytes());
+        }
+        for junk in ["", "pick:s01:1", "unsched:+1", "ap:x:y", "\u{0}", "aq:"] {
+            callback_data(junk.as_bytes());
+        }
+        callback_data(&[0xff, 0xfe]);
     }
 }

@@ -4,15 +4,21 @@
 //! agent, or a [`Command`] parsed from the one table), its text with the
 //! bot's address taken off, its files and its album. The inbox stores it as
 //! it is and recovery reads it back whole; the dispatcher, the supervisor
-//! and the turn read it, never the Telegram update again.
+//! and the turn read it, never the Telegram update again. A press of one
+//! of the bot's buttons is read once too, into a [`Press`] whose callback
+//! data one table of button kinds reads ([`KINDS`]).
 //!
 //! It sits below the store, beside [`Attachment`]: it names no `telegram`,
 //! `chat` or `state` type.
 
+mod address;
 mod command;
+mod press;
 
+pub use address::{Head, strip_address};
 pub use command::{Command, Parsed, Who, parse};
 pub(crate) use command::{Entry, TABLE};
+pub use press::{Approval, Callback, Choice, KINDS, Kind, ListKind, Pick, Press, TOKEN_LEN};
 
 use teloxide::types::{ChatId, MessageId, UserId};
 

@@ -111,6 +111,8 @@
 //!   `ops::panics`: a panic drops the input it was handling (`contain`) or
 //!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
+//! - `in_flight`: `InFlight`, a count of things in flight that one can wait to see
+//!   reach zero (the outbox's requests, a turn's texts on their way to it).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.
 //! - `fuzzing`: the fuzz harnesses, one per boundary of outside data (the agent's in
@@ -160,6 +162,7 @@ pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ids;
+pub mod in_flight;
 pub mod incoming;
 pub mod ops;
 pub mod outcome;

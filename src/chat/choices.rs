@@ -1,6 +1,6 @@
 //! What a conversation may choose (`agent.models`) and what the chat is
 //! told about its choices: `/model`, `/sessions` and `/usage` texts, and
-//! the buttons' callback data, read back once ([`Pick::parse`]).
+//! the lists whose buttons a [`Pick`] names.
 
 use crate::agent::ProjectPlace;
 use crate::chat::notices::{bounded, counted};
@@ -169,76 +169,7 @@ pub fn project_label(name: &str, current: &str) -> String {
     }
 }
 
-/// Which list a button belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListKind {
-    /// `/model`'s.
-    Models,
-    /// `/sessions`'.
-    Sessions,
-    /// `/project`'s.
-    Projects,
-}
-
-impl ListKind {
-    fn letter(self) -> char {
-        match self {
-            Self::Models => 'm',
-            Self::Sessions => 's',
-            Self::Projects => 'p',
-        }
-    }
-}
-
-/// A press on a `/model` or `/sessions` button: which list (its kind and
-/// number) and which entry. Data: `pick:<m|s><list>:<entry>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pick {
-    /// The list's kind.
-    pub kind: ListKind,
-    /// The list's number (only the latest of its kind in a conversation
-    /// is live).
-    pub list: u64,
-    /// The entry's index.
-    pub entry: usize,
-}
-
-const PICK_PREFIX: &str = "pick:";
-
-impl Pick {
-    /// The callback data of this button.
-    pub fn data(self) -> String {
-        format!(
-            "{PICK_PREFIX}{}{}:{}",
-            self.kind.letter(),
-            self.list,
-            self.entry
-        )
-    }
-
-    /// Reads callback data; `None` for anything that is not a pick.
-    pub fn parse(data: &str) -> Option<Self> {
-        let rest = data.strip_prefix(PICK_PREFIX)?;
-        let (list, entry) = rest.split_once(':')?;
-        let kind = match list.get(..1)? {
-            "m" => ListKind::Models,
-            "s" => ListKind::Sessions,
-            "p" => ListKind::Projects,
-            _ => return None,
-        };
-        let digits =
-            |s: &str| !s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit());
-        let (list, entry) = (&list[1..], entry);
-        if !digits(list) || !digits(entry) {
-            return None;
-        }
-        Some(Self {
-            kind,
-            list: list.parse().ok()?,
-            entry: entry.parse().ok()?,
-        })
-    }
-}
+pub use crate::incoming::{ListKind, Pick};
 
 /// The latest list of each kind shown in each conversation: a press on
 /// any other is answered "expired".

@@ -5,8 +5,8 @@
 //! (`recovery.rs`). It owns the [`TurnSlots`] that cap concurrent turns;
 //! each chat runs its own hard deadline.
 
-mod choices;
 mod commands;
+mod menus;
 mod messages;
 mod recovery;
 mod schedules;
@@ -18,10 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, AsyncContext, Context, Handler, Message};
-use teloxide::types::{CallbackQuery, ChatId, UserId};
+use teloxide::types::{ChatId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::chat::choices::Pick;
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
     ChatCommand, ChatReport, ChatSettings, ChatSupervisor, DeliveryEnd, RetireChat,
@@ -31,7 +30,7 @@ use crate::chat::turn::{ButtonPressed, Services};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::Conversation;
-use crate::incoming::{Command, Incoming};
+use crate::incoming::{Callback, Command, Incoming, Press};
 use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
 use crate::schedule::RunDue;
@@ -247,20 +246,17 @@ impl Dispatcher {
         }
     }
 
-    /// A button pressed under one of the bot's questions: checked against
-    /// the allowlist, then routed to the chat that asked; anything else is
-    /// answered "expired" at once.
-    fn button(&mut self, query: CallbackQuery, ctx: &mut Context<Self>) {
-        let user = query.from.id;
-        let to = press_conversation(&query);
+    /// A button pressed under one of the bot's messages, read at the
+    /// intake: checked against the allowlist, then acted on by its kind;
+    /// an approval goes to the chat that asked, with whether the presser is
+    /// an admin; anything else is answered "expired" at once.
+    fn button(&mut self, press: Press, ctx: &mut Context<Self>) {
+        let (user, to) = (press.from, press.to);
         let chat = to.chat;
-        let answer = |act: &Self, text: &str| {
-            act.deps.outbox.do_send(AnswerCallback {
-                chat,
-                id: query.id.to_string(),
-                text: text.to_string(),
-                alert: false,
-            });
+        let answer = |act: &Self, press: &Press, text: &str| {
+            act.deps
+                .outbox
+                .do_send(AnswerCallback::new(chat, press.id.clone(), text));
         };
         if !self.admits(user, chat) {
             self.events.publish(BotEvent::AccessDenied { chat, user });
@@ -283,33 +279,21 @@ impl Dispatcher {
             );
             return answer(
                 self,
+                &press,
                 "Sorry, this bot only answers the people it was set up for.",
             );
         }
-        let name = query
-            .from
-            .username
-            .clone()
-            .map_or_else(|| query.from.first_name.clone(), |u| format!("@{u}"));
-        if let Some(id) = query.data.as_deref().and_then(schedules::unschedule_press) {
-            return self.unschedule_pressed(id, to, &query, ctx);
-        }
-        if let Some(pick) = query.data.as_deref().and_then(Pick::parse) {
-            return self.picked(pick, to, &query, ctx);
-        }
-        let press = query.data.as_deref().and_then(|data| {
-            ButtonPressed::parse(
-                data,
-                chat,
-                user,
-                name,
-                self.is_admin(user),
-                query.id.to_string(),
-            )
-        });
-        match (press, self.chats.contains_key(&to)) {
-            (Some(press), true) => self.deliver(to, ForChat::Press(press), ctx),
-            _ => answer(self, "This question has expired."),
+        match press.data.clone() {
+            Callback::Unschedule(id) => self.unschedule_pressed(id, &press, ctx),
+            Callback::Pick(pick) => self.picked(pick, &press, ctx),
+            Callback::Approval(approval) if self.chats.contains_key(&to) => {
+                let admin = self.is_admin(user);
+                let pressed = ButtonPressed::new(press, approval, admin);
+                self.deliver(to, ForChat::Press(pressed), ctx);
+            }
+            Callback::Approval(_) | Callback::Unknown => {
+                answer(self, &press, "This question has expired.");
+            }
         }
     }
 }
@@ -381,9 +365,9 @@ impl Handler<UpdateReceived> for Dispatcher {
                     }
                 }
             }
-            UpdateReceived::Press(query) => {
-                let callback = query.id.to_string();
-                if let Err(panic) = contain(|| self.button(*query, ctx)) {
+            UpdateReceived::Press(press) => {
+                let callback = press.id.clone();
+                if let Err(panic) = contain(|| self.button(press, ctx)) {
                     tracing::error!(callback, %panic, "handling the button press panicked; dropped");
                 }
             }
@@ -444,21 +428,4 @@ impl Handler<RunningTurns> for Dispatcher {
     fn handle(&mut self, _msg: RunningTurns, _ctx: &mut Self::Context) -> usize {
         self.slots.running()
     }
-}
-
-/// The conversation a button press belongs to: the question's chat and
-/// topic (a press without its message: the presser's private chat).
-pub(crate) fn press_conversation(query: &CallbackQuery) -> Conversation {
-    let chat = query
-        .message
-        .as_ref()
-        .map(|m| m.chat().id)
-        .unwrap_or(ChatId(i64::try_from(query.from.id.0).unwrap_or(0)));
-    let topic = query
-        .message
-        .as_ref()
-        .and_then(|m| m.regular_message())
-        .filter(|m| m.is_topic_message)
-        .and_then(|m| m.thread_id);
-    Conversation::new(chat, topic)
 }

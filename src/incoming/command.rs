@@ -3,6 +3,8 @@
 //! an [`Ask`](super::Ask)); Telegram's command menu and the greeting and
 //! help texts (`chat::commands`) list it; the dispatcher checks [`Who`].
 
+use super::Head;
+
 /// A command the bot knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
@@ -211,27 +213,21 @@ const MAX_WORD: usize = 32;
 /// `/😀`) is text. The word is matched without regard to case; `me` is this
 /// bot's username.
 pub fn parse<'a>(text: &'a str, me: &str) -> Parsed<'a> {
-    let Some(rest) = text.strip_prefix('/') else {
+    let Some(head) = Head::of(text) else {
         return Parsed::Text;
     };
-    let (head, args) = rest
-        .split_once(char::is_whitespace)
-        .map_or((rest, ""), |(head, args)| (head, args.trim()));
-    let (word, to) = match head.split_once('@') {
-        Some((word, to)) => (word, Some(to)),
-        None => (head, None),
-    };
+    let word = head.word;
     let well_formed = !word.is_empty()
         && word.len() <= MAX_WORD
         && word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if !well_formed {
         return Parsed::Text;
     }
-    if to.is_some_and(|to| !to.eq_ignore_ascii_case(me)) {
+    if head.for_another_bot(me) {
         return Parsed::ForAnotherBot;
     }
     match Command::from_word(word) {
-        Some(command) => Parsed::Known(command, args),
+        Some(command) => Parsed::Known(command, head.rest.trim()),
         None => Parsed::Unknown(word.to_ascii_lowercase()),
     }
 }

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use teloxide::types::{Message, MessageEntityKind, UserId};
 
 pub use crate::config::GroupMode;
+use crate::incoming::Head;
 
 /// The bot as Telegram's `getMe` described it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,11 +62,11 @@ impl Addressing {
     /// Whether `message` is for the bot.
     pub fn check(&mut self, message: &Message) -> Result<(), NotForUs> {
         let text = message.text().or(message.caption()).unwrap_or("");
-        if let Some(to) = command_target(text) {
-            return if to.eq_ignore_ascii_case(&self.me.username) {
-                Ok(())
-            } else {
+        if let Some(head) = Head::of(text).filter(|head| head.to.is_some()) {
+            return if head.for_another_bot(&self.me.username) {
                 Err(NotForUs::OtherBotsCommand)
+            } else {
+                Ok(())
             };
         }
         let group = message.chat.is_group() || message.chat.is_supergroup();
@@ -158,52 +159,9 @@ pub fn entity_text(text: &str, offset: usize, length: usize) -> Option<&str> {
     None
 }
 
-/// The bot a command names (`/cmd@Name` → `Name`), when it names one.
-fn command_target(text: &str) -> Option<&str> {
-    let word = text.strip_prefix('/')?.split(char::is_whitespace).next()?;
-    let (_, to) = word.split_once('@')?;
-    Some(to)
-}
-
-/// The text with a leading mention of the bot taken off (`@ThisBot hi` →
-/// `hi`), and a command's `@ThisBot` suffix dropped.
-pub fn strip_address<'a>(text: &'a str, username: &str) -> std::borrow::Cow<'a, str> {
-    let mention = format!("@{username}");
-    let trimmed = text.trim_start();
-    if trimmed.len() >= mention.len()
-        && trimmed.is_char_boundary(mention.len())
-        && trimmed[..mention.len()].eq_ignore_ascii_case(&mention)
-    {
-        let rest = trimmed[mention.len()..]
-            .trim_start_matches([',', ':'])
-            .trim_start();
-        if !rest.is_empty() {
-            return rest.into();
-        }
-    }
-    if let Some(word) = text
-        .strip_prefix('/')
-        .and_then(|t| t.split(char::is_whitespace).next())
-        && let Some((cmd, to)) = word.split_once('@')
-        && to.eq_ignore_ascii_case(username)
-    {
-        let rest = &text[1 + word.len()..];
-        return format!("/{cmd}{rest}").into();
-    }
-    text.into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn command_targets_are_read_from_the_first_word() {
-        assert_eq!(command_target("/restart@OtherBot now"), Some("OtherBot"));
-        assert_eq!(command_target("/restart"), None);
-        assert_eq!(command_target("hi /x@y"), None);
-        assert_eq!(command_target("/@"), Some(""));
-    }
 
     #[test]
     fn an_entity_is_read_by_utf16_units_and_never_past_the_text() {
@@ -272,13 +230,18 @@ mod tests {
     }
 
     #[test]
-    fn the_address_is_stripped() {
-        assert_eq!(strip_address("@TurnBot hello", "turnbot"), "hello");
-        assert_eq!(strip_address("@turnbot: hello", "TurnBot"), "hello");
-        assert_eq!(strip_address("@turnbot", "TurnBot"), "@turnbot");
-        assert_eq!(strip_address("/stop@TurnBot now", "TurnBot"), "/stop now");
-        assert_eq!(strip_address("/stop@Other", "TurnBot"), "/stop@Other");
-        assert_eq!(strip_address("ask @TurnBot", "TurnBot"), "ask @TurnBot");
-        assert_eq!(strip_address("@TurnBo😀", "TurnBot"), "@TurnBo😀");
+    fn a_command_for_another_bot_is_never_taken_and_one_for_this_bot_always_is() {
+        let mut a = addressing();
+        let text = |t: &str| group_message(serde_json::json!({ "text": t }));
+        for other in ["/stop@OtherBot", "/stop@OtherBot now", "/😀@x", "/@"] {
+            assert_eq!(
+                a.check(&text(other)),
+                Err(NotForUs::OtherBotsCommand),
+                "{other}"
+            );
+        }
+        for mine in ["/stop@TURNBOT", "/stop@turnbot now", "/stop", "/x@turnbot"] {
+            assert_eq!(a.check(&text(mine)), Ok(()), "{mine}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Intake: long-polls `getUpdates`, reads each message for the bot once
 //! into an [`Incoming`] (written to the inbox before the offset moves past
-//! it) and hands it to the dispatcher; a button press goes over as it came.
+//! it) and hands it to the dispatcher; a button press is read once too,
+//! into a [`Press`].
 
 use std::time::Duration;
 
@@ -10,18 +11,18 @@ use actix::{
 };
 use teloxide::Bot;
 use teloxide::payloads::{GetUpdates, GetUpdatesSetters};
-use teloxide::types::{AllowedUpdate, CallbackQuery, Message as TgMessage, Update, UpdateKind};
+use teloxide::types::{AllowedUpdate, Message as TgMessage, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 use tracing::{Span, field};
 
 use crate::config::AccessConfig;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, Incoming, Parsed, Place, cut, parse};
+use crate::incoming::{Ask, Author, Incoming, Parsed, Place, Press, cut, parse, strip_address};
 use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
 use crate::state::{StoreHandle, UPDATE_ID_RESET_GAP};
-use crate::telegram::addressing::{Addressing, NotForUs, strip_address};
+use crate::telegram::addressing::{Addressing, NotForUs};
 use crate::telegram::files::attachments;
 
 /// The update kinds turnstile handles (`allowed_updates`): messages and
@@ -35,8 +36,8 @@ pub const ALLOWED_UPDATES: [AllowedUpdate; 2] =
 pub enum UpdateReceived {
     /// A message for the bot, read once (and in the inbox).
     Message(Incoming),
-    /// A press of one of the bot's buttons (not in the inbox).
-    Press(Box<CallbackQuery>),
+    /// A press of one of the bot's buttons, read once (not in the inbox).
+    Press(Press),
     /// Every message of the batch (one `getUpdates` answer) was handed
     /// over: messages that came together may now start their turn.
     DeliveryEnd,
@@ -130,7 +131,11 @@ impl Intake {
                 let me = &self.addressing.me().username;
                 read(update_id, &message, me, &self.access).map(UpdateReceived::Message)
             }
-            UpdateKind::CallbackQuery(query) => Some(UpdateReceived::Press(Box::new(query))),
+            UpdateKind::CallbackQuery(query) => {
+                let press = Press::read(&query);
+                Span::current().record("chat_id", press.to.chat.0);
+                Some(UpdateReceived::Press(press))
+            }
             UpdateKind::Error(raw) => {
                 let shown: String = raw.to_string().chars().take(200).collect();
                 tracing::warn!(raw = %shown, "update could not be parsed; skipped");

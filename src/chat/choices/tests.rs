@@ -3,33 +3,6 @@ use teloxide::types::ChatId;
 use super::*;
 
 #[test]
-fn a_pick_is_read_back_and_nothing_else_is() {
-    let pick = Pick {
-        kind: ListKind::Sessions,
-        list: 42,
-        entry: 3,
-    };
-    assert_eq!(pick.data(), "pick:s42:3");
-    assert_eq!(Pick::parse(&pick.data()), Some(pick));
-    for bad in [
-        "pick:",
-        "pick:s42",
-        "pick:x42:3",
-        "pick:s:3",
-        "pick:s42:",
-        "pick:s42:-1",
-        "pick:s42:+1",
-        "pick:s42:3:4",
-        "pick:s99999999999999999999:1",
-        "pick:é1:1",
-        "unsched:4",
-        "tool:abc:y",
-    ] {
-        assert_eq!(Pick::parse(bad), None, "{bad}");
-    }
-}
-
-#[test]
 fn only_the_latest_list_of_a_kind_is_live() {
     let mut lists = Lists::default();
     let to: Conversation = ChatId(1).into();

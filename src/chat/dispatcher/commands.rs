@@ -6,6 +6,7 @@ use actix::{AsyncContext, Context, WrapFuture};
 use teloxide::types::UserId;
 
 use super::{Dispatcher, ForChat, HostRequest};
+use crate::chat::choices;
 use crate::chat::commands::{self, Abilities};
 use crate::chat::notices::counted;
 use crate::chat::supervisor::DescribeChat;
@@ -14,6 +15,9 @@ use crate::config::GroupMode;
 use crate::ids::Conversation;
 use crate::incoming::{Command, Incoming, Who};
 use crate::telegram::outbox::SendText;
+
+/// How many conversations an admin's `/usage` lists.
+const TOP_CONVERSATIONS: usize = 5;
 
 impl Dispatcher {
     /// A command this bot knows, read at the intake from `asked` (its
@@ -178,6 +182,36 @@ impl Dispatcher {
                     }
                 }
                 outbox.do_send(SendText::new(chat, text));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// `/usage`: this conversation's turns, model calls, tokens and cost
+    /// today, in 7 and in 30 days; an admin in a private chat also gets
+    /// the bot's and the conversations that cost most.
+    pub(super) fn usage(
+        &mut self,
+        to: Conversation,
+        admin: bool,
+        private: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        let inbox = self.deps.inbox.clone();
+        let mine = inbox.usage(Some(to));
+        let whole =
+            (admin && private).then(|| (inbox.usage(None), inbox.usage_top(TOP_CONVERSATIONS)));
+        let outbox = self.deps.outbox.clone();
+        ctx.spawn(
+            async move {
+                let mut text = format!(
+                    "📊 This conversation:\n{}",
+                    choices::usage_lines(&mine.await)
+                );
+                if let Some((all, top)) = whole {
+                    text.push_str(&choices::usage_admin(&all.await, &top.await));
+                }
+                outbox.do_send(SendText::new(to, text));
             }
             .into_actor(self),
         );

@@ -5,27 +5,18 @@
 //! [`ScheduleBook`]: crate::schedule::ScheduleBook
 
 use actix::{AsyncContext, Context, WrapFuture};
-use teloxide::types::CallbackQuery;
 
 use super::Dispatcher;
 use crate::chat::notices::bounded;
 use crate::ids::Conversation;
-use crate::incoming::Incoming;
+use crate::incoming::{Callback, Incoming, Press};
 use crate::schedule::words::read_command;
 use crate::schedule::{Listed, MAX_PER_CONVERSATION};
 use crate::state::{Origin, now_ms};
 use crate::telegram::outbox::{AnswerCallback, Button, EditQuestion, SendQuestion, SendText};
 
-/// The callback data of a ❌ button: this prefix and the schedule's id.
-const UNSCHEDULE_PREFIX: &str = "unsched:";
-
 /// How `/schedule` is written, for a reply to a bad one.
 const USAGE: &str = "Write it as:\n/schedule every 2h <prompt>\n/schedule at 09:00 <prompt> (daily)\n/schedule cron \"0 9 * * 1-5\" <prompt>\n/schedule in 30m <prompt> (once)";
-
-/// The schedule id a ❌ button's data names.
-pub(super) fn unschedule_press(data: &str) -> Option<i64> {
-    data.strip_prefix(UNSCHEDULE_PREFIX)?.parse().ok()
-}
 
 /// One schedule, as a line of `/schedules`.
 fn line(s: &Listed) -> String {
@@ -98,7 +89,7 @@ impl Dispatcher {
                     .map(|s| {
                         vec![Button::new(
                             format!("❌ {}", s.name),
-                            format!("{UNSCHEDULE_PREFIX}{}", s.id),
+                            Callback::Unschedule(s.id).data(),
                         )]
                     })
                     .collect();
@@ -112,17 +103,11 @@ impl Dispatcher {
     /// A ❌ pressed (by someone the dispatcher admitted): the schedule, if
     /// it is this conversation's and not the operator's, is removed; the
     /// list's message says so and loses its buttons.
-    pub(super) fn unschedule_pressed(
-        &mut self,
-        id: i64,
-        to: Conversation,
-        query: &CallbackQuery,
-        ctx: &mut Context<Self>,
-    ) {
+    pub(super) fn unschedule_pressed(&mut self, id: i64, press: &Press, ctx: &mut Context<Self>) {
+        let to = press.to;
         let removed = self.deps.schedules.remove(id, to);
         let outbox = self.deps.outbox.clone();
-        let callback = query.id.to_string();
-        let message = query.message.as_ref().map(|m| m.id());
+        let (callback, message) = (press.id.clone(), press.message);
         ctx.spawn(
             async move {
                 let text = match removed.await {

@@ -34,35 +34,13 @@ use self::question::{
 pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
 use crate::agent::{Permission, PermissionAsk};
+use crate::incoming::{Approval, Choice, Press};
 use crate::state::AlwaysRule;
 use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion};
-
-/// Callback data of an approval button: `ap:<token>:<y|a|n>`.
-const TOOL_PREFIX: &str = "ap";
 
 /// The longest a turn that let its session go waits for the message ids of
 /// questions it decided, to show each its decision.
 const QUESTIONS_SHOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-/// Callback data of a question option: `aq:<token>:<question>:<option>`.
-const QUESTION_PREFIX: &str = "aq";
-
-/// What a press chose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Choice {
-    /// Allow this once.
-    Allow,
-    /// Allow, and do not ask again in this chat.
-    Always,
-    /// Deny.
-    Deny,
-    /// Option `option` of question `question` (`AskUserQuestion`).
-    Option {
-        /// The question's index.
-        question: usize,
-        /// The option's index.
-        option: usize,
-    },
-}
 
 /// A button pressed in a chat, routed to the turn that asked.
 #[derive(Message, Debug, Clone)]
@@ -85,44 +63,18 @@ pub struct ButtonPressed {
 }
 
 impl ButtonPressed {
-    /// Parses callback data; `None` for anything that is not ours.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn parse(
-        data: &str,
-        chat: ChatId,
-        user: UserId,
-        name: String,
-        admin: bool,
-        callback: String,
-    ) -> Option<Self> {
-        let mut parts = data.split(':');
-        let kind = parts.next()?;
-        let token = parts.next()?.to_string();
-        if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let choice = match (kind, parts.next()?, parts.next()) {
-            (TOOL_PREFIX, "y", None) => Choice::Allow,
-            (TOOL_PREFIX, "a", None) => Choice::Always,
-            (TOOL_PREFIX, "n", None) => Choice::Deny,
-            (QUESTION_PREFIX, q, Some(o)) => Choice::Option {
-                question: q.parse().ok()?,
-                option: o.parse().ok()?,
-            },
-            _ => return None,
-        };
-        if parts.next().is_some() {
-            return None;
-        }
-        Some(Self {
-            chat,
-            token,
-            choice,
-            user,
-            name,
+    /// An approval press read at the intake, with who may decide applied:
+    /// `admin` when the presser is one.
+    pub(crate) fn new(press: Press, approval: Approval, admin: bool) -> Self {
+        Self {
+            chat: press.to.chat,
+            token: approval.token,
+            choice: approval.choice,
+            user: press.from,
+            name: press.name,
             admin,
-            callback,
-        })
+            callback: press.id,
+        }
     }
 }
 

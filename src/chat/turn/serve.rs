@@ -6,9 +6,6 @@
 //! handed to the outbox), whichever comes first: delivery goes on without
 //! the turn, whatever Telegram does.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use actix::{AsyncContext, Context};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
@@ -42,40 +39,7 @@ pub(super) struct ReplyLane {
 /// host waits for none to be left before it flushes the outbox, or a notice
 /// queued as the turn ended could reach the outbox after the flush and be
 /// refused by the stopped outbox.
-#[derive(Clone, Debug, Default)]
-pub struct Forwarding(Arc<ForwardingState>);
-
-#[derive(Debug, Default)]
-struct ForwardingState {
-    held: AtomicUsize,
-    /// Woken each time `held` drops to zero.
-    empty: tokio::sync::Notify,
-}
-
-impl Forwarding {
-    fn hold(&self) {
-        self.0.held.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn handed_over(&self) {
-        if self.0.held.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.empty.notify_waiters();
-        }
-    }
-
-    /// Resolves once every text and file queued in a reply lane so far has
-    /// been handed to the outbox.
-    pub async fn settled(&self) {
-        loop {
-            // Registered before the check, so a hand-over in between is seen.
-            let empty = self.0.empty.notified();
-            if self.0.held.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            empty.await;
-        }
-    }
-}
+pub type Forwarding = crate::in_flight::InFlight;
 
 /// Told once a text is accepted for delivery: kept in the state store and
 /// handed to the outbox.
@@ -142,7 +106,7 @@ impl ReplyLane {
                             let _ = accepted.send(());
                         });
                     }
-                    handed.handed_over();
+                    handed.done(1);
                 }
             }
             .in_current_span(),
@@ -170,9 +134,9 @@ impl ReplyLane {
             Outgoing::File(send) => send.kept = send.keep_in(&self.inbox),
             Outgoing::Replied(_) => {}
         }
-        self.forwarding.hold();
+        self.forwarding.add(1);
         if let Err(mpsc::error::SendError((out, _))) = self.tx.send((out, accepted)) {
-            self.forwarding.handed_over();
+            self.forwarding.done(1);
             // Not reachable while the lane's task lives (it ends only after
             // the lane is dropped); fall back to dropping loudly.
             tracing::error!(?out, "reply lane closed; dropped");

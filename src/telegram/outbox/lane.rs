@@ -6,7 +6,6 @@
 //! topics with typing queued.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,39 +45,8 @@ pub(super) struct Shared {
     pub(super) last_ids: Mutex<HashMap<ChatId, i32>>,
 }
 
-/// Requests queued or running across all chats (`Flush`
-/// waits for none).
-#[derive(Default)]
-pub(super) struct Pending {
-    count: AtomicUsize,
-    /// Woken each time `count` drops to zero.
-    drained: tokio::sync::Notify,
-}
-
-impl Pending {
-    pub(super) fn add(&self, n: usize) {
-        self.count.fetch_add(n, Ordering::SeqCst);
-    }
-
-    /// `n` requests are over: wakes whoever waits when none is left.
-    pub(super) fn done(&self, n: usize) {
-        if n > 0 && self.count.fetch_sub(n, Ordering::SeqCst) == n {
-            self.drained.notify_waiters();
-        }
-    }
-
-    /// Resolves once no request is queued or running.
-    pub(super) async fn drained(&self) {
-        loop {
-            // Registered before the check, so a drain in between is seen.
-            let drained = self.drained.notified();
-            if self.count.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            drained.await;
-        }
-    }
-}
+/// Requests queued or running across all chats (`Flush` waits for none).
+pub(super) type Pending = crate::in_flight::InFlight;
 
 /// What the actor and a lane's worker both see, under one lock.
 #[derive(Default)]
@@ -189,7 +157,7 @@ impl Lane {
         match self.tx.send(Down::Job(Box::new((job, epoch, waiting)))) {
             Ok(()) => Ok(()),
             Err(mpsc::error::SendError(Down::Job(queued))) => {
-                pending.count.fetch_sub(1, Ordering::SeqCst);
+                pending.done(1);
                 Err(Box::new(queued.0))
             }
             // Not sent here.

@@ -7,11 +7,11 @@ use std::io::Read;
 use serde_json::Value;
 
 use super::request::request_summary;
-use super::{QUESTION_PREFIX, TOOL_PREFIX};
 use crate::agent::tools::ToolName;
 use crate::agent::{PermissionAsk, Remember};
 use crate::chat::notices::bounded;
 use crate::chat::turn::Sender;
+use crate::incoming::{Approval, Callback, Choice};
 use crate::state::{AlwaysGrant, AlwaysRule};
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::outbox::{Button, QuestionFile};
@@ -292,6 +292,16 @@ pub(super) struct Asked {
     pub(super) keyboard: Vec<Vec<Button>>,
 }
 
+/// The callback data of the button that answers the ask `token` with
+/// `choice`.
+pub(super) fn answer(token: &str, choice: Choice) -> String {
+    let approval = Approval {
+        token: token.to_owned(),
+        choice,
+    };
+    Callback::Approval(approval).data()
+}
+
 /// The question for a tool call: the tool and its whole input, with
 /// **Allow**, **Always in this chat** (when `always` can be remembered) and
 /// **Deny**.
@@ -302,9 +312,9 @@ pub(super) fn tool_message(
     token: &str,
     whose: &str,
 ) -> Asked {
-    let button = |label: &str, c: &str| Button {
+    let button = |label: &str, choice| Button {
         label: label.into(),
-        data: format!("{TOOL_PREFIX}:{token}:{c}"),
+        data: answer(token, choice),
     };
     let tool = visible(ask.tool.full());
     let (whole, file) = match ask.remember {
@@ -336,14 +346,14 @@ pub(super) fn tool_message(
     };
     let subject = format!("{whose}🔐 The agent asks to use {tool}.");
     let (text, file) = presented(whole, &subject, file);
-    let mut first = vec![button("Allow", "y")];
+    let mut first = vec![button("Allow", Choice::Allow)];
     if always {
-        first.push(button(&always_label(project), "a"));
+        first.push(button(&always_label(project), Choice::Always));
     }
     Asked {
         text,
         file,
-        keyboard: vec![first, vec![button("Deny", "n")]],
+        keyboard: vec![first, vec![button("Deny", Choice::Deny)]],
     }
 }
 
@@ -386,7 +396,13 @@ pub(super) fn question_messages(questions: &[Question], token: &str, whose: &str
                 .map(|(oi, label)| {
                     vec![Button {
                         label: bounded(&visible(label), BUTTON_LABEL),
-                        data: format!("{QUESTION_PREFIX}:{token}:{qi}:{oi}"),
+                        data: answer(
+                            token,
+                            Choice::Option {
+                                question: qi,
+                                option: oi,
+                            },
+                        ),
                     }]
                 })
                 .collect();

@@ -1,26 +1,22 @@
-//! The dispatcher's side of what a conversation chooses: `/model`,
-//! `/sessions` (each with a button per entry), `/fork`, `/usage`, and a
-//! press on a list's button. A choice is written by the conversation's
-//! supervisor ([`Choose`]), so a turn ending meanwhile cannot undo it. Only
-//! the latest list of each kind in a conversation is live; a press on an
-//! older one is answered "expired".
+//! The menus a conversation chooses from: `/model`, `/sessions` and
+//! `/project`, each with a button per entry, a press on one of those
+//! buttons (a [`Pick`]), and `/fork`. A choice is written by the
+//! conversation's supervisor ([`Choose`]), so a turn ending meanwhile
+//! cannot undo it. Only the latest list of each kind in a conversation is
+//! live; a press on an older one is answered "expired".
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
-use teloxide::types::CallbackQuery;
 
 use super::Dispatcher;
 use crate::chat::choices::{self, ListKind, Pick};
 use crate::chat::notices::bounded;
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
-use crate::incoming::Incoming;
+use crate::incoming::{Incoming, Press};
 use crate::telegram::outbox::{
     AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
 };
-
-/// How many conversations an admin's `/usage` lists.
-const TOP_CONVERSATIONS: usize = 5;
 
 /// What the answer to a [`Chosen`] says, for a model or a session.
 fn chosen_text(chosen: &Chosen, what: &str) -> String {
@@ -146,14 +142,8 @@ impl Dispatcher {
     /// A press on a `/model` or `/sessions` button (by someone the
     /// dispatcher admitted to the chat, so someone who may use both): the
     /// choice is made if the list is the live one, else "expired".
-    pub(super) fn picked(
-        &mut self,
-        pick: Pick,
-        to: Conversation,
-        query: &CallbackQuery,
-        ctx: &mut Context<Self>,
-    ) {
-        let callback = query.id.to_string();
+    pub(super) fn picked(&mut self, pick: Pick, press: &Press, ctx: &mut Context<Self>) {
+        let (to, callback) = (press.to, press.id.clone());
         let outbox = self.deps.outbox.clone();
         let Some(entry) = self.lists.chosen(to, pick).map(str::to_owned) else {
             return outbox.do_send(AnswerCallback::new(
@@ -162,7 +152,7 @@ impl Dispatcher {
                 "This list has expired; ask for it again.",
             ));
         };
-        let user = query.from.id.0;
+        let user = press.from.0;
         if pick.kind == ListKind::Projects
             && let Some(project) = self.deps.choices.projects.get(&entry)
             && !project.admits(user)
@@ -184,7 +174,7 @@ impl Dispatcher {
             ),
         };
         let chosen = self.choose(to, choice, ctx);
-        let message = query.message.as_ref().map(|m| m.id());
+        let message = press.message;
         ctx.spawn(
             async move {
                 let text = chosen_text(&chosen.await, &done);
@@ -357,36 +347,6 @@ impl Dispatcher {
                     None => "⚠️ The fork could not be saved; try again.".to_owned(),
                 };
                 outbox.do_send(SendText::new(from, text));
-            }
-            .into_actor(self),
-        );
-    }
-
-    /// `/usage`: this conversation's turns, model calls, tokens and cost
-    /// today, in 7 and in 30 days; an admin in a private chat also gets
-    /// the bot's and the conversations that cost most.
-    pub(super) fn usage(
-        &mut self,
-        to: Conversation,
-        admin: bool,
-        private: bool,
-        ctx: &mut Context<Self>,
-    ) {
-        let inbox = self.deps.inbox.clone();
-        let mine = inbox.usage(Some(to));
-        let whole =
-            (admin && private).then(|| (inbox.usage(None), inbox.usage_top(TOP_CONVERSATIONS)));
-        let outbox = self.deps.outbox.clone();
-        ctx.spawn(
-            async move {
-                let mut text = format!(
-                    "📊 This conversation:\n{}",
-                    choices::usage_lines(&mine.await)
-                );
-                if let Some((all, top)) = whole {
-                    text.push_str(&choices::usage_admin(&all.await, &top.await));
-                }
-                outbox.do_send(SendText::new(to, text));
             }
             .into_actor(self),
         );
