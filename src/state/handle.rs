@@ -33,7 +33,7 @@
 //! goes on with what it has in memory.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
@@ -81,6 +81,20 @@ impl Disposition {
     }
 }
 
+/// Row ids, handed out without asking the store thread.
+#[derive(Debug, Default)]
+pub(super) struct RowIds(AtomicI64);
+
+impl RowIds {
+    pub(super) fn after(last: i64) -> Self {
+        Self(AtomicI64::new(last))
+    }
+
+    pub(super) fn next(&self) -> i64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
 /// The shared part: the way to the store thread and the error count.
 struct Shared {
     /// Jobs, in order; the thread ends when the last sender is dropped.
@@ -88,7 +102,7 @@ struct Shared {
     /// Failed statements since start (a metric, not only a log line).
     errors: AtomicU64,
     /// The outgoing messages' row ids.
-    row_ids: super::outgoing::RowIds,
+    row_ids: RowIds,
     /// Test hook: the next job sleeps this long first (milliseconds).
     #[cfg(any(test, feature = "test-hooks"))]
     stall_next_ms: AtomicU64,
@@ -172,7 +186,7 @@ impl StoreHandle {
             shared: Arc::new(Shared {
                 jobs: std::sync::Mutex::new(tx),
                 errors: AtomicU64::new(0),
-                row_ids: super::outgoing::RowIds::after(last_row),
+                row_ids: RowIds::after(last_row),
                 #[cfg(any(test, feature = "test-hooks"))]
                 stall_next_ms: AtomicU64::new(0),
             }),
@@ -180,7 +194,7 @@ impl StoreHandle {
     }
 
     /// The outgoing messages' row ids.
-    pub(super) fn row_ids(&self) -> &super::outgoing::RowIds {
+    pub(super) fn row_ids(&self) -> &RowIds {
         &self.shared.row_ids
     }
 

@@ -13,7 +13,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -301,20 +300,6 @@ fn sweep_spool(spool: &Path, files: &std::collections::HashSet<i64>) {
             tracing::info!(path = %entry.path().display(), "a spooled file no message waits for; removed");
             let _ = std::fs::remove_file(entry.path());
         }
-    }
-}
-
-/// Row ids, handed out without asking the store thread.
-#[derive(Debug, Default)]
-pub(super) struct RowIds(AtomicI64);
-
-impl RowIds {
-    pub(super) fn after(last: i64) -> Self {
-        Self(AtomicI64::new(last))
-    }
-
-    fn next(&self) -> i64 {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
     }
 }
 

@@ -18,6 +18,7 @@
 
 mod question;
 mod request;
+mod shown;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +30,7 @@ use teloxide::types::{ChatId, MessageId, UserId};
 
 use self::question::{
     Question, always_allows, logged_rule, one_line, question_messages, questions, rule_for, token,
-    tool_message, visible, whose,
+    tool_message, whose,
 };
 pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
