@@ -21,7 +21,7 @@ use actix::{Actor, AsyncContext, Context, Handler, Message};
 use teloxide::types::{CallbackQuery, ChatId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::chat::choices::Pick;
+use crate::chat::menus::Pick;
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
     ChatCommand, ChatReport, ChatSettings, ChatSupervisor, DeliveryEnd, RetireChat,
@@ -115,7 +115,7 @@ pub struct Dispatcher {
     /// This process's start (unix seconds): older `/restart`s are ignored.
     started_at: i64,
     /// The live `/model` and `/sessions` lists (a press on another expired).
-    lists: crate::chat::choices::Lists,
+    lists: crate::chat::menus::Lists,
     /// Where it reports.
     events: EventBus,
     /// Set while a message of the intake's current delivery is handled.
@@ -184,7 +184,7 @@ impl Dispatcher {
     /// (user 0) or its maker is still let in, so a schedule outlives no one's
     /// access.
     fn may_run(&self, m: &Incoming) -> bool {
-        if m.is_scheduled() && m.from.0 == 0 {
+        if m.origin == crate::incoming::Origin::Operator {
             return true;
         }
         self.admits(m.from, m.to.chat)
