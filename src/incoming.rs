@@ -56,9 +56,9 @@ impl Place {
 /// Where a message comes from: a person on Telegram, or a schedule's run
 /// (made by a person, or by the operator). The inbox keeps no column for
 /// it: a stored run has a negative update id (minus its claim's id), and
-/// the operator's runs sender 0; [`Origin::stored`] reads that back.
+/// the operator's runs sender 0; [`Source::stored`] reads that back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Origin {
+pub enum Source {
     /// A person's Telegram message.
     #[default]
     Person,
@@ -70,8 +70,8 @@ pub enum Origin {
     Operator,
 }
 
-impl Origin {
-    /// The origin of a stored inbox row, from its update id and sender.
+impl Source {
+    /// The source of a stored inbox row, from its update id and sender.
     pub fn stored(update_id: i64, from: UserId) -> Self {
         match (update_id < 0, from.0) {
             (false, _) => Self::Person,
@@ -80,7 +80,7 @@ impl Origin {
         }
     }
 
-    /// The origin of a run of a schedule made by `maker` (0: the operator).
+    /// The source of a run of a schedule made by `maker` (0: the operator).
     pub fn of_schedule(maker: UserId) -> Self {
         if maker.0 == 0 {
             Self::Operator
@@ -159,7 +159,7 @@ pub struct Incoming {
     /// How Telegram names its sender (none kept for a stranger).
     pub author: Author,
     /// A person's message, or a schedule's run.
-    pub origin: Origin,
+    pub source: Source,
 }
 
 impl Default for Incoming {
@@ -176,7 +176,7 @@ impl Default for Incoming {
             files: Vec::new(),
             album: None,
             author: Author::default(),
-            origin: Origin::Person,
+            source: Source::Person,
         }
     }
 }
@@ -192,13 +192,13 @@ impl Incoming {
     /// sender is who made the schedule, already checked when it was made;
     /// it carries no Telegram message to reply to.
     pub fn is_scheduled(&self) -> bool {
-        self.origin.is_scheduled()
+        self.source.is_scheduled()
     }
 
     /// The message a reaction or a reply may point at: none for a
     /// schedule's run.
     pub fn telegram_message(&self) -> Option<MessageId> {
-        (self.origin == Origin::Person).then_some(self.message_id)
+        (self.source == Source::Person).then_some(self.message_id)
     }
 
     /// Whether it came from a private chat with the bot.
@@ -324,25 +324,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stored_rows_origin_is_read_from_its_update_id_and_sender() {
+    fn a_stored_rows_source_is_read_from_its_update_id_and_sender() {
         let table = [
-            (7, 5, Origin::Person),
-            (7, 0, Origin::Person),
-            (-3, 5, Origin::Schedule),
-            (-3, 0, Origin::Operator),
+            (7, 5, Source::Person),
+            (7, 0, Source::Person),
+            (-3, 5, Source::Schedule),
+            (-3, 0, Source::Operator),
         ];
-        for (update_id, from, origin) in table {
+        for (update_id, from, source) in table {
             assert_eq!(
-                Origin::stored(update_id, UserId(from)),
-                origin,
+                Source::stored(update_id, UserId(from)),
+                source,
                 "{update_id} {from}"
             );
             if update_id < 0 {
-                assert_eq!(Origin::of_schedule(UserId(from)), origin);
+                assert_eq!(Source::of_schedule(UserId(from)), source);
             }
         }
         let run = Incoming {
-            origin: Origin::Operator,
+            source: Source::Operator,
             message_id: MessageId(4),
             ..Incoming::default()
         };
@@ -400,7 +400,7 @@ mod tests {
         m.author = Author::default();
         assert_eq!(m.for_agent(), "[turnstile: message from \"\", user id 5]");
         m.update_id = -4;
-        m.origin = Origin::Schedule;
+        m.source = Source::Schedule;
         m.text = "⏰ daily: report".into();
         assert_eq!(
             m.for_agent(),

@@ -34,7 +34,7 @@ pub use conversations::{
     FIRST_WORDS, Opening, SESSIONS_LISTED, SessionRow, TurnUsage, UsagePeriods, UsageTotals,
     first_words,
 };
-pub use handle::{Disposition, StoreHandle};
+pub use handle::{Disposition, ReadFailed, StoreHandle};
 pub use outgoing::{Kept, KeptFile, KeptQuestion, Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};

@@ -184,7 +184,7 @@ impl Dispatcher {
     /// (user 0) or its maker is still let in, so a schedule outlives no one's
     /// access.
     fn may_run(&self, m: &Incoming) -> bool {
-        if m.origin == crate::incoming::Origin::Operator {
+        if m.source == crate::incoming::Source::Operator {
             return true;
         }
         self.admits(m.from, m.to.chat)

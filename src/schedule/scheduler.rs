@@ -313,7 +313,7 @@ fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
         files: Vec::new(),
         album: None,
         author: crate::incoming::Author::default(),
-        origin: crate::incoming::Origin::of_schedule(from),
+        source: crate::incoming::Source::of_schedule(from),
     }
 }
 

@@ -59,6 +59,13 @@ type Answer = Box<dyn FnOnce(bool) + Send>;
 /// by one they kept the store thread busier than the actors' own thread.
 const BATCH_MAX: usize = 256;
 
+/// A store read that failed (logged and counted where it failed): its
+/// caller decides what is safe without the answer, or tells the chat; it
+/// never stands for "nothing stored".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the state store could not be read")]
+pub struct ReadFailed;
+
 /// How a turn leaves the messages it answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
@@ -255,6 +262,21 @@ impl StoreHandle {
             }),
         );
         async move { rx.await.ok().flatten() }
+    }
+
+    /// Runs `read` on the store thread, after every job asked before; its
+    /// value, or [`ReadFailed`].
+    pub(super) fn read<T, F>(
+        &self,
+        what: &'static str,
+        read: F,
+    ) -> impl Future<Output = Result<T, ReadFailed>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StateError> + Send + 'static,
+    {
+        let ask = self.ask(what, read);
+        async move { ask.await.ok_or(ReadFailed) }
     }
 
     /// Runs `f` on the store thread without waiting for it.
@@ -466,11 +488,10 @@ impl StoreHandle {
         &self,
         to: Conversation,
         project: String,
-    ) -> impl Future<Output = Vec<AlwaysGrant>> + Send + 'static {
-        let ask = self.ask("reading tool approvals", move |store| {
+    ) -> impl Future<Output = Result<Vec<AlwaysGrant>, ReadFailed>> + Send + 'static {
+        self.read("reading tool approvals", move |store| {
             store.always_rules(to, &project)
-        });
-        async move { ask.await.unwrap_or_default() }
+        })
     }
 
     /// The "always" rules of the conversation `to` in the project it is in
@@ -532,6 +553,26 @@ mod tests {
             text: "hi".into(),
             ..Incoming::default()
         }
+    }
+
+    #[tokio::test]
+    async fn a_read_that_fails_is_an_error_not_what_an_empty_store_holds() {
+        let store = Arc::new(Store::in_memory().unwrap());
+        store.lock().execute_batch("DROP TABLE choices").unwrap();
+        let inbox = StoreHandle::start(store);
+        let to = Conversation::from(ChatId(1));
+        assert_eq!(
+            inbox.project(to).await,
+            Err(ReadFailed),
+            "not \"no project\""
+        );
+        assert_eq!(
+            inbox.model(to).await,
+            Err(ReadFailed),
+            "not the default model"
+        );
+        assert!(inbox.opening(to).await.is_err(), "not a fresh session");
+        assert_eq!(inbox.errors(), 3);
     }
 
     #[tokio::test]

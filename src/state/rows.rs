@@ -7,7 +7,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use super::{Pruned, StateError, Store, now_ms};
 use crate::attachment::Attachment;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, Incoming, Origin, Place};
+use crate::incoming::{Ask, Author, Incoming, Place, Source};
 
 /// Where an inbox message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<InboxRow> {
                 name: r.get(13)?,
                 username: r.get(14)?,
             },
-            origin: Origin::stored(update_id, from),
+            source: Source::stored(update_id, from),
         },
         state: InboxState::parse(&r.get::<_, String>(11)?),
         due_at: r.get(12)?,

@@ -11,7 +11,7 @@ use teloxide::types::CallbackQuery;
 
 use super::Dispatcher;
 use crate::chat::menus::{self, ListKind, Pick};
-use crate::chat::notices::bounded;
+use crate::chat::notices::{STORE_UNREADABLE, bounded};
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
 use crate::incoming::Incoming;
@@ -86,7 +86,9 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let models = &offered.models;
-                let stored = stored.await;
+                let Ok(stored) = stored.await else {
+                    return outbox.do_send(SendText::new(to, STORE_UNREADABLE));
+                };
                 let Some(list) = list else {
                     let text = menus::model_fixed(models, stored.as_deref());
                     return outbox.do_send(SendText::new(to, text));
@@ -222,7 +224,9 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let projects = &offered.projects;
-                let current = current.await;
+                let Ok(current) = current.await else {
+                    return outbox.do_send(SendText::new(to, STORE_UNREADABLE));
+                };
                 let text = menus::projects_text(projects, &current);
                 let Some(list) = list else {
                     return outbox.do_send(SendText::new(to, text));

@@ -173,8 +173,10 @@ impl Dispatcher {
                     let Ok(line) = line else { continue };
                     text.push('\n');
                     text.push_str(&line);
-                    if !project.is_empty() {
-                        text.push_str(&format!(", project {project}"));
+                    match project {
+                        Ok(project) if project.is_empty() => {}
+                        Ok(project) => text.push_str(&format!(", project {project}")),
+                        Err(err) => text.push_str(&format!(", project unknown ({err})")),
                     }
                 }
                 outbox.do_send(SendText::new(chat, text));

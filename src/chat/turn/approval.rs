@@ -229,7 +229,7 @@ impl TurnActor {
         let grants = match known {
             Some(project) => {
                 let rules = self.deps.inbox.always_rules(self.to(), project.clone());
-                Box::pin(async move { Some((project, rules.await)) })
+                Box::pin(async move { rules.await.ok().map(|rules| (project, rules)) })
                     as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
             }
             None => Box::pin(self.deps.inbox.always_rules_here(self.to())),
