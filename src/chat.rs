@@ -3,9 +3,9 @@
 //! The actors are internal; what a test or an embedder
 //! needs is re-exported here.
 
-pub(crate) mod choices;
 pub(crate) mod commands;
 pub(crate) mod dispatcher;
+pub(crate) mod menus;
 pub(crate) mod notices;
 pub(crate) mod outcome;
 pub(crate) mod slots;
@@ -14,8 +14,8 @@ pub(crate) mod turn;
 pub(crate) mod typing;
 
 pub use crate::telegram::TypingLease;
-pub use choices::{Choices, Models, Projects};
 pub use dispatcher::{Dispatcher, HostRequest};
+pub use menus::{Choices, Models, Projects};
 pub use notices::{REPROMPT, STOP_REASON};
 pub use outcome::{TurnEvent, TurnOutcome, decide};
 /// The report a chat sends when idle; public so a test can send a stale one.

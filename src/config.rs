@@ -32,7 +32,7 @@
 //! - `wording`: serde's messages in plain words, and the known key nearest
 //!   to a misspelled one (`did you mean …?`).
 
-mod choices;
+mod enums;
 mod env;
 mod error;
 mod load;
@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::choices::{
+pub use self::enums::{
     Backend, Busy, CatchUp, GroupMode, Keep, LogFormat, NetworkMode, OnInterrupted, PermissionMode,
     Sandbox, SettingSource, Stream,
 };

@@ -59,6 +59,48 @@ impl Place {
     }
 }
 
+/// Where a message comes from: a person on Telegram, or a schedule's run
+/// (made by a person, or by the operator). The inbox keeps no column for
+/// it: a stored run has a negative update id (minus its claim's id), and
+/// the operator's runs sender 0; [`Source::stored`] reads that back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Source {
+    /// A person's Telegram message.
+    #[default]
+    Person,
+    /// A run of a schedule a person made (its sender): it reaches the chat
+    /// only while they are still let in.
+    Schedule,
+    /// A run of a schedule the operator made (`[[schedules]]`): it reaches
+    /// its chat whoever is let in.
+    Operator,
+}
+
+impl Source {
+    /// The source of a stored inbox row, from its update id and sender.
+    pub fn stored(update_id: i64, from: UserId) -> Self {
+        match (update_id < 0, from.0) {
+            (false, _) => Self::Person,
+            (true, 0) => Self::Operator,
+            (true, _) => Self::Schedule,
+        }
+    }
+
+    /// The source of a run of a schedule made by `maker` (0: the operator).
+    pub fn of_schedule(maker: UserId) -> Self {
+        if maker.0 == 0 {
+            Self::Operator
+        } else {
+            Self::Schedule
+        }
+    }
+
+    /// Whether it is a schedule's run.
+    pub fn is_scheduled(self) -> bool {
+        matches!(self, Self::Schedule | Self::Operator)
+    }
+}
+
 /// What a message asks of the bot.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Ask {
@@ -122,6 +164,8 @@ pub struct Incoming {
     pub album: Option<String>,
     /// How Telegram names its sender (none kept for a stranger).
     pub author: Author,
+    /// A person's message, or a schedule's run.
+    pub source: Source,
 }
 
 impl Default for Incoming {
@@ -138,6 +182,7 @@ impl Default for Incoming {
             files: Vec::new(),
             album: None,
             author: Author::default(),
+            source: Source::Person,
         }
     }
 }
@@ -149,12 +194,17 @@ impl Incoming {
         (self.place == Place::Group).then_some(self.message_id)
     }
 
-    /// Whether it is a schedule's run rather than a Telegram message: its
-    /// update id is minus its claim's id (Telegram's are positive). Its
-    /// sender is who made the schedule (0: the operator), already checked
-    /// when it was made; it carries no Telegram message to reply to.
+    /// Whether it is a schedule's run rather than a Telegram message. Its
+    /// sender is who made the schedule, already checked when it was made;
+    /// it carries no Telegram message to reply to.
     pub fn is_scheduled(&self) -> bool {
-        self.update_id < 0
+        self.source.is_scheduled()
+    }
+
+    /// The message a reaction or a reply may point at: none for a
+    /// schedule's run.
+    pub fn telegram_message(&self) -> Option<MessageId> {
+        (self.source == Source::Person).then_some(self.message_id)
     }
 
     /// Whether it came from a private chat with the bot.
@@ -280,6 +330,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_stored_rows_source_is_read_from_its_update_id_and_sender() {
+        let table = [
+            (7, 5, Source::Person),
+            (7, 0, Source::Person),
+            (-3, 5, Source::Schedule),
+            (-3, 0, Source::Operator),
+        ];
+        for (update_id, from, source) in table {
+            assert_eq!(
+                Source::stored(update_id, UserId(from)),
+                source,
+                "{update_id} {from}"
+            );
+            if update_id < 0 {
+                assert_eq!(Source::of_schedule(UserId(from)), source);
+            }
+        }
+        let run = Incoming {
+            source: Source::Operator,
+            message_id: MessageId(4),
+            ..Incoming::default()
+        };
+        assert!(run.is_scheduled());
+        assert_eq!(run.telegram_message(), None);
+    }
+
+    #[test]
     fn what_a_message_asks_is_stored_as_a_word_and_read_back() {
         for ask in [
             Ask::Agent,
@@ -329,6 +406,7 @@ mod tests {
         m.author = Author::default();
         assert_eq!(m.for_agent(), "[turnstile: message from \"\", user id 5]");
         m.update_id = -4;
+        m.source = Source::Schedule;
         m.text = "⏰ daily: report".into();
         assert_eq!(
             m.for_agent(),

@@ -20,7 +20,7 @@ use crate::ids::Conversation;
 
 mod always;
 mod backup;
-mod choices;
+mod conversations;
 mod handle;
 mod outgoing;
 mod rows;
@@ -30,11 +30,11 @@ mod turn_ids;
 
 pub use always::{AlwaysGrant, AlwaysRule};
 pub use backup::{BackupError, BackupReport, backup};
-pub use choices::{
+pub use conversations::{
     FIRST_WORDS, Opening, SESSIONS_LISTED, SessionRow, TurnUsage, UsagePeriods, UsageTotals,
     first_words,
 };
-pub use handle::{Disposition, StoreHandle};
+pub use handle::{Disposition, ReadFailed, StoreHandle};
 pub use outgoing::{Kept, KeptFile, KeptQuestion, Outgoing, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};

@@ -114,7 +114,7 @@ pub struct Dispatcher {
     /// This process's start (unix seconds): older `/restart`s are ignored.
     started_at: i64,
     /// The live `/model` and `/sessions` lists (a press on another expired).
-    lists: crate::chat::choices::Lists,
+    lists: crate::chat::menus::Lists,
     /// Where it reports.
     events: EventBus,
     /// Set while a message of the intake's current delivery is handled.
@@ -183,7 +183,7 @@ impl Dispatcher {
     /// (user 0) or its maker is still let in, so a schedule outlives no one's
     /// access.
     fn may_run(&self, m: &Incoming) -> bool {
-        if m.is_scheduled() && m.from.0 == 0 {
+        if m.source == crate::incoming::Source::Operator {
             return true;
         }
         self.admits(m.from, m.to.chat)

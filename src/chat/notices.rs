@@ -154,6 +154,11 @@ pub(crate) fn parked(due: chrono::DateTime<chrono::Utc>, wait: std::time::Durati
 /// Told when the hard deadline released a chat.
 pub(crate) const FORCE_RELEASED: &str = "⚠️ This turn took too long and was ended.";
 
+/// Told when what the chat asked needs the state store, which could not
+/// be read.
+pub(crate) const STORE_UNREADABLE: &str =
+    "⚠️ The bot's state could not be read just now; please try again.";
+
 /// At most `max` characters of `text`.
 pub(crate) fn bounded(text: &str, max: usize) -> String {
     let mut out: String = text.chars().take(max).collect();

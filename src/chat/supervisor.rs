@@ -10,11 +10,11 @@
 //! has been idle for `dispatcher.idle_eviction` it tells the dispatcher,
 //! which retires it.
 
-mod choices;
 mod commands;
 mod parking;
 mod state;
 mod steering;
+mod switching;
 mod turns;
 
 use std::collections::VecDeque;
@@ -29,8 +29,8 @@ use actix::{
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Span;
 
-pub use self::choices::{Choose, Chosen};
 use self::state::{ChatState, ChatStep, HoldsTurn};
+pub use self::switching::{Choose, Chosen};
 use crate::agent::AgentSession;
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};

@@ -300,10 +300,11 @@ fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
         ));
     }
     let (text, _) = crate::incoming::cut(&text);
+    let from = UserId(u64::try_from(row.made_by).unwrap_or(0));
     Incoming {
         update_id: 0,
         to: row.to,
-        from: UserId(u64::try_from(row.made_by).unwrap_or(0)),
+        from,
         message_id: MessageId(0),
         date: now_ms() / 1000,
         place: Place::Private,
@@ -312,6 +313,7 @@ fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
         files: Vec::new(),
         album: None,
         author: crate::incoming::Author::default(),
+        source: crate::incoming::Source::of_schedule(from),
     }
 }
 

@@ -33,7 +33,7 @@
 //! goes on with what it has in memory.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
@@ -59,6 +59,13 @@ type Answer = Box<dyn FnOnce(bool) + Send>;
 /// by one they kept the store thread busier than the actors' own thread.
 const BATCH_MAX: usize = 256;
 
+/// A store read that failed (logged and counted where it failed): its
+/// caller decides what is safe without the answer, or tells the chat; it
+/// never stands for "nothing stored".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the state store could not be read")]
+pub struct ReadFailed;
+
 /// How a turn leaves the messages it answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
@@ -81,6 +88,36 @@ impl Disposition {
     }
 }
 
+/// Row ids, handed out without asking the store thread; and a test hook:
+/// how long the next settle write stalls (milliseconds).
+#[derive(Debug, Default)]
+pub(super) struct RowIds {
+    last: AtomicI64,
+    settle_stall_ms: AtomicU64,
+}
+
+impl RowIds {
+    pub(super) fn after(last: i64) -> Self {
+        Self {
+            last: AtomicI64::new(last),
+            settle_stall_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn next(&self) -> i64 {
+        self.last.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The stall asked for the next settle write, once.
+    pub(super) fn take_settle_stall(&self) -> u64 {
+        self.settle_stall_ms.swap(0, Ordering::SeqCst)
+    }
+
+    pub(super) fn stall_next_settle(&self, ms: u64) {
+        self.settle_stall_ms.store(ms, Ordering::SeqCst);
+    }
+}
+
 /// The shared part: the way to the store thread and the error count.
 struct Shared {
     /// Jobs, in order; the thread ends when the last sender is dropped.
@@ -88,7 +125,7 @@ struct Shared {
     /// Failed statements since start (a metric, not only a log line).
     errors: AtomicU64,
     /// The outgoing messages' row ids.
-    row_ids: super::outgoing::RowIds,
+    row_ids: RowIds,
     /// Test hook: the next job sleeps this long first (milliseconds).
     #[cfg(any(test, feature = "test-hooks"))]
     stall_next_ms: AtomicU64,
@@ -172,7 +209,7 @@ impl StoreHandle {
             shared: Arc::new(Shared {
                 jobs: std::sync::Mutex::new(tx),
                 errors: AtomicU64::new(0),
-                row_ids: super::outgoing::RowIds::after(last_row),
+                row_ids: RowIds::after(last_row),
                 #[cfg(any(test, feature = "test-hooks"))]
                 stall_next_ms: AtomicU64::new(0),
             }),
@@ -180,7 +217,7 @@ impl StoreHandle {
     }
 
     /// The outgoing messages' row ids.
-    pub(super) fn row_ids(&self) -> &super::outgoing::RowIds {
+    pub(super) fn row_ids(&self) -> &RowIds {
         &self.shared.row_ids
     }
 
@@ -241,6 +278,21 @@ impl StoreHandle {
             }),
         );
         async move { rx.await.ok().flatten() }
+    }
+
+    /// Runs `read` on the store thread, after every job asked before; its
+    /// value, or [`ReadFailed`].
+    pub(super) fn read<T, F>(
+        &self,
+        what: &'static str,
+        read: F,
+    ) -> impl Future<Output = Result<T, ReadFailed>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StateError> + Send + 'static,
+    {
+        let ask = self.ask(what, read);
+        async move { ask.await.ok_or(ReadFailed) }
     }
 
     /// Runs `f` on the store thread without waiting for it.
@@ -452,11 +504,10 @@ impl StoreHandle {
         &self,
         to: Conversation,
         project: String,
-    ) -> impl Future<Output = Vec<AlwaysGrant>> + Send + 'static {
-        let ask = self.ask("reading tool approvals", move |store| {
+    ) -> impl Future<Output = Result<Vec<AlwaysGrant>, ReadFailed>> + Send + 'static {
+        self.read("reading tool approvals", move |store| {
             store.always_rules(to, &project)
-        });
-        async move { ask.await.unwrap_or_default() }
+        })
     }
 
     /// The "always" rules of the conversation `to` in the project it is in
@@ -518,6 +569,26 @@ mod tests {
             text: "hi".into(),
             ..Incoming::default()
         }
+    }
+
+    #[tokio::test]
+    async fn a_read_that_fails_is_an_error_not_what_an_empty_store_holds() {
+        let store = Arc::new(Store::in_memory().unwrap());
+        store.lock().execute_batch("DROP TABLE choices").unwrap();
+        let inbox = StoreHandle::start(store);
+        let to = Conversation::from(ChatId(1));
+        assert_eq!(
+            inbox.project(to).await,
+            Err(ReadFailed),
+            "not \"no project\""
+        );
+        assert_eq!(
+            inbox.model(to).await,
+            Err(ReadFailed),
+            "not the default model"
+        );
+        assert!(inbox.opening(to).await.is_err(), "not a fresh session");
+        assert_eq!(inbox.errors(), 3);
     }
 
     #[tokio::test]

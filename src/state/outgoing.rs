@@ -13,7 +13,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -304,21 +303,6 @@ fn sweep_spool(spool: &Path, files: &std::collections::HashSet<i64>) {
     }
 }
 
-/// Row ids, handed out without asking the store thread; and a test hook:
-/// how long the next settle write stalls (milliseconds).
-#[derive(Debug, Default)]
-pub(super) struct RowIds(AtomicI64, std::sync::atomic::AtomicU64);
-
-impl RowIds {
-    pub(super) fn after(last: i64) -> Self {
-        Self(AtomicI64::new(last), std::sync::atomic::AtomicU64::new(0))
-    }
-
-    fn next(&self) -> i64 {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-}
-
 impl StoreHandle {
     /// Keeps a message for `chat` until it is settled; its row id. The
     /// write is queued now, on the store thread, ahead of whatever is
@@ -408,7 +392,7 @@ impl StoreHandle {
     /// The message of row `id` is settled; `last` is the highest message
     /// id its chat's lane knows; `file`: its spooled bytes go too.
     pub fn settle_outgoing(&self, id: i64, chat: i64, last: Option<i32>, file: bool) {
-        let stall = self.row_ids().1.swap(0, Ordering::SeqCst);
+        let stall = self.row_ids().take_settle_stall();
         self.tell("settling a sent message", move |store| {
             if stall > 0 {
                 std::thread::sleep(std::time::Duration::from_millis(stall));
@@ -422,7 +406,7 @@ impl StoreHandle {
     #[cfg(any(test, feature = "test-hooks"))]
     pub fn stall_next_settle(&self, stall: std::time::Duration) {
         let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
-        self.row_ids().1.store(ms, Ordering::SeqCst);
+        self.row_ids().stall_next_settle(ms);
     }
 
     /// What a previous process left to send.

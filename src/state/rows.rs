@@ -7,7 +7,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use super::{Pruned, StateError, Store, now_ms};
 use crate::attachment::Attachment;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, Incoming, Place};
+use crate::incoming::{Ask, Author, Incoming, Place, Source};
 
 /// Where an inbox message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,11 +103,12 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<InboxRow> {
     let topic = Some(fits::<i32>(topic))
         .filter(|&t| t != 0)
         .map(|t| ThreadId(MessageId(t)));
+    let (update_id, from) = (r.get(0)?, UserId(fits(r.get(3)?)));
     Ok(InboxRow {
         message: Incoming {
-            update_id: r.get(0)?,
+            update_id,
             to: Conversation::new(ChatId(r.get(1)?), topic),
-            from: UserId(fits(r.get(3)?)),
+            from,
             message_id: MessageId(fits(r.get(4)?)),
             date: r.get(5)?,
             place: Place::from_stored(&r.get::<_, String>(6)?),
@@ -119,6 +120,7 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<InboxRow> {
                 name: r.get(13)?,
                 username: r.get(14)?,
             },
+            source: Source::stored(update_id, from),
         },
         state: InboxState::parse(&r.get::<_, String>(11)?),
         due_at: r.get(12)?,

@@ -131,8 +131,8 @@ const MIGRATIONS: &[&str] = &[
     // until it runs again.
     "ALTER TABLE inbox ADD COLUMN due_at INTEGER;",
     // 10 → 11: each conversation's model, its sessions' history and what
-    // its turns used (issue 22; `choices.rs`).
-    super::choices::MIGRATION,
+    // its turns used (issue 22; `conversations.rs`).
+    super::conversations::MIGRATION,
     // 11 → 12: messages waiting for Telegram, and each chat's highest
     // known message id (issue 34; `outgoing.rs`).
     super::outgoing::MIGRATION,

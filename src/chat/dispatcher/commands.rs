@@ -6,7 +6,7 @@ use actix::{AsyncContext, Context, WrapFuture};
 use teloxide::types::UserId;
 
 use super::{Dispatcher, ForChat, HostRequest};
-use crate::chat::choices;
+use crate::chat::menus;
 use crate::chat::commands::{self, Abilities};
 use crate::chat::notices::counted;
 use crate::chat::supervisor::DescribeChat;
@@ -177,8 +177,10 @@ impl Dispatcher {
                     let Ok(line) = line else { continue };
                     text.push('\n');
                     text.push_str(&line);
-                    if !project.is_empty() {
-                        text.push_str(&format!(", project {project}"));
+                    match project {
+                        Ok(project) if project.is_empty() => {}
+                        Ok(project) => text.push_str(&format!(", project {project}")),
+                        Err(err) => text.push_str(&format!(", project unknown ({err})")),
                     }
                 }
                 outbox.do_send(SendText::new(chat, text));
@@ -206,10 +208,10 @@ impl Dispatcher {
             async move {
                 let mut text = format!(
                     "📊 This conversation:\n{}",
-                    choices::usage_lines(&mine.await)
+                    menus::usage_lines(&mine.await)
                 );
                 if let Some((all, top)) = whole {
-                    text.push_str(&choices::usage_admin(&all.await, &top.await));
+                    text.push_str(&menus::usage_admin(&all.await, &top.await));
                 }
                 outbox.do_send(SendText::new(to, text));
             }

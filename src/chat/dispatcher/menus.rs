@@ -9,8 +9,8 @@ use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
 
 use super::Dispatcher;
-use crate::chat::choices::{self, ListKind, Pick};
-use crate::chat::notices::bounded;
+use crate::chat::menus::{self, ListKind, Pick};
+use crate::chat::notices::{STORE_UNREADABLE, bounded};
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
 use crate::incoming::{Incoming, Press};
@@ -63,7 +63,7 @@ impl Dispatcher {
         let outbox = self.deps.outbox.clone();
         if !name.is_empty() && !models.listed.is_empty() {
             let Some(model) = models.find(name).map(str::to_owned) else {
-                return self.say(to, choices::model_refused(name, models));
+                return self.say(to, menus::model_refused(name, models));
             };
             let chosen = self.choose(to, Choose::Model(Some(model.clone())), ctx);
             let done = format!("🧠 From the next message on, this conversation runs with {model}.");
@@ -82,9 +82,11 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let models = &offered.models;
-                let stored = stored.await;
+                let Ok(stored) = stored.await else {
+                    return outbox.do_send(SendText::new(to, STORE_UNREADABLE));
+                };
                 let Some(list) = list else {
-                    let text = choices::model_fixed(models, stored.as_deref());
+                    let text = menus::model_fixed(models, stored.as_deref());
                     return outbox.do_send(SendText::new(to, text));
                 };
                 let current = models.running(stored.as_deref());
@@ -99,12 +101,12 @@ impl Dispatcher {
                             entry,
                         };
                         vec![Button::new(
-                            choices::model_label(model, &current),
+                            menus::model_label(model, &current),
                             pick.data(),
                         )]
                     })
                     .collect();
-                let text = choices::model_menu(models, stored.as_deref());
+                let text = menus::model_menu(models, stored.as_deref());
                 outbox.do_send(SendQuestion::new(to, text, buttons).0);
             }
             .into_actor(self),
@@ -115,7 +117,7 @@ impl Dispatcher {
     pub(super) fn sessions(&mut self, to: Conversation, ctx: &mut Context<Self>) {
         let rows = self.deps.inbox.sessions(to);
         ctx.spawn(rows.into_actor(self).map(move |rows, act, _ctx| {
-            let text = choices::sessions_text(&rows);
+            let text = menus::sessions_text(&rows);
             if rows.is_empty() {
                 return act.say(to, text);
             }
@@ -130,7 +132,7 @@ impl Dispatcher {
                         list,
                         entry,
                     };
-                    vec![Button::new(choices::session_label(row), pick.data())]
+                    vec![Button::new(menus::session_label(row), pick.data())]
                 })
                 .collect();
             act.deps
@@ -212,8 +214,10 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let projects = &offered.projects;
-                let current = current.await;
-                let text = choices::projects_text(projects, &current);
+                let Ok(current) = current.await else {
+                    return outbox.do_send(SendText::new(to, STORE_UNREADABLE));
+                };
+                let text = menus::projects_text(projects, &current);
                 let Some(list) = list else {
                     return outbox.do_send(SendText::new(to, text));
                 };
@@ -227,7 +231,7 @@ impl Dispatcher {
                             entry,
                         };
                         vec![Button::new(
-                            choices::project_label(name, &current),
+                            menus::project_label(name, &current),
                             pick.data(),
                         )]
                     })
@@ -249,7 +253,7 @@ impl Dispatcher {
     ) {
         let offered = std::sync::Arc::clone(&self.deps.choices);
         let projects = &offered.projects;
-        let chosen = if name.eq_ignore_ascii_case(choices::NO_PROJECT) {
+        let chosen = if name.eq_ignore_ascii_case(menus::NO_PROJECT) {
             Some(String::new())
         } else {
             projects.find(name).map(str::to_owned)

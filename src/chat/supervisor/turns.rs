@@ -29,8 +29,8 @@ struct Burst {
     plain: String,
     /// Their files, in order.
     files: Vec<Attachment>,
-    /// The last message, for reactions.
-    last: MessageId,
+    /// The last message, for reactions (none for a schedule's run).
+    last: Option<MessageId>,
     /// Who sent the last one.
     from: UserId,
     /// Who sent them, each once.
@@ -60,7 +60,7 @@ impl ChatSupervisor {
             text: String::new(),
             plain: String::new(),
             files: Vec::new(),
-            last: front.message_id,
+            last: front.telegram_message(),
             from: front.from,
             senders: Vec::new(),
             answer_to: front.answer_to(),
@@ -73,7 +73,7 @@ impl ChatSupervisor {
             texts.push(m.text.clone());
             prompts.push(m.for_agent());
             burst.files.extend(m.files.iter().cloned());
-            burst.last = m.message_id;
+            burst.last = m.telegram_message();
             burst.from = m.from;
             Sender::add(&mut burst.senders, &m);
             burst.update_ids.push(m.update_id);
@@ -145,7 +145,7 @@ impl ChatSupervisor {
             turn,
             text: burst.text,
             // A schedule's run has no message to react to.
-            reply_to: (burst.last.0 != 0).then_some(burst.last),
+            reply_to: burst.last,
             answer_to: burst.answer_to,
             files: burst.files,
             update_ids: update_ids.clone(),
@@ -266,9 +266,9 @@ impl Handler<TurnEnded> for ChatSupervisor {
         // result comes later.
         let metrics = self.deps.events.metrics();
         metrics.turn_ended(&msg.outcome, duration);
-        // A schedule's run (a negative update id) is delivered when its
-        // turn completed; requeued for the next start, it is not over yet.
-        let runs = running.update_ids.iter().filter(|id| **id < 0).count() as u64;
+        // A schedule's run is delivered when its turn completed; requeued
+        // for the next start, it is not over yet.
+        let runs = running.messages.iter().filter(|m| m.is_scheduled()).count() as u64;
         if runs > 0 && how != Disposition::Requeue {
             let label = if msg.outcome.finished() {
                 "delivered"

@@ -18,6 +18,7 @@
 
 mod question;
 mod request;
+mod shown;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +30,7 @@ use teloxide::types::{ChatId, MessageId, UserId};
 
 use self::question::{
     Question, always_allows, logged_rule, one_line, question_messages, questions, rule_for, token,
-    tool_message, visible, whose,
+    tool_message, whose,
 };
 pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
@@ -180,7 +181,7 @@ impl TurnActor {
         let grants = match known {
             Some(project) => {
                 let rules = self.deps.inbox.always_rules(self.to(), project.clone());
-                Box::pin(async move { Some((project, rules.await)) })
+                Box::pin(async move { rules.await.ok().map(|rules| (project, rules)) })
                     as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
             }
             None => Box::pin(self.deps.inbox.always_rules_here(self.to())),

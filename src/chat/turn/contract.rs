@@ -195,7 +195,7 @@ pub struct Services {
     /// The conversations' schedules (`/schedule`, the agent's tools).
     pub schedules: crate::schedule::ScheduleBook,
     /// The models and projects a conversation may choose (`/model`, `/project`).
-    pub choices: Arc<crate::chat::choices::Choices>,
+    pub choices: Arc<crate::chat::menus::Choices>,
 }
 
 impl Services {

@@ -11,6 +11,7 @@ use super::link::Link;
 use super::phase::{Leftover, Step};
 use crate::agent::{AgentError, AgentSession, OpenSession, SessionCommand};
 use crate::chat::outcome::TurnEvent;
+use crate::state::ReadFailed;
 use crate::telegram::outbox::SendText;
 
 /// The longest wait for a warm session's first sign of life.
@@ -27,14 +28,19 @@ impl TurnActor {
         let opening = self.deps.inbox.opening(self.to());
         let choices = Arc::clone(&self.deps.choices);
         let find = async move {
-            let opening = opening.await;
+            let opening = opening.await?;
             let root = choices
                 .projects
                 .get(&opening.project)
                 .map(|p| p.place.workdir.clone());
-            (root, opening.project)
+            Ok::<_, ReadFailed>((root, opening.project))
         };
-        ctx.spawn(find.into_actor(self).map(|(root, project), act, ctx| {
+        ctx.spawn(find.into_actor(self).map(|found, act, ctx| {
+            // Without the conversation's project its directory is unknown:
+            // the turn ends rather than work in the wrong one.
+            let Ok((root, project)) = found else {
+                return act.store_unreadable(ctx);
+            };
             act.project = project;
             if let Some(root) = root {
                 act.root = root;
@@ -122,7 +128,9 @@ impl TurnActor {
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
         let open = async move {
-            let opening = opening.await;
+            let Ok(opening) = opening.await else {
+                return Ok(None);
+            };
             // The conversation's model, else its project's, else the configured one.
             let project = choices.projects.get(&opening.project);
             let project_model = project.map(|p| p.model.clone()).filter(|m| !m.is_empty());
@@ -136,10 +144,12 @@ impl TurnActor {
                     shutdown,
                 })
                 .await
+                .map(Some)
         };
         ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
-            Ok(session) if act.phase.holds_chat() => act.attach(session, false, ctx),
-            Ok(session) => drop(session),
+            Ok(None) => act.store_unreadable(ctx),
+            Ok(Some(session)) if act.phase.holds_chat() => act.attach(session, false, ctx),
+            Ok(Some(session)) => drop(session),
             Err(err) => {
                 act.start_failed(&err);
                 act.record(
@@ -151,6 +161,21 @@ impl TurnActor {
                 );
             }
         }));
+    }
+
+    /// The conversation's choices could not be read from the store (what
+    /// was asked before them is in the log): the turn ends as an agent that
+    /// could not start does, and the chat is told it failed, rather than
+    /// open a session in no project, afresh or with the wrong model.
+    fn store_unreadable(&mut self, ctx: &mut Context<Self>) {
+        tracing::error!("the conversation's session could not be read; the turn ends");
+        self.record(
+            TurnEvent::Exited {
+                code: None,
+                detail: ReadFailed.to_string(),
+            },
+            ctx,
+        );
     }
 
     /// The backend could not start the agent: the operator's log says what

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::question::{shown_value, visible, visible_command};
+use super::shown::{shown_value, visible, visible_command};
 use crate::agent::acp::{Shown, shown_content};
 
 /// The fields of an ACP request a question shows first, in this order;

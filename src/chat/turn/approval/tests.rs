@@ -1,4 +1,5 @@
 use super::question::*;
+use super::shown::*;
 use super::*;
 use crate::agent::tools::ToolName;
 use crate::agent::{Remember, Responder};

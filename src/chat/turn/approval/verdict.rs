@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::{Kind, Verdict};
 use crate::agent::Permission;
 use crate::chat::turn::TurnActor;
-use crate::chat::turn::approval::visible;
+use crate::chat::turn::approval::shown::visible;
 use crate::state::AlwaysRule;
 
 impl TurnActor {

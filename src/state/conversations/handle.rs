@@ -7,13 +7,16 @@ use super::{
     Opening, SessionRow, TurnUsage, UsagePeriods, UsageTotals, first_words, period_starts,
 };
 use crate::ids::Conversation;
-use crate::state::{StoreHandle, now_ms};
+use crate::state::{ReadFailed, StoreHandle, now_ms};
 
 impl StoreHandle {
-    /// The conversation's model, after every job asked before.
-    pub fn model(&self, to: Conversation) -> impl Future<Output = Option<String>> + Send + 'static {
-        let ask = self.ask("reading the model", move |store| store.model(to));
-        async move { ask.await.flatten() }
+    /// The conversation's model (none: the configured one), after every
+    /// job asked before.
+    pub fn model(
+        &self,
+        to: Conversation,
+    ) -> impl Future<Output = Result<Option<String>, ReadFailed>> + Send + 'static {
+        self.read("reading the model", move |store| store.model(to))
     }
 
     /// Sets the conversation's model; resolves whether it was written.
@@ -30,11 +33,13 @@ impl StoreHandle {
 
     /// What the conversation's next session opens with, after every job
     /// asked before (so a `/new`, `/model` or pick is seen).
-    pub fn opening(&self, to: Conversation) -> impl Future<Output = Opening> + Send + 'static {
-        let ask = self.ask("reading the session to open", move |store| {
+    pub fn opening(
+        &self,
+        to: Conversation,
+    ) -> impl Future<Output = Result<Opening, ReadFailed>> + Send + 'static {
+        self.read("reading the session to open", move |store| {
             store.opening(to)
-        });
-        async move { ask.await.unwrap_or_default() }
+        })
     }
 
     /// Notes the first words of the conversation's latest turn.
@@ -46,9 +51,11 @@ impl StoreHandle {
     }
 
     /// The conversation's project (empty: none), after every job asked before.
-    pub fn project(&self, to: Conversation) -> impl Future<Output = String> + Send + 'static {
-        let ask = self.ask("reading the project", move |store| store.project(to));
-        async move { ask.await.unwrap_or_default() }
+    pub fn project(
+        &self,
+        to: Conversation,
+    ) -> impl Future<Output = Result<String, ReadFailed>> + Send + 'static {
+        self.read("reading the project", move |store| store.project(to))
     }
 
     /// Moves the conversation to `project`; resolves whether it was written.
