@@ -429,14 +429,21 @@ impl Direct {
         let mut settings = base.clone();
         let home_path = home.path().display().to_string();
         settings
+            .process
             .env
             .insert("ANTHROPIC_BASE_URL".into(), api.base_url());
-        settings.env.insert("HOME".into(), home_path.clone());
-        settings.env.insert("CLAUDE_CONFIG_DIR".into(), home_path);
+        settings
+            .process
+            .env
+            .insert("HOME".into(), home_path.clone());
+        settings
+            .process
+            .env
+            .insert("CLAUDE_CONFIG_DIR".into(), home_path);
         let tools = ToolRegistry::new(&["end_turn".to_string()]);
         let mut child = tokio::process::Command::new(claude)
             .args(settings.argv(&tools, None))
-            .envs(&settings.env)
+            .envs(&settings.process.env)
             .env("CLAUDE_CODE_ENTRYPOINT", "sdk-ts")
             .env("CLAUDE_CODE_SDK_READS_SESSION_STATE", "1")
             .current_dir(home.path())

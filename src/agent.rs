@@ -9,6 +9,7 @@
 
 pub mod acp;
 pub mod claude;
+pub mod host;
 pub mod network;
 #[doc(hidden)]
 pub mod partial_json;

@@ -21,6 +21,7 @@ pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
 use crate::agent::acp::{AcpBackend, AcpSettings};
 use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
+use crate::agent::host::ProcessSpec;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
@@ -165,8 +166,8 @@ pub fn check_agent(config: &Config) -> Result<(), StartError> {
 
 /// The transcriber's seal: the agent's, under a sandbox proven to work
 /// (probed here when the backend itself did not need it).
-fn transcriber_seal(config: &Config) -> Result<ClaudeSettings, StartError> {
-    let mut sealed = ClaudeSettings::from_config(config);
+fn transcriber_seal(config: &Config) -> Result<ProcessSpec, StartError> {
+    let mut sealed = ProcessSpec::from_config(config);
     if !config.files.transcribe.is_empty() {
         sealed.probe_sandbox().map_err(StartError::Sandbox)?;
     }

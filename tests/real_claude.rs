@@ -331,7 +331,7 @@ async fn a_cold_process_resumes_the_session_from_the_agent_home() {
         .collect();
     assert_eq!(ids.len(), 2);
     let first = ids[0].clone().expect("a session id");
-    assert!(turnstile::agent::claude::is_session_id(&first), "{first}");
+    assert!(turnstile::agent::host::is_session_id(&first), "{first}");
     assert_eq!(
         ids[1].as_deref(),
         Some(first.as_str()),

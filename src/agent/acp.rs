@@ -2,10 +2,10 @@
 //! Protocol (ACP v1: JSON-RPC 2.0, one object a line, on its stdio), such
 //! as `gemini --acp`.
 //!
-//! One process per session, started and sealed exactly as the `claude`
-//! backend starts its CLI (its `process` and `seal`: clean environment,
-//! per-chat workdir and home, bubblewrap, launcher, process group) and kept
-//! warm between turns the same way. The host's side of the protocol:
+//! One process per session, started and sealed by the host
+//! ([`crate::agent::host`]: clean environment, per-chat workdir and home,
+//! bubblewrap, launcher, process group) as every backend's is, and kept
+//! warm between turns. The host's side of the protocol:
 //! `initialize` offering no file-system and no terminal capability,
 //! `authenticate` with `agent.auth_method` when the agent offers it, then
 //! `session/load` of the stored session id when the agent can load
@@ -39,9 +39,8 @@ pub use permission::{Shown, shown_content};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::claude::ClaudeSettings;
-use super::claude::process::{AgentProcess, RunningProcesses};
-use super::claude::seal;
+use super::host::ProcessSpec;
+use super::host::process::{AgentProcess, RunningProcesses};
 use super::tools::ToolRegistry;
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode};
@@ -49,12 +48,9 @@ use crate::config::{Config, PermissionMode};
 /// How to start and speak to an ACP agent.
 #[derive(Debug, Clone)]
 pub struct AcpSettings {
-    /// How the process starts and what it can reach: the claude backend's
-    /// settings, of which `command`, `env`, `seal` and `kill_grace` count
-    /// here (the same keys, sealed the same way).
-    pub process: ClaudeSettings,
-    /// `agent.args`: the agent's whole argument list (`--acp`).
-    pub args: Vec<String>,
+    /// How the process starts and what it can reach; its `args`
+    /// (`agent.args`) are the agent's whole argument list (`--acp`).
+    pub process: ProcessSpec,
     /// `agent.auth_method`: authenticate with it when the agent offers it.
     pub auth_method: String,
     /// Requests that never run, by their whole title.
@@ -73,8 +69,7 @@ impl AcpSettings {
     pub fn from_config(config: &Config) -> Self {
         let agent = &config.agent;
         Self {
-            process: ClaudeSettings::from_config(config),
-            args: agent.args.clone(),
+            process: ProcessSpec::from_config(config),
             auth_method: agent.auth_method.clone(),
             denied_tools: agent.denied_tools.clone(),
             permission_mode: agent.permission_mode,
@@ -83,7 +78,7 @@ impl AcpSettings {
         }
     }
 
-    /// As [`ClaudeSettings::probe_sandbox`]: bubblewrap must work when
+    /// As [`ProcessSpec::probe_sandbox`]: bubblewrap must work when
     /// asked for.
     ///
     /// # Errors
@@ -96,11 +91,7 @@ impl AcpSettings {
     /// The conversation's working directory, absolute (`session/new`'s
     /// `cwd`): where the sealed process starts.
     fn cwd(&self, key: &str) -> PathBuf {
-        let dir = seal::chat_path(&self.process.seal.workdir, key);
-        if dir.is_absolute() {
-            return dir;
-        }
-        std::env::current_dir().map_or(dir.clone(), |here| here.join(&dir))
+        self.process.cwd(key)
     }
 }
 
@@ -155,7 +146,12 @@ impl AcpBackend {
             }
             _ => None,
         };
-        let spawned = AgentProcess::spawn(&settings.process, &key, &settings.args, &self.running)?;
+        let spawned = AgentProcess::spawn(
+            &settings.process,
+            &key,
+            &settings.process.args,
+            &self.running,
+        )?;
         let pid = spawned.process.pid();
         let resume = request.resume.filter(|id| {
             let fits = driver::is_session_id(id);

@@ -15,18 +15,15 @@
 //! [`AgentEvent`](crate::agent::AgentEvent) leaves the driver.
 //!
 //! Layout: this file holds the settings and the backend; [`protocol`] the
-//! wire format, parsed into typed enums at the boundary; `process` the child
-//! (spawn, process group, signals, reaping); `driver` the per-session task
-//! (reading lines, dispatching requests, writing answers, closing);
-//! `permissions` what answers `can_use_tool`; `seal` what the process starts
-//! from and can reach (clean environment, per-chat workdir, bubblewrap,
-//! launcher).
+//! wire format, parsed into typed enums at the boundary; `driver` the
+//! per-session task (reading lines, dispatching requests, writing answers,
+//! closing); `permissions` what answers `can_use_tool`. The process itself
+//! (spawn, seal, process group, reaping) is the host's
+//! ([`crate::agent::host`]).
 
 pub(crate) mod driver;
 pub mod limits;
 pub(crate) mod permissions;
-pub(crate) mod process;
-pub(crate) mod seal;
 // The wire types; public (hidden) for the benchmarks' minimal direct driver.
 #[doc(hidden)]
 pub mod protocol;
@@ -34,34 +31,24 @@ pub mod protocol;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use super::network::Isolation;
+use super::host::ProcessSpec;
+use super::host::process::{AgentProcess, RunningProcesses};
+use super::host::seal::is_session_id;
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
-use crate::config::{
-    Config, NetworkPolicy, PermissionMode, Sandbox, SettingSource, TOKEN_CREDENTIAL,
-};
-use process::{AgentProcess, RunningProcesses};
+use crate::config::{Config, PermissionMode, SettingSource};
 
 pub use driver::MAX_LINE_BYTES;
 #[doc(hidden)]
 pub use permissions::permission;
-pub use process::{boot_id, kill_leftover_groups};
-pub use seal::{Seal, is_session_id};
 
 /// How to start the CLI.
 #[derive(Debug, Clone)]
 pub struct ClaudeSettings {
-    /// The executable.
-    pub command: String,
-    /// Arguments after the protocol's own.
-    pub args: Vec<String>,
-    /// `agent.env`: set on top of the clean environment.
-    pub env: BTreeMap<String, String>,
-    /// What each process starts from and can reach (workdir, environment,
-    /// sandbox, launcher).
-    pub seal: Seal,
+    /// How the CLI's process starts (its `args` go after the protocol's
+    /// own).
+    pub process: ProcessSpec,
     /// `--setting-sources`: which of the operator's Claude settings apply.
     pub setting_sources: Vec<SettingSource>,
     /// The operator's MCP servers, beside turnstile's own
@@ -83,8 +70,6 @@ pub struct ClaudeSettings {
     pub max_turns: u32,
     /// Register the PostToolBatch hook.
     pub batch_hook: bool,
-    /// Between SIGTERM and SIGKILL, and for a graceful close.
-    pub kill_grace: Duration,
 }
 
 /// The CLI's own scheduling tools: they live inside one CLI process, die
@@ -105,50 +90,12 @@ fn denied_tools(allowed: &[String], denied: &[String]) -> Vec<String> {
     all
 }
 
-/// The agent's own network as `config` says (`None`: the host's), relayed
-/// in the sandbox by this binary; turnstile's environment is read for an
-/// `ANTHROPIC_BASE_URL` that `agent.pass_env` passes on.
-fn isolation(config: &Config) -> Option<Arc<Isolation>> {
-    match config.network_policy(|var| std::env::var(var).ok()) {
-        NetworkPolicy::Shared(_) => None,
-        NetworkPolicy::Isolated(rules) => {
-            let relay = std::env::current_exe().unwrap_or_else(|_| "turnstile".into());
-            Some(Arc::new(Isolation::new(rules, relay)))
-        }
-    }
-}
-
 impl ClaudeSettings {
     /// The settings in a config.
     pub fn from_config(config: &Config) -> Self {
         let agent = &config.agent;
         Self {
-            command: agent.command.clone(),
-            args: agent.args.clone(),
-            env: agent.env.clone(),
-            seal: Seal {
-                workdir: config.agent_workdir(),
-                home: config.agent_home(),
-                pass_env: agent.pass_env.clone(),
-                sandbox: agent.sandbox,
-                launcher: agent.launcher.clone(),
-                secrets: config
-                    .state_file()
-                    .into_iter()
-                    .chain(config.file.clone())
-                    .chain(
-                        config
-                            .credentials
-                            .as_ref()
-                            .map(|dir| dir.join(TOKEN_CREDENTIAL)),
-                    )
-                    .collect(),
-                user_ns: false,
-                no_nested_userns: false,
-                places: config.place_roots(),
-                network: isolation(config),
-                tools: None,
-            },
+            process: ProcessSpec::from_config(config),
             setting_sources: agent.setting_sources.clone(),
             mcp_servers: agent.mcp_servers.clone(),
             system_prompt: agent.system_prompt.clone(),
@@ -158,51 +105,17 @@ impl ClaudeSettings {
             model: agent.model.clone(),
             max_turns: agent.max_turns,
             batch_hook: agent.batch_hook,
-            kill_grace: config.turn.post_result_grace,
         }
     }
 
-    /// With `agent.sandbox = "bubblewrap"`, runs `bwrap` once as every
-    /// session will ([`seal::bwrap_base`], the command `true`), taking its
-    /// own user namespace when turnstile is not root and that works. Not
-    /// under `agent.launcher`, which may start it elsewhere.
+    /// As [`ProcessSpec::probe_sandbox`]: bubblewrap must work when asked
+    /// for.
     ///
     /// # Errors
     ///
-    /// bwrap is missing or cannot make its namespaces: the message names
-    /// `agent.sandbox`, the package and the opt-out.
+    /// bwrap is missing or cannot make its namespaces.
     pub fn probe_sandbox(&mut self) -> Result<(), String> {
-        if self.seal.sandbox != Sandbox::Bubblewrap || !self.seal.launcher.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
-        match process::probe_bubblewrap(root) {
-            Ok((user_ns, no_nested_userns)) => {
-                tracing::info!(
-                    user_ns,
-                    no_nested_userns,
-                    "bubblewrap works: the agent runs sandboxed"
-                );
-                if !no_nested_userns {
-                    tracing::warn!(
-                        "bwrap cannot forbid the agent user namespaces of its own \
-                         (`--disable-userns` needs bubblewrap 0.8 or later, not set-user-ID): \
-                         inside one, the agent holds every capability over its own mounts"
-                    );
-                }
-                self.seal.user_ns = user_ns;
-                self.seal.no_nested_userns = no_nested_userns;
-                Ok(())
-            }
-            Err(why) => Err(format!(
-                "agent.sandbox = \"bubblewrap\" (the default), but bubblewrap cannot \
-                 sandbox the agent (or the voice transcriber) here: {why}. Install the package \
-                 `bubblewrap` (its `bwrap` on PATH, able to make namespaces: as root, or \
-                 with user namespaces allowed), or set agent.sandbox = \"none\" to run the \
-                 agent without a sandbox"
-            )),
-        }
+        self.process.probe_sandbox()
     }
 
     /// The full argument list for a session (the CLI's, after the command).
@@ -268,7 +181,7 @@ impl ClaudeSettings {
                 argv.push("--fork-session".into());
             }
         }
-        argv.extend(self.args.iter().cloned());
+        argv.extend(self.process.args.iter().cloned());
         argv
     }
 }
@@ -280,10 +193,7 @@ impl ClaudeSettings {
     /// directory is), so a project's agent sees no chat's default workdir.
     pub fn for_project(&self, project: &crate::agent::ProjectPlace) -> Self {
         let mut settings = self.clone();
-        let default = &self.seal.workdir;
-        let root = seal::chat_root(default).unwrap_or_else(|| default.clone());
-        settings.seal.secrets.push(root.join(".workdirs"));
-        settings.seal.workdir = project.workdir.clone();
+        settings.process = self.process.for_project(project);
         settings
             .allowed_tools
             .extend(project.allowed_tools.iter().cloned());
@@ -374,7 +284,7 @@ impl ClaudeBackend {
             request.fork,
         );
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(&settings, &key, &argv, &self.running)?;
+        let spawned = AgentProcess::spawn(&settings.process, &key, &argv, &self.running)?;
         let pid = spawned.process.pid();
         let project = request.project.as_ref().map(|p| p.name.as_str());
         tracing::info!(pid, resume = ?resume, model = ?request.model, fork = request.fork, project, "agent process started");
@@ -400,7 +310,7 @@ impl AgentBackend for ClaudeBackend {
     }
 
     fn closed(&self) -> BoxFuture<()> {
-        self.running.closed(self.settings.kill_grace)
+        self.running.closed(self.settings.process.kill_grace)
     }
 
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
@@ -415,6 +325,7 @@ impl AgentBackend for ClaudeBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Sandbox;
 
     #[test]
     fn the_sandbox_hides_systemds_credentials_folder() {
@@ -429,9 +340,9 @@ mod tests {
         ]);
         let config = Config::load(None, &vars).expect("loads");
         let mut settings = ClaudeSettings::from_config(&config);
-        settings.seal.sandbox = Sandbox::Bubblewrap;
-        let plan = seal::plan(
-            &settings.seal,
+        settings.process.seal.sandbox = Sandbox::Bubblewrap;
+        let plan = crate::agent::host::seal::plan(
+            &settings.process.seal,
             "1",
             "claude",
             &[],
@@ -567,16 +478,17 @@ mod tests {
             allowed_tools: vec!["Bash(make:*)".into()],
         };
         let there = settings.for_project(&project);
-        assert_eq!(there.seal.workdir, project.workdir);
+        assert_eq!(there.process.seal.workdir, project.workdir);
         assert_eq!(there.allowed_tools, ["Read", "Bash(make:*)"]);
         assert!(
             there
+                .process
                 .seal
                 .secrets
                 .iter()
                 .any(|s| s.parent() == Some(std::path::Path::new("/srv/chats"))),
             "{:?}",
-            there.seal.secrets
+            there.process.seal.secrets
         );
         let tools = ToolRegistry::new(&config.turn.terminator_tools);
         let argv = there.argv(&tools, None);

@@ -12,8 +12,8 @@ use crate::state::{Store, StoreHandle};
 pub(super) fn kill_leftovers(store: &Store) {
     match store.groups() {
         Ok(groups) if !groups.is_empty() => {
-            let boot = crate::agent::claude::boot_id();
-            let killed = crate::agent::claude::kill_leftover_groups(&groups, boot.as_deref());
+            let boot = crate::agent::host::boot_id();
+            let killed = crate::agent::host::kill_leftover_groups(&groups, boot.as_deref());
             tracing::info!(
                 recorded = groups.len(),
                 killed,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use toml::Value;
 
 use super::{Backend, Config, ConfigError, Sandbox, bad_value};
-use crate::agent::claude::seal;
+use crate::agent::host::seal;
 
 /// The placeholder for the chat id.
 const CHAT: &str = "{chat}";

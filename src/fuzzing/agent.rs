@@ -8,13 +8,14 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Value, json};
 
 use super::{Draw, is_subsequence};
+use crate::agent::claude::MAX_LINE_BYTES;
 use crate::agent::claude::driver::live::Live;
 use crate::agent::claude::permissions::answer_unasked;
 use crate::agent::claude::protocol::{
     self, CliLine, ControlRequest, HookCallback, HookInput, Line, McpMessage, McpRequest,
     SHOWN_CHARS, SystemLine,
 };
-use crate::agent::claude::{MAX_LINE_BYTES, is_session_id};
+use crate::agent::host::is_session_id;
 use crate::agent::partial_json::StringField;
 use crate::agent::tools::{TOOL_SERVER, ToolName, ToolRegistry, terminator};
 use crate::agent::{Activity, AgentResult, HookReply, ToolReply};

@@ -34,8 +34,8 @@ use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::types::{FileId, Message};
 
-use crate::agent::claude::Seal;
-use crate::agent::claude::seal;
+use crate::agent::host::Seal;
+use crate::agent::host::seal;
 use crate::attachment::{Attachment, FileKind};
 use beneath::Dir;
 

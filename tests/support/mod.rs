@@ -61,6 +61,7 @@ pub const TEST_DEFAULTS: &[(&str, &str)] = &[
 pub fn claude_settings(config: &Config) -> ClaudeSettings {
     let mut settings = ClaudeSettings::from_config(config);
     settings
+        .process
         .seal
         .relay_network_with(std::path::PathBuf::from(env!("CARGO_BIN_EXE_turnstile")));
     settings

@@ -21,7 +21,7 @@ use super::permission::Ask;
 use super::updates::Answer;
 use super::wire::{self, Incoming};
 use crate::agent::claude::MAX_LINE_BYTES;
-use crate::agent::claude::process::{AgentProcess, next_bounded_line};
+use crate::agent::host::process::{AgentProcess, next_bounded_line};
 use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, AgentSession, Permission, SessionCommand};

@@ -15,8 +15,8 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
-use super::process::AgentProcess;
 use super::protocol::{self, CliLine, ControlResponse, Line, SessionState, SystemLine};
+use crate::agent::host::process::AgentProcess;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, AgentSession, SessionCommand};
 use crate::shutdown::Shutdown;
@@ -276,7 +276,7 @@ impl Driver {
     /// Closes step by step ([`CloseStep`]), each after its share of the
     /// grace; then kills.
     async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Line>) {
-        let grace = self.settings.kill_grace;
+        let grace = self.settings.process.kill_grace;
         for step in CloseStep::ALL {
             match step {
                 CloseStep::EndSession => {
@@ -313,7 +313,10 @@ impl Driver {
     /// SIGTERM to the group, SIGKILL after the grace.
     async fn kill(mut self, why: &str) {
         self.answers.close();
-        let status = self.process.terminate(self.settings.kill_grace).await;
+        let status = self
+            .process
+            .terminate(self.settings.process.kill_grace)
+            .await;
         self.finish(
             status.and_then(|s| s.code()),
             format!("the agent was force-closed ({why})"),

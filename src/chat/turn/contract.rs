@@ -201,6 +201,6 @@ pub struct Services {
 impl Services {
     /// The working directory of `to`.
     pub fn workdir_of(&self, to: Conversation) -> std::path::PathBuf {
-        crate::agent::claude::seal::chat_path(&self.workdir, &to.key())
+        crate::agent::host::seal::chat_path(&self.workdir, &to.key())
     }
 }

@@ -54,7 +54,7 @@ impl TurnActor {
 
     /// The conversation's working directory.
     pub(super) fn workdir(&self) -> std::path::PathBuf {
-        crate::agent::claude::seal::chat_path(&self.root, &self.to().key())
+        crate::agent::host::seal::chat_path(&self.root, &self.to().key())
     }
 
     /// Fetches the turn's files into the workdir, tells the chat about any

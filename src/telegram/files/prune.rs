@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::INBOX_DIR;
 use super::beneath::Dir;
-use crate::agent::claude::seal;
+use crate::agent::host::seal;
 
 /// Removes the files in each conversation's `inbox/` last modified more
 /// than `retention` ago, under the workdirs `template` (`agent.workdir`,

@@ -22,7 +22,11 @@ use std::sync::Arc;
 
 use crate::agent::network::Isolation;
 use crate::config::{ENV_PREFIX, Sandbox, TOKEN_ENV};
+use mounts::{Bind, TMP, bwrap_argv, mounts, place_roots_to_make};
 use network::isolate_network;
+pub(crate) use network::isolation;
+use program::cli_files;
+pub(crate) use program::find_program;
 
 /// Variables of turnstile's own environment every agent gets (and `LC_*`).
 pub const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ", "TMPDIR"];
@@ -274,61 +278,6 @@ pub fn userns_seal(user_ns: bool, no_nested: bool) -> Vec<String> {
     }
 }
 
-/// The sandbox's own `/tmp`, an empty tmpfs.
-const TMP: &str = "/tmp";
-
-/// A writable directory in the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Bind {
-    /// Made by turnstile before the spawn: must be there.
-    Made(PathBuf),
-    /// Named by `agent.env`: bound when it exists.
-    Given(PathBuf),
-}
-
-impl Bind {
-    fn path(&self) -> &Path {
-        match self {
-            Self::Made(path) | Self::Given(path) => path,
-        }
-    }
-}
-
-/// One mount over the read-only system, after the base.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Mount {
-    /// An empty tmpfs over a directory the agent must not see.
-    Hide(PathBuf),
-    /// A directory the agent writes: its workdir, its home.
-    Writable(Bind),
-    /// What the CLI needs from a hidden directory, bound back read-only.
-    Needed(PathBuf),
-    /// `/dev/null` over a secret file in a directory that cannot be
-    /// hidden whole (a system directory such as `/etc`).
-    HideFile(PathBuf),
-}
-
-impl Mount {
-    fn path(&self) -> &Path {
-        match self {
-            Self::Hide(path) | Self::Needed(path) | Self::HideFile(path) => path,
-            Self::Writable(bind) => bind.path(),
-        }
-    }
-
-    /// Among mounts at the same depth: hides first, so what is bound on
-    /// the same path shows; a file's `/dev/null` last, so nothing shows it
-    /// again.
-    fn rank(&self) -> u8 {
-        match self {
-            Self::Hide(_) => 0,
-            Self::Writable(_) => 1,
-            Self::Needed(_) => 2,
-            Self::HideFile(_) => 3,
-        }
-    }
-}
-
 /// Whether `dir` is one the sandbox never hides whole: the system itself.
 #[must_use]
 pub fn is_system(dir: &Path) -> bool {
@@ -347,23 +296,6 @@ pub fn chat_root(template: &Path) -> Option<PathBuf> {
         root.push(part);
     }
     None
-}
-
-/// The directories holding every chat's directories, hidden under the
-/// sandbox: the roots of `agent.workdir` and of the homes, and every
-/// place's root (each project's too), so that no chat sees another chat's
-/// or another project's directories.
-fn hidden_places(seal: &Seal) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = [&seal.workdir, &seal.home]
-        .into_iter()
-        .filter_map(|template| chat_root(template))
-        .collect();
-    for place in &seal.places {
-        if !roots.contains(place) {
-            roots.push(place.clone());
-        }
-    }
-    roots
 }
 
 /// `path` with the symlinks of its longest existing ancestor resolved
@@ -386,175 +318,9 @@ pub fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// The places' roots not yet in `create`: made before the spawn (a root
-/// made while the sandbox runs would show through its read-only `/`).
-fn place_roots_to_make(seal: &Seal, create: &[PathBuf]) -> Vec<PathBuf> {
-    hidden_places(seal)
-        .into_iter()
-        .filter(|root| !create.contains(root))
-        .collect()
-}
-
-/// Everything mounted over the read-only system, parents before what lies
-/// beneath them: each secret's whole directory under an empty tmpfs (a
-/// system directory keeps its place, and only the secret and its SQLite
-/// companions that `exists` are covered), the directories holding every
-/// chat's workdirs and homes too; then this chat's own `writable`
-/// directories, and the `cli` files the agent needs from a hidden
-/// directory, read-only.
-fn mounts(
-    seal: &Seal,
-    writable: Vec<Bind>,
-    cli: &[PathBuf],
-    exists: &impl Fn(&Path) -> bool,
-) -> Vec<Mount> {
-    let mut hidden: Vec<PathBuf> = Vec::new();
-    let mut files: Vec<PathBuf> = Vec::new();
-    // A directory already hidden, or beneath `/tmp` (the base hides it),
-    // needs nothing more; one holding hidden ones replaces them.
-    let mut hide = |dir: &Path| {
-        if is_system(dir) || dir.starts_with(TMP) || hidden.iter().any(|h| dir.starts_with(h)) {
-            return;
-        }
-        hidden.retain(|h| !h.starts_with(dir));
-        hidden.push(dir.to_owned());
-    };
-    for file in &seal.secrets {
-        let Some(dir) = file.parent() else { continue };
-        if !is_system(dir) {
-            hide(dir);
-            continue;
-        }
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut name = file.clone().into_os_string();
-            name.push(suffix);
-            let path = PathBuf::from(name);
-            if exists(&path) {
-                files.push(path);
-            }
-        }
-    }
-    // Through symlinks resolved: bwrap cannot mount on a path through an
-    // absolute symlink, and the kernel resolves them anyway.
-    let roots: Vec<PathBuf> = hidden_places(seal).iter().map(|r| resolved(r)).collect();
-    for root in &roots {
-        hide(root);
-    }
-    let mut out: Vec<Mount> = hidden.iter().cloned().map(Mount::Hide).collect();
-    out.extend(writable.into_iter().map(|bind| {
-        Mount::Writable(match bind {
-            Bind::Made(dir) => Bind::Made(resolved(&dir)),
-            Bind::Given(dir) => Bind::Given(resolved(&dir)),
-        })
-    }));
-    for file in cli {
-        let under_hidden = file.starts_with(TMP) || hidden.iter().any(|h| file.starts_with(h));
-        if !under_hidden {
-            continue;
-        }
-        // The file's whole directory, unless that would show a hidden
-        // directory, a secret, or any chat's directory.
-        let whole_dir = file.parent().filter(|dir| {
-            *dir != Path::new(TMP)
-                && !seal
-                    .secrets
-                    .iter()
-                    .chain(&roots)
-                    .chain(&hidden)
-                    .any(|p| p.starts_with(dir))
-                && !roots.iter().any(|root| dir.starts_with(root))
-        });
-        let needed = Mount::Needed(whole_dir.unwrap_or(file).to_owned());
-        if !out.contains(&needed) {
-            out.push(needed);
-        }
-    }
-    out.extend(files.into_iter().map(Mount::HideFile));
-    out.sort_by_key(|m| (m.path().components().count(), m.rank()));
-    out
-}
-
-/// The files the CLI is run from: `command` (found on `path` when it is a
-/// bare name), the file it links to, and the interpreter of its `#!` line
-/// (found on `path` for `/usr/bin/env NAME`) and the file that links to.
-/// Only files that are there.
-fn cli_files(command: &str, path: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = Vec::new();
-    let add = |file: PathBuf, files: &mut Vec<PathBuf>| {
-        let real = std::fs::canonicalize(&file).ok();
-        for file in [Some(file), real].into_iter().flatten() {
-            if !files.contains(&file) {
-                files.push(file);
-            }
-        }
-    };
-    let Some(found) = find_program(command, path) else {
-        return files;
-    };
-    add(found, &mut files);
-    let script = files.last().cloned();
-    if let Some(interpreter) = script.and_then(|s| interpreter(&s, path)) {
-        add(interpreter, &mut files);
-    }
-    files
-}
-
-/// `name` as the kernel or `env` would find it: an absolute path as it
-/// is, a bare name in the first directory of `path` holding it.
-pub(super) fn find_program(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    let given = Path::new(name);
-    if given.is_absolute() {
-        return given.exists().then(|| given.to_owned());
-    }
-    if name.contains('/') || name.is_empty() {
-        return None;
-    }
-    std::env::split_paths(path?)
-        .map(|dir| dir.join(name))
-        .find(|file| file.is_absolute() && file.is_file())
-}
-
-/// The interpreter a script's `#!` line names (`/usr/bin/env NAME` looks
-/// `NAME` up on `path`); `None` for a binary.
-fn interpreter(script: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    use std::io::Read as _;
-    let mut head = [0u8; 256];
-    let read = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
-    let line = head[..read].strip_prefix(b"#!")?;
-    let line = line.split(|b| *b == b'\n').next()?;
-    let line = std::str::from_utf8(line).ok()?;
-    let mut words = line.split_whitespace();
-    let program = words.next()?;
-    if Path::new(program).file_name() == Some(std::ffi::OsStr::new("env")) {
-        let name = words.find(|w| !w.starts_with('-'))?;
-        return find_program(name, path);
-    }
-    find_program(program, path)
-}
-
-/// `bwrap` and its arguments up to the command.
-fn bwrap_argv(seal: &Seal, mounts: &[Mount], workdir: &Path) -> Vec<String> {
-    let mut argv = bwrap_base(seal.user_ns);
-    argv.extend(userns_seal(seal.user_ns, seal.no_nested_userns));
-    let text = |p: &Path| p.to_string_lossy().into_owned();
-    for mount in mounts {
-        let (flag, source) = match mount {
-            Mount::Hide(dir) => {
-                argv.extend(["--tmpfs".into(), text(dir)]);
-                continue;
-            }
-            Mount::Writable(Bind::Made(dir)) => ("--bind", text(dir)),
-            Mount::Writable(Bind::Given(dir)) => ("--bind-try", text(dir)),
-            Mount::Needed(path) => ("--ro-bind", text(path)),
-            Mount::HideFile(_) => ("--ro-bind", "/dev/null".to_owned()),
-        };
-        argv.extend([flag.into(), source, text(mount.path())]);
-    }
-    argv.extend(["--chdir".into(), text(workdir), "--".into()]);
-    argv
-}
-
+mod mounts;
 mod network;
+mod program;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use super::STDERR_LINE_CHARS;
-use crate::agent::claude::seal;
+use crate::agent::host::seal;
 
 /// How long the start probe waits for `bwrap … true`.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -20,7 +20,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// drops its capabilities anyway. Answers whether the user namespace is
 /// to be used and whether nested ones are forbidden, or why bwrap cannot
 /// run.
-pub(in crate::agent::claude) fn probe_bubblewrap(root: bool) -> Result<(bool, bool), String> {
+pub(in crate::agent::host) fn probe_bubblewrap(root: bool) -> Result<(bool, bool), String> {
     let path = std::env::var_os("PATH");
     let Some(bwrap) = seal::find_program(seal::BWRAP, path.as_deref()) else {
         return Err(format!("`{}` is not on PATH", seal::BWRAP));

@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
-use super::{ClaudeSettings, seal};
+use super::{ProcessSpec, seal};
 use crate::agent::AgentError;
 use crate::config::Sandbox;
 use crate::state::AgentGroup;
@@ -164,11 +164,11 @@ pub(crate) struct Spawned {
 }
 
 impl AgentProcess {
-    /// Starts the CLI for `chat` with `argv` (its arguments), sealed as
-    /// `settings.seal` says (see `seal`): in its own process group, killed
+    /// Starts `spec.command` for `chat` with `argv` (its arguments), sealed
+    /// as `spec.seal` says (see `seal`): in its own process group, killed
     /// if turnstile dies; its stderr is logged (bounded).
     pub(crate) fn spawn(
-        settings: &ClaudeSettings,
+        settings: &ProcessSpec,
         chat: &str,
         argv: &[String],
         running: &RunningProcesses,

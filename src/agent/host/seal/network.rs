@@ -93,3 +93,16 @@ pub(super) fn isolate_network(
         env.insert(var.into(), url.clone().into());
     }
 }
+
+/// The agent's own network as `config` says (`None`: the host's), relayed
+/// in the sandbox by this binary; turnstile's environment is read for an
+/// `ANTHROPIC_BASE_URL` that `agent.pass_env` passes on.
+pub(crate) fn isolation(config: &crate::config::Config) -> Option<Arc<Isolation>> {
+    match config.network_policy(|var| std::env::var(var).ok()) {
+        crate::config::NetworkPolicy::Shared(_) => None,
+        crate::config::NetworkPolicy::Isolated(rules) => {
+            let relay = std::env::current_exe().unwrap_or_else(|_| "turnstile".into());
+            Some(Arc::new(Isolation::new(rules, relay)))
+        }
+    }
+}
