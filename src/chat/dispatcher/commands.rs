@@ -6,8 +6,8 @@ use actix::{AsyncContext, Context, WrapFuture};
 use teloxide::types::UserId;
 
 use super::{Dispatcher, ForChat, HostRequest};
-use crate::chat::menus;
 use crate::chat::commands::{self, Abilities};
+use crate::chat::menus;
 use crate::chat::notices::counted;
 use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
@@ -206,10 +206,8 @@ impl Dispatcher {
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
             async move {
-                let mut text = format!(
-                    "📊 This conversation:\n{}",
-                    menus::usage_lines(&mine.await)
-                );
+                let mut text =
+                    format!("📊 This conversation:\n{}", menus::usage_lines(&mine.await));
                 if let Some((all, top)) = whole {
                     text.push_str(&menus::usage_admin(&all.await, &top.await));
                 }
