@@ -21,6 +21,14 @@ mod outbox;
 
 pub use outbox::{OutboxMetrics, Waiting};
 
+/// Registers each metric (a field of `Metrics`, cloned: the registry
+/// and the field share it) under its name and help text.
+macro_rules! register {
+    ($registry:expr, $($name:literal, $help:literal => $metric:expr;)*) => {
+        $($registry.register($name, $help, $metric.clone());)*
+    };
+}
+
 /// `outcome` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
@@ -138,35 +146,14 @@ impl Metrics {
 
     /// Registers the metrics of schedules.
     fn register_schedules(&mut self) {
-        self.registry.register(
-            "turnstile_schedule_runs",
-            "Scheduled runs by outcome: delivered (its turn completed), failed (not queued, or its turn did not complete), missed (a slot that did not run on time)",
-            self.schedule_runs.clone(),
-        );
-        self.registry.register(
-            "turnstile_schedules",
-            "Schedules kept by the scheduler",
-            self.schedules.clone(),
-        );
-        self.registry.register(
-            "turnstile_limit_parked",
-            "Conversations whose messages wait out a model usage limit",
-            self.limit_parked.clone(),
-        );
-        self.registry.register(
-            "turnstile_limit_retries",
-            "Parked turns by what became of them: retried (ran again), given_up (/stop)",
-            self.limit_retries.clone(),
-        );
-        self.registry.register(
-            "turnstile_steered_messages",
-            "Messages written into a running turn (dispatcher.busy = steer)",
-            self.steered.clone(),
-        );
-        self.registry.register(
-            "turnstile_tokens",
-            "Tokens the agent's model calls read (input, cache included) and wrote (output), as each turn's result reported them",
-            self.tokens.clone(),
+        register!(
+            self.registry,
+            "turnstile_schedule_runs", "Scheduled runs by outcome: delivered (its turn completed), failed (not queued, or its turn did not complete), missed (a slot that did not run on time)" => self.schedule_runs;
+            "turnstile_schedules", "Schedules kept by the scheduler" => self.schedules;
+            "turnstile_limit_parked", "Conversations whose messages wait out a model usage limit" => self.limit_parked;
+            "turnstile_limit_retries", "Parked turns by what became of them: retried (ran again), given_up (/stop)" => self.limit_retries;
+            "turnstile_steered_messages", "Messages written into a running turn (dispatcher.busy = steer)" => self.steered;
+            "turnstile_tokens", "Tokens the agent's model calls read (input, cache included) and wrote (output), as each turn's result reported them" => self.tokens;
         );
     }
 
@@ -232,60 +219,19 @@ impl Metrics {
 
     /// Registers the metrics of turns, chats and agents.
     fn register_turns(&mut self) {
-        self.registry.register(
-            "turnstile_turns",
-            "Turns ended, by outcome",
-            self.turns.clone(),
-        );
-        self.registry.register(
-            "turnstile_turn_duration_seconds",
-            "How long turns took, start to end",
-            self.turn_duration.clone(),
-        );
-        self.registry.register(
-            "turnstile_turn_api_calls",
-            "Model API calls per turn, as the agent's result reports them",
-            self.turn_api_calls.clone(),
-        );
-        self.registry.register(
-            "turnstile_turn_cost_usd",
-            "Cost per turn in USD, as the agent's result reports it",
-            self.turn_cost.clone(),
-        );
-        self.registry.register(
-            "turnstile_cost_usd",
-            "Cost of all turns in USD, as the agents' results report it",
-            self.cost_total.clone(),
-        );
-        self.registry.register(
-            "turnstile_typing_stop_latency_seconds",
-            "From a turn's end to its typing indicator stopping",
-            self.typing_stop.clone(),
-        );
-        self.registry.register(
-            "turnstile_wedges_force_closed",
-            "Agent sessions force-closed because they did not settle",
-            self.wedges.clone(),
-        );
-        self.registry.register(
-            "turnstile_queue_depth",
-            "Messages waiting for a turn, all chats together",
-            self.queue_depth.clone(),
-        );
-        self.registry.register(
-            "turnstile_live_chats",
-            "Chat supervisors alive",
-            self.live_chats.clone(),
-        );
-        self.registry.register(
-            "turnstile_live_turns",
-            "Turns running",
-            self.live_turns.clone(),
-        );
-        self.registry.register(
-            "turnstile_warm_agents",
-            "Agent processes kept warm between turns",
-            self.warm_agents.clone(),
+        register!(
+            self.registry,
+            "turnstile_turns", "Turns ended, by outcome" => self.turns;
+            "turnstile_turn_duration_seconds", "How long turns took, start to end" => self.turn_duration;
+            "turnstile_turn_api_calls", "Model API calls per turn, as the agent's result reports them" => self.turn_api_calls;
+            "turnstile_turn_cost_usd", "Cost per turn in USD, as the agent's result reports it" => self.turn_cost;
+            "turnstile_cost_usd", "Cost of all turns in USD, as the agents' results report it" => self.cost_total;
+            "turnstile_typing_stop_latency_seconds", "From a turn's end to its typing indicator stopping" => self.typing_stop;
+            "turnstile_wedges_force_closed", "Agent sessions force-closed because they did not settle" => self.wedges;
+            "turnstile_queue_depth", "Messages waiting for a turn, all chats together" => self.queue_depth;
+            "turnstile_live_chats", "Chat supervisors alive" => self.live_chats;
+            "turnstile_live_turns", "Turns running" => self.live_turns;
+            "turnstile_warm_agents", "Agent processes kept warm between turns" => self.warm_agents;
         );
     }
 
@@ -294,23 +240,17 @@ impl Metrics {
         self.registry.register("turnstile_telegram_requests",
             "Bot API requests by method and status (200, 429, 4xx, 5xx, network, invalid_json, timeout, error)",
             self.telegram_requests.clone());
-        self.registry.register(
-            "turnstile_telegram_rate_limited",
-            "Bot API answers 429 (retry after), by method",
-            self.rate_limited.clone(),
+        register!(
+            self.registry,
+            "turnstile_telegram_rate_limited", "Bot API answers 429 (retry after), by method" => self.rate_limited;
         );
         self.registry.register("turnstile_telegram_unknown_outcome",
             "Bot API messages that left but got no answer (a network failure after sending, an answer that is not JSON, none in time), so Telegram may or may not have them; each is sent again (turnstile_outbox_resent), by method",
             self.unknown_outcome.clone());
-        self.registry.register(
-            "turnstile_telegram_retries",
-            "Bot API requests sent again after a failure",
-            self.retries.clone(),
-        );
-        self.registry.register(
-            "turnstile_store_errors",
-            "State store statements that failed",
-            self.store_errors.clone(),
+        register!(
+            self.registry,
+            "turnstile_telegram_retries", "Bot API requests sent again after a failure" => self.retries;
+            "turnstile_store_errors", "State store statements that failed" => self.store_errors;
         );
     }
 
