@@ -24,6 +24,7 @@ fn run(chat: i64) -> Incoming {
         to: ChatId(chat).into(),
         from: UserId(7),
         text: "⏰ #1: check".into(),
+        source: crate::incoming::Source::Schedule,
         ..Incoming::default()
     }
 }
