@@ -21,6 +21,7 @@ use actix::{Actor, AsyncContext, Context, Handler, Message};
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::chat::notices;
 use crate::chat::slots::TurnSlots;
 use crate::chat::supervisor::{
     ChatCommand, ChatReport, ChatSettings, ChatSupervisor, DeliveryEnd, RetireChat,
@@ -242,7 +243,9 @@ impl Dispatcher {
         }
         if is_due(&self.refused, &user, self.access.refusal_cooldown) {
             due(&mut self.refused, user, self.access.refusal_cooldown);
-            self.deps.outbox.do_send(SendText::new(to, refusal(user)));
+            self.deps
+                .outbox
+                .do_send(SendText::new(to, notices::refusal(user)));
         }
     }
 
@@ -277,11 +280,7 @@ impl Dispatcher {
                 chat_id = chat.0,
                 "button press from a user not on the allowlist refused"
             );
-            return answer(
-                self,
-                &press,
-                "Sorry, this bot only answers the people it was set up for.",
-            );
+            return answer(self, &press, notices::NOT_FOR_YOU);
         }
         match press.data.clone() {
             Callback::Unschedule(id) => self.unschedule_pressed(id, &press, ctx),
@@ -292,19 +291,10 @@ impl Dispatcher {
                 self.deliver(to, ForChat::Press(pressed), ctx);
             }
             Callback::Approval(_) | Callback::Unknown => {
-                answer(self, &press, "This question has expired.");
+                answer(self, &press, notices::QUESTION_EXPIRED);
             }
         }
     }
-}
-
-/// What a stranger is told: that the bot is not for them, and their user
-/// id, which the operator adds to `access.allowed_users` to let them in.
-fn refusal(user: UserId) -> String {
-    format!(
-        "Sorry, this bot only answers the people it was set up for. Your Telegram user id is {}; to be let in, ask the bot's operator to add it to access.allowed_users.",
-        user.0
-    )
 }
 
 /// Whether `who` (a user, a group) is due a refusal now: none within

@@ -1,5 +1,11 @@
 //! What the bot tells a chat (and its agent) about a turn, in one place.
 
+mod answers;
+
+pub use self::answers::{
+    ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NOT_FOR_YOU, NOTHING_TO_FORK, NOTHING_TO_STOP,
+    QUESTION_EXPIRED, only_admins, refusal, restarting,
+};
 use crate::chat::outcome::TurnOutcome;
 
 /// The text sent when an agent ends with nothing delivered and no text.

@@ -8,6 +8,7 @@ use teloxide::types::UserId;
 use super::{Dispatcher, ForChat, HostRequest};
 use crate::chat::commands::{self, Abilities};
 use crate::chat::menus;
+use crate::chat::notices;
 use crate::chat::notices::counted;
 use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
@@ -27,14 +28,16 @@ impl Dispatcher {
         let (to, user, private) = (asked.to, asked.from, asked.is_private());
         let admin = self.is_admin(user);
         if command.who() == Who::Admins && !admin {
-            self.say(to, format!("Only admins can use /{}.", command.word()));
+            self.say(to, notices::only_admins(command.word()));
             return;
         }
         match command {
             Command::Permissions => self.permissions(to, &asked.text, ctx),
             Command::Schedule => self.schedule(asked, ctx),
             Command::Schedules => self.list_schedules(to, ctx),
-            Command::Stop if !self.chats.contains_key(&to) => self.say(to, "Nothing to stop."),
+            Command::Stop if !self.chats.contains_key(&to) => {
+                self.say(to, notices::NOTHING_TO_STOP)
+            }
             Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
             Command::Model => self.model(asked, ctx),
             Command::Sessions => self.sessions(to, ctx),
@@ -124,7 +127,7 @@ impl Dispatcher {
             return;
         }
         if self.stopping {
-            self.say(to, "Already stopping.");
+            self.say(to, notices::ALREADY_STOPPING);
             return;
         }
         let running = self.slots.running();
@@ -134,17 +137,7 @@ impl Dispatcher {
             running,
             "/restart requested"
         );
-        self.say(
-            to,
-            if running == 0 {
-                "🔄 Restarting.".to_string()
-            } else {
-                format!(
-                    "🔄 Restarting; waiting for {} first.",
-                    counted(running, "running turn", "running turns")
-                )
-            },
-        );
+        self.say(to, notices::restarting(running));
         if self.host.send(HostRequest::Restart { chat }).is_err() {
             tracing::error!("no host is listening for /restart");
         }

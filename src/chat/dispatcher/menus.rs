@@ -10,6 +10,7 @@ use futures_util::future::BoxFuture;
 
 use super::Dispatcher;
 use crate::chat::menus::{self, ListKind, Pick};
+use crate::chat::notices;
 use crate::chat::notices::{STORE_UNREADABLE, bounded};
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
@@ -151,7 +152,7 @@ impl Dispatcher {
             return outbox.do_send(AnswerCallback::new(
                 to.chat,
                 callback,
-                "This list has expired; ask for it again.",
+                notices::LIST_EXPIRED,
             ));
         };
         let user = press.from.0;
@@ -301,10 +302,8 @@ impl Dispatcher {
                         "🍴 Forked. The next message goes on from a copy of the session “{}”; the original stays in /sessions.",
                         bounded(&words, 60)
                     ),
-                    Chosen::NothingToFork => {
-                        "Nothing to fork yet: this conversation has no session.".to_owned()
-                    }
-                    _ => "⚠️ The fork could not be saved; try again.".to_owned(),
+                    Chosen::NothingToFork => notices::NOTHING_TO_FORK.to_owned(),
+                    _ => notices::FORK_NOT_SAVED.to_owned(),
                 };
                 outbox.do_send(SendText::new(to, text));
             }
@@ -322,8 +321,7 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let Some(current) = sessions.await.into_iter().find(|s| s.current) else {
-                    let text = "Nothing to fork yet: this conversation has no session.";
-                    return outbox.do_send(SendText::new(from, text));
+                    return outbox.do_send(SendText::new(from, notices::NOTHING_TO_FORK));
                 };
                 let name = match current.first_words.as_str() {
                     "" => "Fork".to_owned(),
@@ -348,7 +346,7 @@ impl Dispatcher {
                         ));
                         format!("🍴 Forked into the new topic “{name}”; this topic goes on as it was.")
                     }
-                    None => "⚠️ The fork could not be saved; try again.".to_owned(),
+                    None => notices::FORK_NOT_SAVED.to_owned(),
                 };
                 outbox.do_send(SendText::new(from, text));
             }

@@ -6,6 +6,7 @@ use actix::{ActorContext, AsyncContext, Handler};
 
 use super::state::{ChatState, ChatStep};
 use super::{ChatCommand, ChatSupervisor, DescribeChat, RetireChat, StopChatForHost};
+use crate::chat::notices;
 use crate::chat::notices::counted;
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
 use crate::incoming::Command;
@@ -61,7 +62,7 @@ impl ChatSupervisor {
             }
             None => match self.cancel_parked(ctx) {
                 0 if dropped > 0 => self.say(format!("⏹ {} dropped.", queued(dropped))),
-                0 => self.say("Nothing to stop."),
+                0 => self.say(notices::NOTHING_TO_STOP),
                 parked => self.say(format!(
                     "⏹ Stopped: the retry after the usage limit is cancelled ({} dropped).",
                     counted(parked + dropped, "message", "messages")
@@ -148,7 +149,7 @@ impl Handler<ButtonPressed> for ChatSupervisor {
             None => self.deps.outbox.do_send(AnswerCallback {
                 chat: press.chat,
                 id: press.callback,
-                text: "This question has expired.".into(),
+                text: notices::QUESTION_EXPIRED.into(),
                 alert: false,
             }),
         }

@@ -35,6 +35,7 @@ use self::question::{
 pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
 use crate::agent::{Permission, PermissionAsk};
+use crate::chat::notices;
 use crate::incoming::{Approval, Choice, Press};
 use crate::state::AlwaysRule;
 use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion};
@@ -358,7 +359,7 @@ impl Handler<ButtonPressed> for TurnActor {
             });
         };
         let Some(waiting) = self.approvals.waiting.get_mut(&press.token) else {
-            return answer(self, "This question has expired.");
+            return answer(self, notices::QUESTION_EXPIRED);
         };
         if !(press.admin || waiting.deciders.contains(&press.user)) {
             tracing::warn!(
@@ -398,7 +399,7 @@ impl Handler<ButtonPressed> for TurnActor {
                     .get(question)
                     .and_then(|q| q.options.get(option).map(|o| (q, o)))
                 else {
-                    return answer(self, "This question has expired.");
+                    return answer(self, notices::QUESTION_EXPIRED);
                 };
                 let label = label.clone();
                 answers.insert(q.text.clone(), label.clone());
@@ -408,7 +409,7 @@ impl Handler<ButtonPressed> for TurnActor {
                     self.decide(&press.token, Verdict::Answered { by }, ctx);
                 }
             }
-            _ => answer(self, "This question has expired."),
+            _ => answer(self, notices::QUESTION_EXPIRED),
         }
     }
 }
