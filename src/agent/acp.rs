@@ -35,7 +35,6 @@ mod wire;
 use std::path::PathBuf;
 
 pub use bridge::{BRIDGE_COMMAND, run_bridge};
-pub use permission::{Shown, shown_content};
 use std::sync::Arc;
 use std::time::Duration;
 

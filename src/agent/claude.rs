@@ -39,7 +39,6 @@ use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode, SettingSource};
 
-pub use driver::MAX_LINE_BYTES;
 #[doc(hidden)]
 pub use permissions::permission;
 

@@ -19,9 +19,10 @@ use tokio::sync::mpsc;
 use super::AcpSettings;
 use super::permission::Ask;
 use super::updates::Answer;
-use super::wire::{self, Incoming};
-use crate::agent::claude::MAX_LINE_BYTES;
-use crate::agent::host::process::{AgentProcess, next_bounded_line};
+use super::wire;
+use crate::agent::host::jsonrpc::{self, Message};
+use crate::agent::host::lines::{Frame, KEPT_BYTES, LineReader, MAX_LINE_BYTES};
+use crate::agent::host::process::AgentProcess;
 use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, AgentSession, Permission, SessionCommand};
@@ -168,15 +169,17 @@ async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Valu
     }
 }
 
-/// Reads stdout line by line, holding at most [`MAX_LINE_BYTES`] of one
-/// line (a longer one is cut, so read as malformed), parsing each.
-async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Incoming>) {
-    let mut reader = BufReader::with_capacity(64 << 10, stdout);
-    while let Ok(Some(line)) = next_bounded_line(&mut reader, MAX_LINE_BYTES).await {
-        if line.trim().is_empty() {
-            continue;
-        }
-        if tx.send(Incoming::parse(&line)).is_err() {
+/// Reads stdout line by line ([`LineReader`]), parsing each.
+async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Message>) {
+    let stdout = BufReader::with_capacity(64 << 10, stdout);
+    let mut reader = LineReader::new(stdout, MAX_LINE_BYTES, KEPT_BYTES);
+    while let Ok(Some(frame)) = reader.next().await {
+        let parsed = match frame {
+            _ if frame.is_blank() => continue,
+            Frame::Line(line) => Message::parse(&String::from_utf8_lossy(&line)),
+            Frame::Oversized { bytes, .. } => Message::Oversized(bytes),
+        };
+        if tx.send(parsed).is_err() {
             return;
         }
     }
@@ -259,14 +262,14 @@ impl Driver {
         self.next_id += 1;
         let id = self.next_id;
         self.requests.insert(id, purpose);
-        self.write(wire::request(id, method, params));
+        self.write(jsonrpc::request(id, method, params));
         id
     }
 
     async fn run(
         mut self,
         mut commands: mpsc::UnboundedReceiver<SessionCommand>,
-        mut lines: mpsc::UnboundedReceiver<Incoming>,
+        mut lines: mpsc::UnboundedReceiver<Message>,
         mut decided: mpsc::UnboundedReceiver<(String, Permission)>,
     ) {
         let mut stdout_open = true;
@@ -322,7 +325,7 @@ impl Driver {
     /// Closes: every waiting permission answered `cancelled`, a running
     /// prompt cancelled, stdin closed; killed when the process has not
     /// exited within the grace.
-    async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Incoming>) {
+    async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Message>) {
         self.cancel_prompt();
         self.out = None;
         let grace = self.settings.grace;
@@ -370,9 +373,9 @@ impl Driver {
     }
 
     /// Reads one line. `Err` when the session cannot be opened.
-    fn on_line(&mut self, line: Incoming) -> Result<(), String> {
+    fn on_line(&mut self, line: Message) -> Result<(), String> {
         match line {
-            Incoming::Response { id, outcome } => match self.requests.remove(&id) {
+            Message::Response { id, outcome } => match self.requests.remove(&id) {
                 Some(purpose) => return self.on_response(purpose, id, outcome),
                 None => {
                     tracing::warn!(
@@ -383,11 +386,19 @@ impl Driver {
                     self.emit(AgentEvent::Unknown(format!("an answer to request {id}")));
                 }
             },
-            Incoming::Request { id, method, params } => self.on_request(id, &method, &params),
-            Incoming::Notification { method, params } => self.on_notification(&method, &params),
-            Incoming::Malformed(start) => {
+            Message::Request { id, method, params } => self.on_request(id, &method, &params),
+            Message::Notification { method, params } => self.on_notification(&method, &params),
+            Message::Malformed(start) => {
                 tracing::warn!(pid = self.pid, line = %start, "malformed line from the agent skipped");
                 self.emit(AgentEvent::Unknown(start));
+            }
+            Message::Oversized(bytes) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    bytes,
+                    "oversized line from the agent skipped"
+                );
+                self.emit(AgentEvent::Unknown(format!("a line of {bytes} bytes")));
             }
         }
         Ok(())
@@ -397,7 +408,7 @@ impl Driver {
         &mut self,
         purpose: Purpose,
         id: u64,
-        outcome: Result<Value, wire::RpcError>,
+        outcome: Result<Value, jsonrpc::RpcError>,
     ) -> Result<(), String> {
         match purpose {
             Purpose::Initialize => self.initialized(outcome),
@@ -424,9 +435,9 @@ impl Driver {
         }
         // No file system, no terminal was offered; nothing else is served.
         tracing::warn!(pid = self.pid, method = %method.escape_debug(), "agent request for a method the host does not offer; refused");
-        self.write(wire::error(
+        self.write(jsonrpc::error(
             &id,
-            wire::METHOD_NOT_FOUND,
+            jsonrpc::METHOD_NOT_FOUND,
             "method not offered by this client",
         ));
         self.emit(AgentEvent::Progress);

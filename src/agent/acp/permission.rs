@@ -24,6 +24,7 @@ use agent_client_protocol_schema::v1::{
 use serde_json::{Map, Value};
 
 use super::AcpSettings;
+use crate::agent::shown::shown_content;
 use crate::agent::tools::ToolName;
 use crate::agent::{Permission, Remember};
 use crate::config::PermissionMode;
@@ -147,48 +148,6 @@ fn remember(input: &Value, unknown: bool) -> Remember {
         Remember::Exactly
     } else {
         Remember::Never
-    }
-}
-
-/// A content item a question can show as text: a diff, or a text block.
-pub enum Shown<'a> {
-    /// A file written: its path, its text before (`None`: a new file) and after.
-    Diff {
-        /// The file.
-        path: &'a str,
-        /// Its text before.
-        old: Option<&'a str>,
-        /// Its text after.
-        new: &'a str,
-    },
-    /// Text.
-    Text(&'a str),
-}
-
-/// How a question shows `item`; `None` for what it cannot show as text (a
-/// terminal, an image, an unknown shape), which it then shows as JSON.
-pub fn shown_content(item: &Value) -> Option<Shown<'_>> {
-    let object = item.as_object()?;
-    match object.get("type")?.as_str()? {
-        "diff" => {
-            let old = match object.get("oldText") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_str()?),
-            };
-            Some(Shown::Diff {
-                path: object.get("path")?.as_str()?,
-                old,
-                new: object.get("newText")?.as_str()?,
-            })
-        }
-        "content" => {
-            let block = object.get("content")?.as_object()?;
-            (block.get("type")?.as_str()? == "text")
-                .then(|| block.get("text").and_then(Value::as_str))
-                .flatten()
-                .map(Shown::Text)
-        }
-        _ => None,
     }
 }
 

@@ -10,21 +10,19 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
 use super::protocol::{self, CliLine, ControlResponse, Line, SessionState, SystemLine};
+use crate::agent::host::lines::{Frame, KEPT_BYTES, LineReader, MAX_LINE_BYTES};
 use crate::agent::host::process::AgentProcess;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, AgentSession, SessionCommand};
 use crate::shutdown::Shutdown;
 use answers::Answers;
 use live::Live;
-
-/// A line longer than this is dropped (logged), never buffered whole.
-pub const MAX_LINE_BYTES: usize = 8 << 20;
 
 /// User messages remembered while the CLI has not echoed them.
 const MAX_UNREAD: usize = 64;
@@ -104,51 +102,21 @@ async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Valu
     }
 }
 
-/// Reads stdout line by line without ever buffering more than
-/// [`MAX_LINE_BYTES`] of one line, parsing each.
+/// Reads stdout line by line ([`LineReader`]), parsing each.
 async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Line>, pid: u32) {
-    let mut reader = BufReader::with_capacity(64 << 10, stdout);
-    let mut line = Vec::new();
-    let mut dropped = 0usize;
+    let stdout = BufReader::with_capacity(64 << 10, stdout);
+    let mut reader = LineReader::new(stdout, MAX_LINE_BYTES, KEPT_BYTES);
     loop {
-        let (done, used) = match reader.fill_buf().await {
-            Ok([]) => return,
-            Ok(buf) => match buf.iter().position(|b| *b == b'\n') {
-                Some(at) => {
-                    if dropped == 0 {
-                        line.extend_from_slice(&buf[..at]);
-                    }
-                    (true, at + 1)
-                }
-                None => {
-                    if dropped == 0 && line.len() + buf.len() <= MAX_LINE_BYTES {
-                        line.extend_from_slice(buf);
-                    } else {
-                        dropped += line.len() + buf.len();
-                        line.clear();
-                    }
-                    (false, buf.len())
-                }
-            },
+        let parsed = match reader.next().await {
+            Ok(None) => return,
+            Ok(Some(frame)) if frame.is_blank() => continue,
+            Ok(Some(Frame::Line(line))) => Line::parse(&line),
+            Ok(Some(Frame::Oversized { bytes, .. })) => Line::Oversized(bytes),
             Err(err) => {
                 tracing::warn!(pid, cause = %err, "agent stdout broke");
                 return;
             }
         };
-        reader.consume(used);
-        if !done {
-            continue;
-        }
-        let parsed = if dropped > 0 {
-            Line::Oversized(dropped)
-        } else if line.iter().all(u8::is_ascii_whitespace) {
-            line.clear();
-            continue;
-        } else {
-            Line::parse(&line)
-        };
-        line.clear();
-        dropped = 0;
         if tx.send(parsed).is_err() {
             return;
         }

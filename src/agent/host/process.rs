@@ -10,10 +10,11 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use super::lines::LineReader;
 use super::{ProcessSpec, seal};
 use crate::agent::AgentError;
 use crate::config::Sandbox;
@@ -412,40 +413,13 @@ fn kill_group(pid: u32, signal: libc::c_int) {
     }
 }
 
-/// Reads the next line of `reader` (without its newline), holding at most
-/// `max` bytes of it: the rest is consumed and dropped. `None` at the end.
-pub(crate) async fn next_bounded_line(
-    reader: &mut (impl AsyncBufRead + Unpin),
-    max: usize,
-) -> std::io::Result<Option<String>> {
-    let mut line = Vec::new();
-    let mut any = false;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(any.then(|| String::from_utf8_lossy(&line).into_owned()));
-        }
-        any = true;
-        let (chunk, used, ended) = match buf.iter().position(|b| *b == b'\n') {
-            Some(at) => (&buf[..at], at + 1, true),
-            None => (buf, buf.len(), false),
-        };
-        let room = max.saturating_sub(line.len());
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        reader.consume(used);
-        if ended {
-            return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
-        }
-    }
-}
-
 /// Logs the CLI's stderr, bounded, keeping the last lines for exit reports.
 async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<VecDeque<String>>>) {
-    let mut reader = BufReader::new(stderr);
+    let mut reader = LineReader::new(BufReader::new(stderr), STDERR_LINE_BYTES, STDERR_LINE_BYTES);
     let mut seen = 0usize;
-    while let Ok(Some(line)) = next_bounded_line(&mut reader, STDERR_LINE_BYTES).await {
+    while let Ok(Some(frame)) = reader.next().await {
         seen += 1;
-        let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
+        let line: String = frame.lossy().chars().take(STDERR_LINE_CHARS).collect();
         if seen <= STDERR_LINES_LOGGED {
             tracing::info!(pid, stderr = %line, "agent stderr");
         }

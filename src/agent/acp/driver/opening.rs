@@ -12,7 +12,8 @@ use serde_json::Value;
 use super::{Driver, Purpose, Stage, is_session_id};
 use crate::agent::AgentEvent;
 use crate::agent::acp::mcp::ToolServer;
-use crate::agent::acp::wire::{self, RpcError};
+use crate::agent::acp::wire;
+use crate::agent::host::jsonrpc::RpcError;
 use crate::agent::network;
 
 /// Told in front of the answer when the stored conversation could not be

@@ -8,7 +8,8 @@ use serde_json::Value;
 use super::{Driver, Purpose, Stage, Waiting};
 use crate::agent::acp::permission::{self, Ask};
 use crate::agent::acp::updates::{self, Answer, Update};
-use crate::agent::acp::wire::{self, RpcError};
+use crate::agent::acp::wire;
+use crate::agent::host::jsonrpc::{self, RpcError};
 use crate::agent::{
     Activity, AgentEvent, Permission, PermissionAsk, Responder, ToolName, WritingSource,
 };
@@ -126,7 +127,10 @@ impl Driver {
             && !*cancelled
         {
             *cancelled = true;
-            self.write(wire::notification("session/cancel", wire::cancel(&session)));
+            self.write(jsonrpc::notification(
+                "session/cancel",
+                wire::cancel(&session),
+            ));
         }
     }
 
@@ -134,7 +138,7 @@ impl Driver {
     pub(super) fn cancel_waiting(&mut self) {
         for (_, waiting) in self.waiting.drain() {
             tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, "permission request answered cancelled");
-            let line = wire::result(&waiting.id, wire::permission_outcome(None));
+            let line = jsonrpc::result(&waiting.id, wire::permission_outcome(None));
             if let Some(out) = &self.out {
                 let _ = out.send(line);
             }
@@ -146,12 +150,16 @@ impl Driver {
     pub(super) fn permission(&mut self, id: Value, params: &Value) {
         let Some(ask) = Ask::read(params) else {
             tracing::warn!(pid = self.pid, "unreadable permission request refused");
-            return self.write(wire::error(&id, -32602, "invalid params"));
+            return self.write(jsonrpc::error(
+                &id,
+                jsonrpc::INVALID_PARAMS,
+                "invalid params",
+            ));
         };
         if self.shutdown.is_closing() {
-            return self.write(wire::error(
+            return self.write(jsonrpc::error(
                 &id,
-                wire::HOST_STOPPING,
+                jsonrpc::HOST_STOPPING,
                 "the host is stopping",
             ));
         }
@@ -164,13 +172,16 @@ impl Driver {
         );
         if !prompting || Some(&ask.session) != self.session.as_ref() {
             tracing::warn!(pid = self.pid, call_id = %ask.call_id, "permission request outside a running prompt; cancelled");
-            return self.write(wire::result(&id, wire::permission_outcome(None)));
+            return self.write(jsonrpc::result(&id, wire::permission_outcome(None)));
         }
         if let Some(allowed) = permission::from_config(&ask, &self.settings) {
             tracing::info!(pid = self.pid, call_id = %ask.call_id, tool = %ask.tool, allowed, "tool decided by config");
             let option = if allowed { ask.allow() } else { ask.reject() };
             self.emit(AgentEvent::Progress);
-            return self.write(wire::result(&id, wire::permission_outcome(option.as_ref())));
+            return self.write(jsonrpc::result(
+                &id,
+                wire::permission_outcome(option.as_ref()),
+            ));
         }
         self.ask_chat(id, ask);
     }
@@ -213,7 +224,7 @@ impl Driver {
         };
         let option = waiting.ask.answer(permission);
         tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, option = ?option.as_ref().map(|o| o.0.to_string()), "permission request answered");
-        self.write(wire::result(
+        self.write(jsonrpc::result(
             &waiting.id,
             wire::permission_outcome(option.as_ref()),
         ));
