@@ -17,13 +17,14 @@ pub mod mcp;
 pub mod permissions;
 pub(crate) mod process;
 pub mod seal;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::{Config, Sandbox, TOKEN_CREDENTIAL};
 
-pub use process::{boot_id, kill_leftover_groups};
+pub use process::{RunningProcesses, boot_id, kill_leftover_groups};
 pub use seal::{Seal, is_session_id};
 
 /// How an agent process starts, whatever protocol it then speaks.

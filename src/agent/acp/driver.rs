@@ -1,19 +1,19 @@
-//! The session driver: one task per agent process that reads its lines,
-//! answers each of its requests exactly once, opens the ACP session, runs
-//! one `session/prompt` per turn and closes: stdin closed, then SIGTERM and
-//! SIGKILL to the process group, each after the grace.
+//! The session driver: the ACP protocol the host's session task runs
+//! ([`Protocol`]): it reads the agent's lines, answers each of its requests
+//! exactly once, opens the ACP session, runs one `session/prompt` per turn
+//! and closes with one step: stdin closed (then the host's SIGTERM and
+//! SIGKILL to the process group, each after the grace).
 
 mod opening;
 mod prompting;
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::AcpSettings;
@@ -21,11 +21,11 @@ use super::permission::Ask;
 use super::updates::Answer;
 use super::wire;
 use crate::agent::host::jsonrpc::{self, Message};
-use crate::agent::host::lines::{Frame, KEPT_BYTES, LineReader, MAX_LINE_BYTES};
-use crate::agent::host::process::AgentProcess;
+use crate::agent::host::lines::Frame;
+use crate::agent::host::session::{Link, Protocol};
 use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
-use crate::agent::{AgentEvent, AgentSession, Permission, SessionCommand};
+use crate::agent::{AgentEvent, Permission, SessionCommand};
 use crate::shutdown::Shutdown;
 
 /// The longest session id kept and resumed.
@@ -53,12 +53,6 @@ pub(super) struct Start {
     pub(super) tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     pub(super) shutdown: Shutdown,
-    /// The process.
-    pub(super) process: AgentProcess,
-    /// Its stdin.
-    pub(super) stdin: ChildStdin,
-    /// Its stdout.
-    pub(super) stdout: ChildStdout,
     /// The session to load, when the conversation had one.
     pub(super) resume: Option<String>,
     /// The conversation's working directory (`cwd`).
@@ -66,8 +60,6 @@ pub(super) struct Start {
     /// The process's chat tools directory, when it runs in a network of
     /// its own (kept while the driver runs).
     pub(super) tools_dir: Option<ToolsDir>,
-    /// For logs.
-    pub(super) label: String,
 }
 
 /// Where the session is.
@@ -111,77 +103,46 @@ struct Waiting {
     ask: Ask,
 }
 
-/// Starts the driver of a freshly spawned process: sends `initialize` and
-/// hands back the session handle.
-pub(super) fn start(start: Start) -> AgentSession {
-    let pid = start.process.pid();
-    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Value>();
-    let (line_tx, line_rx) = mpsc::unbounded_channel();
-    let (decided_tx, decided_rx) = mpsc::unbounded_channel();
-    tokio::spawn(write_lines(start.stdin, out_rx, pid));
-    tokio::spawn(read_lines(start.stdout, line_tx));
-    let mut driver = Driver {
-        settings: start.settings,
-        tools: start.tools,
-        shutdown: start.shutdown,
-        process: start.process,
-        pid,
-        out: Some(out_tx),
-        events: ev_tx,
-        decided: decided_tx,
-        next_id: 0,
-        requests: HashMap::new(),
-        stage: Stage::Starting,
-        resume: start.resume,
-        can_load: false,
-        tool_server: None,
-        tools_dir: start.tools_dir,
-        cwd: start.cwd,
-        session: None,
-        queued: VecDeque::new(),
-        settle_when_ready: false,
-        notice: None,
-        waiting: HashMap::new(),
-        cost: None,
-        replay_due: None,
-    };
-    driver.request(Purpose::Initialize, "initialize", wire::initialize());
-    tokio::spawn(driver.run(cmd_rx, line_rx, decided_rx));
-    AgentSession {
-        commands: cmd_tx,
-        events: ev_rx,
-        label: start.label,
-    }
+/// What wakes a session besides its lines and the host's commands.
+pub(super) enum Wake {
+    /// The chat answered a permission request (by its key).
+    Decided(String, Permission),
+    /// A loaded session's wait for the answer to [`wire::REPLAY_SYNC`] is
+    /// over.
+    ReplayDue,
 }
 
-/// Writes lines to the agent's stdin; closing the channel closes stdin.
-async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Value>, pid: u32) {
-    while let Some(line) = rx.recv().await {
-        let mut bytes = line.to_string().into_bytes();
-        bytes.push(b'\n');
-        if let Err(err) = stdin.write_all(&bytes).await {
-            tracing::debug!(pid, cause = %err, "agent stdin closed");
-            return;
-        }
-        let _ = stdin.flush().await;
-    }
-}
-
-/// Reads stdout line by line ([`LineReader`]), parsing each.
-async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Message>) {
-    let stdout = BufReader::with_capacity(64 << 10, stdout);
-    let mut reader = LineReader::new(stdout, MAX_LINE_BYTES, KEPT_BYTES);
-    while let Ok(Some(frame)) = reader.next().await {
-        let parsed = match frame {
-            _ if frame.is_blank() => continue,
-            Frame::Line(line) => Message::parse(&String::from_utf8_lossy(&line)),
-            Frame::Oversized { bytes, .. } => Message::Oversized(bytes),
+impl Driver {
+    /// The protocol of a freshly spawned process: sends `initialize`.
+    pub(super) fn new(start: Start, link: Link) -> Self {
+        let (decided_tx, decided_rx) = mpsc::unbounded_channel();
+        let mut driver = Self {
+            settings: start.settings,
+            tools: start.tools,
+            shutdown: start.shutdown,
+            pid: link.pid,
+            out: Some(link.out),
+            events: link.events,
+            decided: decided_tx,
+            answers: decided_rx,
+            next_id: 0,
+            requests: HashMap::new(),
+            stage: Stage::Starting,
+            resume: start.resume,
+            can_load: false,
+            tool_server: None,
+            tools_dir: start.tools_dir,
+            cwd: start.cwd,
+            session: None,
+            queued: VecDeque::new(),
+            settle_when_ready: false,
+            notice: None,
+            waiting: HashMap::new(),
+            cost: None,
+            replay_due: None,
         };
-        if tx.send(parsed).is_err() {
-            return;
-        }
+        driver.request(Purpose::Initialize, "initialize", wire::initialize());
+        driver
     }
 }
 
@@ -194,15 +155,13 @@ async fn until(due: Option<tokio::time::Instant>) {
 }
 
 /// Owns one agent process.
-struct Driver {
+pub(super) struct Driver {
     /// The grace and the permission rules.
     settings: Arc<AcpSettings>,
     /// The chat tools.
     tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     shutdown: Shutdown,
-    /// The process.
-    process: AgentProcess,
     /// For logs.
     pid: u32,
     /// Lines to the agent; `None` once stdin is closed.
@@ -211,6 +170,8 @@ struct Driver {
     events: mpsc::UnboundedSender<AgentEvent>,
     /// The chat's answers to permission requests, by request key.
     decided: mpsc::UnboundedSender<(String, Permission)>,
+    /// Where those answers come in.
+    answers: mpsc::UnboundedReceiver<(String, Permission)>,
     /// The last host request id used.
     next_id: u64,
     /// The host's requests not answered yet.
@@ -246,6 +207,77 @@ struct Driver {
     replay_due: Option<tokio::time::Instant>,
 }
 
+impl Protocol for Driver {
+    type Line = Message;
+    type Wake = Wake;
+    type CloseStep = ();
+
+    const CLOSE_STEPS: &'static [()] = &[()];
+    const NOT_CLOSED: &'static str = "did not exit after its stdin closed";
+
+    fn parse(frame: Frame) -> Message {
+        match frame {
+            Frame::Line(line) => Message::parse(&String::from_utf8_lossy(&line)),
+            Frame::Oversized { bytes, .. } => Message::Oversized(bytes),
+        }
+    }
+
+    fn on_line(&mut self, line: Message) -> Result<(), String> {
+        self.read(line)
+    }
+
+    fn on_command(&mut self, command: SessionCommand) {
+        match command {
+            SessionCommand::UserTurn(text) => self.user_turn(text),
+            // Never sent: ACP has no message into a running prompt, and the
+            // backend says it does not steer.
+            SessionCommand::Steer { tag, .. } => {
+                tracing::error!(
+                    pid = self.pid,
+                    update_id = tag,
+                    "a steered message reached an ACP session; not written"
+                );
+            }
+            SessionCommand::Interrupt => self.interrupt(),
+            // The session task's own.
+            SessionCommand::Close | SessionCommand::Kill => {}
+        }
+    }
+
+    fn wake(&mut self) -> impl Future<Output = Wake> + Send + '_ {
+        let due = self.replay_due;
+        let answers = &mut self.answers;
+        async move {
+            tokio::select! {
+                Some((key, permission)) = answers.recv() => Wake::Decided(key, permission),
+                () = until(due), if due.is_some() => Wake::ReplayDue,
+                else => std::future::pending().await,
+            }
+        }
+    }
+
+    fn on_wake(&mut self, wake: Wake) {
+        match wake {
+            Wake::Decided(key, permission) => self.decided(&key, &permission),
+            Wake::ReplayDue => self.replay_not_answered(),
+        }
+    }
+
+    /// Closing: every waiting permission answered `cancelled`, a running
+    /// prompt cancelled, stdin closed; killed when the process has not
+    /// exited within `agent`'s own grace.
+    fn close_step(&mut self, (): (), _grace: std::time::Duration) -> std::time::Duration {
+        self.cancel_prompt();
+        self.out = None;
+        self.settings.grace
+    }
+
+    fn on_exit(&mut self) {
+        self.cancel_waiting();
+        self.out = None;
+    }
+}
+
 impl Driver {
     fn write(&self, line: Value) {
         let sent = self.out.as_ref().is_some_and(|out| out.send(line).is_ok());
@@ -266,114 +298,8 @@ impl Driver {
         id
     }
 
-    async fn run(
-        mut self,
-        mut commands: mpsc::UnboundedReceiver<SessionCommand>,
-        mut lines: mpsc::UnboundedReceiver<Message>,
-        mut decided: mpsc::UnboundedReceiver<(String, Permission)>,
-    ) {
-        let mut stdout_open = true;
-        loop {
-            tokio::select! {
-                // The host's commands first: a `/stop` that also answered
-                // a waiting permission (denied, as the turn closes its
-                // questions) cancels it rather than rejecting it.
-                biased;
-                command = commands.recv() => match command {
-                    Some(SessionCommand::UserTurn(text)) => self.user_turn(text),
-                    // Never sent: ACP has no message into a running prompt,
-                    // and the backend says it does not steer.
-                    Some(SessionCommand::Steer { tag, .. }) => {
-                        tracing::error!(pid = self.pid, update_id = tag, "a steered message reached an ACP session; not written");
-                    }
-                    Some(SessionCommand::Interrupt) => self.interrupt(),
-                    Some(SessionCommand::Close) | None => return self.close(lines).await,
-                    Some(SessionCommand::Kill) => return self.kill("killed").await,
-                },
-                line = lines.recv(), if stdout_open => match line {
-                    Some(line) => {
-                        if let Err(why) = self.on_line(line) {
-                            tracing::warn!(pid = self.pid, cause = %why, "the agent's session could not be opened; killing it");
-                            return self.kill(&why).await;
-                        }
-                    }
-                    None => stdout_open = false,
-                },
-                Some((key, permission)) = decided.recv() => self.decided(&key, &permission),
-                () = until(self.replay_due), if self.replay_due.is_some() => self.replay_not_answered(),
-                status = self.process.wait() => {
-                    // What the process wrote before it exited still counts.
-                    while let Ok(line) = lines.try_recv() {
-                        let _ = self.on_line(line);
-                    }
-                    let status = status.ok();
-                    let detail = self.process.exit_detail(status);
-                    return self.finish(status.and_then(|s| s.code()), detail);
-                }
-            }
-        }
-    }
-
-    fn finish(mut self, code: Option<i32>, detail: String) {
-        self.process.reaped();
-        self.cancel_waiting();
-        self.out = None;
-        tracing::info!(pid = self.pid, ?code, "agent process ended");
-        self.emit(AgentEvent::Exited { code, detail });
-    }
-
-    /// Closes: every waiting permission answered `cancelled`, a running
-    /// prompt cancelled, stdin closed; killed when the process has not
-    /// exited within the grace.
-    async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Message>) {
-        self.cancel_prompt();
-        self.out = None;
-        let grace = self.settings.grace;
-        let waited = tokio::time::timeout(grace, async {
-            loop {
-                tokio::select! {
-                    line = lines.recv() => match line {
-                        Some(line) => { let _ = self.on_line(line); }
-                        None => return self.process.wait().await,
-                    },
-                    status = self.process.wait() => return status,
-                }
-            }
-        })
-        .await;
-        match waited {
-            Ok(status) => {
-                let status = status.ok();
-                let detail = self.process.exit_detail(status);
-                self.finish(status.and_then(|s| s.code()), detail);
-            }
-            Err(_) => {
-                tracing::warn!(
-                    pid = self.pid,
-                    ?grace,
-                    "agent did not exit after its stdin closed; killing"
-                );
-                self.kill("did not exit after its stdin closed").await;
-            }
-        }
-    }
-
-    /// SIGTERM to the group, SIGKILL after the grace.
-    async fn kill(mut self, why: &str) {
-        self.cancel_waiting();
-        self.out = None;
-        let status = self
-            .process
-            .terminate(self.settings.process.kill_grace)
-            .await;
-        self.finish(
-            status.and_then(|s| s.code()),
-            format!("the agent was force-closed ({why})"),
-        );
-    }
-
     /// Reads one line. `Err` when the session cannot be opened.
-    fn on_line(&mut self, line: Message) -> Result<(), String> {
+    fn read(&mut self, line: Message) -> Result<(), String> {
         match line {
             Message::Response { id, outcome } => match self.requests.remove(&id) {
                 Some(purpose) => return self.on_response(purpose, id, outcome),

@@ -59,7 +59,7 @@ const STDERR_TAIL_LINES: usize = 5;
 /// How many processes are started and not yet reaped; a completion signal,
 /// so nothing polls for zero.
 #[derive(Debug, Clone)]
-pub(crate) struct RunningProcesses {
+pub struct RunningProcesses {
     /// The count; every change wakes [`Self::all_reaped`].
     count: Arc<watch::Sender<i64>>,
     /// Where each live process group is recorded (the state file), so a
@@ -67,9 +67,15 @@ pub(crate) struct RunningProcesses {
     ledger: Arc<std::sync::OnceLock<crate::state::StoreHandle>>,
 }
 
+impl Default for RunningProcesses {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl RunningProcesses {
     /// No process yet.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             count: Arc::new(watch::Sender::new(0)),
             ledger: Arc::default(),
@@ -84,7 +90,7 @@ impl RunningProcesses {
     /// A backend's [`AgentBackend::closed`](crate::agent::AgentBackend::closed):
     /// resolves once every process was reaped, or after twice `grace` (a
     /// graceful close, then a kill) and a second.
-    pub(crate) fn closed(&self, grace: std::time::Duration) -> crate::agent::BoxFuture<()> {
+    pub fn closed(&self, grace: std::time::Duration) -> crate::agent::BoxFuture<()> {
         let running = self.clone();
         let wait = grace
             .saturating_mul(2)
@@ -117,7 +123,7 @@ impl RunningProcesses {
     }
 
     /// Processes started and not yet reaped.
-    pub(crate) fn get(&self) -> i64 {
+    pub fn get(&self) -> i64 {
         *self.count.borrow()
     }
 
