@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::AcpSettings;
-use super::permission::Ask;
+use super::permission::PermissionRequest;
 use super::updates::Answer;
 use super::wire;
 use crate::agent::host::jsonrpc::{self, Message};
@@ -62,17 +62,37 @@ pub(super) struct Start {
     pub(super) tools_dir: Option<ToolsDir>,
 }
 
-/// Where the session is.
+/// Where the session is, with what each stage holds.
 enum Stage {
     /// `initialize` (and `authenticate`) sent; no session yet.
-    Starting,
+    Starting {
+        /// The session to load, when the agent can load one.
+        resume: Option<String>,
+        /// A turn was stopped before its prompt went out: report idle
+        /// once the session is open.
+        settle: bool,
+    },
     /// `session/new` or `session/load` sent, or a loaded session's
     /// replay not known to be over (its replayed updates are no turn's).
-    Opening,
+    Opening {
+        /// The session being loaded (`None`: a new one).
+        loading: Option<String>,
+        /// When a loaded session stops waiting for the answer to
+        /// [`wire::REPLAY_SYNC`] ([`REPLAY_SYNC_WAIT`]); set once the load
+        /// is answered.
+        replay_due: Option<tokio::time::Instant>,
+        /// As in `Starting`.
+        settle: bool,
+    },
     /// The session is open and no prompt runs.
-    Ready,
+    Ready {
+        /// The open session's id.
+        session: String,
+    },
     /// A `session/prompt` runs.
     Prompting {
+        /// The open session's id.
+        session: String,
         /// Its request id.
         id: u64,
         /// Its answer so far.
@@ -80,6 +100,31 @@ enum Stage {
         /// Whether `session/cancel` was sent for it.
         cancelled: bool,
     },
+}
+
+impl Stage {
+    /// The session the agent's updates belong to: the open one, or the
+    /// one being loaded.
+    fn session(&self) -> Option<&str> {
+        match self {
+            Self::Starting { .. } | Self::Opening { loading: None, .. } => None,
+            Self::Opening {
+                loading: Some(session),
+                ..
+            }
+            | Self::Ready { session }
+            | Self::Prompting { session, .. } => Some(session),
+        }
+    }
+
+    /// Whether a stopped turn waits for the session to open, to report
+    /// idle then.
+    fn settles(&self) -> bool {
+        matches!(
+            self,
+            Self::Starting { settle: true, .. } | Self::Opening { settle: true, .. }
+        )
+    }
 }
 
 /// What one of the host's requests was for.
@@ -100,7 +145,7 @@ struct Waiting {
     /// The agent's request id.
     id: Value,
     /// The request.
-    ask: Ask,
+    ask: PermissionRequest,
 }
 
 /// What wakes a session besides its lines and the host's commands.
@@ -127,19 +172,17 @@ impl Driver {
             answers: decided_rx,
             next_id: 0,
             requests: HashMap::new(),
-            stage: Stage::Starting,
-            resume: start.resume,
-            can_load: false,
+            stage: Stage::Starting {
+                resume: start.resume,
+                settle: false,
+            },
             tool_server: None,
             tools_dir: start.tools_dir,
             cwd: start.cwd,
-            session: None,
             queued: VecDeque::new(),
-            settle_when_ready: false,
             notice: None,
             waiting: HashMap::new(),
             cost: None,
-            replay_due: None,
         };
         driver.request(Purpose::Initialize, "initialize", wire::initialize());
         driver
@@ -178,23 +221,14 @@ pub(super) struct Driver {
     requests: HashMap<u64, Purpose>,
     /// Where the session is.
     stage: Stage,
-    /// The session to load.
-    resume: Option<String>,
-    /// Whether the agent offers `session/load`.
-    can_load: bool,
     /// The chat tools' MCP server, when it is served.
     tool_server: Option<super::mcp::ToolServer>,
     /// The process's chat tools directory, in a network of its own.
     tools_dir: Option<ToolsDir>,
     /// The working directory.
     cwd: PathBuf,
-    /// The open session's id.
-    session: Option<String>,
     /// Turns waiting for the session to open or the prompt before them.
     queued: VecDeque<String>,
-    /// A turn was stopped before its prompt went out: report idle once
-    /// the session is open.
-    settle_when_ready: bool,
     /// Told the chat in front of the next answer (a conversation that
     /// could not be resumed).
     notice: Option<String>,
@@ -202,9 +236,6 @@ pub(super) struct Driver {
     waiting: HashMap<String, Waiting>,
     /// The session's cumulative cost in USD, as last reported.
     cost: Option<f64>,
-    /// When a loaded session stops waiting for the answer to
-    /// [`wire::REPLAY_SYNC`] ([`REPLAY_SYNC_WAIT`]).
-    replay_due: Option<tokio::time::Instant>,
 }
 
 impl Protocol for Driver {
@@ -245,7 +276,10 @@ impl Protocol for Driver {
     }
 
     fn wake(&mut self) -> impl Future<Output = Wake> + Send + '_ {
-        let due = self.replay_due;
+        let due = match self.stage {
+            Stage::Opening { replay_due, .. } => replay_due,
+            _ => None,
+        };
         let answers = &mut self.answers;
         async move {
             tokio::select! {

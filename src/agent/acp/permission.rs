@@ -42,7 +42,7 @@ const NOT_SHOWN: &[&str] = &["toolCallId", "status", "rawOutput", "_meta"];
 
 /// A permission request, read once.
 #[derive(Debug)]
-pub(crate) struct Ask {
+pub(crate) struct PermissionRequest {
     /// The session it is for.
     pub(crate) session: String,
     /// The tool call's id.
@@ -62,7 +62,7 @@ pub(crate) struct Ask {
     pub(crate) options: Vec<PermissionOption>,
 }
 
-impl Ask {
+impl PermissionRequest {
     /// Reads the params of `session/request_permission`; `None` when they
     /// are not one.
     pub(crate) fn read(params: &Value) -> Option<Self> {
@@ -155,7 +155,7 @@ fn remember(input: &Value, unknown: bool) -> Remember {
 /// `agent.denied_tools` naming its whole title denies it; nothing the
 /// agent writes allows it (`agent.allowed_tools` and the chat tools name
 /// tools, and a request's title is only the agent's words).
-pub(crate) fn from_config(ask: &Ask, settings: &AcpSettings) -> Option<bool> {
+pub(crate) fn from_config(ask: &PermissionRequest, settings: &AcpSettings) -> Option<bool> {
     let denied = ask
         .title
         .as_ref()
