@@ -30,8 +30,8 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use result::{AgentResult, ResultStatus, TerminalReason, TokenUsage};
 pub use scripted::{
-    AfterResult, Rule, Scenario, ScenarioError, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend,
-    Step,
+    AfterResult, Scenario, ScenarioError, ScriptLog, ScriptRule, ScriptTool, ScriptTurn,
+    ScriptedBackend, Step,
 };
 pub use shown::{Shown, shown_content};
 pub use tools::{BatchCall, ChatCall, ChatTool, ToolName, ToolRegistry};
