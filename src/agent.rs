@@ -8,6 +8,7 @@
 //! protocol and compares no tool names.
 
 pub mod acp;
+pub mod backends;
 pub mod claude;
 pub mod host;
 pub mod network;
@@ -15,6 +16,7 @@ pub mod network;
 pub mod partial_json;
 mod result;
 pub mod scripted;
+mod shown;
 pub mod tools;
 
 use std::fmt;
@@ -28,9 +30,10 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use result::{AgentResult, ResultStatus, TerminalReason, TokenUsage};
 pub use scripted::{
-    AfterResult, Rule, Scenario, ScenarioError, ScriptLog, ScriptTool, ScriptTurn, ScriptedBackend,
-    Step,
+    AfterResult, Scenario, ScenarioError, ScriptLog, ScriptRule, ScriptTool, ScriptTurn,
+    ScriptedBackend, Step,
 };
+pub use shown::{Shown, shown_content};
 pub use tools::{BatchCall, ChatCall, ChatTool, ToolName, ToolRegistry};
 
 /// A boxed future, as backends return from [`AgentBackend::open`].

@@ -21,15 +21,13 @@ use self::services::services;
 pub use self::start_error::StartError;
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
-use crate::agent::acp::{AcpBackend, AcpSettings};
-use crate::agent::claude::{ClaudeBackend, ClaudeSettings};
+use crate::agent::AgentBackend;
+use crate::agent::backends::BackendError;
 use crate::agent::host::ProcessSpec;
-use crate::agent::tools::ToolRegistry;
-use crate::agent::{AgentBackend, Scenario, ScriptedBackend};
 use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
 use crate::chat::turn::Forwarding;
-use crate::config::{Backend, Config};
+use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
@@ -70,27 +68,10 @@ async fn set_commands(bot: &Bot, admins: &[i64]) {
 /// Each backend parses the agent's tool calls with the chat tools and
 /// `turn.terminator_tools`.
 pub fn backend_from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, StartError> {
-    let tools = Arc::new(ToolRegistry::new(&config.turn.terminator_tools));
-    match config.agent.backend {
-        Backend::Scripted => {
-            let scenario = if config.agent.script.as_os_str().is_empty() {
-                Scenario::default()
-            } else {
-                Scenario::from_file(&config.agent.script).map_err(StartError::Backend)?
-            };
-            Ok(Arc::new(ScriptedBackend::new(scenario).with_tools(tools)))
-        }
-        Backend::Claude => {
-            let mut settings = ClaudeSettings::from_config(config);
-            settings.probe_sandbox().map_err(StartError::Sandbox)?;
-            Ok(Arc::new(ClaudeBackend::new(settings, tools)))
-        }
-        Backend::Acp => {
-            let mut settings = AcpSettings::from_config(config);
-            settings.probe_sandbox().map_err(StartError::Sandbox)?;
-            Ok(Arc::new(AcpBackend::new(settings, tools)))
-        }
-    }
+    crate::agent::backends::from_config(config).map_err(|err| match err {
+        BackendError::Script(err) => StartError::Backend(err),
+        BackendError::Sandbox(why) => StartError::Sandbox(why),
+    })
 }
 
 /// What a start checks of the agent before it meets Telegram, with nothing

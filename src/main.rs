@@ -125,8 +125,8 @@ fn main() -> ExitCode {
     }
     // Started by an ACP agent as the chat tools' stdio MCP server.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(turnstile::agent::acp::BRIDGE_COMMAND) {
-        return turnstile::agent::acp::run_bridge(&args[1..]);
+    if args.first().map(String::as_str) == Some(turnstile::agent::backends::BRIDGE_COMMAND) {
+        return turnstile::agent::backends::run_bridge(&args[1..]);
     }
     // Run inside the sandbox, before the agent: its network's relay.
     if args.first().map(String::as_str) == Some(turnstile::agent::network::RELAY_COMMAND) {

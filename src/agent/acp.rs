@@ -35,12 +35,12 @@ mod wire;
 use std::path::PathBuf;
 
 pub use bridge::{BRIDGE_COMMAND, run_bridge};
-pub use permission::{Shown, shown_content};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::host::ProcessSpec;
-use super::host::process::{AgentProcess, RunningProcesses};
+use super::host::process::RunningProcesses;
+use super::host::session::launch;
 use super::tools::ToolRegistry;
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode};
@@ -146,13 +146,6 @@ impl AcpBackend {
             }
             _ => None,
         };
-        let spawned = AgentProcess::spawn(
-            &settings.process,
-            &key,
-            &settings.process.args,
-            &self.running,
-        )?;
-        let pid = spawned.process.pid();
         let resume = request.resume.filter(|id| {
             let fits = driver::is_session_id(id);
             if !fits {
@@ -160,20 +153,26 @@ impl AcpBackend {
             }
             fits
         });
-        let project = request.project.as_ref().map(|p| p.name.as_str());
-        tracing::info!(pid, resume = ?resume, project, "agent process started (acp)");
-        Ok(driver::start(driver::Start {
+        let start = driver::Start {
             cwd: settings.cwd(&key),
-            settings,
+            settings: Arc::clone(&settings),
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
-            process: spawned.process,
-            stdin: spawned.stdin,
-            stdout: spawned.stdout,
-            resume,
+            resume: resume.clone(),
             tools_dir,
-            label: format!("acp pid {pid}"),
-        }))
+        };
+        let argv = &settings.process.args;
+        let session = launch(
+            "acp",
+            &settings.process,
+            &key,
+            argv,
+            &self.running,
+            |link| driver::Driver::new(start, link),
+        )?;
+        let project = request.project.as_ref().map(|p| p.name.as_str());
+        tracing::info!(session = %session.label, resume = ?resume, project, "agent process started (acp)");
+        Ok(session)
     }
 }
 

@@ -33,13 +33,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::host::ProcessSpec;
-use super::host::process::{AgentProcess, RunningProcesses};
+use super::host::process::RunningProcesses;
 use super::host::seal::is_session_id;
+use super::host::session::launch;
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode, SettingSource};
 
-pub use driver::MAX_LINE_BYTES;
 #[doc(hidden)]
 pub use permissions::permission;
 
@@ -284,19 +284,22 @@ impl ClaudeBackend {
             request.fork,
         );
         let key = request.conversation.key();
-        let spawned = AgentProcess::spawn(&settings.process, &key, &argv, &self.running)?;
-        let pid = spawned.process.pid();
-        let project = request.project.as_ref().map(|p| p.name.as_str());
-        tracing::info!(pid, resume = ?resume, model = ?request.model, fork = request.fork, project, "agent process started");
-        Ok(driver::start(driver::Start {
-            settings,
+        let start = driver::Start {
+            settings: Arc::clone(&settings),
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
-            process: spawned.process,
-            stdin: spawned.stdin,
-            stdout: spawned.stdout,
-            label: format!("claude pid {pid}"),
-        }))
+        };
+        let session = launch(
+            "claude",
+            &settings.process,
+            &key,
+            &argv,
+            &self.running,
+            |link| driver::Driver::new(start, link),
+        )?;
+        let project = request.project.as_ref().map(|p| p.name.as_str());
+        tracing::info!(session = %session.label, resume = ?resume, model = ?request.model, fork = request.fork, project, "agent process started");
+        Ok(session)
     }
 }
 

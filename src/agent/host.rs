@@ -6,18 +6,25 @@
 //! environment, seal, kill grace), `seal` (what the process starts from and
 //! can reach: clean environment, per-chat workdir and home, bubblewrap,
 //! launcher argv), `process` (spawn, process group, signals, reaping, the
-//! leftover ledger), `lines` (the one bounded line reader) and the session
-//! task generic over a protocol. No file here imports a backend.
+//! leftover ledger), `lines` (the one bounded line reader), `jsonrpc` (the
+//! one JSON-RPC codec), `mcp` (the chat tools' MCP server), `permissions`
+//! (the order of the permission rules) and the session task generic over a
+//! protocol. No file here imports a backend.
 
+pub mod jsonrpc;
+pub mod lines;
+pub mod mcp;
+pub mod permissions;
 pub(crate) mod process;
 pub mod seal;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::{Config, Sandbox, TOKEN_CREDENTIAL};
 
-pub use process::{boot_id, kill_leftover_groups};
+pub use process::{RunningProcesses, boot_id, kill_leftover_groups};
 pub use seal::{Seal, is_session_id};
 
 /// How an agent process starts, whatever protocol it then speaks.

@@ -4,6 +4,7 @@ use teloxide::types::ChatId;
 
 use super::*;
 use crate::agent::{AgentEvent, OpenSession, SessionCommand, ToolReply};
+use crate::config::Backend;
 
 /// The backend made from the config parses the agent's calls with its
 /// `turn.terminator_tools`: a batch calling a configured terminator

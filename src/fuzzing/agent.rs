@@ -8,7 +8,6 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Value, json};
 
 use super::{Draw, is_subsequence};
-use crate::agent::claude::MAX_LINE_BYTES;
 use crate::agent::claude::driver::live::Live;
 use crate::agent::claude::permissions::answer_unasked;
 use crate::agent::claude::protocol::{
@@ -16,6 +15,7 @@ use crate::agent::claude::protocol::{
     SHOWN_CHARS, SystemLine,
 };
 use crate::agent::host::is_session_id;
+use crate::agent::host::lines::MAX_LINE_BYTES;
 use crate::agent::partial_json::StringField;
 use crate::agent::tools::{TOOL_SERVER, ToolName, ToolRegistry, terminator};
 use crate::agent::{Activity, AgentResult, HookReply, ToolReply};

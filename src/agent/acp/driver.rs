@@ -1,30 +1,31 @@
-//! The session driver: one task per agent process that reads its lines,
-//! answers each of its requests exactly once, opens the ACP session, runs
-//! one `session/prompt` per turn and closes: stdin closed, then SIGTERM and
-//! SIGKILL to the process group, each after the grace.
+//! The session driver: the ACP protocol the host's session task runs
+//! ([`Protocol`]): it reads the agent's lines, answers each of its requests
+//! exactly once, opens the ACP session, runs one `session/prompt` per turn
+//! and closes with one step: stdin closed (then the host's SIGTERM and
+//! SIGKILL to the process group, each after the grace).
 
 mod opening;
 mod prompting;
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::AcpSettings;
-use super::permission::Ask;
+use super::permission::PermissionRequest;
 use super::updates::Answer;
-use super::wire::{self, Incoming};
-use crate::agent::claude::MAX_LINE_BYTES;
-use crate::agent::host::process::{AgentProcess, next_bounded_line};
+use super::wire;
+use crate::agent::host::jsonrpc::{self, Message};
+use crate::agent::host::lines::Frame;
+use crate::agent::host::session::{Link, Protocol};
 use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
-use crate::agent::{AgentEvent, AgentSession, Permission, SessionCommand};
+use crate::agent::{AgentEvent, Permission, SessionCommand};
 use crate::shutdown::Shutdown;
 
 /// The longest session id kept and resumed.
@@ -52,12 +53,6 @@ pub(super) struct Start {
     pub(super) tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     pub(super) shutdown: Shutdown,
-    /// The process.
-    pub(super) process: AgentProcess,
-    /// Its stdin.
-    pub(super) stdin: ChildStdin,
-    /// Its stdout.
-    pub(super) stdout: ChildStdout,
     /// The session to load, when the conversation had one.
     pub(super) resume: Option<String>,
     /// The conversation's working directory (`cwd`).
@@ -65,21 +60,39 @@ pub(super) struct Start {
     /// The process's chat tools directory, when it runs in a network of
     /// its own (kept while the driver runs).
     pub(super) tools_dir: Option<ToolsDir>,
-    /// For logs.
-    pub(super) label: String,
 }
 
-/// Where the session is.
+/// Where the session is, with what each stage holds.
 enum Stage {
     /// `initialize` (and `authenticate`) sent; no session yet.
-    Starting,
+    Starting {
+        /// The session to load, when the agent can load one.
+        resume: Option<String>,
+        /// A turn was stopped before its prompt went out: report idle
+        /// once the session is open.
+        settle: bool,
+    },
     /// `session/new` or `session/load` sent, or a loaded session's
     /// replay not known to be over (its replayed updates are no turn's).
-    Opening,
+    Opening {
+        /// The session being loaded (`None`: a new one).
+        loading: Option<String>,
+        /// When a loaded session stops waiting for the answer to
+        /// [`wire::REPLAY_SYNC`] ([`REPLAY_SYNC_WAIT`]); set once the load
+        /// is answered.
+        replay_due: Option<tokio::time::Instant>,
+        /// As in `Starting`.
+        settle: bool,
+    },
     /// The session is open and no prompt runs.
-    Ready,
+    Ready {
+        /// The open session's id.
+        session: String,
+    },
     /// A `session/prompt` runs.
     Prompting {
+        /// The open session's id.
+        session: String,
         /// Its request id.
         id: u64,
         /// Its answer so far.
@@ -87,6 +100,31 @@ enum Stage {
         /// Whether `session/cancel` was sent for it.
         cancelled: bool,
     },
+}
+
+impl Stage {
+    /// The session the agent's updates belong to: the open one, or the
+    /// one being loaded.
+    fn session(&self) -> Option<&str> {
+        match self {
+            Self::Starting { .. } | Self::Opening { loading: None, .. } => None,
+            Self::Opening {
+                loading: Some(session),
+                ..
+            }
+            | Self::Ready { session }
+            | Self::Prompting { session, .. } => Some(session),
+        }
+    }
+
+    /// Whether a stopped turn waits for the session to open, to report
+    /// idle then.
+    fn settles(&self) -> bool {
+        matches!(
+            self,
+            Self::Starting { settle: true, .. } | Self::Opening { settle: true, .. }
+        )
+    }
 }
 
 /// What one of the host's requests was for.
@@ -107,78 +145,47 @@ struct Waiting {
     /// The agent's request id.
     id: Value,
     /// The request.
-    ask: Ask,
+    ask: PermissionRequest,
 }
 
-/// Starts the driver of a freshly spawned process: sends `initialize` and
-/// hands back the session handle.
-pub(super) fn start(start: Start) -> AgentSession {
-    let pid = start.process.pid();
-    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Value>();
-    let (line_tx, line_rx) = mpsc::unbounded_channel();
-    let (decided_tx, decided_rx) = mpsc::unbounded_channel();
-    tokio::spawn(write_lines(start.stdin, out_rx, pid));
-    tokio::spawn(read_lines(start.stdout, line_tx));
-    let mut driver = Driver {
-        settings: start.settings,
-        tools: start.tools,
-        shutdown: start.shutdown,
-        process: start.process,
-        pid,
-        out: Some(out_tx),
-        events: ev_tx,
-        decided: decided_tx,
-        next_id: 0,
-        requests: HashMap::new(),
-        stage: Stage::Starting,
-        resume: start.resume,
-        can_load: false,
-        tool_server: None,
-        tools_dir: start.tools_dir,
-        cwd: start.cwd,
-        session: None,
-        queued: VecDeque::new(),
-        settle_when_ready: false,
-        notice: None,
-        waiting: HashMap::new(),
-        cost: None,
-        replay_due: None,
-    };
-    driver.request(Purpose::Initialize, "initialize", wire::initialize());
-    tokio::spawn(driver.run(cmd_rx, line_rx, decided_rx));
-    AgentSession {
-        commands: cmd_tx,
-        events: ev_rx,
-        label: start.label,
-    }
+/// What wakes a session besides its lines and the host's commands.
+pub(super) enum Wake {
+    /// The chat answered a permission request (by its key).
+    Decided(String, Permission),
+    /// A loaded session's wait for the answer to [`wire::REPLAY_SYNC`] is
+    /// over.
+    ReplayDue,
 }
 
-/// Writes lines to the agent's stdin; closing the channel closes stdin.
-async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Value>, pid: u32) {
-    while let Some(line) = rx.recv().await {
-        let mut bytes = line.to_string().into_bytes();
-        bytes.push(b'\n');
-        if let Err(err) = stdin.write_all(&bytes).await {
-            tracing::debug!(pid, cause = %err, "agent stdin closed");
-            return;
-        }
-        let _ = stdin.flush().await;
-    }
-}
-
-/// Reads stdout line by line, holding at most [`MAX_LINE_BYTES`] of one
-/// line (a longer one is cut, so read as malformed), parsing each.
-async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Incoming>) {
-    let mut reader = BufReader::with_capacity(64 << 10, stdout);
-    while let Ok(Some(line)) = next_bounded_line(&mut reader, MAX_LINE_BYTES).await {
-        if line.trim().is_empty() {
-            continue;
-        }
-        if tx.send(Incoming::parse(&line)).is_err() {
-            return;
-        }
+impl Driver {
+    /// The protocol of a freshly spawned process: sends `initialize`.
+    pub(super) fn new(start: Start, link: Link) -> Self {
+        let (decided_tx, decided_rx) = mpsc::unbounded_channel();
+        let mut driver = Self {
+            settings: start.settings,
+            tools: start.tools,
+            shutdown: start.shutdown,
+            pid: link.pid,
+            out: Some(link.out),
+            events: link.events,
+            decided: decided_tx,
+            answers: decided_rx,
+            next_id: 0,
+            requests: HashMap::new(),
+            stage: Stage::Starting {
+                resume: start.resume,
+                settle: false,
+            },
+            tool_server: None,
+            tools_dir: start.tools_dir,
+            cwd: start.cwd,
+            queued: VecDeque::new(),
+            notice: None,
+            waiting: HashMap::new(),
+            cost: None,
+        };
+        driver.request(Purpose::Initialize, "initialize", wire::initialize());
+        driver
     }
 }
 
@@ -191,15 +198,13 @@ async fn until(due: Option<tokio::time::Instant>) {
 }
 
 /// Owns one agent process.
-struct Driver {
+pub(super) struct Driver {
     /// The grace and the permission rules.
     settings: Arc<AcpSettings>,
     /// The chat tools.
     tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     shutdown: Shutdown,
-    /// The process.
-    process: AgentProcess,
     /// For logs.
     pid: u32,
     /// Lines to the agent; `None` once stdin is closed.
@@ -208,29 +213,22 @@ struct Driver {
     events: mpsc::UnboundedSender<AgentEvent>,
     /// The chat's answers to permission requests, by request key.
     decided: mpsc::UnboundedSender<(String, Permission)>,
+    /// Where those answers come in.
+    answers: mpsc::UnboundedReceiver<(String, Permission)>,
     /// The last host request id used.
     next_id: u64,
     /// The host's requests not answered yet.
     requests: HashMap<u64, Purpose>,
     /// Where the session is.
     stage: Stage,
-    /// The session to load.
-    resume: Option<String>,
-    /// Whether the agent offers `session/load`.
-    can_load: bool,
     /// The chat tools' MCP server, when it is served.
     tool_server: Option<super::mcp::ToolServer>,
     /// The process's chat tools directory, in a network of its own.
     tools_dir: Option<ToolsDir>,
     /// The working directory.
     cwd: PathBuf,
-    /// The open session's id.
-    session: Option<String>,
     /// Turns waiting for the session to open or the prompt before them.
     queued: VecDeque<String>,
-    /// A turn was stopped before its prompt went out: report idle once
-    /// the session is open.
-    settle_when_ready: bool,
     /// Told the chat in front of the next answer (a conversation that
     /// could not be resumed).
     notice: Option<String>,
@@ -238,9 +236,80 @@ struct Driver {
     waiting: HashMap<String, Waiting>,
     /// The session's cumulative cost in USD, as last reported.
     cost: Option<f64>,
-    /// When a loaded session stops waiting for the answer to
-    /// [`wire::REPLAY_SYNC`] ([`REPLAY_SYNC_WAIT`]).
-    replay_due: Option<tokio::time::Instant>,
+}
+
+impl Protocol for Driver {
+    type Line = Message;
+    type Wake = Wake;
+    type CloseStep = ();
+
+    const CLOSE_STEPS: &'static [()] = &[()];
+    const NOT_CLOSED: &'static str = "did not exit after its stdin closed";
+
+    fn parse(frame: Frame) -> Message {
+        match frame {
+            Frame::Line(line) => Message::parse(&String::from_utf8_lossy(&line)),
+            Frame::Oversized { bytes, .. } => Message::Oversized(bytes),
+        }
+    }
+
+    fn on_line(&mut self, line: Message) -> Result<(), String> {
+        self.read(line)
+    }
+
+    fn on_command(&mut self, command: SessionCommand) {
+        match command {
+            SessionCommand::UserTurn(text) => self.user_turn(text),
+            // Never sent: ACP has no message into a running prompt, and the
+            // backend says it does not steer.
+            SessionCommand::Steer { tag, .. } => {
+                tracing::error!(
+                    pid = self.pid,
+                    update_id = tag,
+                    "a steered message reached an ACP session; not written"
+                );
+            }
+            SessionCommand::Interrupt => self.interrupt(),
+            // The session task's own.
+            SessionCommand::Close | SessionCommand::Kill => {}
+        }
+    }
+
+    fn wake(&mut self) -> impl Future<Output = Wake> + Send + '_ {
+        let due = match self.stage {
+            Stage::Opening { replay_due, .. } => replay_due,
+            _ => None,
+        };
+        let answers = &mut self.answers;
+        async move {
+            tokio::select! {
+                Some((key, permission)) = answers.recv() => Wake::Decided(key, permission),
+                () = until(due), if due.is_some() => Wake::ReplayDue,
+                else => std::future::pending().await,
+            }
+        }
+    }
+
+    fn on_wake(&mut self, wake: Wake) {
+        match wake {
+            Wake::Decided(key, permission) => self.decided(&key, &permission),
+            Wake::ReplayDue => self.replay_not_answered(),
+        }
+    }
+
+    /// Closing: every waiting permission answered `cancelled`, a running
+    /// prompt cancelled, stdin closed; killed when the process has not
+    /// exited within `agent`'s own grace.
+    fn close_step(&mut self, (): (), _grace: std::time::Duration) -> std::time::Duration {
+        self.cancel_prompt();
+        self.out = None;
+        self.settings.grace
+    }
+
+    fn on_exit(&mut self) {
+        self.cancel_waiting();
+        self.out = None;
+    }
 }
 
 impl Driver {
@@ -259,120 +328,14 @@ impl Driver {
         self.next_id += 1;
         let id = self.next_id;
         self.requests.insert(id, purpose);
-        self.write(wire::request(id, method, params));
+        self.write(jsonrpc::request(id, method, params));
         id
     }
 
-    async fn run(
-        mut self,
-        mut commands: mpsc::UnboundedReceiver<SessionCommand>,
-        mut lines: mpsc::UnboundedReceiver<Incoming>,
-        mut decided: mpsc::UnboundedReceiver<(String, Permission)>,
-    ) {
-        let mut stdout_open = true;
-        loop {
-            tokio::select! {
-                // The host's commands first: a `/stop` that also answered
-                // a waiting permission (denied, as the turn closes its
-                // questions) cancels it rather than rejecting it.
-                biased;
-                command = commands.recv() => match command {
-                    Some(SessionCommand::UserTurn(text)) => self.user_turn(text),
-                    // Never sent: ACP has no message into a running prompt,
-                    // and the backend says it does not steer.
-                    Some(SessionCommand::Steer { tag, .. }) => {
-                        tracing::error!(pid = self.pid, update_id = tag, "a steered message reached an ACP session; not written");
-                    }
-                    Some(SessionCommand::Interrupt) => self.interrupt(),
-                    Some(SessionCommand::Close) | None => return self.close(lines).await,
-                    Some(SessionCommand::Kill) => return self.kill("killed").await,
-                },
-                line = lines.recv(), if stdout_open => match line {
-                    Some(line) => {
-                        if let Err(why) = self.on_line(line) {
-                            tracing::warn!(pid = self.pid, cause = %why, "the agent's session could not be opened; killing it");
-                            return self.kill(&why).await;
-                        }
-                    }
-                    None => stdout_open = false,
-                },
-                Some((key, permission)) = decided.recv() => self.decided(&key, &permission),
-                () = until(self.replay_due), if self.replay_due.is_some() => self.replay_not_answered(),
-                status = self.process.wait() => {
-                    // What the process wrote before it exited still counts.
-                    while let Ok(line) = lines.try_recv() {
-                        let _ = self.on_line(line);
-                    }
-                    let status = status.ok();
-                    let detail = self.process.exit_detail(status);
-                    return self.finish(status.and_then(|s| s.code()), detail);
-                }
-            }
-        }
-    }
-
-    fn finish(mut self, code: Option<i32>, detail: String) {
-        self.process.reaped();
-        self.cancel_waiting();
-        self.out = None;
-        tracing::info!(pid = self.pid, ?code, "agent process ended");
-        self.emit(AgentEvent::Exited { code, detail });
-    }
-
-    /// Closes: every waiting permission answered `cancelled`, a running
-    /// prompt cancelled, stdin closed; killed when the process has not
-    /// exited within the grace.
-    async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Incoming>) {
-        self.cancel_prompt();
-        self.out = None;
-        let grace = self.settings.grace;
-        let waited = tokio::time::timeout(grace, async {
-            loop {
-                tokio::select! {
-                    line = lines.recv() => match line {
-                        Some(line) => { let _ = self.on_line(line); }
-                        None => return self.process.wait().await,
-                    },
-                    status = self.process.wait() => return status,
-                }
-            }
-        })
-        .await;
-        match waited {
-            Ok(status) => {
-                let status = status.ok();
-                let detail = self.process.exit_detail(status);
-                self.finish(status.and_then(|s| s.code()), detail);
-            }
-            Err(_) => {
-                tracing::warn!(
-                    pid = self.pid,
-                    ?grace,
-                    "agent did not exit after its stdin closed; killing"
-                );
-                self.kill("did not exit after its stdin closed").await;
-            }
-        }
-    }
-
-    /// SIGTERM to the group, SIGKILL after the grace.
-    async fn kill(mut self, why: &str) {
-        self.cancel_waiting();
-        self.out = None;
-        let status = self
-            .process
-            .terminate(self.settings.process.kill_grace)
-            .await;
-        self.finish(
-            status.and_then(|s| s.code()),
-            format!("the agent was force-closed ({why})"),
-        );
-    }
-
     /// Reads one line. `Err` when the session cannot be opened.
-    fn on_line(&mut self, line: Incoming) -> Result<(), String> {
+    fn read(&mut self, line: Message) -> Result<(), String> {
         match line {
-            Incoming::Response { id, outcome } => match self.requests.remove(&id) {
+            Message::Response { id, outcome } => match self.requests.remove(&id) {
                 Some(purpose) => return self.on_response(purpose, id, outcome),
                 None => {
                     tracing::warn!(
@@ -383,11 +346,19 @@ impl Driver {
                     self.emit(AgentEvent::Unknown(format!("an answer to request {id}")));
                 }
             },
-            Incoming::Request { id, method, params } => self.on_request(id, &method, &params),
-            Incoming::Notification { method, params } => self.on_notification(&method, &params),
-            Incoming::Malformed(start) => {
+            Message::Request { id, method, params } => self.on_request(id, &method, &params),
+            Message::Notification { method, params } => self.on_notification(&method, &params),
+            Message::Malformed(start) => {
                 tracing::warn!(pid = self.pid, line = %start, "malformed line from the agent skipped");
                 self.emit(AgentEvent::Unknown(start));
+            }
+            Message::Oversized(bytes) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    bytes,
+                    "oversized line from the agent skipped"
+                );
+                self.emit(AgentEvent::Unknown(format!("a line of {bytes} bytes")));
             }
         }
         Ok(())
@@ -397,7 +368,7 @@ impl Driver {
         &mut self,
         purpose: Purpose,
         id: u64,
-        outcome: Result<Value, wire::RpcError>,
+        outcome: Result<Value, jsonrpc::RpcError>,
     ) -> Result<(), String> {
         match purpose {
             Purpose::Initialize => self.initialized(outcome),
@@ -424,9 +395,9 @@ impl Driver {
         }
         // No file system, no terminal was offered; nothing else is served.
         tracing::warn!(pid = self.pid, method = %method.escape_debug(), "agent request for a method the host does not offer; refused");
-        self.write(wire::error(
+        self.write(jsonrpc::error(
             &id,
-            wire::METHOD_NOT_FOUND,
+            jsonrpc::METHOD_NOT_FOUND,
             "method not offered by this client",
         ));
         self.emit(AgentEvent::Progress);

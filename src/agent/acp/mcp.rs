@@ -10,7 +10,7 @@
 //! sandbox, which the relay takes to the session's socket in the
 //! process's chat tools directory (`network::ToolsDir`). The MCP messages are served as the
 //! claude backend serves its in-process `telegram-tools` server
-//! (`claude::protocol::mcp`); a tool call goes to the turn as an
+//! (`host::mcp`); a tool call goes to the turn as an
 //! [`AgentEvent::ToolCall`] and its answer is the HTTP response.
 
 use std::convert::Infallible;
@@ -32,9 +32,10 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::agent::claude::protocol::{self, McpRequest};
+use crate::agent::AgentEvent;
+use crate::agent::host::jsonrpc::{self, PARSE_ERROR};
+use crate::agent::host::mcp::{self, McpRequest};
 use crate::agent::tools::{TOOL_SERVER, ToolRegistry};
-use crate::agent::{AgentEvent, Responder, ToolCall};
 use crate::shutdown::Shutdown;
 
 /// The largest request body read.
@@ -340,7 +341,7 @@ async fn answer(serving: &Serving, req: Request<Incoming>) -> Response<Full<Byte
         Err(_) => return reply(StatusCode::PAYLOAD_TOO_LARGE, None),
     };
     let Ok(message) = serde_json::from_slice::<Value>(&body) else {
-        let error = protocol::rpc_error(&Value::Null, -32700, "parse error");
+        let error = jsonrpc::error(&Value::Null, PARSE_ERROR, "parse error");
         return reply(StatusCode::BAD_REQUEST, Some(error));
     };
     if message.get("id").is_none() {
@@ -353,37 +354,15 @@ async fn answer(serving: &Serving, req: Request<Incoming>) -> Response<Full<Byte
 /// Serves one MCP request: answered at once, or a chat tool call handed to
 /// the turn (refused once the host is stopping).
 async fn serve(serving: &Serving, message: &Value) -> Value {
-    match protocol::mcp(message, &serving.tools) {
+    match mcp::mcp(message, &serving.tools) {
         McpRequest::Answer(answer) => answer,
-        McpRequest::Call { rpc_id, call, .. } if serving.shutdown.is_closing() => {
-            tracing::info!(tool = %call.name, "tools/call refused: the host is stopping");
-            protocol::rpc_error(&rpc_id, protocol::RPC_HOST_STOPPING, "the host is stopping")
-        }
         McpRequest::Call {
             rpc_id,
             tool_use_id,
             call,
         } => {
-            let id = if tool_use_id.is_empty() {
-                format!("mcp-{rpc_id}")
-            } else {
-                tool_use_id
-            };
-            let (responder, rx) = Responder::new(format!("tools/call {} ({id})", call.name));
-            // An event nobody receives drops its responder, which fails the call.
-            let _ = serving.events.send(AgentEvent::ToolCall(ToolCall {
-                id,
-                call,
-                reply: responder,
-            }));
-            match rx.await {
-                Ok(value) => protocol::tool_reply(&rpc_id, &value),
-                Err(_) => protocol::rpc_error(
-                    &rpc_id,
-                    protocol::RPC_INTERNAL,
-                    "the host dropped the call",
-                ),
-            }
+            let stopping = serving.shutdown.is_closing();
+            mcp::hand_over(rpc_id, tool_use_id, call, stopping, &serving.events).await
         }
     }
 }

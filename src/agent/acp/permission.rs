@@ -24,6 +24,7 @@ use agent_client_protocol_schema::v1::{
 use serde_json::{Map, Value};
 
 use super::AcpSettings;
+use crate::agent::shown::shown_content;
 use crate::agent::tools::ToolName;
 use crate::agent::{Permission, Remember};
 use crate::config::PermissionMode;
@@ -41,7 +42,7 @@ const NOT_SHOWN: &[&str] = &["toolCallId", "status", "rawOutput", "_meta"];
 
 /// A permission request, read once.
 #[derive(Debug)]
-pub(crate) struct Ask {
+pub(crate) struct PermissionRequest {
     /// The session it is for.
     pub(crate) session: String,
     /// The tool call's id.
@@ -61,7 +62,7 @@ pub(crate) struct Ask {
     pub(crate) options: Vec<PermissionOption>,
 }
 
-impl Ask {
+impl PermissionRequest {
     /// Reads the params of `session/request_permission`; `None` when they
     /// are not one.
     pub(crate) fn read(params: &Value) -> Option<Self> {
@@ -150,53 +151,11 @@ fn remember(input: &Value, unknown: bool) -> Remember {
     }
 }
 
-/// A content item a question can show as text: a diff, or a text block.
-pub enum Shown<'a> {
-    /// A file written: its path, its text before (`None`: a new file) and after.
-    Diff {
-        /// The file.
-        path: &'a str,
-        /// Its text before.
-        old: Option<&'a str>,
-        /// Its text after.
-        new: &'a str,
-    },
-    /// Text.
-    Text(&'a str),
-}
-
-/// How a question shows `item`; `None` for what it cannot show as text (a
-/// terminal, an image, an unknown shape), which it then shows as JSON.
-pub fn shown_content(item: &Value) -> Option<Shown<'_>> {
-    let object = item.as_object()?;
-    match object.get("type")?.as_str()? {
-        "diff" => {
-            let old = match object.get("oldText") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_str()?),
-            };
-            Some(Shown::Diff {
-                path: object.get("path")?.as_str()?,
-                old,
-                new: object.get("newText")?.as_str()?,
-            })
-        }
-        "content" => {
-            let block = object.get("content")?.as_object()?;
-            (block.get("type")?.as_str()? == "text")
-                .then(|| block.get("text").and_then(Value::as_str))
-                .flatten()
-                .map(Shown::Text)
-        }
-        _ => None,
-    }
-}
-
 /// How config decides `ask`: `Some(allowed)`, or `None` to ask the chat.
 /// `agent.denied_tools` naming its whole title denies it; nothing the
 /// agent writes allows it (`agent.allowed_tools` and the chat tools name
 /// tools, and a request's title is only the agent's words).
-pub(crate) fn from_config(ask: &Ask, settings: &AcpSettings) -> Option<bool> {
+pub(crate) fn from_config(ask: &PermissionRequest, settings: &AcpSettings) -> Option<bool> {
     let denied = ask
         .title
         .as_ref()

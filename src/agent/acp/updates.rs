@@ -224,7 +224,10 @@ pub(crate) fn result_for(stop: &str, text: String, cost: f64) -> AgentResult {
 }
 
 /// The result of a prompt the agent answered with an error.
-pub(crate) fn failed_prompt(error: &super::wire::RpcError, text: String) -> AgentResult {
+pub(crate) fn failed_prompt(
+    error: &crate::agent::host::jsonrpc::RpcError,
+    text: String,
+) -> AgentResult {
     AgentResult {
         subtype: ResultStatus::Failed("error".into()),
         is_error: true,

@@ -1,6 +1,6 @@
-//! The session driver: one task per CLI process that reads its lines,
-//! answers its requests exactly once, writes the host's commands and closes
-//! the session step by step.
+//! The session driver: the claude protocol the host's session task runs
+//! ([`Protocol`]): it reads the CLI's lines, answers its requests exactly
+//! once, writes the host's commands and names the close steps.
 
 mod answers;
 pub(crate) mod live;
@@ -10,21 +10,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
 use super::protocol::{self, CliLine, ControlResponse, Line, SessionState, SystemLine};
-use crate::agent::host::process::AgentProcess;
+use crate::agent::host::lines::Frame;
+use crate::agent::host::session::{Link, Protocol};
 use crate::agent::tools::ToolRegistry;
-use crate::agent::{AgentEvent, AgentSession, SessionCommand};
+use crate::agent::{AgentEvent, SessionCommand};
 use crate::shutdown::Shutdown;
 use answers::Answers;
 use live::Live;
-
-/// A line longer than this is dropped (logged), never buffered whole.
-pub const MAX_LINE_BYTES: usize = 8 << 20;
 
 /// User messages remembered while the CLI has not echoed them.
 const MAX_UNREAD: usize = 64;
@@ -37,120 +33,31 @@ pub(super) struct Start {
     pub(super) tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     pub(super) shutdown: Shutdown,
-    /// The process.
-    pub(super) process: AgentProcess,
-    /// Its stdin.
-    pub(super) stdin: ChildStdin,
-    /// Its stdout.
-    pub(super) stdout: ChildStdout,
-    /// For logs.
-    pub(super) label: String,
 }
 
-/// Starts the driver of a freshly spawned process: sends `initialize` and
-/// hands back the session handle.
-pub(super) fn start(start: Start) -> AgentSession {
-    let Start {
-        settings,
-        tools,
-        shutdown,
-        process,
-        stdin,
-        stdout,
-        label,
-    } = start;
-    let pid = process.pid();
-    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Value>();
-    let (line_tx, line_rx) = mpsc::unbounded_channel();
-    tokio::spawn(write_lines(stdin, out_rx, pid));
-    tokio::spawn(read_lines(stdout, line_tx, pid));
-    let _ = out_tx.send(protocol::initialize(
-        "init_1",
-        settings.batch_hook,
-        &settings.system_prompt,
-    ));
-    let driver = Driver {
-        shutdown,
-        settings,
-        tools,
-        process,
-        pid,
-        answers: Answers::new(out_tx, pid),
-        events: ev_tx,
-        next_request: 1,
-        live: Live::default(),
-        unread: VecDeque::new(),
-    };
-    tokio::spawn(driver.run(cmd_rx, line_rx));
-    AgentSession {
-        commands: cmd_tx,
-        events: ev_rx,
-        label,
-    }
-}
-
-/// Writes lines to the CLI's stdin; closing the channel closes stdin.
-async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Value>, pid: u32) {
-    while let Some(line) = rx.recv().await {
-        let mut bytes = line.to_string().into_bytes();
-        bytes.push(b'\n');
-        if let Err(err) = stdin.write_all(&bytes).await {
-            tracing::debug!(pid, cause = %err, "agent stdin closed");
-            return;
-        }
-        let _ = stdin.flush().await;
-    }
-}
-
-/// Reads stdout line by line without ever buffering more than
-/// [`MAX_LINE_BYTES`] of one line, parsing each.
-async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Line>, pid: u32) {
-    let mut reader = BufReader::with_capacity(64 << 10, stdout);
-    let mut line = Vec::new();
-    let mut dropped = 0usize;
-    loop {
-        let (done, used) = match reader.fill_buf().await {
-            Ok([]) => return,
-            Ok(buf) => match buf.iter().position(|b| *b == b'\n') {
-                Some(at) => {
-                    if dropped == 0 {
-                        line.extend_from_slice(&buf[..at]);
-                    }
-                    (true, at + 1)
-                }
-                None => {
-                    if dropped == 0 && line.len() + buf.len() <= MAX_LINE_BYTES {
-                        line.extend_from_slice(buf);
-                    } else {
-                        dropped += line.len() + buf.len();
-                        line.clear();
-                    }
-                    (false, buf.len())
-                }
-            },
-            Err(err) => {
-                tracing::warn!(pid, cause = %err, "agent stdout broke");
-                return;
-            }
-        };
-        reader.consume(used);
-        if !done {
-            continue;
-        }
-        let parsed = if dropped > 0 {
-            Line::Oversized(dropped)
-        } else if line.iter().all(u8::is_ascii_whitespace) {
-            line.clear();
-            continue;
-        } else {
-            Line::parse(&line)
-        };
-        line.clear();
-        dropped = 0;
-        if tx.send(parsed).is_err() {
-            return;
+impl Driver {
+    /// The protocol of a freshly spawned process: sends `initialize`.
+    pub(super) fn new(start: Start, link: Link) -> Self {
+        let Start {
+            settings,
+            tools,
+            shutdown,
+        } = start;
+        let _ = link.out.send(protocol::initialize(
+            "init_1",
+            settings.batch_hook,
+            &settings.system_prompt,
+        ));
+        Self {
+            shutdown,
+            settings,
+            tools,
+            pid: link.pid,
+            answers: Answers::new(link.out, link.pid),
+            events: link.events,
+            next_request: 1,
+            live: Live::default(),
+            unread: VecDeque::new(),
         }
     }
 }
@@ -158,7 +65,7 @@ async fn read_lines(stdout: impl AsyncRead + Unpin, tx: mpsc::UnboundedSender<Li
 /// The steps of a graceful close, in order; each waits out its share of
 /// the grace for the process to exit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CloseStep {
+pub(super) enum CloseStep {
     /// Refuse what is pending and send `end_session`; stdin stays open, so
     /// requests the agent still makes are answered.
     EndSession,
@@ -167,9 +74,6 @@ enum CloseStep {
 }
 
 impl CloseStep {
-    /// Every step, in order.
-    const ALL: [Self; 2] = [Self::EndSession, Self::CloseStdin];
-
     /// This step's share of the grace.
     fn wait(self, grace: std::time::Duration) -> std::time::Duration {
         match self {
@@ -179,16 +83,14 @@ impl CloseStep {
     }
 }
 
-/// Owns one CLI process.
-struct Driver {
+/// Owns one CLI session's protocol.
+pub(super) struct Driver {
     /// Set once the host stops: requests are then refused.
     shutdown: Shutdown,
-    /// The grace and the allowed tools.
+    /// The allowed tools.
     settings: Arc<ClaudeSettings>,
     /// The chat tools, served over MCP.
     tools: Arc<ToolRegistry>,
-    /// The process.
-    process: AgentProcess,
     /// For logs.
     pid: u32,
     /// Stdin and the pending requests.
@@ -202,6 +104,52 @@ struct Driver {
     /// The user messages written and not yet echoed back as read, oldest
     /// first: `None` for a turn's prompt, the tag of a steered one.
     unread: VecDeque<Option<i64>>,
+}
+
+impl Protocol for Driver {
+    type Line = Line;
+    type Wake = std::convert::Infallible;
+    type CloseStep = CloseStep;
+
+    const CLOSE_STEPS: &'static [CloseStep] = &[CloseStep::EndSession, CloseStep::CloseStdin];
+    const NOT_CLOSED: &'static str = "did not exit after end_session";
+
+    fn parse(frame: Frame) -> Line {
+        match frame {
+            Frame::Line(line) => Line::parse(&line),
+            Frame::Oversized { bytes, .. } => Line::Oversized(bytes),
+        }
+    }
+
+    fn on_line(&mut self, line: Line) -> Result<(), String> {
+        self.read(line);
+        Ok(())
+    }
+
+    fn on_command(&mut self, command: SessionCommand) {
+        match command {
+            SessionCommand::UserTurn(text) => self.write_user(None, &text),
+            SessionCommand::Steer { tag, text } => self.write_user(Some(tag), &text),
+            SessionCommand::Interrupt => self.request(protocol::interrupt()),
+            // The session task's own.
+            SessionCommand::Close | SessionCommand::Kill => {}
+        }
+    }
+
+    fn close_step(&mut self, step: CloseStep, grace: std::time::Duration) -> std::time::Duration {
+        match step {
+            CloseStep::EndSession => {
+                self.answers.refuse_pending("the host is stopping");
+                self.request(protocol::end_session("turnstile closed the session"));
+            }
+            CloseStep::CloseStdin => self.answers.close(),
+        }
+        step.wait(grace)
+    }
+
+    fn on_exit(&mut self) {
+        self.answers.close();
+    }
 }
 
 impl Driver {
@@ -232,97 +180,6 @@ impl Driver {
         self.write(protocol::control_request(&id, request));
     }
 
-    async fn run(
-        mut self,
-        mut commands: mpsc::UnboundedReceiver<SessionCommand>,
-        mut lines: mpsc::UnboundedReceiver<Line>,
-    ) {
-        let mut stdout_open = true;
-        loop {
-            tokio::select! {
-                line = lines.recv(), if stdout_open => match line {
-                    Some(line) => self.on_line(line),
-                    None => stdout_open = false,
-                },
-                command = commands.recv() => match command {
-                    Some(SessionCommand::UserTurn(text)) => self.write_user(None, &text),
-                    Some(SessionCommand::Steer { tag, text }) => self.write_user(Some(tag), &text),
-                    Some(SessionCommand::Interrupt) => self.request(protocol::interrupt()),
-                    Some(SessionCommand::Close) => return self.close(lines).await,
-                    Some(SessionCommand::Kill) => return self.kill("killed").await,
-                    // The host dropped the session: close it gracefully.
-                    None => return self.close(lines).await,
-                },
-                status = self.process.wait() => {
-                    // Drain what the process wrote before it exited.
-                    while let Ok(line) = lines.try_recv() {
-                        self.on_line(line);
-                    }
-                    let status = status.ok();
-                    let detail = self.process.exit_detail(status);
-                    return self.finish(status.and_then(|s| s.code()), detail);
-                }
-            }
-        }
-    }
-
-    fn finish(mut self, code: Option<i32>, detail: String) {
-        self.process.reaped();
-        self.answers.close();
-        tracing::info!(pid = self.pid, ?code, "agent process ended");
-        self.emit(AgentEvent::Exited { code, detail });
-    }
-
-    /// Closes step by step ([`CloseStep`]), each after its share of the
-    /// grace; then kills.
-    async fn close(mut self, mut lines: mpsc::UnboundedReceiver<Line>) {
-        let grace = self.settings.process.kill_grace;
-        for step in CloseStep::ALL {
-            match step {
-                CloseStep::EndSession => {
-                    self.answers.refuse_pending("the host is stopping");
-                    self.request(protocol::end_session("turnstile closed the session"));
-                }
-                CloseStep::CloseStdin => self.answers.close(),
-            }
-            let waited = tokio::time::timeout(step.wait(grace), async {
-                loop {
-                    tokio::select! {
-                        line = lines.recv() => match line {
-                            Some(line) => self.on_line(line),
-                            None => return self.process.wait().await,
-                        },
-                        status = self.process.wait() => return status,
-                    }
-                }
-            })
-            .await;
-            if let Ok(status) = waited {
-                let detail = self.process.exit_detail(status.as_ref().ok().copied());
-                return self.finish(status.ok().and_then(|s| s.code()), detail);
-            }
-        }
-        tracing::warn!(
-            pid = self.pid,
-            ?grace,
-            "agent did not exit after end_session; killing"
-        );
-        self.kill("did not exit after end_session").await;
-    }
-
-    /// SIGTERM to the group, SIGKILL after the grace.
-    async fn kill(mut self, why: &str) {
-        self.answers.close();
-        let status = self
-            .process
-            .terminate(self.settings.process.kill_grace)
-            .await;
-        self.finish(
-            status.and_then(|s| s.code()),
-            format!("the agent was force-closed ({why})"),
-        );
-    }
-
     /// The CLI read a user message it was written: the oldest not yet
     /// read. A steered one's receipt goes to the turn.
     fn on_echo(&mut self) {
@@ -339,7 +196,7 @@ impl Driver {
         }
     }
 
-    fn on_line(&mut self, line: Line) {
+    fn read(&mut self, line: Line) {
         let line = match line {
             Line::Cli(line) => line,
             Line::Unknown(shown) => {

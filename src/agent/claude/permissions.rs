@@ -1,4 +1,5 @@
-//! What answers a `can_use_tool` request: the host's own chat tools run,
+//! What answers a `can_use_tool` request, by the host's rules
+//! ([`crate::agent::host::permissions`]): the host's own chat tools run,
 //! then `agent.denied_tools`, then `agent.allowed_tools`, then
 //! `agent.permission_mode`, which for `ask` hands the request to the host as
 //! an [`AgentEvent::PermissionAsk`] and answers once its [`Responder`]
@@ -15,59 +16,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::protocol::{self, CanUseTool};
+pub use crate::agent::host::permissions::{Decision, Rules, not_allowed};
 use crate::agent::tools::{ToolName, ToolRegistry};
 use crate::agent::{self, AgentEvent, Permission, Responder};
 use crate::config::PermissionMode;
-
-/// The config that decides a tool: `agent.allowed_tools`,
-/// `agent.denied_tools` and `agent.permission_mode`.
-#[derive(Debug, Clone, Copy)]
-pub struct Rules<'a> {
-    /// Tools that run without asking.
-    pub allowed: &'a [String],
-    /// Tools that never run; they beat `allowed`.
-    pub denied: &'a [String],
-    /// What answers every other tool.
-    pub mode: PermissionMode,
-}
-
-/// Which rule decided a tool, for the answer and the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// One of the host's own chat tools (`mcp__telegram-tools__send`): runs.
-    ChatTool,
-    /// Named in `agent.denied_tools`: denied.
-    Denied,
-    /// Named in `agent.allowed_tools`: runs.
-    Allowed,
-    /// Neither list names it: `agent.permission_mode` decides.
-    Mode(PermissionMode),
-}
-
-impl Rules<'_> {
-    /// Decides `tool`, in order: chat tool (served by the host's own
-    /// server), denied, allowed, mode; the lists name it whole.
-    pub fn decide(&self, tool: &ToolName, tools: &ToolRegistry) -> Decision {
-        let ours = tool.is_served_here() && tools.get(tool.bare()).is_some();
-        let named = |list: &[String]| list.iter().any(|entry| entry == tool.full());
-        if ours {
-            Decision::ChatTool
-        } else if named(self.denied) {
-            Decision::Denied
-        } else if named(self.allowed) {
-            Decision::Allowed
-        } else {
-            Decision::Mode(self.mode)
-        }
-    }
-}
-
-/// What the model reads when config denies `tool`.
-pub fn not_allowed(tool: &str) -> String {
-    format!(
-        "The tool `{tool}` is not allowed in this chat. Answer with the send and end_turn tools."
-    )
-}
 
 /// The answer to `ask` when config decides it; `None` for `ask` mode.
 pub fn answer_from_config(ask: &CanUseTool, decision: Decision) -> Option<Value> {

@@ -11,20 +11,20 @@
 //! unknown `type` or `subtype` becomes an `Unknown` or `Other` variant, so
 //! nothing the CLI writes is an error that ends a turn. The lines the host
 //! writes are built by plain functions over `serde_json::Value`. The MCP
-//! side (`protocol/mcp_server.rs`) is re-exported here. All of it is
+//! side is the host's ([`crate::agent::host::mcp`]). All of it is
 //! unit-tested without a process.
 
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::{Value, json};
 
+use crate::agent::host::jsonrpc::{empty_object, lenient};
 use crate::agent::tools::TOOL_SERVER;
 use crate::agent::{AuthFailure, HookReply};
 pub use result_line::{ResultLine, result};
 pub use usage::UsageLine;
 
 mod control;
-mod mcp_server;
 mod result_line;
 mod usage;
 
@@ -33,10 +33,9 @@ pub use control::{
     McpMessage, PostToolBatch, batch_calls, permission_allow, permission_deny,
 };
 
-pub use mcp_server::{
-    CallMeta, McpMethod, McpRequest, RPC_HOST_STOPPING, RPC_INTERNAL, RPC_INVALID_PARAMS,
-    RPC_METHOD_NOT_FOUND, RpcRequest, ToolsCall, mcp, rpc_error, rpc_result, tool_reply,
-};
+// The chat tools' MCP server is the host's; re-exported for the
+// benchmarks' minimal direct driver.
+pub use crate::agent::host::mcp::{McpRequest, RpcRequest, mcp, tool_reply};
 
 /// The PostToolBatch hook's callback id.
 pub const HOOK_ID: &str = "hook_0";
@@ -465,16 +464,6 @@ pub enum Delta {
 
 // Tolerant reading.
 
-/// Reads a field, taking its default when it has the wrong shape.
-fn lenient<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned + Default,
-{
-    let value = Value::deserialize(deserializer)?;
-    Ok(T::deserialize(value).unwrap_or_default())
-}
-
 /// Reads a list item by item, each item that has the wrong shape taking its
 /// default; anything but a list is an empty one.
 fn lenient_each<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
@@ -489,10 +478,6 @@ where
             .collect(),
         _ => Vec::new(),
     })
-}
-
-fn empty_object() -> Value {
-    json!({})
 }
 
 #[cfg(test)]

@@ -10,10 +10,11 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use super::lines::LineReader;
 use super::{ProcessSpec, seal};
 use crate::agent::AgentError;
 use crate::config::Sandbox;
@@ -58,7 +59,7 @@ const STDERR_TAIL_LINES: usize = 5;
 /// How many processes are started and not yet reaped; a completion signal,
 /// so nothing polls for zero.
 #[derive(Debug, Clone)]
-pub(crate) struct RunningProcesses {
+pub struct RunningProcesses {
     /// The count; every change wakes [`Self::all_reaped`].
     count: Arc<watch::Sender<i64>>,
     /// Where each live process group is recorded (the state file), so a
@@ -66,9 +67,15 @@ pub(crate) struct RunningProcesses {
     ledger: Arc<std::sync::OnceLock<crate::state::StoreHandle>>,
 }
 
+impl Default for RunningProcesses {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl RunningProcesses {
     /// No process yet.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             count: Arc::new(watch::Sender::new(0)),
             ledger: Arc::default(),
@@ -83,7 +90,7 @@ impl RunningProcesses {
     /// A backend's [`AgentBackend::closed`](crate::agent::AgentBackend::closed):
     /// resolves once every process was reaped, or after twice `grace` (a
     /// graceful close, then a kill) and a second.
-    pub(crate) fn closed(&self, grace: std::time::Duration) -> crate::agent::BoxFuture<()> {
+    pub fn closed(&self, grace: std::time::Duration) -> crate::agent::BoxFuture<()> {
         let running = self.clone();
         let wait = grace
             .saturating_mul(2)
@@ -116,7 +123,7 @@ impl RunningProcesses {
     }
 
     /// Processes started and not yet reaped.
-    pub(crate) fn get(&self) -> i64 {
+    pub fn get(&self) -> i64 {
         *self.count.borrow()
     }
 
@@ -412,40 +419,13 @@ fn kill_group(pid: u32, signal: libc::c_int) {
     }
 }
 
-/// Reads the next line of `reader` (without its newline), holding at most
-/// `max` bytes of it: the rest is consumed and dropped. `None` at the end.
-pub(crate) async fn next_bounded_line(
-    reader: &mut (impl AsyncBufRead + Unpin),
-    max: usize,
-) -> std::io::Result<Option<String>> {
-    let mut line = Vec::new();
-    let mut any = false;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(any.then(|| String::from_utf8_lossy(&line).into_owned()));
-        }
-        any = true;
-        let (chunk, used, ended) = match buf.iter().position(|b| *b == b'\n') {
-            Some(at) => (&buf[..at], at + 1, true),
-            None => (buf, buf.len(), false),
-        };
-        let room = max.saturating_sub(line.len());
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        reader.consume(used);
-        if ended {
-            return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
-        }
-    }
-}
-
 /// Logs the CLI's stderr, bounded, keeping the last lines for exit reports.
 async fn log_stderr(stderr: impl AsyncRead + Unpin, pid: u32, tail: Arc<Mutex<VecDeque<String>>>) {
-    let mut reader = BufReader::new(stderr);
+    let mut reader = LineReader::new(BufReader::new(stderr), STDERR_LINE_BYTES, STDERR_LINE_BYTES);
     let mut seen = 0usize;
-    while let Ok(Some(line)) = next_bounded_line(&mut reader, STDERR_LINE_BYTES).await {
+    while let Ok(Some(frame)) = reader.next().await {
         seen += 1;
-        let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
+        let line: String = frame.lossy().chars().take(STDERR_LINE_CHARS).collect();
         if seen <= STDERR_LINES_LOGGED {
             tracing::info!(pid, stderr = %line, "agent stderr");
         }

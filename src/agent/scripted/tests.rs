@@ -1,5 +1,6 @@
 use super::*;
 use crate::agent::{Activity, AgentEvent, SessionCommand, TerminalReason, WritingSource};
+use serde_json::{Value, json};
 use std::time::Duration;
 use teloxide::types::ChatId;
 

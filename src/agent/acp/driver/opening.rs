@@ -12,7 +12,8 @@ use serde_json::Value;
 use super::{Driver, Purpose, Stage, is_session_id};
 use crate::agent::AgentEvent;
 use crate::agent::acp::mcp::ToolServer;
-use crate::agent::acp::wire::{self, RpcError};
+use crate::agent::acp::wire;
+use crate::agent::host::jsonrpc::RpcError;
 use crate::agent::network;
 
 /// Told in front of the answer when the stored conversation could not be
@@ -53,7 +54,12 @@ impl Driver {
         if !method.is_empty() && !offered {
             tracing::info!(pid = self.pid, method = %method, "the agent does not offer agent.auth_method; not authenticating");
         }
-        self.can_load = can_load;
+        if !can_load && let Stage::Starting { resume, .. } = &mut self.stage {
+            // Nothing to load: the conversation starts anew, and says so.
+            if resume.take().is_some() {
+                self.notice = Some(CANNOT_RESUME.to_owned());
+            }
+        }
         self.tool_server = self.tool_server(response.agent_capabilities.mcp_capabilities.http);
         if offered {
             let method = method.clone();
@@ -76,30 +82,35 @@ impl Driver {
         Ok(())
     }
 
-    /// `session/load` of the stored session when the agent can, else
-    /// `session/new` (with a notice when there was one to resume).
+    /// `session/load` of the stored session when the agent can (else
+    /// there is none to load), else `session/new`.
     fn open_session(&mut self) {
-        match self.resume.take() {
-            Some(id) if self.can_load => {
+        let resume = match &mut self.stage {
+            Stage::Starting { resume, .. } => resume.take(),
+            _ => None,
+        };
+        match resume {
+            Some(id) => {
                 let params = wire::load_session(&id, &self.cwd, self.servers());
                 self.request(Purpose::LoadSession, "session/load", params);
-                self.session = Some(id);
-                self.stage = Stage::Opening;
+                self.stage = Stage::Opening {
+                    loading: Some(id),
+                    replay_due: None,
+                    settle: self.stage.settles(),
+                };
             }
-            resume => {
-                if resume.is_some() {
-                    self.notice = Some(CANNOT_RESUME.to_owned());
-                }
-                self.new_session();
-            }
+            None => self.new_session(),
         }
     }
 
     fn new_session(&mut self) {
-        self.session = None;
         let params = wire::new_session(&self.cwd, self.servers());
         self.request(Purpose::NewSession, "session/new", params);
-        self.stage = Stage::Opening;
+        self.stage = Stage::Opening {
+            loading: None,
+            replay_due: None,
+            settle: self.stage.settles(),
+        };
     }
 
     /// The answer to `session/new`.
@@ -114,8 +125,7 @@ impl Driver {
             );
         }
         tracing::info!(pid = self.pid, session_id = %id, "agent session opened (acp)");
-        self.session = Some(id);
-        self.ready();
+        self.ready(id);
         Ok(())
     }
 
@@ -129,15 +139,17 @@ impl Driver {
     pub(super) fn loaded(&mut self, outcome: Result<Value, RpcError>) {
         match outcome {
             Ok(_) => {
-                tracing::info!(pid = self.pid, session_id = ?self.session, "agent session loaded (acp)");
+                let session = self.stage.session().unwrap_or_default().to_owned();
+                tracing::info!(pid = self.pid, session_id = %session, "agent session loaded (acp)");
                 self.emit(AgentEvent::Progress);
-                let session = self.session.clone().unwrap_or_default();
                 self.request(
                     Purpose::ReplaySync,
                     wire::REPLAY_SYNC,
                     wire::replay_sync(&session),
                 );
-                self.replay_due = Some(tokio::time::Instant::now() + super::REPLAY_SYNC_WAIT);
+                if let Stage::Opening { replay_due, .. } = &mut self.stage {
+                    *replay_due = Some(tokio::time::Instant::now() + super::REPLAY_SYNC_WAIT);
+                }
             }
             Err(error) => {
                 tracing::warn!(pid = self.pid, cause = %error, "the agent could not load the stored session; opening a new one");
@@ -194,15 +206,13 @@ impl Driver {
     /// session's replay is over.
     pub(super) fn replayed(&mut self) {
         tracing::debug!(pid = self.pid, "the loaded session's replay is over");
-        self.replay_due = None;
-        self.ready();
+        self.loaded_ready();
     }
 
     /// No answer to [`wire::REPLAY_SYNC`] within [`super::REPLAY_SYNC_WAIT`]:
     /// the replay is taken as over (a late answer is skipped as one to no
     /// request).
     pub(super) fn replay_not_answered(&mut self) {
-        self.replay_due = None;
         self.requests
             .retain(|_, purpose| *purpose != Purpose::ReplaySync);
         tracing::warn!(
@@ -211,16 +221,23 @@ impl Driver {
             "the agent did not answer {}; its replay is taken as over",
             wire::REPLAY_SYNC
         );
-        self.ready();
+        self.loaded_ready();
+    }
+
+    /// The loaded session is open.
+    fn loaded_ready(&mut self) {
+        let session = self.stage.session().unwrap_or_default().to_owned();
+        self.ready(session);
     }
 
     /// The session is open: run what waits.
-    fn ready(&mut self) {
-        self.stage = Stage::Ready;
+    fn ready(&mut self, session: String) {
+        let settle = self.stage.settles();
+        self.stage = Stage::Ready { session };
         self.emit(AgentEvent::Progress);
         if let Some(text) = self.queued.pop_front() {
             self.prompt(text);
-        } else if std::mem::take(&mut self.settle_when_ready) {
+        } else if settle {
             self.emit(AgentEvent::Idle);
         }
     }

@@ -6,9 +6,10 @@
 use serde_json::Value;
 
 use super::{Driver, Purpose, Stage, Waiting};
-use crate::agent::acp::permission::{self, Ask};
+use crate::agent::acp::permission::{self, PermissionRequest};
 use crate::agent::acp::updates::{self, Answer, Update};
-use crate::agent::acp::wire::{self, RpcError};
+use crate::agent::acp::wire;
+use crate::agent::host::jsonrpc::{self, RpcError};
 use crate::agent::{
     Activity, AgentEvent, Permission, PermissionAsk, Responder, ToolName, WritingSource,
 };
@@ -18,24 +19,25 @@ impl Driver {
     /// the prompt before it ended.
     pub(super) fn user_turn(&mut self, text: String) {
         match self.stage {
-            Stage::Ready => self.prompt(text),
+            Stage::Ready { .. } => self.prompt(text),
             _ => self.queued.push_back(text),
         }
     }
 
-    /// Sends `session/prompt` with `text`.
+    /// Sends `session/prompt` with `text` (the session is ready).
     pub(super) fn prompt(&mut self, text: String) {
-        let Some(session) = self.session.clone() else {
+        let Stage::Ready { session } = &self.stage else {
             self.queued.push_front(text);
             return;
         };
+        let session = session.clone();
         let id = self.request(
             Purpose::Prompt,
             "session/prompt",
             wire::prompt(&session, &text),
         );
         self.emit(AgentEvent::Init {
-            session_id: session,
+            session_id: session.clone(),
         });
         let mut answer = Answer::new(self.cost);
         if let Some(notice) = self.notice.take() {
@@ -44,6 +46,7 @@ impl Driver {
             self.writing(stream, notice);
         }
         self.stage = Stage::Prompting {
+            session,
             id,
             answer,
             cancelled: false,
@@ -61,8 +64,13 @@ impl Driver {
     /// The response to a prompt: its result, then idle; the next queued
     /// turn goes out.
     pub(super) fn prompted(&mut self, id: u64, outcome: Result<Value, RpcError>) {
-        let stage = std::mem::replace(&mut self.stage, Stage::Ready);
+        let idle = Stage::Starting {
+            resume: None,
+            settle: false,
+        };
+        let stage = std::mem::replace(&mut self.stage, idle);
         let Stage::Prompting {
+            session,
             id: running,
             answer,
             ..
@@ -75,6 +83,7 @@ impl Driver {
                 "answer to a prompt that is not running skipped"
             );
         };
+        self.stage = Stage::Ready { session };
         if running != id {
             tracing::warn!(
                 pid = self.pid,
@@ -110,10 +119,10 @@ impl Driver {
     /// it, `cancelled`); a turn not yet prompted is dropped.
     pub(super) fn interrupt(&mut self) {
         self.queued.clear();
-        match self.stage {
+        match &mut self.stage {
             Stage::Prompting { .. } => self.cancel_prompt(),
-            Stage::Ready => self.emit(AgentEvent::Idle),
-            Stage::Starting | Stage::Opening => self.settle_when_ready = true,
+            Stage::Ready { .. } => self.emit(AgentEvent::Idle),
+            Stage::Starting { settle, .. } | Stage::Opening { settle, .. } => *settle = true,
         }
     }
 
@@ -121,12 +130,14 @@ impl Driver {
     /// permission request answered `cancelled`, as the spec asks.
     pub(super) fn cancel_prompt(&mut self) {
         self.cancel_waiting();
-        let session = self.session.clone();
-        if let (Stage::Prompting { cancelled, .. }, Some(session)) = (&mut self.stage, session)
+        if let Stage::Prompting {
+            cancelled, session, ..
+        } = &mut self.stage
             && !*cancelled
         {
             *cancelled = true;
-            self.write(wire::notification("session/cancel", wire::cancel(&session)));
+            let line = jsonrpc::notification("session/cancel", wire::cancel(session));
+            self.write(line);
         }
     }
 
@@ -134,7 +145,7 @@ impl Driver {
     pub(super) fn cancel_waiting(&mut self) {
         for (_, waiting) in self.waiting.drain() {
             tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, "permission request answered cancelled");
-            let line = wire::result(&waiting.id, wire::permission_outcome(None));
+            let line = jsonrpc::result(&waiting.id, wire::permission_outcome(None));
             if let Some(out) = &self.out {
                 let _ = out.send(line);
             }
@@ -144,39 +155,47 @@ impl Driver {
     /// `session/request_permission`: refused while the host stops, decided
     /// by config, or asked of the chat.
     pub(super) fn permission(&mut self, id: Value, params: &Value) {
-        let Some(ask) = Ask::read(params) else {
+        let Some(ask) = PermissionRequest::read(params) else {
             tracing::warn!(pid = self.pid, "unreadable permission request refused");
-            return self.write(wire::error(&id, -32602, "invalid params"));
+            return self.write(jsonrpc::error(
+                &id,
+                jsonrpc::INVALID_PARAMS,
+                "invalid params",
+            ));
         };
         if self.shutdown.is_closing() {
-            return self.write(wire::error(
+            return self.write(jsonrpc::error(
                 &id,
-                wire::HOST_STOPPING,
+                jsonrpc::HOST_STOPPING,
                 "the host is stopping",
             ));
         }
-        let prompting = matches!(
-            self.stage,
+        let prompting = match &self.stage {
             Stage::Prompting {
                 cancelled: false,
+                session,
                 ..
-            }
-        );
-        if !prompting || Some(&ask.session) != self.session.as_ref() {
+            } => *session == ask.session,
+            _ => false,
+        };
+        if !prompting {
             tracing::warn!(pid = self.pid, call_id = %ask.call_id, "permission request outside a running prompt; cancelled");
-            return self.write(wire::result(&id, wire::permission_outcome(None)));
+            return self.write(jsonrpc::result(&id, wire::permission_outcome(None)));
         }
         if let Some(allowed) = permission::from_config(&ask, &self.settings) {
             tracing::info!(pid = self.pid, call_id = %ask.call_id, tool = %ask.tool, allowed, "tool decided by config");
             let option = if allowed { ask.allow() } else { ask.reject() };
             self.emit(AgentEvent::Progress);
-            return self.write(wire::result(&id, wire::permission_outcome(option.as_ref())));
+            return self.write(jsonrpc::result(
+                &id,
+                wire::permission_outcome(option.as_ref()),
+            ));
         }
         self.ask_chat(id, ask);
     }
 
     /// Hands `ask` to the turn; its answer comes back through `decided`.
-    fn ask_chat(&mut self, id: Value, ask: Ask) {
+    fn ask_chat(&mut self, id: Value, ask: PermissionRequest) {
         let key = id.to_string();
         tracing::info!(pid = self.pid, call_id = %ask.call_id, tool = %ask.tool, "tool permission asked of the host");
         let (reply, rx) = Responder::new(format!(
@@ -213,7 +232,7 @@ impl Driver {
         };
         let option = waiting.ask.answer(permission);
         tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, option = ?option.as_ref().map(|o| o.0.to_string()), "permission request answered");
-        self.write(wire::result(
+        self.write(jsonrpc::result(
             &waiting.id,
             wire::permission_outcome(option.as_ref()),
         ));
@@ -221,7 +240,7 @@ impl Driver {
 
     /// A `session/update`.
     pub(super) fn on_update(&mut self, params: &Value) {
-        let session = self.session.clone().unwrap_or_default();
+        let session = self.stage.session().unwrap_or_default().to_owned();
         let update = updates::read(params, &session);
         let Stage::Prompting { answer, .. } = &mut self.stage else {
             // A loaded conversation's replay, or news between prompts.

@@ -2,8 +2,8 @@ use serde_json::json;
 
 use super::*;
 
-fn ask(options: Value) -> Ask {
-    Ask::read(&json!({
+fn ask(options: Value) -> PermissionRequest {
+    PermissionRequest::read(&json!({
         "sessionId": "s",
         "toolCall": {"toolCallId": "c1", "title": "Shell: rm x", "kind": "execute",
             "rawInput": {"command": "rm x"}},
@@ -21,12 +21,13 @@ fn all() -> Value {
     ])
 }
 
-fn chosen(ask: &Ask, permission: &Permission) -> Option<String> {
+fn chosen(ask: &PermissionRequest, permission: &Permission) -> Option<String> {
     ask.answer(permission).map(|o| o.0.to_string())
 }
 
-fn read(call: Value) -> Ask {
-    Ask::read(&json!({"sessionId": "s", "toolCall": call, "options": all()})).expect("read")
+fn read(call: Value) -> PermissionRequest {
+    PermissionRequest::read(&json!({"sessionId": "s", "toolCall": call, "options": all()}))
+        .expect("read")
 }
 
 #[test]
@@ -53,8 +54,8 @@ fn a_request_is_read_whole_and_named_by_its_kind_never_its_title() {
         "kind": "mcp__telegram-tools__send"}),
     );
     assert_eq!(named.tool.full(), "acp:other", "an odd kind is not a name");
-    assert!(Ask::read(&json!({"sessionId": "s"})).is_none());
-    assert!(Ask::read(&json!(null)).is_none());
+    assert!(PermissionRequest::read(&json!({"sessionId": "s"})).is_none());
+    assert!(PermissionRequest::read(&json!(null)).is_none());
 }
 
 #[test]

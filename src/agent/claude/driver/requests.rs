@@ -10,8 +10,9 @@ use crate::agent::claude::permissions::{self, Rules};
 use crate::agent::claude::protocol::{
     self, ControlRequest, HookCallback, HookInput, McpMessage, McpRequest, PostToolBatch,
 };
+use crate::agent::host::mcp::hand_over;
 use crate::agent::tools::TOOL_SERVER;
-use crate::agent::{AgentEvent, Responder, ToolBatch, ToolCall};
+use crate::agent::{AgentEvent, Responder, ToolBatch};
 
 /// Sends the answer to one request.
 type Reply = Box<dyn FnOnce(Value) + Send>;
@@ -105,40 +106,9 @@ impl Driver {
                 rpc_id,
                 tool_use_id,
                 call,
-            } if stopping => {
-                tracing::info!(pid = self.pid, call_id = %tool_use_id, tool = %call.name, "tools/call refused: the host is stopping");
-                reply(protocol::mcp_response(
-                    &id,
-                    protocol::rpc_error(
-                        &rpc_id,
-                        protocol::RPC_HOST_STOPPING,
-                        "the host is stopping",
-                    ),
-                ));
-            }
-            McpRequest::Call {
-                rpc_id,
-                tool_use_id,
-                call,
             } => {
-                let (responder, rx) =
-                    Responder::new(format!("tools/call {} ({tool_use_id})", call.name));
-                self.emit(AgentEvent::ToolCall(ToolCall {
-                    id: tool_use_id,
-                    call,
-                    reply: responder,
-                }));
-                tokio::spawn(async move {
-                    let answer = match rx.await {
-                        Ok(value) => protocol::tool_reply(&rpc_id, &value),
-                        Err(_) => protocol::rpc_error(
-                            &rpc_id,
-                            protocol::RPC_INTERNAL,
-                            "the host dropped the call",
-                        ),
-                    };
-                    reply(protocol::mcp_response(&id, answer));
-                });
+                let answer = hand_over(rpc_id, tool_use_id, call, stopping, &self.events);
+                tokio::spawn(async move { reply(protocol::mcp_response(&id, answer.await)) });
             }
         }
     }

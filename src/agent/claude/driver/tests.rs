@@ -4,10 +4,10 @@ use super::*;
 fn the_close_steps_split_the_grace_in_order() {
     let grace = std::time::Duration::from_nanos(3);
     assert_eq!(
-        CloseStep::ALL,
+        <Driver as Protocol>::CLOSE_STEPS,
         [CloseStep::EndSession, CloseStep::CloseStdin]
     );
-    let waits: Vec<u128> = CloseStep::ALL
+    let waits: Vec<u128> = <Driver as Protocol>::CLOSE_STEPS
         .iter()
         .map(|s| s.wait(grace).as_nanos())
         .collect();

@@ -1,6 +1,6 @@
 use super::*;
 use crate::agent::tools::{BatchCall, ChatCall, ChatTool, ToolRegistry};
-use crate::agent::{AgentResult, ResultStatus, TerminalReason, ToolReply};
+use crate::agent::{AgentResult, ResultStatus, TerminalReason};
 
 mod mcp;
 mod stream;

@@ -37,26 +37,22 @@ fn a_cli_that_is_missing_or_not_executable_is_found_out_before_the_sandbox_runs(
 async fn a_10_mb_stderr_line_without_a_newline_is_cut_not_held() {
     let mut big = vec![b'x'; 10 * 1024 * 1024];
     big.extend_from_slice(b"\nnext line\nlast without newline");
-    let mut reader = BufReader::new(&big[..]);
-    let first = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.len(), STDERR_LINE_BYTES, "held only up to the bound");
-    let second = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-        .await
-        .unwrap();
-    assert_eq!(second.as_deref(), Some("next line"));
-    let third = next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-        .await
-        .unwrap();
-    assert_eq!(third.as_deref(), Some("last without newline"));
-    assert_eq!(
-        next_bounded_line(&mut reader, STDERR_LINE_BYTES)
-            .await
-            .unwrap(),
-        None
+    let mut reader = LineReader::new(
+        BufReader::new(&big[..]),
+        STDERR_LINE_BYTES,
+        STDERR_LINE_BYTES,
     );
+    let first = reader.next().await.unwrap().unwrap();
+    assert_eq!(
+        first.lossy().len(),
+        STDERR_LINE_BYTES,
+        "held only up to the bound"
+    );
+    let second = reader.next().await.unwrap().map(|f| f.lossy());
+    assert_eq!(second.as_deref(), Some("next line"));
+    let third = reader.next().await.unwrap().map(|f| f.lossy());
+    assert_eq!(third.as_deref(), Some("last without newline"));
+    assert_eq!(reader.next().await.unwrap(), None);
 }
 
 #[tokio::test]

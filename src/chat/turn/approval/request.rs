@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::shown::{shown_value, visible, visible_command};
-use crate::agent::acp::{Shown, shown_content};
+use crate::agent::{Shown, shown_content};
 
 /// The fields of an ACP request a question shows first, in this order;
 /// any other follows as JSON.

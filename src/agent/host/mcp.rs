@@ -1,46 +1,34 @@
-//! The in-process MCP server `telegram-tools`: the JSON-RPC messages the
-//! CLI relays in `mcp_message`, typed, and the host's answers to them.
+//! The chat tools' MCP server `telegram-tools`, whatever carries it (the
+//! claude CLI relays its messages in `mcp_message`; an ACP agent reaches
+//! it over HTTP or the stdio bridge): its JSON-RPC messages, typed, the
+//! host's answers to them, and a chat tool call handed to the turn
+//! ([`hand_over`]).
 
 use serde::Deserialize;
 use serde::de::Deserializer;
 use serde_json::{Value, json};
 
-use super::{empty_object, lenient};
-use crate::agent::ToolReply;
+use super::jsonrpc::{
+    self, HOST_STOPPING, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, empty_object, lenient,
+};
 use crate::agent::tools::{ChatCall, TOOL_SERVER, ToolName, ToolRegistry};
-
-/// JSON-RPC error: the host is stopping.
-pub const RPC_HOST_STOPPING: i64 = -32000;
-/// JSON-RPC error: method not found.
-pub const RPC_METHOD_NOT_FOUND: i64 = -32601;
-/// JSON-RPC error: invalid params (an unknown tool).
-pub const RPC_INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC error: the handler failed.
-pub const RPC_INTERNAL: i64 = -32603;
+use crate::agent::{AgentEvent, BoxFuture, Responder, ToolCall, ToolReply};
 
 /// The MCP protocol version answered when `initialize` names none.
 const DEFAULT_MCP_VERSION: &str = "2025-11-25";
 
-/// A JSON-RPC success.
-pub fn rpc_result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
-/// A JSON-RPC error.
-pub fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
-
 /// The `tools/call` answer for a tool's reply.
 pub fn tool_reply(id: &Value, reply: &ToolReply) -> Value {
     match reply {
-        ToolReply::Ok(text) => rpc_result(id, json!({"content": [{"type": "text", "text": text}]})),
-        ToolReply::Error(text) => rpc_result(
+        ToolReply::Ok(text) => {
+            jsonrpc::result(id, json!({"content": [{"type": "text", "text": text}]}))
+        }
+        ToolReply::Error(text) => jsonrpc::result(
             id,
             json!({"content": [{"type": "text", "text": text}], "isError": true}),
         ),
-        ToolReply::Refused(text) => rpc_error(id, RPC_HOST_STOPPING, text),
-        ToolReply::Failed(text) => rpc_error(id, RPC_INTERNAL, text),
+        ToolReply::Refused(text) => jsonrpc::error(id, HOST_STOPPING, text),
+        ToolReply::Failed(text) => jsonrpc::error(id, INTERNAL_ERROR, text),
     }
 }
 
@@ -185,7 +173,7 @@ impl RpcRequest {
     pub fn serve(self, tools: &ToolRegistry) -> McpRequest {
         let id = self.id;
         match self.method {
-            McpMethod::Initialize { protocol_version } => McpRequest::Answer(rpc_result(
+            McpMethod::Initialize { protocol_version } => McpRequest::Answer(jsonrpc::result(
                 &id,
                 json!({
                     "protocolVersion": protocol_version,
@@ -209,14 +197,14 @@ impl RpcRequest {
                         })
                     })
                     .collect();
-                McpRequest::Answer(rpc_result(&id, json!({"tools": list})))
+                McpRequest::Answer(jsonrpc::result(&id, json!({"tools": list})))
             }
             McpMethod::ToolsCall(call) => {
                 let name = ToolName::parse(call.name.as_str());
                 if tools.get(name.bare()).is_none() {
-                    return McpRequest::Answer(rpc_error(
+                    return McpRequest::Answer(jsonrpc::error(
                         &id,
-                        RPC_INVALID_PARAMS,
+                        INVALID_PARAMS,
                         &format!("unknown tool `{}`", call.name),
                     ));
                 }
@@ -226,9 +214,9 @@ impl RpcRequest {
                     call: tools.call(&name, &call.arguments),
                 }
             }
-            McpMethod::Unknown { method } => McpRequest::Answer(rpc_error(
+            McpMethod::Unknown { method } => McpRequest::Answer(jsonrpc::error(
                 &id,
-                RPC_METHOD_NOT_FOUND,
+                METHOD_NOT_FOUND,
                 &format!("method `{method}` not found"),
             )),
         }
@@ -245,3 +233,42 @@ pub fn mcp(message: &Value, tools: &ToolRegistry) -> McpRequest {
 fn default_mcp_version() -> Value {
     json!(DEFAULT_MCP_VERSION)
 }
+
+/// A chat tool call served: handed to the turn as an
+/// [`AgentEvent::ToolCall`] (its id the agent's tool-use id, else
+/// `mcp-<rpc id>`), or refused at once while the host is stopping. The
+/// answer resolves once the turn replies (an event nobody receives drops
+/// its responder, which fails the call).
+pub(crate) fn hand_over(
+    rpc_id: Value,
+    tool_use_id: String,
+    call: ChatCall,
+    stopping: bool,
+    events: &tokio::sync::mpsc::UnboundedSender<AgentEvent>,
+) -> BoxFuture<Value> {
+    if stopping {
+        tracing::info!(call_id = %tool_use_id, tool = %call.name, "tools/call refused: the host is stopping");
+        let answer = jsonrpc::error(&rpc_id, HOST_STOPPING, "the host is stopping");
+        return Box::pin(std::future::ready(answer));
+    }
+    let id = if tool_use_id.is_empty() {
+        format!("mcp-{rpc_id}")
+    } else {
+        tool_use_id
+    };
+    let (responder, rx) = Responder::new(format!("tools/call {} ({id})", call.name));
+    let _ = events.send(AgentEvent::ToolCall(ToolCall {
+        id,
+        call,
+        reply: responder,
+    }));
+    Box::pin(async move {
+        match rx.await {
+            Ok(value) => tool_reply(&rpc_id, &value),
+            Err(_) => jsonrpc::error(&rpc_id, INTERNAL_ERROR, "the host dropped the call"),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
