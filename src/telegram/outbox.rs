@@ -61,9 +61,9 @@ pub use deliver::MAX_IN_FLIGHT;
 pub use error::{OutboxError, Refusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Purge,
-    QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
-    StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush,
+    Polled, Purge, QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show,
+    ShowAs, Slot, StopOutbox,
 };
 
 use deliver::Telegram;
@@ -150,6 +150,7 @@ impl Outbox {
                 pending: Pending::default(),
                 store,
                 last_ids: std::sync::Mutex::default(),
+                polls: tokio::sync::watch::Sender::new(None),
             }),
             lanes: HashMap::new(),
             stopped: false,
@@ -433,6 +434,20 @@ impl Handler<React> for Outbox {
 
     fn handle(&mut self, msg: React, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, msg.reply));
+    }
+}
+
+impl Handler<Polled> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Polled, _ctx: &mut Self::Context) {
+        self.shared.polls.send_if_modified(|last| {
+            let later = last.is_none_or(|last| last < msg.left);
+            if later {
+                *last = Some(msg.left);
+            }
+            later
+        });
     }
 }
 

@@ -43,6 +43,8 @@ pub(super) struct Shared {
     pub(super) store: Option<StoreHandle>,
     /// Each chat's highest known message id while it has no lane.
     pub(super) last_ids: Mutex<HashMap<ChatId, i32>>,
+    /// When the latest answered `getUpdates` left, its messages known.
+    pub(super) polls: tokio::sync::watch::Sender<Option<Instant>>,
 }
 
 /// Requests queued or running across all chats (`Flush` waits for none).
@@ -324,6 +326,7 @@ impl Worker {
                 chat: *chat,
                 pacing,
                 known,
+                polls: &shared.polls,
             };
             let mut view = View {
                 book,
@@ -444,6 +447,7 @@ mod tests {
             pending: Pending::default(),
             store: None,
             last_ids: Mutex::default(),
+            polls: tokio::sync::watch::Sender::new(None),
         });
         let (_lane, worker) = Lane::start(&shared, ChatId(7));
         let size = std::mem::size_of_val(&worker);

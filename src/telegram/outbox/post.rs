@@ -78,4 +78,6 @@ pub(super) struct Post<'a> {
     pub(super) pacing: &'a mut Pacing,
     /// The chat's message ids the lane knows.
     pub(super) known: &'a std::sync::Mutex<Known>,
+    /// When the latest answered `getUpdates` left (see `resend.rs`).
+    pub(super) polls: &'a tokio::sync::watch::Sender<Option<Instant>>,
 }
