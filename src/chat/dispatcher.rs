@@ -36,7 +36,7 @@ use crate::ops::panics::contain;
 use crate::schedule::RunDue;
 use crate::state::{TurnIds, now_ms};
 use crate::telegram::intake::UpdateReceived;
-use crate::telegram::outbox::{AnswerCallback, Polled, Seen, SendText};
+use crate::telegram::outbox::{AnswerCallback, Polled, Seen, SendText, Unbutton};
 
 /// The host is stopping: no new turns; with `end_running`, running ones end
 /// with `HostStopping`. Answers how many chats hold a turn.
@@ -292,6 +292,11 @@ impl Dispatcher {
                 self.deliver(to, ForChat::Press(pressed), ctx);
             }
             Callback::Approval(_) | Callback::Unknown => {
+                // An approval whose turn is gone (with an earlier process,
+                // say): its buttons go too.
+                if let (Callback::Approval(_), Some(message_id)) = (&press.data, press.message) {
+                    self.deps.outbox.do_send(Unbutton { chat, message_id });
+                }
                 answer(self, &press, "This question has expired.");
             }
         }

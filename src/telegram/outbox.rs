@@ -55,6 +55,7 @@ mod recover;
 mod requests;
 mod resend;
 mod send;
+mod unbutton;
 mod workers;
 
 pub use deliver::MAX_IN_FLIGHT;
@@ -65,6 +66,7 @@ pub use requests::{
     Polled, Purge, QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show,
     ShowAs, Slot, StopOutbox,
 };
+pub use unbutton::Unbutton;
 
 use deliver::Telegram;
 use jobs::{CallbackAnswer, FileJob, Job, TextJob};
@@ -124,6 +126,16 @@ impl Outbox {
                 prior: Some(baseline),
             };
             let (id, file) = (row.id, matches!(row.kept, Some(Kept::File(_))));
+            if let Some(Kept::Question(KeptQuestion {
+                shown: Some(message_id),
+                ..
+            })) = row.kept
+            {
+                // Settled once the edit that takes its buttons is done.
+                lock(&outbox.shared.shown).insert((chat, message_id), id);
+                outbox.enqueue(chat, recover::ended(&row.text, message_id));
+                continue;
+            }
             match recover::job(row, origin, left.spooled(id)) {
                 Some(job) => outbox.enqueue(chat, job),
                 None => {
@@ -150,6 +162,7 @@ impl Outbox {
                 pending: Pending::default(),
                 store,
                 last_ids: std::sync::Mutex::default(),
+                shown: std::sync::Mutex::default(),
                 polls: tokio::sync::watch::Sender::new(None),
             }),
             lanes: HashMap::new(),
@@ -326,6 +339,7 @@ impl Handler<SendQuestion> for Outbox {
                             .as_ref()
                             .map(|f| (f.name.clone(), f.caption.clone(), f.text.clone())),
                         ends_with_process: question.ends_with_process,
+                        shown: None,
                     };
                     let at = (to.chat.0, to.topic_number());
                     question.kept = Some(store.keep_outgoing_question(at, &question.text, kept));

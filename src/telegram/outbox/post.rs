@@ -80,4 +80,7 @@ pub(super) struct Post<'a> {
     pub(super) known: &'a std::sync::Mutex<Known>,
     /// When the latest answered `getUpdates` left (see `resend.rs`).
     pub(super) polls: &'a tokio::sync::watch::Sender<Option<Instant>>,
+    /// The message an approval question was shown as, its buttons waiting
+    /// for a press (set by the job that sent it).
+    pub(super) shown: Option<MessageId>,
 }
