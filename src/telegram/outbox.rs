@@ -26,7 +26,8 @@
 //! requests are in `requests.rs`, the jobs they become in `jobs.rs`, the
 //! live slots' requests in `live.rs`, the errors in `error.rs`, the thread
 //! the workers run on in `workers.rs`; `resend.rs` settles an unknown
-//! outcome, with what a lane knows of its chat's ids (`known.rs`). The
+//! outcome, with what a lane knows of its chat's ids (`known.rs`);
+//! `unbutton.rs` takes an expired question's buttons away. The
 //! types they all share are in `post.rs`, below them all: the files form
 //! layers (`lane` over `send` over `resend` over `jobs` over `post`).
 
@@ -448,6 +449,14 @@ impl Handler<React> for Outbox {
 
     fn handle(&mut self, msg: React, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, msg.reply));
+    }
+}
+
+impl Handler<Unbutton> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unbutton, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::Unbutton(msg.message_id));
     }
 }
 

@@ -2,14 +2,12 @@
 //! on a question that expired (its request ended, with an earlier process
 //! or the turn) removes them, so nobody presses them in vain again.
 
-use actix::{Handler, Message};
+use actix::Message;
 use teloxide::payloads::EditMessageReplyMarkup;
 use teloxide::types::{ChatId, MessageId};
 use teloxide::{ApiError, RequestError};
 
-use super::Outbox;
 use super::deliver::{Rule, deliver};
-use super::jobs::Job;
 use super::post::Post;
 use crate::telegram::call::call;
 
@@ -22,14 +20,6 @@ pub struct Unbutton {
     pub chat: ChatId,
     /// The question's message.
     pub message_id: MessageId,
-}
-
-impl Handler<Unbutton> for Outbox {
-    type Result = ();
-
-    fn handle(&mut self, msg: Unbutton, _ctx: &mut Self::Context) {
-        self.enqueue(msg.chat, Job::Unbutton(msg.message_id));
-    }
 }
 
 impl Post<'_> {
