@@ -61,7 +61,7 @@ async fn a_group_message_not_addressed_to_the_bot_reaches_no_agent() {
 #[actix_rt::test]
 async fn the_answer_in_a_group_replies_to_the_message_that_started_the_turn() {
     let mut h = Harness::start(Scenario::default(), &[]).await;
-    let id = h.api.next_message_id();
+    let id = h.api.next_message_id(GROUP);
     let mut message = text_message(group(), USER, "@turnstile_bot hi");
     message["message_id"] = id.into();
     h.api.push_message(message);

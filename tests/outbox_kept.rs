@@ -33,6 +33,7 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
         buttons: pick(),
         file: None,
         ends_with_process: false,
+        shown: None,
     };
     store.keep_outgoing_question((1, 0), "Which model?", question);
     let file = KeptFile {
@@ -106,6 +107,7 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
             buttons: vec![vec![("❌ daily".into(), "unschedule:7".into())]],
             file: None,
             ends_with_process: false,
+            shown: None,
         }))
     );
     let id = tokio::time::timeout(Duration::from_secs(30), sent)

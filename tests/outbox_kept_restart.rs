@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
+use support::bot_api::Buttons;
 use support::process::BotProcess;
 use support::*;
 use turnstile::agent::{Scenario, Step};
@@ -305,9 +306,9 @@ async fn an_approval_question_waiting_at_a_restart_goes_out_once_saying_the_requ
     let texts = s.api.texts_to(1);
     let questions = texts.iter().filter(|t| t.starts_with(&asked)).count();
     assert_eq!(questions, 1, "once: {texts:?}");
-    // The fake numbers messages across chats, so the admin's `/restart`
-    // is an id this chat's lane cannot explain: a copy sent again may be
-    // marked, as a reply to it, never shown twice.
+    // The next process cannot know whether the first one's attempts
+    // reached the chat: a copy sent again may be marked, as a reply to
+    // it, never shown twice.
     let marks = s.api.calls_of("sendMessage");
     for mark in marks.iter().filter(|c| c.params["text"] == RESENT) {
         let (chat, to) = (&mark.params["chat_id"], &mark.params["reply_parameters"]);
@@ -316,4 +317,116 @@ async fn an_approval_question_waiting_at_a_restart_goes_out_once_saying_the_requ
             .sent_message(chat.as_i64().unwrap(), to["message_id"].as_i64().unwrap());
         assert!(sent.is_some(), "{mark:?}");
     }
+}
+
+/// What ends an approval question an earlier process had shown.
+const ENDED_SHOWN: &str =
+    "❌ Not run: turnstile restarted while this question waited, and the request ended with it.";
+
+/// The first process shows an approval question (its buttons waiting for
+/// a press); then, as a later write of the store thread shows, the row
+/// that keeps its message id is written. Returns the question's message
+/// id, text and buttons.
+async fn question_shown(s: &Setup) -> (i32, String, Buttons) {
+    s.api.push_text(1, USER, "ask please");
+    let (id, buttons) = s
+        .api
+        .wait_for(Duration::from_secs(20), "the question shown", |_| {
+            s.api.last_buttons(1)
+        })
+        .await;
+    let text = s.api.sent_message(1, id).expect("shown")["text"]
+        .as_str()
+        .expect("a text")
+        .to_string();
+    assert!(text.contains("rm -rf build"), "{text}");
+    // Another chat's message, written after the question's row on the
+    // store thread: once it is answered, the row is written.
+    std::fs::create_dir_all(s.dir.path().join("ws").join("2")).unwrap();
+    s.api.push_text(2, USER, "hi");
+    s.api.wait_for_texts(2, 1, Duration::from_secs(20)).await;
+    (i32::try_from(id).unwrap(), text, buttons)
+}
+
+/// Presses the question's first button in chat 1; the text of the answer.
+async fn press(s: &Setup, id: i32, buttons: &Buttons) -> String {
+    let query = s.api.push_callback(1, USER, id, &buttons[0][0].1);
+    s.api
+        .wait_for(Duration::from_secs(20), "the press answered", |calls| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.method == "answercallbackquery"
+                        && c.params["callback_query_id"].as_str() == Some(query.as_str())
+                })
+                .map(|c| c.params["text"].as_str().unwrap_or_default().to_string())
+        })
+        .await
+}
+
+/// An approval question that reached the chat before a `kill -9`: the
+/// request it asks about ended with the killed process, so the next one
+/// takes its buttons away and says why; a press then is answered
+/// "expired".
+#[tokio::test]
+async fn an_approval_question_shown_at_a_kill_loses_its_buttons_saying_the_request_ended() {
+    let s = setup().await;
+    let first = first_process(&s).await;
+    let (id, asked, buttons) = question_shown(&s).await;
+    let mut second = kill_and_restart(&s, first).await;
+    let want = format!("{asked}\n\n{ENDED_SHOWN}");
+    let ended = s
+        .api
+        .wait_for(Duration::from_secs(30), "the question ended", |_| {
+            s.api
+                .sent_message(1, i64::from(id))
+                .filter(|m| m["text"] == json!(want))
+        })
+        .await;
+    assert!(ended.get("reply_markup").is_none(), "no buttons: {ended}");
+    assert_eq!(press(&s, id, &buttons).await, "This question has expired.");
+    second.signal(libc::SIGTERM);
+    assert!(second.exit().await.success(), "{}", second.log_text());
+    let texts = s.api.texts_to(1);
+    let questions = texts.iter().filter(|t| t.starts_with(&asked)).count();
+    assert_eq!(questions, 1, "never sent again: {texts:?}");
+}
+
+/// A press on an approval question whose request is gone takes its
+/// buttons away as it is answered "expired": here the next process could
+/// not edit the question (Telegram refused the edit).
+#[tokio::test]
+async fn a_press_on_an_expired_question_takes_its_buttons_away() {
+    let s = setup().await;
+    let mut first = first_process(&s).await;
+    let (id, asked, buttons) = question_shown(&s).await;
+    first.signal(libc::SIGKILL);
+    first.exit().await;
+    s.api.inject(
+        "editMessageText",
+        Fault::BadRequest("Bad Request: message can't be edited".into()),
+    );
+    let mut second = BotProcess::spawn(&s.api, &s.log, &s.env);
+    s.api
+        .wait_for(Duration::from_secs(30), "the edit refused", |calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "editmessagetext" && c.status == 400)
+                .then_some(())
+        })
+        .await;
+    let shown = s.api.sent_message(1, i64::from(id)).expect("shown");
+    assert!(shown.get("reply_markup").is_some(), "{shown}");
+    assert_eq!(press(&s, id, &buttons).await, "This question has expired.");
+    let unbuttoned = s
+        .api
+        .wait_for(Duration::from_secs(20), "the buttons removed", |_| {
+            s.api
+                .sent_message(1, i64::from(id))
+                .filter(|m| m.get("reply_markup").is_none())
+        })
+        .await;
+    assert_eq!(unbuttoned["text"], json!(asked), "its text stays");
+    second.signal(libc::SIGTERM);
+    assert!(second.exit().await.success(), "{}", second.log_text());
 }

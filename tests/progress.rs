@@ -513,7 +513,7 @@ async fn stop_drops_the_pieces_of_a_long_message_still_queued() {
 async fn in_a_group_the_preview_replies_to_the_message_that_started_the_turn() {
     let (scenario, whole) = streamed_end_turn(300);
     let mut h = Harness::start(scenario, STREAMING).await;
-    let id = h.api.next_message_id();
+    let id = h.api.next_message_id(-100_777);
     let mut message = text_message(
         supergroup(-100_777, false),
         USER,

@@ -37,7 +37,7 @@ use crate::ops::panics::contain;
 use crate::schedule::RunDue;
 use crate::state::{TurnIds, now_ms};
 use crate::telegram::intake::UpdateReceived;
-use crate::telegram::outbox::{AnswerCallback, Seen, SendText};
+use crate::telegram::outbox::{AnswerCallback, Polled, Seen, SendText, Unbutton};
 
 /// The host is stopping: no new turns; with `end_running`, running ones end
 /// with `HostStopping`. Answers how many chats hold a turn.
@@ -291,6 +291,11 @@ impl Dispatcher {
                 self.deliver(to, ForChat::Press(pressed), ctx);
             }
             Callback::Approval(_) | Callback::Unknown => {
+                // An approval whose turn is gone (with an earlier process,
+                // say): its buttons go too.
+                if let (Callback::Approval(_), Some(message_id)) = (&press.data, press.message) {
+                    self.deps.outbox.do_send(Unbutton { chat, message_id });
+                }
                 answer(self, &press, notices::QUESTION_EXPIRED);
             }
         }
@@ -347,7 +352,10 @@ impl Handler<UpdateReceived> for Dispatcher {
                 self.contained_message(m, ctx);
                 self.in_delivery = false;
             }
-            UpdateReceived::DeliveryEnd => {
+            UpdateReceived::DeliveryEnd(left) => {
+                // After the batch's `Seen`s: the outbox knows every message
+                // that was in the chat when this poll left.
+                self.deps.outbox.do_send(Polled { left });
                 self.deliveries += 1;
                 for to in std::mem::take(&mut self.delivery) {
                     if self.chats.contains_key(&to) {

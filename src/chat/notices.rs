@@ -133,6 +133,12 @@ pub(crate) const RESENT: &str =
 /// asked about ended with that process, so it goes without its buttons.
 pub(crate) const QUESTION_ENDED: &str = "❌ Not run: turnstile restarted before this question reached the chat, and the request ended with it.";
 
+/// Ends a question an earlier process showed, its buttons waiting, when
+/// that process ended (a crash, `kill -9`): the request it asked about
+/// ended with it, so its buttons go.
+pub(crate) const QUESTION_ENDED_SHOWN: &str =
+    "❌ Not run: turnstile restarted while this question waited, and the request ended with it.";
+
 /// Told, once Telegram takes it, when a message of the bot waited longer
 /// than `telegram.max_pending_age` and was dropped.
 pub(crate) fn undelivered(what: &str, age: std::time::Duration) -> String {

@@ -82,6 +82,10 @@ pub struct KeptQuestion {
     /// Its buttons mean something only to the process that asked (an
     /// approval): a later process sends it without them, saying so.
     pub ends_with_process: bool,
+    /// Such a question that reached the chat, as this message, and waits
+    /// for a press: a later process takes its buttons away, saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<i32>,
 }
 
 /// A message waiting for Telegram.
@@ -185,14 +189,25 @@ impl Store {
         if let (true, Some(spool)) = (file, &self.spool) {
             let _ = std::fs::remove_file(spool.join(id.to_string()));
         }
-        if let Some(last) = last {
-            conn.prepare_cached(
-                "INSERT INTO outgoing_chats (chat_id, last_id) VALUES (?1, ?2)
-                 ON CONFLICT(chat_id) DO UPDATE SET last_id = max(last_id, excluded.last_id)",
-            )?
-            .execute(params![chat, last])?;
-        }
-        Ok(())
+        note_last_id(&conn, chat, last)
+    }
+
+    /// The question of row `id` reached the chat as `message_id` and its
+    /// buttons wait for a press: the row stays, saying so, until the
+    /// question is decided. `last` as for [`Store::settle_outgoing`].
+    fn outgoing_shown(
+        &self,
+        id: i64,
+        chat: i64,
+        last: Option<i32>,
+        message_id: i32,
+    ) -> Result<(), StateError> {
+        let conn = self.lock();
+        conn.prepare_cached(
+            "UPDATE outgoing SET extra = json_set(extra, '$.shown', ?2) WHERE id = ?1",
+        )?
+        .execute(params![id, message_id])?;
+        note_last_id(&conn, chat, last)
     }
 
     /// What waits to be sent, oldest first, and each chat's highest known
@@ -265,6 +280,22 @@ impl Store {
                 r.get(0)
             })?)
     }
+}
+
+/// Keeps `last` as `chat`'s highest message id known, if it is higher.
+fn note_last_id(
+    conn: &rusqlite::Connection,
+    chat: i64,
+    last: Option<i32>,
+) -> Result<(), StateError> {
+    if let Some(last) = last {
+        conn.prepare_cached(
+            "INSERT INTO outgoing_chats (chat_id, last_id) VALUES (?1, ?2)
+             ON CONFLICT(chat_id) DO UPDATE SET last_id = max(last_id, excluded.last_id)",
+        )?
+        .execute(params![chat, last])?;
+    }
+    Ok(())
 }
 
 /// Writes a file into the spool (made, mode 0700, when missing) as `path`,
@@ -401,6 +432,15 @@ impl StoreHandle {
         });
     }
 
+    /// The question of row `id` reached `chat` as `message_id`, its buttons
+    /// waiting for a press (see [`KeptQuestion::shown`]); `last` as for
+    /// [`StoreHandle::settle_outgoing`].
+    pub fn outgoing_shown(&self, id: i64, chat: i64, last: Option<i32>, message_id: i32) {
+        self.tell("noting a question shown", move |store| {
+            store.outgoing_shown(id, chat, last, message_id)
+        });
+    }
+
     /// Test hook: the next settle write takes `stall` longer on the store
     /// thread, as a slow disk would, holding up every write behind it.
     #[cfg(any(test, feature = "test-hooks"))]
@@ -419,6 +459,39 @@ impl StoreHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_shown_stays_with_its_message_until_settled() {
+        let store = Store::in_memory().expect("store");
+        let question = KeptQuestion {
+            buttons: vec![vec![("Allow".into(), "a:1".into())]],
+            file: None,
+            ends_with_process: true,
+            shown: None,
+        };
+        let row = OutgoingRow {
+            id: 1,
+            chat_id: 7,
+            topic: 0,
+            reply_to: None,
+            markdown: false,
+            text: "Run it?".into(),
+            created_at: 1,
+            after_id: None,
+            kept: Some(Kept::Question(question.clone())),
+        };
+        store.keep_outgoing(&row).expect("kept");
+        store.outgoing_shown(1, 7, Some(5), 5).expect("shown");
+        let left = store.outgoing().expect("read");
+        let shown = KeptQuestion {
+            shown: Some(5),
+            ..question
+        };
+        assert_eq!(left.rows[0].kept, Some(Kept::Question(shown)));
+        assert_eq!(left.last_ids, vec![(7, 5)]);
+        store.settle_outgoing(1, 7, None, false).expect("settled");
+        assert!(store.outgoing().expect("read").rows.is_empty());
+    }
 
     #[test]
     fn a_kept_message_stays_until_it_is_settled_and_the_chat_keeps_its_highest_id() {

@@ -39,8 +39,10 @@ pub enum UpdateReceived {
     /// A press of one of the bot's buttons, read once (not in the inbox).
     Press(Press),
     /// Every message of the batch (one `getUpdates` answer) was handed
-    /// over: messages that came together may now start their turn.
-    DeliveryEnd,
+    /// over: messages that came together may now start their turn. With
+    /// when that `getUpdates` left: every update Telegram had then has been
+    /// read.
+    DeliveryEnd(std::time::Instant),
 }
 
 /// Stops polling; resolves once no further update will be handed over.
@@ -151,7 +153,7 @@ impl Intake {
     /// Writes a batch to the inbox (moving the offset past it), then hands
     /// over, in order, each update that was not there already; then polls
     /// again. Nothing else is handled meanwhile.
-    fn accept(&mut self, updates: Vec<Update>, ctx: &mut Context<Self>) {
+    fn accept(&mut self, updates: Vec<Update>, left: std::time::Instant, ctx: &mut Context<Self>) {
         let ids: Vec<i64> = updates.iter().map(|u| i64::from(u.id.0)).collect();
         // The offset moves past every update; only those for the bot go on.
         let taken = take_each(updates, |u| self.take(u));
@@ -159,7 +161,7 @@ impl Intake {
             .iter()
             .filter_map(|taken| match taken {
                 UpdateReceived::Message(m) => Some(m.clone()),
-                UpdateReceived::Press(_) | UpdateReceived::DeliveryEnd => None,
+                UpdateReceived::Press(_) | UpdateReceived::DeliveryEnd(_) => None,
             })
             .collect();
         let next = match reset_start(i64::from(self.offset), &ids) {
@@ -189,7 +191,7 @@ impl Intake {
                     _ => act.to.do_send(taken),
                 }
             }
-            act.to.do_send(UpdateReceived::DeliveryEnd);
+            act.to.do_send(UpdateReceived::DeliveryEnd(left));
             act.offset = next;
             act.poll(ctx, Duration::ZERO);
         }));
@@ -207,6 +209,7 @@ impl Intake {
             .allowed_updates(ALLOWED_UPDATES.to_vec());
         let bot = self.bot.clone();
         let shutdown = self.shutdown.clone();
+        let left = std::time::Instant::now();
         let fut = async move {
             tokio::select! {
                 // Through `call`: no 10 s pause after a 5xx on top of the backoff.
@@ -227,7 +230,7 @@ impl Intake {
             }
             match result {
                 // Inbox first, then hand over, then advance past it.
-                Ok(updates) => act.accept(updates, ctx),
+                Ok(updates) => act.accept(updates, left, ctx),
                 Err(RequestError::RetryAfter(secs)) => {
                     tracing::warn!(retry_after = secs.seconds(), "getUpdates rate limited");
                     ctx.run_later(secs.duration(), |act, ctx| act.poll(ctx, Duration::ZERO));

@@ -26,7 +26,8 @@
 //! requests are in `requests.rs`, the jobs they become in `jobs.rs`, the
 //! live slots' requests in `live.rs`, the errors in `error.rs`, the thread
 //! the workers run on in `workers.rs`; `resend.rs` settles an unknown
-//! outcome, with what a lane knows of its chat's ids (`known.rs`). The
+//! outcome, with what a lane knows of its chat's ids (`known.rs`);
+//! `unbutton.rs` takes an expired question's buttons away. The
 //! types they all share are in `post.rs`, below them all: the files form
 //! layers (`lane` over `send` over `resend` over `jobs` over `post`).
 
@@ -55,16 +56,18 @@ mod recover;
 mod requests;
 mod resend;
 mod send;
+mod unbutton;
 mod workers;
 
 pub use deliver::MAX_IN_FLIGHT;
 pub use error::{OutboxError, Refusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Purge,
-    QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
-    StopOutbox,
+    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush,
+    Polled, Purge, QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show,
+    ShowAs, Slot, StopOutbox,
 };
+pub use unbutton::Unbutton;
 
 use deliver::Telegram;
 use jobs::{CallbackAnswer, FileJob, Job, TextJob};
@@ -124,6 +127,16 @@ impl Outbox {
                 prior: Some(baseline),
             };
             let (id, file) = (row.id, matches!(row.kept, Some(Kept::File(_))));
+            if let Some(Kept::Question(KeptQuestion {
+                shown: Some(message_id),
+                ..
+            })) = row.kept
+            {
+                // Settled once the edit that takes its buttons is done.
+                lock(&outbox.shared.shown).insert((chat, message_id), id);
+                outbox.enqueue(chat, recover::ended(&row.text, message_id));
+                continue;
+            }
             match recover::job(row, origin, left.spooled(id)) {
                 Some(job) => outbox.enqueue(chat, job),
                 None => {
@@ -150,6 +163,8 @@ impl Outbox {
                 pending: Pending::default(),
                 store,
                 last_ids: std::sync::Mutex::default(),
+                shown: std::sync::Mutex::default(),
+                polls: tokio::sync::watch::Sender::new(None),
             }),
             lanes: HashMap::new(),
             stopped: false,
@@ -325,6 +340,7 @@ impl Handler<SendQuestion> for Outbox {
                             .as_ref()
                             .map(|f| (f.name.clone(), f.caption.clone(), f.text.clone())),
                         ends_with_process: question.ends_with_process,
+                        shown: None,
                     };
                     let at = (to.chat.0, to.topic_number());
                     question.kept = Some(store.keep_outgoing_question(at, &question.text, kept));
@@ -433,6 +449,28 @@ impl Handler<React> for Outbox {
 
     fn handle(&mut self, msg: React, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::React(msg.message_id, msg.emoji, msg.reply));
+    }
+}
+
+impl Handler<Unbutton> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unbutton, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::Unbutton(msg.message_id));
+    }
+}
+
+impl Handler<Polled> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: Polled, _ctx: &mut Self::Context) {
+        self.shared.polls.send_if_modified(|last| {
+            let later = last.is_none_or(|last| last < msg.left);
+            if later {
+                *last = Some(msg.left);
+            }
+            later
+        });
     }
 }
 

@@ -385,9 +385,10 @@ struct Queue {
     updates: VecDeque<(i64, String)>,
     /// The highest id pushed: the next update without one gets the one after.
     last_update_id: i64,
-    /// Shared by pushed and sent messages, so ids never collide (and grow
-    /// in every chat).
-    last_message_id: i64,
+    /// Per chat, as Telegram numbers them ("unique inside this chat"):
+    /// shared by pushed and sent messages, so ids never collide in a chat
+    /// and grow in order.
+    last_message_id: std::collections::HashMap<i64, i64>,
     /// The last callback query id handed out.
     last_callback_id: u64,
 }

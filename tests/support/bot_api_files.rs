@@ -87,7 +87,7 @@ impl FakeBotApi {
                 .into_iter()
                 .map(|mut message| {
                     if message.get("message_id").is_none() {
-                        message["message_id"] = queue.next_message_id().into();
+                        message["message_id"] = queue.next_message_id(chat_of(&message)).into();
                     }
                     if message.get("date").is_none() {
                         message["date"] = unix_now().into();
@@ -106,7 +106,7 @@ impl FakeBotApi {
         let id = {
             let mut queue = lock(&self.shared.queue);
             if message.get("message_id").is_none() {
-                message["message_id"] = queue.next_message_id().into();
+                message["message_id"] = queue.next_message_id(chat_of(&message)).into();
             }
             if message.get("date").is_none() {
                 message["date"] = unix_now().into();
@@ -137,13 +137,19 @@ impl FakeBotApi {
             .and_then(|id| i32::try_from(id).ok())
     }
 
-    /// The next message id the fake hands out (shared with sent messages).
-    pub fn next_message_id(&self) -> i64 {
-        lock(&self.shared.queue).next_message_id()
+    /// The next message id the fake hands out in `chat` (shared with sent
+    /// messages; Telegram numbers each chat's messages on their own).
+    pub fn next_message_id(&self, chat: i64) -> i64 {
+        lock(&self.shared.queue).next_message_id(chat)
     }
 }
 
 /// A user as Telegram describes one.
+/// The chat a pushed message is in (0 when it names none).
+fn chat_of(message: &Value) -> i64 {
+    message["chat"]["id"].as_i64().unwrap_or_default()
+}
+
 pub fn user(id: i64) -> Value {
     json!({"id": id, "is_bot": false, "first_name": format!("u{id}")})
 }
@@ -286,7 +292,7 @@ impl Shared {
             bytes: file.bytes,
         });
         self.recorded.notify_waiters();
-        let message_id = lock(&self.queue).next_message_id();
+        let message_id = lock(&self.queue).next_message_id(chat_id);
         let mut message = json!({
             "message_id": message_id, "date": unix_now(), "chat": private_chat(chat_id),
             "from": {"id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot"},

@@ -173,8 +173,8 @@ impl Shared {
             Some(_) if name.is_empty() || name.chars().count() > 128 => {
                 error(400, "Bad Request: TOPIC_NAME_INVALID", None)
             }
-            Some(_) => {
-                let thread = lock(&self.queue).next_message_id();
+            Some(chat) => {
+                let thread = lock(&self.queue).next_message_id(chat);
                 ok(json!({"message_thread_id": thread, "name": name, "icon_color": 7_322_096}))
             }
         }
@@ -210,7 +210,7 @@ impl Shared {
                 .push((chat_id, at, text.to_string()));
             self.recorded.notify_waiters();
         }
-        let message_id = lock(&self.queue).next_message_id();
+        let message_id = lock(&self.queue).next_message_id(chat_id);
         let mut message = json!({
             "message_id": message_id,
             "date": unix_now(),
@@ -380,16 +380,18 @@ fn check_entities(text: &str, params: &Value) -> Result<(), Answer> {
 }
 
 impl Queue {
-    pub(super) fn next_message_id(&mut self) -> i64 {
-        self.last_message_id += 1;
-        self.last_message_id
+    /// The next message id of `chat`.
+    pub(super) fn next_message_id(&mut self, chat: i64) -> i64 {
+        let last = self.last_message_id.entry(chat).or_default();
+        *last += 1;
+        *last
     }
 
     /// Queues a private text message; returns its update id.
     pub(super) fn push_text(&mut self, chat_id: i64, user_id: i64, text: &str, date: u64) -> i64 {
         let id = self.last_update_id + 1;
         let mut message = json!({
-            "message_id": self.next_message_id(),
+            "message_id": self.next_message_id(chat_id),
             "date": date,
             "from": {"id": user_id, "is_bot": false, "first_name": "u"},
             "chat": {"id": chat_id, "type": "private", "first_name": "c"},

@@ -146,12 +146,17 @@ impl Handler<ButtonPressed> for ChatSupervisor {
         self.touched(ctx);
         match self.state.running() {
             Some(running) => running.addr.do_send(press),
-            None => self.deps.outbox.do_send(AnswerCallback {
-                chat: press.chat,
-                id: press.callback,
-                text: notices::QUESTION_EXPIRED.into(),
-                alert: false,
-            }),
+            None => {
+                if let Some(unbutton) = press.unbutton() {
+                    self.deps.outbox.do_send(unbutton);
+                }
+                self.deps.outbox.do_send(AnswerCallback {
+                    chat: press.chat,
+                    id: press.callback,
+                    text: notices::QUESTION_EXPIRED.into(),
+                    alert: false,
+                });
+            }
         }
         self.watch_idle(ctx);
     }

@@ -38,7 +38,7 @@ use crate::agent::{Permission, PermissionAsk};
 use crate::chat::notices;
 use crate::incoming::{Approval, Choice, Press};
 use crate::state::AlwaysRule;
-use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion};
+use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion, Unbutton};
 
 /// The longest a turn that let its session go waits for the message ids of
 /// questions it decided, to show each its decision.
@@ -62,6 +62,8 @@ pub struct ButtonPressed {
     pub admin: bool,
     /// The callback query, answered exactly once.
     pub callback: String,
+    /// The question's message, when Telegram sent it.
+    pub message: Option<MessageId>,
 }
 
 impl ButtonPressed {
@@ -76,7 +78,17 @@ impl ButtonPressed {
             name: press.name,
             admin,
             callback: press.id,
+            message: press.message,
         }
+    }
+
+    /// The question expired (its request ended): its buttons go too.
+    pub(crate) fn unbutton(&self) -> Option<Unbutton> {
+        let message_id = self.message?;
+        Some(Unbutton {
+            chat: self.chat,
+            message_id,
+        })
     }
 }
 
@@ -359,6 +371,9 @@ impl Handler<ButtonPressed> for TurnActor {
             });
         };
         let Some(waiting) = self.approvals.waiting.get_mut(&press.token) else {
+            if let Some(unbutton) = press.unbutton() {
+                self.deps.outbox.do_send(unbutton);
+            }
             return answer(self, notices::QUESTION_EXPIRED);
         };
         if !(press.admin || waiting.deciders.contains(&press.user)) {

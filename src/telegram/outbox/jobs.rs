@@ -94,6 +94,8 @@ pub(super) enum Job {
         Option<oneshot::Sender<Result<(), OutboxError>>>,
     ),
     Topic(String, oneshot::Sender<Result<ThreadId, OutboxError>>),
+    /// A question's buttons removed, its text kept.
+    Unbutton(MessageId),
 }
 
 /// A callback answer on its way, useless after `until`.
@@ -140,7 +142,8 @@ impl Job {
             Self::Text(TextJob { reply: None, .. })
             | Self::Clear(_)
             | Self::Typing(..)
-            | Self::Edit(_, _, None) => {}
+            | Self::Edit(_, _, None)
+            | Self::Unbutton(_) => {}
         }
     }
 
@@ -154,6 +157,7 @@ impl Job {
             | Self::Typing(..)
             | Self::React(..)
             | Self::Edit(..)
+            | Self::Unbutton(_)
             | Self::Topic(..) => None,
         }
     }
@@ -197,6 +201,7 @@ impl Job {
             | Self::Typing(..)
             | Self::React(..)
             | Self::Edit(..)
+            | Self::Unbutton(_)
             | Self::Topic(..) => None,
         }
     }

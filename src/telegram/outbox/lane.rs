@@ -43,6 +43,11 @@ pub(super) struct Shared {
     pub(super) store: Option<StoreHandle>,
     /// Each chat's highest known message id while it has no lane.
     pub(super) last_ids: Mutex<HashMap<ChatId, i32>>,
+    /// The row of each approval question shown in a chat, by its message
+    /// id, until its decision's edit (see `KeptQuestion::shown`).
+    pub(super) shown: Mutex<HashMap<(ChatId, i32), i64>>,
+    /// When the latest answered `getUpdates` left, its messages known.
+    pub(super) polls: tokio::sync::watch::Sender<Option<Instant>>,
 }
 
 /// Requests queued or running across all chats (`Flush` waits for none).
@@ -307,6 +312,11 @@ impl Worker {
                 .is_some_and(|topic| book.purged(topic, epoch))
         };
         let kept = job.kept();
+        let edited = match &job {
+            Job::Edit(id, ..) | Job::Unbutton(id) => Some(*id),
+            _ => None,
+        };
+        let mut shown = None;
         if purged {
             job.refuse(OutboxError::Dropped);
         } else {
@@ -324,6 +334,8 @@ impl Worker {
                 chat: *chat,
                 pacing,
                 known,
+                polls: &shared.polls,
+                shown: None,
             };
             let mut view = View {
                 book,
@@ -337,10 +349,22 @@ impl Worker {
                 None => Span::none(),
             };
             post.run(&mut view, job).instrument(span).await;
+            shown = post.shown;
         }
         if let (Some((row, file)), Some(store)) = (kept, &self.shared.store) {
             let last = lock(&self.known).baseline();
-            store.settle_outgoing(row, self.chat.0, last, file);
+            match shown {
+                // An approval's buttons wait: its row stays until decided.
+                Some(id) => {
+                    lock(&self.shared.shown).insert((self.chat, id.0), row);
+                    store.outgoing_shown(row, self.chat.0, last, id.0);
+                }
+                None => store.settle_outgoing(row, self.chat.0, last, file),
+            }
+        }
+        let decided = edited.and_then(|id| lock(&self.shared.shown).remove(&(self.chat, id.0)));
+        if let (Some(row), Some(store)) = (decided, &self.shared.store) {
+            store.settle_outgoing(row, self.chat.0, None, false);
         }
         self.finished();
     }
@@ -444,6 +468,8 @@ mod tests {
             pending: Pending::default(),
             store: None,
             last_ids: Mutex::default(),
+            shown: Mutex::default(),
+            polls: tokio::sync::watch::Sender::new(None),
         });
         let (_lane, worker) = Lane::start(&shared, ChatId(7));
         let size = std::mem::size_of_val(&worker);

@@ -78,4 +78,9 @@ pub(super) struct Post<'a> {
     pub(super) pacing: &'a mut Pacing,
     /// The chat's message ids the lane knows.
     pub(super) known: &'a std::sync::Mutex<Known>,
+    /// When the latest answered `getUpdates` left (see `resend.rs`).
+    pub(super) polls: &'a tokio::sync::watch::Sender<Option<Instant>>,
+    /// The message an approval question was shown as, its buttons waiting
+    /// for a press (set by the job that sent it).
+    pub(super) shown: Option<MessageId>,
 }

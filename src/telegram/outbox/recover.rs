@@ -3,7 +3,8 @@
 //! files (their bytes from the spool) and questions, each counted as
 //! possibly sent before. A question whose buttons meant something only to
 //! the process that asked (an approval: the request it asks about ended
-//! with that process) goes without them, saying so.
+//! with that process) goes without them, saying so; one it had shown
+//! loses them, saying so too.
 
 use std::path::PathBuf;
 
@@ -12,7 +13,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId};
 use super::jobs::{FileJob, Job, QuestionJob, TextJob, cut};
 use super::post::{Origin, Place};
 use super::requests::{Button, QuestionFile, SendFile};
-use crate::chat::notices::QUESTION_ENDED;
+use crate::chat::notices::{QUESTION_ENDED, QUESTION_ENDED_SHOWN};
 use crate::ids::Conversation;
 use crate::state::{Kept, KeptFile, KeptQuestion, OutgoingRow, StoreHandle};
 use crate::telegram::files::OutgoingFile;
@@ -89,6 +90,16 @@ fn file_job(
     let (mut send, _nobody) = SendFile::new(to, file, kept.caption, kept.as_photo);
     send.kept = Some(row);
     Some(Job::File(FileJob { send, origin }))
+}
+
+/// The edit that ends an approval question a previous process showed as
+/// `message_id` (its request ended with that process): its buttons go, and
+/// a line says why.
+pub(super) fn ended(text: &str, message_id: i32) -> Job {
+    // Room for the line that says why it has no buttons.
+    let room = TELEGRAM_TEXT_LIMIT - QUESTION_ENDED_SHOWN.encode_utf16().count() - 2;
+    let text = format!("{}\n\n{QUESTION_ENDED_SHOWN}", cut(text, room));
+    Job::Edit(MessageId(message_id), text, None)
 }
 
 fn question_job(to: Conversation, row: OutgoingRow, kept: KeptQuestion, origin: Origin) -> Job {

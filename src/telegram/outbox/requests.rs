@@ -467,6 +467,15 @@ pub struct Seen {
     pub message_id: MessageId,
 }
 
+/// A `getUpdates` that left at `left` was answered, and the `Seen` of each
+/// message it brought came before this (see `resend.rs`).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Polled {
+    /// When the `getUpdates` left.
+    pub left: std::time::Instant,
+}
+
 /// Resolves once every queued request has been sent or has failed.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]

@@ -13,8 +13,15 @@
 //! may be among those ids, and the copy sent again is marked as a resend
 //! (a short reply to it). No probe is made: an edit of a candidate id
 //! could overwrite another message.
+//!
+//! Messages the user wrote while Telegram was unreachable take ids too, and
+//! the lane knows them only once the intake has polled them. So before it
+//! marks a copy, the lane waits, at most [`POLL_WAIT`], for a `getUpdates`
+//! that left after the copy did to be answered: every message made before
+//! the copy is then known, and only the ids still unknown count. Only this
+//! chat's lane waits; the others go on.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use teloxide::RequestError;
 use teloxide::payloads::{GetMe, SendMessage};
@@ -26,6 +33,10 @@ use super::post::{Origin, Post, lock};
 use crate::chat::notices::RESENT;
 use crate::events::BotEvent;
 use crate::telegram::call::{call, with_sources};
+
+/// How long a lane waits for a `getUpdates` that left after a copy sent
+/// again, before it marks the copy without knowing what that poll brings.
+pub(super) const POLL_WAIT: Duration = Duration::from_secs(5);
 
 impl Post<'_> {
     /// Sends a message (`request` makes each attempt) until Telegram takes
@@ -48,11 +59,12 @@ impl Post<'_> {
         loop {
             // Taken before it leaves: the lane is the only sender here.
             let baseline = lock(self.known).baseline();
+            let left = Instant::now();
             let sent = deliver(self.telegram, Some(&mut *self.pacing), rule, &mut request).await;
             match sent {
                 Ok(id) => {
                     if let Some(first) = prior {
-                        self.resent(rule.method, topic, first, id).await;
+                        self.resent(rule.method, topic, (first, left), id).await;
                     }
                     lock(self.known).saw(id);
                     return Ok(id);
@@ -99,17 +111,32 @@ impl Post<'_> {
         }
     }
 
-    /// A copy sent again arrived as `got`: marked as a resend unless no
-    /// other copy can be in the chat.
+    /// Waits, at most [`POLL_WAIT`], until a `getUpdates` that left at
+    /// `since` or later was answered and its messages are known.
+    async fn polled_since(&self, since: Instant) {
+        let mut polls = self.polls.subscribe();
+        let polled = polls.wait_for(|last| last.is_some_and(|last| last >= since));
+        if tokio::time::timeout(POLL_WAIT, polled).await.is_err() {
+            tracing::debug!("no poll answered in time; what it brings stays unknown");
+        }
+    }
+
+    /// A copy sent again at `left` arrived as `got`: marked as a resend
+    /// unless no other copy can be in the chat.
     async fn resent(
         &mut self,
         method: &'static str,
         topic: Option<ThreadId>,
-        baseline: Option<i32>,
+        (baseline, left): (Option<i32>, Instant),
         got: MessageId,
     ) {
         let metrics = &self.telegram.metrics;
-        let ruled_out = lock(self.known).ruled_out(baseline, got);
+        let mut ruled_out = lock(self.known).ruled_out(baseline, got);
+        if !ruled_out && baseline.is_some() {
+            // The ids between may be the user's, not polled yet.
+            self.polled_since(left).await;
+            ruled_out = lock(self.known).ruled_out(baseline, got);
+        }
         if ruled_out {
             metrics.outbox().resent(method, false);
             tracing::info!(

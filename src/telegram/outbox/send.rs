@@ -42,6 +42,7 @@ impl Post<'_> {
             Job::Topic(name, reply) => {
                 let _ = reply.send(self.topic(name).await);
             }
+            Job::Unbutton(message_id) => self.unbutton(message_id).await,
             Job::Edit(message_id, text, reply) => {
                 let rendered = Rendered::plain(text);
                 let result =
@@ -338,6 +339,7 @@ impl Post<'_> {
     /// its text under its buttons, replying to the file.
     async fn question(&mut self, question: QuestionJob) {
         let keyboard = question.keyboard();
+        let waits = question.ends_with_process && keyboard.is_some();
         let QuestionJob {
             text,
             topic,
@@ -367,6 +369,9 @@ impl Post<'_> {
             && !self.expired(topic, err, "a question").await
         {
             tracing::warn!(cause = %err, "question not delivered");
+        }
+        if let (Ok(id), true) = (&result, waits) {
+            self.shown = Some(*id);
         }
         let _ = reply.send(result);
     }
