@@ -200,10 +200,10 @@ pub struct ChatSupervisor {
     /// Messages waiting, oldest first.
     queue: VecDeque<UserMessage>,
     /// A message was handed to the running turn, which has not answered
-    /// yet whether it takes it.
-    asking: bool,
-    /// Messages accepted meanwhile, oldest first: routed once it answers.
-    held: VecDeque<UserMessage>,
+    /// yet whether it takes it; the messages accepted meanwhile wait here,
+    /// oldest first, and are routed once it answers. Beside the state, not
+    /// in `Running`: the answer can come after the turn has ended.
+    awaiting: Option<VecDeque<UserMessage>>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
     /// Turns up to this one must not keep their session (after `/new`).
@@ -213,18 +213,21 @@ pub struct ChatSupervisor {
     cold_through: TurnId,
     /// The chat's typing actor.
     typing: Option<Addr<TypingActor>>,
-    /// No new turns once the host is stopping.
+    /// No new turns once the host is stopping. Beside the state: the host's
+    /// stop does not end a running turn (the drain lets it finish), so it
+    /// holds whatever the chat is doing, and it is never undone.
     stopping: bool,
     /// Items received from the dispatcher, for [`ChatReport::Idle`].
     received: u64,
     /// Fires `dispatcher.idle_eviction` after the chat became idle.
     idle_timer: Option<SpawnHandle>,
     /// A delivery's messages are still arriving ([`DeliveryEnd`] to come).
+    /// Beside the state: a delivery is the intake's, and arrives whatever
+    /// the chat is doing (its messages may be steered into a running turn).
     delivering: bool,
-    /// Messages waiting out a usage limit.
-    parked: Option<parking::Parked>,
-    /// The last wait for a usage limit; doubles with each refusal in a row.
-    limit_wait: Option<Duration>,
+    /// Usage limits: the last wait and the messages waiting one out
+    /// ([`parking::Limit`] says why it is beside the state).
+    limit: parking::Limit,
 }
 
 impl ChatSupervisor {
@@ -247,8 +250,7 @@ impl ChatSupervisor {
             turn_ids,
             state: ChatState::Idle,
             queue: VecDeque::new(),
-            asking: false,
-            held: VecDeque::new(),
+            awaiting: None,
             warm: None,
             forget_through: TurnId(0),
             cold_through: TurnId(0),
@@ -257,8 +259,7 @@ impl ChatSupervisor {
             received: 0,
             idle_timer: None,
             delivering: false,
-            parked: None,
-            limit_wait: None,
+            limit: parking::Limit::Clear,
         }
     }
 
@@ -293,7 +294,11 @@ impl ChatSupervisor {
             // An idle chat keeps no buffer for its queue.
             self.queue.shrink_to_fit();
         }
-        if !self.state.is_idle() || !self.queue.is_empty() || self.warm.is_some() || self.asking {
+        if !self.state.is_idle()
+            || !self.queue.is_empty()
+            || self.warm.is_some()
+            || self.awaiting.is_some()
+        {
             return;
         }
         if let Some(timer) = self.idle_timer.take() {
@@ -319,7 +324,7 @@ impl ChatSupervisor {
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
-        if self.parked.is_some() {
+        if self.limit.parked().is_some() {
             // Waiting out a usage limit: everything runs together then.
             return;
         }
@@ -451,7 +456,7 @@ impl Drop for ChatSupervisor {
             .events
             .metrics()
             .queued(-(self.queue.len() as i64));
-        if self.parked.is_some() {
+        if self.limit.parked().is_some() {
             self.deps.events.metrics().parked(-1);
         }
         self.deps.gauges.leave(&self.deps.gauges.supervisors);

@@ -33,10 +33,13 @@ impl ChatSupervisor {
     /// what waits to be routed behind a message the turn has not answered
     /// for).
     fn stop(&mut self, ctx: &mut actix::Context<Self>) {
-        let dropped = self.queue.len() + self.held.len();
+        let held: Vec<i64> = (self.awaiting.iter_mut())
+            .flat_map(|held| held.drain(..))
+            .map(|p| p.message.update_id)
+            .collect();
+        let dropped = self.queue.len() + held.len();
         let ids: Vec<i64> = self.queue.drain(..).map(|p| p.message.update_id).collect();
         self.deps.events.metrics().queued(-(ids.len() as i64));
-        let held = self.held.drain(..).map(|p| p.message.update_id);
         self.deps
             .inbox
             .dropped(ids.into_iter().chain(held).collect());

@@ -27,11 +27,82 @@ pub(super) struct Parked {
     timer: SpawnHandle,
 }
 
+/// Where the chat is with usage limits. Beside the chat's state, not in it:
+/// a limit outlives the turn it refused (its messages are parked while that
+/// turn's session still settles, and a message the previous process parked
+/// can come back while another turn runs), and its wait doubles across
+/// turns until one finishes.
+#[derive(Debug)]
+pub(super) enum Limit {
+    /// No refusal since the last turn that finished.
+    Clear,
+    /// The last refusal waited this long; the next waits twice as long.
+    Backoff(Duration),
+    /// Messages wait out a limit; `wait` is the last wait (none for
+    /// messages the previous process parked, with no refusal since).
+    Parked {
+        /// The messages.
+        parked: Parked,
+        /// The last wait.
+        wait: Option<Duration>,
+    },
+}
+
+impl Limit {
+    /// The messages waiting, if any.
+    pub(super) fn parked(&self) -> Option<&Parked> {
+        match self {
+            Self::Parked { parked, .. } => Some(parked),
+            _ => None,
+        }
+    }
+
+    /// The last wait, if a refusal came since the last turn that finished.
+    fn wait(&self) -> Option<Duration> {
+        match self {
+            Self::Clear => None,
+            Self::Backoff(wait) => Some(*wait),
+            Self::Parked { wait, .. } => *wait,
+        }
+    }
+
+    /// Takes the parked messages; the wait stays.
+    fn take_parked(&mut self) -> Option<Parked> {
+        let wait = self.wait();
+        match std::mem::replace(self, Self::Clear) {
+            Self::Parked { parked, .. } => {
+                *self = wait.map_or(Self::Clear, Self::Backoff);
+                Some(parked)
+            }
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    /// A refusal waits `wait`.
+    fn waited(&mut self, next: Duration) {
+        match self {
+            Self::Parked { wait, .. } => *wait = Some(next),
+            other => *other = Self::Backoff(next),
+        }
+    }
+
+    /// A turn finished: the next refusal waits the first wait again.
+    pub(super) fn finished(&mut self) {
+        match self {
+            Self::Parked { wait, .. } => *wait = None,
+            other => *other = Self::Clear,
+        }
+    }
+}
+
 impl ChatSupervisor {
     /// Whether `msg` waits with the parked messages: some are parked, or it
     /// was parked by the previous process.
     pub(super) fn parks(&self, msg: &UserMessage) -> bool {
-        self.parked.is_some() || msg.parked_until.is_some()
+        self.limit.parked().is_some() || msg.parked_until.is_some()
     }
 
     /// The model refused the turn of `messages` for a usage limit: they
@@ -43,11 +114,11 @@ impl ChatSupervisor {
         ctx: &mut Context<Self>,
     ) {
         let settings = &self.deps;
-        let wait = match self.limit_wait {
+        let wait = match self.limit.wait() {
             None => settings.limit_retry,
             Some(last) => (last * 2).min(settings.limit_retry_max),
         };
-        self.limit_wait = Some(wait);
+        self.limit.waited(wait);
         let now = now_ms();
         let by_wait = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
         // The reset the refusal names, when it names one, within a bound: the
@@ -83,24 +154,23 @@ impl ChatSupervisor {
         left: Duration,
         ctx: &mut Context<Self>,
     ) {
-        let metrics = self.deps.events.metrics();
-        if self.parked.is_none() {
-            metrics.parked(1);
-        }
         let timer = ctx.run_later(left, |act, ctx| act.unpark(ctx));
-        match &mut self.parked {
-            Some(parked) => {
+        match &mut self.limit {
+            Limit::Parked { parked, .. } => {
                 ctx.cancel_future(parked.timer);
                 parked.messages.extend(messages);
                 parked.due_at = parked.due_at.min(due_at);
                 parked.timer = timer;
             }
-            None => {
-                self.parked = Some(Parked {
+            other => {
+                self.deps.events.metrics().parked(1);
+                let wait = other.wait();
+                let parked = Parked {
                     messages,
                     due_at,
                     timer,
-                });
+                };
+                *other = Limit::Parked { parked, wait };
             }
         }
     }
@@ -108,7 +178,7 @@ impl ChatSupervisor {
     /// A message while messages are parked joins them (and one parked by
     /// the previous process is parked again until its time).
     pub(super) fn park_more(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
-        let due_at = match (&self.parked, msg.parked_until) {
+        let due_at = match (self.limit.parked(), msg.parked_until) {
             (Some(parked), _) => parked.due_at,
             (None, Some(until)) => until,
             (None, None) => return self.enqueue(msg, ctx),
@@ -124,7 +194,7 @@ impl ChatSupervisor {
 
     /// Their time came: the parked messages run as one turn.
     fn unpark(&mut self, ctx: &mut Context<Self>) {
-        let Some(parked) = self.parked.take() else {
+        let Some(parked) = self.limit.take_parked() else {
             return;
         };
         let metrics = self.deps.events.metrics();
@@ -146,14 +216,14 @@ impl ChatSupervisor {
 
     /// `/stop` while parked: the retry is cancelled; how many were waiting.
     pub(super) fn cancel_parked(&mut self, ctx: &mut Context<Self>) -> usize {
-        let Some(parked) = self.parked.take() else {
+        let Some(parked) = self.limit.take_parked() else {
             return 0;
         };
         ctx.cancel_future(parked.timer);
         let metrics = self.deps.events.metrics();
         metrics.parked(-1);
         metrics.limit_given_up();
-        self.limit_wait = None;
+        self.limit = Limit::Clear;
         let ids: Vec<i64> = parked
             .messages
             .iter()
@@ -167,7 +237,7 @@ impl ChatSupervisor {
 
     /// `/status`: until when messages are parked.
     pub(super) fn parked_line(&self) -> Option<String> {
-        let parked = self.parked.as_ref()?;
+        let parked = self.limit.parked()?;
         let due = chrono::DateTime::from_timestamp_millis(parked.due_at)?;
         Some(format!(
             "{} parked for a usage limit until {} UTC",

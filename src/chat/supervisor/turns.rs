@@ -256,7 +256,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         } else {
             inbox.turn_finished(rows, how);
             if msg.outcome.finished() {
-                self.limit_wait = None;
+                self.limit.finished();
             }
         }
         let inbox = &self.deps.inbox;
