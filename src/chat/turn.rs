@@ -23,8 +23,7 @@ mod serve;
 mod steering;
 mod watchdogs;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actix::fut::wrap_future;
@@ -41,7 +40,7 @@ use self::link::{Link, Settled};
 use self::live::LiveView;
 use self::phase::{Leftover, Step, TurnPhase};
 pub use self::serve::Forwarding;
-use self::serve::ReplyLane;
+use self::serve::Said;
 use self::watchdogs::Watchdogs;
 use crate::agent::{Activity, AgentEvent, AgentSession, HookReply, SessionCommand, ToolBatch};
 use crate::chat::notices::{REPROMPT, STOP_REASON};
@@ -63,8 +62,6 @@ pub struct TurnActor {
     phase: Phase,
     /// Counts sessions attached, so a read from a replaced one is ignored.
     generation: u64,
-    /// True until TurnEnded; read by tool work finishing outside the actor.
-    open: Arc<AtomicBool>,
     /// Who gets TurnEnded.
     ended_to: Vec<Recipient<TurnEnded>>,
     /// Who gets the session back.
@@ -73,10 +70,8 @@ pub struct TurnActor {
     session_id: Option<String>,
     /// What bears on the outcome, in order (fed to [`decide`]).
     log: Vec<TurnEvent>,
-    /// Whether any text reached the chat.
-    delivered: bool,
-    /// The turn's way out, opened (and "replied" recorded) at the first text.
-    lane: Option<ReplyLane>,
+    /// What the turn said to the chat, with its reply lane once it has.
+    said: Said,
     /// Whether the agent called a terminator tool (its batch may still run).
     ended_explicitly: bool,
     /// The clocks.
@@ -92,15 +87,10 @@ pub struct TurnActor {
     output: serve::TurnOutput,
     /// Messages steered into the turn.
     steering: steering::Steering,
-    /// The working directories' root the conversation's files are under,
-    /// `{chat}` unfilled: `agent.workdir`, or its project's (read as the
-    /// turn starts, beside it: a turn on a warm session waits for no store).
-    root: std::path::PathBuf,
-    /// Whether `root` was read.
-    root_known: bool,
-    /// The conversation's project as the turn started (empty: none), read
-    /// with `root`: "always" rules are its.
-    project: String,
+    /// The conversation's project and the root of its working directories,
+    /// once read (as the turn starts, beside it: a turn on a warm session
+    /// waits for no store).
+    root: Option<opening::Root>,
     /// What the turn's results used, and its record.
     accounting: closing::Account,
 }
@@ -116,7 +106,6 @@ impl TurnActor {
         released_to: Recipient<SessionReleased>,
     ) -> Self {
         deps.gauges.turns.fetch_add(1, Ordering::SeqCst);
-        let root = deps.workdir.clone();
         let to = spec.to;
         let view = LiveView::new(
             (*deps.progress).clone(),
@@ -130,13 +119,11 @@ impl TurnActor {
             deps,
             phase: TurnPhase::Opening { warm },
             generation: 0,
-            open: Arc::new(AtomicBool::new(true)),
             ended_to,
             released_to,
             session_id: None,
             log: Vec::new(),
-            delivered: false,
-            lane: None,
+            said: Said::Nothing,
             ended_explicitly: false,
             watchdogs: Watchdogs::default(),
             approvals: Approvals::default(),
@@ -144,9 +131,7 @@ impl TurnActor {
             view,
             output: serve::TurnOutput::default(),
             steering: steering::Steering::default(),
-            root,
-            root_known: false,
-            project: String::new(),
+            root: None,
             accounting: closing::Account::default(),
         }
     }
@@ -320,14 +305,18 @@ impl TurnActor {
         if self.steering.waiting() {
             // A steered message is the agent's next turn: this one is over,
             // its text delivered as usual, and nothing re-prompted.
-            if !self.delivered && !self.ended_explicitly && deliverable && !text.trim().is_empty() {
+            if !self.said.delivered()
+                && !self.ended_explicitly
+                && deliverable
+                && !text.trim().is_empty()
+            {
                 self.deliver_answer(text);
             }
             self.continue_after_result(ctx);
             return;
         }
         let reprompted = self.log.iter().any(|e| matches!(e, TurnEvent::Reprompted));
-        if self.delivered || self.ended_explicitly || !deliverable {
+        if self.said.delivered() || self.ended_explicitly || !deliverable {
             self.arm_grace(ctx);
         } else if !text.trim().is_empty() {
             self.deliver_answer(text);
@@ -414,7 +403,6 @@ impl Handler<AbortTurn> for TurnActor {
 
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
         tracing::warn!("turn aborted at the hard deadline");
-        self.open.store(false, Ordering::SeqCst);
         self.spec.typing.end();
         // What was steered in ends with the turn.
         self.close_steering();

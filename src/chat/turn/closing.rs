@@ -2,7 +2,6 @@
 //! is waited for (up to the grace), handed back when it settled, or killed;
 //! events after TurnEnded are logged and dropped.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actix::Context;
@@ -83,7 +82,6 @@ impl TurnActor {
             },
             ctx,
         );
-        self.open.store(false, Ordering::SeqCst);
         // The status goes (or folds) and an unfinished preview with it.
         self.view.finish();
         let replied = self.announce_end(&outcome, at);
@@ -138,7 +136,7 @@ impl TurnActor {
             api_calls: 0,
             cost_usd: 0.0,
         });
-        let replied = self.delivered || self.lane.is_some();
+        let replied = self.said.replied();
         let ended = TurnEnded {
             turn: self.spec.turn,
             outcome: outcome.clone(),
@@ -161,7 +159,7 @@ impl TurnActor {
         tracing::info!(
             outcome = outcome.label(),
             finished = outcome.finished(),
-            delivered = self.delivered,
+            delivered = self.said.delivered(),
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );

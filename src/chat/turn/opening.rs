@@ -17,6 +17,16 @@ use crate::telegram::outbox::SendText;
 /// The longest wait for a warm session's first sign of life.
 const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The conversation's project as the turn started (empty: none) and the
+/// root of its working directories, `{chat}` unfilled: `agent.workdir`, or
+/// its project's. "Always" rules are the project's.
+pub(super) struct Root {
+    /// The root.
+    pub(super) dir: std::path::PathBuf,
+    /// The project.
+    pub(super) project: String,
+}
+
 impl TurnActor {
     /// Reads the conversation's working directories' root (its project's,
     /// when it is in one), then runs `then`.
@@ -41,20 +51,28 @@ impl TurnActor {
             let Ok((root, project)) = found else {
                 return act.store_unreadable(ctx);
             };
-            act.project = project;
-            if let Some(root) = root {
-                act.root = root;
+            let known = root.is_some();
+            let dir = root.unwrap_or_else(|| act.deps.workdir.clone());
+            act.root = Some(Root { dir, project });
+            if known {
                 let workdir = act.workdir();
                 act.view.set_workdir(workdir.to_string_lossy().into_owned());
             }
-            act.root_known = true;
             then(act, ctx);
         }));
     }
 
+    /// The working directories' root the conversation's files are under,
+    /// `{chat}` unfilled: its project's once read, else `agent.workdir`.
+    fn root_dir(&self) -> &std::path::Path {
+        self.root
+            .as_ref()
+            .map_or(&self.deps.workdir, |root| &root.dir)
+    }
+
     /// The conversation's working directory.
     pub(super) fn workdir(&self) -> std::path::PathBuf {
-        crate::agent::host::seal::chat_path(&self.root, &self.to().key())
+        crate::agent::host::seal::chat_path(self.root_dir(), &self.to().key())
     }
 
     /// Fetches the turn's files into the workdir, tells the chat about any
@@ -63,7 +81,7 @@ impl TurnActor {
     pub(super) fn receive_files(&mut self, ctx: &mut Context<Self>) {
         let files = self.deps.files.clone();
         let chat = self.to().key();
-        let root = self.root.clone();
+        let root = self.root_dir().to_path_buf();
         let attachments = std::mem::take(&mut self.spec.files);
         let fetch = async move { files.receive_in(&root, &chat, &attachments).await };
         ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
