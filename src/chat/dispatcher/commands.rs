@@ -164,7 +164,9 @@ impl Dispatcher {
             .iter()
             .filter(|(id, _)| private || id.chat == chat.chat)
             .map(|(id, e)| {
-                let (line, project) = (e.addr.send(DescribeChat), self.deps.inbox.project(*id));
+                let to = *id;
+                let project = (self.deps.inbox).read("reading the project", move |s| s.project(to));
+                let line = e.addr.send(DescribeChat);
                 async move { (line.await, project.await) }
             })
             .collect();

@@ -78,7 +78,7 @@ impl Dispatcher {
         }
         let list = (!models.listed.is_empty())
             .then(|| self.lists.show(to, ListKind::Models, models.listed.clone()));
-        let stored = self.deps.inbox.model(to);
+        let stored = (self.deps.inbox).read("reading the model", move |store| store.model(to));
         ctx.spawn(
             async move {
                 let models = &offered.models;
@@ -209,7 +209,7 @@ impl Dispatcher {
         entries.push(String::new());
         let list = (!projects.by_name.is_empty())
             .then(|| self.lists.show(to, ListKind::Projects, entries.clone()));
-        let current = self.deps.inbox.project(to);
+        let current = (self.deps.inbox).read("reading the project", move |store| store.project(to));
         let outbox = self.deps.outbox.clone();
         ctx.spawn(
             async move {

@@ -75,7 +75,12 @@ impl ChatSupervisor {
 
     /// `/new`: forgets the agent session; the next turn starts fresh.
     fn forget_session(&mut self, ctx: &mut actix::Context<Self>) {
-        self.deps.inbox.set_session(self.to, None);
+        let to = self.to;
+        self.deps
+            .inbox
+            .tell("forgetting the session id", move |store| {
+                store.set_session(to, None)
+            });
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }

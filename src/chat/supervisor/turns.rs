@@ -280,7 +280,10 @@ impl Handler<TurnEnded> for ChatSupervisor {
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {
-            inbox.set_session(self.to, Some(id));
+            let to = self.to;
+            inbox.tell("saving the session id", move |store| {
+                store.set_session(to, Some(&id))
+            });
         }
     }
 }

@@ -265,7 +265,10 @@ impl TurnActor {
         if self.accounting.results > 0 {
             // The row first: whoever saw the metric and then asks
             // `/usage` finds it (the store runs its jobs in order).
-            self.deps.inbox.record_usage(self.spec.to, used);
+            let to = self.spec.to;
+            (self.deps.inbox).tell("recording usage", move |store| {
+                store.record_usage(to, &used)
+            });
             metrics.usage(used.input_tokens, used.output_tokens, used.cost_usd);
         }
         if let Some(mut record) = self.accounting.record.take() {
@@ -280,7 +283,7 @@ impl TurnActor {
                 results = self.accounting.results,
                 "turn recorded"
             );
-            self.deps.inbox.record_turn(record);
+            (self.deps.inbox).tell("recording a turn", move |store| store.record_turn(&record));
         }
     }
 }

@@ -35,7 +35,10 @@ impl TurnActor {
         ctx: &mut Context<Self>,
         then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
-        let opening = self.deps.inbox.opening(self.to());
+        let to = self.to();
+        let opening = (self.deps.inbox).read("reading the session to open", move |store| {
+            store.opening(to)
+        });
         let choices = Arc::clone(&self.deps.choices);
         let find = async move {
             let opening = opening.await?;
@@ -141,7 +144,10 @@ impl TurnActor {
     /// `/model` or a picked session is seen).
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
-        let opening = self.deps.inbox.opening(self.to());
+        let to = self.to();
+        let opening = (self.deps.inbox).read("reading the session to open", move |store| {
+            store.opening(to)
+        });
         let choices = Arc::clone(&self.deps.choices);
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
