@@ -16,6 +16,7 @@ mod state;
 mod steering;
 mod switching;
 mod turns;
+mod warm;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -26,21 +27,24 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
     WrapFuture,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tracing::Span;
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 pub use self::switching::{Choose, Chosen};
-use crate::agent::AgentSession;
+use self::warm::Warm;
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, Services, TurnActor};
 use crate::chat::typing::{RetireTyping, TypingActor};
+use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::{Command, Incoming};
 use crate::ops::logging::{StartInSpan, context_span};
+use crate::shutdown::Shutdown;
+use crate::state::StoreHandle;
 use crate::state::TurnIds;
-use crate::telegram::outbox::SendText;
+use crate::telegram::outbox::{Outbox, SendText};
 
 /// A message for the chat's agent, as the intake read it.
 #[derive(Message, Debug, Clone)]
@@ -153,16 +157,6 @@ impl HoldsTurn for Running {
     }
 }
 
-/// A settled session kept for the chat's next turn.
-struct Warm {
-    session: AgentSession,
-    /// One of `agent.max_warm` (none for a session that runs a steered
-    /// message for the next turn: it is that turn's, whatever the caps).
-    _slot: Option<OwnedSemaphorePermit>,
-    /// `agent.keep_warm`: closes the session when it fires.
-    timer: SpawnHandle,
-}
-
 /// Settings a supervisor needs from `[dispatcher]` and `[turn]`.
 #[derive(Debug, Clone)]
 pub struct ChatSettings {
@@ -179,14 +173,38 @@ pub struct ChatSettings {
     pub steer: bool,
     /// `agent.max_warm` slots shared by all chats.
     pub warm_slots: Arc<Semaphore>,
+    /// `turn.hard_deadline`: the chat is released from a turn then.
+    pub hard_deadline: Duration,
+    /// `turn.typing_interval`, for the chat's typing actor.
+    pub typing_interval: Duration,
+    /// `turn.no_progress_timeout`: how long a session running steered
+    /// messages waits for the next turn to take it.
+    pub no_progress_timeout: Duration,
+    /// `dispatcher.on_interrupted == "retry"`.
+    pub retry_interrupted: bool,
+    /// `agent.limit_retry`: the first wait after a usage limit (zero:
+    /// reported, not retried).
+    pub limit_retry: Duration,
+    /// `agent.limit_retry_max`: the longest such wait.
+    pub limit_retry_max: Duration,
 }
 
 /// The actor.
 pub struct ChatSupervisor {
     /// The conversation: the chat, or one forum topic of it.
     to: Conversation,
-    /// What turns need.
-    deps: Services,
+    /// What its turns use, handed to each turn it starts.
+    turns: Services,
+    /// The way out to Telegram.
+    outbox: Addr<Outbox>,
+    /// The inbox and session ids.
+    inbox: StoreHandle,
+    /// Where it reports.
+    events: EventBus,
+    /// Live actor counts.
+    gauges: Arc<Gauges>,
+    /// Whether the host is stopping or restarting.
+    shutdown: Shutdown,
     /// Queue and merge settings.
     settings: ChatSettings,
     /// Where reports go.
@@ -231,19 +249,24 @@ pub struct ChatSupervisor {
 }
 
 impl ChatSupervisor {
-    /// A supervisor for `chat`.
+    /// A supervisor for `chat`, whose turns use `turns`.
     pub fn new(
         to: Conversation,
-        deps: Services,
+        turns: Services,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
         slots: TurnSlots,
         turn_ids: Arc<TurnIds>,
     ) -> Self {
-        deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
+        turns.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
         Self {
             to,
-            deps,
+            outbox: turns.outbox.clone(),
+            inbox: turns.inbox.clone(),
+            events: turns.events.clone(),
+            gauges: Arc::clone(&turns.gauges),
+            shutdown: turns.shutdown.clone(),
+            turns,
             settings,
             dispatcher,
             slots,
@@ -271,7 +294,7 @@ impl ChatSupervisor {
     }
 
     fn say(&self, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText::new(self.to, text));
+        self.outbox.do_send(SendText::new(self.to, text));
     }
 
     fn step(&mut self, step: ChatStep<Running>) -> Option<Running> {
@@ -364,67 +387,17 @@ impl ChatSupervisor {
         );
     }
 
-    /// Keeps a settled session for `agent.keep_warm`; dropping it closes it.
-    fn keep_warm(&mut self, session: Option<AgentSession>, ctx: &mut Context<Self>) {
-        let Some(session) = session else {
-            return;
-        };
-        if self.settings.keep_warm.is_zero() {
-            return;
-        }
-        let Ok(slot) = Arc::clone(&self.settings.warm_slots).try_acquire_owned() else {
-            tracing::debug!("agent.max_warm reached; session closed");
-            return;
-        };
-        if let Some(old) = self.warm.take() {
-            ctx.cancel_future(old.timer);
-        }
-        let timer = ctx.run_later(self.settings.keep_warm, |act, ctx| {
-            if act.warm.take().is_some() {
-                tracing::debug!("warm session closed after agent.keep_warm");
-            }
-            act.watch_idle(ctx);
-        });
-        self.warm = Some(Warm {
-            session,
-            _slot: Some(slot),
-            timer,
-        });
-    }
-
-    /// Keeps a session that runs messages steered into its last turn for
-    /// the next turn, which adopts it, whatever `agent.keep_warm` and
-    /// `agent.max_warm` say: closing it would lose the agent's work on them
-    /// and cost a model call again. Closed if no turn takes it within the
-    /// no-progress timeout.
-    fn keep_continuing(&mut self, session: AgentSession, ctx: &mut Context<Self>) {
-        if let Some(old) = self.warm.take() {
-            ctx.cancel_future(old.timer);
-        }
-        let timer = ctx.run_later(self.deps.config.no_progress_timeout, |act, ctx| {
-            if act.warm.take().is_some() {
-                tracing::warn!("a continuing session no turn took was closed");
-            }
-            act.watch_idle(ctx);
-        });
-        self.warm = Some(Warm {
-            session,
-            _slot: None,
-            timer,
-        });
-    }
-
     fn typing_actor(&mut self) -> Addr<TypingActor> {
         if let Some(addr) = &self.typing {
             return addr.clone();
         }
-        let config = &self.deps.config;
+        let settings = &self.settings;
         let addr = TypingActor::new(
             self.to,
-            self.deps.outbox.clone(),
-            config.typing_interval,
-            config.hard_deadline,
-            Arc::clone(&self.deps.gauges),
+            self.outbox.clone(),
+            settings.typing_interval,
+            settings.hard_deadline,
+            Arc::clone(&self.gauges),
         )
         .start_in(context_span!("typing"));
         self.typing = Some(addr.clone());
@@ -452,14 +425,11 @@ impl Actor for ChatSupervisor {
 
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
-        self.deps
-            .events
-            .metrics()
-            .queued(-(self.queue.len() as i64));
+        self.events.metrics().queued(-(self.queue.len() as i64));
         if self.limit.parked().is_some() {
-            self.deps.events.metrics().parked(-1);
+            self.events.metrics().parked(-1);
         }
-        self.deps.gauges.leave(&self.deps.gauges.supervisors);
+        self.gauges.leave(&self.gauges.supervisors);
     }
 }
 
@@ -472,7 +442,7 @@ impl Handler<UserMessage> for ChatSupervisor {
         if self.stopping {
             // A schedule's run stays queued for the next start, untold.
             if !run {
-                self.say(not_accepted(self.deps.shutdown.is_restarting()));
+                self.say(not_accepted(self.shutdown.is_restarting()));
             }
             return;
         }

@@ -39,10 +39,8 @@ impl ChatSupervisor {
             .collect();
         let dropped = self.queue.len() + held.len();
         let ids: Vec<i64> = self.queue.drain(..).map(|p| p.message.update_id).collect();
-        self.deps.events.metrics().queued(-(ids.len() as i64));
-        self.deps
-            .inbox
-            .dropped(ids.into_iter().chain(held).collect());
+        self.events.metrics().queued(-(ids.len() as i64));
+        self.inbox.dropped(ids.into_iter().chain(held).collect());
         // A slot on its way stays on its way: with the queue empty it
         // starts nothing.
         if let ChatState::Merging(handle) = self.state {
@@ -54,7 +52,7 @@ impl ChatSupervisor {
                 // What the turn queued and Telegram has not got yet goes
                 // first; the stop notice below is queued after it.
                 let to = self.to;
-                self.deps.outbox.do_send(Purge { to });
+                self.outbox.do_send(Purge { to });
                 running.addr.do_send(InterruptTurn);
                 self.say(if dropped > 0 {
                     format!("⏹ Stopped. {} dropped.", queued(dropped))
@@ -76,11 +74,9 @@ impl ChatSupervisor {
     /// `/new`: forgets the agent session; the next turn starts fresh.
     fn forget_session(&mut self, ctx: &mut actix::Context<Self>) {
         let to = self.to;
-        self.deps
-            .inbox
-            .tell("forgetting the session id", move |store| {
-                store.set_session(to, None)
-            });
+        self.inbox.tell("forgetting the session id", move |store| {
+            store.set_session(to, None)
+        });
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
@@ -153,7 +149,7 @@ impl Handler<ButtonPressed> for ChatSupervisor {
         self.touched(ctx);
         match self.state.running() {
             Some(running) => running.addr.do_send(press),
-            None => self.deps.outbox.do_send(AnswerCallback {
+            None => self.outbox.do_send(AnswerCallback {
                 chat: press.chat,
                 id: press.callback,
                 text: "This question has expired.".into(),

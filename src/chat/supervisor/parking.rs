@@ -113,7 +113,7 @@ impl ChatSupervisor {
         resets_at: Option<i64>,
         ctx: &mut Context<Self>,
     ) {
-        let settings = &self.deps;
+        let settings = &self.settings;
         let wait = match self.limit.wait() {
             None => settings.limit_retry,
             Some(last) => (last * 2).min(settings.limit_retry_max),
@@ -132,7 +132,7 @@ impl ChatSupervisor {
             named_reset = resets_at.is_some(),
             "the model refused the turn for a usage limit; its messages are parked"
         );
-        self.deps.inbox.park(ids, due_at);
+        self.inbox.park(ids, due_at);
         let messages = messages.into_iter().map(UserMessage::new).collect();
         // The wait itself, not one recomputed from the wall clock's
         // milliseconds (the retry never comes before it).
@@ -163,7 +163,7 @@ impl ChatSupervisor {
                 parked.timer = timer;
             }
             other => {
-                self.deps.events.metrics().parked(1);
+                self.events.metrics().parked(1);
                 let wait = other.wait();
                 let parked = Parked {
                     messages,
@@ -183,7 +183,7 @@ impl ChatSupervisor {
             (None, Some(until)) => until,
             (None, None) => return self.enqueue(msg, ctx),
         };
-        self.deps.inbox.park(vec![msg.message.update_id], due_at);
+        self.inbox.park(vec![msg.message.update_id], due_at);
         tracing::info!(
             update_id = msg.message.update_id,
             "message joins the parked ones"
@@ -197,7 +197,7 @@ impl ChatSupervisor {
         let Some(parked) = self.limit.take_parked() else {
             return;
         };
-        let metrics = self.deps.events.metrics();
+        let metrics = self.events.metrics();
         metrics.parked(-1);
         metrics.limit_retried();
         tracing::info!(
@@ -220,7 +220,7 @@ impl ChatSupervisor {
             return 0;
         };
         ctx.cancel_future(parked.timer);
-        let metrics = self.deps.events.metrics();
+        let metrics = self.events.metrics();
         metrics.parked(-1);
         metrics.limit_given_up();
         self.limit = Limit::Clear;
@@ -229,9 +229,7 @@ impl ChatSupervisor {
             .iter()
             .map(|m| m.message.update_id)
             .collect();
-        self.deps
-            .inbox
-            .turn_finished(ids.clone(), Disposition::Done);
+        self.inbox.turn_finished(ids.clone(), Disposition::Done);
         ids.len()
     }
 

@@ -77,12 +77,12 @@ impl ChatSupervisor {
         // waits its turn (schedules are few, and bounded per conversation).
         if !msg.message.is_scheduled() && self.queue.len() >= self.settings.queue_limit {
             tracing::warn!(queued = self.queue.len(), "queue full; message refused");
-            self.deps.inbox.dropped(vec![msg.message.update_id]);
+            self.inbox.dropped(vec![msg.message.update_id]);
             self.say(queue_full(self.queue.len()));
             return;
         }
         self.queue.push_back(msg);
-        self.deps.events.metrics().queued(1);
+        self.events.metrics().queued(1);
         self.try_start(ctx);
     }
 
@@ -99,7 +99,7 @@ impl ChatSupervisor {
             adopted,
             "steered messages the turn did not read are the next turn"
         );
-        self.deps.events.metrics().queued(carried.len() as i64);
+        self.events.metrics().queued(carried.len() as i64);
         for c in carried.into_iter().rev() {
             self.queue.push_front(UserMessage {
                 message: c.message,
