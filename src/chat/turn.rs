@@ -38,7 +38,7 @@ pub use self::contract::{
 };
 use self::link::{Link, Settled};
 use self::live::LiveView;
-use self::phase::{Leftover, Step, TurnPhase};
+use self::phase::{Leftover, TurnPhase, TurnStep};
 pub use self::serve::Forwarding;
 use self::serve::Said;
 use self::watchdogs::Watchdogs;
@@ -146,7 +146,7 @@ impl TurnActor {
     }
 
     /// Moves the turn on; answers what it no longer holds.
-    fn step(&mut self, step: Step<Link>) -> Option<Leftover<AgentSession, Link>> {
+    fn step(&mut self, step: TurnStep<Link>) -> Option<Leftover<AgentSession, Link>> {
         let phase = std::mem::replace(&mut self.phase, TurnPhase::Opening { warm: None });
         let (phase, left) = phase.after(step);
         self.phase = phase;
@@ -219,7 +219,7 @@ impl TurnActor {
                     return;
                 }
                 AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
-                    self.step(Step::ShowedLife);
+                    self.step(TurnStep::ShowedLife);
                 }
                 _ => {}
             }
@@ -292,7 +292,7 @@ impl TurnActor {
     /// The agent's `result` for the prompt: deliver its text, re-prompt
     /// once, or wait for the session to settle.
     fn on_result(&mut self, result: crate::agent::AgentResult, ctx: &mut Context<Self>) {
-        self.step(Step::ResultArrived);
+        self.step(TurnStep::ResultArrived);
         self.steering.result_seen = true;
         self.disarm_no_progress(ctx);
         let deliverable = result.succeeded();
@@ -323,7 +323,7 @@ impl TurnActor {
             self.arm_grace(ctx);
         } else if !reprompted && num_turns > 0 {
             tracing::info!("the agent ended with nothing delivered; re-prompting once");
-            self.step(Step::Reprompted);
+            self.step(TurnStep::Reprompted);
             self.log.push(TurnEvent::Reprompted);
             self.send(SessionCommand::UserTurn(REPROMPT.into()));
             self.arm_no_progress(ctx);
@@ -415,7 +415,7 @@ impl Handler<AbortTurn> for TurnActor {
         });
         // The session (or a warm one never begun on) is dropped, and no
         // result comes any more.
-        self.step(Step::Aborted);
+        self.step(TurnStep::Aborted);
         self.close_account();
         // The supervisor already let go of this turn: nothing is handed back.
         ctx.stop();

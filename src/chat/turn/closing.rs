@@ -7,7 +7,7 @@ use std::time::Instant;
 use actix::Context;
 
 use super::link::Settled;
-use super::phase::{Leftover, Step, TurnPhase};
+use super::phase::{Leftover, TurnPhase, TurnStep};
 use super::{SessionReleased, TurnActor, TurnEnded};
 use crate::agent::{AgentEvent, HookReply, SessionCommand, ToolReply};
 use crate::chat::notices::{Ending, STOP_REASON, bounded, notice_for};
@@ -73,7 +73,7 @@ impl TurnActor {
         // Still opening: the agent never had the prompt (its start failed).
         let agent_started = !matches!(self.phase, TurnPhase::Opening { .. });
         self.disarm_live_clocks(ctx);
-        self.step(Step::Ended(outcome.clone()));
+        self.step(TurnStep::Ended(outcome.clone()));
         self.close_approvals(
             match outcome {
                 TurnOutcome::Interrupted => "the turn was stopped",
@@ -199,7 +199,7 @@ impl TurnActor {
         // turn will have is in.
         self.close_account();
         let hand_back = self.may_hand_back();
-        let session = match self.step(Step::Released) {
+        let session = match self.step(TurnStep::Released) {
             Some(Leftover::Link(link)) if hand_back => link.into_session(),
             Some(Leftover::Link(link)) => {
                 // It would run what `/stop` cut: closed, not kept.

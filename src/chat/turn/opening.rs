@@ -8,7 +8,7 @@ use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
 use super::TurnActor;
 use super::link::Link;
-use super::phase::{Leftover, Step};
+use super::phase::{Leftover, TurnStep};
 use crate::agent::{AgentError, AgentSession, OpenSession, SessionCommand};
 use crate::chat::outcome::TurnEvent;
 use crate::state::ReadFailed;
@@ -128,7 +128,7 @@ impl TurnActor {
 
     /// Drops a warm session that is dead or silent and opens a fresh one.
     pub(super) fn replace_warm(&mut self, ctx: &mut Context<Self>) {
-        let Some(Leftover::Link(warm)) = self.step(Step::ReplacingWarm) else {
+        let Some(Leftover::Link(warm)) = self.step(TurnStep::ReplacingWarm) else {
             return;
         };
         self.send_to(Some(&warm), SessionCommand::Kill);
@@ -237,7 +237,7 @@ impl TurnActor {
         }
         let link = Link::new(session, self.generation);
         // A session that comes once the turn no longer takes one is dropped.
-        self.step(Step::Attached { link, warm });
+        self.step(TurnStep::Attached { link, warm });
         // What was steered in while opening, after the prompt; everything
         // again to a session that replaced the one it was written to.
         self.steers_unwritten();
