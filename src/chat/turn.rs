@@ -211,18 +211,8 @@ impl TurnActor {
             return self.on_late_event(event, ctx);
         }
         self.arm_no_progress(ctx);
-        if self.phase.is_proving() {
-            match &event {
-                AgentEvent::Exited { detail, .. } => {
-                    tracing::info!(session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
-                    self.replace_warm(ctx);
-                    return;
-                }
-                AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
-                    self.step(TurnStep::ShowedLife);
-                }
-                _ => {}
-            }
+        if self.phase.is_proving() && self.warm_was_dead(&event, ctx) {
+            return;
         }
         match event {
             AgentEvent::Init { session_id } => self.session_id = Some(session_id),
@@ -287,6 +277,23 @@ impl TurnActor {
                 tracing::warn!(event = %shown, "unknown agent event skipped");
             }
         }
+    }
+
+    /// While a warm session has yet to show life: an exit replaces it with
+    /// a fresh one (true: `event` is spent), a sign of life proves it.
+    fn warm_was_dead(&mut self, event: &AgentEvent, ctx: &mut Context<Self>) -> bool {
+        match event {
+            AgentEvent::Exited { detail, .. } => {
+                tracing::info!(session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
+                self.replace_warm(ctx);
+                return true;
+            }
+            AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
+                self.step(TurnStep::ShowedLife);
+            }
+            _ => {}
+        }
+        false
     }
 
     /// The agent's `result` for the prompt: deliver its text, re-prompt

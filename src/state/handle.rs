@@ -69,6 +69,7 @@ impl RowIds {
         self.settle_stall_ms.swap(0, Ordering::SeqCst)
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn stall_next_settle(&self, ms: u64) {
         self.settle_stall_ms.store(ms, Ordering::SeqCst);
     }
