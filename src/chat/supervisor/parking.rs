@@ -244,3 +244,51 @@ impl ChatSupervisor {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parked() -> Parked {
+        Parked {
+            messages: Vec::new(),
+            due_at: 0,
+            timer: SpawnHandle::default(),
+        }
+    }
+
+    #[test]
+    fn the_wait_outlives_the_parked_messages_until_a_turn_finishes() {
+        let (first, second) = (Duration::from_secs(60), Duration::from_secs(120));
+        let mut limit = Limit::Clear;
+        limit.waited(first);
+        assert_eq!(limit.wait(), Some(first));
+        limit = Limit::Parked {
+            parked: parked(),
+            wait: limit.wait(),
+        };
+        limit.waited(second);
+        assert!(limit.parked().is_some());
+        assert!(limit.take_parked().is_some(), "their time came");
+        assert!(
+            matches!(limit, Limit::Backoff(w) if w == second),
+            "{limit:?}"
+        );
+        assert!(limit.take_parked().is_none());
+        limit.finished();
+        assert!(matches!(limit, Limit::Clear), "{limit:?}");
+    }
+
+    #[test]
+    fn a_finished_turn_forgets_the_wait_but_not_the_parked_messages() {
+        let mut limit = Limit::Parked {
+            parked: parked(),
+            wait: Some(Duration::from_secs(60)),
+        };
+        limit.finished();
+        assert!(limit.parked().is_some());
+        assert_eq!(limit.wait(), None);
+        assert!(limit.take_parked().is_some());
+        assert!(matches!(limit, Limit::Clear), "{limit:?}");
+    }
+}
