@@ -50,6 +50,39 @@ async fn a_tool_still_running_at_stop_has_its_result_dropped_with_a_log_line() {
     assert!(line.contains("ok=true"), "{line}");
 }
 
+/// A tool's result that comes after its turn ended (here by `/stop`, the
+/// host running on) is dropped with a log line, not handed to the agent.
+#[actix_rt::test]
+async fn a_tool_result_after_its_turn_ended_is_dropped_while_the_host_runs() {
+    let logs = LogCapture::start();
+    let scenario = Scenario::default().with_rule(
+        "slow send",
+        turn(vec![Step::Tools {
+            calls: vec![tool(
+                "mcp__telegram-tools__send",
+                json!({"text": "slow to deliver"}),
+            )],
+        }]),
+    );
+    let (mut h, _cli) = FakeCli::start(&scenario, &[]).await;
+    h.api.inject(
+        "sendMessage",
+        Fault::Delay(std::time::Duration::from_millis(1500)),
+    );
+    h.say(1, USER, "slow send");
+    // The send is in flight at Telegram: the turn is stopped meanwhile.
+    h.api.wait_for_call("sendMessage", SOON).await;
+    h.say(1, USER, "/stop");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    let late = "tool result arrived after the turn ended";
+    wait_until("the late-result line", SOON, || logs.text().contains(late)).await;
+    let log = logs.text();
+    let line = log.lines().find(|l| l.contains(late)).unwrap_or_default();
+    assert!(line.contains("call_id=toolu_1_0"), "{line}");
+    assert!(line.contains("tool=send"), "{line}");
+}
+
 #[actix_rt::test]
 async fn agent_requests_after_stop_began_are_refused_and_never_run() {
     let scenario = Scenario::default().with_rule(
@@ -150,7 +183,7 @@ async fn with_retry_a_turn_whose_reply_was_on_its_way_is_not_queued_again() {
         h.texts(1).contains(&"on its way".to_string()),
         "the flush delivered it"
     );
-    let open = h.bot.inbox.unfinished().await;
+    let open = h.bot.inbox.recover().await;
     assert!(open.is_empty(), "nothing left to run again: {open:?}");
     let told = h.texts(1);
     assert!(told.iter().any(|t| t.contains("cut short")), "{told:?}");

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, AsyncContext, Context, Handler, Message};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, Message};
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -35,9 +35,12 @@ use crate::incoming::{Callback, Command, Incoming, Press};
 use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
 use crate::schedule::RunDue;
+use crate::shutdown::Shutdown;
+use crate::state::StoreHandle;
 use crate::state::{TurnIds, now_ms};
+use crate::telegram::files::Files;
 use crate::telegram::intake::UpdateReceived;
-use crate::telegram::outbox::{AnswerCallback, Polled, Seen, SendText, Unbutton};
+use crate::telegram::outbox::{AnswerCallback, Outbox, Polled, Seen, SendText, Unbutton};
 
 /// The host is stopping: no new turns; with `end_running`, running ones end
 /// with `HostStopping`. Answers how many chats hold a turn.
@@ -85,12 +88,26 @@ struct ChatEntry {
 
 /// The actor.
 pub struct Dispatcher {
-    /// What turns need.
-    deps: Services,
+    /// What turns use, handed to each chat for its turns.
+    turns: Services,
+    /// The way out to Telegram.
+    outbox: Addr<Outbox>,
+    /// The inbox, and each conversation's choices.
+    inbox: StoreHandle,
+    /// Whether the host is stopping or restarting.
+    shutdown: Shutdown,
+    /// Fetches the files users send (its policy, for `/files`).
+    files: Files,
+    /// The models and projects a conversation may choose.
+    choices: Arc<crate::chat::menus::Choices>,
+    /// The conversations' schedules.
+    schedules: crate::schedule::ScheduleBook,
+    /// `dispatcher.on_interrupted == "retry"`.
+    retry_interrupted: bool,
+    /// Settings each chat gets, the same for all.
+    chat_settings: ChatSettings,
     /// Who may talk to the bot.
     access: AccessConfig,
-    /// Queueing and concurrency.
-    config: DispatcherConfig,
     /// The cap on concurrent turns.
     slots: TurnSlots,
     /// Numbers turns, on from the previous processes' ids.
@@ -106,10 +123,6 @@ pub struct Dispatcher {
     refused_presses: HashMap<UserId, Instant>,
     /// No new turns once set.
     stopping: bool,
-    /// `agent.keep_warm`, handed to each supervisor.
-    keep_warm: Duration,
-    /// `agent.max_warm` slots, shared by every supervisor.
-    warm_slots: Arc<Semaphore>,
     /// Where `/restart` goes.
     host: mpsc::UnboundedSender<HostRequest>,
     /// This process's start (unix seconds): older `/restart`s are ignored.
@@ -128,9 +141,9 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher.
+    /// A dispatcher; its chats' turns use `turns`.
     pub fn new(
-        deps: Services,
+        turns: Services,
         access: AccessConfig,
         config: DispatcherConfig,
         (keep_warm, max_warm): (Duration, usize),
@@ -138,15 +151,36 @@ impl Dispatcher {
         (slots, turn_ids): (TurnSlots, Arc<TurnIds>),
         username: String,
     ) -> Self {
-        let events = deps.events.clone();
+        let events = turns.events.clone();
         let warm_slots = Arc::new(Semaphore::new(max_warm));
         events
             .metrics()
             .watch_warm(Arc::clone(&warm_slots), max_warm);
+        let chat_settings = ChatSettings {
+            merge_window: config.merge_window,
+            queue_limit: config.queue_limit,
+            idle_eviction: config.idle_eviction,
+            keep_warm,
+            steer: config.busy == crate::config::Busy::Steer && turns.backend.steers(),
+            warm_slots,
+            hard_deadline: turns.config.hard_deadline,
+            typing_interval: turns.config.typing_interval,
+            no_progress_timeout: turns.config.no_progress_timeout,
+            retry_interrupted: turns.retry_interrupted,
+            limit_retry: turns.limit_retry,
+            limit_retry_max: turns.limit_retry_max,
+        };
         Self {
-            deps,
+            outbox: turns.outbox.clone(),
+            inbox: turns.inbox.clone(),
+            shutdown: turns.shutdown.clone(),
+            files: turns.files.clone(),
+            choices: Arc::clone(&turns.choices),
+            schedules: turns.schedules.clone(),
+            retry_interrupted: turns.retry_interrupted,
+            chat_settings,
+            turns,
             access,
-            config,
             slots,
             turn_ids,
             chats: HashMap::new(),
@@ -157,8 +191,6 @@ impl Dispatcher {
             refused: HashMap::new(),
             refused_presses: HashMap::new(),
             stopping: false,
-            keep_warm,
-            warm_slots,
             host,
             started_at: now_ms() / 1000,
             lists: Default::default(),
@@ -167,7 +199,7 @@ impl Dispatcher {
     }
 
     fn say(&self, to: Conversation, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText::new(to, text));
+        self.outbox.do_send(SendText::new(to, text));
     }
 
     fn is_admin(&self, user: UserId) -> bool {
@@ -191,20 +223,13 @@ impl Dispatcher {
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
-        let deps = self.deps.clone();
-        let settings = ChatSettings {
-            merge_window: self.config.merge_window,
-            queue_limit: self.config.queue_limit,
-            idle_eviction: self.config.idle_eviction,
-            keep_warm: self.keep_warm,
-            steer: self.config.busy == crate::config::Busy::Steer && self.deps.backend.steers(),
-            warm_slots: Arc::clone(&self.warm_slots),
-        };
+        let turns = self.turns.clone();
+        let settings = self.chat_settings.clone();
         let slots = self.slots.clone();
         let turn_ids = Arc::clone(&self.turn_ids);
         let me = ctx.address().recipient();
         self.chats.entry(chat).or_insert_with(|| {
-            let supervisor = ChatSupervisor::new(chat, deps, settings, me, slots, turn_ids);
+            let supervisor = ChatSupervisor::new(chat, turns, settings, me, slots, turn_ids);
             let span = supervisor.span();
             ChatEntry {
                 addr: supervisor.start_in(span),
@@ -243,9 +268,7 @@ impl Dispatcher {
         }
         if is_due(&self.refused, &user, self.access.refusal_cooldown) {
             due(&mut self.refused, user, self.access.refusal_cooldown);
-            self.deps
-                .outbox
-                .do_send(SendText::new(to, notices::refusal(user)));
+            self.outbox.do_send(SendText::new(to, notices::refusal(user)));
         }
     }
 
@@ -257,8 +280,7 @@ impl Dispatcher {
         let (user, to) = (press.from, press.to);
         let chat = to.chat;
         let answer = |act: &Self, press: &Press, text: &str| {
-            act.deps
-                .outbox
+            act.outbox
                 .do_send(AnswerCallback::new(chat, press.id.clone(), text));
         };
         if !self.admits(user, chat) {
@@ -294,7 +316,7 @@ impl Dispatcher {
                 // An approval whose turn is gone (with an earlier process,
                 // say): its buttons go too.
                 if let (Callback::Approval(_), Some(message_id)) = (&press.data, press.message) {
-                    self.deps.outbox.do_send(Unbutton { chat, message_id });
+                    self.outbox.do_send(Unbutton { chat, message_id });
                 }
                 answer(self, &press, notices::QUESTION_EXPIRED);
             }
@@ -344,7 +366,7 @@ impl Handler<UpdateReceived> for Dispatcher {
             UpdateReceived::Message(m) => {
                 // Its id tells the outbox a copy sent again from one that
                 // may show twice.
-                self.deps.outbox.do_send(Seen {
+                self.outbox.do_send(Seen {
                     chat: m.to.chat,
                     message_id: m.message_id,
                 });
@@ -355,7 +377,7 @@ impl Handler<UpdateReceived> for Dispatcher {
             UpdateReceived::DeliveryEnd(left) => {
                 // After the batch's `Seen`s: the outbox knows every message
                 // that was in the chat when this poll left.
-                self.deps.outbox.do_send(Polled { left });
+                self.outbox.do_send(Polled { left });
                 self.deliveries += 1;
                 for to in std::mem::take(&mut self.delivery) {
                     if self.chats.contains_key(&to) {

@@ -16,6 +16,7 @@ mod state;
 mod steering;
 mod switching;
 mod turns;
+mod warm;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -26,21 +27,24 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
     WrapFuture,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tracing::Span;
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 pub use self::switching::{Choose, Chosen};
-use crate::agent::AgentSession;
+use self::warm::Warm;
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, Services, TurnActor};
 use crate::chat::typing::{RetireTyping, TypingActor};
+use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
 use crate::incoming::{Command, Incoming};
 use crate::ops::logging::{StartInSpan, context_span};
+use crate::shutdown::Shutdown;
+use crate::state::StoreHandle;
 use crate::state::TurnIds;
-use crate::telegram::outbox::SendText;
+use crate::telegram::outbox::{Outbox, SendText};
 
 /// A message for the chat's agent, as the intake read it.
 #[derive(Message, Debug, Clone)]
@@ -153,16 +157,6 @@ impl HoldsTurn for Running {
     }
 }
 
-/// A settled session kept for the chat's next turn.
-struct Warm {
-    session: AgentSession,
-    /// One of `agent.max_warm` (none for a session that runs a steered
-    /// message for the next turn: it is that turn's, whatever the caps).
-    _slot: Option<OwnedSemaphorePermit>,
-    /// `agent.keep_warm`: closes the session when it fires.
-    timer: SpawnHandle,
-}
-
 /// Settings a supervisor needs from `[dispatcher]` and `[turn]`.
 #[derive(Debug, Clone)]
 pub struct ChatSettings {
@@ -179,14 +173,38 @@ pub struct ChatSettings {
     pub steer: bool,
     /// `agent.max_warm` slots shared by all chats.
     pub warm_slots: Arc<Semaphore>,
+    /// `turn.hard_deadline`: the chat is released from a turn then.
+    pub hard_deadline: Duration,
+    /// `turn.typing_interval`, for the chat's typing actor.
+    pub typing_interval: Duration,
+    /// `turn.no_progress_timeout`: how long a session running steered
+    /// messages waits for the next turn to take it.
+    pub no_progress_timeout: Duration,
+    /// `dispatcher.on_interrupted == "retry"`.
+    pub retry_interrupted: bool,
+    /// `agent.limit_retry`: the first wait after a usage limit (zero:
+    /// reported, not retried).
+    pub limit_retry: Duration,
+    /// `agent.limit_retry_max`: the longest such wait.
+    pub limit_retry_max: Duration,
 }
 
 /// The actor.
 pub struct ChatSupervisor {
     /// The conversation: the chat, or one forum topic of it.
     to: Conversation,
-    /// What turns need.
-    deps: Services,
+    /// What its turns use, handed to each turn it starts.
+    turns: Services,
+    /// The way out to Telegram.
+    outbox: Addr<Outbox>,
+    /// The inbox and session ids.
+    inbox: StoreHandle,
+    /// Where it reports.
+    events: EventBus,
+    /// Live actor counts.
+    gauges: Arc<Gauges>,
+    /// Whether the host is stopping or restarting.
+    shutdown: Shutdown,
     /// Queue and merge settings.
     settings: ChatSettings,
     /// Where reports go.
@@ -200,10 +218,10 @@ pub struct ChatSupervisor {
     /// Messages waiting, oldest first.
     queue: VecDeque<UserMessage>,
     /// A message was handed to the running turn, which has not answered
-    /// yet whether it takes it.
-    asking: bool,
-    /// Messages accepted meanwhile, oldest first: routed once it answers.
-    held: VecDeque<UserMessage>,
+    /// yet whether it takes it; the messages accepted meanwhile wait here,
+    /// oldest first, and are routed once it answers. Beside the state, not
+    /// in `Running`: the answer can come after the turn has ended.
+    awaiting: Option<VecDeque<UserMessage>>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
     /// Turns up to this one must not keep their session (after `/new`).
@@ -213,42 +231,49 @@ pub struct ChatSupervisor {
     cold_through: TurnId,
     /// The chat's typing actor.
     typing: Option<Addr<TypingActor>>,
-    /// No new turns once the host is stopping.
+    /// No new turns once the host is stopping. Beside the state: the host's
+    /// stop does not end a running turn (the drain lets it finish), so it
+    /// holds whatever the chat is doing, and it is never undone.
     stopping: bool,
     /// Items received from the dispatcher, for [`ChatReport::Idle`].
     received: u64,
     /// Fires `dispatcher.idle_eviction` after the chat became idle.
     idle_timer: Option<SpawnHandle>,
     /// A delivery's messages are still arriving ([`DeliveryEnd`] to come).
+    /// Beside the state: a delivery is the intake's, and arrives whatever
+    /// the chat is doing (its messages may be steered into a running turn).
     delivering: bool,
-    /// Messages waiting out a usage limit.
-    parked: Option<parking::Parked>,
-    /// The last wait for a usage limit; doubles with each refusal in a row.
-    limit_wait: Option<Duration>,
+    /// Usage limits: the last wait and the messages waiting one out
+    /// ([`parking::Limit`] says why it is beside the state).
+    limit: parking::Limit,
 }
 
 impl ChatSupervisor {
-    /// A supervisor for `chat`.
+    /// A supervisor for `chat`, whose turns use `turns`.
     pub fn new(
         to: Conversation,
-        deps: Services,
+        turns: Services,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
         slots: TurnSlots,
         turn_ids: Arc<TurnIds>,
     ) -> Self {
-        deps.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
+        turns.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
         Self {
             to,
-            deps,
+            outbox: turns.outbox.clone(),
+            inbox: turns.inbox.clone(),
+            events: turns.events.clone(),
+            gauges: Arc::clone(&turns.gauges),
+            shutdown: turns.shutdown.clone(),
+            turns,
             settings,
             dispatcher,
             slots,
             turn_ids,
             state: ChatState::Idle,
             queue: VecDeque::new(),
-            asking: false,
-            held: VecDeque::new(),
+            awaiting: None,
             warm: None,
             forget_through: TurnId(0),
             cold_through: TurnId(0),
@@ -257,8 +282,7 @@ impl ChatSupervisor {
             received: 0,
             idle_timer: None,
             delivering: false,
-            parked: None,
-            limit_wait: None,
+            limit: parking::Limit::Clear,
         }
     }
 
@@ -270,7 +294,7 @@ impl ChatSupervisor {
     }
 
     fn say(&self, text: impl Into<String>) {
-        self.deps.outbox.do_send(SendText::new(self.to, text));
+        self.outbox.do_send(SendText::new(self.to, text));
     }
 
     fn step(&mut self, step: ChatStep<Running>) -> Option<Running> {
@@ -293,7 +317,11 @@ impl ChatSupervisor {
             // An idle chat keeps no buffer for its queue.
             self.queue.shrink_to_fit();
         }
-        if !self.state.is_idle() || !self.queue.is_empty() || self.warm.is_some() || self.asking {
+        if !self.state.is_idle()
+            || !self.queue.is_empty()
+            || self.warm.is_some()
+            || self.awaiting.is_some()
+        {
             return;
         }
         if let Some(timer) = self.idle_timer.take() {
@@ -319,7 +347,7 @@ impl ChatSupervisor {
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
-        if self.parked.is_some() {
+        if self.limit.parked().is_some() {
             // Waiting out a usage limit: everything runs together then.
             return;
         }
@@ -359,67 +387,17 @@ impl ChatSupervisor {
         );
     }
 
-    /// Keeps a settled session for `agent.keep_warm`; dropping it closes it.
-    fn keep_warm(&mut self, session: Option<AgentSession>, ctx: &mut Context<Self>) {
-        let Some(session) = session else {
-            return;
-        };
-        if self.settings.keep_warm.is_zero() {
-            return;
-        }
-        let Ok(slot) = Arc::clone(&self.settings.warm_slots).try_acquire_owned() else {
-            tracing::debug!("agent.max_warm reached; session closed");
-            return;
-        };
-        if let Some(old) = self.warm.take() {
-            ctx.cancel_future(old.timer);
-        }
-        let timer = ctx.run_later(self.settings.keep_warm, |act, ctx| {
-            if act.warm.take().is_some() {
-                tracing::debug!("warm session closed after agent.keep_warm");
-            }
-            act.watch_idle(ctx);
-        });
-        self.warm = Some(Warm {
-            session,
-            _slot: Some(slot),
-            timer,
-        });
-    }
-
-    /// Keeps a session that runs messages steered into its last turn for
-    /// the next turn, which adopts it, whatever `agent.keep_warm` and
-    /// `agent.max_warm` say: closing it would lose the agent's work on them
-    /// and cost a model call again. Closed if no turn takes it within the
-    /// no-progress timeout.
-    fn keep_continuing(&mut self, session: AgentSession, ctx: &mut Context<Self>) {
-        if let Some(old) = self.warm.take() {
-            ctx.cancel_future(old.timer);
-        }
-        let timer = ctx.run_later(self.deps.config.no_progress_timeout, |act, ctx| {
-            if act.warm.take().is_some() {
-                tracing::warn!("a continuing session no turn took was closed");
-            }
-            act.watch_idle(ctx);
-        });
-        self.warm = Some(Warm {
-            session,
-            _slot: None,
-            timer,
-        });
-    }
-
     fn typing_actor(&mut self) -> Addr<TypingActor> {
         if let Some(addr) = &self.typing {
             return addr.clone();
         }
-        let config = &self.deps.config;
+        let settings = &self.settings;
         let addr = TypingActor::new(
             self.to,
-            self.deps.outbox.clone(),
-            config.typing_interval,
-            config.hard_deadline,
-            Arc::clone(&self.deps.gauges),
+            self.outbox.clone(),
+            settings.typing_interval,
+            settings.hard_deadline,
+            Arc::clone(&self.gauges),
         )
         .start_in(context_span!("typing"));
         self.typing = Some(addr.clone());
@@ -447,14 +425,11 @@ impl Actor for ChatSupervisor {
 
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
-        self.deps
-            .events
-            .metrics()
-            .queued(-(self.queue.len() as i64));
-        if self.parked.is_some() {
-            self.deps.events.metrics().parked(-1);
+        self.events.metrics().queued(-(self.queue.len() as i64));
+        if self.limit.parked().is_some() {
+            self.events.metrics().parked(-1);
         }
-        self.deps.gauges.leave(&self.deps.gauges.supervisors);
+        self.gauges.leave(&self.gauges.supervisors);
     }
 }
 
@@ -467,7 +442,7 @@ impl Handler<UserMessage> for ChatSupervisor {
         if self.stopping {
             // A schedule's run stays queued for the next start, untold.
             if !run {
-                self.say(not_accepted(self.deps.shutdown.is_restarting()));
+                self.say(not_accepted(self.shutdown.is_restarting()));
             }
             return;
         }

@@ -23,8 +23,7 @@ mod serve;
 mod steering;
 mod watchdogs;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actix::fut::wrap_future;
@@ -39,9 +38,9 @@ pub use self::contract::{
 };
 use self::link::{Link, Settled};
 use self::live::LiveView;
-use self::phase::{Leftover, Step, TurnPhase};
+use self::phase::{Leftover, TurnPhase, TurnStep};
 pub use self::serve::Forwarding;
-use self::serve::ReplyLane;
+use self::serve::Said;
 use self::watchdogs::Watchdogs;
 use crate::agent::{Activity, AgentEvent, AgentSession, HookReply, SessionCommand, ToolBatch};
 use crate::chat::notices::{REPROMPT, STOP_REASON};
@@ -63,8 +62,6 @@ pub struct TurnActor {
     phase: Phase,
     /// Counts sessions attached, so a read from a replaced one is ignored.
     generation: u64,
-    /// True until TurnEnded; read by tool work finishing outside the actor.
-    open: Arc<AtomicBool>,
     /// Who gets TurnEnded.
     ended_to: Vec<Recipient<TurnEnded>>,
     /// Who gets the session back.
@@ -73,10 +70,8 @@ pub struct TurnActor {
     session_id: Option<String>,
     /// What bears on the outcome, in order (fed to [`decide`]).
     log: Vec<TurnEvent>,
-    /// Whether any text reached the chat.
-    delivered: bool,
-    /// The turn's way out, opened (and "replied" recorded) at the first text.
-    lane: Option<ReplyLane>,
+    /// What the turn said to the chat, with its reply lane once it has.
+    said: Said,
     /// Whether the agent called a terminator tool (its batch may still run).
     ended_explicitly: bool,
     /// The clocks.
@@ -92,15 +87,10 @@ pub struct TurnActor {
     output: serve::TurnOutput,
     /// Messages steered into the turn.
     steering: steering::Steering,
-    /// The working directories' root the conversation's files are under,
-    /// `{chat}` unfilled: `agent.workdir`, or its project's (read as the
-    /// turn starts, beside it: a turn on a warm session waits for no store).
-    root: std::path::PathBuf,
-    /// Whether `root` was read.
-    root_known: bool,
-    /// The conversation's project as the turn started (empty: none), read
-    /// with `root`: "always" rules are its.
-    project: String,
+    /// The conversation's project and the root of its working directories,
+    /// once read (as the turn starts, beside it: a turn on a warm session
+    /// waits for no store).
+    root: Option<opening::Root>,
     /// What the turn's results used, and its record.
     accounting: closing::Account,
 }
@@ -116,7 +106,6 @@ impl TurnActor {
         released_to: Recipient<SessionReleased>,
     ) -> Self {
         deps.gauges.turns.fetch_add(1, Ordering::SeqCst);
-        let root = deps.workdir.clone();
         let to = spec.to;
         let view = LiveView::new(
             (*deps.progress).clone(),
@@ -130,13 +119,11 @@ impl TurnActor {
             deps,
             phase: TurnPhase::Opening { warm },
             generation: 0,
-            open: Arc::new(AtomicBool::new(true)),
             ended_to,
             released_to,
             session_id: None,
             log: Vec::new(),
-            delivered: false,
-            lane: None,
+            said: Said::Nothing,
             ended_explicitly: false,
             watchdogs: Watchdogs::default(),
             approvals: Approvals::default(),
@@ -144,9 +131,7 @@ impl TurnActor {
             view,
             output: serve::TurnOutput::default(),
             steering: steering::Steering::default(),
-            root,
-            root_known: false,
-            project: String::new(),
+            root: None,
             accounting: closing::Account::default(),
         }
     }
@@ -161,7 +146,7 @@ impl TurnActor {
     }
 
     /// Moves the turn on; answers what it no longer holds.
-    fn step(&mut self, step: Step<Link>) -> Option<Leftover<AgentSession, Link>> {
+    fn step(&mut self, step: TurnStep<Link>) -> Option<Leftover<AgentSession, Link>> {
         let phase = std::mem::replace(&mut self.phase, TurnPhase::Opening { warm: None });
         let (phase, left) = phase.after(step);
         self.phase = phase;
@@ -226,18 +211,8 @@ impl TurnActor {
             return self.on_late_event(event, ctx);
         }
         self.arm_no_progress(ctx);
-        if self.phase.is_proving() {
-            match &event {
-                AgentEvent::Exited { detail, .. } => {
-                    tracing::info!(session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
-                    self.replace_warm(ctx);
-                    return;
-                }
-                AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
-                    self.step(Step::ShowedLife);
-                }
-                _ => {}
-            }
+        if self.phase.is_proving() && self.warm_was_dead(&event, ctx) {
+            return;
         }
         match event {
             AgentEvent::Init { session_id } => self.session_id = Some(session_id),
@@ -304,10 +279,27 @@ impl TurnActor {
         }
     }
 
+    /// While a warm session has yet to show life: an exit replaces it with
+    /// a fresh one (true: `event` is spent), a sign of life proves it.
+    fn warm_was_dead(&mut self, event: &AgentEvent, ctx: &mut Context<Self>) -> bool {
+        match event {
+            AgentEvent::Exited { detail, .. } => {
+                tracing::info!(session = %self.label(), cause = %detail, "warm session was dead; opening a fresh one");
+                self.replace_warm(ctx);
+                return true;
+            }
+            AgentEvent::Init { .. } | AgentEvent::ToolCall(_) | AgentEvent::Result(_) => {
+                self.step(TurnStep::ShowedLife);
+            }
+            _ => {}
+        }
+        false
+    }
+
     /// The agent's `result` for the prompt: deliver its text, re-prompt
     /// once, or wait for the session to settle.
     fn on_result(&mut self, result: crate::agent::AgentResult, ctx: &mut Context<Self>) {
-        self.step(Step::ResultArrived);
+        self.step(TurnStep::ResultArrived);
         self.steering.result_seen = true;
         self.disarm_no_progress(ctx);
         let deliverable = result.succeeded();
@@ -320,21 +312,25 @@ impl TurnActor {
         if self.steering.waiting() {
             // A steered message is the agent's next turn: this one is over,
             // its text delivered as usual, and nothing re-prompted.
-            if !self.delivered && !self.ended_explicitly && deliverable && !text.trim().is_empty() {
+            if !self.said.delivered()
+                && !self.ended_explicitly
+                && deliverable
+                && !text.trim().is_empty()
+            {
                 self.deliver_answer(text);
             }
             self.continue_after_result(ctx);
             return;
         }
         let reprompted = self.log.iter().any(|e| matches!(e, TurnEvent::Reprompted));
-        if self.delivered || self.ended_explicitly || !deliverable {
+        if self.said.delivered() || self.ended_explicitly || !deliverable {
             self.arm_grace(ctx);
         } else if !text.trim().is_empty() {
             self.deliver_answer(text);
             self.arm_grace(ctx);
         } else if !reprompted && num_turns > 0 {
             tracing::info!("the agent ended with nothing delivered; re-prompting once");
-            self.step(Step::Reprompted);
+            self.step(TurnStep::Reprompted);
             self.log.push(TurnEvent::Reprompted);
             self.send(SessionCommand::UserTurn(REPROMPT.into()));
             self.arm_no_progress(ctx);
@@ -414,7 +410,6 @@ impl Handler<AbortTurn> for TurnActor {
 
     fn handle(&mut self, _msg: AbortTurn, ctx: &mut Self::Context) {
         tracing::warn!("turn aborted at the hard deadline");
-        self.open.store(false, Ordering::SeqCst);
         self.spec.typing.end();
         // What was steered in ends with the turn.
         self.close_steering();
@@ -427,7 +422,7 @@ impl Handler<AbortTurn> for TurnActor {
         });
         // The session (or a warm one never begun on) is dropped, and no
         // result comes any more.
-        self.step(Step::Aborted);
+        self.step(TurnStep::Aborted);
         self.close_account();
         // The supervisor already let go of this turn: nothing is handed back.
         ctx.stop();

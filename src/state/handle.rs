@@ -1,36 +1,15 @@
-//! The [`StoreHandle`]: what happens to an accepted message, in one place, and the
-//! store's own thread, so no SQLite call ever runs on the actor thread.
-//!
-//! # The states of a message
-//!
-//! ```text
-//!            accept                turn_started           replying
-//! (update) ─────────▶ queued ─────────────────▶ running ─────────────▶ replied
-//!                       │  ▲                       │                      │
-//!              dropped  │  │ turn_finished(Requeue)│ turn_finished        │ turn_finished
-//!   (refused, /stop,    ▼  └───────────────────────┤ (Done | Report)      │ (Done | Report)
-//!    queue full)     dropped                       ▼                      ▼
-//!                                           done / reported        done / reported
-//! ```
-//!
-//! - **queued**: written by the intake before the update offset moves past
-//!   it; a message already in the inbox (same update id) is not handed over
-//!   again.
-//! - **running**: its turn started ([`StoreHandle::turn_started`]).
-//! - **replied**: something of its turn may have reached the chat; written
-//!   *before* the first reply leaves ([`StoreHandle::replying`] resolves once it
-//!   is written; WAL with `synchronous = NORMAL` survives a crash of the
-//!   process, not a power loss), so after a crash it is reported, never run twice.
-//! - **done**: its turn ended; **reported**: its chat was told it was
-//!   interrupted; **dropped**: refused or cleared, and the chat was told.
-//!
-//! At start, [`StoreHandle::recover`] returns every queued, running and replied
-//! message of the previous process: queued ones run again, running ones run
-//! again with `dispatcher.on_interrupted = "retry"`, the rest are reported.
+//! The [`StoreHandle`]: the state store's own thread, so no SQLite call
+//! ever runs on the actor thread, and the one way to it: [`StoreHandle::read`],
+//! [`StoreHandle::ask`] and [`StoreHandle::tell`] run a closure over the
+//! [`Store`] there. What happens to an accepted message is in `inbox.rs`.
 //!
 //! Every call is a job for the store thread, run in the order it was asked.
 //! A failed statement is logged and counted ([`StoreHandle::errors`]); the bot
 //! goes on with what it has in memory.
+
+mod inbox;
+
+pub use self::inbox::Disposition;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -40,9 +19,8 @@ use std::time::Duration;
 use teloxide::types::UserId;
 use tokio::sync::oneshot;
 
-use super::{AlwaysGrant, AlwaysRule, InboxRow, InboxState, StateError, Store, TurnRecord};
-use crate::ids::{Conversation, TurnId};
-use crate::incoming::Incoming;
+use super::{AlwaysGrant, AlwaysRule, StateError, Store};
+use crate::ids::Conversation;
 
 /// A job for the store thread: it runs its statements and hands back its
 /// answer, which goes out once the batch it ran in is committed.
@@ -65,28 +43,6 @@ const BATCH_MAX: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the state store could not be read")]
 pub struct ReadFailed;
-
-/// How a turn leaves the messages it answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Answered (or ended in a way already told to the chat).
-    Done,
-    /// Cut short by a stop before anything was sent, with retry on: the
-    /// next process runs them again.
-    Requeue,
-    /// Cut short by a stop; the chat was told.
-    Report,
-}
-
-impl Disposition {
-    fn state(self) -> InboxState {
-        match self {
-            Self::Done => InboxState::Done,
-            Self::Requeue => InboxState::Queued,
-            Self::Report => InboxState::Reported,
-        }
-    }
-}
 
 /// Row ids, handed out without asking the store thread; and a test hook:
 /// how long the next settle write stalls (milliseconds).
@@ -235,9 +191,10 @@ impl StoreHandle {
         self.shared.stall_next_ms.store(ms, Ordering::SeqCst);
     }
 
-    /// Runs `f` on the store thread; resolves with its value, or `None`
-    /// when it failed (logged and counted).
-    pub(super) fn ask<T, F>(
+    /// Runs `f` on the store thread, after every job asked before; resolves
+    /// with its value, or `None` when it failed (logged and counted, `what`
+    /// naming it).
+    pub fn ask<T, F>(
         &self,
         what: &'static str,
         f: F,
@@ -282,8 +239,8 @@ impl StoreHandle {
     }
 
     /// Runs `read` on the store thread, after every job asked before; its
-    /// value, or [`ReadFailed`].
-    pub(super) fn read<T, F>(
+    /// value, or [`ReadFailed`] (logged and counted, `what` naming it).
+    pub fn read<T, F>(
         &self,
         what: &'static str,
         read: F,
@@ -296,8 +253,9 @@ impl StoreHandle {
         async move { ask.await.ok_or(ReadFailed) }
     }
 
-    /// Runs `f` on the store thread without waiting for it.
-    pub(super) fn tell<F>(&self, what: &'static str, f: F)
+    /// Runs `f` on the store thread without waiting for it (a failure is
+    /// logged and counted, `what` naming it).
+    pub fn tell<F>(&self, what: &'static str, f: F)
     where
         F: FnOnce(&Store) -> Result<(), StateError> + Send + 'static,
     {
@@ -315,31 +273,6 @@ impl StoreHandle {
             self.shared.errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!("state store: {what} failed: the store thread is gone");
         }
-    }
-
-    /// **accept**: writes newly received messages (queued) and then moves
-    /// the update offset to `offset`, in one job. Resolves, per message,
-    /// whether it is new (`false`: already in the inbox, a redelivery that
-    /// must not be handled again). A failed write counts as new, so a store
-    /// failure never loses a message.
-    pub fn accept(
-        &self,
-        messages: Vec<Incoming>,
-        offset: i64,
-    ) -> impl Future<Output = Vec<bool>> + Send + 'static {
-        let count = messages.len();
-        let ask = self.ask("writing the inbox", move |store| {
-            let mut fresh = Vec::with_capacity(messages.len());
-            for m in &messages {
-                fresh.push(store.accept(m).unwrap_or_else(|err| {
-                    tracing::error!(update_id = m.update_id, cause = %err, "state store: writing the inbox failed");
-                    true
-                }));
-            }
-            store.set_offset(offset)?;
-            Ok(fresh)
-        });
-        async move { ask.await.unwrap_or_else(|| vec![true; count]) }
     }
 
     /// Records a live agent process group of `chat_id`.
@@ -386,102 +319,10 @@ impl StoreHandle {
         });
     }
 
-    /// **turn_started**: the messages' turn started (running).
-    pub fn turn_started(&self, update_ids: Vec<i64>, turn: TurnId) {
-        self.tell("marking messages running", move |store| {
-            store.start_turn(&update_ids, turn.0)
-        });
-    }
-
-    /// **replying**: something of the turn is about to reach the chat.
-    /// Resolves once that is written (or failed, which is counted): only
-    /// then may the reply leave.
-    pub fn replying(&self, update_ids: Vec<i64>) -> impl Future<Output = ()> + Send + 'static {
-        let ask = self.ask("marking a message replied", move |store| {
-            store.mark(&update_ids, InboxState::Replied)
-        });
-        async move {
-            ask.await;
-        }
-    }
-
-    /// **turn_finished**: the messages' turn ended.
-    pub fn turn_finished(&self, update_ids: Vec<i64>, how: Disposition) {
-        self.tell("marking messages answered", move |store| {
-            store.mark(&update_ids, how.state())
-        });
-    }
-
-    /// **dropped**: refused (not allowed, queue full, stopping) or cleared
-    /// by `/stop`; the chat was told. Also used for updates that carry
-    /// nothing to answer (no sender, no text), which are simply done.
-    pub fn dropped(&self, update_ids: Vec<i64>) {
-        if update_ids.is_empty() {
-            return;
-        }
-        self.tell("dropping messages", move |store| {
-            store.mark(&update_ids, InboxState::Dropped)
-        });
-    }
-
-    /// **done** without a turn: a command, or an update with nothing to
-    /// answer.
-    pub fn handled(&self, update_id: i64) {
-        self.tell("marking a message handled", move |store| {
-            store.mark(&[update_id], InboxState::Done)
-        });
-    }
-
-    /// **reported**: the chat was told the message was interrupted.
-    pub fn reported(&self, update_id: i64) {
-        self.tell("marking a message reported", move |store| {
-            store.mark(&[update_id], InboxState::Reported)
-        });
-    }
-
-    /// **parked**: the messages' turn was refused for a usage limit; they
-    /// run again at `due_at` (Unix ms), in this process or the next.
-    pub fn park(&self, update_ids: Vec<i64>, due_at: i64) {
-        if update_ids.is_empty() {
-            return;
-        }
-        self.tell("parking messages", move |store| {
-            store.park(&update_ids, due_at)
-        });
-    }
-
-    /// **recover**: the messages a previous process left unfinished, oldest
-    /// first.
-    pub fn recover(&self) -> impl Future<Output = Vec<InboxRow>> + Send + 'static {
-        let ask = self.ask("reading the inbox", |store| store.unfinished());
-        async move { ask.await.unwrap_or_default() }
-    }
-
     /// How many messages are in each state, after every job asked before.
     pub fn counts(&self) -> impl Future<Output = Vec<(String, i64)>> + Send + 'static {
         let ask = self.ask("counting the inbox", |store| store.counts());
         async move { ask.await.unwrap_or_default() }
-    }
-
-    /// Messages not yet finished, after every job asked before.
-    pub fn unfinished(&self) -> impl Future<Output = Vec<InboxRow>> + Send + 'static {
-        self.recover()
-    }
-
-    /// The conversation's agent session id, after every job asked before.
-    pub fn session(
-        &self,
-        to: Conversation,
-    ) -> impl Future<Output = Option<String>> + Send + 'static {
-        let ask = self.ask("loading the session id", move |store| store.session(to));
-        async move { ask.await.flatten() }
-    }
-
-    /// Keeps (or, with `None`, forgets) the conversation's agent session id.
-    pub fn set_session(&self, to: Conversation, session_id: Option<String>) {
-        self.tell("saving the session id", move |store| {
-            store.set_session(to, session_id.as_deref())
-        });
     }
 
     /// Remembers "always in this chat" for `rule` in the conversation `to`
@@ -536,11 +377,6 @@ impl StoreHandle {
         })
     }
 
-    /// Records a finished turn.
-    pub fn record_turn(&self, record: TurnRecord) {
-        self.tell("recording a turn", move |store| store.record_turn(&record));
-    }
-
     /// The next update id wanted from Telegram, after every job asked before.
     pub fn offset(&self) -> impl Future<Output = Option<i64>> + Send + 'static {
         self.ask("reading the offset", |store| store.offset())
@@ -560,6 +396,8 @@ mod tests {
     use teloxide::types::ChatId;
 
     use super::*;
+    use crate::ids::TurnId;
+    use crate::incoming::Incoming;
 
     fn msg(update_id: i64) -> Incoming {
         Incoming {
@@ -579,16 +417,17 @@ mod tests {
         let inbox = StoreHandle::start(store);
         let to = Conversation::from(ChatId(1));
         assert_eq!(
-            inbox.project(to).await,
+            inbox.read("project", move |s| s.project(to)).await,
             Err(ReadFailed),
             "not \"no project\""
         );
         assert_eq!(
-            inbox.model(to).await,
+            inbox.read("model", move |s| s.model(to)).await,
             Err(ReadFailed),
             "not the default model"
         );
-        assert!(inbox.opening(to).await.is_err(), "not a fresh session");
+        let opening = inbox.read("opening", move |s| s.opening(to)).await;
+        assert!(opening.is_err(), "not a fresh session");
         assert_eq!(inbox.errors(), 3);
     }
 

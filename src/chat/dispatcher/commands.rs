@@ -53,7 +53,7 @@ impl Dispatcher {
 
     /// What the bot takes in a private chat or a group, for `/start` and `/help`.
     fn abilities(&self, private: bool) -> Abilities {
-        let policy = self.deps.files.policy();
+        let policy = self.files.policy();
         Abilities {
             max_download: policy.max_download,
             transcribes: !policy.transcribe.is_empty(),
@@ -66,9 +66,9 @@ impl Dispatcher {
     /// conversation, in the project it is in now; `/permissions clear`
     /// forgets them.
     fn permissions(&mut self, to: Conversation, args: &str, ctx: &mut Context<Self>) {
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         if args.eq_ignore_ascii_case("clear") {
-            let cleared = self.deps.inbox.clear_always_here(to);
+            let cleared = self.inbox.clear_always_here(to);
             ctx.spawn(
                 async move {
                     let text = match cleared.await {
@@ -85,7 +85,7 @@ impl Dispatcher {
             );
             return;
         }
-        let rules = self.deps.inbox.always_rules_here(to);
+        let rules = self.inbox.always_rules_here(to);
         ctx.spawn(
             async move {
                 let (project, rules) = rules.await.unwrap_or_default();
@@ -157,11 +157,13 @@ impl Dispatcher {
             .iter()
             .filter(|(id, _)| private || id.chat == chat.chat)
             .map(|(id, e)| {
-                let (line, project) = (e.addr.send(DescribeChat), self.deps.inbox.project(*id));
+                let to = *id;
+                let project = (self.inbox).read("reading the project", move |s| s.project(to));
+                let line = e.addr.send(DescribeChat);
                 async move { (line.await, project.await) }
             })
             .collect();
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let lines = futures_util::future::join_all(asks).await;
@@ -192,11 +194,11 @@ impl Dispatcher {
         private: bool,
         ctx: &mut Context<Self>,
     ) {
-        let inbox = self.deps.inbox.clone();
+        let inbox = self.inbox.clone();
         let mine = inbox.usage(Some(to));
         let whole =
             (admin && private).then(|| (inbox.usage(None), inbox.usage_top(TOP_CONVERSATIONS)));
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let mut text =

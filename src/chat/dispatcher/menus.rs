@@ -59,9 +59,9 @@ impl Dispatcher {
     /// switches to a listed one; with no list, switching is off.
     pub(super) fn model(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
         let (to, name) = (asked.to, asked.text.trim());
-        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let offered = std::sync::Arc::clone(&self.choices);
         let models = &offered.models;
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         if !name.is_empty() && !models.listed.is_empty() {
             let Some(model) = models.find(name).map(str::to_owned) else {
                 return self.say(to, menus::model_refused(name, models));
@@ -79,7 +79,7 @@ impl Dispatcher {
         }
         let list = (!models.listed.is_empty())
             .then(|| self.lists.show(to, ListKind::Models, models.listed.clone()));
-        let stored = self.deps.inbox.model(to);
+        let stored = (self.inbox).read("reading the model", move |store| store.model(to));
         ctx.spawn(
             async move {
                 let models = &offered.models;
@@ -116,7 +116,7 @@ impl Dispatcher {
 
     /// `/sessions`: the latest ten, a button each.
     pub(super) fn sessions(&mut self, to: Conversation, ctx: &mut Context<Self>) {
-        let rows = self.deps.inbox.sessions(to);
+        let rows = self.inbox.sessions(to);
         ctx.spawn(rows.into_actor(self).map(move |rows, act, _ctx| {
             let text = menus::sessions_text(&rows);
             if rows.is_empty() {
@@ -136,9 +136,7 @@ impl Dispatcher {
                     vec![Button::new(menus::session_label(row), pick.data())]
                 })
                 .collect();
-            act.deps
-                .outbox
-                .do_send(SendQuestion::new(to, text, buttons).0);
+            act.outbox.do_send(SendQuestion::new(to, text, buttons).0);
         }));
     }
 
@@ -147,7 +145,7 @@ impl Dispatcher {
     /// choice is made if the list is the live one, else "expired".
     pub(super) fn picked(&mut self, pick: Pick, press: &Press, ctx: &mut Context<Self>) {
         let (to, callback) = (press.to, press.id.clone());
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         let Some(entry) = self.lists.chosen(to, pick).map(str::to_owned) else {
             return outbox.do_send(AnswerCallback::new(
                 to.chat,
@@ -157,7 +155,7 @@ impl Dispatcher {
         };
         let user = press.from.0;
         if pick.kind == ListKind::Projects
-            && let Some(project) = self.deps.choices.projects.get(&entry)
+            && let Some(project) = self.choices.projects.get(&entry)
             && !project.admits(user)
         {
             let text = "You may not move this conversation to that project.";
@@ -196,7 +194,7 @@ impl Dispatcher {
     /// it (`none`: out of any), if the asker may.
     pub(super) fn project(&mut self, asked: &Incoming, ctx: &mut Context<Self>) {
         let (to, name, user) = (asked.to, asked.text.trim(), asked.from.0);
-        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let offered = std::sync::Arc::clone(&self.choices);
         let projects = &offered.projects;
         if !name.is_empty() && !projects.by_name.is_empty() {
             return self.move_to_project(to, name, user, ctx);
@@ -210,8 +208,8 @@ impl Dispatcher {
         entries.push(String::new());
         let list = (!projects.by_name.is_empty())
             .then(|| self.lists.show(to, ListKind::Projects, entries.clone()));
-        let current = self.deps.inbox.project(to);
-        let outbox = self.deps.outbox.clone();
+        let current = (self.inbox).read("reading the project", move |store| store.project(to));
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let projects = &offered.projects;
@@ -252,7 +250,7 @@ impl Dispatcher {
         user: u64,
         ctx: &mut Context<Self>,
     ) {
-        let offered = std::sync::Arc::clone(&self.deps.choices);
+        let offered = std::sync::Arc::clone(&self.choices);
         let projects = &offered.projects;
         let chosen = if name.eq_ignore_ascii_case(menus::NO_PROJECT) {
             Some(String::new())
@@ -276,7 +274,7 @@ impl Dispatcher {
         }
         let done = moved_text(&chosen);
         let written = self.choose(to, Choose::Project(chosen), ctx);
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let text = chosen_text(&written.await, &done);
@@ -294,7 +292,7 @@ impl Dispatcher {
             return self.fork_into_topic(to, ctx);
         }
         let chosen = self.choose(to, Choose::Fork, ctx);
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let text = match chosen.await {
@@ -315,8 +313,8 @@ impl Dispatcher {
     /// words (`createForumTopic`), whose first turn resumes a copy of it
     /// with this conversation's model.
     fn fork_into_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
-        let inbox = self.deps.inbox.clone();
-        let outbox = self.deps.outbox.clone();
+        let inbox = self.inbox.clone();
+        let outbox = self.outbox.clone();
         let sessions = inbox.sessions(from);
         ctx.spawn(
             async move {

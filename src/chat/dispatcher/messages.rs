@@ -17,7 +17,7 @@ impl Dispatcher {
         let update_id = m.update_id;
         if let Err(panic) = contain(|| self.message(m, ctx)) {
             tracing::error!(update_id, %panic, "handling the message panicked; dropped");
-            self.deps.inbox.dropped(vec![update_id]);
+            self.inbox.dropped(vec![update_id]);
         }
     }
 
@@ -25,7 +25,7 @@ impl Dispatcher {
     /// refused, the rest acted on.
     fn message(&mut self, m: Incoming, ctx: &mut Context<Self>) {
         if !self.may_run(&m) {
-            self.deps.inbox.dropped(vec![m.update_id]);
+            self.inbox.dropped(vec![m.update_id]);
             if m.is_scheduled() {
                 tracing::warn!(
                     chat_id = m.to.chat.0,
@@ -57,20 +57,20 @@ impl Dispatcher {
         match &m.ask {
             Ask::Command(command) => {
                 self.command(*command, &m, ctx);
-                self.deps.inbox.handled(update_id);
+                self.inbox.handled(update_id);
             }
             Ask::Unknown(word) => {
                 tracing::debug!(update_id, chat_id = m.to.chat.0, command = %word, "unknown command answered with a pointer to /help");
                 self.say(m.to, crate::chat::commands::unknown(word));
-                self.deps.inbox.handled(update_id);
+                self.inbox.handled(update_id);
             }
             Ask::Agent if self.stopping && m.is_scheduled() => {
                 // Left queued: the next start runs it (it was claimed).
                 tracing::info!(update_id, "scheduled run left queued for the next start");
             }
             Ask::Agent if self.stopping => {
-                self.deps.inbox.dropped(vec![update_id]);
-                self.say(m.to, not_accepted(self.deps.shutdown.is_restarting()));
+                self.inbox.dropped(vec![update_id]);
+                self.say(m.to, not_accepted(self.shutdown.is_restarting()));
             }
             Ask::Agent => {
                 let to = m.to;

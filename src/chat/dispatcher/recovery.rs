@@ -56,7 +56,7 @@ impl Dispatcher {
                     user_id = m.from.0,
                     "recovered message from a user no longer on the allowlist; dropped"
                 );
-                self.deps.inbox.dropped(vec![m.update_id]);
+                self.inbox.dropped(vec![m.update_id]);
                 continue;
             }
             match state {
@@ -67,11 +67,11 @@ impl Dispatcher {
                     continue;
                 }
                 InboxState::Queued => done.requeued += 1,
-                InboxState::Running if self.deps.retry_interrupted => done.retried += 1,
+                InboxState::Running if self.retry_interrupted => done.retried += 1,
                 _ => {
                     done.reported += 1;
                     self.report(state, &m.text, m.to);
-                    self.deps.inbox.reported(m.update_id);
+                    self.inbox.reported(m.update_id);
                     continue;
                 }
             }

@@ -42,11 +42,8 @@ impl Dispatcher {
             return self.say(to, format!("⚠️ What should the agent be asked?\n\n{USAGE}"));
         }
         let made_by = i64::try_from(asked.from.0).unwrap_or(0);
-        let added = self
-            .deps
-            .schedules
-            .add(to, when, prompt, made_by, Origin::Chat);
-        let outbox = self.deps.outbox.clone();
+        let added = self.schedules.add(to, when, prompt, made_by, Origin::Chat);
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let text = match added.await {
@@ -66,8 +63,8 @@ impl Dispatcher {
 
     /// `/schedules`: this conversation's, each removable one with a ❌.
     pub(super) fn list_schedules(&mut self, to: Conversation, ctx: &mut Context<Self>) {
-        let list = self.deps.schedules.list(to);
-        let outbox = self.deps.outbox.clone();
+        let list = self.schedules.list(to);
+        let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
                 let list = list.await;
@@ -105,8 +102,8 @@ impl Dispatcher {
     /// list's message says so and loses its buttons.
     pub(super) fn unschedule_pressed(&mut self, id: i64, press: &Press, ctx: &mut Context<Self>) {
         let to = press.to;
-        let removed = self.deps.schedules.remove(id, to);
-        let outbox = self.deps.outbox.clone();
+        let removed = self.schedules.remove(id, to);
+        let outbox = self.outbox.clone();
         let (callback, message) = (press.id.clone(), press.message);
         ctx.spawn(
             async move {

@@ -34,13 +34,14 @@ impl ChatSupervisor {
     /// what waits to be routed behind a message the turn has not answered
     /// for).
     fn stop(&mut self, ctx: &mut actix::Context<Self>) {
-        let dropped = self.queue.len() + self.held.len();
+        let held: Vec<i64> = (self.awaiting.iter_mut())
+            .flat_map(|held| held.drain(..))
+            .map(|p| p.message.update_id)
+            .collect();
+        let dropped = self.queue.len() + held.len();
         let ids: Vec<i64> = self.queue.drain(..).map(|p| p.message.update_id).collect();
-        self.deps.events.metrics().queued(-(ids.len() as i64));
-        let held = self.held.drain(..).map(|p| p.message.update_id);
-        self.deps
-            .inbox
-            .dropped(ids.into_iter().chain(held).collect());
+        self.events.metrics().queued(-(ids.len() as i64));
+        self.inbox.dropped(ids.into_iter().chain(held).collect());
         // A slot on its way stays on its way: with the queue empty it
         // starts nothing.
         if let ChatState::Merging(handle) = self.state {
@@ -52,7 +53,7 @@ impl ChatSupervisor {
                 // What the turn queued and Telegram has not got yet goes
                 // first; the stop notice below is queued after it.
                 let to = self.to;
-                self.deps.outbox.do_send(Purge { to });
+                self.outbox.do_send(Purge { to });
                 running.addr.do_send(InterruptTurn);
                 self.say(if dropped > 0 {
                     format!("⏹ Stopped. {} dropped.", queued(dropped))
@@ -73,7 +74,10 @@ impl ChatSupervisor {
 
     /// `/new`: forgets the agent session; the next turn starts fresh.
     fn forget_session(&mut self, ctx: &mut actix::Context<Self>) {
-        self.deps.inbox.set_session(self.to, None);
+        let to = self.to;
+        self.inbox.tell("forgetting the session id", move |store| {
+            store.set_session(to, None)
+        });
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
@@ -148,9 +152,9 @@ impl Handler<ButtonPressed> for ChatSupervisor {
             Some(running) => running.addr.do_send(press),
             None => {
                 if let Some(unbutton) = press.unbutton() {
-                    self.deps.outbox.do_send(unbutton);
+                    self.outbox.do_send(unbutton);
                 }
-                self.deps.outbox.do_send(AnswerCallback {
+                self.outbox.do_send(AnswerCallback {
                     chat: press.chat,
                     id: press.callback,
                     text: notices::QUESTION_EXPIRED.into(),

@@ -27,11 +27,82 @@ pub(super) struct Parked {
     timer: SpawnHandle,
 }
 
+/// Where the chat is with usage limits. Beside the chat's state, not in it:
+/// a limit outlives the turn it refused (its messages are parked while that
+/// turn's session still settles, and a message the previous process parked
+/// can come back while another turn runs), and its wait doubles across
+/// turns until one finishes.
+#[derive(Debug)]
+pub(super) enum Limit {
+    /// No refusal since the last turn that finished.
+    Clear,
+    /// The last refusal waited this long; the next waits twice as long.
+    Backoff(Duration),
+    /// Messages wait out a limit; `wait` is the last wait (none for
+    /// messages the previous process parked, with no refusal since).
+    Parked {
+        /// The messages.
+        parked: Parked,
+        /// The last wait.
+        wait: Option<Duration>,
+    },
+}
+
+impl Limit {
+    /// The messages waiting, if any.
+    pub(super) fn parked(&self) -> Option<&Parked> {
+        match self {
+            Self::Parked { parked, .. } => Some(parked),
+            _ => None,
+        }
+    }
+
+    /// The last wait, if a refusal came since the last turn that finished.
+    fn wait(&self) -> Option<Duration> {
+        match self {
+            Self::Clear => None,
+            Self::Backoff(wait) => Some(*wait),
+            Self::Parked { wait, .. } => *wait,
+        }
+    }
+
+    /// Takes the parked messages; the wait stays.
+    fn take_parked(&mut self) -> Option<Parked> {
+        let wait = self.wait();
+        match std::mem::replace(self, Self::Clear) {
+            Self::Parked { parked, .. } => {
+                *self = wait.map_or(Self::Clear, Self::Backoff);
+                Some(parked)
+            }
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    /// A refusal waits `wait`.
+    fn waited(&mut self, next: Duration) {
+        match self {
+            Self::Parked { wait, .. } => *wait = Some(next),
+            other => *other = Self::Backoff(next),
+        }
+    }
+
+    /// A turn finished: the next refusal waits the first wait again.
+    pub(super) fn finished(&mut self) {
+        match self {
+            Self::Parked { wait, .. } => *wait = None,
+            other => *other = Self::Clear,
+        }
+    }
+}
+
 impl ChatSupervisor {
     /// Whether `msg` waits with the parked messages: some are parked, or it
     /// was parked by the previous process.
     pub(super) fn parks(&self, msg: &UserMessage) -> bool {
-        self.parked.is_some() || msg.parked_until.is_some()
+        self.limit.parked().is_some() || msg.parked_until.is_some()
     }
 
     /// The model refused the turn of `messages` for a usage limit: they
@@ -42,12 +113,12 @@ impl ChatSupervisor {
         resets_at: Option<i64>,
         ctx: &mut Context<Self>,
     ) {
-        let settings = &self.deps;
-        let wait = match self.limit_wait {
+        let settings = &self.settings;
+        let wait = match self.limit.wait() {
             None => settings.limit_retry,
             Some(last) => (last * 2).min(settings.limit_retry_max),
         };
-        self.limit_wait = Some(wait);
+        self.limit.waited(wait);
         let now = now_ms();
         let by_wait = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
         // The reset the refusal names, when it names one, within a bound: the
@@ -61,7 +132,7 @@ impl ChatSupervisor {
             named_reset = resets_at.is_some(),
             "the model refused the turn for a usage limit; its messages are parked"
         );
-        self.deps.inbox.park(ids, due_at);
+        self.inbox.park(ids, due_at);
         let messages = messages.into_iter().map(UserMessage::new).collect();
         // The wait itself, not one recomputed from the wall clock's
         // milliseconds (the retry never comes before it).
@@ -83,24 +154,23 @@ impl ChatSupervisor {
         left: Duration,
         ctx: &mut Context<Self>,
     ) {
-        let metrics = self.deps.events.metrics();
-        if self.parked.is_none() {
-            metrics.parked(1);
-        }
         let timer = ctx.run_later(left, |act, ctx| act.unpark(ctx));
-        match &mut self.parked {
-            Some(parked) => {
+        match &mut self.limit {
+            Limit::Parked { parked, .. } => {
                 ctx.cancel_future(parked.timer);
                 parked.messages.extend(messages);
                 parked.due_at = parked.due_at.min(due_at);
                 parked.timer = timer;
             }
-            None => {
-                self.parked = Some(Parked {
+            other => {
+                self.events.metrics().parked(1);
+                let wait = other.wait();
+                let parked = Parked {
                     messages,
                     due_at,
                     timer,
-                });
+                };
+                *other = Limit::Parked { parked, wait };
             }
         }
     }
@@ -108,12 +178,12 @@ impl ChatSupervisor {
     /// A message while messages are parked joins them (and one parked by
     /// the previous process is parked again until its time).
     pub(super) fn park_more(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
-        let due_at = match (&self.parked, msg.parked_until) {
+        let due_at = match (self.limit.parked(), msg.parked_until) {
             (Some(parked), _) => parked.due_at,
             (None, Some(until)) => until,
             (None, None) => return self.enqueue(msg, ctx),
         };
-        self.deps.inbox.park(vec![msg.message.update_id], due_at);
+        self.inbox.park(vec![msg.message.update_id], due_at);
         tracing::info!(
             update_id = msg.message.update_id,
             "message joins the parked ones"
@@ -124,10 +194,10 @@ impl ChatSupervisor {
 
     /// Their time came: the parked messages run as one turn.
     fn unpark(&mut self, ctx: &mut Context<Self>) {
-        let Some(parked) = self.parked.take() else {
+        let Some(parked) = self.limit.take_parked() else {
             return;
         };
-        let metrics = self.deps.events.metrics();
+        let metrics = self.events.metrics();
         metrics.parked(-1);
         metrics.limit_retried();
         tracing::info!(
@@ -146,33 +216,79 @@ impl ChatSupervisor {
 
     /// `/stop` while parked: the retry is cancelled; how many were waiting.
     pub(super) fn cancel_parked(&mut self, ctx: &mut Context<Self>) -> usize {
-        let Some(parked) = self.parked.take() else {
+        let Some(parked) = self.limit.take_parked() else {
             return 0;
         };
         ctx.cancel_future(parked.timer);
-        let metrics = self.deps.events.metrics();
+        let metrics = self.events.metrics();
         metrics.parked(-1);
         metrics.limit_given_up();
-        self.limit_wait = None;
+        self.limit = Limit::Clear;
         let ids: Vec<i64> = parked
             .messages
             .iter()
             .map(|m| m.message.update_id)
             .collect();
-        self.deps
-            .inbox
-            .turn_finished(ids.clone(), Disposition::Done);
+        self.inbox.turn_finished(ids.clone(), Disposition::Done);
         ids.len()
     }
 
     /// `/status`: until when messages are parked.
     pub(super) fn parked_line(&self) -> Option<String> {
-        let parked = self.parked.as_ref()?;
+        let parked = self.limit.parked()?;
         let due = chrono::DateTime::from_timestamp_millis(parked.due_at)?;
         Some(format!(
             "{} parked for a usage limit until {} UTC",
             crate::chat::notices::counted(parked.messages.len(), "message", "messages"),
             due.format("%H:%M")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parked() -> Parked {
+        Parked {
+            messages: Vec::new(),
+            due_at: 0,
+            timer: SpawnHandle::default(),
+        }
+    }
+
+    #[test]
+    fn the_wait_outlives_the_parked_messages_until_a_turn_finishes() {
+        let (first, second) = (Duration::from_secs(60), Duration::from_secs(120));
+        let mut limit = Limit::Clear;
+        limit.waited(first);
+        assert_eq!(limit.wait(), Some(first));
+        limit = Limit::Parked {
+            parked: parked(),
+            wait: limit.wait(),
+        };
+        limit.waited(second);
+        assert!(limit.parked().is_some());
+        assert!(limit.take_parked().is_some(), "their time came");
+        assert!(
+            matches!(limit, Limit::Backoff(w) if w == second),
+            "{limit:?}"
+        );
+        assert!(limit.take_parked().is_none());
+        limit.finished();
+        assert!(matches!(limit, Limit::Clear), "{limit:?}");
+    }
+
+    #[test]
+    fn a_finished_turn_forgets_the_wait_but_not_the_parked_messages() {
+        let mut limit = Limit::Parked {
+            parked: parked(),
+            wait: Some(Duration::from_secs(60)),
+        };
+        limit.finished();
+        assert!(limit.parked().is_some());
+        assert_eq!(limit.wait(), None);
+        assert!(limit.take_parked().is_some());
+        assert!(matches!(limit, Limit::Clear), "{limit:?}");
     }
 }

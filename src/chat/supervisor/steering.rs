@@ -2,6 +2,8 @@
 //! (steered, `dispatcher.busy = "steer"`), or into the queue for the next
 //! turn; and the messages a turn hands back unread, which are the next turn.
 
+use std::collections::VecDeque;
+
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
 use super::{ChatSupervisor, UserMessage};
@@ -29,8 +31,8 @@ impl ChatSupervisor {
     /// after it wait for that answer, so a message it does not take is
     /// queued before them: a chat's messages keep their order.
     pub(super) fn route(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
-        if self.asking {
-            self.held.push_back(msg);
+        if let Some(held) = &mut self.awaiting {
+            held.push_back(msg);
             return;
         }
         if self.steers(&msg) {
@@ -50,9 +52,9 @@ impl ChatSupervisor {
             message: msg.message.clone(),
             at: msg.at,
         });
-        self.asking = true;
+        self.awaiting = Some(VecDeque::new());
         ctx.spawn(ask.into_actor(self).map(move |taken, act, ctx| {
-            act.asking = false;
+            let held = act.awaiting.take().unwrap_or_default();
             if !matches!(taken, Ok(true)) {
                 tracing::debug!(
                     update_id = msg.message.update_id,
@@ -60,9 +62,9 @@ impl ChatSupervisor {
                 );
                 act.enqueue(msg, ctx);
             }
-            while !act.asking
-                && let Some(next) = act.held.pop_front()
-            {
+            // Routed in order: should one be steered again, the rest wait
+            // behind it once more.
+            for next in held {
                 act.route(next, ctx);
             }
             act.watch_idle(ctx);
@@ -75,12 +77,12 @@ impl ChatSupervisor {
         // waits its turn (schedules are few, and bounded per conversation).
         if !msg.message.is_scheduled() && self.queue.len() >= self.settings.queue_limit {
             tracing::warn!(queued = self.queue.len(), "queue full; message refused");
-            self.deps.inbox.dropped(vec![msg.message.update_id]);
+            self.inbox.dropped(vec![msg.message.update_id]);
             self.say(queue_full(self.queue.len()));
             return;
         }
         self.queue.push_back(msg);
-        self.deps.events.metrics().queued(1);
+        self.events.metrics().queued(1);
         self.try_start(ctx);
     }
 
@@ -97,7 +99,7 @@ impl ChatSupervisor {
             adopted,
             "steered messages the turn did not read are the next turn"
         );
-        self.deps.events.metrics().queued(carried.len() as i64);
+        self.events.metrics().queued(carried.len() as i64);
         for c in carried.into_iter().rev() {
             self.queue.push_front(UserMessage {
                 message: c.message,

@@ -48,7 +48,7 @@ impl Handler<Choose> for ChatSupervisor {
             tracing::debug!(?choice, "warm session closed: the chat chose anew");
         }
         let now = self.turn_ids.last();
-        let (inbox, to) = (self.deps.inbox.clone(), self.to);
+        let (inbox, to) = (self.inbox.clone(), self.to);
         let done: ResponseFuture<Chosen> = match choice {
             Choose::Model(model) => {
                 self.cold_through = now;

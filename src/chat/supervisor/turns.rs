@@ -111,13 +111,10 @@ impl ChatSupervisor {
             return;
         };
         let update_ids = burst.update_ids;
-        self.deps.inbox.note_opening(self.to, &burst.plain);
-        self.deps
-            .events
-            .metrics()
-            .queued(-(update_ids.len() as i64));
+        self.inbox.note_opening(self.to, &burst.plain);
+        self.events.metrics().queued(-(update_ids.len() as i64));
         let turn = self.turn_ids.next();
-        self.deps.inbox.turn_started(update_ids.clone(), turn);
+        self.inbox.turn_started(update_ids.clone(), turn);
         // Inside the chat's span, as is what the turn logs.
         let span = context_span!("turn", turn_id = turn.get());
         span.in_scope(|| tracing::info!(messages = update_ids.len(), "turn started"));
@@ -134,7 +131,7 @@ impl ChatSupervisor {
                 .collect()
         });
         let typing = self.typing_actor();
-        let lease = TypingLease::of_turn(self.to.chat, turn, self.deps.events.clone());
+        let lease = TypingLease::of_turn(self.to.chat, turn, self.events.clone());
         typing.do_send(StartTyping {
             turn,
             lease: lease.view(),
@@ -156,13 +153,13 @@ impl ChatSupervisor {
         };
         let addr = TurnActor::new(
             spec,
-            self.deps.clone(),
+            self.turns.clone(),
             warm,
             vec![me.clone().recipient(), typing.recipient()],
             me.recipient(),
         )
         .start_in(span.clone());
-        let deadline = ctx.run_later(self.deps.config.hard_deadline, move |act, ctx| {
+        let deadline = ctx.run_later(self.settings.hard_deadline, move |act, ctx| {
             act.force_release(turn, ctx);
         });
         self.step(ChatStep::Start(Running {
@@ -192,8 +189,7 @@ impl ChatSupervisor {
         });
         // The turn ends its typing lease as it takes this.
         running.addr.do_send(AbortTurn);
-        self.deps
-            .inbox
+        self.inbox
             .turn_finished(running.update_ids.clone(), Disposition::Done);
         let ended = TurnEnded {
             turn,
@@ -207,7 +203,7 @@ impl ChatSupervisor {
         if let Some(typing) = &self.typing {
             typing.do_send(ended);
         }
-        self.deps.events.publish(BotEvent::TurnEnded {
+        self.events.publish(BotEvent::TurnEnded {
             chat: self.to.chat,
             turn,
             outcome: TurnOutcome::ForceReleased,
@@ -236,17 +232,17 @@ impl Handler<TurnEnded> for ChatSupervisor {
         ctx.cancel_future(running.deadline);
         let how = match msg.outcome {
             // Retried after the restart, unless it already replied.
-            TurnOutcome::HostStopping if self.deps.retry_interrupted && !msg.replied => {
+            TurnOutcome::HostStopping if self.settings.retry_interrupted && !msg.replied => {
                 Disposition::Requeue
             }
             TurnOutcome::HostStopping => Disposition::Report,
             _ => Disposition::Done,
         };
-        let inbox = &self.deps.inbox;
+        let inbox = &self.inbox;
         let mut rows = running.update_ids.clone();
         rows.extend(msg.steered.iter().map(|m| m.update_id));
         if let TurnOutcome::Limited { resets_at } = msg.outcome
-            && !self.deps.limit_retry.is_zero()
+            && !self.settings.limit_retry.is_zero()
             && !msg.replied
             && !self.stopping
         {
@@ -256,15 +252,15 @@ impl Handler<TurnEnded> for ChatSupervisor {
         } else {
             inbox.turn_finished(rows, how);
             if msg.outcome.finished() {
-                self.limit_wait = None;
+                self.limit.finished();
             }
         }
-        let inbox = &self.deps.inbox;
+        let inbox = &self.inbox;
         let duration = msg.at.saturating_duration_since(msg.started);
         // Its API calls and cost are counted, and its record written, by
         // the turn once its session is done: after a terminator the
         // result comes later.
-        let metrics = self.deps.events.metrics();
+        let metrics = self.events.metrics();
         metrics.turn_ended(&msg.outcome, duration);
         // A schedule's run is delivered when its turn completed; requeued
         // for the next start, it is not over yet.
@@ -280,7 +276,10 @@ impl Handler<TurnEnded> for ChatSupervisor {
         if msg.turn > self.forget_through
             && let Some(id) = msg.session_id
         {
-            inbox.set_session(self.to, Some(id));
+            let to = self.to;
+            inbox.tell("saving the session id", move |store| {
+                store.set_session(to, Some(&id))
+            });
         }
     }
 }

@@ -190,7 +190,7 @@ impl TurnActor {
         let rule = rule_for(&ask);
         // The project the turn started in; on a warm session whose turn
         // has not read it yet, the conversation's project now.
-        let known = self.root_known.then(|| self.project.clone());
+        let known = self.root.as_ref().map(|root| root.project.clone());
         let grants = match known {
             Some(project) => {
                 let rules = self.deps.inbox.always_rules(self.to(), project.clone());

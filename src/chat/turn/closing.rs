@@ -2,13 +2,12 @@
 //! is waited for (up to the grace), handed back when it settled, or killed;
 //! events after TurnEnded are logged and dropped.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actix::Context;
 
 use super::link::Settled;
-use super::phase::{Leftover, Step, TurnPhase};
+use super::phase::{Leftover, TurnPhase, TurnStep};
 use super::{SessionReleased, TurnActor, TurnEnded};
 use crate::agent::{AgentEvent, HookReply, SessionCommand, ToolReply};
 use crate::chat::notices::{Ending, STOP_REASON, bounded, notice_for};
@@ -74,7 +73,7 @@ impl TurnActor {
         // Still opening: the agent never had the prompt (its start failed).
         let agent_started = !matches!(self.phase, TurnPhase::Opening { .. });
         self.disarm_live_clocks(ctx);
-        self.step(Step::Ended(outcome.clone()));
+        self.step(TurnStep::Ended(outcome.clone()));
         self.close_approvals(
             match outcome {
                 TurnOutcome::Interrupted => "the turn was stopped",
@@ -83,7 +82,6 @@ impl TurnActor {
             },
             ctx,
         );
-        self.open.store(false, Ordering::SeqCst);
         // The status goes (or folds) and an unfinished preview with it.
         self.view.finish();
         let replied = self.announce_end(&outcome, at);
@@ -138,7 +136,7 @@ impl TurnActor {
             api_calls: 0,
             cost_usd: 0.0,
         });
-        let replied = self.delivered || self.lane.is_some();
+        let replied = self.said.replied();
         let ended = TurnEnded {
             turn: self.spec.turn,
             outcome: outcome.clone(),
@@ -161,7 +159,7 @@ impl TurnActor {
         tracing::info!(
             outcome = outcome.label(),
             finished = outcome.finished(),
-            delivered = self.delivered,
+            delivered = self.said.delivered(),
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "turn ended"
         );
@@ -201,7 +199,7 @@ impl TurnActor {
         // turn will have is in.
         self.close_account();
         let hand_back = self.may_hand_back();
-        let session = match self.step(Step::Released) {
+        let session = match self.step(TurnStep::Released) {
             Some(Leftover::Link(link)) if hand_back => link.into_session(),
             Some(Leftover::Link(link)) => {
                 // It would run what `/stop` cut: closed, not kept.
@@ -267,7 +265,10 @@ impl TurnActor {
         if self.accounting.results > 0 {
             // The row first: whoever saw the metric and then asks
             // `/usage` finds it (the store runs its jobs in order).
-            self.deps.inbox.record_usage(self.spec.to, used);
+            let to = self.spec.to;
+            (self.deps.inbox).tell("recording usage", move |store| {
+                store.record_usage(to, &used)
+            });
             metrics.usage(used.input_tokens, used.output_tokens, used.cost_usd);
         }
         if let Some(mut record) = self.accounting.record.take() {
@@ -282,7 +283,7 @@ impl TurnActor {
                 results = self.accounting.results,
                 "turn recorded"
             );
-            self.deps.inbox.record_turn(record);
+            (self.deps.inbox).tell("recording a turn", move |store| store.record_turn(&record));
         }
     }
 }

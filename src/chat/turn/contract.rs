@@ -159,7 +159,10 @@ pub struct TurnSpec {
     pub adopted: Option<Vec<(i64, Option<MessageId>)>>,
 }
 
-/// What every turn of every chat shares.
+/// What a turn uses: each [`TurnActor`](super::TurnActor) holds one. The
+/// start hands it to the dispatcher, which takes its own handles and the
+/// chats' settings from it once and hands it on to each chat, which hands
+/// it to each turn it starts (neither reads it otherwise).
 #[derive(Clone)]
 pub struct Services {
     /// Opens sessions.
@@ -183,7 +186,8 @@ pub struct Services {
     /// `agent.limit_retry`: the first wait before a turn refused for a
     /// usage limit runs again (zero: reported, not retried).
     pub limit_retry: std::time::Duration,
-    /// `agent.limit_retry_max`: the longest such wait.
+    /// `agent.limit_retry_max`: the longest such wait (the chats'
+    /// settings only: a turn does not read it).
     pub limit_retry_max: std::time::Duration,
     /// Fetches the files users send.
     pub files: Files,

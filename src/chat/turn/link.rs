@@ -143,7 +143,7 @@ impl<S> TurnPhase<S, Link> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::turn::phase::{Leftover, Step};
+    use crate::chat::turn::phase::{Leftover, TurnStep};
 
     /// A session over channels the test holds the other ends of.
     fn session(
@@ -199,7 +199,7 @@ mod tests {
     fn a_read_starts_once_until_its_events_come_back() {
         let mut phase = TurnPhase::<(), Link>::Opening { warm: None };
         let link = Link::new(session("a").0, 1);
-        (phase, _) = phase.after(Step::Attached { link, warm: false });
+        (phase, _) = phase.after(TurnStep::Attached { link, warm: false });
         let first = SpawnHandle::default().next();
         let events = read(phase.link_mut().unwrap(), first);
         phase
@@ -216,14 +216,14 @@ mod tests {
         let (warm, warm_commands, _) = session("warm");
         let mut phase = TurnPhase::<(), Link>::Opening { warm: None };
         let link = Link::new(warm, 1);
-        (phase, _) = phase.after(Step::Attached { link, warm: true });
+        (phase, _) = phase.after(TurnStep::Attached { link, warm: true });
         let old_read = SpawnHandle::default().next();
         let _old_events = read(phase.link_mut().unwrap(), old_read);
 
         // The silent warm session is let go with its pending read, to be
         // killed and cancelled; a fresh one takes its place.
         let left;
-        (phase, left) = phase.after(Step::ReplacingWarm);
+        (phase, left) = phase.after(TurnStep::ReplacingWarm);
         let Some(Leftover::Link(old)) = left else {
             panic!("the warm session's link is let go")
         };
@@ -240,7 +240,7 @@ mod tests {
         );
 
         let link = Link::new(session("fresh").0, 2);
-        (phase, _) = phase.after(Step::Attached { link, warm: false });
+        (phase, _) = phase.after(TurnStep::Attached { link, warm: false });
         let new_read = old_read.next();
         let _new_events = read(phase.link_mut().unwrap(), new_read);
         let (_, stale) = mpsc::unbounded_channel();
@@ -272,8 +272,9 @@ mod tests {
     fn a_warm_session_never_begun_on_is_dropped_at_the_end() {
         let (warm, warm_commands, _) = session("warm");
         let phase = TurnPhase::<AgentSession, Link>::Opening { warm: Some(warm) };
-        let (phase, left) =
-            phase.after(Step::Ended(crate::chat::outcome::TurnOutcome::Interrupted));
+        let (phase, left) = phase.after(TurnStep::Ended(
+            crate::chat::outcome::TurnOutcome::Interrupted,
+        ));
         assert!(phase.link().is_none());
         let Some(Leftover::Warm(warm)) = left else {
             panic!("the warm session is let go")

@@ -8,7 +8,7 @@ use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
 use super::TurnActor;
 use super::link::Link;
-use super::phase::{Leftover, Step};
+use super::phase::{Leftover, TurnStep};
 use crate::agent::{AgentError, AgentSession, OpenSession, SessionCommand};
 use crate::chat::outcome::TurnEvent;
 use crate::state::ReadFailed;
@@ -16,6 +16,16 @@ use crate::telegram::outbox::SendText;
 
 /// The longest wait for a warm session's first sign of life.
 const WARM_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The conversation's project as the turn started (empty: none) and the
+/// root of its working directories, `{chat}` unfilled: `agent.workdir`, or
+/// its project's. "Always" rules are the project's.
+pub(super) struct Root {
+    /// The root.
+    pub(super) dir: std::path::PathBuf,
+    /// The project.
+    pub(super) project: String,
+}
 
 impl TurnActor {
     /// Reads the conversation's working directories' root (its project's,
@@ -25,7 +35,10 @@ impl TurnActor {
         ctx: &mut Context<Self>,
         then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
-        let opening = self.deps.inbox.opening(self.to());
+        let to = self.to();
+        let opening = (self.deps.inbox).read("reading the session to open", move |store| {
+            store.opening(to)
+        });
         let choices = Arc::clone(&self.deps.choices);
         let find = async move {
             let opening = opening.await?;
@@ -41,20 +54,28 @@ impl TurnActor {
             let Ok((root, project)) = found else {
                 return act.store_unreadable(ctx);
             };
-            act.project = project;
-            if let Some(root) = root {
-                act.root = root;
+            let known = root.is_some();
+            let dir = root.unwrap_or_else(|| act.deps.workdir.clone());
+            act.root = Some(Root { dir, project });
+            if known {
                 let workdir = act.workdir();
                 act.view.set_workdir(workdir.to_string_lossy().into_owned());
             }
-            act.root_known = true;
             then(act, ctx);
         }));
     }
 
+    /// The working directories' root the conversation's files are under,
+    /// `{chat}` unfilled: its project's once read, else `agent.workdir`.
+    fn root_dir(&self) -> &std::path::Path {
+        self.root
+            .as_ref()
+            .map_or(&self.deps.workdir, |root| &root.dir)
+    }
+
     /// The conversation's working directory.
     pub(super) fn workdir(&self) -> std::path::PathBuf {
-        crate::agent::host::seal::chat_path(&self.root, &self.to().key())
+        crate::agent::host::seal::chat_path(self.root_dir(), &self.to().key())
     }
 
     /// Fetches the turn's files into the workdir, tells the chat about any
@@ -63,7 +84,7 @@ impl TurnActor {
     pub(super) fn receive_files(&mut self, ctx: &mut Context<Self>) {
         let files = self.deps.files.clone();
         let chat = self.to().key();
-        let root = self.root.clone();
+        let root = self.root_dir().to_path_buf();
         let attachments = std::mem::take(&mut self.spec.files);
         let fetch = async move { files.receive_in(&root, &chat, &attachments).await };
         ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
@@ -107,7 +128,7 @@ impl TurnActor {
 
     /// Drops a warm session that is dead or silent and opens a fresh one.
     pub(super) fn replace_warm(&mut self, ctx: &mut Context<Self>) {
-        let Some(Leftover::Link(warm)) = self.step(Step::ReplacingWarm) else {
+        let Some(Leftover::Link(warm)) = self.step(TurnStep::ReplacingWarm) else {
             return;
         };
         self.send_to(Some(&warm), SessionCommand::Kill);
@@ -123,7 +144,10 @@ impl TurnActor {
     /// `/model` or a picked session is seen).
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.backend);
-        let opening = self.deps.inbox.opening(self.to());
+        let to = self.to();
+        let opening = (self.deps.inbox).read("reading the session to open", move |store| {
+            store.opening(to)
+        });
         let choices = Arc::clone(&self.deps.choices);
         let conversation = self.to();
         let shutdown = self.deps.shutdown.clone();
@@ -213,7 +237,7 @@ impl TurnActor {
         }
         let link = Link::new(session, self.generation);
         // A session that comes once the turn no longer takes one is dropped.
-        self.step(Step::Attached { link, warm });
+        self.step(TurnStep::Attached { link, warm });
         // What was steered in while opening, after the prompt; everything
         // again to a session that replaced the one it was written to.
         self.steers_unwritten();

@@ -4,8 +4,6 @@
 //! when Telegram took its text or [`DELIVERY_WAIT`] after it was accepted
 //! for delivery, whichever comes first.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::{Handler, Message};
@@ -26,7 +24,22 @@ impl Handler<Delivered> for TurnActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Delivered, _ctx: &mut Self::Context) {
-        self.delivered = true;
+        self.said.delivered_now();
+    }
+}
+
+/// A tool's work finished: the turn answers the agent, unless it ended
+/// meanwhile.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ToolWorkDone(PendingTool, ToolReply);
+
+impl Handler<ToolWorkDone> for TurnActor {
+    type Result = ();
+
+    fn handle(&mut self, ToolWorkDone(pending, value): ToolWorkDone, _ctx: &mut Self::Context) {
+        let open = self.phase.holds_chat();
+        pending.finish(open, value);
     }
 }
 
@@ -35,16 +48,26 @@ pub(super) struct PendingTool {
     id: String,
     tool: &'static str,
     reply: Responder<ToolReply>,
-    /// False once the turn has ended.
-    open: Arc<AtomicBool>,
     shutdown: crate::shutdown::Shutdown,
 }
 
 impl PendingTool {
-    /// Answers the agent, or, when the turn ended or the host began stopping
-    /// meanwhile, logs the result and drops it.
-    pub(super) fn finish(self, value: ToolReply) {
-        if self.open.load(Ordering::SeqCst) && !self.shutdown.is_closing() {
+    /// Hands `value` to the turn, which answers the agent with it while it
+    /// holds the chat; a turn that is gone drops it.
+    pub(super) fn done(self, turn: &actix::Addr<TurnActor>, value: ToolReply) {
+        match turn.try_send(ToolWorkDone(self, value)) {
+            Ok(()) => {}
+            Err(actix::dev::SendError::Full(msg)) => turn.do_send(msg),
+            Err(actix::dev::SendError::Closed(ToolWorkDone(pending, value))) => {
+                pending.finish(false, value);
+            }
+        }
+    }
+
+    /// Answers the agent while the turn is `open`, or, when the turn ended
+    /// or the host began stopping meanwhile, logs the result and drops it.
+    fn finish(self, open: bool, value: ToolReply) {
+        if open && !self.shutdown.is_closing() {
             self.reply.answer(value);
             return;
         }
@@ -78,14 +101,15 @@ pub(super) fn answer_when_delivered<T: Send + 'static>(
         async move {
             let outcome = rx.await;
             turn.do_send(TelegramAnswered);
-            pending.finish(match outcome {
+            let value = match outcome {
                 Ok(Ok(sent)) => {
                     turn.do_send(Delivered);
                     ToolReply::Ok(ok(sent))
                 }
                 Ok(Err(err)) => ToolReply::Error(err.to_string()),
                 Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-            });
+            };
+            pending.done(&turn, value);
         }
         .in_current_span(),
     );
@@ -141,7 +165,7 @@ pub(super) fn answer_when_delivered_or_accepted(
             if let ToolReply::Ok(_) = reply {
                 turn.do_send(Delivered);
             }
-            pending.finish(reply);
+            pending.done(&turn, reply);
         }
         .in_current_span(),
     );
@@ -160,7 +184,6 @@ impl TurnActor {
             id,
             tool,
             reply,
-            open: Arc::clone(&self.open),
             shutdown: self.deps.shutdown.clone(),
         }
     }

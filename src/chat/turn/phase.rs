@@ -59,7 +59,7 @@ pub(crate) enum TurnPhase<S, L> {
 
 /// What moves a turn from one phase to the next.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Step<L> {
+pub(crate) enum TurnStep<L> {
     /// A session is attached and has the prompt (`warm`: a kept session).
     Attached {
         /// The session.
@@ -98,24 +98,24 @@ impl<S, L> TurnPhase<S, L> {
     /// The phase after `step`, and what the turn let go of. A step that
     /// does not apply leaves the phase as it is (a session attached then is
     /// handed back as a leftover).
-    pub(crate) fn after(self, step: Step<L>) -> (Self, Option<Leftover<S, L>>) {
+    pub(crate) fn after(self, step: TurnStep<L>) -> (Self, Option<Leftover<S, L>>) {
         use Leftover::{Link, Warm};
         match (self, step) {
-            (Self::Opening { warm }, Step::Attached { link, warm: kept }) => (
+            (Self::Opening { warm }, TurnStep::Attached { link, warm: kept }) => (
                 Self::Running {
                     link,
                     proving: kept,
                 },
                 warm.map(Warm),
             ),
-            (Self::Running { link: old, .. }, Step::Attached { link, warm }) => (
+            (Self::Running { link: old, .. }, TurnStep::Attached { link, warm }) => (
                 Self::Running {
                     link,
                     proving: warm,
                 },
                 Some(Link(old)),
             ),
-            (Self::Running { link, .. }, Step::ShowedLife) => (
+            (Self::Running { link, .. }, TurnStep::ShowedLife) => (
                 Self::Running {
                     link,
                     proving: false,
@@ -127,43 +127,46 @@ impl<S, L> TurnPhase<S, L> {
                     link,
                     proving: true,
                 },
-                Step::ReplacingWarm,
+                TurnStep::ReplacingWarm,
             ) => (Self::Opening { warm: None }, Some(Link(link))),
-            (Self::Running { link, .. }, Step::ResultArrived) => {
+            (Self::Running { link, .. }, TurnStep::ResultArrived) => {
                 (Self::AwaitingSettle { link }, None)
             }
-            (Self::AwaitingSettle { link }, Step::Reprompted) => (
+            (Self::AwaitingSettle { link }, TurnStep::Reprompted) => (
                 Self::Running {
                     link,
                     proving: false,
                 },
                 None,
             ),
-            (Self::Opening { warm }, Step::Ended(outcome)) => (
+            (Self::Opening { warm }, TurnStep::Ended(outcome)) => (
                 Self::Closing {
                     link: None,
                     outcome,
                 },
                 warm.map(Warm),
             ),
-            (Self::Running { link, .. } | Self::AwaitingSettle { link }, Step::Ended(outcome)) => (
+            (
+                Self::Running { link, .. } | Self::AwaitingSettle { link },
+                TurnStep::Ended(outcome),
+            ) => (
                 Self::Closing {
                     link: Some(link),
                     outcome,
                 },
                 None,
             ),
-            (Self::Closing { link, outcome }, Step::Released | Step::Aborted) => {
+            (Self::Closing { link, outcome }, TurnStep::Released | TurnStep::Aborted) => {
                 (Self::Released { outcome }, link.map(Link))
             }
-            (phase @ Self::Released { .. }, Step::Aborted) => (phase, None),
-            (phase, Step::Aborted) => (
+            (phase @ Self::Released { .. }, TurnStep::Aborted) => (phase, None),
+            (phase, TurnStep::Aborted) => (
                 Self::Released {
                     outcome: TurnOutcome::ForceReleased,
                 },
                 phase.into_leftover(),
             ),
-            (phase, Step::Attached { link, .. }) => (phase, Some(Link(link))),
+            (phase, TurnStep::Attached { link, .. }) => (phase, Some(Link(link))),
             (phase, _) => (phase, None),
         }
     }
@@ -244,7 +247,7 @@ mod tests {
     type Phase = TurnPhase<&'static str, &'static str>;
     type Row = (
         Phase,
-        Step<&'static str>,
+        TurnStep<&'static str>,
         Phase,
         Option<Leftover<&'static str, &'static str>>,
     );
@@ -267,8 +270,8 @@ mod tests {
         TurnPhase::Released { outcome }
     }
 
-    fn attached(link: &'static str, warm: bool) -> Step<&'static str> {
-        Step::Attached { link, warm }
+    fn attached(link: &'static str, warm: bool) -> TurnStep<&'static str> {
+        TurnStep::Attached { link, warm }
     }
 
     fn check(table: Vec<Row>) {
@@ -295,20 +298,20 @@ mod tests {
             ),
             (
                 running("a", true),
-                Step::ShowedLife,
+                TurnStep::ShowedLife,
                 running("a", false),
                 None,
             ),
             // The silent warm session is let go, to be killed.
             (
                 running("a", true),
-                Step::ReplacingWarm,
+                TurnStep::ReplacingWarm,
                 OPENING,
                 Some(Link("a")),
             ),
             (
                 running("a", false),
-                Step::ReplacingWarm,
+                TurnStep::ReplacingWarm,
                 running("a", false),
                 None,
             ),
@@ -320,12 +323,17 @@ mod tests {
             ),
             (
                 running("a", false),
-                Step::ResultArrived,
+                TurnStep::ResultArrived,
                 settling("a"),
                 None,
             ),
-            (settling("a"), Step::Reprompted, running("a", false), None),
-            (settling("a"), Step::ResultArrived, settling("a"), None),
+            (
+                settling("a"),
+                TurnStep::Reprompted,
+                running("a", false),
+                None,
+            ),
+            (settling("a"), TurnStep::ResultArrived, settling("a"), None),
         ]);
     }
 
@@ -337,26 +345,26 @@ mod tests {
         check(vec![
             (
                 OPENING,
-                Step::Ended(NoProgress),
+                TurnStep::Ended(NoProgress),
                 closing(None, NoProgress),
                 None,
             ),
             // Ended before it began: the warm session is let go.
             (
                 warm,
-                Step::Ended(NoProgress),
+                TurnStep::Ended(NoProgress),
                 closing(None, NoProgress),
                 Some(Warm("kept")),
             ),
             (
                 running("a", true),
-                Step::Ended(Interrupted),
+                TurnStep::Ended(Interrupted),
                 closing(Some("a"), Interrupted),
                 None,
             ),
             (
                 settling("a"),
-                Step::Ended(Interrupted),
+                TurnStep::Ended(Interrupted),
                 closing(Some("a"), Interrupted),
                 None,
             ),
@@ -377,8 +385,8 @@ mod tests {
         let closing_a = || closing(Some("a"), Interrupted);
         check(vec![
             // Exactly once: a second outcome does not replace the first.
-            (closing_a(), Step::Ended(NoProgress), closing_a(), None),
-            (closing_a(), Step::ResultArrived, closing_a(), None),
+            (closing_a(), TurnStep::Ended(NoProgress), closing_a(), None),
+            (closing_a(), TurnStep::ResultArrived, closing_a(), None),
             (
                 closing_a(),
                 attached("b", false),
@@ -388,55 +396,55 @@ mod tests {
             // The session is let go at release: handed back or dropped.
             (
                 closing_a(),
-                Step::Released,
+                TurnStep::Released,
                 released(Interrupted),
                 Some(Link("a")),
             ),
             (
                 closing(None, Interrupted),
-                Step::Released,
+                TurnStep::Released,
                 released(Interrupted),
                 None,
             ),
             (
                 running("a", false),
-                Step::Released,
+                TurnStep::Released,
                 running("a", false),
                 None,
             ),
             (
                 running("a", false),
-                Step::Aborted,
+                TurnStep::Aborted,
                 released(ForceReleased),
                 Some(Link("a")),
             ),
             (
                 settling("a"),
-                Step::Aborted,
+                TurnStep::Aborted,
                 released(ForceReleased),
                 Some(Link("a")),
             ),
             (
                 TurnPhase::Opening { warm: Some("kept") },
-                Step::Aborted,
+                TurnStep::Aborted,
                 released(ForceReleased),
                 Some(Warm("kept")),
             ),
             (
                 closing_a(),
-                Step::Aborted,
+                TurnStep::Aborted,
                 released(Interrupted),
                 Some(Link("a")),
             ),
             (
                 released(Interrupted),
-                Step::Ended(NoProgress),
+                TurnStep::Ended(NoProgress),
                 released(Interrupted),
                 None,
             ),
             (
                 released(Interrupted),
-                Step::Aborted,
+                TurnStep::Aborted,
                 released(Interrupted),
                 None,
             ),

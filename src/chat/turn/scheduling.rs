@@ -8,7 +8,7 @@
 //! [`ScheduleBook`]: crate::schedule::ScheduleBook
 //! [`MAX_PER_CONVERSATION`]: crate::schedule::MAX_PER_CONVERSATION
 
-use actix::Context;
+use actix::{AsyncContext, Context};
 use serde_json::json;
 
 use super::TurnActor;
@@ -42,11 +42,12 @@ impl TurnActor {
             .from
             .map_or(0, |user| i64::try_from(user.0).unwrap_or(0));
         let chat_id = to.chat.0;
+        let turn = ctx.address();
         actix::spawn(async move {
             if let Some(decided) = decided
                 && let Err(why) = decided.await
             {
-                return pending.finish(ToolReply::Error(why));
+                return pending.done(&turn, ToolReply::Error(why));
             }
             let reply = match tool {
                 ChatTool::Schedule { when, prompt } => match read_when(&when, now_ms()) {
@@ -78,7 +79,7 @@ impl TurnActor {
                     ToolReply::Ok(serde_json::to_string(&listed_json(&list)).unwrap_or_default())
                 }
             };
-            pending.finish(reply);
+            pending.done(&turn, reply);
         });
     }
 }

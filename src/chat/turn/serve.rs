@@ -144,6 +144,47 @@ impl ReplyLane {
     }
 }
 
+/// What a turn has said to the chat. The lane opens (and "replied" is
+/// recorded) at the first text; a text counts as delivered once Telegram
+/// took it, or at once for a notice or the answer.
+pub(super) enum Said {
+    /// Nothing yet.
+    Nothing,
+    /// Texts queued on the lane; none delivered yet.
+    Queued(ReplyLane),
+    /// A text reached the chat (or counts as if it had).
+    Delivered(ReplyLane),
+}
+
+impl Said {
+    /// The lane, once opened.
+    pub(super) fn lane(&mut self) -> Option<&mut ReplyLane> {
+        match self {
+            Self::Nothing => None,
+            Self::Queued(lane) | Self::Delivered(lane) => Some(lane),
+        }
+    }
+
+    /// Whether the turn replied: a text was queued.
+    pub(super) fn replied(&self) -> bool {
+        !matches!(self, Self::Nothing)
+    }
+
+    /// Whether a text reached the chat.
+    pub(super) fn delivered(&self) -> bool {
+        matches!(self, Self::Delivered(_))
+    }
+
+    /// A text of the lane reached the chat.
+    pub(super) fn delivered_now(&mut self) {
+        if let Self::Queued(_) = self
+            && let Self::Queued(lane) = std::mem::replace(self, Self::Nothing)
+        {
+            *self = Self::Delivered(lane);
+        }
+    }
+}
+
 impl TurnActor {
     /// Serves one call of a chat tool.
     pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
@@ -221,11 +262,12 @@ impl TurnActor {
             async move {
                 let outcome = rx.await;
                 turn.do_send(TelegramAnswered);
-                pending.finish(match outcome {
+                let value = match outcome {
                     Ok(Ok(())) => ToolReply::Ok("reacted".into()),
                     Ok(Err(err)) => ToolReply::Error(err.to_string()),
                     Err(_) => ToolReply::Failed("the outbox has stopped".into()),
-                });
+                };
+                pending.done(&turn, value);
             }
             .in_current_span(),
         );
@@ -243,7 +285,7 @@ impl TurnActor {
         ctx: &mut Context<Self>,
     ) {
         let tool_name = "send_file";
-        if !self.root_known {
+        if self.root.is_none() {
             // Which directory is the conversation's: read first.
             let path = path.to_string();
             return self.find_root(ctx, move |act, ctx| {
@@ -323,7 +365,7 @@ impl TurnActor {
     fn reply_with(&mut self, mut out: Outgoing, accepted: Option<Accepted>) {
         match &mut out {
             Outgoing::Text(send) => {
-                if self.lane.is_none() {
+                if self.said.lane().is_none() {
                     // The turn's first message answers the one that started it.
                     send.reply_to = self.spec.answer_to;
                 }
@@ -333,18 +375,19 @@ impl TurnActor {
             Outgoing::Replied(_) => {}
         }
         let read = std::mem::take(&mut self.steering.unmarked);
-        let lane_was_new = self.lane.is_none();
+        let lane_was_new = self.said.lane().is_none();
         if lane_was_new {
             self.spec.update_ids.extend(read.iter().copied());
-        }
-        let lane = self.lane.get_or_insert_with(|| {
-            ReplyLane::open(
+            self.said = Said::Queued(ReplyLane::open(
                 &self.deps.inbox,
                 self.spec.update_ids.clone(),
                 self.deps.outbox.clone(),
                 self.deps.forwarding.clone(),
-            )
-        });
+            ));
+        }
+        let Some(lane) = self.said.lane() else {
+            return;
+        };
         if !read.is_empty() && !lane_was_new {
             lane.send(Outgoing::Replied(read), None);
         }
@@ -353,8 +396,8 @@ impl TurnActor {
 
     /// Queues an untracked notice; it counts as delivered at once.
     pub(super) fn deliver(&mut self, text: String) {
-        self.delivered = true;
         self.reply(Outgoing::Text(SendText::new(self.to(), text)));
+        self.said.delivered_now();
     }
 
     /// Queues the agent's result text (Markdown, in place of its preview),
@@ -371,10 +414,10 @@ impl TurnActor {
                 format!("{}{}", &text[..end], notices::CUT_MARK)
             }
         };
-        self.delivered = true;
         let into = self.view.take_preview();
         let send = SendText::new(self.to(), text).markdown().into_slot(into);
         self.reply(Outgoing::Text(send));
+        self.said.delivered_now();
     }
 
     /// Counts one more message of `len` bytes against the turn's limits.

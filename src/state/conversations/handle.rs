@@ -3,22 +3,11 @@
 
 use std::future::Future;
 
-use super::{
-    Opening, SessionRow, TurnUsage, UsagePeriods, UsageTotals, first_words, period_starts,
-};
+use super::{SessionRow, UsagePeriods, UsageTotals, first_words, period_starts};
 use crate::ids::Conversation;
-use crate::state::{ReadFailed, StoreHandle, now_ms};
+use crate::state::{StoreHandle, now_ms};
 
 impl StoreHandle {
-    /// The conversation's model (none: the configured one), after every
-    /// job asked before.
-    pub fn model(
-        &self,
-        to: Conversation,
-    ) -> impl Future<Output = Result<Option<String>, ReadFailed>> + Send + 'static {
-        self.read("reading the model", move |store| store.model(to))
-    }
-
     /// Sets the conversation's model; resolves whether it was written.
     pub fn set_model(
         &self,
@@ -31,31 +20,12 @@ impl StoreHandle {
         async move { ask.await.is_some() }
     }
 
-    /// What the conversation's next session opens with, after every job
-    /// asked before (so a `/new`, `/model` or pick is seen).
-    pub fn opening(
-        &self,
-        to: Conversation,
-    ) -> impl Future<Output = Result<Opening, ReadFailed>> + Send + 'static {
-        self.read("reading the session to open", move |store| {
-            store.opening(to)
-        })
-    }
-
     /// Notes the first words of the conversation's latest turn.
     pub fn note_opening(&self, to: Conversation, text: &str) {
         let text = first_words(text);
         self.tell("noting a turn's first words", move |store| {
             store.note_opening(to, &text)
         });
-    }
-
-    /// The conversation's project (empty: none), after every job asked before.
-    pub fn project(
-        &self,
-        to: Conversation,
-    ) -> impl Future<Output = Result<String, ReadFailed>> + Send + 'static {
-        self.read("reading the project", move |store| store.project(to))
     }
 
     /// Moves the conversation to `project`; resolves whether it was written.
@@ -98,13 +68,6 @@ impl StoreHandle {
     ) -> impl Future<Output = Option<String>> + Send + 'static {
         let ask = self.ask("forking a session", move |store| store.fork(from, into));
         async move { ask.await.flatten() }
-    }
-
-    /// Records what one turn used.
-    pub fn record_usage(&self, to: Conversation, used: TurnUsage) {
-        self.tell("recording usage", move |store| {
-            store.record_usage(to, &used)
-        });
     }
 
     /// What `to` (with `None`: the bot) used today, in 7 and in 30 days.
