@@ -268,7 +268,8 @@ impl Dispatcher {
         }
         if is_due(&self.refused, &user, self.access.refusal_cooldown) {
             due(&mut self.refused, user, self.access.refusal_cooldown);
-            self.outbox.do_send(SendText::new(to, notices::refusal(user)));
+            self.outbox
+                .do_send(SendText::new(to, notices::refusal(user)));
         }
     }
 
