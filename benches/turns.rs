@@ -956,7 +956,7 @@ async fn lost_replies(
     let missing: Vec<i64> = chats
         .filter(|&chat| replies(chat, &now) <= replies(chat, before))
         .collect();
-    let unfinished = bot.inbox.recover().await;
+    let unfinished = bot.inbox.recover().await.expect("the store reads");
     let mut rows = String::new();
     for row in unfinished.iter().take(20) {
         let _ = write!(

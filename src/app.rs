@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
-use crate::state::{Store, StoreHandle, TurnIds};
+use crate::state::{Outgoing, Store, StoreHandle, TurnIds};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
@@ -119,7 +119,13 @@ async fn start_outbox(
 ) -> Result<Addr<Outbox>, StartError> {
     let client = telegram_client(config)?;
     limits.max_pending_age = config.telegram.max_pending_age;
-    let left = inbox.outgoing().await;
+    let left = inbox.outgoing().await.unwrap_or_else(|_| {
+        tracing::error!(
+            "the messages the previous process left for telegram could not be read; \
+             they stay in the state file for the next start"
+        );
+        Outgoing::default()
+    });
     if !left.rows.is_empty() {
         tracing::info!(
             messages = left.rows.len(),

@@ -2,6 +2,9 @@
 //! configuration and runs the bot until SIGINT, SIGTERM or SIGHUP; or
 //! checks the configuration, or backs up the state file (`--help`).
 
+// No function over 80 lines (`clippy.toml` sets the bar).
+#![warn(clippy::too_many_lines)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

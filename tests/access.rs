@@ -185,7 +185,7 @@ async fn a_recovered_message_from_a_user_no_longer_allowed_is_dropped() {
         vec!["echo: still allowed"]
     );
     h.bot.inbox.flushed().await;
-    let rows = h.bot.inbox.recover().await;
+    let rows = h.bot.inbox.recover().await.expect("the store reads");
     assert!(rows.is_empty(), "nothing left to run: {rows:?}");
     let counts = h.bot.inbox.counts().await;
     assert!(counts.contains(&("dropped".to_string(), 1)), "{counts:?}");

@@ -39,7 +39,14 @@ async fn an_unknown_command_points_to_help_and_reaches_no_agent() {
         .collect();
     assert_eq!(started.len(), 1, "{started:?}");
     h.bot.inbox.flushed().await;
-    assert!(h.bot.inbox.recover().await.is_empty());
+    assert!(
+        h.bot
+            .inbox
+            .recover()
+            .await
+            .expect("the store reads")
+            .is_empty()
+    );
 }
 
 #[actix_rt::test]

@@ -48,7 +48,7 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
     for copy in std::fs::read_dir(&spool).unwrap() {
         std::fs::remove_file(copy.unwrap().path()).unwrap();
     }
-    let mut left = store.outgoing().await;
+    let mut left = store.outgoing().await.expect("the store reads");
     assert_eq!(left.rows.len(), 3);
     // The chat's messages are known up to 0: no copy can be taken for one
     // sent before (nothing unexplained lies before it).
@@ -69,7 +69,15 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
     assert!(api.uploads().is_empty());
     outbox.send(turnstile::telegram::Flush).await.unwrap();
     store.flushed().await;
-    assert!(store.outgoing().await.rows.is_empty(), "all settled");
+    assert!(
+        store
+            .outgoing()
+            .await
+            .expect("the store reads")
+            .rows
+            .is_empty(),
+        "all settled"
+    );
 }
 
 /// A question queued during an outage is in the state file, buttons and
@@ -98,7 +106,7 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     })
     .await;
     store.flushed().await;
-    let kept = store.outgoing().await.rows;
+    let kept = store.outgoing().await.expect("the store reads").rows;
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0].text, "Your schedules");
     assert_eq!(
@@ -118,5 +126,12 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     api.wait_for_texts(1, 2, SOON).await;
     outbox.send(turnstile::telegram::Flush).await.unwrap();
     store.flushed().await;
-    assert!(store.outgoing().await.rows.is_empty());
+    assert!(
+        store
+            .outgoing()
+            .await
+            .expect("the store reads")
+            .rows
+            .is_empty()
+    );
 }

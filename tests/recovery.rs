@@ -83,7 +83,14 @@ async fn a_recovered_group_message_album_and_command_are_read_back_whole() {
         "the command is answered as one, not handed to an agent"
     );
     h.bot.inbox.flushed().await;
-    assert!(h.bot.inbox.recover().await.is_empty());
+    assert!(
+        h.bot
+            .inbox
+            .recover()
+            .await
+            .expect("the store reads")
+            .is_empty()
+    );
     assert_eq!(
         h.backend.opened(),
         2,

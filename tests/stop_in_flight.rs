@@ -183,7 +183,7 @@ async fn with_retry_a_turn_whose_reply_was_on_its_way_is_not_queued_again() {
         h.texts(1).contains(&"on its way".to_string()),
         "the flush delivered it"
     );
-    let open = h.bot.inbox.recover().await;
+    let open = h.bot.inbox.recover().await.expect("the store reads");
     assert!(open.is_empty(), "nothing left to run again: {open:?}");
     let told = h.texts(1);
     assert!(told.iter().any(|t| t.contains("cut short")), "{told:?}");

@@ -17,7 +17,9 @@ use tokio::sync::Notify;
 use super::when::{Timing, When, show_ms, zone};
 use crate::config::{Config, PermissionMode};
 use crate::ids::Conversation;
-use crate::state::{Added, NewSchedule, Origin, Removed, ScheduleRow, StoreHandle, now_ms};
+use crate::state::{
+    Added, NewSchedule, Origin, ReadFailed, Removed, ScheduleRow, StoreHandle, now_ms,
+};
 
 /// The most schedules one conversation may have of its own (made in the
 /// chat or by the agent; the operator's are not counted).
@@ -192,14 +194,18 @@ impl ScheduleBook {
     }
 
     /// The schedules of `to`, by id.
-    pub fn list(&self, to: Conversation) -> impl Future<Output = Vec<Listed>> + Send + 'static {
+    pub fn list(
+        &self,
+        to: Conversation,
+    ) -> impl Future<Output = Result<Vec<Listed>, ReadFailed>> + Send + 'static {
         let ask = self.inbox.schedules();
         async move {
-            ask.await
+            Ok(ask
+                .await?
                 .iter()
                 .filter(|row| row.to == to)
                 .filter_map(listed)
-                .collect()
+                .collect())
         }
     }
 }

@@ -19,11 +19,14 @@ use super::when::Timing;
 use crate::config::{CatchUp, SchedulesConfig};
 use crate::incoming::{Ask, Incoming, Place};
 use crate::ops::metrics::Metrics;
-use crate::state::{NewSchedule, Origin, ScheduleRow, StoreHandle, now_ms};
+use crate::state::{NewSchedule, Origin, ReadFailed, ScheduleRow, StoreHandle, now_ms};
 
 /// The longest the timer sleeps before it looks at the wall clock again
 /// (a clock set forward, a suspended host).
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
+
+/// How long after a failed read of the schedules they are read again.
+const REREAD: Duration = Duration::from_secs(30);
 
 /// A claimed run, queued in the inbox: for the dispatcher to route like a
 /// message just received (its update id is negative: a run's).
@@ -107,6 +110,26 @@ impl Scheduler {
 
     /// The store's schedules, read anew; on the `first` read, what they
     /// missed is caught up.
+    /// The schedules as read: loaded, or, when the store could not be
+    /// read, the ones it has kept, and another read after `REREAD`.
+    fn read(
+        &mut self,
+        rows: Result<Vec<ScheduleRow>, ReadFailed>,
+        first: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        match rows {
+            Ok(rows) => self.loaded(rows, first, ctx),
+            Err(ReadFailed) => {
+                tracing::error!(
+                    again_in = ?REREAD,
+                    "the schedules could not be read; the ones already known keep running"
+                );
+                ctx.run_later(REREAD, |_, ctx| ctx.notify(Reload));
+            }
+        }
+    }
+
     fn loaded(&mut self, rows: Vec<ScheduleRow>, first: bool, ctx: &mut Context<Self>) {
         let claiming: Vec<i64> = self
             .entries
@@ -359,7 +382,7 @@ impl Actor for Scheduler {
                 read.await
             }
             .into_actor(self)
-            .map(|rows, act, ctx| act.loaded(rows, true, ctx)),
+            .map(|rows, act, ctx| act.read(rows, true, ctx)),
         );
         let (changes, me) = (self.book.changes(), ctx.address());
         ctx.spawn(
@@ -383,7 +406,7 @@ impl Handler<Reload> for Scheduler {
         let read = self.inbox.schedules();
         ctx.spawn(
             read.into_actor(self)
-                .map(|rows, act, ctx| act.loaded(rows, false, ctx)),
+                .map(|rows, act, ctx| act.read(rows, false, ctx)),
         );
     }
 }

@@ -357,8 +357,8 @@ impl StoreHandle {
     pub fn always_rules_here(
         &self,
         to: Conversation,
-    ) -> impl Future<Output = Option<(String, Vec<AlwaysGrant>)>> + Send + 'static {
-        self.ask("reading tool approvals", move |store| {
+    ) -> impl Future<Output = Result<(String, Vec<AlwaysGrant>), ReadFailed>> + Send + 'static {
+        self.read("reading tool approvals", move |store| {
             let project = store.opening(to)?.project;
             let rules = store.always_rules(to, &project)?;
             Ok((project, rules))
@@ -429,6 +429,28 @@ mod tests {
         let opening = inbox.read("opening", move |s| s.opening(to)).await;
         assert!(opening.is_err(), "not a fresh session");
         assert_eq!(inbox.errors(), 3);
+    }
+
+    #[tokio::test]
+    async fn what_the_chat_and_the_start_read_fails_as_an_error_not_as_nothing() {
+        let store = Arc::new(Store::in_memory().unwrap());
+        store
+            .lock()
+            .execute_batch(
+                "DROP TABLE session_history; DROP TABLE usage; DROP TABLE schedule_runs; \
+                 DROP TABLE schedules; DROP TABLE inbox; DROP TABLE outgoing_chats; \
+                 DROP TABLE outgoing;",
+            )
+            .unwrap();
+        let inbox = StoreHandle::start(store);
+        let to = Conversation::from(ChatId(1));
+        assert!(inbox.sessions(to).await.is_err(), "not \"no sessions\"");
+        assert!(inbox.usage(Some(to)).await.is_err(), "not \"nothing used\"");
+        assert!(inbox.usage_top(5).await.is_err());
+        assert!(inbox.schedules().await.is_err(), "not \"no schedules\"");
+        assert!(inbox.recover().await.is_err(), "not \"nothing to recover\"");
+        assert!(inbox.outgoing().await.is_err(), "not \"nothing to send\"");
+        assert_eq!(inbox.errors(), 6);
     }
 
     #[tokio::test]

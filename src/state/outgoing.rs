@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::handle::StoreHandle;
+use super::handle::{ReadFailed, StoreHandle};
 use super::{StateError, Store, now_ms};
 
 /// The migration that adds the tables.
@@ -450,9 +450,8 @@ impl StoreHandle {
     }
 
     /// What a previous process left to send.
-    pub fn outgoing(&self) -> impl Future<Output = Outgoing> + Send + 'static {
-        let ask = self.ask("reading the messages to send", |store| store.outgoing());
-        async move { ask.await.unwrap_or_default() }
+    pub fn outgoing(&self) -> impl Future<Output = Result<Outgoing, ReadFailed>> + Send + 'static {
+        self.read("reading the messages to send", |store| store.outgoing())
     }
 }
 

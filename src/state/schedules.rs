@@ -10,7 +10,7 @@ use std::future::Future;
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::rows::insert_incoming;
-use super::{StateError, Store, StoreHandle, now_ms};
+use super::{ReadFailed, StateError, Store, StoreHandle, now_ms};
 use crate::ids::Conversation;
 use crate::incoming::Incoming;
 
@@ -324,9 +324,10 @@ impl Store {
 
 impl StoreHandle {
     /// Every schedule, after every job asked before.
-    pub fn schedules(&self) -> impl Future<Output = Vec<ScheduleRow>> + Send + 'static {
-        let ask = self.ask("reading the schedules", |store| store.schedules());
-        async move { ask.await.unwrap_or_default() }
+    pub fn schedules(
+        &self,
+    ) -> impl Future<Output = Result<Vec<ScheduleRow>, ReadFailed>> + Send + 'static {
+        self.read("reading the schedules", |store| store.schedules())
     }
 
     /// Makes the operator's schedules those of the config.

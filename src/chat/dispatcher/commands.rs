@@ -9,12 +9,13 @@ use super::{Dispatcher, ForChat, HostRequest};
 use crate::chat::commands::{self, Abilities};
 use crate::chat::menus;
 use crate::chat::notices;
-use crate::chat::notices::counted;
+use crate::chat::notices::{STORE_UNREADABLE, counted};
 use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
 use crate::config::GroupMode;
 use crate::ids::Conversation;
 use crate::incoming::{Command, Incoming, Who};
+use crate::state::ReadFailed;
 use crate::telegram::outbox::SendText;
 
 /// How many conversations an admin's `/usage` lists.
@@ -88,7 +89,9 @@ impl Dispatcher {
         let rules = self.inbox.always_rules_here(to);
         ctx.spawn(
             async move {
-                let (project, rules) = rules.await.unwrap_or_default();
+                let Ok((project, rules)) = rules.await else {
+                    return outbox.do_send(SendText::new(to, STORE_UNREADABLE));
+                };
                 let here = if project.is_empty() {
                     "in this chat".to_string()
                 } else {
@@ -201,11 +204,17 @@ impl Dispatcher {
         let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
-                let mut text =
-                    format!("📊 This conversation:\n{}", menus::usage_lines(&mine.await));
-                if let Some((all, top)) = whole {
-                    text.push_str(&menus::usage_admin(&all.await, &top.await));
-                }
+                let text = async {
+                    let mut text = format!(
+                        "📊 This conversation:\n{}",
+                        menus::usage_lines(&mine.await?)
+                    );
+                    if let Some((all, top)) = whole {
+                        text.push_str(&menus::usage_admin(&all.await?, &top.await?));
+                    }
+                    Ok::<_, ReadFailed>(text)
+                };
+                let text = text.await.unwrap_or_else(|_| STORE_UNREADABLE.to_owned());
                 outbox.do_send(SendText::new(to, text));
             }
             .into_actor(self),

@@ -118,6 +118,9 @@ impl Dispatcher {
     pub(super) fn sessions(&mut self, to: Conversation, ctx: &mut Context<Self>) {
         let rows = self.inbox.sessions(to);
         ctx.spawn(rows.into_actor(self).map(move |rows, act, _ctx| {
+            let Ok(rows) = rows else {
+                return act.say(to, STORE_UNREADABLE);
+            };
             let text = menus::sessions_text(&rows);
             if rows.is_empty() {
                 return act.say(to, text);
@@ -318,7 +321,10 @@ impl Dispatcher {
         let sessions = inbox.sessions(from);
         ctx.spawn(
             async move {
-                let Some(current) = sessions.await.into_iter().find(|s| s.current) else {
+                let Ok(sessions) = sessions.await else {
+                    return outbox.do_send(SendText::new(from, STORE_UNREADABLE));
+                };
+                let Some(current) = sessions.into_iter().find(|s| s.current) else {
                     return outbox.do_send(SendText::new(from, notices::NOTHING_TO_FORK));
                 };
                 let name = match current.first_words.as_str() {

@@ -7,13 +7,17 @@ use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture}
 
 use super::Dispatcher;
 use crate::chat::notices::bounded;
-use crate::state::{InboxRow, InboxState};
+use crate::state::{InboxRow, InboxState, ReadFailed};
 
 /// Sent once at start, before any update: the inbox rows a previous
 /// process left (read on the store thread before the intake wrote anything).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Recover(pub std::pin::Pin<Box<dyn std::future::Future<Output = Vec<InboxRow>> + Send>>);
+pub struct Recover(
+    pub  std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Vec<InboxRow>, ReadFailed>> + Send>,
+    >,
+);
 
 impl Handler<Recover> for Dispatcher {
     type Result = ();
@@ -23,7 +27,15 @@ impl Handler<Recover> for Dispatcher {
         // never overtakes a recovered one.
         ctx.wait(
             rows.into_actor(self)
-                .map(|rows, act, ctx| act.recover(rows, ctx)),
+                .map(|rows, act, ctx| match rows {
+                    Ok(rows) => act.recover(rows, ctx),
+                    // Nothing was marked: the rows stay as they are, for
+                    // the next start that can read them.
+                    Err(ReadFailed) => tracing::error!(
+                        "the inbox could not be read: the messages the previous process left \
+                         unfinished are not recovered now; they stay in the state file for the next start"
+                    ),
+                }),
         );
     }
 }

@@ -7,7 +7,7 @@
 use actix::{AsyncContext, Context, WrapFuture};
 
 use super::Dispatcher;
-use crate::chat::notices::bounded;
+use crate::chat::notices::{self, bounded};
 use crate::ids::Conversation;
 use crate::incoming::{Callback, Incoming, Press};
 use crate::schedule::words::read_command;
@@ -67,7 +67,9 @@ impl Dispatcher {
         let outbox = self.outbox.clone();
         ctx.spawn(
             async move {
-                let list = list.await;
+                let Ok(list) = list.await else {
+                    return outbox.do_send(SendText::new(to, notices::STORE_UNREADABLE));
+                };
                 if list.is_empty() {
                     let text = format!("No schedules in this conversation.\n\n{USAGE}");
                     return outbox.do_send(SendText::new(to, text));

@@ -197,7 +197,10 @@ impl TurnActor {
                 Box::pin(async move { rules.await.ok().map(|rules| (project, rules)) })
                     as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
             }
-            None => Box::pin(self.deps.inbox.always_rules_here(self.to())),
+            None => {
+                let here = self.deps.inbox.always_rules_here(self.to());
+                Box::pin(async move { here.await.ok() })
+            }
         };
         ctx.spawn(grants.into_actor(self).map(move |grants, act, ctx| {
             let Some((project, grants)) = grants else {

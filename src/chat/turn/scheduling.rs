@@ -74,10 +74,12 @@ impl TurnActor {
                     }
                     Err(why) => ToolReply::Error(why),
                 },
-                _ => {
-                    let list = book.list(to).await;
-                    ToolReply::Ok(serde_json::to_string(&listed_json(&list)).unwrap_or_default())
-                }
+                _ => match book.list(to).await {
+                    Ok(list) => ToolReply::Ok(
+                        serde_json::to_string(&listed_json(&list)).unwrap_or_default(),
+                    ),
+                    Err(_) => ToolReply::Error(notices::STORE_UNREADABLE.to_owned()),
+                },
             };
             pending.done(&turn, reply);
         });

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use super::{SessionRow, UsagePeriods, UsageTotals, first_words, period_starts};
 use crate::ids::Conversation;
-use crate::state::{StoreHandle, now_ms};
+use crate::state::{ReadFailed, StoreHandle, now_ms};
 
 impl StoreHandle {
     /// Sets the conversation's model; resolves whether it was written.
@@ -44,9 +44,8 @@ impl StoreHandle {
     pub fn sessions(
         &self,
         to: Conversation,
-    ) -> impl Future<Output = Vec<SessionRow>> + Send + 'static {
-        let ask = self.ask("listing sessions", move |store| store.sessions(to));
-        async move { ask.await.unwrap_or_default() }
+    ) -> impl Future<Output = Result<Vec<SessionRow>, ReadFailed>> + Send + 'static {
+        self.read("listing sessions", move |store| store.sessions(to))
     }
 
     /// Makes one of the conversation's sessions its current one; resolves
@@ -74,18 +73,17 @@ impl StoreHandle {
     pub fn usage(
         &self,
         to: Option<Conversation>,
-    ) -> impl Future<Output = UsagePeriods> + Send + 'static {
-        let ask = self.ask("reading usage", move |store| store.usage(to, now_ms()));
-        async move { ask.await.unwrap_or_default() }
+    ) -> impl Future<Output = Result<UsagePeriods, ReadFailed>> + Send + 'static {
+        self.read("reading usage", move |store| store.usage(to, now_ms()))
     }
 
     /// The conversations that cost most in the last 30 days.
     pub fn usage_top(
         &self,
         limit: usize,
-    ) -> impl Future<Output = Vec<(Conversation, UsageTotals)>> + Send + 'static {
+    ) -> impl Future<Output = Result<Vec<(Conversation, UsageTotals)>, ReadFailed>> + Send + 'static
+    {
         let since = period_starts(now_ms())[2];
-        let ask = self.ask("reading usage", move |store| store.usage_top(since, limit));
-        async move { ask.await.unwrap_or_default() }
+        self.read("reading usage", move |store| store.usage_top(since, limit))
     }
 }

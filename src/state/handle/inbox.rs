@@ -31,7 +31,7 @@
 use std::future::Future;
 
 use super::super::{InboxRow, InboxState};
-use super::StoreHandle;
+use super::{ReadFailed, StoreHandle};
 use crate::ids::TurnId;
 use crate::incoming::Incoming;
 
@@ -149,8 +149,9 @@ impl StoreHandle {
 
     /// **recover**: the messages a previous process left unfinished, oldest
     /// first.
-    pub fn recover(&self) -> impl Future<Output = Vec<InboxRow>> + Send + 'static {
-        let ask = self.ask("reading the inbox", |store| store.unfinished());
-        async move { ask.await.unwrap_or_default() }
+    pub fn recover(
+        &self,
+    ) -> impl Future<Output = Result<Vec<InboxRow>, ReadFailed>> + Send + 'static {
+        self.read("reading the inbox", |store| store.unfinished())
     }
 }
