@@ -8,7 +8,8 @@
 #                              also runs the benchmarks of commit BASE (in a
 #                              temporary worktree, built in target/compare)
 #                              and fails when a figure got worse than BASE's
-#                              by more than its noise band
+#                              by more than its noise band; BASE's report is
+#                              kept as target/bench/report-base.md
 #
 # Benchmarks 1-3 (benches/turns.rs) run the bot in process on the scripted
 # backend, as does the flapping soak (benches/flap.rs: Telegram down for
@@ -139,6 +140,8 @@ if [ -n "$compare" ]; then
   # BASE's own invariants are not this run's business: only its figures.
   (cd "$base_tree" && CARGO_TARGET_DIR="$root/target/compare" TURNSTILE_BENCH_FIGURES="$base_figures" \
     scripts/bench.sh ${flags[@]+"${flags[@]}"} >/dev/null) || true
+  # BASE's own report, for the figures it has but writes no line for.
+  cp "$base_tree/target/bench/report.md" "$out/report-base.md" 2>/dev/null || true
   if [ ! -s "$base_figures" ]; then
     echo "bench: $compare wrote no figures (it predates --compare): nothing to compare" >&2
     exit 2
