@@ -42,14 +42,6 @@ fn turn_rows(state: &std::path::Path, chat: i64) -> Vec<(String, u32, f64)> {
         .expect("rows")
 }
 
-/// The value of the metric line that starts with `name ` (0 when absent).
-fn metric(h: &Harness, name: &str) -> f64 {
-    let text = h.bot.events.metrics().render(0, 0, 0);
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[actix_rt::test]
 async fn a_turn_ended_by_end_turn_is_recorded_with_its_late_results_calls() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -88,9 +80,9 @@ async fn a_turn_ended_by_end_turn_is_recorded_with_its_late_results_calls() {
         ],
         "the result after end_turn counts for its turn"
     );
-    assert_eq!(metric(&h, "turnstile_turn_api_calls_count"), 1.0);
-    assert_eq!(metric(&h, "turnstile_turn_api_calls_sum"), 1.0);
-    assert_eq!(metric(&h, "turnstile_turn_duration_seconds_count"), 2.0);
+    assert_eq!(h.metric_value("turnstile_turn_api_calls_count"), 1.0);
+    assert_eq!(h.metric_value("turnstile_turn_api_calls_sum"), 1.0);
+    assert_eq!(h.metric_value("turnstile_turn_duration_seconds_count"), 2.0);
 }
 
 #[actix_rt::test]
@@ -103,7 +95,7 @@ async fn usage_counts_a_re_prompted_turn_once_and_both_its_results() {
     // The turn's use is written once its session is done, the metric after
     // the row.
     wait_until("the turn's tokens counted", SOON, || {
-        metric(&h, "turnstile_tokens_total{direction=\"input\"}") >= 200.0
+        h.metric_value("turnstile_tokens_total{direction=\"input\"}") >= 200.0
     })
     .await;
     h.say(USER, USER, "/usage");

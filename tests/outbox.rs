@@ -340,20 +340,6 @@ async fn a_button_press_is_taken_by_the_intake_and_the_next_message_still_answer
 const RESENT: &str =
     "↻ Sent again: Telegram did not confirm the first copy of this message, so it may show twice.";
 
-/// The line of the bot's metric `name` (labels included).
-fn metric(h: &Harness, name: &str) -> String {
-    let gauges = &h.bot.gauges;
-    let text = h.bot.events.metrics().render(
-        gauges.supervisors.load(std::sync::atomic::Ordering::SeqCst),
-        gauges.turns.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-    );
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .unwrap_or("(no such line)")
-        .to_string()
-}
-
 /// A message that left but got no answer (the connection failed after it
 /// was sent; an answer that is not JSON) may or may not have arrived. It
 /// is never lost and the user is never asked to send again: it is sent
@@ -392,17 +378,11 @@ async fn a_message_telegram_did_not_answer_is_sent_again_and_shows_once() {
     };
     assert_eq!((of.get(), method), (turn, "sendMessage"));
     assert_eq!(
-        metric(
-            &h,
-            "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"}"
-        ),
+        h.metric_line("turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"}"),
         "turnstile_telegram_unknown_outcome_total{method=\"sendMessage\"} 1"
     );
     assert_eq!(
-        metric(
-            &h,
-            "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"}"
-        ),
+        h.metric_line("turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"}"),
         "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"} 1"
     );
     let log = logs.text();
@@ -472,10 +452,7 @@ async fn a_message_that_arrived_unconfirmed_shows_at_most_once_more_marked() {
         "the first copy is the one before: the mark is on the second"
     );
     assert_eq!(
-        metric(
-            &h,
-            "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"}"
-        ),
+        h.metric_line("turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"}"),
         "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"true\"} 1"
     );
     h.say(1, USER, "next");

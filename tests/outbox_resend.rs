@@ -9,20 +9,6 @@ use std::time::Duration;
 use support::*;
 use turnstile::agent::Scenario;
 
-/// The line of the bot's metric `name` (labels included).
-fn metric(h: &Harness, name: &str) -> String {
-    let gauges = &h.bot.gauges;
-    let text = h.bot.events.metrics().render(
-        gauges.supervisors.load(std::sync::atomic::Ordering::SeqCst),
-        gauges.turns.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-    );
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .unwrap_or("(no such line)")
-        .to_string()
-}
-
 /// The first copy of an answer gets no answer and never arrived. While
 /// the bot waits for Telegram to answer again, the user writes: that
 /// message takes the next id in the chat, but the poller, held, brings it
@@ -63,10 +49,7 @@ async fn a_message_the_user_wrote_meanwhile_does_not_mark_the_only_copy() {
         "once each, unmarked"
     );
     assert_eq!(
-        metric(
-            &h,
-            "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"}"
-        ),
+        h.metric_line("turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"}"),
         "turnstile_outbox_resent_total{method=\"sendMessage\",marked=\"false\"} 1"
     );
 }

@@ -286,17 +286,6 @@ async fn the_agent_schedules_in_its_own_conversation_within_the_bounds() {
     );
 }
 
-/// The value of the metric line starting with `name` (0 when absent).
-fn metric(h: &Harness, name: &str) -> f64 {
-    h.bot
-        .events
-        .metrics()
-        .render(0, 0, 0)
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[actix_rt::test]
 async fn with_catch_up_skip_missed_slots_are_counted_not_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,13 +304,8 @@ async fn with_catch_up_skip_missed_slots_are_counted_not_run() {
         })
         .await;
     first.bot.stop().await;
-    assert_eq!(metric(&first, "turnstile_schedules "), 1.0);
-    assert!(
-        metric(
-            &first,
-            "turnstile_schedule_runs_total{outcome=\"delivered\"} "
-        ) >= 1.0
-    );
+    assert_eq!(first.metric_value("turnstile_schedules "), 1.0);
+    assert!(first.metric_value("turnstile_schedule_runs_total{outcome=\"delivered\"} ") >= 1.0);
     let last = runs(&db).last().expect("a run").0;
     // Down while two slots pass: the wall clock is the event here.
     until_unix_ms(last + 2_000 + 200).await;
@@ -337,12 +321,7 @@ async fn with_catch_up_skip_missed_slots_are_counted_not_run() {
         texts.iter().all(|t| t == "echo: ⏰ tick: ping"),
         "no catch-up run: {texts:?}"
     );
-    assert!(
-        metric(
-            &second,
-            "turnstile_schedule_runs_total{outcome=\"missed\"} "
-        ) >= 2.0
-    );
+    assert!(second.metric_value("turnstile_schedule_runs_total{outcome=\"missed\"} ") >= 2.0);
     let runs = runs(&db);
     assert!(runs.iter().all(|(_, missed, _)| *missed == 0), "{runs:?}");
     assert!(
@@ -426,9 +405,9 @@ async fn a_run_whose_turn_does_not_complete_counts_as_failed() {
     let (_, outcome, _) = h.turn_ended(USER, 1).await;
     assert!(!outcome.finished(), "{outcome:?}");
     h.bot.stop().await;
-    assert!(metric(&h, "turnstile_schedule_runs_total{outcome=\"failed\"} ") >= 1.0);
+    assert!(h.metric_value("turnstile_schedule_runs_total{outcome=\"failed\"} ") >= 1.0);
     assert_eq!(
-        metric(&h, "turnstile_schedule_runs_total{outcome=\"delivered\"} "),
+        h.metric_value("turnstile_schedule_runs_total{outcome=\"delivered\"} "),
         0.0
     );
 }

@@ -290,6 +290,33 @@ impl Harness {
             .collect()
     }
 
+    /// The bot's metrics line that starts with `name` (labels included),
+    /// or "(no such line)".
+    pub fn metric_line(&self, name: &str) -> String {
+        let gauges = &self.bot.gauges;
+        let text = self.bot.events.metrics().render(
+            gauges.supervisors.load(std::sync::atomic::Ordering::SeqCst),
+            gauges.turns.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+        );
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or("(no such line)")
+            .to_string()
+    }
+
+    /// The value of the bot's metric `name` (its whole name, labels
+    /// included), 0 when it has no line.
+    pub fn metric_value(&self, name: &str) -> f64 {
+        self.bot
+            .events
+            .metrics()
+            .render(0, 0, 0)
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// Texts the fake Bot API accepted for `chat`.
     pub fn texts(&self, chat: i64) -> Vec<String> {
         self.api.texts_to(chat)
