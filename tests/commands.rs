@@ -38,15 +38,7 @@ async fn an_unknown_command_points_to_help_and_reaches_no_agent() {
         .filter(|e| matches!(e, BotEvent::TurnStarted { .. }))
         .collect();
     assert_eq!(started.len(), 1, "{started:?}");
-    h.bot.inbox.flushed().await;
-    assert!(
-        h.bot
-            .inbox
-            .recover()
-            .await
-            .expect("the store reads")
-            .is_empty()
-    );
+    assert!(h.unfinished().await.is_empty());
 }
 
 #[actix_rt::test]

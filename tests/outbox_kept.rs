@@ -23,6 +23,11 @@ use turnstile::telegram::{Button, Outbox, SendQuestion, SendText};
 /// A question, a file whose spooled copy is gone, and a text: the question
 /// goes with its buttons, the file is let go, the text follows; none is
 /// left in the state file.
+
+/// What the store keeps to send.
+async fn to_send(store: &StoreHandle) -> Outgoing {
+    store.outgoing().await.expect("the store reads")
+}
 #[actix_rt::test]
 async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go() {
     let api = FakeBotApi::start().await;
@@ -48,7 +53,7 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
     for copy in std::fs::read_dir(&spool).unwrap() {
         std::fs::remove_file(copy.unwrap().path()).unwrap();
     }
-    let mut left = store.outgoing().await.expect("the store reads");
+    let mut left = to_send(&store).await;
     assert_eq!(left.rows.len(), 3);
     // The chat's messages are known up to 0: no copy can be taken for one
     // sent before (nothing unexplained lies before it).
@@ -69,15 +74,7 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
     assert!(api.uploads().is_empty());
     outbox.send(turnstile::telegram::Flush).await.unwrap();
     store.flushed().await;
-    assert!(
-        store
-            .outgoing()
-            .await
-            .expect("the store reads")
-            .rows
-            .is_empty(),
-        "all settled"
-    );
+    assert!(to_send(&store).await.rows.is_empty(), "all settled");
 }
 
 /// A question queued during an outage is in the state file, buttons and
@@ -106,7 +103,7 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     })
     .await;
     store.flushed().await;
-    let kept = store.outgoing().await.expect("the store reads").rows;
+    let kept = to_send(&store).await.rows;
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0].text, "Your schedules");
     assert_eq!(
@@ -126,12 +123,5 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     api.wait_for_texts(1, 2, SOON).await;
     outbox.send(turnstile::telegram::Flush).await.unwrap();
     store.flushed().await;
-    assert!(
-        store
-            .outgoing()
-            .await
-            .expect("the store reads")
-            .rows
-            .is_empty()
-    );
+    assert!(to_send(&store).await.rows.is_empty(), "all settled");
 }

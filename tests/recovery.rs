@@ -82,15 +82,7 @@ async fn a_recovered_group_message_album_and_command_are_read_back_whole() {
         vec!["🆕 The next message starts a fresh conversation."],
         "the command is answered as one, not handed to an agent"
     );
-    h.bot.inbox.flushed().await;
-    assert!(
-        h.bot
-            .inbox
-            .recover()
-            .await
-            .expect("the store reads")
-            .is_empty()
-    );
+    assert!(h.unfinished().await.is_empty());
     assert_eq!(
         h.backend.opened(),
         2,

@@ -11,18 +11,20 @@ use turnstile::agent::{Scenario, Step};
 use turnstile::chat::TurnOutcome;
 use turnstile::telegram::{OutboxError, SendText};
 
+/// An agent that answers "slow send" with one `send` of `text`.
+fn slow_send(text: &str) -> Scenario {
+    Scenario::default().with_rule(
+        "slow send",
+        turn(vec![Step::Tools {
+            calls: vec![tool("mcp__telegram-tools__send", json!({ "text": text }))],
+        }]),
+    )
+}
+
 #[actix_rt::test]
 async fn a_tool_still_running_at_stop_has_its_result_dropped_with_a_log_line() {
     let logs = LogCapture::start();
-    let scenario = Scenario::default().with_rule(
-        "slow send",
-        turn(vec![Step::Tools {
-            calls: vec![tool(
-                "mcp__telegram-tools__send",
-                json!({"text": "slow to deliver"}),
-            )],
-        }]),
-    );
+    let scenario = slow_send("slow to deliver");
     let (mut h, cli) = FakeCli::start(
         &scenario,
         &[("TURNSTILE_DISPATCHER_DRAIN_TIMEOUT", "200ms")],
@@ -55,15 +57,7 @@ async fn a_tool_still_running_at_stop_has_its_result_dropped_with_a_log_line() {
 #[actix_rt::test]
 async fn a_tool_result_after_its_turn_ended_is_dropped_while_the_host_runs() {
     let logs = LogCapture::start();
-    let scenario = Scenario::default().with_rule(
-        "slow send",
-        turn(vec![Step::Tools {
-            calls: vec![tool(
-                "mcp__telegram-tools__send",
-                json!({"text": "slow to deliver"}),
-            )],
-        }]),
-    );
+    let scenario = slow_send("slow to deliver");
     let (mut h, _cli) = FakeCli::start(&scenario, &[]).await;
     h.api.inject(
         "sendMessage",
@@ -155,15 +149,7 @@ async fn a_stopped_outbox_refuses_fresh_input_visibly() {
 
 #[actix_rt::test]
 async fn with_retry_a_turn_whose_reply_was_on_its_way_is_not_queued_again() {
-    let scenario = Scenario::default().with_rule(
-        "slow send",
-        turn(vec![Step::Tools {
-            calls: vec![tool(
-                "mcp__telegram-tools__send",
-                json!({"text": "on its way"}),
-            )],
-        }]),
-    );
+    let scenario = slow_send("on its way");
     let h = Harness::start(
         scenario,
         &[

@@ -317,6 +317,13 @@ impl Harness {
             .unwrap_or(0.0)
     }
 
+    /// The inbox rows not finished yet, once every store write asked so
+    /// far has run.
+    pub async fn unfinished(&self) -> Vec<turnstile::state::InboxRow> {
+        self.bot.inbox.flushed().await;
+        self.bot.inbox.recover().await.expect("the store reads")
+    }
+
     /// Texts the fake Bot API accepted for `chat`.
     pub fn texts(&self, chat: i64) -> Vec<String> {
         self.api.texts_to(chat)
