@@ -20,14 +20,14 @@ use turnstile::ops::Metrics;
 use turnstile::state::{Kept, KeptFile, KeptQuestion, Outgoing, Store, StoreHandle};
 use turnstile::telegram::{Button, Outbox, SendQuestion, SendText};
 
-/// A question, a file whose spooled copy is gone, and a text: the question
-/// goes with its buttons, the file is let go, the text follows; none is
-/// left in the state file.
-
 /// What the store keeps to send.
 async fn to_send(store: &StoreHandle) -> Outgoing {
     store.outgoing().await.expect("the store reads")
 }
+
+/// A question, a file whose spooled copy is gone, and a text: the question
+/// goes with its buttons, the file is let go, the text follows; none is
+/// left in the state file.
 #[actix_rt::test]
 async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go() {
     let api = FakeBotApi::start().await;
