@@ -89,7 +89,7 @@ struct ChatEntry {
 /// The actor.
 pub struct Dispatcher {
     /// What turns use, handed to each chat for its turns.
-    turns: Services,
+    turns: Arc<Services>,
     /// The way out to Telegram.
     outbox: Addr<Outbox>,
     /// The inbox, and each conversation's choices.
@@ -179,7 +179,7 @@ impl Dispatcher {
             schedules: turns.schedules.clone(),
             retry_interrupted: turns.retry_interrupted,
             chat_settings,
-            turns,
+            turns: Arc::new(turns),
             access,
             slots,
             turn_ids,
@@ -223,7 +223,7 @@ impl Dispatcher {
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
-        let turns = self.turns.clone();
+        let turns = Arc::clone(&self.turns);
         let settings = self.chat_settings.clone();
         let slots = self.slots.clone();
         let turn_ids = Arc::clone(&self.turn_ids);

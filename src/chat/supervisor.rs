@@ -193,8 +193,9 @@ pub struct ChatSettings {
 pub struct ChatSupervisor {
     /// The conversation: the chat, or one forum topic of it.
     to: Conversation,
-    /// What its turns use, handed to each turn it starts.
-    turns: Services,
+    /// What its turns use (one for every chat), a copy handed to each
+    /// turn it starts.
+    turns: Arc<Services>,
     /// The way out to Telegram.
     outbox: Addr<Outbox>,
     /// The inbox and session ids.
@@ -252,7 +253,7 @@ impl ChatSupervisor {
     /// A supervisor for `chat`, whose turns use `turns`.
     pub fn new(
         to: Conversation,
-        turns: Services,
+        turns: Arc<Services>,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
         slots: TurnSlots,

@@ -13,7 +13,9 @@ use crate::attachment::Attachment;
 use crate::chat::notices::FORCE_RELEASED;
 use crate::chat::outcome::TurnOutcome;
 use crate::chat::slots::TurnSlot;
-use crate::chat::turn::{AbortTurn, Sender, SessionReleased, TurnActor, TurnEnded, TurnSpec};
+use crate::chat::turn::{
+    AbortTurn, Sender, Services, SessionReleased, TurnActor, TurnEnded, TurnSpec,
+};
 use crate::chat::typing::{StartTyping, TypingLease};
 use crate::events::BotEvent;
 use crate::ids::TurnId;
@@ -153,7 +155,7 @@ impl ChatSupervisor {
         };
         let addr = TurnActor::new(
             spec,
-            self.turns.clone(),
+            Services::clone(&self.turns),
             warm,
             vec![me.clone().recipient(), typing.recipient()],
             me.recipient(),
