@@ -329,6 +329,9 @@ struct Shared {
     faults: Mutex<HashMap<String, VecDeque<Fault>>>,
     /// Set by the first `inject`: until then no call looks for a fault.
     faulty: AtomicBool,
+    /// The bot's topics mode in private chats (BotFather), as `getMe`'s
+    /// `has_topics_enabled` says: with it off, a private chat has no topics.
+    private_topics: AtomicBool,
     /// Woken when updates are pushed.
     pushed: Notify,
     /// Woken when a call or an arrival is recorded.
@@ -449,6 +452,13 @@ impl FakeBotApi {
             server.abort();
             let _ = server.await;
         }
+    }
+
+    /// Turns the bot's topics mode in private chats on or off: `getMe`'s
+    /// `has_topics_enabled`, `createForumTopic` and `editForumTopic` in a
+    /// private chat, and a `message_thread_id` on a send to one.
+    pub fn set_private_topics(&self, on: bool) {
+        self.shared.private_topics.store(on, Ordering::Relaxed);
     }
 
     /// Stores an update (assigning the next `update_id` if it has none),
@@ -825,6 +835,27 @@ pub fn buttons_of(call: &Call) -> Vec<Vec<(String, String)>> {
         buttons
             .iter()
             .map(|b| (text(b, "text"), text(b, "callback_data")))
+            .collect()
+    })
+    .collect()
+}
+
+/// The inline keyboard a call sent, as rows of `(label, style)`: the
+/// button's `style` (`success`, `danger`, `primary`) or `None` without one.
+pub fn styles_of(call: &Call) -> Vec<Vec<(String, Option<String>)>> {
+    let Some(markup) = markup_of(&call.params) else {
+        return Vec::new();
+    };
+    let rows = markup["inline_keyboard"].as_array().cloned();
+    let rows = rows.unwrap_or_default().into_iter();
+    rows.map(|row| {
+        let buttons = row.as_array().cloned().unwrap_or_default();
+        buttons
+            .iter()
+            .map(|b| {
+                let label = b["text"].as_str().unwrap_or_default().to_string();
+                (label, b["style"].as_str().map(str::to_string))
+            })
             .collect()
     })
     .collect()

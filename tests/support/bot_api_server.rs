@@ -150,18 +150,27 @@ impl Shared {
             }
             "setmessagereaction" | "setmycommands" => Answer::Json(200, OK_TRUE.to_string()),
             "createforumtopic" => self.create_topic(params),
+            "editforumtopic" => self.edit_topic(params),
             // teloxide's `Me` needs the bot-only flags that Telegram sends.
             "getme" => ok(json!({
                 "id": 1, "is_bot": true, "first_name": "turnstile", "username": "turnstile_bot",
                 "can_join_groups": true, "can_read_all_group_messages": false,
                 "supports_inline_queries": false, "has_main_web_app": false,
+                "has_topics_enabled": self.private_topics.load(Ordering::Relaxed),
             })),
             _ => error(404, "Not Found: method not found", None),
         }
     }
 
-    /// `createForumTopic`: in a group (a negative chat id) with a name of
-    /// 1 to 128 characters, a new topic numbered as messages are.
+    /// Whether `chat` can have topics: a group (a negative chat id), or a
+    /// private chat while the bot's topics mode is on.
+    fn has_topics(&self, chat: i64) -> bool {
+        chat < 0 || self.private_topics.load(Ordering::Relaxed)
+    }
+
+    /// `createForumTopic`: in a group (a negative chat id), or a private chat
+    /// with the bot's topics mode on, with a name of 1 to 128 characters, a
+    /// new topic numbered as messages are.
     fn create_topic(&self, params: &Value) -> Answer {
         let name = params
             .get("name")
@@ -169,7 +178,9 @@ impl Shared {
             .unwrap_or_default();
         match params.get("chat_id").and_then(as_i64) {
             None => error(400, "Bad Request: chat not found", None),
-            Some(chat) if chat > 0 => error(400, "Bad Request: the chat is not a forum", None),
+            Some(chat) if !self.has_topics(chat) => {
+                error(400, "Bad Request: the chat is not a forum", None)
+            }
             Some(_) if name.is_empty() || name.chars().count() > 128 => {
                 error(400, "Bad Request: TOPIC_NAME_INVALID", None)
             }
@@ -177,6 +188,26 @@ impl Shared {
                 let thread = lock(&self.queue).next_message_id(chat);
                 ok(json!({"message_thread_id": thread, "name": name, "icon_color": 7_322_096}))
             }
+        }
+    }
+
+    /// `editForumTopic`: renames a topic (a positive `message_thread_id`) of
+    /// a chat that has topics to a name of 1 to 128 characters.
+    fn edit_topic(&self, params: &Value) -> Answer {
+        let name = params.get("name").and_then(Value::as_str);
+        let thread = params.get("message_thread_id").and_then(as_i64);
+        match params.get("chat_id").and_then(as_i64) {
+            None => error(400, "Bad Request: chat not found", None),
+            Some(chat) if !self.has_topics(chat) => {
+                error(400, "Bad Request: the chat is not a forum", None)
+            }
+            Some(_) if thread.is_none_or(|t| t <= 0) => {
+                error(400, "Bad Request: message thread not found", None)
+            }
+            Some(_) if name.is_some_and(|n| n.is_empty() || n.chars().count() > 128) => {
+                error(400, "Bad Request: TOPIC_NAME_INVALID", None)
+            }
+            Some(_) => Answer::Json(200, OK_TRUE.to_string()),
         }
     }
 
@@ -193,6 +224,13 @@ impl Shared {
             Some(chat_id) => chat_id,
         };
         if let Err(refusal) = check_entities(text, params) {
+            return refusal;
+        }
+        let thread = params.get("message_thread_id").and_then(as_i64);
+        if thread.is_some() && !self.has_topics(chat_id) {
+            return error(400, "Bad Request: message thread not found", None);
+        }
+        if let Err(refusal) = check_styles(params) {
             return refusal;
         }
         self.messages.fetch_add(1, Ordering::Relaxed);
@@ -356,6 +394,29 @@ fn send_draft(params: &Value) -> Answer {
 /// Telegram's checks of a text and its `entities`: at most 4096 UTF-16
 /// units, and entities that keep the rules (`telegram::format::validate`);
 /// a 400 "can't parse entities" otherwise, as Telegram answers.
+/// Refuses a button `style` other than Telegram's three (`danger`,
+/// `success`, `primary`).
+fn check_styles(params: &Value) -> Result<(), Answer> {
+    let Some(markup) = markup_of(params) else {
+        return Ok(());
+    };
+    let rows = markup["inline_keyboard"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let styles = rows
+        .iter()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|b| b.get("style"));
+    for style in styles {
+        if !matches!(style.as_str(), Some("danger" | "success" | "primary")) {
+            return Err(error(400, "Bad Request: invalid button style", None));
+        }
+    }
+    Ok(())
+}
+
 fn check_entities(text: &str, params: &Value) -> Result<(), Answer> {
     if text.encode_utf16().count() > 4096 {
         return Err(error(400, "Bad Request: message is too long", None));

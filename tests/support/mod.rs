@@ -145,7 +145,17 @@ impl Harness {
         edit: impl FnOnce(&mut Config),
         make: impl FnOnce(&Config) -> Arc<dyn AgentBackend>,
     ) -> Self {
-        let api = FakeBotApi::start().await;
+        Self::launch_on(FakeBotApi::start().await, env, limits, edit, make).await
+    }
+
+    /// As [`Harness::launch_edited`], against `api` as it was set up.
+    async fn launch_on(
+        api: FakeBotApi,
+        env: &[(&str, &str)],
+        limits: RateLimits,
+        edit: impl FnOnce(&mut Config),
+        make: impl FnOnce(&Config) -> Arc<dyn AgentBackend>,
+    ) -> Self {
         let mut config = ConfigVars::new(&api.url())
             .set_all(TEST_DEFAULTS.iter().copied())
             .set_all(env.iter().copied())
@@ -191,6 +201,14 @@ impl Harness {
         Self::start_scripted(scenario, env, Self::fast_limits(), edit).await
     }
 
+    /// Starts the scripted `scenario` for a bot whose topics mode in private
+    /// chats is on (`getMe`'s `has_topics_enabled`).
+    pub async fn start_with_private_topics(scenario: Scenario, env: &[(&str, &str)]) -> Self {
+        let api = FakeBotApi::start().await;
+        api.set_private_topics(true);
+        Self::start_scripted_on(api, scenario, env, Self::fast_limits(), |_| {}).await
+    }
+
     /// The scripted `scenario` under `limits`, the config changed by `edit`.
     async fn start_scripted(
         scenario: Scenario,
@@ -198,8 +216,20 @@ impl Harness {
         limits: RateLimits,
         edit: impl FnOnce(&mut Config),
     ) -> Self {
+        let api = FakeBotApi::start().await;
+        Self::start_scripted_on(api, scenario, env, limits, edit).await
+    }
+
+    /// [`Harness::start_scripted`] against `api`.
+    async fn start_scripted_on(
+        api: FakeBotApi,
+        scenario: Scenario,
+        env: &[(&str, &str)],
+        limits: RateLimits,
+        edit: impl FnOnce(&mut Config),
+    ) -> Self {
         let mut slot = None;
-        let harness = Self::launch_edited(env, limits, edit, |config| {
+        let harness = Self::launch_on(api, env, limits, edit, |config| {
             let backend = Arc::new(
                 ScriptedBackend::new(scenario)
                     .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
