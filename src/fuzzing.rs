@@ -15,6 +15,7 @@ use teloxide::types::{CallbackQuery, Message, Update, UpdateKind, UserId};
 
 use crate::chat::turn::ButtonPressed;
 use crate::config::{AccessConfig, Config, GroupMode};
+use crate::ids::Topics;
 use crate::incoming::{Ask, Callback, KINDS, Kind, MAX_INPUT_CHARS, Press, TOKEN_LEN};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{attachments, safe_component};
@@ -42,6 +43,9 @@ pub const TARGETS: [(&str, Harness); 7] = [
 const BOT_ID: u64 = 4242;
 /// Its username.
 const BOT_USERNAME: &str = "TurnBot";
+
+/// Private chats have topics: the widest reading of a topic id.
+const PRIVATE_TOPICS: Topics = Topics { private: true };
 /// The token the config harness sets, which nothing shown may contain.
 const TOKEN: &str = "123456:SECRET-fuzz-token-value";
 
@@ -60,6 +64,7 @@ pub fn telegram_update(data: &[u8]) {
     let me = BotIdentity {
         id: UserId(BOT_ID),
         username: BOT_USERNAME.to_owned(),
+        topics: PRIVATE_TOPICS,
     };
     let mut mention = Addressing::new(me.clone(), GroupMode::Mention);
     let mut all = Addressing::new(me, GroupMode::All);
@@ -91,13 +96,19 @@ fn taken_message(message: &Message) {
     }
     let mut admitted = AccessConfig::default();
     admitted.allowed_chats.push(message.chat.id.0);
-    if let Some(stranger) = read(1, message, BOT_USERNAME, &AccessConfig::default()) {
+    if let Some(stranger) = read(
+        1,
+        message,
+        BOT_USERNAME,
+        PRIVATE_TOPICS,
+        &AccessConfig::default(),
+    ) {
         assert!(
             stranger.text.is_empty() && stranger.files.is_empty() && stranger.ask == Ask::Agent,
             "a stranger's message kept {stranger:?}"
         );
     }
-    let Some(m) = read(1, message, BOT_USERNAME, &admitted) else {
+    let Some(m) = read(1, message, BOT_USERNAME, PRIVATE_TOPICS, &admitted) else {
         return;
     };
     assert!(m.text.chars().count() <= MAX_INPUT_CHARS);
@@ -135,7 +146,7 @@ fn check_safe_component(name: &str) {
 /// A button press as the intake reads it, and what the dispatcher makes
 /// of an approval.
 fn button(query: &CallbackQuery) {
-    let press = Press::read(query);
+    let press = Press::read(query, PRIVATE_TOPICS);
     check_callback(query.data.as_deref().unwrap_or(""), &press.data);
     if let Callback::Approval(approval) = press.data.clone() {
         let pressed = ButtonPressed::new(press, approval, false);

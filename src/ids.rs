@@ -65,6 +65,34 @@ impl Conversation {
     }
 }
 
+/// Which topics of a chat the bot takes as conversations of their own. A
+/// topic id comes from Telegram and is taken only where topics can be: in
+/// a group, a message that says it is in a forum topic; in a private chat,
+/// the same, and only while the bot's topics mode is on (`getMe`'s
+/// `has_topics_enabled`, set in BotFather). Anything else (a reply thread,
+/// a number that is not positive, a topic in a private chat with the mode
+/// off) is the chat itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Topics {
+    /// Whether private chats with the bot have topics.
+    pub private: bool,
+}
+
+impl Topics {
+    /// The topic of a message in `chat` carrying `thread` as its
+    /// `message_thread_id` and `in_topic` as its `is_topic_message`.
+    pub fn of(
+        self,
+        chat: teloxide::types::ChatId,
+        thread: Option<teloxide::types::ThreadId>,
+        in_topic: bool,
+    ) -> Option<teloxide::types::ThreadId> {
+        let thread = thread.filter(|t| in_topic && t.0.0 > 0)?;
+        // Private chats have positive ids (the user's), groups negative.
+        (chat.0 < 0 || self.private).then_some(thread)
+    }
+}
+
 impl From<teloxide::types::ChatId> for Conversation {
     fn from(chat: teloxide::types::ChatId) -> Self {
         Self { chat, topic: None }
@@ -74,5 +102,38 @@ impl From<teloxide::types::ChatId> for Conversation {
 impl std::fmt::Display for Conversation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use teloxide::types::{ChatId, MessageId, ThreadId};
+
+    use super::Topics;
+
+    #[test]
+    fn a_topic_is_taken_where_topics_can_be() {
+        let t = |n| Some(ThreadId(MessageId(n)));
+        let (on, off) = (Topics { private: true }, Topics { private: false });
+        let (group, private) = (ChatId(-100), ChatId(42));
+        let rows = [
+            (on, group, t(7), true, t(7)),
+            (off, group, t(7), true, t(7)),
+            (on, private, t(7), true, t(7)),
+            (off, private, t(7), true, None),
+            (on, private, t(7), false, None),
+            (on, group, t(7), false, None),
+            (on, private, t(0), true, None),
+            (on, private, t(-3), true, None),
+            (on, group, t(-3), true, None),
+            (on, private, None, true, None),
+        ];
+        for (topics, chat, thread, in_topic, taken) in rows {
+            assert_eq!(
+                topics.of(chat, thread, in_topic),
+                taken,
+                "{topics:?} {chat} {thread:?} {in_topic}"
+            );
+        }
     }
 }

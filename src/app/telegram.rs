@@ -5,10 +5,14 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use teloxide::Bot;
+use teloxide::requests::Payload;
+use teloxide::types::UserId;
 
 use super::StartError;
 use crate::config::Config;
+use crate::ids::Topics;
 use crate::telegram::addressing::BotIdentity;
 use crate::telegram::call::call;
 
@@ -43,19 +47,47 @@ pub(super) async fn check_webhook(bot: &Bot, delete: bool) -> Result<(), StartEr
     }
 }
 
+/// `getMe` as Bot API 9.3 answers it: teloxide 0.17's `Me` has no
+/// `has_topics_enabled`.
+#[derive(Debug, Clone, Serialize)]
+struct GetMe {}
+
+impl Payload for GetMe {
+    type Output = Me;
+    const NAME: &'static str = "getMe";
+}
+
+/// What the start reads of the bot's `User`.
+#[derive(Debug, Clone, Deserialize)]
+struct Me {
+    id: UserId,
+    username: Option<String>,
+    /// Its topics mode in private chats (BotFather); absent: off.
+    #[serde(default)]
+    has_topics_enabled: bool,
+}
+
 /// Asks Telegram who the bot is (`getMe`): a 401 or 404 is
 /// [`StartError::TokenRejected`] at once; any other failure is logged with
 /// its cause and retried with backoff (250 ms doubling to 30 s).
 pub(super) async fn identify(bot: &Bot) -> Result<BotIdentity, StartError> {
     let mut backoff = Duration::from_millis(250);
     loop {
-        match call(bot, &teloxide::payloads::GetMe::new()).await {
+        match call(bot, &GetMe {}).await {
             Ok(me) => {
-                let username = me.user.username.clone().unwrap_or_default();
-                tracing::info!(bot_id = me.user.id.0, username = %username, "telegram knows the bot");
+                let username = me.username.unwrap_or_default();
+                tracing::info!(
+                    bot_id = me.id.0,
+                    username = %username,
+                    private_topics = me.has_topics_enabled,
+                    "telegram knows the bot"
+                );
                 return Ok(BotIdentity {
-                    id: me.user.id,
+                    id: me.id,
                     username,
+                    topics: Topics {
+                        private: me.has_topics_enabled,
+                    },
                 });
             }
             Err(teloxide::RequestError::Api(teloxide::ApiError::InvalidToken)) => {

@@ -10,7 +10,7 @@
 
 use teloxide::types::{CallbackQuery, ChatId, MessageId, UserId};
 
-use crate::ids::Conversation;
+use crate::ids::{Conversation, Topics};
 
 /// A kind of button the bot shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,8 +272,9 @@ pub struct Press {
 }
 
 impl Press {
-    /// Reads a press as Telegram sent it.
-    pub fn read(query: &CallbackQuery) -> Self {
+    /// Reads a press as Telegram sent it; the message's topic as `topics`
+    /// takes it.
+    pub fn read(query: &CallbackQuery, topics: Topics) -> Self {
         let chat = query
             .message
             .as_ref()
@@ -283,8 +284,7 @@ impl Press {
             .message
             .as_ref()
             .and_then(|m| m.regular_message())
-            .filter(|m| m.is_topic_message)
-            .and_then(|m| m.thread_id);
+            .and_then(|m| topics.of(chat, m.thread_id, m.is_topic_message));
         let name = query
             .from
             .username

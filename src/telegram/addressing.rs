@@ -20,6 +20,9 @@ pub struct BotIdentity {
     pub id: UserId,
     /// Its username, without the `@`.
     pub username: String,
+    /// Which topics it takes as conversations (private ones with its
+    /// topics mode on).
+    pub topics: crate::ids::Topics,
 }
 
 /// How many recent albums are remembered, so an album whose caption
@@ -188,6 +191,7 @@ mod tests {
         let me = BotIdentity {
             id: UserId(1),
             username: "turnbot".into(),
+            topics: crate::ids::Topics::default(),
         };
         Addressing::new(me, GroupMode::Mention)
     }

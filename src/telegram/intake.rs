@@ -16,7 +16,7 @@ use teloxide::{ApiError, RequestError};
 use tracing::{Span, field};
 
 use crate::config::AccessConfig;
-use crate::ids::Conversation;
+use crate::ids::{Conversation, Topics};
 use crate::incoming::{Ask, Author, Incoming, Parsed, Place, Press, cut, parse, strip_address};
 use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
@@ -130,11 +130,12 @@ impl Intake {
                 if !self.for_us(&message) {
                     return None;
                 }
-                let me = &self.addressing.me().username;
-                read(update_id, &message, me, &self.access).map(UpdateReceived::Message)
+                let me = self.addressing.me();
+                read(update_id, &message, &me.username, me.topics, &self.access)
+                    .map(UpdateReceived::Message)
             }
             UpdateKind::CallbackQuery(query) => {
-                let press = Press::read(&query);
+                let press = Press::read(&query, self.addressing.me().topics);
                 Span::current().record("chat_id", press.to.chat.0);
                 Some(UpdateReceived::Press(press))
             }
@@ -310,6 +311,7 @@ pub(crate) fn read(
     update_id: i64,
     message: &TgMessage,
     me: &str,
+    topics: Topics,
     access: &AccessConfig,
 ) -> Option<Incoming> {
     let chat = message.chat.id;
@@ -329,7 +331,10 @@ pub(crate) fn read(
     let group = message.chat.is_group() || message.chat.is_supergroup();
     let mut incoming = Incoming {
         update_id,
-        to: Conversation::new(chat, message.thread_id.filter(|_| message.is_topic_message)),
+        to: Conversation::new(
+            chat,
+            topics.of(chat, message.thread_id, message.is_topic_message),
+        ),
         from: user.id,
         message_id: message.id,
         date: message.date.timestamp(),

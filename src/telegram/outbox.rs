@@ -63,9 +63,9 @@ pub use deliver::MAX_IN_FLIGHT;
 pub use error::{OutboxError, Refusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
-    AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush,
-    Polled, Purge, QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show,
-    ShowAs, Slot, StopOutbox,
+    AnswerCallback, Button, ButtonStyle, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion,
+    Flush, Polled, Purge, QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping,
+    Show, ShowAs, Slot, StopOutbox,
 };
 pub use unbutton::Unbutton;
 

@@ -137,6 +137,18 @@ impl FakeBotApi {
             .and_then(|id| i32::try_from(id).ok())
     }
 
+    /// The newest message with buttons the bot sent to `chat` in topic
+    /// `thread` (`None`: outside any topic), by id.
+    pub fn last_question_in(&self, chat: i64, thread: Option<i64>) -> Option<i32> {
+        lock(&self.shared.sent)
+            .iter()
+            .filter(|((c, _), m)| *c == chat && m.get("reply_markup").is_some())
+            .filter(|(_, m)| m.get("message_thread_id").and_then(as_i64) == thread)
+            .map(|((_, id), _)| *id)
+            .max()
+            .and_then(|id| i32::try_from(id).ok())
+    }
+
     /// The next message id the fake hands out in `chat` (shared with sent
     /// messages; Telegram numbers each chat's messages on their own).
     pub fn next_message_id(&self, chat: i64) -> i64 {

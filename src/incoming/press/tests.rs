@@ -138,7 +138,7 @@ fn a_press_is_read_with_its_conversation_presser_and_message() {
         },
     }))
     .expect("a callback query");
-    let press = Press::read(&query);
+    let press = Press::read(&query, Topics::default());
     assert_eq!(press.id, "cb1");
     assert_eq!(
         press.to,
@@ -155,7 +155,7 @@ fn a_press_is_read_with_its_conversation_presser_and_message() {
         "chat_instance": "i",
     }))
     .expect("a callback query");
-    let press = Press::read(&query);
+    let press = Press::read(&query, Topics::default());
     assert_eq!(press.to, Conversation::from(ChatId(5)));
     assert_eq!((press.name.as_str(), press.message), ("Ann", None));
     assert_eq!(press.data, Callback::Unknown);

@@ -75,7 +75,15 @@ fn admitted() -> AccessConfig {
 #[test]
 fn a_command_is_parsed_once_at_the_intake_with_its_place() {
     use crate::incoming::Command;
-    let read = |chat, fields| read(9, &message(chat, fields), "TurnBot", &admitted());
+    let read = |chat, fields| {
+        read(
+            9,
+            &message(chat, fields),
+            "TurnBot",
+            Topics::default(),
+            &admitted(),
+        )
+    };
     let stop = read(group(), text("/stop@turnbot  now ")).expect("taken");
     assert_eq!(stop.ask, Ask::Command(Command::Stop));
     assert_eq!(stop.text, "now", "its arguments");
@@ -105,6 +113,7 @@ fn a_strangers_message_keeps_nothing_they_wrote() {
         9,
         &message(private(), text("/permissions clear")),
         "TurnBot",
+        Topics::default(),
         &AccessConfig::default(),
     )
     .expect("taken, to be refused");
@@ -117,7 +126,14 @@ fn a_strangers_message_keeps_nothing_they_wrote() {
 fn an_admitted_sender_is_read_with_their_name_and_username() {
     let from = serde_json::json!({"from": {"id": 5, "is_bot": false, "first_name": "Ann",
         "last_name": "Lee", "username": "ann"}, "text": "hi"});
-    let m = read(9, &message(group(), from), "TurnBot", &admitted()).expect("taken");
+    let m = read(
+        9,
+        &message(group(), from),
+        "TurnBot",
+        Topics::default(),
+        &admitted(),
+    )
+    .expect("taken");
     assert_eq!(
         m.author,
         Author {
@@ -140,6 +156,7 @@ fn a_forum_topic_and_an_album_are_read() {
             }),
         ),
         "TurnBot",
+        Topics::default(),
         &admitted(),
     )
     .expect("taken");

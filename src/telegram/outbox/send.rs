@@ -17,7 +17,9 @@ use teloxide::types::{
 
 use super::deliver::{Rule, Telegram, deliver};
 use super::error::OutboxError;
-use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, TextJob, cut};
+use super::jobs::{
+    CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, SendKeyboard, TextJob, cut,
+};
 use super::live::{self, Shown};
 use super::post::{LaneView, Origin, Place, Post, lock};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
@@ -356,10 +358,13 @@ impl Post<'_> {
             let (telegram, chat) = (self.telegram, self.chat);
             let rule = Rule::once("sendMessage");
             self.settle(rule, topic, origin, |_| {
-                let mut payload = SendMessage::new(chat, text.as_str());
-                payload.reply_markup = keyboard.clone().map(Into::into);
-                payload.message_thread_id = topic;
-                payload.reply_parameters = file.map(ReplyParameters::new);
+                let payload = SendKeyboard {
+                    chat_id: chat,
+                    text: text.clone(),
+                    message_thread_id: topic,
+                    reply_parameters: file.map(ReplyParameters::new),
+                    reply_markup: keyboard.clone(),
+                };
                 Some(async move { call(&telegram.bot, &payload).await.map(|m| m.id) })
             })
             .await

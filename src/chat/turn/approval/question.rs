@@ -15,7 +15,7 @@ use crate::chat::turn::Sender;
 use crate::incoming::{Approval, Callback, Choice};
 use crate::state::{AlwaysGrant, AlwaysRule};
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
-use crate::telegram::outbox::{Button, QuestionFile};
+use crate::telegram::outbox::{Button, ButtonStyle, QuestionFile};
 
 /// Room a question's message keeps for the decision its edit appends
 /// ("✅ Allowed by …"), so the edited question is not cut either.
@@ -192,10 +192,8 @@ pub(super) fn tool_message(
     token: &str,
     whose: &str,
 ) -> Asked {
-    let button = |label: &str, choice| Button {
-        label: label.into(),
-        data: answer(token, choice),
-    };
+    let button =
+        |label: &str, choice, style| Button::new(label, answer(token, choice)).styled(style);
     let tool = visible(ask.tool.full());
     let (whole, file) = match ask.remember {
         Remember::ByTool | Remember::Once => (
@@ -226,14 +224,21 @@ pub(super) fn tool_message(
     };
     let subject = format!("{whose}🔐 The agent asks to use {tool}.");
     let (text, file) = presented(whole, &subject, file);
-    let mut first = vec![button("Allow", Choice::Allow)];
+    let mut first = vec![button("Allow", Choice::Allow, ButtonStyle::Success)];
     if always {
-        first.push(button(&always_label(project), Choice::Always));
+        first.push(button(
+            &always_label(project),
+            Choice::Always,
+            ButtonStyle::Success,
+        ));
     }
     Asked {
         text,
         file,
-        keyboard: vec![first, vec![button("Deny", Choice::Deny)]],
+        keyboard: vec![
+            first,
+            vec![button("Deny", Choice::Deny, ButtonStyle::Danger)],
+        ],
     }
 }
 
@@ -274,16 +279,16 @@ pub(super) fn question_messages(questions: &[Question], token: &str, whose: &str
                 .iter()
                 .enumerate()
                 .map(|(oi, label)| {
-                    vec![Button {
-                        label: bounded(&visible(label), BUTTON_LABEL),
-                        data: answer(
+                    vec![Button::new(
+                        bounded(&visible(label), BUTTON_LABEL),
+                        answer(
                             token,
                             Choice::Option {
                                 question: qi,
                                 option: oi,
                             },
                         ),
-                    }]
+                    )]
                 })
                 .collect();
             let subject = format!("{whose}❓ The agent asks a question.");

@@ -1,0 +1,185 @@
+//! Topics in a private chat with the bot (Bot API 9.3): with the bot's
+//! topics mode on (`getMe`'s `has_topics_enabled`), each topic is a
+//! conversation of its own, as in a forum group; messages outside any
+//! topic, and every message with the mode off, are the chat itself. And
+//! the approval buttons' colours (`style`, Bot API 9.4).
+
+mod support;
+
+use serde_json::{Value, json};
+use support::bot_api::files::{in_topic, private, text_message};
+use support::bot_api::styles_of;
+use support::*;
+use turnstile::agent::{Scenario, Step};
+
+/// A turn that asks to run a tool, waits for the answer and then ends: a
+/// turn that runs until the user presses a button.
+fn asking() -> Scenario {
+    Scenario::default().with_rule(
+        "ask",
+        turn(vec![
+            Step::Ask {
+                tool: "Bash".into(),
+                input: json!({"command": "echo hi"}),
+            },
+            Step::Tools {
+                calls: vec![tool("mcp__telegram-tools__end_turn", json!({}))],
+            },
+        ]),
+    )
+}
+
+/// A private message from `USER`, in `topic` when given.
+fn message(topic: Option<i64>, text: &str) -> Value {
+    let message = text_message(private(USER), USER, text);
+    match topic {
+        Some(topic) => in_topic(message, topic),
+        None => message,
+    }
+}
+
+/// The successful `sendMessage` calls to the user's chat, in order.
+fn sends(h: &Harness) -> Vec<Value> {
+    h.api
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.status == 200 && c.params["chat_id"] == json!(USER))
+        .map(|c| c.params)
+        .collect()
+}
+
+/// The topic (`message_thread_id`) the message whose text starts with
+/// `start` went to; `None` outside any topic.
+fn topic_of(sent: &[Value], start: &str) -> Option<Value> {
+    sent.iter()
+        .find(|p| p["text"].as_str().is_some_and(|t| t.starts_with(start)))
+        .unwrap_or_else(|| panic!("nothing starting {start:?} in {sent:?}"))
+        .get("message_thread_id")
+        .cloned()
+}
+
+/// The approval question in `topic`, once it is asked: its message id and
+/// its buttons' data by label.
+async fn question_in_topic(h: &Harness, topic: i64) -> (i32, Vec<(String, String)>) {
+    let call = h
+        .api
+        .wait_for(SOON, &format!("the question in topic {topic}"), |calls| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.status == 200
+                        && !buttons_of(c).is_empty()
+                        && c.params["message_thread_id"] == json!(topic)
+                })
+                .cloned()
+        })
+        .await;
+    let id = h.api.last_question_in(USER, Some(topic));
+    let buttons = buttons_of(&call).into_iter().flatten().collect();
+    (id.expect("the question was kept"), buttons)
+}
+
+#[actix_rt::test]
+async fn two_private_topics_run_their_turns_at_once_and_answer_in_their_own_topics() {
+    let mut h = Harness::start_with_private_topics(asking(), &[]).await;
+    h.api.push_message(message(Some(7), "ask in seven"));
+    h.api.push_message(message(Some(9), "ask in nine"));
+    // Each turn waits for its button: both questions out means both turns
+    // are running at once.
+    let (seven, seven_buttons) = question_in_topic(&h, 7).await;
+    let (nine, nine_buttons) = question_in_topic(&h, 9).await;
+    assert_eq!(h.backend.opened(), 2, "a session each");
+    h.api
+        .push_callback(USER, USER, nine, &data(&nine_buttons, "Allow"));
+    h.api
+        .push_callback(USER, USER, seven, &data(&seven_buttons, "Deny"));
+    h.turn_ended(USER, 2).await;
+    let sent = sends(&h);
+    assert_eq!(topic_of(&sent, "allowed:"), Some(json!(9)), "{sent:?}");
+    assert_eq!(topic_of(&sent, "denied:"), Some(json!(7)), "{sent:?}");
+    let mut keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    keys.sort();
+    assert_eq!(keys, vec![format!("{USER}_7"), format!("{USER}_9")]);
+}
+
+#[actix_rt::test]
+async fn outside_any_topic_a_private_chat_with_topics_is_the_chat_itself() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    h.api.push_message(message(None, "plain"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(Some(7), "topical"));
+    h.turn_ended(USER, 2).await;
+    let sent = sends(&h);
+    assert_eq!(topic_of(&sent, "echo: plain"), None, "{sent:?}");
+    assert_eq!(topic_of(&sent, "echo: topical"), Some(json!(7)), "{sent:?}");
+    // Typing shows where the turn runs.
+    let typing: Vec<Option<Value>> = h
+        .chat_actions_received(USER)
+        .iter()
+        .map(|c| c.params.get("message_thread_id").cloned())
+        .collect();
+    assert!(typing.contains(&None), "{typing:?}");
+    assert!(typing.contains(&Some(json!(7))), "{typing:?}");
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, vec![USER.to_string(), format!("{USER}_7")]);
+}
+
+#[actix_rt::test]
+async fn with_the_bots_topics_mode_off_a_topic_id_in_a_private_chat_is_not_taken() {
+    // The fake refuses a thread id in a private chat without topics, as
+    // Telegram does: an answer there must go to the chat itself.
+    let mut h = Harness::start(Scenario::default(), &[]).await;
+    h.api.push_message(message(Some(7), "one"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(Some(-4), "two"));
+    h.turn_ended(USER, 2).await;
+    let sent = sends(&h);
+    assert_eq!(topic_of(&sent, "echo: one"), None, "{sent:?}");
+    assert_eq!(topic_of(&sent, "echo: two"), None, "{sent:?}");
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        keys,
+        vec![USER.to_string()],
+        "one conversation, one session"
+    );
+}
+
+#[actix_rt::test]
+async fn a_topic_number_that_is_not_positive_is_the_chat_itself() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    h.api.push_message(message(Some(-4), "negative"));
+    h.turn_ended(USER, 1).await;
+    let sent = sends(&h);
+    assert_eq!(topic_of(&sent, "echo: negative"), None, "{sent:?}");
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, vec![USER.to_string()]);
+}
+
+#[actix_rt::test]
+async fn allow_and_always_look_positive_deny_destructive() {
+    let mut h = Harness::start(asking(), &[]).await;
+    h.say(USER, USER, "ask");
+    let call = h
+        .api
+        .wait_for(SOON, "the approval question", |calls| {
+            calls.iter().find(|c| !buttons_of(c).is_empty()).cloned()
+        })
+        .await;
+    let styles: Vec<(String, Option<String>)> = styles_of(&call).into_iter().flatten().collect();
+    let style = |label: &str| {
+        styles
+            .iter()
+            .find(|(l, _)| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} in {styles:?}"))
+            .1
+            .as_deref()
+    };
+    assert_eq!(style("Allow"), Some("success"), "{styles:?}");
+    assert_eq!(style("Always"), Some("success"), "{styles:?}");
+    assert_eq!(style("Deny"), Some("danger"), "{styles:?}");
+    let message_id = h.api.last_question(USER).expect("the question was kept");
+    let (_, buttons) = question(&h, USER, 1).await;
+    h.api
+        .push_callback(USER, USER, message_id, &data(&buttons, "Deny"));
+    h.turn_ended(USER, 1).await;
+}
