@@ -156,8 +156,9 @@ async fn a_topic_number_that_is_not_positive_is_the_chat_itself() {
 }
 
 #[actix_rt::test]
-async fn allow_and_always_look_positive_deny_destructive() {
-    let mut h = Harness::start(asking(), &[]).await;
+async fn allow_and_always_look_positive_deny_destructive_and_pickers_plain() {
+    let models = [("TURNSTILE_AGENT_MODELS", "opus,haiku")];
+    let mut h = Harness::start(asking(), &models).await;
     h.say(USER, USER, "ask");
     let call = h
         .api
@@ -182,4 +183,23 @@ async fn allow_and_always_look_positive_deny_destructive() {
     h.api
         .push_callback(USER, USER, message_id, &data(&buttons, "Deny"));
     h.turn_ended(USER, 1).await;
+    // Pickers keep the app's own look.
+    for (command, n) in [("/sessions", 2), ("/model", 3)] {
+        h.say(USER, USER, command);
+        let picker = h
+            .api
+            .wait_for(SOON, &format!("the {command} picker"), |calls| {
+                calls
+                    .iter()
+                    .filter(|c| c.status == 200 && !buttons_of(c).is_empty())
+                    .nth(n - 1)
+                    .cloned()
+            })
+            .await;
+        let styles: Vec<_> = styles_of(&picker).into_iter().flatten().collect();
+        assert!(
+            styles.iter().all(|(_, s)| s.is_none()),
+            "{command}: {styles:?}"
+        );
+    }
 }
