@@ -314,7 +314,7 @@ impl Turnstile {
             (config.agent.keep_warm, config.agent.max_warm),
             host_tx,
             (slots.clone(), Arc::clone(&turn_ids)),
-            me.username.clone(),
+            me.clone(),
         )
         .start();
         // Before any new update: what the previous process left unfinished.

@@ -203,3 +203,114 @@ async fn allow_and_always_look_positive_deny_destructive_and_pickers_plain() {
         );
     }
 }
+
+/// The thread id of the topic the bot opened with `createForumTopic` in
+/// the user's chat, once it is open.
+async fn opened_topic(h: &Harness, name: &str) -> i64 {
+    let call = h
+        .api
+        .wait_for(SOON, &format!("the topic {name:?}"), |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "createforumtopic" && c.params["name"] == json!(name))
+                .cloned()
+        })
+        .await;
+    assert_eq!(call.params["chat_id"], json!(USER), "{:?}", call.params);
+    assert_eq!(call.status, 200, "{:?}", call.params);
+    // The fake numbers topics as messages: the answer is not recorded, so
+    // the topic is found where the bot wrote first.
+    let opened = h
+        .api
+        .wait_for(SOON, "the first message in the new topic", |calls| {
+            calls
+                .iter()
+                .filter(|c| c.seq > call.seq && c.method == "sendmessage")
+                .find_map(|c| c.params["message_thread_id"].as_i64())
+        })
+        .await;
+    opened
+}
+
+#[actix_rt::test]
+async fn new_in_a_private_chat_with_topics_opens_a_topic_and_the_old_conversation_goes_on() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "first"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(None, "/new"));
+    let topic = opened_topic(&h, "🆕 New conversation").await;
+    h.api.push_message(message(Some(topic), "in the new one"));
+    h.turn_ended(USER, 2).await;
+    h.api.push_message(message(None, "the old one again"));
+    h.turn_ended(USER, 3).await;
+    let sent = sends(&h);
+    assert_eq!(
+        topic_of(&sent, "🆕 A fresh"),
+        Some(json!(topic)),
+        "{sent:?}"
+    );
+    assert_eq!(topic_of(&sent, "🆕 A fresh conversation is open"), None);
+    assert_eq!(topic_of(&sent, "echo: in the new one"), Some(json!(topic)));
+    assert_eq!(topic_of(&sent, "echo: the old one again"), None);
+    let opens = h.backend.log().opens;
+    let new_key = format!("{USER}_{topic}");
+    assert_eq!(opens.len(), 3, "{opens:?}");
+    assert_eq!(
+        (opens[1].0.as_str(), opens[1].1.as_deref()),
+        (new_key.as_str(), None)
+    );
+    // The old conversation kept its session: it is resumed, not started afresh.
+    assert_eq!(opens[2].0, USER.to_string());
+    let resumed = opens[2].1.as_deref().unwrap_or_default();
+    assert!(
+        resumed.starts_with(&format!("scripted-{USER}-")),
+        "{opens:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn fork_in_a_private_chat_with_topics_opens_a_topic_with_a_copy() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "plan a trip"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(None, "/fork"));
+    let topic = opened_topic(&h, "🍴 plan a trip").await;
+    h.api.push_message(message(Some(topic), "go on"));
+    h.turn_ended(USER, 2).await;
+    let sent = sends(&h);
+    assert_eq!(
+        topic_of(&sent, "echo: go on"),
+        Some(json!(topic)),
+        "{sent:?}"
+    );
+    let opens = h.backend.log().opens;
+    assert_eq!(opens[1].0, format!("{USER}_{topic}"), "{opens:?}");
+    assert!(opens[1].1.is_some(), "the topic resumes a copy: {opens:?}");
+}
+
+#[actix_rt::test]
+async fn new_in_a_group_stays_where_it_is_whatever_the_private_topics_mode() {
+    let h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    let forum = support::bot_api::files::supergroup(-100_999, true);
+    let asked = in_topic(text_message(forum, USER, "/new@turnstile_bot"), 7);
+    h.api.push_message(asked);
+    let told = h
+        .api
+        .wait_for(SOON, "the answer to /new", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "sendmessage" && c.params["chat_id"] == json!(-100_999))
+                .cloned()
+        })
+        .await;
+    assert!(
+        told.params["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("🆕 The next message starts a fresh")),
+        "{:?}",
+        told.params
+    );
+    assert!(h.api.calls_of("createForumTopic").is_empty());
+}

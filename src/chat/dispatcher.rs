@@ -30,7 +30,7 @@ use crate::chat::supervisor::{
 use crate::chat::turn::{ButtonPressed, Services};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
-use crate::ids::Conversation;
+use crate::ids::{Conversation, Topics};
 use crate::incoming::{Callback, Command, Incoming, Press};
 use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
@@ -38,6 +38,7 @@ use crate::schedule::RunDue;
 use crate::shutdown::Shutdown;
 use crate::state::StoreHandle;
 use crate::state::{TurnIds, now_ms};
+use crate::telegram::addressing::BotIdentity;
 use crate::telegram::files::Files;
 use crate::telegram::intake::UpdateReceived;
 use crate::telegram::outbox::{AnswerCallback, Outbox, Polled, Seen, SendText, Unbutton};
@@ -116,6 +117,9 @@ pub struct Dispatcher {
     chats: HashMap<Conversation, ChatEntry>,
     /// The bot's username, stripped from the front of messages.
     username: String,
+    /// Which topics are conversations: with private chats' on, `/new` and
+    /// `/fork` in a private chat open a topic.
+    topics: Topics,
     /// When each refused user was last told so.
     refused: HashMap<UserId, Instant>,
     /// When each stranger's button press was last answered: at most once
@@ -149,7 +153,7 @@ impl Dispatcher {
         (keep_warm, max_warm): (Duration, usize),
         host: mpsc::UnboundedSender<HostRequest>,
         (slots, turn_ids): (TurnSlots, Arc<TurnIds>),
-        username: String,
+        me: BotIdentity,
     ) -> Self {
         let events = turns.events.clone();
         let warm_slots = Arc::new(Semaphore::new(max_warm));
@@ -184,7 +188,8 @@ impl Dispatcher {
             slots,
             turn_ids,
             chats: HashMap::new(),
-            username,
+            username: me.username,
+            topics: me.topics,
             in_delivery: false,
             delivery: Vec::new(),
             deliveries: 0,

@@ -3,8 +3,9 @@
 mod answers;
 
 pub use self::answers::{
-    ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NOT_FOR_YOU, NOTHING_TO_FORK, NOTHING_TO_STOP,
-    QUESTION_EXPIRED, only_admins, refusal, restarting,
+    ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NEW_TOPIC_ELSEWHERE, NEW_TOPIC_NAME,
+    NEW_TOPIC_OPENED, NOT_FOR_YOU, NOTHING_TO_FORK, NOTHING_TO_STOP, QUESTION_EXPIRED, only_admins,
+    refusal, restarting,
 };
 use crate::chat::outcome::TurnOutcome;
 

@@ -39,6 +39,7 @@ impl Dispatcher {
             Command::Stop if !self.chats.contains_key(&to) => {
                 self.say(to, notices::NOTHING_TO_STOP)
             }
+            Command::New if self.opens_topics(to) => self.new_in_topic(to, ctx),
             Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
             Command::Model => self.model(asked, ctx),
             Command::Sessions => self.sessions(to, ctx),

@@ -8,13 +8,13 @@
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
 
-use super::Dispatcher;
+use super::{Dispatcher, ForChat};
 use crate::chat::menus::{self, ListKind, Pick};
 use crate::chat::notices;
 use crate::chat::notices::{STORE_UNREADABLE, bounded};
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
-use crate::incoming::{Incoming, Press};
+use crate::incoming::{Command, Incoming, Press};
 use crate::telegram::outbox::{
     AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
 };
@@ -287,11 +287,43 @@ impl Dispatcher {
         );
     }
 
-    /// `/fork`: in a forum topic, a new topic starts from a copy of this
-    /// conversation's session and both go on; elsewhere the conversation
-    /// goes on from a copy and the original stays in `/sessions`.
+    /// Whether `/new` and `/fork` in `to` open a topic: a private chat
+    /// while the bot's topics mode is on.
+    pub(super) fn opens_topics(&self, to: Conversation) -> bool {
+        self.topics.private && to.chat.0 > 0
+    }
+
+    /// `/new` in a private chat with topics: a topic for the fresh
+    /// conversation (`createForumTopic`), while the one it was asked in
+    /// goes on as it was. If Telegram makes no topic, the conversation
+    /// starts afresh where it is, as elsewhere.
+    pub(super) fn new_in_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
+        let (create, created) = CreateTopic::new(from.chat, notices::NEW_TOPIC_NAME.to_owned());
+        self.outbox.do_send(create);
+        let outbox = self.outbox.clone();
+        let made = async move { created.await };
+        ctx.spawn(made.into_actor(self).map(move |made, act, ctx| {
+            match made {
+                Ok(Ok(thread)) => {
+                    let into = Conversation::new(from.chat, Some(thread));
+                    outbox.do_send(SendText::new(into, notices::NEW_TOPIC_OPENED));
+                    outbox.do_send(SendText::new(from, notices::NEW_TOPIC_ELSEWHERE));
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(cause = %err, "no topic for /new; the conversation starts afresh where it is");
+                    act.deliver(from, ForChat::Command(Command::New), ctx);
+                }
+                Err(_) => {}
+            }
+        }));
+    }
+
+    /// `/fork`: in a forum topic, or in a private chat with topics, a new
+    /// topic starts from a copy of this conversation's session and both go
+    /// on; elsewhere the conversation goes on from a copy and the original
+    /// stays in `/sessions`.
     pub(super) fn fork(&mut self, to: Conversation, ctx: &mut Context<Self>) {
-        if to.topic.is_some() {
+        if to.topic.is_some() || self.opens_topics(to) {
             return self.fork_into_topic(to, ctx);
         }
         let chosen = self.choose(to, Choose::Fork, ctx);

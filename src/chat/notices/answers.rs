@@ -23,6 +23,16 @@ pub const NOTHING_TO_FORK: &str = "Nothing to fork yet: this conversation has no
 /// `/fork` whose new start could not be written.
 pub const FORK_NOT_SAVED: &str = "⚠️ The fork could not be saved; try again.";
 
+/// The name of a topic `/new` opens.
+pub const NEW_TOPIC_NAME: &str = "🆕 New conversation";
+
+/// The first message in a topic `/new` opened.
+pub const NEW_TOPIC_OPENED: &str = "🆕 A fresh conversation: write here.";
+
+/// Where `/new` was asked, once its topic is open.
+pub const NEW_TOPIC_ELSEWHERE: &str =
+    "🆕 A fresh conversation is open in the new topic; this one goes on as it was.";
+
 /// `/restart` while the bot already stops.
 pub const ALREADY_STOPPING: &str = "Already stopping.";
 
