@@ -314,3 +314,36 @@ async fn new_in_a_group_stays_where_it_is_whatever_the_private_topics_mode() {
     );
     assert!(h.api.calls_of("createForumTopic").is_empty());
 }
+
+#[actix_rt::test]
+async fn new_starts_afresh_where_it_is_when_telegram_makes_no_topic() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "first"));
+    h.turn_ended(USER, 1).await;
+    h.api.inject(
+        "createForumTopic",
+        Fault::BadRequest("Bad Request: the chat is not a forum".into()),
+    );
+    h.api.push_message(message(None, "/new"));
+    let told = h
+        .api
+        .wait_for(SOON, "the fresh start", |calls| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.method == "sendmessage"
+                        && c.params["text"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("🆕 The next message starts"))
+                })
+                .cloned()
+        })
+        .await;
+    assert_eq!(told.params.get("message_thread_id"), None);
+    h.api.push_message(message(None, "second"));
+    h.turn_ended(USER, 2).await;
+    let opens = h.backend.log().opens;
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    assert_eq!(opens[1], (USER.to_string(), None), "started afresh");
+}
