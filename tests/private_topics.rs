@@ -220,16 +220,14 @@ async fn opened_topic(h: &Harness, name: &str) -> i64 {
     assert_eq!(call.status, 200, "{:?}", call.params);
     // The fake numbers topics as messages: the answer is not recorded, so
     // the topic is found where the bot wrote first.
-    let opened = h
-        .api
+    h.api
         .wait_for(SOON, "the first message in the new topic", |calls| {
             calls
                 .iter()
                 .filter(|c| c.seq > call.seq && c.method == "sendmessage")
                 .find_map(|c| c.params["message_thread_id"].as_i64())
         })
-        .await;
-    opened
+        .await
 }
 
 #[actix_rt::test]

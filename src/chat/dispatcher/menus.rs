@@ -301,8 +301,7 @@ impl Dispatcher {
         let (create, created) = CreateTopic::new(from.chat, notices::NEW_TOPIC_NAME.to_owned());
         self.outbox.do_send(create);
         let outbox = self.outbox.clone();
-        let made = async move { created.await };
-        ctx.spawn(made.into_actor(self).map(move |made, act, ctx| {
+        ctx.spawn(created.into_actor(self).map(move |made, act, ctx| {
             match made {
                 Ok(Ok(thread)) => {
                     let into = Conversation::new(from.chat, Some(thread));
