@@ -165,6 +165,7 @@ const RULES: &[Rule] = &[
             "super::deliver",
             "super::error",
             "super::jobs",
+            "super::keyboard",
             "super::known",
             "super::lane",
             "super::live",

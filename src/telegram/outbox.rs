@@ -47,6 +47,7 @@ use crate::state::{Kept, KeptQuestion, Outgoing, StoreHandle};
 mod deliver;
 mod error;
 mod jobs;
+mod keyboard;
 mod known;
 mod lane;
 mod live;
@@ -61,11 +62,12 @@ mod workers;
 
 pub use deliver::MAX_IN_FLIGHT;
 pub use error::{OutboxError, Refusal, Unreachable};
+pub use keyboard::{Button, ButtonStyle};
 pub use pacing::RateLimits;
 pub use requests::{
-    AnswerCallback, Button, ButtonStyle, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion,
-    Flush, Polled, Purge, QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping,
-    Show, ShowAs, Slot, StopOutbox,
+    AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Polled, Purge,
+    QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
+    StopOutbox,
 };
 pub use unbutton::Unbutton;
 

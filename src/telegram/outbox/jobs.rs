@@ -3,16 +3,15 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
-use teloxide::requests::Payload;
-use teloxide::types::{ChatId, Message, MessageId, ReplyParameters, ThreadId};
+use teloxide::types::{MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
+use super::keyboard::{Button, Keyboard};
 use super::post::{Origin, Place};
 use super::requests::{
-    AnswerCallback, Button, ButtonStyle, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile,
-    SendFile, SendQuestion, Slot,
+    AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
+    SendQuestion, Slot,
 };
 use crate::ids::TurnId;
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
@@ -65,53 +64,8 @@ impl QuestionJob {
         if self.buttons.is_empty() {
             return None;
         }
-        let rows = self.buttons.iter().map(|row| {
-            row.iter()
-                .map(|b| KeyButton {
-                    text: b.label.clone(),
-                    callback_data: b.data.clone(),
-                    style: b.style,
-                })
-                .collect()
-        });
-        Some(Keyboard {
-            inline_keyboard: rows.collect(),
-        })
+        Some(Keyboard::new(&self.buttons))
     }
-}
-
-/// An inline keyboard as Bot API 9.4 takes it: teloxide 0.17's
-/// `InlineKeyboardButton` has no `style`.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct Keyboard {
-    inline_keyboard: Vec<Vec<KeyButton>>,
-}
-
-/// A callback button of a [`Keyboard`].
-#[derive(Debug, Clone, Serialize)]
-struct KeyButton {
-    text: String,
-    callback_data: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    style: Option<ButtonStyle>,
-}
-
-/// `sendMessage` with a [`Keyboard`]: a question's text under its buttons.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct SendKeyboard {
-    pub(super) chat_id: ChatId,
-    pub(super) text: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) message_thread_id: Option<ThreadId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) reply_parameters: Option<ReplyParameters>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) reply_markup: Option<Keyboard>,
-}
-
-impl Payload for SendKeyboard {
-    type Output = Message;
-    const NAME: &'static str = "sendMessage";
 }
 
 /// A file job: the file, where it comes from, and its row.

@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use teloxide::types::{ChatId, MessageId, ThreadId};
 
 use super::jobs::{FileJob, Job, QuestionJob, TextJob, cut};
+use super::keyboard::Button;
 use super::post::{Origin, Place};
-use super::requests::{Button, QuestionFile, SendFile};
+use super::requests::{QuestionFile, SendFile};
 use crate::chat::notices::{QUESTION_ENDED, QUESTION_ENDED_SHOWN};
 use crate::ids::Conversation;
 use crate::state::{Kept, KeptFile, KeptQuestion, OutgoingRow, StoreHandle};

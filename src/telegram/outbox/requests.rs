@@ -9,6 +9,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
+use super::keyboard::Button;
 use crate::ids::{Conversation, TurnId};
 use crate::telegram::files::OutgoingFile;
 use crate::telegram::typing::TypingView;
@@ -230,48 +231,6 @@ impl SendFile {
         self.turn = Some(turn);
         self
     }
-}
-
-/// One button of a question: pressing it sends `data` back as a callback
-/// query.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Button {
-    /// What the user reads on the button.
-    pub label: String,
-    /// What comes back in the callback query; Telegram takes 1-64 bytes.
-    pub data: String,
-    /// How it looks; `None`: as the app shows buttons.
-    pub style: Option<ButtonStyle>,
-}
-
-impl Button {
-    /// A button showing `label` that answers `data`, looking as the app
-    /// shows buttons.
-    pub fn new(label: impl Into<String>, data: impl Into<String>) -> Self {
-        Self {
-            label: label.into(),
-            data: data.into(),
-            style: None,
-        }
-    }
-
-    /// The same button, looking as `style` says.
-    #[must_use]
-    pub fn styled(mut self, style: ButtonStyle) -> Self {
-        self.style = Some(style);
-        self
-    }
-}
-
-/// How a button looks (Bot API 9.4's `style`); apps older than it show
-/// every button alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ButtonStyle {
-    /// Green: what goes ahead (allow).
-    Success,
-    /// Red: what refuses or destroys (deny).
-    Danger,
 }
 
 /// Sends a question: plain text (no parse mode) under rows of callback

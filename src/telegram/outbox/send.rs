@@ -17,9 +17,8 @@ use teloxide::types::{
 
 use super::deliver::{Rule, Telegram, deliver};
 use super::error::OutboxError;
-use super::jobs::{
-    CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, SendKeyboard, TextJob, cut,
-};
+use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, TextJob, cut};
+use super::keyboard::SendKeyboard;
 use super::live::{self, Shown};
 use super::post::{LaneView, Origin, Place, Post, lock};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
