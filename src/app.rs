@@ -231,7 +231,7 @@ pub struct Turnstile {
     slots: TurnSlots,
     /// Numbers turns; its mark is written back at the stop.
     turn_ids: Arc<TurnIds>,
-    /// The reply lanes' texts on their way to the outbox.
+    /// The reply relays' texts on their way to the outbox.
     forwarding: Forwarding,
     /// The Telegram client (for the offset confirmation at stop).
     bot: Bot,

@@ -17,7 +17,7 @@ use teloxide::types::{MessageId, UserId};
 use super::book::{ScheduleBook, timing_of};
 use super::when::Timing;
 use crate::config::{CatchUp, SchedulesConfig};
-use crate::incoming::{Ask, Incoming, Place};
+use crate::incoming::{Ask, ChatKind, Incoming};
 use crate::ops::metrics::Metrics;
 use crate::state::{NewSchedule, Origin, ReadFailed, ScheduleRow, StoreHandle, now_ms};
 
@@ -330,7 +330,7 @@ fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
         from,
         message_id: MessageId(0),
         date: now_ms() / 1000,
-        place: Place::Private,
+        place: ChatKind::Private,
         ask: Ask::Agent,
         text,
         files: Vec::new(),

@@ -72,7 +72,7 @@ pub use unbutton::Unbutton;
 use deliver::Telegram;
 use jobs::{CallbackAnswer, FileJob, Job, TextJob};
 use lane::{LANE_IDLE, Lane, Pending, Shared};
-use post::{Origin, Place, lock};
+use post::{Anchor, Origin, lock};
 use workers::Workers;
 
 /// The Outbox actor: routes each request to its chat's lane.
@@ -256,7 +256,7 @@ impl Handler<SendText> for Outbox {
             }
             return;
         }
-        let place = Place {
+        let place = Anchor {
             topic: msg.to.topic,
             reply_to: msg.reply_to,
         };

@@ -7,7 +7,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup, MessageId, Thr
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
-use super::post::{Origin, Place};
+use super::post::{Anchor, Origin};
 use super::requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
@@ -29,7 +29,7 @@ pub(super) type QuestionReply = oneshot::Sender<Result<MessageId, OutboxError>>;
 pub(super) struct TextJob {
     pub(super) text: String,
     pub(super) markdown: bool,
-    pub(super) place: Place,
+    pub(super) place: Anchor,
     pub(super) into: Option<Slot>,
     pub(super) reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
     /// When it was first queued (in this process or, recovered from the

@@ -1,5 +1,5 @@
 //! What every file of a lane's work shares, below them all: where a
-//! message goes ([`Place`]) and comes from ([`Origin`]), where a chat's
+//! message goes ([`Anchor`]) and comes from ([`Origin`]), where a chat's
 //! requests leave from ([`Post`]: its methods are in `send.rs` and
 //! `resend.rs`), what a job may touch of its lane ([`LaneView`]), and the
 //! lock that never fails.
@@ -27,7 +27,7 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Where in its chat a message goes.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Place {
+pub(super) struct Anchor {
     /// The forum topic.
     pub(super) topic: Option<ThreadId>,
     /// The message the first piece replies to.

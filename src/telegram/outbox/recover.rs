@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use teloxide::types::{ChatId, MessageId, ThreadId};
 
 use super::jobs::{FileJob, Job, QuestionJob, TextJob, cut};
-use super::post::{Origin, Place};
+use super::post::{Anchor, Origin};
 use super::requests::{Button, QuestionFile, SendFile};
 use crate::chat::notices::{QUESTION_ENDED, QUESTION_ENDED_SHOWN};
 use crate::ids::Conversation;
@@ -56,7 +56,7 @@ pub(super) fn job(mut row: OutgoingRow, origin: Origin, spooled: Option<PathBuf>
         None => Some(Job::Text(TextJob {
             text: row.text,
             markdown: row.markdown,
-            place: Place {
+            place: Anchor {
                 topic,
                 reply_to: row.reply_to.map(MessageId),
             },

@@ -27,7 +27,7 @@ use teloxide::RequestError;
 use teloxide::payloads::{GetMe, SendMessage};
 use teloxide::types::{MessageId, ReplyParameters, ThreadId};
 
-use super::deliver::{Rule, deliver};
+use super::deliver::{RequestTerms, deliver};
 use super::error::OutboxError;
 use super::post::{Origin, Post, lock};
 use crate::chat::notices::RESENT;
@@ -46,7 +46,7 @@ impl Post<'_> {
     /// before.
     pub(super) async fn settle<F, Fut>(
         &mut self,
-        rule: Rule,
+        terms: RequestTerms,
         topic: Option<ThreadId>,
         origin: Origin,
         mut request: F,
@@ -55,16 +55,16 @@ impl Post<'_> {
         F: FnMut(bool) -> Option<Fut>,
         Fut: Future<Output = Result<MessageId, RequestError>>,
     {
-        let (rule, turn, mut prior) = (rule.answer(origin.born), origin.turn, origin.prior);
+        let (terms, turn, mut prior) = (terms.answer(origin.born), origin.turn, origin.prior);
         loop {
             // Taken before it leaves: the lane is the only sender here.
             let baseline = lock(self.known).baseline();
             let left = Instant::now();
-            let sent = deliver(self.telegram, Some(&mut *self.pacing), rule, &mut request).await;
+            let sent = deliver(self.telegram, Some(&mut *self.pacing), terms, &mut request).await;
             match sent {
                 Ok(id) => {
                     if let Some(first) = prior {
-                        self.resent(rule.method, topic, (first, left), id).await;
+                        self.resent(terms.method, topic, (first, left), id).await;
                     }
                     lock(self.known).saw(id);
                     return Ok(id);
@@ -154,9 +154,9 @@ impl Post<'_> {
             "sent again; the first copy may have arrived too, so this one is marked as a resend"
         );
         let (telegram, chat) = (self.telegram, self.chat);
-        let rule = Rule::once("sendMessage").answer(Instant::now());
+        let terms = RequestTerms::once("sendMessage").answer(Instant::now());
         loop {
-            let sent = deliver(telegram, Some(&mut *self.pacing), rule, |_| {
+            let sent = deliver(telegram, Some(&mut *self.pacing), terms, |_| {
                 let mut payload = SendMessage::new(chat, RESENT);
                 payload.message_thread_id = topic;
                 payload.reply_parameters = Some(ReplyParameters::new(got));

@@ -15,11 +15,11 @@ use teloxide::types::{
     ThreadId,
 };
 
-use super::deliver::{Rule, Telegram, deliver};
+use super::deliver::{RequestTerms, Telegram, deliver};
 use super::error::OutboxError;
 use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, TextJob, cut};
 use super::live::{self, Shown};
-use super::post::{LaneView, Origin, Place, Post, lock};
+use super::post::{Anchor, LaneView, Origin, Post, lock};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
 use crate::chat::notices::undelivered;
 use crate::events::BotEvent;
@@ -61,18 +61,23 @@ impl Post<'_> {
     /// attempt, so no retry outlives it. Takes no pacing.
     async fn typing(&mut self, lease: &TypingView, topic: Option<ThreadId>) {
         let (telegram, chat, events) = (self.telegram, self.chat, self.events);
-        let result = deliver(telegram, None, Rule::idempotent("sendChatAction"), |_| {
-            // Stamped before the lease is looked at: a lease ended (on the
-            // actors' thread) after this look ended after this stamp.
-            let at = Instant::now();
-            if !lease.may_show() {
-                return None;
-            }
-            events.publish(BotEvent::ChatActionSent { chat, at });
-            let mut payload = SendChatAction::new(chat, ChatAction::Typing);
-            payload.message_thread_id = topic;
-            Some(async move { call(&telegram.bot, &payload).await })
-        })
+        let result = deliver(
+            telegram,
+            None,
+            RequestTerms::idempotent("sendChatAction"),
+            |_| {
+                // Stamped before the lease is looked at: a lease ended (on the
+                // actors' thread) after this look ended after this stamp.
+                let at = Instant::now();
+                if !lease.may_show() {
+                    return None;
+                }
+                events.publish(BotEvent::ChatActionSent { chat, at });
+                let mut payload = SendChatAction::new(chat, ChatAction::Typing);
+                payload.message_thread_id = topic;
+                Some(async move { call(&telegram.bot, &payload).await })
+            },
+        )
         .await;
         match result {
             Ok(_) | Err(OutboxError::Dropped) => {}
@@ -113,7 +118,7 @@ impl Post<'_> {
         &mut self,
         lane: &mut impl LaneView,
         (text, markdown): (String, bool),
-        mut place: Place,
+        mut place: Anchor,
         into: Option<Slot>,
         origin: Origin,
     ) -> Result<Vec<MessageId>, (OutboxError, usize)> {
@@ -164,16 +169,16 @@ impl Post<'_> {
     /// the piece goes once more as plain text.
     pub(super) async fn piece(
         &mut self,
-        place: Place,
+        place: Anchor,
         piece: &Rendered,
         origin: Origin,
     ) -> Result<MessageId, OutboxError> {
-        let mut rule = Rule::once("sendMessage");
+        let mut terms = RequestTerms::once("sendMessage");
         if !piece.entities.is_empty() {
-            rule = rule.or_plain();
+            terms = terms.or_plain();
         }
         let (telegram, chat) = (self.telegram, self.chat);
-        self.settle(rule, place.topic, origin, |plain| {
+        self.settle(terms, place.topic, origin, |plain| {
             let mut payload = SendMessage::new(chat, piece.text.as_str());
             payload.message_thread_id = place.topic;
             payload.reply_parameters = place
@@ -210,7 +215,7 @@ impl Post<'_> {
         let result = deliver(
             telegram,
             Some(&mut *self.pacing),
-            Rule::once("createForumTopic"),
+            RequestTerms::once("createForumTopic"),
             |_| {
                 let payload = CreateForumTopic::new(chat, name.as_str());
                 Some(async move { call(&telegram.bot, &payload).await.map(|t| t.thread_id) })
@@ -226,8 +231,8 @@ impl Post<'_> {
     /// A reaction: may go twice, takes no pacing.
     async fn react(&mut self, message_id: MessageId, emoji: String) -> Result<(), OutboxError> {
         let (telegram, chat) = (self.telegram, self.chat);
-        let rule = Rule::idempotent("setMessageReaction");
-        deliver(telegram, None, rule, |_| {
+        let terms = RequestTerms::idempotent("setMessageReaction");
+        deliver(telegram, None, terms, |_| {
             let mut payload = SetMessageReaction::new(chat, message_id);
             payload.reaction = Some(vec![ReactionType::Emoji {
                 emoji: emoji.clone(),
@@ -320,11 +325,11 @@ impl Post<'_> {
         P: Payload<Output = Message> + Serialize,
     {
         let telegram = self.telegram;
-        let rule = Rule {
+        let terms = RequestTerms {
             upload: true,
-            ..Rule::once(method)
+            ..RequestTerms::once(method)
         };
-        self.settle(rule, topic, origin, |_| {
+        self.settle(terms, topic, origin, |_| {
             let payload = make();
             Some(async move {
                 call_with_file(&telegram.bot, &payload, part)
@@ -354,8 +359,8 @@ impl Post<'_> {
                 None => None,
             };
             let (telegram, chat) = (self.telegram, self.chat);
-            let rule = Rule::once("sendMessage");
-            self.settle(rule, topic, origin, |_| {
+            let terms = RequestTerms::once("sendMessage");
+            self.settle(terms, topic, origin, |_| {
                 let mut payload = SendMessage::new(chat, text.as_str());
                 payload.reply_markup = keyboard.clone().map(Into::into);
                 payload.message_thread_id = topic;
@@ -412,7 +417,7 @@ impl Post<'_> {
             "telegram did not take a message within telegram.max_pending_age; dropped, the chat is told"
         );
         let notice = Rendered::plain(undelivered(what, age));
-        let place = Place {
+        let place = Anchor {
             topic,
             reply_to: None,
         };
@@ -432,11 +437,11 @@ pub(super) async fn answer_callback(telegram: &Telegram, answer: CallbackAnswer)
         alert,
         until,
     } = answer;
-    let rule = Rule {
+    let terms = RequestTerms {
         until: Some(until),
-        ..Rule::idempotent("answerCallbackQuery")
+        ..RequestTerms::idempotent("answerCallbackQuery")
     };
-    let result = deliver(telegram, None, rule, |_| {
+    let result = deliver(telegram, None, terms, |_| {
         let mut payload = AnswerCallbackQuery::new(CallbackQueryId(id.clone()));
         payload.show_alert = Some(alert);
         if !text.is_empty() {
