@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
-use crate::state::{Outgoing, Store, StoreHandle, TurnIds};
+use crate::state::{LeftToSend, Store, StoreHandle, TurnIds};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
@@ -124,7 +124,7 @@ async fn start_outbox(
             "the messages the previous process left for telegram could not be read; \
              they stay in the state file for the next start"
         );
-        Outgoing::default()
+        LeftToSend::default()
     });
     if !left.rows.is_empty() {
         tracing::info!(

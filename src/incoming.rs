@@ -18,7 +18,9 @@ mod press;
 pub use address::{Head, strip_address};
 pub use command::{Command, Parsed, Who, parse};
 pub(crate) use command::{Entry, TABLE};
-pub use press::{Approval, Callback, Choice, KINDS, Kind, ListKind, Pick, Press, TOKEN_LEN};
+pub use press::{
+    Approval, Callback, CallbackKind, Choice, KINDS, ListKind, Pick, Press, TOKEN_LEN,
+};
 
 use teloxide::types::{ChatId, MessageId, UserId};
 

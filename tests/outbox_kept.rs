@@ -17,11 +17,11 @@ use teloxide::types::ChatId;
 use turnstile::events::EventBus;
 use turnstile::ops::Metrics;
 
-use turnstile::state::{Kept, KeptFile, KeptQuestion, Outgoing, Store, StoreHandle};
+use turnstile::state::{Kept, KeptFile, KeptQuestion, LeftToSend, Store, StoreHandle};
 use turnstile::telegram::{Button, Outbox, SendQuestion, SendText};
 
 /// What the store keeps to send.
-async fn to_send(store: &StoreHandle) -> Outgoing {
+async fn to_send(store: &StoreHandle) -> LeftToSend {
     store.outgoing().await.expect("the store reads")
 }
 
@@ -92,7 +92,7 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
         Harness::fast_limits(),
         (Arc::new(Metrics::new()), EventBus::new()),
         store.clone(),
-        Outgoing::default(),
+        LeftToSend::default(),
     )
     .start();
     let buttons = vec![vec![Button::new("❌ daily", "unschedule:7")]];

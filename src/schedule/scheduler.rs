@@ -55,7 +55,7 @@ enum Claim {
 }
 
 /// One schedule and its next slot.
-struct Entry {
+struct Planned {
     row: ScheduleRow,
     timing: Timing,
     /// Its next slot (unix ms); none: it never runs again.
@@ -79,7 +79,7 @@ pub struct Scheduler {
     /// Runs and schedules counted.
     metrics: Arc<Metrics>,
     /// By schedule id.
-    entries: HashMap<i64, Entry>,
+    entries: HashMap<i64, Planned>,
     /// The one timer, to the earliest next slot.
     timer: Option<SpawnHandle>,
     /// No claims once set.
@@ -149,7 +149,7 @@ impl Scheduler {
             let claiming = caught_up || claiming.contains(&id);
             self.entries.insert(
                 id,
-                Entry {
+                Planned {
                     row,
                     timing,
                     next,

@@ -115,7 +115,7 @@ pub struct OutgoingRow {
 /// What a previous process left to send: the rows in order, and each
 /// chat's highest known message id.
 #[derive(Debug, Default)]
-pub struct Outgoing {
+pub struct LeftToSend {
     /// Messages waiting, oldest first.
     pub rows: Vec<OutgoingRow>,
     /// `(chat, highest message id known)`.
@@ -124,7 +124,7 @@ pub struct Outgoing {
     pub spool: Option<PathBuf>,
 }
 
-impl Outgoing {
+impl LeftToSend {
     /// Where the bytes of the file of row `id` are kept.
     pub fn spooled(&self, id: i64) -> Option<PathBuf> {
         Some(self.spool.as_ref()?.join(id.to_string()))
@@ -214,7 +214,7 @@ impl Store {
     /// message id. A row that cannot be read back (its JSON) is logged and
     /// deleted; a spooled file without its row (the process ended between
     /// the two) is removed.
-    pub fn outgoing(&self) -> Result<Outgoing, StateError> {
+    pub fn outgoing(&self) -> Result<LeftToSend, StateError> {
         let conn = self.lock();
         let read = conn
             .prepare(
@@ -265,7 +265,7 @@ impl Store {
                 .collect();
             sweep_spool(spool, &files);
         }
-        Ok(Outgoing {
+        Ok(LeftToSend {
             rows,
             last_ids,
             spool: self.spool.clone(),
@@ -450,7 +450,9 @@ impl StoreHandle {
     }
 
     /// What a previous process left to send.
-    pub fn outgoing(&self) -> impl Future<Output = Result<Outgoing, ReadFailed>> + Send + 'static {
+    pub fn outgoing(
+        &self,
+    ) -> impl Future<Output = Result<LeftToSend, ReadFailed>> + Send + 'static {
         self.read("reading the messages to send", |store| store.outgoing())
     }
 }

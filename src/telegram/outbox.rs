@@ -42,7 +42,7 @@ use tracing::Instrument as _;
 use crate::events::EventBus;
 use crate::ops::Metrics;
 use crate::ops::logging::context_span;
-use crate::state::{Kept, KeptQuestion, Outgoing, StoreHandle};
+use crate::state::{Kept, KeptQuestion, LeftToSend, StoreHandle};
 
 mod deliver;
 mod error;
@@ -60,7 +60,7 @@ mod unbutton;
 mod workers;
 
 pub use deliver::MAX_IN_FLIGHT;
-pub use error::{OutboxError, Refusal, Unreachable};
+pub use error::{OutboxError, TelegramRefusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush,
@@ -71,14 +71,14 @@ pub use unbutton::Unbutton;
 
 use deliver::Telegram;
 use jobs::{CallbackAnswer, FileJob, Job, TextJob};
-use lane::{LANE_IDLE, Lane, Pending, Shared};
-use post::{Anchor, Origin, lock};
+use lane::{LANE_IDLE, Lane, OutboxShared, Pending};
+use post::{Anchor, Provenance, lock};
 use workers::Workers;
 
 /// The Outbox actor: routes each request to its chat's lane.
 pub struct Outbox {
     /// Everything a worker needs.
-    shared: Arc<Shared>,
+    shared: Arc<OutboxShared>,
     /// Each chat's lane.
     lanes: HashMap<ChatId, Lane>,
     /// Set by [`StopOutbox`]: later requests are refused.
@@ -102,7 +102,7 @@ impl Outbox {
         limits: RateLimits,
         (metrics, events): (Arc<Metrics>, EventBus),
         store: StoreHandle,
-        mut left: Outgoing,
+        mut left: LeftToSend,
     ) -> Self {
         let last_ids = left.last_ids.iter().map(|&(chat, id)| (ChatId(chat), id));
         let mut outbox = Self::build(bot, limits, (metrics, events), Some(store));
@@ -121,7 +121,7 @@ impl Outbox {
                 .0
                 .checked_sub(std::time::Duration::from_millis(age))
                 .unwrap_or(now.0);
-            let origin = Origin {
+            let origin = Provenance {
                 born,
                 turn: None,
                 prior: Some(baseline),
@@ -156,7 +156,7 @@ impl Outbox {
         store: Option<StoreHandle>,
     ) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(OutboxShared {
                 global: pacing::global(&limits),
                 telegram: Telegram::new(bot, limits, metrics),
                 events,
@@ -275,7 +275,7 @@ impl Handler<SendText> for Outbox {
                 place,
                 into: msg.into,
                 reply: msg.reply,
-                origin: Origin::now(msg.turn),
+                origin: Provenance::now(msg.turn),
                 kept,
             }),
         );
@@ -430,7 +430,7 @@ impl Handler<SendFile> for Outbox {
             msg.kept = msg.keep_in(store);
         }
         self.placed(msg.to.chat, msg.kept);
-        let origin = Origin::now(msg.turn);
+        let origin = Provenance::now(msg.turn);
         let job = FileJob { send: msg, origin };
         self.enqueue(job.send.to.chat, Job::File(job));
     }

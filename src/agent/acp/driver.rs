@@ -18,11 +18,11 @@ use tokio::sync::mpsc;
 
 use super::AcpSettings;
 use super::permission::PermissionRequest;
-use super::updates::Answer;
+use super::updates::PromptAnswer;
 use super::wire;
 use crate::agent::host::jsonrpc::{self, Message};
 use crate::agent::host::lines::Frame;
-use crate::agent::host::session::{Link, Protocol};
+use crate::agent::host::session::{Protocol, SessionIo};
 use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, Permission, SessionCommand};
@@ -103,13 +103,13 @@ enum Stage {
         /// Its request id.
         id: u64,
         /// Its answer so far.
-        answer: Answer,
+        answer: PromptAnswer,
         /// Whether `session/cancel` was sent for it.
         cancelled: bool,
         /// Its permission requests waiting for the chat, by request key
         /// (asked only while a prompt runs; answered `cancelled` when it
         /// ends).
-        waiting: HashMap<String, Waiting>,
+        waiting: HashMap<String, AskedChat>,
     },
 }
 
@@ -162,7 +162,7 @@ enum Purpose {
 
 /// A permission request waiting for the chat: its id as the agent sent it,
 /// and the request.
-struct Waiting {
+struct AskedChat {
     /// The agent's request id.
     id: Value,
     /// The request.
@@ -180,7 +180,7 @@ pub(super) enum Wake {
 
 impl Driver {
     /// The protocol of a freshly spawned process: sends `initialize`.
-    pub(super) fn new(start: Start, link: Link) -> Self {
+    pub(super) fn new(start: Start, link: SessionIo) -> Self {
         let (decided_tx, decided_rx) = mpsc::unbounded_channel();
         let mut driver = Self {
             settings: start.settings,

@@ -17,7 +17,7 @@ use crate::telegram::call::call;
 use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 
 /// The message a live slot shows, and its text.
-pub(super) struct Shown {
+pub(super) struct ShownMessage {
     pub(super) id: MessageId,
     pub(super) rendered: Rendered,
 }

@@ -29,7 +29,7 @@ use teloxide::types::{MessageId, ReplyParameters, ThreadId};
 
 use super::deliver::{RequestTerms, deliver};
 use super::error::OutboxError;
-use super::post::{Origin, Post, lock};
+use super::post::{Post, Provenance, lock};
 use crate::chat::notices::RESENT;
 use crate::events::BotEvent;
 use crate::telegram::call::{call, with_sources};
@@ -48,7 +48,7 @@ impl Post<'_> {
         &mut self,
         terms: RequestTerms,
         topic: Option<ThreadId>,
-        origin: Origin,
+        origin: Provenance,
         mut request: F,
     ) -> Result<MessageId, OutboxError>
     where

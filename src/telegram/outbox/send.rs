@@ -18,8 +18,8 @@ use teloxide::types::{
 use super::deliver::{RequestTerms, Telegram, deliver};
 use super::error::OutboxError;
 use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, TextJob, cut};
-use super::live::{self, Shown};
-use super::post::{Anchor, LaneView, Origin, Post, lock};
+use super::live::{self, ShownMessage};
+use super::post::{Anchor, LaneView, Post, Provenance, lock};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
 use crate::chat::notices::undelivered;
 use crate::events::BotEvent;
@@ -120,7 +120,7 @@ impl Post<'_> {
         (text, markdown): (String, bool),
         mut place: Anchor,
         into: Option<Slot>,
-        origin: Origin,
+        origin: Provenance,
     ) -> Result<Vec<MessageId>, (OutboxError, usize)> {
         let pieces = if markdown {
             format::pieces(&text)
@@ -133,7 +133,7 @@ impl Post<'_> {
             if lane.purged(place.topic) {
                 return Err((OutboxError::Dropped, ids.len()));
             }
-            if let Some(Shown { id, rendered }) = shown.take() {
+            if let Some(ShownMessage { id, rendered }) = shown.take() {
                 // The preview may show exactly this piece already.
                 if rendered == piece {
                     ids.push(id);
@@ -171,7 +171,7 @@ impl Post<'_> {
         &mut self,
         place: Anchor,
         piece: &Rendered,
-        origin: Origin,
+        origin: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let mut terms = RequestTerms::once("sendMessage");
         if !piece.entities.is_empty() {
@@ -193,7 +193,7 @@ impl Post<'_> {
     }
 
     async fn clear(&mut self, lane: &mut impl LaneView, clear: Clear) {
-        let Some(Shown { id, .. }) = lane.close(clear.slot) else {
+        let Some(ShownMessage { id, .. }) = lane.close(clear.slot) else {
             return;
         };
         let (telegram, chat) = (self.telegram, self.chat);
@@ -254,7 +254,11 @@ impl Post<'_> {
     }
 
     /// Sends a file as a document or a photo.
-    async fn upload(&mut self, file: &SendFile, sent: Origin) -> Result<MessageId, OutboxError> {
+    async fn upload(
+        &mut self,
+        file: &SendFile,
+        sent: Provenance,
+    ) -> Result<MessageId, OutboxError> {
         // Read once, off this thread, from the descriptor the turn opened
         // and checked; every attempt sends these bytes.
         let unreadable = |e: std::io::Error| OutboxError::Unreadable(std::sync::Arc::new(e));
@@ -282,7 +286,7 @@ impl Post<'_> {
         topic: Option<ThreadId>,
         caption: Option<String>,
         part: &FilePart,
-        sent: Origin,
+        sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
         self.upload_as(("sendPhoto", topic, sent), part, || {
@@ -299,7 +303,7 @@ impl Post<'_> {
         topic: Option<ThreadId>,
         caption: Option<String>,
         part: &FilePart,
-        sent: Origin,
+        sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
         self.upload_as(("sendDocument", topic, sent), part, || {
@@ -317,7 +321,7 @@ impl Post<'_> {
     /// out.
     async fn upload_as<P>(
         &mut self,
-        (method, topic, origin): (&'static str, Option<ThreadId>, Origin),
+        (method, topic, origin): (&'static str, Option<ThreadId>, Provenance),
         part: &FilePart,
         make: impl Fn() -> P,
     ) -> Result<MessageId, OutboxError>
@@ -386,7 +390,7 @@ impl Post<'_> {
         &mut self,
         topic: Option<ThreadId>,
         file: &QuestionFile,
-        sent: Origin,
+        sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let part = FilePart {
             field: "document",
@@ -421,7 +425,7 @@ impl Post<'_> {
             topic,
             reply_to: None,
         };
-        if let Err(err) = self.piece(place, &notice, Origin::now(None)).await {
+        if let Err(err) = self.piece(place, &notice, Provenance::now(None)).await {
             tracing::warn!(cause = %err, "the notice of a dropped message was not delivered");
         }
         true

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Driver, Purpose, Stage, Waiting};
+use super::{AskedChat, Driver, Purpose, Stage};
 use crate::agent::acp::permission::{self, PermissionRequest};
-use crate::agent::acp::updates::{self, Answer, Update};
+use crate::agent::acp::updates::{self, PromptAnswer, Update};
 use crate::agent::acp::wire;
 use crate::agent::host::jsonrpc::{self, RpcError};
 use crate::agent::{
@@ -42,7 +42,7 @@ impl Driver {
         self.emit(AgentEvent::Init {
             session_id: session.clone(),
         });
-        let mut answer = Answer::new(self.cost);
+        let mut answer = PromptAnswer::new(self.cost);
         if let Some(notice) = notice {
             let notice = format!("{notice}\n\n");
             let stream = answer.chunk(&notice, None);
@@ -160,7 +160,7 @@ impl Driver {
     }
 
     /// Answers each of `waiting` `cancelled`.
-    fn answer_cancelled(&self, waiting: HashMap<String, Waiting>) {
+    fn answer_cancelled(&self, waiting: HashMap<String, AskedChat>) {
         for waiting in waiting.into_values() {
             tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, "permission request answered cancelled");
             let line = jsonrpc::result(&waiting.id, wire::permission_outcome(None));
@@ -238,7 +238,7 @@ impl Driver {
         });
         match &mut self.stage {
             Stage::Prompting { waiting, .. } => {
-                waiting.insert(key, Waiting { id, ask });
+                waiting.insert(key, AskedChat { id, ask });
             }
             // `permission` asks only while a prompt runs.
             _ => self.write(jsonrpc::result(&id, wire::permission_outcome(None))),
