@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 pub use self::housekeeping::{BLOCKING_THREADS, system, trim_memory};
 use self::housekeeping::{kill_leftovers, start_pruning, start_trimming};
 use self::ops::{bind_ops, serve_ops};
-use self::services::services;
+use self::services::{Running, services};
 pub use self::start_error::StartError;
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
@@ -133,13 +133,7 @@ async fn start_outbox(
         );
     }
     let metrics = Arc::clone(events.metrics());
-    let outbox = Outbox::durable(
-        client,
-        limits,
-        (metrics, events.clone()),
-        inbox.clone(),
-        left,
-    );
+    let outbox = Outbox::durable(client, limits, metrics, events.clone(), inbox.clone(), left);
     Ok(outbox.start())
 }
 
@@ -300,12 +294,17 @@ impl Turnstile {
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
-        let deps = services(
-            config,
-            &backend,
-            (&outbox, &events, &gauges, &inbox, &shutdown),
-            (&files, &forwarding, &schedules),
-        );
+        let running = Running {
+            outbox: &outbox,
+            events: &events,
+            gauges: &gauges,
+            inbox: &inbox,
+            shutdown: &shutdown,
+            files: &files,
+            forwarding: &forwarding,
+            schedules: &schedules,
+        };
+        let deps = services(config, &backend, &running);
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             deps,
@@ -325,14 +324,12 @@ impl Turnstile {
             dispatcher.clone().recipient(),
             shutdown.clone(),
             inbox.clone(),
-            (
-                Addressing::new(me, config.access.group_mode),
-                config.access.clone(),
-            ),
+            Addressing::new(me, config.access.group_mode),
+            config.access.clone(),
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let (ops, watchdog) = serve_ops(config, listener, (&events, &gauges), &inbox, &dispatcher)?;
+        let (ops, watchdog) = serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher)?;
         log_started(config);
         Ok(Self {
             scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),

@@ -82,7 +82,8 @@ impl Intake {
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
         inbox: StoreHandle,
-        (addressing, access): (Addressing, AccessConfig),
+        addressing: Addressing,
+        access: AccessConfig,
     ) -> Self {
         Self {
             bot,

@@ -91,7 +91,7 @@ impl Outbox {
     /// An outbox sending through `bot`, counting its requests in `metrics`
     /// and publishing what it did on `events`.
     pub fn new(bot: Bot, limits: RateLimits, metrics: Arc<Metrics>, events: EventBus) -> Self {
-        Self::build(bot, limits, (metrics, events), None)
+        Self::build(bot, limits, metrics, events, None)
     }
 
     /// An outbox keeping each message in `store` until Telegram takes it;
@@ -100,12 +100,13 @@ impl Outbox {
     pub fn durable(
         bot: Bot,
         limits: RateLimits,
-        (metrics, events): (Arc<Metrics>, EventBus),
+        metrics: Arc<Metrics>,
+        events: EventBus,
         store: StoreHandle,
         mut left: LeftToSend,
     ) -> Self {
         let last_ids = left.last_ids.iter().map(|&(chat, id)| (ChatId(chat), id));
-        let mut outbox = Self::build(bot, limits, (metrics, events), Some(store));
+        let mut outbox = Self::build(bot, limits, metrics, events, Some(store));
         lock(&outbox.shared.last_ids).extend(last_ids);
         let now = (std::time::Instant::now(), crate::state::now_ms());
         let rows = std::mem::take(&mut left.rows);
@@ -152,7 +153,8 @@ impl Outbox {
     fn build(
         bot: Bot,
         limits: RateLimits,
-        (metrics, events): (Arc<Metrics>, EventBus),
+        metrics: Arc<Metrics>,
+        events: EventBus,
         store: Option<StoreHandle>,
     ) -> Self {
         Self {
@@ -263,8 +265,7 @@ impl Handler<SendText> for Outbox {
         let kept = msg.kept.or_else(|| {
             let store = self.shared.store.as_ref()?;
             let reply_to = msg.reply_to.map(|m| m.0);
-            let topic = msg.to.topic_number();
-            Some(store.keep_outgoing(msg.to.chat.0, topic, reply_to, (&msg.text, msg.markdown)))
+            Some(store.keep_outgoing(msg.to, reply_to, &msg.text, msg.markdown))
         });
         self.placed(msg.to.chat, kept);
         self.enqueue(
@@ -342,8 +343,7 @@ impl Handler<SendQuestion> for Outbox {
                         ends_with_process: question.ends_with_process,
                         shown: None,
                     };
-                    let at = (to.chat.0, to.topic_number());
-                    question.kept = Some(store.keep_outgoing_question(at, &question.text, kept));
+                    question.kept = Some(store.keep_outgoing_question(to, &question.text, kept));
                     self.placed(to.chat, question.kept);
                 }
                 self.enqueue(to.chat, job);

@@ -125,10 +125,10 @@ impl ReplyRelay {
         match &mut out {
             Outgoing::Text(send) => {
                 send.kept = Some(self.inbox.keep_outgoing(
-                    send.to.chat.0,
-                    send.to.topic_number(),
+                    send.to,
                     send.reply_to.map(|m| m.0),
-                    (&send.text, send.markdown),
+                    &send.text,
+                    send.markdown,
                 ));
             }
             Outgoing::File(send) => send.kept = send.keep_in(&self.inbox),

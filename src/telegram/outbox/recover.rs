@@ -37,8 +37,7 @@ impl SendFile {
             caption: self.caption.clone(),
             as_photo: self.as_photo,
         };
-        let to = (self.to.chat.0, self.to.topic_number());
-        Some(store.keep_outgoing_file(to, kept, move |out| reader.copy_to(out)))
+        Some(store.keep_outgoing_file(self.to, kept, move |out| reader.copy_to(out)))
     }
 }
 

@@ -64,7 +64,7 @@ impl Post<'_> {
             match sent {
                 Ok(id) => {
                     if let Some(first) = prior {
-                        self.resent(terms.method, topic, (first, left), id).await;
+                        self.resent(terms.method, topic, first, left, id).await;
                     }
                     lock(self.known).saw(id);
                     return Ok(id);
@@ -127,7 +127,8 @@ impl Post<'_> {
         &mut self,
         method: &'static str,
         topic: Option<ThreadId>,
-        (baseline, left): (Option<i32>, Instant),
+        baseline: Option<i32>,
+        left: Instant,
         got: MessageId,
     ) {
         let metrics = &self.telegram.metrics;

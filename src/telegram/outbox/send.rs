@@ -98,9 +98,7 @@ impl Post<'_> {
         if let Some(id) = place.reply_to {
             lock(self.known).saw(id);
         }
-        let outcome = self
-            .pieces(lane, (text, markdown), place, into, origin)
-            .await;
+        let outcome = self.pieces(lane, text, markdown, place, into, origin).await;
         if let Err((err, delivered)) = &outcome
             && !self.expired(place.topic, err, "a message").await
         {
@@ -117,7 +115,8 @@ impl Post<'_> {
     async fn pieces(
         &mut self,
         lane: &mut impl LaneView,
-        (text, markdown): (String, bool),
+        text: String,
+        markdown: bool,
         mut place: Anchor,
         into: Option<Slot>,
         origin: Provenance,
@@ -289,7 +288,7 @@ impl Post<'_> {
         sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
-        self.upload_as(("sendPhoto", topic, sent), part, || {
+        self.upload_as("sendPhoto", topic, sent, part, || {
             let mut payload = SendPhoto::new(chat, InputFile::memory(part.bytes.clone()));
             payload.caption = caption.clone();
             payload.message_thread_id = topic;
@@ -306,7 +305,7 @@ impl Post<'_> {
         sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
-        self.upload_as(("sendDocument", topic, sent), part, || {
+        self.upload_as("sendDocument", topic, sent, part, || {
             let mut payload = SendDocument::new(chat, InputFile::memory(part.bytes.clone()));
             payload.caption = caption.clone();
             payload.message_thread_id = topic;
@@ -321,7 +320,9 @@ impl Post<'_> {
     /// out.
     async fn upload_as<P>(
         &mut self,
-        (method, topic, origin): (&'static str, Option<ThreadId>, Provenance),
+        method: &'static str,
+        topic: Option<ThreadId>,
+        origin: Provenance,
         part: &FilePart,
         make: impl Fn() -> P,
     ) -> Result<MessageId, OutboxError>
