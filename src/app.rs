@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 pub use self::housekeeping::{BLOCKING_THREADS, system, trim_memory};
 use self::housekeeping::{kill_leftovers, start_pruning, start_trimming};
 use self::ops::{bind_ops, serve_ops};
-use self::services::{Running, services};
+use self::services::{StartedParts, services};
 pub use self::start_error::StartError;
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
@@ -294,7 +294,7 @@ impl Turnstile {
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
-        let running = Running {
+        let parts = StartedParts {
             outbox: &outbox,
             events: &events,
             gauges: &gauges,
@@ -304,7 +304,7 @@ impl Turnstile {
             forwarding: &forwarding,
             schedules: &schedules,
         };
-        let deps = services(config, &backend, &running);
+        let deps = services(config, &backend, &parts);
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             deps,

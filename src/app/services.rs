@@ -18,7 +18,7 @@ use crate::telegram::outbox::Outbox;
 /// The parts the start made that the turns reach: the way out, the events
 /// and gauges, the store, the stop, the files, the texts on their way and
 /// the schedules.
-pub(super) struct Running<'a> {
+pub(super) struct StartedParts<'a> {
     pub(super) outbox: &'a Addr<Outbox>,
     pub(super) events: &'a EventBus,
     pub(super) gauges: &'a Arc<Gauges>,
@@ -34,9 +34,9 @@ pub(super) struct Running<'a> {
 pub(super) fn services(
     config: &Config,
     backend: &Arc<dyn AgentBackend>,
-    running: &Running<'_>,
+    parts: &StartedParts<'_>,
 ) -> Services {
-    let Running {
+    let StartedParts {
         outbox,
         events,
         gauges,
@@ -45,7 +45,7 @@ pub(super) fn services(
         files,
         forwarding,
         schedules,
-    } = *running;
+    } = *parts;
     Services {
         backend: Arc::clone(backend),
         outbox: outbox.clone(),
