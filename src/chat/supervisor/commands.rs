@@ -105,7 +105,10 @@ impl Handler<StopChatForHost> for ChatSupervisor {
 
     fn handle(&mut self, msg: StopChatForHost, ctx: &mut Self::Context) {
         // Queued messages stay queued in the inbox: the next process runs them.
-        self.stopping = true;
+        if let ChatState::Merging(handle) = self.state {
+            ctx.cancel_future(handle);
+        }
+        self.step(ChatStep::HostStopping);
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
@@ -122,15 +125,16 @@ impl Handler<DescribeChat> for ChatSupervisor {
 
     fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
         let state = match &self.state {
-            ChatState::Running(r) => format!(
+            ChatState::Running(r, _) => format!(
                 "turn {} running for {:.1}s",
                 r.turn,
                 r.started.elapsed().as_secs_f64()
             ),
-            ChatState::Settling(turn) => format!("turn {turn} ended, session closing"),
-            ChatState::Idle | ChatState::Merging(_) | ChatState::WaitingForSlot => {
-                "idle".to_string()
-            }
+            ChatState::Settling(turn, _) => format!("turn {turn} ended, session closing"),
+            ChatState::Idle
+            | ChatState::Merging(_)
+            | ChatState::WaitingForSlot
+            | ChatState::Stopped => "idle".to_string(),
         };
         match self.parked_line() {
             Some(parked) => format!(
