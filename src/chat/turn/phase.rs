@@ -107,8 +107,11 @@ impl<S, L> TurnPhase<S, L> {
     /// The phase after `step`, and what the turn let go of. A step that
     /// does not apply leaves the phase as it is (a session attached then is
     /// handed back as a leftover).
-    pub(crate) fn after(self, step: TurnStep<L>) -> (Self, Option<Leftover<S, L>>) {
+    pub(crate) fn after(mut self, step: TurnStep<L>) -> (Self, Option<Leftover<S, L>>) {
         use Leftover::{Link, Warm};
+        if self.marks(&step) {
+            return (self, None);
+        }
         match (self, step) {
             (Self::Opening { warm }, TurnStep::Attached { link, warm: kept }) => {
                 (Self::attached(link, kept), warm.map(Warm))
@@ -116,21 +119,6 @@ impl<S, L> TurnPhase<S, L> {
             (Self::Running { link: old, .. }, TurnStep::Attached { link, warm }) => {
                 (Self::attached(link, warm), Some(Link(old)))
             }
-            (
-                Self::Running {
-                    link,
-                    ended_by_call,
-                    ..
-                },
-                TurnStep::ShowedLife,
-            ) => (
-                Self::Running {
-                    link,
-                    proving: false,
-                    ended_by_call,
-                },
-                None,
-            ),
             (
                 Self::Running {
                     link,
@@ -160,21 +148,6 @@ impl<S, L> TurnPhase<S, L> {
                 },
                 TurnStep::Reprompted,
             ) => (Self::attached(link, false), None),
-            (Self::Running { link, proving, .. }, TurnStep::EndingCall) => (
-                Self::Running {
-                    link,
-                    proving,
-                    ended_by_call: true,
-                },
-                None,
-            ),
-            (Self::AwaitingSettle { link, .. }, TurnStep::EndingCall) => (
-                Self::AwaitingSettle {
-                    link,
-                    ended_by_call: true,
-                },
-                None,
-            ),
             (Self::Opening { warm }, TurnStep::Ended(outcome)) => (
                 Self::Closing {
                     link: None,
@@ -204,6 +177,25 @@ impl<S, L> TurnPhase<S, L> {
             ),
             (phase, TurnStep::Attached { link, .. }) => (phase, Some(Link(link))),
             (phase, _) => (phase, None),
+        }
+    }
+
+    /// Takes a step that only marks the phase the turn is in; whether it
+    /// was one.
+    fn marks(&mut self, step: &TurnStep<L>) -> bool {
+        match (self, step) {
+            (Self::Running { proving, .. }, TurnStep::ShowedLife) => {
+                *proving = false;
+                true
+            }
+            (
+                Self::Running { ended_by_call, .. } | Self::AwaitingSettle { ended_by_call, .. },
+                TurnStep::EndingCall,
+            ) => {
+                *ended_by_call = true;
+                true
+            }
+            _ => false,
         }
     }
 
