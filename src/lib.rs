@@ -112,7 +112,8 @@
 //!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
 //! - `in_flight`: `InFlight`, a count of things in flight that one can wait to see
-//!   reach zero (the outbox's requests, a turn's texts on their way to it).
+//!   reach zero (the outbox's requests, a turn's texts on their way to it, the
+//!   turns holding a slot).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.
 //! - `fuzzing`: the fuzz harnesses, one per boundary of outside data (the agent's in
