@@ -1,6 +1,10 @@
 //! What the bot tells a chat (and its agent) about a turn, in one place.
 
 mod answers;
+pub mod recovery;
+pub mod schedules;
+pub mod settings;
+pub mod stopping;
 
 pub use self::answers::{
     ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NOT_FOR_YOU, NOTHING_TO_FORK, NOTHING_TO_STOP,

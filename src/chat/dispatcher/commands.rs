@@ -9,6 +9,7 @@ use super::{Dispatcher, ForChat, HostRequest};
 use crate::chat::commands::{self, Abilities};
 use crate::chat::menus;
 use crate::chat::notices;
+use crate::chat::notices::settings;
 use crate::chat::notices::{STORE_UNREADABLE, counted};
 use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
@@ -74,11 +75,12 @@ impl Dispatcher {
                 async move {
                     let text = match cleared.await {
                         Some(0) => "No tool was allowed without asking in this chat.".to_string(),
-                        Some(n) => format!(
-                            "🔐 Forgot {}; every tool asks again.",
-                            counted(n, "tool approval", "tool approvals")
-                        ),
-                        None => "⚠️ The approvals could not be cleared; try again.".to_string(),
+                        Some(n) => settings::approvals_forgotten(&counted(
+                            n,
+                            "tool approval",
+                            "tool approvals",
+                        )),
+                        None => settings::APPROVALS_NOT_CLEARED.to_string(),
                     };
                     outbox.do_send(SendText::new(to, text));
                 }
@@ -100,14 +102,10 @@ impl Dispatcher {
                 let text = if rules.is_empty() {
                     format!("Every tool asks before it runs {here}.")
                 } else {
-                    format!(
-                        "🔐 These run without asking {here}:\n{}\n/permissions clear forgets them.",
-                        rules
-                            .iter()
-                            .map(|grant| format!("• {}", describe_rule(&grant.rule)))
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    )
+                    let rules: Vec<String> = (rules.iter())
+                        .map(|grant| format!("• {}", describe_rule(&grant.rule)))
+                        .collect();
+                    settings::approvals_listed(&here, &rules.join("\n"))
                 };
                 outbox.do_send(SendText::new(to, text));
             }
@@ -205,10 +203,7 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let text = async {
-                    let mut text = format!(
-                        "📊 This conversation:\n{}",
-                        menus::usage_lines(&mine.await?)
-                    );
+                    let mut text = settings::usage_here(&menus::usage_lines(&mine.await?));
                     if let Some((all, top)) = whole {
                         text.push_str(&menus::usage_admin(&all.await?, &top.await?));
                     }
