@@ -44,7 +44,7 @@ async fn set_commands(bot: &Bot, admins: &[i64]) {
     use teloxide::payloads::{SetMyCommands, SetMyCommandsSetters};
     use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
     let list = |admin: bool| -> Vec<BotCommand> {
-        crate::chat::commands::menu(admin)
+        crate::chat::notices::help::menu(admin)
             .into_iter()
             .map(|(c, d)| BotCommand::new(c, d))
             .collect()

@@ -40,7 +40,7 @@
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands (`dispatcher/commands.rs`),
 //!     routing, recovery (`dispatcher/recovery.rs`);
-//!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
+//!   - `chat::notices::help`: the command table's menu, `/start` and `/help` texts;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
 //!     `turns.rs`: a turn's start and end);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `Services`

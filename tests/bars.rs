@@ -238,6 +238,7 @@ const TEXTS_IN_NOTICES: &[&str] = &[
     "src/chat/supervisor",
     "src/chat/dispatcher.rs",
     "src/chat/dispatcher",
+    "src/chat/menus.rs",
 ];
 
 /// Whether `c` is a pictograph (arrows, symbols, dingbats, emoji).

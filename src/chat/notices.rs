@@ -1,6 +1,8 @@
 //! What the bot tells a chat (and its agent) about a turn, in one place.
 
 mod answers;
+pub(crate) mod help;
+pub mod menus;
 pub mod recovery;
 pub mod schedules;
 pub mod settings;

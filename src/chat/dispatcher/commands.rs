@@ -6,9 +6,9 @@ use actix::{AsyncContext, Context, WrapFuture};
 use teloxide::types::UserId;
 
 use super::{Dispatcher, ForChat, HostRequest};
-use crate::chat::commands::{self, Abilities};
 use crate::chat::menus;
 use crate::chat::notices;
+use crate::chat::notices::help::{self, Abilities};
 use crate::chat::notices::settings;
 use crate::chat::notices::{STORE_UNREADABLE, counted};
 use crate::chat::supervisor::DescribeChat;
@@ -48,8 +48,8 @@ impl Dispatcher {
             Command::Usage => self.usage(to, admin, private, ctx),
             Command::Status => self.status(to, private, ctx),
             Command::Restart => self.restart(to, user, asked.date),
-            Command::Start => self.say(to, commands::greeting(admin, &self.abilities(private))),
-            Command::Help => self.say(to, commands::help(admin, &self.abilities(private))),
+            Command::Start => self.say(to, help::greeting(admin, &self.abilities(private))),
+            Command::Help => self.say(to, help::help(admin, &self.abilities(private))),
         }
     }
 
@@ -149,7 +149,7 @@ impl Dispatcher {
     /// is shown to the group's members.
     fn status(&mut self, chat: Conversation, private: bool, ctx: &mut Context<Self>) {
         let header = if private {
-            commands::status_header(self.chats.len(), self.slots.running(), self.slots.free())
+            help::status_header(self.chats.len(), self.slots.running(), self.slots.free())
         } else {
             "This chat only (ask in a private chat with the bot for all chats).".to_owned()
         };
