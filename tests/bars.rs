@@ -239,6 +239,8 @@ const TEXTS_IN_NOTICES: &[&str] = &[
     "src/chat/dispatcher.rs",
     "src/chat/dispatcher",
     "src/chat/menus.rs",
+    "src/chat/turn/approval.rs",
+    "src/chat/turn/approval",
 ];
 
 /// Whether `c` is a pictograph (arrows, symbols, dingbats, emoji).

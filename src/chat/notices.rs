@@ -1,6 +1,7 @@
 //! What the bot tells a chat (and its agent) about a turn, in one place.
 
 mod answers;
+pub mod approval;
 pub(crate) mod help;
 pub mod menus;
 pub mod recovery;
