@@ -241,6 +241,7 @@ const TEXTS_IN_NOTICES: &[&str] = &[
     "src/chat/menus.rs",
     "src/chat/turn/approval.rs",
     "src/chat/turn/approval",
+    "src/chat/turn/live.rs",
 ];
 
 /// Whether `c` is a pictograph (arrows, symbols, dingbats, emoji).

@@ -4,6 +4,7 @@ mod answers;
 pub mod approval;
 pub(crate) mod help;
 pub mod menus;
+pub mod progress;
 pub mod recovery;
 pub mod schedules;
 pub mod settings;
