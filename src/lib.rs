@@ -53,7 +53,9 @@
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::outcome`: `decide` (a turn's events to its `TurnOutcome`), pinned by a
 //!     golden fixture;
-//!   - `chat::notices`: every text the bot writes to a chat or its agent.
+//!   - `chat::notices`: the texts the bot writes to a chat or its agent, a file per
+//!     topic (`approval`, `help`, `menus`, `progress`, `schedules`, `settings`,
+//!     `stopping`, `recovery`, `answers`).
 //! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent` (agent-neutral:
 //!   no protocol and no tool name as the agent wrote it crosses into the chat),
 //!   `Responder`; `agent/result.rs`: `AgentResult`, with `ResultStatus` and
