@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 pub use self::housekeeping::{BLOCKING_THREADS, system, trim_memory};
 use self::housekeeping::{kill_leftovers, start_pruning, start_trimming};
 use self::ops::{bind_ops, serve_ops};
-use self::services::services;
+use self::services::{StartedParts, services};
 pub use self::start_error::StartError;
 pub use self::telegram::telegram_client;
 use self::telegram::{check_webhook, identify};
@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::events::{EventBus, Gauges};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
-use crate::state::{Outgoing, Store, StoreHandle, TurnIds};
+use crate::state::{LeftToSend, Store, StoreHandle, TurnIds};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
@@ -124,7 +124,7 @@ async fn start_outbox(
             "the messages the previous process left for telegram could not be read; \
              they stay in the state file for the next start"
         );
-        Outgoing::default()
+        LeftToSend::default()
     });
     if !left.rows.is_empty() {
         tracing::info!(
@@ -133,13 +133,7 @@ async fn start_outbox(
         );
     }
     let metrics = Arc::clone(events.metrics());
-    let outbox = Outbox::durable(
-        client,
-        limits,
-        (metrics, events.clone()),
-        inbox.clone(),
-        left,
-    );
+    let outbox = Outbox::durable(client, limits, metrics, events.clone(), inbox.clone(), left);
     Ok(outbox.start())
 }
 
@@ -231,7 +225,7 @@ pub struct Turnstile {
     slots: TurnSlots,
     /// Numbers turns; its mark is written back at the stop.
     turn_ids: Arc<TurnIds>,
-    /// The reply lanes' texts on their way to the outbox.
+    /// The reply relays' texts on their way to the outbox.
     forwarding: Forwarding,
     /// The Telegram client (for the offset confirmation at stop).
     bot: Bot,
@@ -300,12 +294,17 @@ impl Turnstile {
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
         let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
-        let deps = services(
-            config,
-            &backend,
-            (&outbox, &events, &gauges, &inbox, &shutdown),
-            (&files, &forwarding, &schedules),
-        );
+        let parts = StartedParts {
+            outbox: &outbox,
+            events: &events,
+            gauges: &gauges,
+            inbox: &inbox,
+            shutdown: &shutdown,
+            files: &files,
+            forwarding: &forwarding,
+            schedules: &schedules,
+        };
+        let deps = services(config, &backend, &parts);
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             deps,
@@ -329,14 +328,12 @@ impl Turnstile {
             dispatcher.clone().recipient(),
             shutdown.clone(),
             inbox.clone(),
-            (
-                Addressing::new(me, config.access.group_mode),
-                config.access.clone(),
-            ),
+            Addressing::new(me, config.access.group_mode),
+            config.access.clone(),
         )
         .with_metrics(Arc::clone(events.metrics()))
         .start();
-        let (ops, watchdog) = serve_ops(config, listener, (&events, &gauges), &inbox, &dispatcher)?;
+        let (ops, watchdog) = serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher)?;
         log_started(config);
         Ok(Self {
             scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),

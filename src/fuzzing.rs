@@ -15,7 +15,7 @@ use teloxide::types::{CallbackQuery, Message, Update, UpdateKind, UserId};
 
 use crate::chat::turn::ButtonPressed;
 use crate::config::{AccessConfig, Config, GroupMode};
-use crate::incoming::{Ask, Callback, KINDS, Kind, MAX_INPUT_CHARS, Press, TOKEN_LEN};
+use crate::incoming::{Ask, Callback, CallbackKind, KINDS, MAX_INPUT_CHARS, Press, TOKEN_LEN};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{attachments, safe_component};
 use crate::telegram::format::{Rendered, TELEGRAM_TEXT_LIMIT, render, split, validate};
@@ -157,7 +157,7 @@ pub fn callback_data(data: &[u8]) {
 /// `data`, under the prefix of that kind alone, and reads back the same;
 /// what none reads starts with no prefix, or is not in its kind's shape.
 fn check_callback(data: &str, read: &Callback) {
-    let prefixed: Vec<Kind> = KINDS
+    let prefixed: Vec<CallbackKind> = KINDS
         .iter()
         .filter(|(_, prefix)| data.starts_with(prefix))
         .map(|(kind, _)| *kind)

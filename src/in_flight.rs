@@ -1,6 +1,6 @@
 //! A count of things in flight that someone may wait to see reach zero: the
 //! outbox's requests queued or running (`Flush` waits for none), the texts a
-//! turn's reply lane holds for the outbox (a stopping host waits for none
+//! turn's reply relay holds for the outbox (a stopping host waits for none
 //! before it flushes the outbox), and the turns holding a `TurnSlot` (the
 //! stop's drain waits for none).
 

@@ -149,7 +149,7 @@
 //! Each supervisor also runs its own hard-deadline timer per turn, which
 //! releases the chat whatever its actors do.
 //!
-//! Every reply of a turn leaves through one reply lane that first records the
+//! Every reply of a turn leaves through one reply relay that first records the
 //! turn's messages as *replied*; after a crash, queued messages run again
 //! and the rest are reported, so none is answered twice. A stop stops the
 //! intake, drains running turns up to `dispatcher.drain_timeout`, ends the

@@ -68,7 +68,7 @@ const USAGE: &str = "usage: turnstile [run | check-config | backup PATH | health
                      (turnstile --help says more)";
 
 /// What the command line asks for.
-enum Command {
+enum CliCommand {
     Run(Option<PathBuf>),
     CheckConfig(Option<PathBuf>),
     Backup(Option<PathBuf>, PathBuf),
@@ -86,7 +86,7 @@ enum Sub {
     Healthcheck,
 }
 
-fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<CliCommand, String> {
     let mut args = args.into_iter();
     let mut sub = None;
     let mut config = None;
@@ -98,8 +98,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 Some(path) => config = Some(PathBuf::from(path)),
                 None => return Err("--config needs a path".into()),
             },
-            ("--help" | "-h", _) => return Ok(Command::Help),
-            ("--version" | "-V", _) => return Ok(Command::Version),
+            ("--help" | "-h", _) => return Ok(CliCommand::Help),
+            ("--version" | "-V", _) => return Ok(CliCommand::Version),
             ("run", None) => sub = Some(Sub::Run),
             ("check-config", None) => sub = Some(Sub::CheckConfig),
             ("backup", None) => sub = Some(Sub::Backup),
@@ -111,11 +111,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         }
     }
     match sub {
-        None | Some(Sub::Run) => Ok(Command::Run(config)),
-        Some(Sub::CheckConfig) => Ok(Command::CheckConfig(config)),
-        Some(Sub::Healthcheck) => Ok(Command::Healthcheck(config)),
+        None | Some(Sub::Run) => Ok(CliCommand::Run(config)),
+        Some(Sub::CheckConfig) => Ok(CliCommand::CheckConfig(config)),
+        Some(Sub::Healthcheck) => Ok(CliCommand::Healthcheck(config)),
         Some(Sub::Backup) => match dest {
-            Some(dest) => Ok(Command::Backup(config, dest)),
+            Some(dest) => Ok(CliCommand::Backup(config, dest)),
             None => Err("backup needs the PATH to write the copy to".into()),
         },
     }
@@ -143,18 +143,18 @@ fn main() -> ExitCode {
         }
     };
     let (path, check) = match command {
-        Command::Help => {
+        CliCommand::Help => {
             print!("{HELP}");
             return ExitCode::SUCCESS;
         }
-        Command::Version => {
+        CliCommand::Version => {
             println!("turnstile {}", turnstile::VERSION);
             return ExitCode::SUCCESS;
         }
-        Command::Backup(path, dest) => return backup(path.as_deref(), &dest),
-        Command::Healthcheck(path) => return healthcheck(path.as_deref()),
-        Command::Run(path) => (path, false),
-        Command::CheckConfig(path) => (path, true),
+        CliCommand::Backup(path, dest) => return backup(path.as_deref(), &dest),
+        CliCommand::Healthcheck(path) => return healthcheck(path.as_deref()),
+        CliCommand::Run(path) => (path, false),
+        CliCommand::CheckConfig(path) => (path, true),
     };
     let config = match Config::from_env_and_file(path.as_deref()) {
         Ok(config) => config,

@@ -20,7 +20,7 @@ use teloxide::types::ChatId;
 
 use crate::events::{BotEvent, EventBus};
 use crate::ids::TurnId;
-pub use metrics::{Metrics, OutboxMetrics, Waiting};
+pub use metrics::{Metrics, OutboxMetrics, WaitingMessage};
 
 /// Follows `events` for what only the bus knows: typing-stop latency
 /// (TurnEnded → TypingStopped of the same turn) and force-closed sessions.

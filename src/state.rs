@@ -35,7 +35,7 @@ pub use conversations::{
     first_words,
 };
 pub use handle::{Disposition, ReadFailed, StoreHandle};
-pub use outgoing::{Kept, KeptFile, KeptQuestion, Outgoing, OutgoingRow};
+pub use outgoing::{Kept, KeptFile, KeptQuestion, LeftToSend, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;

@@ -15,7 +15,7 @@ pub mod typing;
 pub use intake::Intake;
 pub use outbox::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, Flush, MAX_IN_FLIGHT,
-    Outbox, OutboxError, Purge, QuestionFile, RateLimits, React, Refusal, SendFile, SendQuestion,
-    SendText, SendTyping, Show, ShowAs, Slot, Unreachable,
+    Outbox, OutboxError, Purge, QuestionFile, RateLimits, React, SendFile, SendQuestion, SendText,
+    SendTyping, Show, ShowAs, Slot, TelegramRefusal, Unreachable,
 };
 pub use typing::{TypingLease, TypingView};

@@ -14,6 +14,8 @@ struct Rule {
     forbidden: &'static [&'static str],
     /// Longer paths that a forbidden one may start.
     allowed: &'static [&'static str],
+    /// Files, or folders, under `under` that the rule leaves out.
+    except: &'static [&'static str],
     /// Why, for the failure message.
     why: &'static str,
 }
@@ -23,81 +25,57 @@ const RULES: &[Rule] = &[
         under: &["src/agent.rs", "src/agent"],
         forbidden: &["crate::chat", "crate::telegram", "crate::app"],
         allowed: &[],
+        except: &[],
         why: "the agent side knows nothing of the chat or of Telegram",
     },
     Rule {
-        under: &[
-            "src/agent.rs",
-            "src/agent/host.rs",
-            "src/agent/host",
-            "src/agent/network.rs",
-            "src/agent/network",
-            "src/agent/partial_json.rs",
-            "src/agent/partial_json",
-            "src/agent/result.rs",
-            "src/agent/scripted.rs",
-            "src/agent/scripted",
-            "src/agent/shown.rs",
-            "src/agent/tools.rs",
-            "src/agent/tools",
+        under: &["src"],
+        except: &[
+            "src/agent/claude.rs",
+            "src/agent/claude",
+            "src/agent/acp.rs",
+            "src/agent/acp",
+            "src/agent/backends.rs",
         ],
         forbidden: &["claude::", "acp::"],
         allowed: &[],
-        why: "what every backend shares imports no backend",
-    },
-    Rule {
-        under: &[
-            "src/app.rs",
-            "src/app",
-            "src/chat.rs",
-            "src/chat",
-            "src/telegram.rs",
-            "src/telegram",
-            "src/fuzzing.rs",
-            "src/main.rs",
-            "src/lib.rs",
-            "src/config.rs",
-            "src/config",
-            "src/state.rs",
-            "src/state",
-            "src/ops.rs",
-            "src/ops",
-            "src/schedule.rs",
-            "src/schedule",
-        ],
-        forbidden: &["claude::", "acp::"],
-        allowed: &[],
-        why: "nothing outside a backend imports one: it goes through `agent::` and \
-              `agent::backends` (where the backend is chosen, the one place)",
+        why: "nothing outside a backend imports one, what every backend shares included: \
+              it goes through `agent::` and `agent::backends` (where the backend is \
+              chosen, the one place)",
     },
     Rule {
         under: &["src/agent/claude.rs", "src/agent/claude"],
         forbidden: &["acp::"],
         allowed: &[],
+        except: &[],
         why: "no backend imports another",
     },
     Rule {
         under: &["src/agent/acp.rs", "src/agent/acp"],
         forbidden: &["claude::"],
         allowed: &[],
+        except: &[],
         why: "no backend imports another",
     },
     Rule {
         under: &["src/chat.rs", "src/chat"],
         forbidden: &["claude::protocol", "ToolRegistry", "ToolName::parse"],
         allowed: &[],
+        except: &[],
         why: "the turn sees typed calls: no protocol, no registry, no name taken apart",
     },
     Rule {
         under: &["src/agent/claude/protocol.rs", "src/agent/claude/protocol"],
         forbidden: &["permissions"],
         allowed: &[],
+        except: &[],
         why: "the wire format decides nothing (permissions reads it, not the other way)",
     },
     Rule {
         under: &["src/state.rs", "src/state"],
         forbidden: &["crate::telegram", "crate::chat", "crate::agent"],
         allowed: &[],
+        except: &[],
         why: "the store sits below everything it stores for",
     },
     Rule {
@@ -109,6 +87,7 @@ const RULES: &[Rule] = &[
             "crate::agent",
         ],
         allowed: &[],
+        except: &[],
         why: "a message read once sits below the store that keeps it and the actors that act on it",
     },
     Rule {
@@ -123,6 +102,7 @@ const RULES: &[Rule] = &[
             "crate::app",
         ],
         allowed: &[],
+        except: &[],
         why: "a schedule's slot arithmetic is pure, below the config that checks timings with it",
     },
     Rule {
@@ -134,18 +114,21 @@ const RULES: &[Rule] = &[
             "crate::app",
         ],
         allowed: &[],
+        except: &[],
         why: "the scheduler sits below the chat: a run goes up as a RunDue the dispatcher takes",
     },
     Rule {
         under: &["src/ops/metrics.rs"],
         forbidden: &["crate::events", "super::"],
         allowed: &[],
+        except: &[],
         why: "the metrics know nothing of the event bus that carries them",
     },
     Rule {
         under: &["src/events.rs", "src/ops.rs", "src/ops", "src/outcome.rs"],
         forbidden: &["crate::chat", "crate::telegram::intake", "crate::app"],
         allowed: &[],
+        except: &[],
         why: "the bus, ops and the outcome value sit below the chat: what they need of it is handed in",
     },
     Rule {
@@ -156,6 +139,7 @@ const RULES: &[Rule] = &[
         ],
         forbidden: &["crate::chat"],
         allowed: &["crate::chat::notices::"],
+        except: &[],
         why: "the transport imports no chat type (the typing lease is `telegram::typing`'s)",
     },
     Rule {
@@ -175,12 +159,14 @@ const RULES: &[Rule] = &[
             "super::send",
             "super::workers",
         ],
+        except: &[],
         why: "the outbox's parts reach each other, never back into the actor",
     },
     Rule {
         under: &["src/events.rs"],
         forbidden: &["crate::ops::"],
         allowed: &["crate::ops::metrics::"],
+        except: &[],
         why: "the bus knows the metrics, nothing else of ops (which follows the bus)",
     },
     Rule {
@@ -191,6 +177,7 @@ const RULES: &[Rule] = &[
             "teloxide::requests::HasPayload",
         ],
         allowed: &[],
+        except: &[],
         why: "every Bot API method goes through telegram::call (teloxide's own path pauses 10 s after a 5xx)",
     },
 ];
@@ -261,7 +248,14 @@ fn no_module_imports_against_the_layers() {
         for under in rule.under {
             let path = root.join(under);
             assert!(path.exists(), "{under} is gone: update the rule");
-            for file in files(&path) {
+            for except in rule.except {
+                assert!(
+                    root.join(except).exists(),
+                    "{except} is gone: update the rule"
+                );
+            }
+            let left_out = |file: &Path| rule.except.iter().any(|e| file.starts_with(root.join(e)));
+            for file in files(&path).into_iter().filter(|f| !left_out(f)) {
                 let text = std::fs::read_to_string(&file).expect("a source file");
                 for (n, line) in code(&text) {
                     for forbidden in rule.forbidden {

@@ -15,13 +15,20 @@ use std::io::Write as _;
 use support::*;
 use teloxide::types::ChatId;
 use turnstile::events::EventBus;
+use turnstile::ids::Conversation;
 use turnstile::ops::Metrics;
 
-use turnstile::state::{Kept, KeptFile, KeptQuestion, Outgoing, Store, StoreHandle};
+use turnstile::state::{Kept, KeptFile, KeptQuestion, LeftToSend, Store, StoreHandle};
 use turnstile::telegram::{Button, Outbox, SendQuestion, SendText};
 
+/// The chat the kept rows are for.
+const CHAT_1: Conversation = Conversation {
+    chat: ChatId(1),
+    topic: None,
+};
+
 /// What the store keeps to send.
-async fn to_send(store: &StoreHandle) -> Outgoing {
+async fn to_send(store: &StoreHandle) -> LeftToSend {
     store.outgoing().await.expect("the store reads")
 }
 
@@ -40,14 +47,14 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
         ends_with_process: false,
         shown: None,
     };
-    store.keep_outgoing_question((1, 0), "Which model?", question);
+    store.keep_outgoing_question(CHAT_1, "Which model?", question);
     let file = KeptFile {
         name: "gone.txt".into(),
         caption: None,
         as_photo: false,
     };
-    store.keep_outgoing_file((1, 0), file, |out| out.write_all(b"the bytes"));
-    store.keep_outgoing(1, 0, None, ("after both", false));
+    store.keep_outgoing_file(CHAT_1, file, |out| out.write_all(b"the bytes"));
+    store.keep_outgoing(CHAT_1, None, "after both", false);
     store.flushed().await;
     let spool = dir.path().join("state.db-outgoing");
     for copy in std::fs::read_dir(&spool).unwrap() {
@@ -62,7 +69,8 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
     let outbox = Outbox::durable(
         api.bot(),
         Harness::fast_limits(),
-        (metrics, EventBus::new()),
+        metrics,
+        EventBus::new(),
         store.clone(),
         left,
     )
@@ -90,9 +98,10 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     let outbox = Outbox::durable(
         api.bot(),
         Harness::fast_limits(),
-        (Arc::new(Metrics::new()), EventBus::new()),
+        Arc::new(Metrics::new()),
+        EventBus::new(),
         store.clone(),
-        Outgoing::default(),
+        LeftToSend::default(),
     )
     .start();
     let buttons = vec![vec![Button::new("❌ daily", "unschedule:7")]];

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use support::*;
 use teloxide::types::{ChatId, MessageId, UserId};
 use turnstile::agent::Scenario;
-use turnstile::incoming::{Ask, Command, Incoming, Place};
+use turnstile::incoming::{Ask, ChatKind, Command, Incoming};
 
 /// A group whose id is positive: only the stored place says it is a group.
 const GROUP: i64 = 4242;
@@ -42,7 +42,7 @@ async fn a_recovered_group_message_album_and_command_are_read_back_whole() {
     {
         let store = turnstile::state::Store::open(&db).unwrap();
         let mut group = row(1, GROUP, USER, 77, "group question");
-        group.place = Place::Group;
+        group.place = ChatKind::Group;
         let mut first = row(2, USER, USER, 80, "album one");
         let mut second = row(3, USER, USER, 81, "album two");
         first.album = Some("album-1".into());

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use turnstile::agent::host::lines::Frame;
-use turnstile::agent::host::session::{Link, Protocol, launch};
+use turnstile::agent::host::session::{Protocol, SessionIo, launch};
 use turnstile::agent::host::{ProcessSpec, RunningProcesses};
 use turnstile::agent::{AgentEvent, AgentSession, SessionCommand};
 use turnstile::config::{Config, Sandbox};
@@ -136,10 +136,12 @@ fn open(
 ) -> (AgentSession, Arc<std::sync::Mutex<Vec<Step>>>) {
     let closed = Arc::new(std::sync::Mutex::new(Vec::new()));
     let steps = Arc::clone(&closed);
-    let session = launch("echo", spec, "1", &spec.args, running, |link: Link| Echo {
-        out: Some(link.out),
-        events: link.events,
-        closed: steps,
+    let session = launch("echo", spec, "1", &spec.args, running, |link: SessionIo| {
+        Echo {
+            out: Some(link.out),
+            events: link.events,
+            closed: steps,
+        }
     })
     .expect("the agent starts");
     (session, closed)

@@ -38,14 +38,14 @@ const PLACES: usize = 64;
 /// keeps a thread on one arena), so [`super::mappings`] can tell whose
 /// arena a mapping is; and the live bytes of the counted blocks it made,
 /// wherever they are freed.
-pub struct Place {
+pub struct ChatKind {
     pub tid: AtomicIsize,
     pub last: AtomicUsize,
     pub live: AtomicIsize,
 }
 
-pub static THREADS: [Place; PLACES] = [const {
-    Place {
+pub static THREADS: [ChatKind; PLACES] = [const {
+    ChatKind {
         tid: AtomicIsize::new(0),
         last: AtomicUsize::new(0),
         live: AtomicIsize::new(0),

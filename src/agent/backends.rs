@@ -47,3 +47,16 @@ pub fn from_config(config: &Config) -> Result<Arc<dyn AgentBackend>, BackendErro
         }
     }
 }
+
+/// What the stream-json fuzz target (`fuzzing::agent`) drives of the
+/// claude backend: its wire lines and their answers, the live view it
+/// follows across them, and the answer to a permission nobody was asked.
+/// Named here, where a backend is chosen, so nothing else imports one.
+pub mod stream_json {
+    pub(crate) use crate::agent::claude::driver::live::Live;
+    pub use crate::agent::claude::permissions::answer_unasked;
+    pub use crate::agent::claude::protocol::{
+        self, CliLine, ControlRequest, HookCallback, HookInput, Line, McpMessage, McpRequest,
+        SHOWN_CHARS, SystemLine,
+    };
+}

@@ -35,7 +35,8 @@ pub(super) fn bind_ops(config: &Config) -> Result<Option<std::net::TcpListener>,
 pub(super) fn serve_ops(
     config: &Config,
     listener: Option<std::net::TcpListener>,
-    (events, gauges): (&EventBus, &Arc<Gauges>),
+    events: &EventBus,
+    gauges: &Arc<Gauges>,
     inbox: &StoreHandle,
     dispatcher: &Addr<Dispatcher>,
 ) -> Result<(Option<OpsServer>, Option<JoinHandle<()>>), StartError> {

@@ -15,20 +15,37 @@ use crate::state::StoreHandle;
 use crate::telegram::files::Files;
 use crate::telegram::outbox::Outbox;
 
+/// The parts the start made that the turns reach: the way out, the events
+/// and gauges, the store, the stop, the files, the texts on their way and
+/// the schedules.
+pub(super) struct StartedParts<'a> {
+    pub(super) outbox: &'a Addr<Outbox>,
+    pub(super) events: &'a EventBus,
+    pub(super) gauges: &'a Arc<Gauges>,
+    pub(super) inbox: &'a StoreHandle,
+    pub(super) shutdown: &'a Shutdown,
+    pub(super) files: &'a Files,
+    pub(super) forwarding: &'a Forwarding,
+    pub(super) schedules: &'a ScheduleBook,
+}
+
 /// What every turn shares, from the parts
 /// [`Turnstile::start_with_store`](super::Turnstile::start_with_store) started.
 pub(super) fn services(
     config: &Config,
     backend: &Arc<dyn AgentBackend>,
-    (outbox, events, gauges, inbox, shutdown): (
-        &Addr<Outbox>,
-        &EventBus,
-        &Arc<Gauges>,
-        &StoreHandle,
-        &Shutdown,
-    ),
-    (files, forwarding, schedules): (&Files, &Forwarding, &ScheduleBook),
+    parts: &StartedParts<'_>,
 ) -> Services {
+    let StartedParts {
+        outbox,
+        events,
+        gauges,
+        inbox,
+        shutdown,
+        files,
+        forwarding,
+        schedules,
+    } = *parts;
     Services {
         backend: Arc::clone(backend),
         outbox: outbox.clone(),

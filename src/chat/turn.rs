@@ -70,7 +70,7 @@ pub struct TurnActor {
     session_id: Option<String>,
     /// What bears on the outcome, in order (fed to [`decide`]).
     log: Vec<TurnEvent>,
-    /// What the turn said to the chat, with its reply lane once it has.
+    /// What the turn said to the chat, with its reply relay once it has.
     said: Said,
     /// The clocks.
     watchdogs: Watchdogs,

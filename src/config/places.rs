@@ -18,13 +18,13 @@ const CHAT: &str = "{chat}";
 
 /// One place: the key that sets it, as written, and its template
 /// (absolute, `{chat}` unfilled).
-struct Place {
+struct DirTemplate {
     key: String,
     shown: String,
     template: PathBuf,
 }
 
-impl Place {
+impl DirTemplate {
     /// The directory holding every chat's directory of this place.
     fn root(&self) -> PathBuf {
         place_root(&self.template)
@@ -45,20 +45,20 @@ fn overlap(a: &Path, b: &Path) -> bool {
 
 impl Config {
     /// Every place, the homes and the default workdirs first.
-    fn places(&self) -> Vec<Place> {
+    fn places(&self) -> Vec<DirTemplate> {
         let mut places = vec![
-            Place {
+            DirTemplate {
                 key: "state.path (the agents' homes, homes/{chat} beside it)".into(),
                 shown: self.state.path.to_string_lossy().into_owned(),
                 template: self.agent_home(),
             },
-            Place {
+            DirTemplate {
                 key: "agent.workdir".into(),
                 shown: self.agent.workdir.to_string_lossy().into_owned(),
                 template: self.agent_workdir(),
             },
         ];
-        places.extend(self.projects.iter().map(|(name, project)| Place {
+        places.extend(self.projects.iter().map(|(name, project)| DirTemplate {
             key: format!("projects.{name}.workdir"),
             shown: project.workdir.to_string_lossy().into_owned(),
             template: self.project_workdir(project),
@@ -70,7 +70,7 @@ impl Config {
     /// its own directories.
     #[must_use]
     pub fn place_roots(&self) -> Vec<PathBuf> {
-        self.places().iter().map(Place::root).collect()
+        self.places().iter().map(DirTemplate::root).collect()
     }
 
     /// Under the sandbox, every place's root lies apart from every other

@@ -8,11 +8,9 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Value, json};
 
 use super::{Draw, is_subsequence};
-use crate::agent::claude::driver::live::Live;
-use crate::agent::claude::permissions::answer_unasked;
-use crate::agent::claude::protocol::{
-    self, CliLine, ControlRequest, HookCallback, HookInput, Line, McpMessage, McpRequest,
-    SHOWN_CHARS, SystemLine,
+use crate::agent::backends::stream_json::{
+    CliLine, ControlRequest, HookCallback, HookInput, Line, Live, McpMessage, McpRequest,
+    SHOWN_CHARS, SystemLine, answer_unasked, protocol,
 };
 use crate::agent::host::is_session_id;
 use crate::agent::host::lines::MAX_LINE_BYTES;

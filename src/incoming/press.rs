@@ -14,7 +14,7 @@ use crate::ids::Conversation;
 
 /// A kind of button the bot shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum CallbackKind {
     /// ❌ under a schedule of `/schedules`: `unsched:<id>`.
     Unschedule,
     /// An entry of a `/model`, `/sessions` or `/project` list:
@@ -30,14 +30,14 @@ pub enum Kind {
 
 /// Every kind of button and the prefix of its callback data: the one table
 /// that writes and reads them. No prefix is a prefix of another.
-pub const KINDS: [(Kind, &str); 4] = [
-    (Kind::Unschedule, "unsched:"),
-    (Kind::Pick, "pick:"),
-    (Kind::Tool, "ap:"),
-    (Kind::Question, "aq:"),
+pub const KINDS: [(CallbackKind, &str); 4] = [
+    (CallbackKind::Unschedule, "unsched:"),
+    (CallbackKind::Pick, "pick:"),
+    (CallbackKind::Tool, "ap:"),
+    (CallbackKind::Question, "aq:"),
 ];
 
-impl Kind {
+impl CallbackKind {
     /// The prefix of its data, from [`KINDS`].
     pub fn prefix(self) -> &'static str {
         KINDS
@@ -50,12 +50,12 @@ impl Kind {
 /// What a button's callback data says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Callback {
-    /// Remove schedule `id` ([`Kind::Unschedule`]).
+    /// Remove schedule `id` ([`CallbackKind::Unschedule`]).
     Unschedule(i64),
-    /// An entry of a list ([`Kind::Pick`]).
+    /// An entry of a list ([`CallbackKind::Pick`]).
     Pick(Pick),
-    /// An answer to an approval question ([`Kind::Tool`], or
-    /// [`Kind::Question`] for an option).
+    /// An answer to an approval question ([`CallbackKind::Tool`], or
+    /// [`CallbackKind::Question`] for an option).
     Approval(Approval),
     /// Data no kind reads: not one of this bot's buttons, or one of an
     /// older shape. Written as nothing.
@@ -127,7 +127,7 @@ pub enum Choice {
     },
 }
 
-/// The letter of each tool choice in a [`Kind::Tool`] button's data.
+/// The letter of each tool choice in a [`CallbackKind::Tool`] button's data.
 const TOOL_LETTERS: [(Choice, &str); 3] = [
     (Choice::Allow, "y"),
     (Choice::Always, "a"),
@@ -139,15 +139,15 @@ pub const TOKEN_LEN: usize = 32;
 
 impl Callback {
     /// Its kind; none for [`Callback::Unknown`].
-    pub fn kind(&self) -> Option<Kind> {
+    pub fn kind(&self) -> Option<CallbackKind> {
         match self {
-            Self::Unschedule(_) => Some(Kind::Unschedule),
-            Self::Pick(_) => Some(Kind::Pick),
+            Self::Unschedule(_) => Some(CallbackKind::Unschedule),
+            Self::Pick(_) => Some(CallbackKind::Pick),
             Self::Approval(Approval {
                 choice: Choice::Option { .. },
                 ..
-            }) => Some(Kind::Question),
-            Self::Approval(_) => Some(Kind::Tool),
+            }) => Some(CallbackKind::Question),
+            Self::Approval(_) => Some(CallbackKind::Tool),
             Self::Unknown => None,
         }
     }
@@ -195,10 +195,10 @@ impl Callback {
 }
 
 /// The rest of a `kind` button's data, after its prefix.
-fn read(kind: Kind, rest: &str) -> Option<Callback> {
+fn read(kind: CallbackKind, rest: &str) -> Option<Callback> {
     match kind {
-        Kind::Unschedule => Some(Callback::Unschedule(i64::try_from(number(rest)?).ok()?)),
-        Kind::Pick => {
+        CallbackKind::Unschedule => Some(Callback::Unschedule(i64::try_from(number(rest)?).ok()?)),
+        CallbackKind::Pick => {
             let (list, entry) = rest.split_once(':')?;
             let mut letters = list.chars();
             let letter = letters.next()?;
@@ -212,7 +212,7 @@ fn read(kind: Kind, rest: &str) -> Option<Callback> {
                 entry: usize::try_from(number(entry)?).ok()?,
             }))
         }
-        Kind::Tool => {
+        CallbackKind::Tool => {
             let (token, letter) = rest.split_once(':')?;
             let choice = TOOL_LETTERS
                 .iter()
@@ -220,7 +220,7 @@ fn read(kind: Kind, rest: &str) -> Option<Callback> {
                 .map(|(choice, _)| *choice)?;
             approval(token, choice)
         }
-        Kind::Question => {
+        CallbackKind::Question => {
             let (token, rest) = rest.split_once(':')?;
             let (question, option) = rest.split_once(':')?;
             let choice = Choice::Option {

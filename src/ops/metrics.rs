@@ -19,7 +19,7 @@ use crate::outcome::TurnOutcome;
 
 mod outbox;
 
-pub use outbox::{OutboxMetrics, Waiting};
+pub use outbox::{OutboxMetrics, WaitingMessage};
 
 /// Registers each metric (a field of `Metrics`, cloned: the registry
 /// and the field share it) under its name and help text.

@@ -17,7 +17,7 @@ use teloxide::types::{MessageId, UserId};
 use super::book::{ScheduleBook, timing_of};
 use super::when::Timing;
 use crate::config::{CatchUp, SchedulesConfig};
-use crate::incoming::{Ask, Incoming, Place};
+use crate::incoming::{Ask, ChatKind, Incoming};
 use crate::ops::metrics::Metrics;
 use crate::state::{NewSchedule, Origin, ReadFailed, ScheduleRow, StoreHandle, now_ms};
 
@@ -55,7 +55,7 @@ enum Claim {
 }
 
 /// One schedule and its next slot.
-struct Entry {
+struct Planned {
     row: ScheduleRow,
     timing: Timing,
     /// Its next slot (unix ms); none: it never runs again.
@@ -79,7 +79,7 @@ pub struct Scheduler {
     /// Runs and schedules counted.
     metrics: Arc<Metrics>,
     /// By schedule id.
-    entries: HashMap<i64, Entry>,
+    entries: HashMap<i64, Planned>,
     /// The one timer, to the earliest next slot.
     timer: Option<SpawnHandle>,
     /// No claims once set.
@@ -149,7 +149,7 @@ impl Scheduler {
             let claiming = caught_up || claiming.contains(&id);
             self.entries.insert(
                 id,
-                Entry {
+                Planned {
                     row,
                     timing,
                     next,
@@ -330,7 +330,7 @@ fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
         from,
         message_id: MessageId(0),
         date: now_ms() / 1000,
-        place: Place::Private,
+        place: ChatKind::Private,
         ask: Ask::Agent,
         text,
         files: Vec::new(),

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handle::{ReadFailed, StoreHandle};
 use super::{StateError, Store, now_ms};
+use crate::ids::Conversation;
 
 /// The migration that adds the tables.
 pub(super) const MIGRATION: &str = "CREATE TABLE outgoing (
@@ -115,7 +116,7 @@ pub struct OutgoingRow {
 /// What a previous process left to send: the rows in order, and each
 /// chat's highest known message id.
 #[derive(Debug, Default)]
-pub struct Outgoing {
+pub struct LeftToSend {
     /// Messages waiting, oldest first.
     pub rows: Vec<OutgoingRow>,
     /// `(chat, highest message id known)`.
@@ -124,7 +125,7 @@ pub struct Outgoing {
     pub spool: Option<PathBuf>,
 }
 
-impl Outgoing {
+impl LeftToSend {
     /// Where the bytes of the file of row `id` are kept.
     pub fn spooled(&self, id: i64) -> Option<PathBuf> {
         Some(self.spool.as_ref()?.join(id.to_string()))
@@ -214,7 +215,7 @@ impl Store {
     /// message id. A row that cannot be read back (its JSON) is logged and
     /// deleted; a spooled file without its row (the process ended between
     /// the two) is removed.
-    pub fn outgoing(&self) -> Result<Outgoing, StateError> {
+    pub fn outgoing(&self) -> Result<LeftToSend, StateError> {
         let conn = self.lock();
         let read = conn
             .prepare(
@@ -265,7 +266,7 @@ impl Store {
                 .collect();
             sweep_spool(spool, &files);
         }
-        Ok(Outgoing {
+        Ok(LeftToSend {
             rows,
             last_ids,
             spool: self.spool.clone(),
@@ -341,12 +342,12 @@ impl StoreHandle {
     /// messages kept.
     pub fn keep_outgoing(
         &self,
-        chat: i64,
-        topic: i64,
+        to: Conversation,
         reply_to: Option<i32>,
-        (text, markdown): (&str, bool),
+        text: &str,
+        markdown: bool,
     ) -> i64 {
-        let row = self.new_row((chat, topic, reply_to), (text, markdown), None);
+        let row = self.new_row(to, reply_to, text, markdown, None);
         let id = row.id;
         self.tell("keeping a message to send", move |store| {
             store.keep_outgoing(&row)
@@ -357,14 +358,16 @@ impl StoreHandle {
     /// A new row, not kept yet.
     fn new_row(
         &self,
-        (chat, topic, reply_to): (i64, i64, Option<i32>),
-        (text, markdown): (&str, bool),
+        to: Conversation,
+        reply_to: Option<i32>,
+        text: &str,
+        markdown: bool,
         kept: Option<Kept>,
     ) -> OutgoingRow {
         OutgoingRow {
             id: self.row_ids().next(),
-            chat_id: chat,
-            topic,
+            chat_id: to.chat.0,
+            topic: to.topic_number(),
             reply_to,
             markdown,
             text: text.to_string(),
@@ -378,12 +381,12 @@ impl StoreHandle {
     /// [`StoreHandle::keep_outgoing`]).
     pub fn keep_outgoing_question(
         &self,
-        (chat, topic): (i64, i64),
+        to: Conversation,
         text: &str,
         question: KeptQuestion,
     ) -> i64 {
         let kept = Some(Kept::Question(question));
-        let row = self.new_row((chat, topic, None), (text, false), kept);
+        let row = self.new_row(to, None, text, false, kept);
         let id = row.id;
         self.tell("keeping a question to send", move |store| {
             store.keep_outgoing(&row)
@@ -396,11 +399,11 @@ impl StoreHandle {
     /// its bytes into the spool, then the row is written.
     pub fn keep_outgoing_file(
         &self,
-        (chat, topic): (i64, i64),
+        to: Conversation,
         file: KeptFile,
         write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()> + Send + 'static,
     ) -> i64 {
-        let row = self.new_row((chat, topic, None), ("", false), Some(Kept::File(file)));
+        let row = self.new_row(to, None, "", false, Some(Kept::File(file)));
         let id = row.id;
         self.tell("keeping a file to send", move |store| {
             store.keep_outgoing_file(&row, write)
@@ -450,7 +453,9 @@ impl StoreHandle {
     }
 
     /// What a previous process left to send.
-    pub fn outgoing(&self) -> impl Future<Output = Result<Outgoing, ReadFailed>> + Send + 'static {
+    pub fn outgoing(
+        &self,
+    ) -> impl Future<Output = Result<LeftToSend, ReadFailed>> + Send + 'static {
         self.read("reading the messages to send", |store| store.outgoing())
     }
 }

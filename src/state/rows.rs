@@ -7,7 +7,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use super::{Pruned, StateError, Store, now_ms};
 use crate::attachment::Attachment;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, Incoming, Place, Source};
+use crate::incoming::{Ask, Author, ChatKind, Incoming, Source};
 
 /// Where an inbox message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<InboxRow> {
             from,
             message_id: MessageId(fits(r.get(4)?)),
             date: r.get(5)?,
-            place: Place::from_stored(&r.get::<_, String>(6)?),
+            place: ChatKind::from_stored(&r.get::<_, String>(6)?),
             ask: Ask::from_stored(&r.get::<_, String>(7)?),
             text: r.get(8)?,
             files: files_from_json(&r.get::<_, String>(9)?),

@@ -4,7 +4,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 
 use super::*;
 use crate::attachment::Attachment;
-use crate::incoming::{Ask, Author, Command, Incoming, Place};
+use crate::incoming::{Ask, Author, ChatKind, Command, Incoming};
 
 fn msg(update_id: i64, chat_id: i64) -> Incoming {
     Incoming {
@@ -93,7 +93,7 @@ fn a_message_is_read_back_whole_as_the_intake_read_it() {
     // the chat id is positive, so only the stored place says it is a group.
     let mut m = msg(1, 100);
     m.to = Conversation::new(ChatId(100), Some(ThreadId(MessageId(42))));
-    m.place = Place::Group;
+    m.place = ChatKind::Group;
     m.album = Some("album-1".into());
     m.author = Author {
         name: "Ann \"Lee\"\nsecond line".into(),
@@ -143,7 +143,7 @@ fn rows_written_before_the_place_was_stored_get_it_from_the_chat_id_once() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let rows = store.unfinished().unwrap();
-    let read: Vec<(Place, Ask, &str, Option<String>)> = rows
+    let read: Vec<(ChatKind, Ask, &str, Option<String>)> = rows
         .iter()
         .map(|r| {
             let m = &r.message;
@@ -154,8 +154,8 @@ fn rows_written_before_the_place_was_stored_get_it_from_the_chat_id_once() {
     assert_eq!(
         read,
         vec![
-            (Place::Group, Ask::Agent, "/stop", None),
-            (Place::Private, Ask::Agent, "hi", None),
+            (ChatKind::Group, Ask::Agent, "/stop", None),
+            (ChatKind::Private, Ask::Agent, "hi", None),
         ]
     );
     assert!(rows.iter().all(|r| r.message.author == Author::default()));

@@ -17,7 +17,7 @@ use tracing::{Span, field};
 
 use crate::config::AccessConfig;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, Incoming, Parsed, Place, Press, cut, parse, strip_address};
+use crate::incoming::{Ask, Author, ChatKind, Incoming, Parsed, Press, cut, parse, strip_address};
 use crate::ops::logging::context_span;
 use crate::ops::panics::contain;
 use crate::shutdown::Shutdown;
@@ -82,7 +82,8 @@ impl Intake {
         to: Recipient<UpdateReceived>,
         shutdown: Shutdown,
         inbox: StoreHandle,
-        (addressing, access): (Addressing, AccessConfig),
+        addressing: Addressing,
+        access: AccessConfig,
     ) -> Self {
         Self {
             bot,
@@ -333,7 +334,11 @@ pub(crate) fn read(
         from: user.id,
         message_id: message.id,
         date: message.date.timestamp(),
-        place: if group { Place::Group } else { Place::Private },
+        place: if group {
+            ChatKind::Group
+        } else {
+            ChatKind::Private
+        },
         album: message.media_group_id().map(|g| g.0.clone()),
         ..Incoming::default()
     };

@@ -42,7 +42,7 @@ use tracing::Instrument as _;
 use crate::events::EventBus;
 use crate::ops::Metrics;
 use crate::ops::logging::context_span;
-use crate::state::{Kept, KeptQuestion, Outgoing, StoreHandle};
+use crate::state::{Kept, KeptQuestion, LeftToSend, StoreHandle};
 
 mod deliver;
 mod error;
@@ -60,7 +60,7 @@ mod unbutton;
 mod workers;
 
 pub use deliver::MAX_IN_FLIGHT;
-pub use error::{OutboxError, Refusal, Unreachable};
+pub use error::{OutboxError, TelegramRefusal, Unreachable};
 pub use pacing::RateLimits;
 pub use requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush,
@@ -71,14 +71,14 @@ pub use unbutton::Unbutton;
 
 use deliver::Telegram;
 use jobs::{CallbackAnswer, FileJob, Job, TextJob};
-use lane::{LANE_IDLE, Lane, Pending, Shared};
-use post::{Origin, Place, lock};
+use lane::{LANE_IDLE, Lane, OutboxShared, Pending};
+use post::{Anchor, Provenance, lock};
 use workers::Workers;
 
 /// The Outbox actor: routes each request to its chat's lane.
 pub struct Outbox {
     /// Everything a worker needs.
-    shared: Arc<Shared>,
+    shared: Arc<OutboxShared>,
     /// Each chat's lane.
     lanes: HashMap<ChatId, Lane>,
     /// Set by [`StopOutbox`]: later requests are refused.
@@ -91,7 +91,7 @@ impl Outbox {
     /// An outbox sending through `bot`, counting its requests in `metrics`
     /// and publishing what it did on `events`.
     pub fn new(bot: Bot, limits: RateLimits, metrics: Arc<Metrics>, events: EventBus) -> Self {
-        Self::build(bot, limits, (metrics, events), None)
+        Self::build(bot, limits, metrics, events, None)
     }
 
     /// An outbox keeping each message in `store` until Telegram takes it;
@@ -100,12 +100,13 @@ impl Outbox {
     pub fn durable(
         bot: Bot,
         limits: RateLimits,
-        (metrics, events): (Arc<Metrics>, EventBus),
+        metrics: Arc<Metrics>,
+        events: EventBus,
         store: StoreHandle,
-        mut left: Outgoing,
+        mut left: LeftToSend,
     ) -> Self {
         let last_ids = left.last_ids.iter().map(|&(chat, id)| (ChatId(chat), id));
-        let mut outbox = Self::build(bot, limits, (metrics, events), Some(store));
+        let mut outbox = Self::build(bot, limits, metrics, events, Some(store));
         lock(&outbox.shared.last_ids).extend(last_ids);
         let now = (std::time::Instant::now(), crate::state::now_ms());
         let rows = std::mem::take(&mut left.rows);
@@ -121,7 +122,7 @@ impl Outbox {
                 .0
                 .checked_sub(std::time::Duration::from_millis(age))
                 .unwrap_or(now.0);
-            let origin = Origin {
+            let origin = Provenance {
                 born,
                 turn: None,
                 prior: Some(baseline),
@@ -152,11 +153,12 @@ impl Outbox {
     fn build(
         bot: Bot,
         limits: RateLimits,
-        (metrics, events): (Arc<Metrics>, EventBus),
+        metrics: Arc<Metrics>,
+        events: EventBus,
         store: Option<StoreHandle>,
     ) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(OutboxShared {
                 global: pacing::global(&limits),
                 telegram: Telegram::new(bot, limits, metrics),
                 events,
@@ -256,15 +258,14 @@ impl Handler<SendText> for Outbox {
             }
             return;
         }
-        let place = Place {
+        let place = Anchor {
             topic: msg.to.topic,
             reply_to: msg.reply_to,
         };
         let kept = msg.kept.or_else(|| {
             let store = self.shared.store.as_ref()?;
             let reply_to = msg.reply_to.map(|m| m.0);
-            let topic = msg.to.topic_number();
-            Some(store.keep_outgoing(msg.to.chat.0, topic, reply_to, (&msg.text, msg.markdown)))
+            Some(store.keep_outgoing(msg.to, reply_to, &msg.text, msg.markdown))
         });
         self.placed(msg.to.chat, kept);
         self.enqueue(
@@ -275,7 +276,7 @@ impl Handler<SendText> for Outbox {
                 place,
                 into: msg.into,
                 reply: msg.reply,
-                origin: Origin::now(msg.turn),
+                origin: Provenance::now(msg.turn),
                 kept,
             }),
         );
@@ -342,8 +343,7 @@ impl Handler<SendQuestion> for Outbox {
                         ends_with_process: question.ends_with_process,
                         shown: None,
                     };
-                    let at = (to.chat.0, to.topic_number());
-                    question.kept = Some(store.keep_outgoing_question(at, &question.text, kept));
+                    question.kept = Some(store.keep_outgoing_question(to, &question.text, kept));
                     self.placed(to.chat, question.kept);
                 }
                 self.enqueue(to.chat, job);
@@ -430,7 +430,7 @@ impl Handler<SendFile> for Outbox {
             msg.kept = msg.keep_in(store);
         }
         self.placed(msg.to.chat, msg.kept);
-        let origin = Origin::now(msg.turn);
+        let origin = Provenance::now(msg.turn);
         let job = FileJob { send: msg, origin };
         self.enqueue(job.send.to.chat, Job::File(job));
     }

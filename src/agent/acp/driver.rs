@@ -18,11 +18,11 @@ use tokio::sync::mpsc;
 
 use super::AcpSettings;
 use super::permission::PermissionRequest;
-use super::updates::Answer;
+use super::updates::PromptAnswer;
 use super::wire;
 use crate::agent::host::jsonrpc::{self, Message};
 use crate::agent::host::lines::Frame;
-use crate::agent::host::session::{Link, Protocol};
+use crate::agent::host::session::{Protocol, SessionIo};
 use crate::agent::network::ToolsDir;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, Permission, SessionCommand};
@@ -71,6 +71,8 @@ enum Stage {
         /// A turn was stopped before its prompt went out: report idle
         /// once the session is open.
         settle: bool,
+        /// Told in front of the first answer ([`opening::CANNOT_RESUME`]).
+        notice: Option<&'static str>,
     },
     /// `session/new` or `session/load` sent, or a loaded session's
     /// replay not known to be over (its replayed updates are no turn's).
@@ -83,11 +85,16 @@ enum Stage {
         replay_due: Option<tokio::time::Instant>,
         /// As in `Starting`.
         settle: bool,
+        /// As in `Starting`, or [`opening::NOT_RESUMED`] once a load failed.
+        notice: Option<&'static str>,
     },
     /// The session is open and no prompt runs.
     Ready {
         /// The open session's id.
         session: String,
+        /// Told in front of the next answer: the opening's notice, until
+        /// the first prompt takes it.
+        notice: Option<&'static str>,
     },
     /// A `session/prompt` runs.
     Prompting {
@@ -96,9 +103,13 @@ enum Stage {
         /// Its request id.
         id: u64,
         /// Its answer so far.
-        answer: Answer,
+        answer: PromptAnswer,
         /// Whether `session/cancel` was sent for it.
         cancelled: bool,
+        /// Its permission requests waiting for the chat, by request key
+        /// (asked only while a prompt runs; answered `cancelled` when it
+        /// ends).
+        waiting: HashMap<String, AskedChat>,
     },
 }
 
@@ -112,7 +123,7 @@ impl Stage {
                 loading: Some(session),
                 ..
             }
-            | Self::Ready { session }
+            | Self::Ready { session, .. }
             | Self::Prompting { session, .. } => Some(session),
         }
     }
@@ -124,6 +135,16 @@ impl Stage {
             self,
             Self::Starting { settle: true, .. } | Self::Opening { settle: true, .. }
         )
+    }
+
+    /// The notice the opening left for the first answer.
+    fn notice(&self) -> Option<&'static str> {
+        match self {
+            Self::Starting { notice, .. }
+            | Self::Opening { notice, .. }
+            | Self::Ready { notice, .. } => *notice,
+            Self::Prompting { .. } => None,
+        }
     }
 }
 
@@ -141,7 +162,7 @@ enum Purpose {
 
 /// A permission request waiting for the chat: its id as the agent sent it,
 /// and the request.
-struct Waiting {
+struct AskedChat {
     /// The agent's request id.
     id: Value,
     /// The request.
@@ -159,7 +180,7 @@ pub(super) enum Wake {
 
 impl Driver {
     /// The protocol of a freshly spawned process: sends `initialize`.
-    pub(super) fn new(start: Start, link: Link) -> Self {
+    pub(super) fn new(start: Start, link: SessionIo) -> Self {
         let (decided_tx, decided_rx) = mpsc::unbounded_channel();
         let mut driver = Self {
             settings: start.settings,
@@ -175,13 +196,12 @@ impl Driver {
             stage: Stage::Starting {
                 resume: start.resume,
                 settle: false,
+                notice: None,
             },
             tool_server: None,
             tools_dir: start.tools_dir,
             cwd: start.cwd,
             queued: VecDeque::new(),
-            notice: None,
-            waiting: HashMap::new(),
             cost: None,
         };
         driver.request(Purpose::Initialize, "initialize", wire::initialize());
@@ -217,7 +237,10 @@ pub(super) struct Driver {
     answers: mpsc::UnboundedReceiver<(String, Permission)>,
     /// The last host request id used.
     next_id: u64,
-    /// The host's requests not answered yet.
+    /// The host's requests not answered yet. Not a stage's: an id is
+    /// matched to its answer whenever it comes, and a late answer (to a
+    /// replay sync given up on, or to a prompt of an earlier stage) must be
+    /// known as one to no request.
     requests: HashMap<u64, Purpose>,
     /// Where the session is.
     stage: Stage,
@@ -227,14 +250,15 @@ pub(super) struct Driver {
     tools_dir: Option<ToolsDir>,
     /// The working directory.
     cwd: PathBuf,
-    /// Turns waiting for the session to open or the prompt before them.
+    /// Turns the host sent that no prompt took yet: they wait for the
+    /// session to open or for the prompt before them. Not a stage's: a
+    /// turn sent while starting is carried through opening, and one sent
+    /// while prompting through the next `Ready`; it is input not yet read,
+    /// not what the session is doing.
     queued: VecDeque<String>,
-    /// Told the chat in front of the next answer (a conversation that
-    /// could not be resumed).
-    notice: Option<String>,
-    /// Permission requests waiting for the chat, by request key.
-    waiting: HashMap<String, Waiting>,
-    /// The session's cumulative cost in USD, as last reported.
+    /// The session's cumulative cost in USD, as last reported. Not a
+    /// stage's: it is reported between prompts too (a loaded session's
+    /// replay), and each prompt's answer starts from it.
     cost: Option<f64>,
 }
 

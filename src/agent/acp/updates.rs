@@ -1,5 +1,5 @@
 //! `session/update` read once into an [`Update`], and a prompt's answer
-//! gathered from its message chunks ([`Answer`]); how a prompt's
+//! gathered from its message chunks ([`PromptAnswer`]); how a prompt's
 //! `stopReason` becomes an [`AgentResult`] ([`result_for`]).
 
 use agent_client_protocol_schema::v1::{
@@ -93,7 +93,7 @@ pub(crate) fn read(params: &Value, session: &str) -> Update {
 
 /// A prompt's answer as its message chunks come.
 #[derive(Debug, Default)]
-pub(crate) struct Answer {
+pub(crate) struct PromptAnswer {
     /// Everything written so far.
     text: String,
     /// Which piece of the answer is being written (a tool call or a new
@@ -107,7 +107,7 @@ pub(crate) struct Answer {
     cost: Option<f64>,
 }
 
-impl Answer {
+impl PromptAnswer {
     /// A fresh answer, the session's cost so far being `cost`.
     pub(crate) fn new(cost: Option<f64>) -> Self {
         Self {

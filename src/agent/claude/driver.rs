@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::ClaudeSettings;
 use super::protocol::{self, CliLine, ControlResponse, Line, SessionState, SystemLine};
 use crate::agent::host::lines::Frame;
-use crate::agent::host::session::{Link, Protocol};
+use crate::agent::host::session::{Protocol, SessionIo};
 use crate::agent::tools::ToolRegistry;
 use crate::agent::{AgentEvent, SessionCommand};
 use crate::shutdown::Shutdown;
@@ -37,7 +37,7 @@ pub(super) struct Start {
 
 impl Driver {
     /// The protocol of a freshly spawned process: sends `initialize`.
-    pub(super) fn new(start: Start, link: Link) -> Self {
+    pub(super) fn new(start: Start, link: SessionIo) -> Self {
         let Start {
             settings,
             tools,

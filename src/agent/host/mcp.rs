@@ -109,7 +109,7 @@ impl<'de> Deserialize<'de> for RpcRequest {
     {
         /// The JSON-RPC envelope; params are read by method.
         #[derive(Deserialize)]
-        struct Envelope {
+        struct McpEnvelope {
             /// The id to answer with.
             #[serde(default)]
             id: Value,
@@ -128,7 +128,7 @@ impl<'de> Deserialize<'de> for RpcRequest {
             protocol_version: Value,
         }
         let value = Value::deserialize(deserializer)?;
-        let Ok(envelope) = Envelope::deserialize(&value) else {
+        let Ok(envelope) = McpEnvelope::deserialize(&value) else {
             return Ok(Self::default());
         };
         let method = match envelope.method.as_str() {

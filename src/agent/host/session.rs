@@ -22,7 +22,7 @@ use crate::agent::{AgentError, AgentEvent, AgentSession, SessionCommand};
 /// What a session's protocol is handed: the lines to the agent's stdin
 /// (dropping every clone closes it), the events to the host, the pid.
 #[derive(Debug)]
-pub struct Link {
+pub struct SessionIo {
     /// Lines to the agent, one JSON value a line.
     pub out: mpsc::UnboundedSender<Value>,
     /// Everything the session reports.
@@ -76,7 +76,7 @@ pub trait Protocol: Send + 'static {
 }
 
 /// Spawns `spec.command` with `argv` for the conversation `key` and starts
-/// its session task, with the protocol `make` builds from the [`Link`];
+/// its session task, with the protocol `make` builds from the [`SessionIo`];
 /// the session's label is `<name> pid <pid>`.
 ///
 /// # Errors
@@ -88,7 +88,7 @@ pub fn launch<P: Protocol>(
     key: &str,
     argv: &[String],
     running: &RunningProcesses,
-    make: impl FnOnce(Link) -> P,
+    make: impl FnOnce(SessionIo) -> P,
 ) -> Result<AgentSession, AgentError> {
     let spawned = AgentProcess::spawn(spec, key, argv, running)?;
     let label = format!("{name} pid {}", spawned.process.pid());
@@ -109,7 +109,7 @@ pub(crate) fn start<P: Protocol>(
     stdout: impl AsyncRead + Unpin + Send + 'static,
     kill_grace: Duration,
     label: String,
-    make: impl FnOnce(Link) -> P,
+    make: impl FnOnce(SessionIo) -> P,
 ) -> AgentSession {
     let pid = process.pid();
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -118,7 +118,7 @@ pub(crate) fn start<P: Protocol>(
     let (line_tx, line_rx) = mpsc::unbounded_channel();
     tokio::spawn(write_lines(stdin, out_rx, pid));
     tokio::spawn(read_lines::<P>(stdout, line_tx, pid));
-    let protocol = make(Link {
+    let protocol = make(SessionIo {
         out: out_tx,
         events: ev_tx.clone(),
         pid,

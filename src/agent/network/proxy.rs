@@ -72,7 +72,7 @@ enum Resolver {
 }
 
 /// Why a request gets no tunnel: its status and the body the agent reads.
-struct Refusal(u16, &'static str, String);
+struct NoTunnel(u16, &'static str, String);
 
 impl Proxy {
     /// A proxy letting `rules` through within `limits`.
@@ -177,7 +177,7 @@ impl Proxy {
         .await;
         let (head, early) = match head {
             Ok(Ok(read)) => read,
-            Ok(Err(Refusal(status, reason, body))) => {
+            Ok(Err(NoTunnel(status, reason, body))) => {
                 let _ = client.write_all(&response(status, reason, &body)).await;
                 return;
             }
@@ -198,7 +198,7 @@ impl Proxy {
         };
         let (upstream, first) = match opened {
             Ok(open) => open,
-            Err(Refusal(status, reason, body)) => {
+            Err(NoTunnel(status, reason, body)) => {
                 let _ = client.write_all(&response(status, reason, &body)).await;
                 return;
             }
@@ -218,7 +218,7 @@ impl Proxy {
     }
 
     /// The decision on `request`, and its connection when allowed.
-    async fn open(&self, request: Request) -> Result<(TcpStream, First), Refusal> {
+    async fn open(&self, request: Request) -> Result<(TcpStream, First), NoTunnel> {
         let Request { host, port, first } = request;
         let Some(rule) = self.rules.iter().find(|r| r.allows(&host, port)) else {
             tracing::info!(host = %host, port, "the agent's network proxy refused a host not on its allowlist");
@@ -290,8 +290,8 @@ fn response(status: u16, reason: &str, body: &str) -> Vec<u8> {
 }
 
 /// A 403 naming the host, the port and the key that would allow it.
-fn refused(host: &str, port: u16, why: &str) -> Refusal {
-    Refusal(
+fn refused(host: &str, port: u16, why: &str) -> NoTunnel {
+    NoTunnel(
         403,
         "Forbidden",
         format!(
@@ -303,8 +303,8 @@ fn refused(host: &str, port: u16, why: &str) -> Refusal {
 }
 
 /// A 502 naming the host and what failed.
-fn bad_gateway(host: &str, port: u16, why: &str) -> Refusal {
-    Refusal(
+fn bad_gateway(host: &str, port: u16, why: &str) -> NoTunnel {
+    NoTunnel(
         502,
         "Bad Gateway",
         format!("turnstile's proxy could not reach {host}:{port}: {why}\n"),
@@ -312,13 +312,13 @@ fn bad_gateway(host: &str, port: u16, why: &str) -> Refusal {
 }
 
 /// A 400 saying what was wrong.
-fn bad_request(why: &str) -> Refusal {
-    Refusal(400, "Bad Request", format!("turnstile's proxy: {why}\n"))
+fn bad_request(why: &str) -> NoTunnel {
+    NoTunnel(400, "Bad Request", format!("turnstile's proxy: {why}\n"))
 }
 
 /// Reads up to the end of the request head (`\r\n\r\n`), at most `max`
 /// bytes; answers the head and whatever came after it.
-async fn read_head<S>(client: &mut S, max: usize) -> Result<(Vec<u8>, Vec<u8>), Refusal>
+async fn read_head<S>(client: &mut S, max: usize) -> Result<(Vec<u8>, Vec<u8>), NoTunnel>
 where
     S: AsyncRead + Unpin,
 {
@@ -330,7 +330,7 @@ where
             return Ok((buf, rest));
         }
         if buf.len() > max {
-            return Err(Refusal(
+            return Err(NoTunnel(
                 431,
                 "Request Header Fields Too Large",
                 format!("turnstile's proxy: a request head is at most {max} bytes\n"),
@@ -348,7 +348,7 @@ where
 }
 
 /// The request a head asks for.
-fn parse(head: &[u8]) -> Result<Request, Refusal> {
+fn parse(head: &[u8]) -> Result<Request, NoTunnel> {
     let text = std::str::from_utf8(head).map_err(|_| bad_request("the head is not UTF-8"))?;
     let mut lines = text.split("\r\n");
     let line = lines.next().unwrap_or_default();
@@ -412,7 +412,7 @@ fn parse(head: &[u8]) -> Result<Request, Refusal> {
 }
 
 /// `host:port` of a `CONNECT` (`[v6]:port` too).
-fn authority(target: &str) -> Result<(String, u16), Refusal> {
+fn authority(target: &str) -> Result<(String, u16), NoTunnel> {
     let bad = || bad_request("CONNECT needs host:port");
     let (host, port) = target.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;

@@ -194,7 +194,7 @@ pub struct Services {
     /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
     /// conversation's files are.
     pub workdir: std::path::PathBuf,
-    /// The reply lanes' texts not yet handed to the outbox.
+    /// The reply relays' texts not yet handed to the outbox.
     pub forwarding: Forwarding,
     /// The conversations' schedules (`/schedule`, the agent's tools).
     pub schedules: crate::schedule::ScheduleBook,

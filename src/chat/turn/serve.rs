@@ -1,5 +1,5 @@
 //! How a turn serves the chat tools and gets its replies out: every text of
-//! a turn leaves through one [`ReplyLane`], which first records durably that
+//! a turn leaves through one [`ReplyRelay`], which first records durably that
 //! the turn's messages were replied to, then hands the texts to the outbox
 //! in order. A `send` is answered when Telegram took its text, or shortly
 //! after the text was accepted for delivery (kept in the state store and
@@ -25,7 +25,7 @@ use crate::telegram::outbox::{Outbox, React, SendFile, SendText};
 /// "replied" for the turn's messages and only then forwards each text to the
 /// outbox, in the order given. It outlives the turn actor, so nothing queued
 /// is lost when the actor stops.
-pub(super) struct ReplyLane {
+pub(super) struct ReplyRelay {
     /// Texts and files to forward, each with whom to tell once it is
     /// accepted for delivery; closed when the turn actor drops it.
     tx: mpsc::UnboundedSender<(Outgoing, Option<Accepted>)>,
@@ -35,7 +35,7 @@ pub(super) struct ReplyLane {
     inbox: StoreHandle,
 }
 
-/// How many texts and files the reply lanes hold that have not reached
+/// How many texts and files the reply relays hold that have not reached
 /// the outbox yet (each waits for its turn's "replied" write). A stopping
 /// host waits for none to be left before it flushes the outbox, or a notice
 /// queued as the turn ended could reach the outbox after the flush and be
@@ -76,8 +76,8 @@ enum Allowance {
     Refused(String, String),
 }
 
-impl ReplyLane {
-    /// Opens the lane: the "replied" write is asked now.
+impl ReplyRelay {
+    /// Opens the relay: the "replied" write is asked now.
     pub(super) fn open(
         inbox: &StoreHandle,
         update_ids: Vec<i64>,
@@ -126,10 +126,10 @@ impl ReplyLane {
         match &mut out {
             Outgoing::Text(send) => {
                 send.kept = Some(self.inbox.keep_outgoing(
-                    send.to.chat.0,
-                    send.to.topic_number(),
+                    send.to,
                     send.reply_to.map(|m| m.0),
-                    (&send.text, send.markdown),
+                    &send.text,
+                    send.markdown,
                 ));
             }
             Outgoing::File(send) => send.kept = send.keep_in(&self.inbox),
@@ -138,31 +138,31 @@ impl ReplyLane {
         self.forwarding.add(1);
         if let Err(mpsc::error::SendError((out, _))) = self.tx.send((out, accepted)) {
             self.forwarding.done(1);
-            // Not reachable while the lane's task lives (it ends only after
-            // the lane is dropped); fall back to dropping loudly.
-            tracing::error!(?out, "reply lane closed; dropped");
+            // Not reachable while the relay's task lives (it ends only after
+            // the relay is dropped); fall back to dropping loudly.
+            tracing::error!(?out, "reply relay closed; dropped");
         }
     }
 }
 
-/// What a turn has said to the chat. The lane opens (and "replied" is
+/// What a turn has said to the chat. The relay opens (and "replied" is
 /// recorded) at the first text; a text counts as delivered once Telegram
 /// took it, or at once for a notice or the answer.
 pub(super) enum Said {
     /// Nothing yet.
     Nothing,
-    /// Texts queued on the lane; none delivered yet.
-    Queued(ReplyLane),
+    /// Texts queued on the relay; none delivered yet.
+    Queued(ReplyRelay),
     /// A text reached the chat (or counts as if it had).
-    Delivered(ReplyLane),
+    Delivered(ReplyRelay),
 }
 
 impl Said {
-    /// The lane, once opened.
-    pub(super) fn lane(&mut self) -> Option<&mut ReplyLane> {
+    /// The relay, once opened.
+    pub(super) fn relay(&mut self) -> Option<&mut ReplyRelay> {
         match self {
             Self::Nothing => None,
-            Self::Queued(lane) | Self::Delivered(lane) => Some(lane),
+            Self::Queued(relay) | Self::Delivered(relay) => Some(relay),
         }
     }
 
@@ -176,12 +176,12 @@ impl Said {
         matches!(self, Self::Delivered(_))
     }
 
-    /// A text of the lane reached the chat.
+    /// A text of the relay reached the chat.
     pub(super) fn delivered_now(&mut self) {
         if let Self::Queued(_) = self
-            && let Self::Queued(lane) = std::mem::replace(self, Self::Nothing)
+            && let Self::Queued(relay) = std::mem::replace(self, Self::Nothing)
         {
-            *self = Self::Delivered(lane);
+            *self = Self::Delivered(relay);
         }
     }
 }
@@ -355,7 +355,7 @@ impl TurnActor {
         answer_when_delivered_or_accepted((delivered, on_accepted), pending, turn, cut);
     }
 
-    /// Queues a text for the chat through the turn's reply lane (opening it,
+    /// Queues a text for the chat through the turn's reply relay (opening it,
     /// and so recording "replied", at the first text).
     pub(super) fn reply(&mut self, out: Outgoing) {
         self.reply_with(out, None);
@@ -366,7 +366,7 @@ impl TurnActor {
     fn reply_with(&mut self, mut out: Outgoing, accepted: Option<Accepted>) {
         match &mut out {
             Outgoing::Text(send) => {
-                if self.said.lane().is_none() {
+                if self.said.relay().is_none() {
                     // The turn's first message answers the one that started it.
                     send.reply_to = self.spec.answer_to;
                 }
@@ -376,23 +376,23 @@ impl TurnActor {
             Outgoing::Replied(_) => {}
         }
         let read = std::mem::take(&mut self.steering.unmarked);
-        let lane_was_new = self.said.lane().is_none();
-        if lane_was_new {
+        let relay_was_new = self.said.relay().is_none();
+        if relay_was_new {
             self.spec.update_ids.extend(read.iter().copied());
-            self.said = Said::Queued(ReplyLane::open(
+            self.said = Said::Queued(ReplyRelay::open(
                 &self.deps.inbox,
                 self.spec.update_ids.clone(),
                 self.deps.outbox.clone(),
                 self.deps.forwarding.clone(),
             ));
         }
-        let Some(lane) = self.said.lane() else {
+        let Some(relay) = self.said.relay() else {
             return;
         };
-        if !read.is_empty() && !lane_was_new {
-            lane.send(Outgoing::Replied(read), None);
+        if !read.is_empty() && !relay_was_new {
+            relay.send(Outgoing::Replied(read), None);
         }
-        lane.send(out, accepted);
+        relay.send(out, accepted);
     }
 
     /// Queues an untracked notice; it counts as delivered at once.

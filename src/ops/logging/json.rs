@@ -39,7 +39,7 @@ where
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
         let mut timestamp = String::new();
         SystemTime.format_time(&mut Writer::new(&mut timestamp))?;
-        let mut line = Line::default();
+        let mut line = JsonLine::default();
         line.set("timestamp", Value::from(timestamp));
         line.set("level", Value::from(meta.level().as_str()));
         line.set("target", Value::from(meta.target()));
@@ -62,9 +62,9 @@ where
 
 /// A line's fields in the order they are first set.
 #[derive(Default)]
-struct Line(Vec<(String, Value)>);
+struct JsonLine(Vec<(String, Value)>);
 
-impl Line {
+impl JsonLine {
     /// Sets `name`, in its first place when it is there already.
     fn set(&mut self, name: impl Into<String>, value: Value) {
         let name = name.into();
@@ -105,7 +105,7 @@ impl Line {
     }
 }
 
-impl Visit for Line {
+impl Visit for JsonLine {
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.record(field, value);
     }

@@ -24,7 +24,7 @@ struct ResentLabels {
 }
 
 /// The messages waiting, per method: each one's key and first queueing.
-type Book = HashMap<&'static str, BTreeMap<u64, Instant>>;
+type WaitingBook = HashMap<&'static str, BTreeMap<u64, Instant>>;
 
 /// The outbox's metrics.
 #[derive(Debug, Default)]
@@ -33,19 +33,19 @@ pub struct OutboxMetrics {
     oldest: Family<MethodLabel, Gauge<f64, AtomicU64>>,
     resent: Family<ResentLabels, Counter>,
     dropped: Family<MethodLabel, Counter>,
-    book: Arc<Mutex<Book>>,
+    book: Arc<Mutex<WaitingBook>>,
     next: AtomicU64,
 }
 
 /// A message counted as waiting until this is dropped.
 #[derive(Debug)]
-pub struct Waiting {
-    book: Arc<Mutex<Book>>,
+pub struct WaitingMessage {
+    book: Arc<Mutex<WaitingBook>>,
     method: &'static str,
     key: u64,
 }
 
-impl Drop for Waiting {
+impl Drop for WaitingMessage {
     fn drop(&mut self) {
         if let Some(waiting) = lock(&self.book).get_mut(self.method) {
             waiting.remove(&self.key);
@@ -79,13 +79,13 @@ impl OutboxMetrics {
 
     /// A message of `method`, first queued at `born`, waits from now until
     /// the guard is dropped.
-    pub fn waiting(&self, method: &'static str, born: Instant) -> Waiting {
+    pub fn waiting(&self, method: &'static str, born: Instant) -> WaitingMessage {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         lock(&self.book)
             .entry(method)
             .or_default()
             .insert(key, born);
-        Waiting {
+        WaitingMessage {
             book: Arc::clone(&self.book),
             method,
             key,

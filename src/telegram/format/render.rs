@@ -51,7 +51,7 @@ struct Span {
 }
 
 /// What a `Start` event opened, popped by its `End`.
-enum Frame {
+enum OpenTag {
     /// Nothing to undo.
     Plain,
     /// An entity (index into `Renderer::open`).
@@ -106,7 +106,7 @@ struct Renderer {
     unstarted: usize,
     spans: Vec<Span>,
     seq: usize,
-    frames: Vec<Frame>,
+    frames: Vec<OpenTag>,
     lists: Vec<List>,
     /// Depth of block quotes with an entity (0 or 1).
     quotes: usize,

@@ -12,7 +12,7 @@ use super::{MessageEntity, MessageEntityKind, Rendered};
 
 /// Kinds of cut, best first.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+enum CutKind {
     Paragraph = 0,
     Line = 1,
     Space = 2,
@@ -30,7 +30,7 @@ struct Cut {
     content_end: usize,
     /// UTF-16 offset of `content_end` in the whole text.
     content_units: usize,
-    kind: Kind,
+    kind: CutKind,
 }
 
 /// Cuts `rendered` into pieces of at most `limit` UTF-16 units each (a
@@ -90,7 +90,7 @@ pub fn split(rendered: &Rendered, limit: usize) -> Vec<Rendered> {
                 entities: piece_entities,
             });
         }
-        skip_spaces = cut.kind == Kind::Space;
+        skip_spaces = cut.kind == CutKind::Space;
         start = cut.at;
         start_units = cut.at_units;
     }
@@ -135,9 +135,9 @@ fn choose_cut(
                 kind,
             };
             best[usize::from(inside)][kind as usize] = Some(cut);
-            if kind != Kind::Char {
-                best[usize::from(inside)][Kind::Char as usize] = Some(Cut {
-                    kind: Kind::Char,
+            if kind != CutKind::Char {
+                best[usize::from(inside)][CutKind::Char as usize] = Some(Cut {
+                    kind: CutKind::Char,
                     ..cut
                 });
             }
@@ -149,7 +149,7 @@ fn choose_cut(
                 at_units: units,
                 content_end: start,
                 content_units: start_units,
-                kind: Kind::Space,
+                kind: CutKind::Space,
             });
         }
         units = next_units;
@@ -163,25 +163,25 @@ fn choose_cut(
         at_units: units,
         content_end,
         content_units,
-        kind: Kind::Char,
+        kind: CutKind::Char,
     }
 }
 
 /// What a cut before `c` (followed by `after`) would break: a paragraph,
 /// a line, a space or a run of text. Inside code a blank line is just a
 /// line break.
-fn cut_kind(c: char, after: &[u8], inside: bool) -> Kind {
+fn cut_kind(c: char, after: &[u8], inside: bool) -> CutKind {
     if c == '\n' {
         let blank = after.first() == Some(&b'\n') || after.starts_with(b"\r\n");
         if blank && !inside {
-            Kind::Paragraph
+            CutKind::Paragraph
         } else {
-            Kind::Line
+            CutKind::Line
         }
     } else if c.is_whitespace() {
-        Kind::Space
+        CutKind::Space
     } else {
-        Kind::Char
+        CutKind::Char
     }
 }
 
@@ -189,9 +189,9 @@ fn cut_kind(c: char, after: &[u8], inside: bool) -> Kind {
 fn pick(best: &[[Option<Cut>; 4]; 2], limit: usize, start_units: usize) -> Option<Cut> {
     let [outside, inside] = best;
     let full = |cut: &&Cut| (cut.content_units - start_units) * 2 >= limit;
-    let line = Kind::Line as usize;
-    let space = Kind::Space as usize;
-    let chars = Kind::Char as usize;
+    let line = CutKind::Line as usize;
+    let space = CutKind::Space as usize;
+    let chars = CutKind::Char as usize;
     outside[..chars]
         .iter()
         .flatten()

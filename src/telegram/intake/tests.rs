@@ -79,12 +79,12 @@ fn a_command_is_parsed_once_at_the_intake_with_its_place() {
     let stop = read(group(), text("/stop@turnbot  now ")).expect("taken");
     assert_eq!(stop.ask, Ask::Command(Command::Stop));
     assert_eq!(stop.text, "now", "its arguments");
-    assert_eq!(stop.place, Place::Group);
+    assert_eq!(stop.place, ChatKind::Group);
     assert_eq!(stop.answer_to(), Some(teloxide::types::MessageId(31)));
     assert_eq!((stop.update_id, stop.date, stop.from.0), (9, 7, 5));
     let stop = read(private(), text("/STOP")).expect("taken");
     assert_eq!(stop.ask, Ask::Command(Command::Stop));
-    assert_eq!((stop.place, stop.answer_to()), (Place::Private, None));
+    assert_eq!((stop.place, stop.answer_to()), (ChatKind::Private, None));
     // After a mention, a command; the mention alone is text.
     let mentioned = read(group(), text("@TurnBot /new")).expect("taken");
     assert_eq!(mentioned.ask, Ask::Command(Command::New));

@@ -1,6 +1,6 @@
 //! One delivery and retry path for every request: [`deliver`] sends it
 //! (under the chat's [`Pacing`] when given), `classify` (`error.rs`) reads the answer
-//! and the [`Rule`] of the request decides the next step: a 429 waits its
+//! and the [`RequestTerms`] of the request decides the next step: a 429 waits its
 //! `retry_after`, a 5xx or failed connection is retried with backoff (an
 //! answer's until Telegram takes it, up to its age bound), an attempt gets
 //! no more than the request timeout, an unknown outcome is retried here only
@@ -49,7 +49,7 @@ impl Telegram {
 
 /// How a request may be repeated.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Rule {
+pub(super) struct RequestTerms {
     /// The Bot API method, for the logs and the counts.
     pub(super) method: &'static str,
     /// Sending it twice does no harm (an edit, typing, a reaction), so a
@@ -68,7 +68,7 @@ pub(super) struct Rule {
     pub(super) upload: bool,
 }
 
-impl Rule {
+impl RequestTerms {
     /// A request that may go twice, with no deadline.
     pub(super) fn idempotent(method: &'static str) -> Self {
         Self {
@@ -89,7 +89,7 @@ impl Rule {
         }
     }
 
-    /// The same rule for an answer queued at `born`: it waits out any
+    /// The same terms for an answer queued at `born`: it waits out any
     /// outage, up to `max_pending_age`.
     pub(super) fn answer(self, born: Instant) -> Self {
         Self {
@@ -98,7 +98,7 @@ impl Rule {
         }
     }
 
-    /// The same rule, trying again as plain text when the formatting is
+    /// The same terms, trying again as plain text when the formatting is
     /// refused.
     pub(super) fn or_plain(self) -> Self {
         Self {
@@ -114,16 +114,16 @@ impl Rule {
 }
 
 /// Sends a request under `pacing` (the chat's and the global limit; none
-/// when `None`) with the retry rules of its `rule`. `request(plain)` makes
+/// when `None`) with the retry rules of its `terms`. `request(plain)` makes
 /// each attempt (`plain`: without its formatting), or `None` when it is no
 /// longer wanted (a typing request whose lease ended): nothing more is
 /// sent, and the answer is [`OutboxError::Dropped`]. A request that would
-/// only go after `rule.until` is dropped before it takes a token; an answer
+/// only go after `terms.until` is dropped before it takes a token; an answer
 /// that would only go after its age bound is [`OutboxError::Expired`].
 pub(super) async fn deliver<T, F, Fut>(
     telegram: &Telegram,
     mut pacing: Option<&mut Pacing>,
-    rule: Rule,
+    terms: RequestTerms,
     mut request: F,
 ) -> Result<T, OutboxError>
 where
@@ -132,19 +132,19 @@ where
 {
     let mut attempt = 0;
     let mut plain = false;
-    let expires = rule.expires(&telegram.limits);
+    let expires = terms.expires(&telegram.limits);
     loop {
         // Looked at first, taken only when the request will go: a request
         // dropped as too late leaves the chat's pacing as it was.
         let wait = pacing.as_deref_mut().map_or(Duration::ZERO, Pacing::wait);
-        if rule
+        if terms
             .until
             .is_some_and(|until| Instant::now() + wait >= until)
         {
-            return Err(late(rule));
+            return Err(late(terms));
         }
         if expires.is_some_and(|at| Instant::now() + wait >= at) {
-            return Err(expired(rule));
+            return Err(expired(terms));
         }
         let wait = pacing
             .as_deref_mut()
@@ -152,12 +152,12 @@ where
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        let result = match attempt_once(telegram, rule, plain, &mut request).await {
+        let result = match attempt_once(telegram, terms, plain, &mut request).await {
             Attempt::Answered(result) => result,
-            Attempt::Late => return Err(late(rule)),
+            Attempt::Late => return Err(late(terms)),
             Attempt::Dropped => return Err(OutboxError::Dropped),
         };
-        telegram.metrics.telegram(rule.method, &result);
+        telegram.metrics.telegram(terms.method, &result);
         if let (Err(RequestError::Network(net)), Some(pacing)) = (&result, pacing.as_deref_mut())
             && net.is_connect()
         {
@@ -167,35 +167,35 @@ where
         let (wait, why) = match classify(result) {
             Sent::Ok(value) => return Ok(value),
             Sent::Retry(wait, why) => (wait, why),
-            Sent::RetryIfUnsent(why) if rule.idempotent => (Duration::ZERO, why),
+            Sent::RetryIfUnsent(why) if terms.idempotent => (Duration::ZERO, why),
             Sent::RetryIfUnsent(why) => {
                 // It may have arrived: whoever queued it decides whether,
                 // and how, it goes again (it knows the chat's message ids).
-                telegram.metrics.unknown_outcome(rule.method);
+                telegram.metrics.unknown_outcome(terms.method);
                 return Err(OutboxError::Unknown {
-                    method: rule.method,
+                    method: terms.method,
                     cause: why,
                 });
             }
-            Sent::Plain(why) if rule.plain_fallback && !plain => {
-                tracing::info!(method = rule.method, cause = %why, "formatting refused; sending as plain text");
+            Sent::Plain(why) if terms.plain_fallback && !plain => {
+                tracing::info!(method = terms.method, cause = %why, "formatting refused; sending as plain text");
                 plain = true;
                 continue;
             }
             Sent::Plain(why) => return Err(OutboxError::refused(why)),
             Sent::Fail(OutboxError::Blocked) => {
                 tracing::warn!(
-                    method = rule.method,
+                    method = terms.method,
                     "the bot is blocked in this chat; request dropped"
                 );
                 return Err(OutboxError::Blocked);
             }
             Sent::Fail(err) => return Err(err),
         };
-        match retry(telegram, rule, &mut attempt, wait, &why).await {
+        match retry(telegram, terms, &mut attempt, wait, &why).await {
             Next::Again => {}
-            Next::Late => return Err(late(rule)),
-            Next::Expired => return Err(expired(rule)),
+            Next::Late => return Err(late(terms)),
+            Next::Expired => return Err(expired(terms)),
             Next::GiveUp => return Err(OutboxError::Unreachable(Unreachable::GaveUp(why))),
         }
     }
@@ -216,7 +216,7 @@ enum Attempt<T> {
 /// an unknown outcome: it may have been written).
 async fn attempt_once<T, F, Fut>(
     telegram: &Telegram,
-    rule: Rule,
+    terms: RequestTerms,
     plain: bool,
     request: &mut F,
 ) -> Attempt<T>
@@ -226,17 +226,17 @@ where
 {
     // Taken before the request is made: a typing request whose lease
     // ended while it waited is not made.
-    let Some(Ok(out)) = within(rule.until, telegram.in_flight.acquire()).await else {
+    let Some(Ok(out)) = within(terms.until, telegram.in_flight.acquire()).await else {
         return Attempt::Late;
     };
     let Some(sending) = request(plain) else {
         return Attempt::Dropped;
     };
     let mut timeout = telegram.limits.request_timeout;
-    if rule.upload {
+    if terms.upload {
         timeout = timeout.saturating_mul(4);
     }
-    let answered = within(rule.until, tokio::time::timeout(timeout, sending)).await;
+    let answered = within(terms.until, tokio::time::timeout(timeout, sending)).await;
     // Not held through a retry's wait.
     drop(out);
     match answered {
@@ -267,16 +267,16 @@ async fn within<T>(until: Option<Instant>, sending: impl Future<Output = T>) -> 
 }
 
 /// A request that would only have gone after it was useful.
-fn late(rule: Rule) -> OutboxError {
+fn late(terms: RequestTerms) -> OutboxError {
     OutboxError::Unreachable(Unreachable::TooLate {
-        method: rule.method,
+        method: terms.method,
     })
 }
 
 /// An answer that Telegram did not take within its age bound.
-fn expired(rule: Rule) -> OutboxError {
+fn expired(terms: RequestTerms) -> OutboxError {
     OutboxError::Expired {
-        method: rule.method,
+        method: terms.method,
     }
 }
 
@@ -298,13 +298,13 @@ enum Next {
 /// `max_retries`.
 async fn retry(
     telegram: &Telegram,
-    rule: Rule,
+    terms: RequestTerms,
     attempt: &mut u32,
     wait: Duration,
     why: &RequestError,
 ) -> Next {
     let limits = &telegram.limits;
-    let patient = rule.born.is_some();
+    let patient = terms.born.is_some();
     let next = if !wait.is_zero() {
         wait
     } else if patient {
@@ -312,14 +312,14 @@ async fn retry(
     } else {
         limits.backoff * 2u32.saturating_pow(*attempt)
     };
-    if rule
+    if terms
         .until
         .is_some_and(|until| Instant::now() + next >= until)
     {
-        tracing::warn!(method = rule.method, cause = %with_sources(why), "no time left to retry");
+        tracing::warn!(method = terms.method, cause = %with_sources(why), "no time left to retry");
         return Next::Late;
     }
-    if rule
+    if terms
         .expires(limits)
         .is_some_and(|at| Instant::now() + next >= at)
     {
@@ -328,7 +328,7 @@ async fn retry(
     *attempt = attempt.saturating_add(1);
     if !patient && (*attempt > limits.max_retries || wait > limits.max_retry_after) {
         tracing::warn!(
-            method = rule.method,
+            method = terms.method,
             attempts = *attempt,
             cause = %with_sources(why),
             "giving up on a telegram request"
@@ -336,7 +336,7 @@ async fn retry(
         return Next::GiveUp;
     }
     tracing::info!(
-        method = rule.method,
+        method = terms.method,
         attempt = *attempt,
         wait_ms = next.as_millis() as u64,
         cause = %with_sources(why),
@@ -372,12 +372,12 @@ mod tests {
         }
         let before = pacing.wait();
         assert!(before > Duration::from_secs(2), "{before:?}");
-        let rule = Rule {
+        let terms = RequestTerms {
             until: Some(Instant::now() + Duration::from_secs(1)),
-            ..Rule::idempotent("answerCallbackQuery")
+            ..RequestTerms::idempotent("answerCallbackQuery")
         };
         let calls = Cell::new(0);
-        let sent = deliver(&telegram, Some(&mut pacing), rule, |_| {
+        let sent = deliver(&telegram, Some(&mut pacing), terms, |_| {
             calls.set(calls.get() + 1);
             Some(async { Ok::<(), RequestError>(()) })
         })
@@ -414,7 +414,7 @@ mod tests {
         let sent = deliver(
             &telegram,
             Some(&mut pacing),
-            Rule::once("sendMessage"),
+            RequestTerms::once("sendMessage"),
             |_| {
                 attempts.set(attempts.get() + 1);
                 let bot = bot.clone();
@@ -439,7 +439,7 @@ mod tests {
     async fn a_request_waiting_to_retry_holds_no_place_among_those_out() {
         let telegram = Telegram::new(Bot::new("1:x"), RateLimits::default(), Arc::default());
         let attempts = Cell::new(0);
-        let delivering = deliver(&telegram, None, Rule::once("sendMessage"), |_| {
+        let delivering = deliver(&telegram, None, RequestTerms::once("sendMessage"), |_| {
             attempts.set(attempts.get() + 1);
             let first = attempts.get() == 1;
             Some(async move {

@@ -16,7 +16,7 @@ pub enum OutboxError {
     /// Telegram refused the request, or it was refused before it left;
     /// not retried.
     #[error("telegram refused the request: {0}")]
-    Refused(#[source] Refusal),
+    Refused(#[source] TelegramRefusal),
     /// Retries ran out, or no time was left to send it.
     #[error("telegram could not be reached: {0}")]
     Unreachable(#[source] Unreachable),
@@ -56,7 +56,7 @@ pub enum OutboxError {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum Refusal {
+pub enum TelegramRefusal {
     /// Telegram's answer.
     #[error("{0}")]
     Telegram(#[source] RequestError),
@@ -83,12 +83,12 @@ pub enum Unreachable {
 impl OutboxError {
     /// A refusal of the outbox's own.
     pub(crate) fn check(why: impl Into<String>) -> Self {
-        Self::Refused(Refusal::Check(why.into()))
+        Self::Refused(TelegramRefusal::Check(why.into()))
     }
 
     /// Telegram's refusal.
     pub(crate) fn refused(answer: RequestError) -> Self {
-        Self::Refused(Refusal::Telegram(answer))
+        Self::Refused(TelegramRefusal::Telegram(answer))
     }
 }
 

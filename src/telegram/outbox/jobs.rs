@@ -7,7 +7,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup, MessageId, Thr
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
-use super::post::{Origin, Place};
+use super::post::{Anchor, Provenance};
 use super::requests::{
     AnswerCallback, Button, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
@@ -29,13 +29,13 @@ pub(super) type QuestionReply = oneshot::Sender<Result<MessageId, OutboxError>>;
 pub(super) struct TextJob {
     pub(super) text: String,
     pub(super) markdown: bool,
-    pub(super) place: Place,
+    pub(super) place: Anchor,
     pub(super) into: Option<Slot>,
     pub(super) reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
     /// When it was first queued (in this process or, recovered from the
     /// state store, in an earlier one), by which turn, and whether it may
     /// have left before.
-    pub(super) origin: Origin,
+    pub(super) origin: Provenance,
     /// Its row in the state store, deleted once it is settled.
     pub(super) kept: Option<i64>,
 }
@@ -50,7 +50,7 @@ pub(super) struct QuestionJob {
     pub(super) reply: oneshot::Sender<Result<MessageId, OutboxError>>,
     /// When it was queued (here or, recovered, by an earlier process), by
     /// which turn, and whether it may have left before.
-    pub(super) origin: Origin,
+    pub(super) origin: Provenance,
     /// Its buttons mean something only to the process that asked.
     pub(super) ends_with_process: bool,
     /// Its row in the state store, deleted once it is settled.
@@ -77,7 +77,7 @@ pub(super) struct FileJob {
     pub(super) send: SendFile,
     /// When it was queued (here or, recovered, by an earlier process) and
     /// whether it may have left before.
-    pub(super) origin: Origin,
+    pub(super) origin: Provenance,
 }
 
 /// One queued request of a chat.
@@ -238,7 +238,7 @@ impl Job {
             topic: msg.to.topic,
             file: msg.file,
             reply: msg.reply,
-            origin: Origin::now(msg.turn),
+            origin: Provenance::now(msg.turn),
             ends_with_process: msg.ends_with_process,
             kept: None,
         }))

@@ -18,12 +18,12 @@ use super::deliver::Telegram;
 use super::error::OutboxError;
 use super::jobs::Job;
 use super::known::Known;
-use super::live::{self, Shown};
+use super::live::{self, ShownMessage};
 use super::pacing::{Bucket, Pacing};
 use super::post::{LaneView, Post, lock};
 use super::requests::{Show, ShowAs, Slot};
 use crate::events::EventBus;
-use crate::ops::Waiting;
+use crate::ops::WaitingMessage;
 use crate::ops::logging::context_span;
 use crate::state::StoreHandle;
 
@@ -32,7 +32,7 @@ use crate::state::StoreHandle;
 pub(super) const LANE_IDLE: Duration = Duration::from_secs(60);
 
 /// What every lane's worker shares.
-pub(super) struct Shared {
+pub(super) struct OutboxShared {
     pub(super) telegram: Telegram,
     pub(super) events: EventBus,
     /// The pacing all chats share.
@@ -99,7 +99,7 @@ impl Book {
 /// slots allocated with the channel, stays small), or word that live text
 /// is waiting.
 pub(super) enum Down {
-    Job(Box<(Job, u64, Option<Waiting>)>),
+    Job(Box<(Job, u64, Option<WaitingMessage>)>),
     Light,
 }
 
@@ -117,7 +117,7 @@ impl Lane {
     /// A lane for `chat`, and the worker that drains it (to be spawned),
     /// which logs in `lane{chat_id}`.
     pub(super) fn start(
-        shared: &Arc<Shared>,
+        shared: &Arc<OutboxShared>,
         chat: ChatId,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -150,7 +150,7 @@ impl Lane {
         &mut self,
         pending: &Pending,
         job: Job,
-        waiting: Option<Waiting>,
+        waiting: Option<WaitingMessage>,
     ) -> Result<(), Box<Job>> {
         self.last_used = Instant::now();
         pending.add(1);
@@ -224,12 +224,12 @@ impl Lane {
 
 /// A lane's worker: what it owns.
 struct Worker {
-    shared: Arc<Shared>,
+    shared: Arc<OutboxShared>,
     chat: ChatId,
     book: Arc<Mutex<Book>>,
     pacing: Pacing,
     /// The message each live slot shows.
-    slots: HashMap<Slot, Shown>,
+    slots: HashMap<Slot, ShownMessage>,
     /// The chat's message ids the lane knows.
     known: Arc<Mutex<Known>>,
 }
@@ -388,7 +388,7 @@ impl Worker {
             Ok(Some(id)) => {
                 // A message of the lane's own: no copy of anything.
                 lock(&self.known).saw(id);
-                self.slots.insert(show.slot, Shown { id, rendered });
+                self.slots.insert(show.slot, ShownMessage { id, rendered });
                 lock(&self.book).showing = self.slots.len();
             }
             Ok(None) => {
@@ -428,13 +428,13 @@ impl Worker {
 /// What a real job may touch of its lane.
 struct View<'a> {
     book: &'a Mutex<Book>,
-    slots: &'a mut HashMap<Slot, Shown>,
+    slots: &'a mut HashMap<Slot, ShownMessage>,
     pending: &'a Pending,
     epoch: u64,
 }
 
 impl LaneView for View<'_> {
-    fn close(&mut self, slot: Slot) -> Option<Shown> {
+    fn close(&mut self, slot: Slot) -> Option<ShownMessage> {
         let mut book = lock(self.book);
         if book.shows.remove(&slot).is_some() {
             book.pending -= 1;
@@ -461,7 +461,7 @@ mod tests {
     #[test]
     fn an_idle_lane_holds_a_small_worker_and_queue() {
         let limits = RateLimits::default();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(OutboxShared {
             telegram: Telegram::new(teloxide::Bot::new("1:test"), limits.clone(), Arc::default()),
             events: EventBus::new(),
             global: pacing::global(&limits),

@@ -9,7 +9,7 @@ use teloxide::requests::Payload;
 use teloxide::types::{ChatId, MessageEntity, MessageId, ReplyParameters, ThreadId, True};
 use teloxide::{ApiError, RequestError};
 
-use super::deliver::{Rule, Telegram, deliver};
+use super::deliver::{RequestTerms, Telegram, deliver};
 use super::error::OutboxError;
 use super::pacing::Pacing;
 use super::requests::Show;
@@ -17,7 +17,7 @@ use crate::telegram::call::call;
 use crate::telegram::format::{self, Rendered, TELEGRAM_TEXT_LIMIT};
 
 /// The message a live slot shows, and its text.
-pub(super) struct Shown {
+pub(super) struct ShownMessage {
     pub(super) id: MessageId,
     pub(super) rendered: Rendered,
 }
@@ -129,11 +129,11 @@ pub(super) async fn edit(
     message_id: MessageId,
     rendered: &Rendered,
 ) -> Result<(), OutboxError> {
-    let mut rule = Rule::idempotent("editMessageText");
+    let mut terms = RequestTerms::idempotent("editMessageText");
     if !rendered.entities.is_empty() {
-        rule = rule.or_plain();
+        terms = terms.or_plain();
     }
-    deliver(telegram, Some(pacing), rule, |plain| {
+    deliver(telegram, Some(pacing), terms, |plain| {
         // No reply_markup: a question's buttons go.
         let mut payload = EditMessageText::new(chat, message_id, rendered.text.clone());
         payload.entities = entities(rendered).filter(|_| !plain);
@@ -154,8 +154,8 @@ pub(super) async fn delete(
     pacing: &mut Pacing,
     message_id: MessageId,
 ) -> Result<(), OutboxError> {
-    let rule = Rule::idempotent("deleteMessage");
-    deliver(telegram, Some(pacing), rule, |_| {
+    let terms = RequestTerms::idempotent("deleteMessage");
+    deliver(telegram, Some(pacing), terms, |_| {
         let payload = DeleteMessage::new(chat, message_id);
         Some(async move { call(&telegram.bot, &payload).await.map(|_| ()) })
     })

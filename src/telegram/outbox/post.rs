@@ -1,5 +1,5 @@
 //! What every file of a lane's work shares, below them all: where a
-//! message goes ([`Place`]) and comes from ([`Origin`]), where a chat's
+//! message goes ([`Anchor`]) and comes from ([`Provenance`]), where a chat's
 //! requests leave from ([`Post`]: its methods are in `send.rs` and
 //! `resend.rs`), what a job may touch of its lane ([`LaneView`]), and the
 //! lock that never fails.
@@ -11,7 +11,7 @@ use teloxide::types::{ChatId, MessageId, ThreadId};
 
 use super::deliver::Telegram;
 use super::known::Known;
-use super::live::Shown;
+use super::live::ShownMessage;
 use super::pacing::Pacing;
 use super::requests::Slot;
 use crate::events::EventBus;
@@ -27,7 +27,7 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Where in its chat a message goes.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Place {
+pub(super) struct Anchor {
     /// The forum topic.
     pub(super) topic: Option<ThreadId>,
     /// The message the first piece replies to.
@@ -43,13 +43,13 @@ pub(super) type Prior = Option<Option<i32>>;
 /// counts from there), the turn that sent it, and where its first copy may
 /// already be.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Origin {
+pub(super) struct Provenance {
     pub(super) born: Instant,
     pub(super) turn: Option<TurnId>,
     pub(super) prior: Prior,
 }
 
-impl Origin {
+impl Provenance {
     /// A message queued now, by `turn`.
     pub(super) fn now(turn: Option<TurnId>) -> Self {
         Self {
@@ -64,7 +64,7 @@ impl Origin {
 pub(super) trait LaneView {
     /// Ends `slot`: its queued live text is dropped; the message it showed,
     /// if any.
-    fn close(&mut self, slot: Slot) -> Option<Shown>;
+    fn close(&mut self, slot: Slot) -> Option<ShownMessage>;
     /// Whether `/stop` purged `topic` since the job was queued.
     fn purged(&self, topic: Option<ThreadId>) -> bool;
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use teloxide::types::{ChatId, MessageId, ThreadId};
 
 use super::jobs::{FileJob, Job, QuestionJob, TextJob, cut};
-use super::post::{Origin, Place};
+use super::post::{Anchor, Provenance};
 use super::requests::{Button, QuestionFile, SendFile};
 use crate::chat::notices::{QUESTION_ENDED, QUESTION_ENDED_SHOWN};
 use crate::ids::Conversation;
@@ -37,15 +37,18 @@ impl SendFile {
             caption: self.caption.clone(),
             as_photo: self.as_photo,
         };
-        let to = (self.to.chat.0, self.to.topic_number());
-        Some(store.keep_outgoing_file(to, kept, move |out| reader.copy_to(out)))
+        Some(store.keep_outgoing_file(self.to, kept, move |out| reader.copy_to(out)))
     }
 }
 
 /// The job of `row`, sent as coming from `origin`; `spooled`: where its
 /// file's bytes are, if it is a file. `None` (logged) when it cannot be
 /// sent: a file whose spooled copy is gone.
-pub(super) fn job(mut row: OutgoingRow, origin: Origin, spooled: Option<PathBuf>) -> Option<Job> {
+pub(super) fn job(
+    mut row: OutgoingRow,
+    origin: Provenance,
+    spooled: Option<PathBuf>,
+) -> Option<Job> {
     let chat = ChatId(row.chat_id);
     let topic = i32::try_from(row.topic)
         .ok()
@@ -56,7 +59,7 @@ pub(super) fn job(mut row: OutgoingRow, origin: Origin, spooled: Option<PathBuf>
         None => Some(Job::Text(TextJob {
             text: row.text,
             markdown: row.markdown,
-            place: Place {
+            place: Anchor {
                 topic,
                 reply_to: row.reply_to.map(MessageId),
             },
@@ -74,7 +77,7 @@ fn file_job(
     to: Conversation,
     row: i64,
     kept: KeptFile,
-    origin: Origin,
+    origin: Provenance,
     spooled: Option<PathBuf>,
 ) -> Option<Job> {
     let opened = spooled
@@ -102,7 +105,7 @@ pub(super) fn ended(text: &str, message_id: i32) -> Job {
     Job::Edit(MessageId(message_id), text, None)
 }
 
-fn question_job(to: Conversation, row: OutgoingRow, kept: KeptQuestion, origin: Origin) -> Job {
+fn question_job(to: Conversation, row: OutgoingRow, kept: KeptQuestion, origin: Provenance) -> Job {
     let (text, buttons) = if kept.ends_with_process {
         // Room for the line that says why it has no buttons.
         let room = TELEGRAM_TEXT_LIMIT - QUESTION_ENDED.encode_utf16().count() - 2;

@@ -387,7 +387,7 @@ pub struct AnswerCallback {
     pub id: String,
     /// The notification (cut at 200 characters); empty shows none.
     pub text: String,
-    /// Shown as an alert the user must dismiss rather than a notification.
+    /// ShownMessage as an alert the user must dismiss rather than a notification.
     pub alert: bool,
 }
 

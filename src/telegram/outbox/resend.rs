@@ -27,9 +27,9 @@ use teloxide::RequestError;
 use teloxide::payloads::{GetMe, SendMessage};
 use teloxide::types::{MessageId, ReplyParameters, ThreadId};
 
-use super::deliver::{Rule, deliver};
+use super::deliver::{RequestTerms, deliver};
 use super::error::OutboxError;
-use super::post::{Origin, Post, lock};
+use super::post::{Post, Provenance, lock};
 use crate::chat::notices::RESENT;
 use crate::events::BotEvent;
 use crate::telegram::call::{call, with_sources};
@@ -46,25 +46,25 @@ impl Post<'_> {
     /// before.
     pub(super) async fn settle<F, Fut>(
         &mut self,
-        rule: Rule,
+        terms: RequestTerms,
         topic: Option<ThreadId>,
-        origin: Origin,
+        origin: Provenance,
         mut request: F,
     ) -> Result<MessageId, OutboxError>
     where
         F: FnMut(bool) -> Option<Fut>,
         Fut: Future<Output = Result<MessageId, RequestError>>,
     {
-        let (rule, turn, mut prior) = (rule.answer(origin.born), origin.turn, origin.prior);
+        let (terms, turn, mut prior) = (terms.answer(origin.born), origin.turn, origin.prior);
         loop {
             // Taken before it leaves: the lane is the only sender here.
             let baseline = lock(self.known).baseline();
             let left = Instant::now();
-            let sent = deliver(self.telegram, Some(&mut *self.pacing), rule, &mut request).await;
+            let sent = deliver(self.telegram, Some(&mut *self.pacing), terms, &mut request).await;
             match sent {
                 Ok(id) => {
                     if let Some(first) = prior {
-                        self.resent(rule.method, topic, (first, left), id).await;
+                        self.resent(terms.method, topic, first, left, id).await;
                     }
                     lock(self.known).saw(id);
                     return Ok(id);
@@ -127,7 +127,8 @@ impl Post<'_> {
         &mut self,
         method: &'static str,
         topic: Option<ThreadId>,
-        (baseline, left): (Option<i32>, Instant),
+        baseline: Option<i32>,
+        left: Instant,
         got: MessageId,
     ) {
         let metrics = &self.telegram.metrics;
@@ -154,9 +155,9 @@ impl Post<'_> {
             "sent again; the first copy may have arrived too, so this one is marked as a resend"
         );
         let (telegram, chat) = (self.telegram, self.chat);
-        let rule = Rule::once("sendMessage").answer(Instant::now());
+        let terms = RequestTerms::once("sendMessage").answer(Instant::now());
         loop {
-            let sent = deliver(telegram, Some(&mut *self.pacing), rule, |_| {
+            let sent = deliver(telegram, Some(&mut *self.pacing), terms, |_| {
                 let mut payload = SendMessage::new(chat, RESENT);
                 payload.message_thread_id = topic;
                 payload.reply_parameters = Some(ReplyParameters::new(got));

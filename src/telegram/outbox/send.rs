@@ -15,11 +15,11 @@ use teloxide::types::{
     ThreadId,
 };
 
-use super::deliver::{Rule, Telegram, deliver};
+use super::deliver::{RequestTerms, Telegram, deliver};
 use super::error::OutboxError;
 use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, TextJob, cut};
-use super::live::{self, Shown};
-use super::post::{LaneView, Origin, Place, Post, lock};
+use super::live::{self, ShownMessage};
+use super::post::{Anchor, LaneView, Post, Provenance, lock};
 use super::requests::{Clear, QuestionFile, SendFile, Slot};
 use crate::chat::notices::undelivered;
 use crate::events::BotEvent;
@@ -61,18 +61,23 @@ impl Post<'_> {
     /// attempt, so no retry outlives it. Takes no pacing.
     async fn typing(&mut self, lease: &TypingView, topic: Option<ThreadId>) {
         let (telegram, chat, events) = (self.telegram, self.chat, self.events);
-        let result = deliver(telegram, None, Rule::idempotent("sendChatAction"), |_| {
-            // Stamped before the lease is looked at: a lease ended (on the
-            // actors' thread) after this look ended after this stamp.
-            let at = Instant::now();
-            if !lease.may_show() {
-                return None;
-            }
-            events.publish(BotEvent::ChatActionSent { chat, at });
-            let mut payload = SendChatAction::new(chat, ChatAction::Typing);
-            payload.message_thread_id = topic;
-            Some(async move { call(&telegram.bot, &payload).await })
-        })
+        let result = deliver(
+            telegram,
+            None,
+            RequestTerms::idempotent("sendChatAction"),
+            |_| {
+                // Stamped before the lease is looked at: a lease ended (on the
+                // actors' thread) after this look ended after this stamp.
+                let at = Instant::now();
+                if !lease.may_show() {
+                    return None;
+                }
+                events.publish(BotEvent::ChatActionSent { chat, at });
+                let mut payload = SendChatAction::new(chat, ChatAction::Typing);
+                payload.message_thread_id = topic;
+                Some(async move { call(&telegram.bot, &payload).await })
+            },
+        )
         .await;
         match result {
             Ok(_) | Err(OutboxError::Dropped) => {}
@@ -93,9 +98,7 @@ impl Post<'_> {
         if let Some(id) = place.reply_to {
             lock(self.known).saw(id);
         }
-        let outcome = self
-            .pieces(lane, (text, markdown), place, into, origin)
-            .await;
+        let outcome = self.pieces(lane, text, markdown, place, into, origin).await;
         if let Err((err, delivered)) = &outcome
             && !self.expired(place.topic, err, "a message").await
         {
@@ -112,10 +115,11 @@ impl Post<'_> {
     async fn pieces(
         &mut self,
         lane: &mut impl LaneView,
-        (text, markdown): (String, bool),
-        mut place: Place,
+        text: String,
+        markdown: bool,
+        mut place: Anchor,
         into: Option<Slot>,
-        origin: Origin,
+        origin: Provenance,
     ) -> Result<Vec<MessageId>, (OutboxError, usize)> {
         let pieces = if markdown {
             format::pieces(&text)
@@ -128,7 +132,7 @@ impl Post<'_> {
             if lane.purged(place.topic) {
                 return Err((OutboxError::Dropped, ids.len()));
             }
-            if let Some(Shown { id, rendered }) = shown.take() {
+            if let Some(ShownMessage { id, rendered }) = shown.take() {
                 // The preview may show exactly this piece already.
                 if rendered == piece {
                     ids.push(id);
@@ -164,16 +168,16 @@ impl Post<'_> {
     /// the piece goes once more as plain text.
     pub(super) async fn piece(
         &mut self,
-        place: Place,
+        place: Anchor,
         piece: &Rendered,
-        origin: Origin,
+        origin: Provenance,
     ) -> Result<MessageId, OutboxError> {
-        let mut rule = Rule::once("sendMessage");
+        let mut terms = RequestTerms::once("sendMessage");
         if !piece.entities.is_empty() {
-            rule = rule.or_plain();
+            terms = terms.or_plain();
         }
         let (telegram, chat) = (self.telegram, self.chat);
-        self.settle(rule, place.topic, origin, |plain| {
+        self.settle(terms, place.topic, origin, |plain| {
             let mut payload = SendMessage::new(chat, piece.text.as_str());
             payload.message_thread_id = place.topic;
             payload.reply_parameters = place
@@ -188,7 +192,7 @@ impl Post<'_> {
     }
 
     async fn clear(&mut self, lane: &mut impl LaneView, clear: Clear) {
-        let Some(Shown { id, .. }) = lane.close(clear.slot) else {
+        let Some(ShownMessage { id, .. }) = lane.close(clear.slot) else {
             return;
         };
         let (telegram, chat) = (self.telegram, self.chat);
@@ -210,7 +214,7 @@ impl Post<'_> {
         let result = deliver(
             telegram,
             Some(&mut *self.pacing),
-            Rule::once("createForumTopic"),
+            RequestTerms::once("createForumTopic"),
             |_| {
                 let payload = CreateForumTopic::new(chat, name.as_str());
                 Some(async move { call(&telegram.bot, &payload).await.map(|t| t.thread_id) })
@@ -226,8 +230,8 @@ impl Post<'_> {
     /// A reaction: may go twice, takes no pacing.
     async fn react(&mut self, message_id: MessageId, emoji: String) -> Result<(), OutboxError> {
         let (telegram, chat) = (self.telegram, self.chat);
-        let rule = Rule::idempotent("setMessageReaction");
-        deliver(telegram, None, rule, |_| {
+        let terms = RequestTerms::idempotent("setMessageReaction");
+        deliver(telegram, None, terms, |_| {
             let mut payload = SetMessageReaction::new(chat, message_id);
             payload.reaction = Some(vec![ReactionType::Emoji {
                 emoji: emoji.clone(),
@@ -249,7 +253,11 @@ impl Post<'_> {
     }
 
     /// Sends a file as a document or a photo.
-    async fn upload(&mut self, file: &SendFile, sent: Origin) -> Result<MessageId, OutboxError> {
+    async fn upload(
+        &mut self,
+        file: &SendFile,
+        sent: Provenance,
+    ) -> Result<MessageId, OutboxError> {
         // Read once, off this thread, from the descriptor the turn opened
         // and checked; every attempt sends these bytes.
         let unreadable = |e: std::io::Error| OutboxError::Unreadable(std::sync::Arc::new(e));
@@ -277,10 +285,10 @@ impl Post<'_> {
         topic: Option<ThreadId>,
         caption: Option<String>,
         part: &FilePart,
-        sent: Origin,
+        sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
-        self.upload_as(("sendPhoto", topic, sent), part, || {
+        self.upload_as("sendPhoto", topic, sent, part, || {
             let mut payload = SendPhoto::new(chat, InputFile::memory(part.bytes.clone()));
             payload.caption = caption.clone();
             payload.message_thread_id = topic;
@@ -294,10 +302,10 @@ impl Post<'_> {
         topic: Option<ThreadId>,
         caption: Option<String>,
         part: &FilePart,
-        sent: Origin,
+        sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let chat = self.chat;
-        self.upload_as(("sendDocument", topic, sent), part, || {
+        self.upload_as("sendDocument", topic, sent, part, || {
             let mut payload = SendDocument::new(chat, InputFile::memory(part.bytes.clone()));
             payload.caption = caption.clone();
             payload.message_thread_id = topic;
@@ -312,7 +320,9 @@ impl Post<'_> {
     /// out.
     async fn upload_as<P>(
         &mut self,
-        (method, topic, origin): (&'static str, Option<ThreadId>, Origin),
+        method: &'static str,
+        topic: Option<ThreadId>,
+        origin: Provenance,
         part: &FilePart,
         make: impl Fn() -> P,
     ) -> Result<MessageId, OutboxError>
@@ -320,11 +330,11 @@ impl Post<'_> {
         P: Payload<Output = Message> + Serialize,
     {
         let telegram = self.telegram;
-        let rule = Rule {
+        let terms = RequestTerms {
             upload: true,
-            ..Rule::once(method)
+            ..RequestTerms::once(method)
         };
-        self.settle(rule, topic, origin, |_| {
+        self.settle(terms, topic, origin, |_| {
             let payload = make();
             Some(async move {
                 call_with_file(&telegram.bot, &payload, part)
@@ -354,8 +364,8 @@ impl Post<'_> {
                 None => None,
             };
             let (telegram, chat) = (self.telegram, self.chat);
-            let rule = Rule::once("sendMessage");
-            self.settle(rule, topic, origin, |_| {
+            let terms = RequestTerms::once("sendMessage");
+            self.settle(terms, topic, origin, |_| {
                 let mut payload = SendMessage::new(chat, text.as_str());
                 payload.reply_markup = keyboard.clone().map(Into::into);
                 payload.message_thread_id = topic;
@@ -381,7 +391,7 @@ impl Post<'_> {
         &mut self,
         topic: Option<ThreadId>,
         file: &QuestionFile,
-        sent: Origin,
+        sent: Provenance,
     ) -> Result<MessageId, OutboxError> {
         let part = FilePart {
             field: "document",
@@ -412,11 +422,11 @@ impl Post<'_> {
             "telegram did not take a message within telegram.max_pending_age; dropped, the chat is told"
         );
         let notice = Rendered::plain(undelivered(what, age));
-        let place = Place {
+        let place = Anchor {
             topic,
             reply_to: None,
         };
-        if let Err(err) = self.piece(place, &notice, Origin::now(None)).await {
+        if let Err(err) = self.piece(place, &notice, Provenance::now(None)).await {
             tracing::warn!(cause = %err, "the notice of a dropped message was not delivered");
         }
         true
@@ -432,11 +442,11 @@ pub(super) async fn answer_callback(telegram: &Telegram, answer: CallbackAnswer)
         alert,
         until,
     } = answer;
-    let rule = Rule {
+    let terms = RequestTerms {
         until: Some(until),
-        ..Rule::idempotent("answerCallbackQuery")
+        ..RequestTerms::idempotent("answerCallbackQuery")
     };
-    let result = deliver(telegram, None, rule, |_| {
+    let result = deliver(telegram, None, terms, |_| {
         let mut payload = AnswerCallbackQuery::new(CallbackQueryId(id.clone()));
         payload.show_alert = Some(alert);
         if !text.is_empty() {

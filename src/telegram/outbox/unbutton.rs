@@ -7,7 +7,7 @@ use teloxide::payloads::EditMessageReplyMarkup;
 use teloxide::types::{ChatId, MessageId};
 use teloxide::{ApiError, RequestError};
 
-use super::deliver::{Rule, deliver};
+use super::deliver::{RequestTerms, deliver};
 use super::post::Post;
 use crate::telegram::call::call;
 
@@ -26,8 +26,8 @@ impl Post<'_> {
     /// Runs an [`Unbutton`], with the retry rules of an edit.
     pub(super) async fn unbutton(&mut self, message_id: MessageId) {
         let (telegram, chat) = (self.telegram, self.chat);
-        let rule = Rule::idempotent("editMessageReplyMarkup");
-        let removed = deliver(telegram, Some(&mut *self.pacing), rule, |_| {
+        let terms = RequestTerms::idempotent("editMessageReplyMarkup");
+        let removed = deliver(telegram, Some(&mut *self.pacing), terms, |_| {
             // No reply_markup: the buttons go.
             let payload = EditMessageReplyMarkup::new(chat, message_id);
             Some(async move {

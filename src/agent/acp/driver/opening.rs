@@ -54,10 +54,10 @@ impl Driver {
         if !method.is_empty() && !offered {
             tracing::info!(pid = self.pid, method = %method, "the agent does not offer agent.auth_method; not authenticating");
         }
-        if !can_load && let Stage::Starting { resume, .. } = &mut self.stage {
+        if !can_load && let Stage::Starting { resume, notice, .. } = &mut self.stage {
             // Nothing to load: the conversation starts anew, and says so.
             if resume.take().is_some() {
-                self.notice = Some(CANNOT_RESUME.to_owned());
+                *notice = Some(CANNOT_RESUME);
             }
         }
         self.tool_server = self.tool_server(response.agent_capabilities.mcp_capabilities.http);
@@ -89,6 +89,7 @@ impl Driver {
             Stage::Starting { resume, .. } => resume.take(),
             _ => None,
         };
+        let notice = self.stage.notice();
         match resume {
             Some(id) => {
                 let params = wire::load_session(&id, &self.cwd, self.servers());
@@ -97,19 +98,22 @@ impl Driver {
                     loading: Some(id),
                     replay_due: None,
                     settle: self.stage.settles(),
+                    notice,
                 };
             }
-            None => self.new_session(),
+            None => self.new_session(notice),
         }
     }
 
-    fn new_session(&mut self) {
+    /// `session/new`, with the notice for the first answer.
+    fn new_session(&mut self, notice: Option<&'static str>) {
         let params = wire::new_session(&self.cwd, self.servers());
         self.request(Purpose::NewSession, "session/new", params);
         self.stage = Stage::Opening {
             loading: None,
             replay_due: None,
             settle: self.stage.settles(),
+            notice,
         };
     }
 
@@ -153,8 +157,7 @@ impl Driver {
             }
             Err(error) => {
                 tracing::warn!(pid = self.pid, cause = %error, "the agent could not load the stored session; opening a new one");
-                self.notice = Some(NOT_RESUMED.to_owned());
-                self.new_session();
+                self.new_session(Some(NOT_RESUMED));
             }
         }
     }
@@ -233,7 +236,8 @@ impl Driver {
     /// The session is open: run what waits.
     fn ready(&mut self, session: String) {
         let settle = self.stage.settles();
-        self.stage = Stage::Ready { session };
+        let notice = self.stage.notice();
+        self.stage = Stage::Ready { session, notice };
         self.emit(AgentEvent::Progress);
         if let Some(text) = self.queued.pop_front() {
             self.prompt(text);

@@ -3,11 +3,13 @@
 //! with every waiting permission request answered `cancelled`; permission
 //! requests decided by config or asked of the chat, answered once.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
-use super::{Driver, Purpose, Stage, Waiting};
+use super::{AskedChat, Driver, Purpose, Stage};
 use crate::agent::acp::permission::{self, PermissionRequest};
-use crate::agent::acp::updates::{self, Answer, Update};
+use crate::agent::acp::updates::{self, PromptAnswer, Update};
 use crate::agent::acp::wire;
 use crate::agent::host::jsonrpc::{self, RpcError};
 use crate::agent::{
@@ -26,11 +28,12 @@ impl Driver {
 
     /// Sends `session/prompt` with `text` (the session is ready).
     pub(super) fn prompt(&mut self, text: String) {
-        let Stage::Ready { session } = &self.stage else {
+        let Stage::Ready { session, notice } = &mut self.stage else {
             self.queued.push_front(text);
             return;
         };
         let session = session.clone();
+        let notice = notice.take();
         let id = self.request(
             Purpose::Prompt,
             "session/prompt",
@@ -39,8 +42,8 @@ impl Driver {
         self.emit(AgentEvent::Init {
             session_id: session.clone(),
         });
-        let mut answer = Answer::new(self.cost);
-        if let Some(notice) = self.notice.take() {
+        let mut answer = PromptAnswer::new(self.cost);
+        if let Some(notice) = notice {
             let notice = format!("{notice}\n\n");
             let stream = answer.chunk(&notice, None);
             self.writing(stream, notice);
@@ -50,6 +53,7 @@ impl Driver {
             id,
             answer,
             cancelled: false,
+            waiting: HashMap::new(),
         };
     }
 
@@ -67,12 +71,14 @@ impl Driver {
         let idle = Stage::Starting {
             resume: None,
             settle: false,
+            notice: None,
         };
         let stage = std::mem::replace(&mut self.stage, idle);
         let Stage::Prompting {
             session,
             id: running,
             answer,
+            waiting,
             ..
         } = stage
         else {
@@ -83,7 +89,10 @@ impl Driver {
                 "answer to a prompt that is not running skipped"
             );
         };
-        self.stage = Stage::Ready { session };
+        self.stage = Stage::Ready {
+            session,
+            notice: None,
+        };
         if running != id {
             tracing::warn!(
                 pid = self.pid,
@@ -92,7 +101,7 @@ impl Driver {
                 "answer to an earlier prompt skipped"
             );
         }
-        self.cancel_waiting();
+        self.answer_cancelled(waiting);
         let (text, cost) = answer.finish();
         let result = match outcome {
             Ok(result) => {
@@ -141,9 +150,18 @@ impl Driver {
         }
     }
 
-    /// Answers every waiting permission request `cancelled`.
+    /// Answers every permission request of the running prompt that waits
+    /// for the chat `cancelled`.
     pub(super) fn cancel_waiting(&mut self) {
-        for (_, waiting) in self.waiting.drain() {
+        if let Stage::Prompting { waiting, .. } = &mut self.stage {
+            let waiting = std::mem::take(waiting);
+            self.answer_cancelled(waiting);
+        }
+    }
+
+    /// Answers each of `waiting` `cancelled`.
+    fn answer_cancelled(&self, waiting: HashMap<String, AskedChat>) {
+        for waiting in waiting.into_values() {
             tracing::info!(pid = self.pid, call_id = %waiting.ask.call_id, "permission request answered cancelled");
             let line = jsonrpc::result(&waiting.id, wire::permission_outcome(None));
             if let Some(out) = &self.out {
@@ -218,13 +236,23 @@ impl Driver {
             });
             let _ = decided.send((back, permission));
         });
-        self.waiting.insert(key, Waiting { id, ask });
+        match &mut self.stage {
+            Stage::Prompting { waiting, .. } => {
+                waiting.insert(key, AskedChat { id, ask });
+            }
+            // `permission` asks only while a prompt runs.
+            _ => self.write(jsonrpc::result(&id, wire::permission_outcome(None))),
+        }
     }
 
     /// The chat decided a permission request: answered, unless it was
     /// answered `cancelled` meanwhile.
     pub(super) fn decided(&mut self, key: &str, permission: &Permission) {
-        let Some(waiting) = self.waiting.remove(key) else {
+        let found = match &mut self.stage {
+            Stage::Prompting { waiting, .. } => waiting.remove(key),
+            _ => None,
+        };
+        let Some(waiting) = found else {
             return tracing::debug!(
                 pid = self.pid,
                 "decision for a permission request already answered; dropped"

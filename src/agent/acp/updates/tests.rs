@@ -76,7 +76,7 @@ fn an_update_of_another_session_is_skipped() {
 
 #[test]
 fn the_answer_is_its_chunks_pieces_split_by_tool_calls() {
-    let mut answer = Answer::new(Some(1.0));
+    let mut answer = PromptAnswer::new(Some(1.0));
     assert_eq!(answer.chunk("Let me look.", None), "acp:0");
     answer.next_piece();
     assert_eq!(answer.chunk("Found ", None), "acp:1");
@@ -89,7 +89,7 @@ fn the_answer_is_its_chunks_pieces_split_by_tool_calls() {
 
 #[test]
 fn a_new_message_id_starts_a_new_piece() {
-    let mut answer = Answer::new(None);
+    let mut answer = PromptAnswer::new(None);
     assert_eq!(answer.chunk("a", Some("m1".into())), "acp:0");
     assert_eq!(answer.chunk("b", Some("m1".into())), "acp:0");
     assert_eq!(answer.chunk("c", Some("m2".into())), "acp:1");

@@ -78,7 +78,7 @@ impl<'de> Deserialize<'de> for ControlRequest {
         /// The subtypes the host serves.
         #[derive(Deserialize)]
         #[serde(tag = "subtype", rename_all = "snake_case")]
-        enum Known {
+        enum KnownSubtype {
             /// `can_use_tool`.
             CanUseTool(CanUseTool),
             /// `hook_callback`.
@@ -97,11 +97,11 @@ impl<'de> Deserialize<'de> for ControlRequest {
             subtype: String,
         }
         let value = Value::deserialize(deserializer)?;
-        Ok(match Known::deserialize(&value) {
-            Ok(Known::CanUseTool(ask)) => Self::CanUseTool(ask),
-            Ok(Known::HookCallback(hook)) => Self::HookCallback(hook),
-            Ok(Known::McpMessage(message)) => Self::McpMessage(message),
-            Ok(Known::Other) | Err(_) => Self::Unknown {
+        Ok(match KnownSubtype::deserialize(&value) {
+            Ok(KnownSubtype::CanUseTool(ask)) => Self::CanUseTool(ask),
+            Ok(KnownSubtype::HookCallback(hook)) => Self::HookCallback(hook),
+            Ok(KnownSubtype::McpMessage(message)) => Self::McpMessage(message),
+            Ok(KnownSubtype::Other) | Err(_) => Self::Unknown {
                 subtype: Subtype::deserialize(&value)
                     .map(|s| s.subtype)
                     .unwrap_or_default(),

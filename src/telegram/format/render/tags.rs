@@ -4,7 +4,7 @@
 
 use pulldown_cmark::{Alignment, CodeBlockKind, Tag, TagEnd};
 
-use super::{BULLET, COLUMN_GAP, Frame, List, Renderer, Table};
+use super::{BULLET, COLUMN_GAP, List, OpenTag, Renderer, Table};
 use crate::telegram::format::{MessageEntityKind, link_url_problem};
 
 impl Renderer {
@@ -12,12 +12,12 @@ impl Renderer {
         let frame = match tag {
             Tag::Paragraph | Tag::HtmlBlock | Tag::MetadataBlock(_) => {
                 self.block_break();
-                Frame::Plain
+                OpenTag::Plain
             }
             Tag::Heading { .. } => {
                 self.block_break();
                 self.open_entity(MessageEntityKind::Bold);
-                Frame::Heading
+                OpenTag::Heading
             }
             Tag::BlockQuote(_) => {
                 self.block_break();
@@ -26,7 +26,7 @@ impl Renderer {
                     self.quotes += 1;
                     self.open_entity(MessageEntityKind::Blockquote);
                 }
-                Frame::Quote { entity }
+                OpenTag::Quote { entity }
             }
             Tag::CodeBlock(kind) => {
                 self.block_break();
@@ -35,12 +35,12 @@ impl Renderer {
                     CodeBlockKind::Indented => None,
                 };
                 self.code = Some(String::new());
-                Frame::Code { language }
+                OpenTag::Code { language }
             }
             Tag::List(first) => {
                 self.block_break();
                 self.lists.push(List { next: first });
-                Frame::List
+                OpenTag::List
             }
             Tag::Item => self.item(),
             Tag::Table(alignments) => {
@@ -49,17 +49,17 @@ impl Renderer {
                     alignments,
                     ..Table::default()
                 });
-                Frame::Table
+                OpenTag::Table
             }
             Tag::TableHead | Tag::TableRow => {
                 if let Some(table) = &mut self.table {
                     table.rows.push(Vec::new());
                 }
-                Frame::Plain
+                OpenTag::Plain
             }
             Tag::TableCell => {
                 self.cell = Some(String::new());
-                Frame::Plain
+                OpenTag::Plain
             }
             Tag::Emphasis => self.style(MessageEntityKind::Italic),
             Tag::Strong => self.style(MessageEntityKind::Bold),
@@ -68,19 +68,19 @@ impl Renderer {
             Tag::FootnoteDefinition(name) => {
                 self.block_break();
                 self.write(&format!("[^{name}]: "));
-                Frame::Plain
+                OpenTag::Plain
             }
             Tag::DefinitionList
             | Tag::DefinitionListTitle
             | Tag::DefinitionListDefinition
             | Tag::Superscript
-            | Tag::Subscript => Frame::Plain,
+            | Tag::Subscript => OpenTag::Plain,
         };
         self.frames.push(frame);
     }
 
     /// A list item: its marker (numbered or a bullet) waits for its content.
-    fn item(&mut self) -> Frame {
+    fn item(&mut self) -> OpenTag {
         let marker = match self.lists.last_mut() {
             Some(List { next: Some(n) }) => {
                 let marker = format!("{n}. ");
@@ -92,12 +92,12 @@ impl Renderer {
         self.line_break(1);
         let indent = self.indent.len();
         self.pending_marker = Some(marker);
-        Frame::Item { indent }
+        OpenTag::Item { indent }
     }
 
     /// A link or an image: an entity when its URL is one Telegram takes
     /// and it is not inside code or a table cell.
-    fn link(&mut self, dest_url: &str) -> Frame {
+    fn link(&mut self, dest_url: &str) -> OpenTag {
         let url = dest_url.trim().to_owned();
         let target = reqwest::Url::parse(&url)
             .ok()
@@ -106,19 +106,19 @@ impl Renderer {
         if let Some(url) = target.filter(|_| entity) {
             self.open_entity(MessageEntityKind::TextLink { url });
         }
-        Frame::Link {
+        OpenTag::Link {
             entity,
             url,
             written: self.written(),
         }
     }
 
-    fn style(&mut self, kind: MessageEntityKind) -> Frame {
+    fn style(&mut self, kind: MessageEntityKind) -> OpenTag {
         if self.inline_sink().is_some() {
-            return Frame::Plain;
+            return OpenTag::Plain;
         }
         self.open_entity(kind);
-        Frame::Entity
+        OpenTag::Entity
     }
 
     pub(super) fn end(&mut self, tag: TagEnd) {
@@ -126,7 +126,7 @@ impl Renderer {
             return;
         };
         match frame {
-            Frame::Plain => match tag {
+            OpenTag::Plain => match tag {
                 TagEnd::TableCell => {
                     let cell = self.cell.take().unwrap_or_default();
                     if let Some(row) = self.table.as_mut().and_then(|t| t.rows.last_mut()) {
@@ -140,14 +140,14 @@ impl Renderer {
                 }
                 _ => {}
             },
-            Frame::Entity | Frame::Heading => self.close_entity(),
-            Frame::Quote { entity } => {
+            OpenTag::Entity | OpenTag::Heading => self.close_entity(),
+            OpenTag::Quote { entity } => {
                 if entity {
                     self.close_entity();
                     self.quotes -= 1;
                 }
             }
-            Frame::Link {
+            OpenTag::Link {
                 entity,
                 url,
                 written,
@@ -159,16 +159,16 @@ impl Renderer {
                     self.close_entity();
                 }
             }
-            Frame::Item { indent } => {
+            OpenTag::Item { indent } => {
                 if let Some(marker) = self.pending_marker.take() {
                     self.write(marker.trim_end());
                 }
                 self.indent.truncate(indent);
             }
-            Frame::List => {
+            OpenTag::List => {
                 self.lists.pop();
             }
-            Frame::Code { language } => {
+            OpenTag::Code { language } => {
                 let code = self.code.take().unwrap_or_default();
                 let code = tidy_lines(&code.replace("\r\n", "\n"));
                 if !code.trim().is_empty() {
@@ -177,7 +177,7 @@ impl Renderer {
                     self.close_entity();
                 }
             }
-            Frame::Table => {
+            OpenTag::Table => {
                 if let Some(table) = self.table.take() {
                     let text = table_text(&table);
                     if !text.is_empty() {
