@@ -24,7 +24,7 @@ use self::telegram::{check_webhook, identify};
 use crate::agent::AgentBackend;
 use crate::agent::backends::BackendError;
 use crate::agent::host::ProcessSpec;
-use crate::chat::dispatcher::{Dispatcher, HostRequest, Recover, StopDispatching};
+use crate::chat::dispatcher::{Dispatcher, DispatcherStart, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
 use crate::chat::turn::Forwarding;
 use crate::config::Config;
@@ -44,7 +44,7 @@ async fn set_commands(bot: &Bot, admins: &[i64]) {
     use teloxide::payloads::{SetMyCommands, SetMyCommandsSetters};
     use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
     let list = |admin: bool| -> Vec<BotCommand> {
-        crate::chat::commands::menu(admin)
+        crate::chat::notices::help::menu(admin)
             .into_iter()
             .map(|(c, d)| BotCommand::new(c, d))
             .collect()
@@ -308,12 +308,16 @@ impl Turnstile {
         let (host_tx, host_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             deps,
-            config.access.clone(),
-            config.dispatcher.clone(),
-            (config.agent.keep_warm, config.agent.max_warm),
-            host_tx,
-            (slots.clone(), Arc::clone(&turn_ids)),
-            me.clone(),
+            DispatcherStart {
+                access: config.access.clone(),
+                config: config.dispatcher.clone(),
+                keep_warm: config.agent.keep_warm,
+                max_warm: config.agent.max_warm,
+                host: host_tx,
+                slots: slots.clone(),
+                turn_ids: Arc::clone(&turn_ids),
+                me: me.clone(),
+            },
         )
         .start();
         // Before any new update: what the previous process left unfinished.

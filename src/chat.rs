@@ -3,7 +3,6 @@
 //! The actors are internal; what a test or an embedder
 //! needs is re-exported here.
 
-pub(crate) mod commands;
 pub(crate) mod dispatcher;
 pub(crate) mod menus;
 pub(crate) mod notices;

@@ -1,7 +1,8 @@
 //! A count of things in flight that someone may wait to see reach zero: the
-//! outbox's requests queued or running (`Flush` waits for none), and the
-//! texts a turn's reply relay holds for the outbox (a stopping host waits for
-//! none before it flushes the outbox).
+//! outbox's requests queued or running (`Flush` waits for none), the texts a
+//! turn's reply relay holds for the outbox (a stopping host waits for none
+//! before it flushes the outbox), and the turns holding a `TurnSlot` (the
+//! stop's drain waits for none).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

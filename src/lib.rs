@@ -40,7 +40,7 @@
 //! - `chat`: the actors of a chat and the turn contract:
 //!   - `chat::dispatcher`: the `Dispatcher` actor: access, commands (`dispatcher/commands.rs`),
 //!     routing, recovery (`dispatcher/recovery.rs`);
-//!   - `chat::commands`: the command table's menu, `/start` and `/help` texts;
+//!   - `chat::notices::help`: the command table's menu, `/start` and `/help` texts;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
 //!     `turns.rs`: a turn's start and end);
 //!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `Services`
@@ -53,7 +53,9 @@
 //!   - `chat::slots`: `TurnSlots`, the cap on concurrent turns and the drain signal;
 //!   - `chat::outcome`: `decide` (a turn's events to its `TurnOutcome`), pinned by a
 //!     golden fixture;
-//!   - `chat::notices`: every text the bot writes to a chat or its agent.
+//!   - `chat::notices`: the texts the bot writes to a chat or its agent, a file per
+//!     topic (`approval`, `help`, `menus`, `progress`, `schedules`, `settings`,
+//!     `stopping`, `recovery`, `answers`).
 //! - `agent`: the `AgentBackend` trait, `AgentSession`, `AgentEvent` (agent-neutral:
 //!   no protocol and no tool name as the agent wrote it crosses into the chat),
 //!   `Responder`; `agent/result.rs`: `AgentResult`, with `ResultStatus` and
@@ -112,7 +114,8 @@
 //!   ends the process (the binary's hook), never leaving a silent bot.
 //! - `shutdown`: `Shutdown`, the two-phase stop signal (stopping, then closing).
 //! - `in_flight`: `InFlight`, a count of things in flight that one can wait to see
-//!   reach zero (the outbox's requests, a turn's texts on their way to it).
+//!   reach zero (the outbox's requests, a turn's texts on their way to it, the
+//!   turns holding a slot).
 //! - `ids`: `TurnId`, and `Conversation` (a chat, or one forum topic of it): the
 //!   key of supervisors, sessions and workdirs.
 //! - `fuzzing`: the fuzz harnesses, one per boundary of outside data (the agent's in

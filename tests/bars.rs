@@ -229,3 +229,105 @@ fn a_renamed_type_and_a_moved_file_are_found() {
         ],
     );
 }
+
+/// The rooms whose texts to a chat are all written in `src/chat/notices/`
+/// (a text the bot writes to a chat starts with, or holds, a pictograph:
+/// ⏹, ⚠️, 🔐, …).
+const TEXTS_IN_NOTICES: &[&str] = &[
+    "src/chat/supervisor.rs",
+    "src/chat/supervisor",
+    "src/chat/dispatcher.rs",
+    "src/chat/dispatcher",
+    "src/chat/menus.rs",
+    "src/chat/turn/approval.rs",
+    "src/chat/turn/approval",
+    "src/chat/turn/live.rs",
+];
+
+/// Whether `c` is a pictograph (arrows, symbols, dingbats, emoji).
+fn is_pictograph(c: char) -> bool {
+    matches!(c, '\u{2190}'..='\u{2BFF}' | '\u{1F000}'..='\u{1FAFF}')
+}
+
+/// The string literals, before its test module, of the Rust source `text`
+/// that hold a pictograph, each with its line. Comments are skipped; a
+/// `'"'` is a char, not a string.
+fn pictograph_literals(text: &str) -> Vec<(usize, String)> {
+    let code: String = text
+        .lines()
+        .take_while(|line| !line.starts_with("#[cfg(test)]"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let (mut found, mut line) = (Vec::new(), 1);
+    let mut chars = code.chars().peekable();
+    let mut last = ' ';
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => line += 1,
+            '/' if chars.peek() == Some(&'/') => while chars.next_if(|&n| n != '\n').is_some() {},
+            '"' if last != '\'' => {
+                let (start, mut literal) = (line, String::new());
+                while let Some(s) = chars.next() {
+                    match s {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        '\n' => {
+                            line += 1;
+                            literal.push(s);
+                        }
+                        _ => literal.push(s),
+                    }
+                }
+                if literal.chars().any(is_pictograph) {
+                    found.push((start, literal));
+                }
+            }
+            _ => {}
+        }
+        last = c;
+    }
+    found
+}
+
+#[test]
+fn texts_to_a_chat_are_written_only_in_notices() {
+    let mut files = Vec::new();
+    for room in TEXTS_IN_NOTICES {
+        let path = root().join(room);
+        if path.is_dir() {
+            sources(&path, &mut files);
+        } else {
+            files.push(path);
+        }
+    }
+    assert!(files.len() > 4, "the rooms are read: {files:?}");
+    let outside: Vec<String> = files
+        .iter()
+        .flat_map(|path| {
+            let text = std::fs::read_to_string(path).expect("read a source file");
+            let shown = path
+                .strip_prefix(root())
+                .unwrap_or(path)
+                .display()
+                .to_string();
+            pictograph_literals(&text)
+                .into_iter()
+                .map(move |(line, literal)| format!("{shown}:{line}: \"{literal}\""))
+        })
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "texts to a chat outside src/chat/notices/: {outside:#?}"
+    );
+}
+
+#[test]
+fn a_text_with_a_pictograph_is_found_but_not_in_comments_chars_or_tests() {
+    let source = "// \"⏹ in a comment\"\nlet quote = '\"';\nsay(\"plain\");\nsay(format!(\"⏹ {} dropped.\", n));\n#[cfg(test)]\nmod tests { const T: &str = \"⏹ test\"; }\n";
+    assert_eq!(
+        pictograph_literals(source),
+        vec![(4, "⏹ {} dropped.".to_string())]
+    );
+}

@@ -144,17 +144,42 @@ pub struct Dispatcher {
     deliveries: u64,
 }
 
+/// What a dispatcher starts from, beside what its chats' turns use: its
+/// settings, the cap on turns and their numbering, and who to ask for a
+/// restart.
+pub struct DispatcherStart {
+    /// `[access]`.
+    pub access: AccessConfig,
+    /// `[dispatcher]`.
+    pub config: DispatcherConfig,
+    /// `agent.keep_warm`.
+    pub keep_warm: Duration,
+    /// `agent.max_warm`.
+    pub max_warm: usize,
+    /// Where `/restart` goes.
+    pub host: mpsc::UnboundedSender<HostRequest>,
+    /// The cap on concurrent turns, shared with the stop's drain.
+    pub slots: TurnSlots,
+    /// Numbers turns, on from the previous processes' ids.
+    pub turn_ids: Arc<TurnIds>,
+    /// Who the bot is: its username (`/cmd@Bot`) and whether it has
+    /// topics in private chats.
+    pub me: BotIdentity,
+}
+
 impl Dispatcher {
     /// A dispatcher; its chats' turns use `turns`.
-    pub fn new(
-        turns: Services,
-        access: AccessConfig,
-        config: DispatcherConfig,
-        (keep_warm, max_warm): (Duration, usize),
-        host: mpsc::UnboundedSender<HostRequest>,
-        (slots, turn_ids): (TurnSlots, Arc<TurnIds>),
-        me: BotIdentity,
-    ) -> Self {
+    pub fn new(turns: Services, start: DispatcherStart) -> Self {
+        let DispatcherStart {
+            access,
+            config,
+            keep_warm,
+            max_warm,
+            host,
+            slots,
+            turn_ids,
+            me,
+        } = start;
         let events = turns.events.clone();
         let warm_slots = Arc::new(Semaphore::new(max_warm));
         events

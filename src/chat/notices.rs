@@ -1,6 +1,14 @@
 //! What the bot tells a chat (and its agent) about a turn, in one place.
 
 mod answers;
+pub mod approval;
+pub(crate) mod help;
+pub mod menus;
+pub mod progress;
+pub mod recovery;
+pub mod schedules;
+pub mod settings;
+pub mod stopping;
 
 pub use self::answers::{
     ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NEW_TOPIC_ELSEWHERE, NEW_TOPIC_NAME,

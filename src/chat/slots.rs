@@ -1,93 +1,75 @@
 //! [`TurnSlots`]: the cap on concurrent turns (`dispatcher.max_concurrent_turns`)
 //! and the one place that knows how many turns run, so a stop can wait for
-//! the last one to end without asking anybody again.
+//! the last one to end without asking anybody again. The turns running are
+//! an [`InFlight`] count, the house's one wait-until-zero.
 
 use std::sync::Arc;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The shared part.
-struct Inner {
-    /// One permit per turn that may run.
-    permits: Arc<Semaphore>,
-    /// The cap.
-    max: usize,
-    /// Woken whenever a slot is given back.
-    freed: Notify,
-}
+use crate::in_flight::InFlight;
 
 /// Slots for running turns; cheap to clone.
 #[derive(Clone)]
 pub struct TurnSlots {
-    /// The semaphore and the wake-up.
-    inner: Arc<Inner>,
+    /// One permit per turn that may run.
+    permits: Arc<Semaphore>,
+    /// The turns holding a slot.
+    running: InFlight,
 }
 
 /// One running turn's slot; dropping it frees the slot and wakes waiters.
 pub struct TurnSlot {
     /// Held while the turn runs; given back first when dropped.
     permit: Option<OwnedSemaphorePermit>,
-    /// Told when the slot is given back.
-    inner: Arc<Inner>,
+    /// Counts the slot down when it is given back.
+    running: InFlight,
 }
 
 impl Drop for TurnSlot {
     fn drop(&mut self) {
         drop(self.permit.take());
-        self.inner.freed.notify_waiters();
+        self.running.done(1);
     }
 }
 
 impl TurnSlots {
     /// `max` slots (at least one).
     pub fn new(max: usize) -> Self {
-        let max = max.max(1);
         Self {
-            inner: Arc::new(Inner {
-                permits: Arc::new(Semaphore::new(max)),
-                max,
-                freed: Notify::new(),
-            }),
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            running: InFlight::default(),
         }
     }
 
     /// Waits for a free slot; `None` once [`close`](Self::close)d.
     pub async fn acquire(&self) -> Option<TurnSlot> {
-        let permit = Arc::clone(&self.inner.permits).acquire_owned().await.ok()?;
+        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
+        self.running.add(1);
         Some(TurnSlot {
             permit: Some(permit),
-            inner: Arc::clone(&self.inner),
+            running: self.running.clone(),
         })
     }
 
     /// Turns running now.
     pub fn running(&self) -> usize {
-        self.inner
-            .max
-            .saturating_sub(self.inner.permits.available_permits())
+        self.running.count()
     }
 
     /// Free slots now.
     pub fn free(&self) -> usize {
-        self.inner.permits.available_permits()
+        self.permits.available_permits()
     }
 
     /// No more turns start (the host is stopping).
     pub fn close(&self) {
-        self.inner.permits.close();
+        self.permits.close();
     }
 
     /// Resolves once no turn runs.
     pub async fn all_free(&self) {
-        loop {
-            let freed = self.inner.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.running() == 0 {
-                return;
-            }
-            freed.await;
-        }
+        self.running.drained().await;
     }
 }
 

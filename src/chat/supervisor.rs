@@ -232,10 +232,6 @@ pub struct ChatSupervisor {
     cold_through: TurnId,
     /// The chat's typing actor.
     typing: Option<Addr<TypingActor>>,
-    /// No new turns once the host is stopping. Beside the state: the host's
-    /// stop does not end a running turn (the drain lets it finish), so it
-    /// holds whatever the chat is doing, and it is never undone.
-    stopping: bool,
     /// Items received from the dispatcher, for [`ChatReport::Idle`].
     received: u64,
     /// Fires `dispatcher.idle_eviction` after the chat became idle.
@@ -279,7 +275,6 @@ impl ChatSupervisor {
             forget_through: TurnId(0),
             cold_through: TurnId(0),
             typing: None,
-            stopping: false,
             received: 0,
             idle_timer: None,
             delivering: false,
@@ -318,7 +313,7 @@ impl ChatSupervisor {
             // An idle chat keeps no buffer for its queue.
             self.queue.shrink_to_fit();
         }
-        if !self.state.is_idle()
+        if !self.state.at_rest()
             || !self.queue.is_empty()
             || self.warm.is_some()
             || self.awaiting.is_some()
@@ -342,7 +337,7 @@ impl ChatSupervisor {
 
     /// Starts the next turn when the chat is free.
     fn try_start(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping || !self.state.is_idle() {
+        if !self.state.is_idle() {
             return;
         }
         let Some(front) = self.queue.front() else {
@@ -417,7 +412,8 @@ impl Actor for ChatSupervisor {
         if let Some(typing) = self.typing.take() {
             typing.do_send(RetireTyping);
         }
-        if let ChatState::Running(running) = std::mem::replace(&mut self.state, ChatState::Idle) {
+        if let ChatState::Running(running, _) = std::mem::replace(&mut self.state, ChatState::Idle)
+        {
             running.addr.do_send(AbortTurn);
         }
         self.warm = None;
@@ -440,7 +436,7 @@ impl Handler<UserMessage> for ChatSupervisor {
     fn handle(&mut self, msg: UserMessage, ctx: &mut Self::Context) {
         self.touched(ctx);
         let run = msg.message.is_scheduled();
-        if self.stopping {
+        if self.state.host_stopping() {
             // A schedule's run stays queued for the next start, untold.
             if !run {
                 self.say(not_accepted(self.shutdown.is_restarting()));

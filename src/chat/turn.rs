@@ -72,8 +72,6 @@ pub struct TurnActor {
     log: Vec<TurnEvent>,
     /// What the turn said to the chat, with its reply relay once it has.
     said: Said,
-    /// Whether the agent called a terminator tool (its batch may still run).
-    ended_explicitly: bool,
     /// The clocks.
     watchdogs: Watchdogs,
     /// Tool approvals waiting for a person.
@@ -124,7 +122,6 @@ impl TurnActor {
             session_id: None,
             log: Vec::new(),
             said: Said::Nothing,
-            ended_explicitly: false,
             watchdogs: Watchdogs::default(),
             approvals: Approvals::default(),
             started: Instant::now(),
@@ -313,7 +310,7 @@ impl TurnActor {
             // A steered message is the agent's next turn: this one is over,
             // its text delivered as usual, and nothing re-prompted.
             if !self.said.delivered()
-                && !self.ended_explicitly
+                && !self.phase.ended_by_call()
                 && deliverable
                 && !text.trim().is_empty()
             {
@@ -323,7 +320,7 @@ impl TurnActor {
             return;
         }
         let reprompted = self.log.iter().any(|e| matches!(e, TurnEvent::Reprompted));
-        if self.said.delivered() || self.ended_explicitly || !deliverable {
+        if self.said.delivered() || self.phase.ended_by_call() || !deliverable {
             self.arm_grace(ctx);
         } else if !text.trim().is_empty() {
             self.deliver_answer(text);

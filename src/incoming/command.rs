@@ -1,7 +1,7 @@
 //! The chat commands in one table: each command's word, who may use it and
 //! what it does. The intake parses a message with it ([`parse`], once, into
 //! an [`Ask`](super::Ask)); Telegram's command menu and the greeting and
-//! help texts (`chat::commands`) list it; the dispatcher checks [`Who`].
+//! help texts (`chat::notices::help`) list it; the dispatcher checks [`Who`].
 
 use super::Head;
 

@@ -6,9 +6,10 @@ use actix::{AsyncContext, Context, WrapFuture};
 use teloxide::types::UserId;
 
 use super::{Dispatcher, ForChat, HostRequest};
-use crate::chat::commands::{self, Abilities};
 use crate::chat::menus;
 use crate::chat::notices;
+use crate::chat::notices::help::{self, Abilities};
+use crate::chat::notices::settings;
 use crate::chat::notices::{STORE_UNREADABLE, counted};
 use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
@@ -48,8 +49,8 @@ impl Dispatcher {
             Command::Usage => self.usage(to, admin, private, ctx),
             Command::Status => self.status(to, private, ctx),
             Command::Restart => self.restart(to, user, asked.date),
-            Command::Start => self.say(to, commands::greeting(admin, &self.abilities(private))),
-            Command::Help => self.say(to, commands::help(admin, &self.abilities(private))),
+            Command::Start => self.say(to, help::greeting(admin, &self.abilities(private))),
+            Command::Help => self.say(to, help::help(admin, &self.abilities(private))),
         }
     }
 
@@ -75,11 +76,12 @@ impl Dispatcher {
                 async move {
                     let text = match cleared.await {
                         Some(0) => "No tool was allowed without asking in this chat.".to_string(),
-                        Some(n) => format!(
-                            "🔐 Forgot {}; every tool asks again.",
-                            counted(n, "tool approval", "tool approvals")
-                        ),
-                        None => "⚠️ The approvals could not be cleared; try again.".to_string(),
+                        Some(n) => settings::approvals_forgotten(&counted(
+                            n,
+                            "tool approval",
+                            "tool approvals",
+                        )),
+                        None => settings::APPROVALS_NOT_CLEARED.to_string(),
                     };
                     outbox.do_send(SendText::new(to, text));
                 }
@@ -101,14 +103,10 @@ impl Dispatcher {
                 let text = if rules.is_empty() {
                     format!("Every tool asks before it runs {here}.")
                 } else {
-                    format!(
-                        "🔐 These run without asking {here}:\n{}\n/permissions clear forgets them.",
-                        rules
-                            .iter()
-                            .map(|grant| format!("• {}", describe_rule(&grant.rule)))
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    )
+                    let rules: Vec<String> = (rules.iter())
+                        .map(|grant| format!("• {}", describe_rule(&grant.rule)))
+                        .collect();
+                    settings::approvals_listed(&here, &rules.join("\n"))
                 };
                 outbox.do_send(SendText::new(to, text));
             }
@@ -152,7 +150,7 @@ impl Dispatcher {
     /// is shown to the group's members.
     fn status(&mut self, chat: Conversation, private: bool, ctx: &mut Context<Self>) {
         let header = if private {
-            commands::status_header(self.chats.len(), self.slots.running(), self.slots.free())
+            help::status_header(self.chats.len(), self.slots.running(), self.slots.free())
         } else {
             "This chat only (ask in a private chat with the bot for all chats).".to_owned()
         };
@@ -206,10 +204,7 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let text = async {
-                    let mut text = format!(
-                        "📊 This conversation:\n{}",
-                        menus::usage_lines(&mine.await?)
-                    );
+                    let mut text = settings::usage_here(&menus::usage_lines(&mine.await?));
                     if let Some((all, top)) = whole {
                         text.push_str(&menus::usage_admin(&all.await?, &top.await?));
                     }

@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use super::{Dispatcher, ForChat};
 use crate::chat::menus::{self, ListKind, Pick};
 use crate::chat::notices;
+use crate::chat::notices::settings;
 use crate::chat::notices::{STORE_UNREADABLE, bounded};
 use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
@@ -23,20 +24,10 @@ use crate::telegram::outbox::{
 fn chosen_text(chosen: &Chosen, what: &str) -> String {
     match chosen {
         Chosen::Done => what.to_owned(),
-        Chosen::Unknown => "⚠️ That session is not one of this conversation's.".to_owned(),
+        Chosen::Unknown => settings::NOT_THIS_SESSION.to_owned(),
         Chosen::Forked(_) | Chosen::NothingToFork | Chosen::Failed => {
-            "⚠️ That could not be saved; try again.".to_owned()
+            settings::CHOICE_NOT_SAVED.to_owned()
         }
-    }
-}
-
-/// What the chat is told once it moved to `project` (empty: none).
-fn moved_text(project: &str) -> String {
-    match project {
-        "" => "📁 This conversation now works in no project (the default workdir).".to_owned(),
-        name => format!(
-            "📁 This conversation now works in project {name}, in its own sessions (/sessions lists them)."
-        ),
     }
 }
 
@@ -67,7 +58,7 @@ impl Dispatcher {
                 return self.say(to, menus::model_refused(name, models));
             };
             let chosen = self.choose(to, Choose::Model(Some(model.clone())), ctx);
-            let done = format!("🧠 From the next message on, this conversation runs with {model}.");
+            let done = settings::model_switched(&model);
             ctx.spawn(
                 async move {
                     let text = chosen_text(&chosen.await, &done);
@@ -166,16 +157,12 @@ impl Dispatcher {
         }
         self.lists.close(to, pick.kind);
         let (choice, done) = match pick.kind {
-            ListKind::Projects => (Choose::Project(entry.clone()), moved_text(&entry)),
+            ListKind::Projects => (Choose::Project(entry.clone()), settings::moved(&entry)),
             ListKind::Models => (
                 Choose::Model(Some(entry.clone())),
-                format!("🧠 From the next message on, this conversation runs with {entry}."),
+                settings::model_switched(&entry),
             ),
-            ListKind::Sessions => (
-                Choose::Session(entry),
-                "🗂 The next message goes on in the session picked. /sessions lists them."
-                    .to_owned(),
-            ),
+            ListKind::Sessions => (Choose::Session(entry), settings::SESSION_PICKED.to_owned()),
         };
         let chosen = self.choose(to, choice, ctx);
         let message = press.message;
@@ -262,20 +249,12 @@ impl Dispatcher {
         };
         let Some(chosen) = chosen else {
             let known: Vec<&str> = projects.by_name.keys().map(String::as_str).collect();
-            let text = format!(
-                "⚠️ There is no project {}. The projects: {}.",
-                bounded(name, 40),
-                known.join(", ")
-            );
-            return self.say(to, text);
+            return self.say(to, settings::no_such_project(name, &known));
         };
         if projects.get(&chosen).is_some_and(|p| !p.admits(user)) {
-            return self.say(
-                to,
-                format!("⚠️ You may not move this conversation to {chosen}."),
-            );
+            return self.say(to, settings::project_refused(&chosen));
         }
-        let done = moved_text(&chosen);
+        let done = settings::moved(&chosen);
         let written = self.choose(to, Choose::Project(chosen), ctx);
         let outbox = self.outbox.clone();
         ctx.spawn(
@@ -330,10 +309,7 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let text = match chosen.await {
-                    Chosen::Forked(words) => format!(
-                        "🍴 Forked. The next message goes on from a copy of the session “{}”; the original stays in /sessions.",
-                        bounded(&words, 60)
-                    ),
+                    Chosen::Forked(words) => settings::forked(&words),
                     Chosen::NothingToFork => notices::NOTHING_TO_FORK.to_owned(),
                     _ => notices::FORK_NOT_SAVED.to_owned(),
                 };
@@ -362,12 +338,13 @@ impl Dispatcher {
                     "" => "Fork".to_owned(),
                     words => bounded(words, 60),
                 };
-                let (create, created) = CreateTopic::new(from.chat, format!("🍴 {name}"));
+                let (create, created) =
+                    CreateTopic::new(from.chat, settings::fork_topic_name(&name));
                 outbox.do_send(create);
                 let thread = match created.await {
                     Ok(Ok(thread)) => thread,
                     Ok(Err(err)) => {
-                        let text = format!("⚠️ No topic could be made for the fork ({err}); the bot needs the right to manage topics here.");
+                        let text = settings::fork_topic_failed(&err.to_string());
                         return outbox.do_send(SendText::new(from, text));
                     }
                     Err(_) => return,
@@ -375,11 +352,8 @@ impl Dispatcher {
                 let into = Conversation::new(from.chat, Some(thread));
                 let text = match inbox.fork(from, into).await {
                     Some(_) => {
-                        outbox.do_send(SendText::new(
-                            into,
-                            format!("🍴 This topic goes on from a copy of the session “{name}”. Write here to continue it."),
-                        ));
-                        format!("🍴 Forked into the new topic “{name}”; this topic goes on as it was.")
+                        outbox.do_send(SendText::new(into, settings::fork_topic_opened(&name)));
+                        settings::fork_topic_left(&name)
                     }
                     None => notices::FORK_NOT_SAVED.to_owned(),
                 };

@@ -61,7 +61,7 @@ impl Dispatcher {
             }
             Ask::Unknown(word) => {
                 tracing::debug!(update_id, chat_id = m.to.chat.0, command = %word, "unknown command answered with a pointer to /help");
-                self.say(m.to, crate::chat::commands::unknown(word));
+                self.say(m.to, crate::chat::notices::help::unknown(word));
                 self.inbox.handled(update_id);
             }
             Ask::Agent if self.stopping && m.is_scheduled() => {

@@ -113,13 +113,9 @@ impl Dispatcher {
     fn report(&self, state: InboxState, text: &str, to: crate::ids::Conversation) {
         let excerpt = bounded(text, 80);
         let text = if state == InboxState::Replied {
-            format!(
-                "⚠️ turnstile restarted while answering “{excerpt}”; the answer above may be incomplete. Send it again if you need more."
-            )
+            crate::chat::notices::recovery::cut_while_answering(&excerpt)
         } else {
-            format!(
-                "⚠️ turnstile restarted before it could answer “{excerpt}”. Send it again if you still need an answer."
-            )
+            crate::chat::notices::recovery::cut_before_answering(&excerpt)
         };
         self.say(to, text);
     }

@@ -7,6 +7,7 @@
 use actix::{AsyncContext, Context, WrapFuture};
 
 use super::Dispatcher;
+use crate::chat::notices::schedules;
 use crate::chat::notices::{self, bounded};
 use crate::ids::Conversation;
 use crate::incoming::{Callback, Incoming, Press};
@@ -15,12 +16,9 @@ use crate::schedule::{Listed, MAX_PER_CONVERSATION};
 use crate::state::{Origin, now_ms};
 use crate::telegram::outbox::{AnswerCallback, Button, EditQuestion, SendQuestion, SendText};
 
-/// How `/schedule` is written, for a reply to a bad one.
-const USAGE: &str = "Write it as:\n/schedule every 2h <prompt>\n/schedule at 09:00 <prompt> (daily)\n/schedule cron \"0 9 * * 1-5\" <prompt>\n/schedule in 30m <prompt> (once)";
-
 /// One schedule, as a line of `/schedules`.
 fn line(s: &Listed) -> String {
-    let lock = if s.locked { "🔒 " } else { "" };
+    let lock = schedules::lock(s.locked);
     let next = s.next.as_deref().unwrap_or("never again");
     format!(
         "{lock}{} · {} · next {next}\n   {}",
@@ -36,10 +34,10 @@ impl Dispatcher {
         let to = asked.to;
         let (when, prompt) = match read_command(&asked.text, now_ms()) {
             Ok(read) => read,
-            Err(err) => return self.say(to, format!("⚠️ {err}.\n\n{USAGE}")),
+            Err(err) => return self.say(to, schedules::unreadable(&err.to_string())),
         };
         if prompt.is_empty() {
-            return self.say(to, format!("⚠️ What should the agent be asked?\n\n{USAGE}"));
+            return self.say(to, schedules::no_prompt());
         }
         let made_by = i64::try_from(asked.from.0).unwrap_or(0);
         let added = self.schedules.add(to, when, prompt, made_by, Origin::Chat);
@@ -47,13 +45,8 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let text = match added.await {
-                    Ok(s) => format!(
-                        "⏰ Scheduled {}: {}; next run {}. /schedules lists them.",
-                        s.name,
-                        s.when,
-                        s.next.as_deref().unwrap_or("never")
-                    ),
-                    Err(why) => format!("⚠️ Not scheduled: {why}."),
+                    Ok(s) => schedules::scheduled(&s.name, &s.when, s.next.as_deref()),
+                    Err(why) => schedules::not_scheduled(&why.to_string()),
                 };
                 outbox.do_send(SendText::new(to, text));
             }
@@ -71,13 +64,12 @@ impl Dispatcher {
                     return outbox.do_send(SendText::new(to, notices::STORE_UNREADABLE));
                 };
                 if list.is_empty() {
-                    let text = format!("No schedules in this conversation.\n\n{USAGE}");
+                    let text =
+                        format!("No schedules in this conversation.\n\n{}", schedules::USAGE);
                     return outbox.do_send(SendText::new(to, text));
                 }
                 let own = list.iter().filter(|s| !s.locked).count();
-                let mut text = format!(
-                    "⏰ Schedules here ({own} of at most {MAX_PER_CONVERSATION} of this conversation's own; 🔒 the operator's):"
-                );
+                let mut text = schedules::listed(own, MAX_PER_CONVERSATION);
                 for s in &list {
                     text.push('\n');
                     text.push_str(&line(s));
@@ -87,7 +79,7 @@ impl Dispatcher {
                     .filter(|s| !s.locked)
                     .map(|s| {
                         vec![Button::new(
-                            format!("❌ {}", s.name),
+                            schedules::remove(&s.name),
                             Callback::Unschedule(s.id).data(),
                         )]
                     })
@@ -110,8 +102,8 @@ impl Dispatcher {
         ctx.spawn(
             async move {
                 let text = match removed.await {
-                    Ok(done) => format!("❌ {done}"),
-                    Err(why) => format!("⚠️ Not removed: {why}."),
+                    Ok(done) => schedules::remove(&done.to_string()),
+                    Err(why) => schedules::not_removed(&why.to_string()),
                 };
                 outbox.do_send(AnswerCallback::new(to.chat, callback, bounded(&text, 190)));
                 match message {

@@ -7,7 +7,7 @@ use actix::{ActorContext, AsyncContext, Handler};
 use super::state::{ChatState, ChatStep};
 use super::{ChatCommand, ChatSupervisor, DescribeChat, RetireChat, StopChatForHost};
 use crate::chat::notices;
-use crate::chat::notices::counted;
+use crate::chat::notices::stopping;
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
 use crate::incoming::Command;
 use crate::telegram::outbox::{AnswerCallback, Purge};
@@ -55,19 +55,12 @@ impl ChatSupervisor {
                 let to = self.to;
                 self.outbox.do_send(Purge { to });
                 running.addr.do_send(InterruptTurn);
-                self.say(if dropped > 0 {
-                    format!("⏹ Stopped. {} dropped.", queued(dropped))
-                } else {
-                    "⏹ Stopped.".to_string()
-                });
+                self.say(stopping::stopped(dropped));
             }
             None => match self.cancel_parked(ctx) {
-                0 if dropped > 0 => self.say(format!("⏹ {} dropped.", queued(dropped))),
+                0 if dropped > 0 => self.say(stopping::queue_dropped(dropped)),
                 0 => self.say(notices::NOTHING_TO_STOP),
-                parked => self.say(format!(
-                    "⏹ Stopped: the retry after the usage limit is cancelled ({} dropped).",
-                    counted(parked + dropped, "message", "messages")
-                )),
+                parked => self.say(stopping::retry_cancelled(parked + dropped)),
             },
         }
     }
@@ -82,13 +75,8 @@ impl ChatSupervisor {
             ctx.cancel_future(warm.timer);
         }
         self.forget_through = self.turn_ids.last();
-        self.say("🆕 The next message starts a fresh conversation.");
+        self.say(stopping::FRESH_CONVERSATION);
     }
-}
-
-/// `2 queued messages`, `1 queued message`.
-fn queued(n: usize) -> String {
-    counted(n, "queued message", "queued messages")
 }
 
 impl Handler<RetireChat> for ChatSupervisor {
@@ -105,7 +93,10 @@ impl Handler<StopChatForHost> for ChatSupervisor {
 
     fn handle(&mut self, msg: StopChatForHost, ctx: &mut Self::Context) {
         // Queued messages stay queued in the inbox: the next process runs them.
-        self.stopping = true;
+        if let ChatState::Merging(handle) = self.state {
+            ctx.cancel_future(handle);
+        }
+        self.step(ChatStep::HostStopping);
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
@@ -122,15 +113,16 @@ impl Handler<DescribeChat> for ChatSupervisor {
 
     fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
         let state = match &self.state {
-            ChatState::Running(r) => format!(
+            ChatState::Running(r, _) => format!(
                 "turn {} running for {:.1}s",
                 r.turn,
                 r.started.elapsed().as_secs_f64()
             ),
-            ChatState::Settling(turn) => format!("turn {turn} ended, session closing"),
-            ChatState::Idle | ChatState::Merging(_) | ChatState::WaitingForSlot => {
-                "idle".to_string()
-            }
+            ChatState::Settling(turn, _) => format!("turn {turn} ended, session closing"),
+            ChatState::Idle
+            | ChatState::Merging(_)
+            | ChatState::WaitingForSlot
+            | ChatState::Stopped => "idle".to_string(),
         };
         match self.parked_line() {
             Some(parked) => format!(

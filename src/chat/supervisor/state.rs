@@ -9,10 +9,14 @@
 //!                    │ NoSlot                      │ ForceReleased(turn)
 //!                    ▼                             ▼
 //!                   Idle                          Idle   (the hard deadline; its session is killed)
+//!
+//! HostStopping: Idle | Merging | WaitingForSlot ──▶ Stopped (for good);
+//! a running or settling turn goes on, marked `Then::Stop`, and its end
+//! leads to Stopped instead of Idle.
 //! ```
 //!
-//! The chat's queue, warm session and "host stopping" mark sit beside the
-//! state: they are the chat's data, not where it is.
+//! The chat's queue and warm session sit beside the state: they are the
+//! chat's data, not where it is.
 
 use actix::SpawnHandle;
 
@@ -30,6 +34,25 @@ impl HoldsTurn for TurnId {
     }
 }
 
+/// What the chat does once the turn holding it lets go.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Then {
+    /// The next turn may start.
+    Next,
+    /// The host is stopping: nothing more starts.
+    Stop,
+}
+
+impl Then {
+    /// Where the chat is once the turn let go.
+    fn at_rest<R>(self) -> ChatState<R> {
+        match self {
+            Self::Next => ChatState::Idle,
+            Self::Stop => ChatState::Stopped,
+        }
+    }
+}
+
 /// Where a chat is; `R` is what a running turn holds.
 #[derive(Debug, PartialEq)]
 pub(crate) enum ChatState<R> {
@@ -39,11 +62,14 @@ pub(crate) enum ChatState<R> {
     Merging(SpawnHandle),
     /// Waiting for one of `dispatcher.max_concurrent_turns` slots.
     WaitingForSlot,
-    /// A turn holds the chat.
-    Running(R),
+    /// A turn holds the chat; then what its end leads to.
+    Running(R, Then),
     /// The turn ended; its session is still closing (the next turn waits,
     /// so it never gets a session that has not settled).
-    Settling(TurnId),
+    Settling(TurnId, Then),
+    /// The host is stopping: no turn starts again (queued messages stay
+    /// queued in the inbox, for the next process).
+    Stopped,
 }
 
 /// What moves a chat.
@@ -65,6 +91,9 @@ pub(crate) enum ChatStep<R> {
     ForceReleased(TurnId),
     /// The turn's session settled or is gone.
     Released(TurnId),
+    /// The host is stopping: a running turn may finish (the drain), but no
+    /// other starts.
+    HostStopping,
 }
 
 impl<R: HoldsTurn> ChatState<R> {
@@ -76,15 +105,24 @@ impl<R: HoldsTurn> ChatState<R> {
             (Self::Idle, ChatStep::Merge(handle)) => (Self::Merging(handle), None),
             (Self::Merging(_), ChatStep::WindowClosed) => (Self::Idle, None),
             (Self::Idle, ChatStep::Acquire) => (Self::WaitingForSlot, None),
-            (Self::WaitingForSlot, ChatStep::Start(turn)) => (Self::Running(turn), None),
+            (Self::WaitingForSlot, ChatStep::Start(turn)) => {
+                (Self::Running(turn, Then::Next), None)
+            }
             (Self::WaitingForSlot, ChatStep::NoSlot) => (Self::Idle, None),
-            (Self::Running(r), ChatStep::Ended(turn)) if r.turn() == turn => {
-                (Self::Settling(turn), Some(r))
+            (Self::Running(r, then), ChatStep::Ended(turn)) if r.turn() == turn => {
+                (Self::Settling(turn, then), Some(r))
             }
-            (Self::Running(r), ChatStep::ForceReleased(turn)) if r.turn() == turn => {
-                (Self::Idle, Some(r))
+            (Self::Running(r, then), ChatStep::ForceReleased(turn)) if r.turn() == turn => {
+                (then.at_rest(), Some(r))
             }
-            (Self::Settling(t), ChatStep::Released(turn)) if t == turn => (Self::Idle, None),
+            (Self::Settling(t, then), ChatStep::Released(turn)) if t == turn => {
+                (then.at_rest(), None)
+            }
+            (Self::Running(r, _), ChatStep::HostStopping) => (Self::Running(r, Then::Stop), None),
+            (Self::Settling(t, _), ChatStep::HostStopping) => (Self::Settling(t, Then::Stop), None),
+            (Self::Idle | Self::Merging(_) | Self::WaitingForSlot, ChatStep::HostStopping) => {
+                (Self::Stopped, None)
+            }
             (state, _) => (state, None),
         }
     }
@@ -92,7 +130,7 @@ impl<R: HoldsTurn> ChatState<R> {
     /// The running turn, if one holds the chat.
     pub(crate) fn running(&self) -> Option<&R> {
         match self {
-            Self::Running(r) => Some(r),
+            Self::Running(r, _) => Some(r),
             _ => None,
         }
     }
@@ -100,6 +138,19 @@ impl<R: HoldsTurn> ChatState<R> {
     /// Whether the chat is free to start a turn.
     pub(crate) fn is_idle(&self) -> bool {
         matches!(self, Self::Idle)
+    }
+
+    /// Whether nothing runs, starts or settles (the chat may be retired).
+    pub(crate) fn at_rest(&self) -> bool {
+        matches!(self, Self::Idle | Self::Stopped)
+    }
+
+    /// Whether the host is stopping: no turn starts again.
+    pub(crate) fn host_stopping(&self) -> bool {
+        matches!(
+            self,
+            Self::Stopped | Self::Running(_, Then::Stop) | Self::Settling(_, Then::Stop)
+        )
     }
 }
 
@@ -118,26 +169,76 @@ mod tests {
             (S::Idle, Step::Merge(h), S::Merging(h), None),
             (S::Merging(h), Step::WindowClosed, S::Idle, None),
             (S::Idle, Step::Acquire, S::WaitingForSlot, None),
-            (S::WaitingForSlot, Step::Start(t1), S::Running(t1), None),
+            (S::WaitingForSlot, Step::Start(t1), running(t1), None),
             (S::WaitingForSlot, Step::NoSlot, S::Idle, None),
-            (S::Running(t1), Step::Ended(t1), S::Settling(t1), Some(t1)),
-            (S::Running(t2), Step::Ended(t1), S::Running(t2), None),
-            (S::Running(t1), Step::ForceReleased(t1), S::Idle, Some(t1)),
-            (
-                S::Running(t2),
-                Step::ForceReleased(t1),
-                S::Running(t2),
-                None,
-            ),
-            (S::Settling(t1), Step::Released(t1), S::Idle, None),
-            (S::Settling(t2), Step::Released(t1), S::Settling(t2), None),
+            (running(t1), Step::Ended(t1), settling(t1), Some(t1)),
+            (running(t2), Step::Ended(t1), running(t2), None),
+            (running(t1), Step::ForceReleased(t1), S::Idle, Some(t1)),
+            (running(t2), Step::ForceReleased(t1), running(t2), None),
+            (settling(t1), Step::Released(t1), S::Idle, None),
+            (settling(t2), Step::Released(t1), settling(t2), None),
             // A turn never starts over another or while one settles.
-            (S::Running(t1), Step::Start(t2), S::Running(t1), None),
-            (S::Settling(t1), Step::Acquire, S::Settling(t1), None),
-            (S::Running(t1), Step::Merge(h), S::Running(t1), None),
+            (running(t1), Step::Start(t2), running(t1), None),
+            (settling(t1), Step::Acquire, settling(t1), None),
+            (running(t1), Step::Merge(h), running(t1), None),
             (S::Idle, Step::Ended(t1), S::Idle, None),
             (S::Merging(h), Step::Acquire, S::Merging(h), None),
         ];
+        check(table);
+    }
+
+    #[test]
+    fn a_stopping_host_lets_the_running_turn_end_and_starts_nothing_after() {
+        let h = SpawnHandle::default();
+        let t1 = TurnId(1);
+        let stop = |turn| S::Running(turn, Then::Stop);
+        let table: Vec<(S, Step, S, Option<TurnId>)> = vec![
+            (S::Idle, Step::HostStopping, S::Stopped, None),
+            (S::Merging(h), Step::HostStopping, S::Stopped, None),
+            (S::WaitingForSlot, Step::HostStopping, S::Stopped, None),
+            (running(t1), Step::HostStopping, stop(t1), None),
+            (
+                settling(t1),
+                Step::HostStopping,
+                S::Settling(t1, Then::Stop),
+                None,
+            ),
+            // The turn ends as it would; where it leads is Stopped.
+            (
+                stop(t1),
+                Step::Ended(t1),
+                S::Settling(t1, Then::Stop),
+                Some(t1),
+            ),
+            (
+                S::Settling(t1, Then::Stop),
+                Step::Released(t1),
+                S::Stopped,
+                None,
+            ),
+            (stop(t1), Step::ForceReleased(t1), S::Stopped, Some(t1)),
+            // Stopped is for good.
+            (S::Stopped, Step::Acquire, S::Stopped, None),
+            (S::Stopped, Step::Merge(h), S::Stopped, None),
+            (S::Stopped, Step::Start(t1), S::Stopped, None),
+            (S::Stopped, Step::NoSlot, S::Stopped, None),
+            (S::Stopped, Step::HostStopping, S::Stopped, None),
+        ];
+        check(table);
+        assert!(S::Stopped.host_stopping() && stop(t1).host_stopping());
+        assert!(!running(t1).host_stopping() && !S::Idle.host_stopping());
+        assert!(S::Stopped.at_rest() && !S::Stopped.is_idle());
+    }
+
+    fn running(turn: TurnId) -> S {
+        S::Running(turn, Then::Next)
+    }
+
+    fn settling(turn: TurnId) -> S {
+        S::Settling(turn, Then::Next)
+    }
+
+    fn check(table: Vec<(S, Step, S, Option<TurnId>)>) {
         for (from, step, to, left) in table {
             let shown = format!("{from:?} --{step:?}-->");
             let (got, got_left) = from.after(step);

@@ -103,7 +103,7 @@ impl ChatSupervisor {
     /// Starts a turn on `slot` for the front message's burst, on the warm
     /// session if one is kept, under the hard deadline.
     pub(super) fn start_turn(&mut self, slot: TurnSlot, ctx: &mut Context<Self>) {
-        if self.stopping || self.queue.is_empty() {
+        if !matches!(self.state, ChatState::WaitingForSlot) || self.queue.is_empty() {
             // `/stop` cleared the queue, or the host began stopping, while
             // the slot was on its way: it goes back unused.
             self.step(ChatStep::NoSlot);
@@ -246,7 +246,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
         if let TurnOutcome::Limited { resets_at } = msg.outcome
             && !self.settings.limit_retry.is_zero()
             && !msg.replied
-            && !self.stopping
+            && !self.state.host_stopping()
         {
             let mut messages = running.messages.clone();
             messages.extend(msg.steered.iter().cloned());
@@ -290,18 +290,19 @@ impl Handler<SessionReleased> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: SessionReleased, ctx: &mut Self::Context) {
-        if !matches!(self.state, ChatState::Settling(turn) if turn == msg.turn) {
+        if !matches!(self.state, ChatState::Settling(turn, _) if turn == msg.turn) {
             return;
         }
         self.step(ChatStep::Released(msg.turn));
         let continuing = !msg.carried.is_empty() && msg.carried.iter().all(|c| c.written);
-        if msg.turn > self.forget_through.max(self.cold_through) && !self.stopping {
+        let stopping = self.state.host_stopping();
+        if msg.turn > self.forget_through.max(self.cold_through) && !stopping {
             match msg.session {
                 Some(session) if continuing => self.keep_continuing(session, ctx),
                 session => self.keep_warm(session, ctx),
             }
         }
-        if self.stopping {
+        if stopping {
             // Their rows stay running: the next start reports or retries
             // them (`dispatcher.on_interrupted`), as any cut message.
             if !msg.carried.is_empty() {

@@ -266,7 +266,7 @@ impl TurnActor {
                         }
                         text
                     }
-                    None => "⌛ This question is closed.".to_string(),
+                    None => crate::chat::notices::approval::QUESTION_CLOSED.to_string(),
                 };
                 act.deps
                     .outbox

@@ -280,35 +280,7 @@ impl LiveView {
     }
 }
 
-/// `12s`, `3m 05s`.
-fn clock(elapsed: Duration) -> String {
-    let secs = elapsed.as_secs();
-    if secs < 60 {
-        format!("{secs}s")
-    } else {
-        format!("{}m {:02}s", secs / 60, secs % 60)
-    }
-}
-
-fn calls(n: u32) -> String {
-    match n {
-        1 => "1 tool call".into(),
-        n => format!("{n} tool calls"),
-    }
-}
-
-/// The status message: the tool running now, then the count and the time.
-pub(crate) fn status_text(current: Option<&str>, n: u32, elapsed: Duration) -> String {
-    match current {
-        Some(current) => format!("{current}\n{} · {}", calls(n), clock(elapsed)),
-        None => format!("⏳ Working… · {}", clock(elapsed)),
-    }
-}
-
-/// The status folded at the end of the turn.
-pub(crate) fn folded_text(n: u32, elapsed: Duration) -> String {
-    format!("✅ {} · {}", calls(n), clock(elapsed))
-}
+pub(crate) use crate::chat::notices::progress::{folded_text, status_text};
 
 /// One line about a tool call: `🔧 Bash: cargo test`, `📖 Read src/main.rs`,
 /// `🔍 WebSearch "rust actors"`.
@@ -316,31 +288,8 @@ pub(crate) fn summary(name: &ToolName, input: &Value, workdir: &str) -> String {
     let field = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
     let path = |key: &str| short_path(field(key), workdir);
     let bare = name.bare();
-    let line = match bare {
-        "Bash" => format!("🔧 Bash: {}", first_line(field("command"))),
-        "Read" => format!("📖 Read {}", path("file_path")),
-        "Write" => format!("✏️ Write {}", path("file_path")),
-        "Edit" | "MultiEdit" => format!("✏️ Edit {}", path("file_path")),
-        "NotebookEdit" => format!("✏️ Edit {}", path("notebook_path")),
-        "Grep" => format!("🔍 Grep \"{}\"", field("pattern")),
-        "Glob" => format!("🔍 Glob {}", field("pattern")),
-        "WebSearch" => format!("🔍 WebSearch \"{}\"", field("query")),
-        "WebFetch" => format!("🌐 WebFetch {}", field("url")),
-        "Task" | "Agent" => format!("🤖 {bare}: {}", first_line(field("description"))),
-        "TodoWrite" => "📝 Updating the plan".to_string(),
-        "send" | "end_turn" => "💬 Writing to the chat".to_string(),
-        "send_file" => format!("📎 Sending {}", path("path")),
-        "react" => "👍 Reacting".to_string(),
-        other => format!("🔧 {other}"),
-    };
+    let line = crate::chat::notices::progress::tool_line(bare, &field, &path);
     crate::chat::notices::bounded(line.trim_end_matches([' ', ':']), SUMMARY_CHARS - 1)
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
 }
 
 /// A path inside the working directory without it.

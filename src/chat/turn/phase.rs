@@ -7,6 +7,8 @@
 //! Opening ──Attached──▶ Running ──ResultArrived──▶ AwaitingSettle
 //!    ▲                   │  ▲                          │
 //!    └──ReplacingWarm────┘  └────────Reprompted────────┘
+//!                      (not after EndingCall)
+//! Running | AwaitingSettle ──EndingCall──▶ the same, ended by a call
 //!
 //! Opening | Running | AwaitingSettle ──Ended(outcome)──▶ Closing ──Released──▶ Released
 //! any phase ──Aborted──▶ Released (the supervisor's hard deadline)
@@ -34,12 +36,17 @@ pub(crate) enum TurnPhase<S, L> {
         /// A warm session that has not shown life yet: if it stays silent
         /// it is replaced rather than waited out.
         proving: bool,
+        /// The agent called a tool that ends the turn.
+        ended_by_call: bool,
     },
     /// `result` arrived: waiting, up to `turn.post_result_grace`, for the
     /// session to settle.
     AwaitingSettle {
         /// The session.
         link: L,
+        /// The agent called a tool that ends the turn: its answer is given
+        /// (the result's text is not delivered, nothing is re-prompted).
+        ended_by_call: bool,
     },
     /// TurnEnded went out; the session is closing (late events are logged
     /// and dropped).
@@ -75,6 +82,8 @@ pub(crate) enum TurnStep<L> {
     ResultArrived,
     /// The agent ended without a reply and was asked once more.
     Reprompted,
+    /// The agent called a tool that ends the turn (`ends_turn`).
+    EndingCall,
     /// The turn contract decided the outcome: TurnEnded goes out.
     Ended(TurnOutcome),
     /// The session was handed back or is gone.
@@ -98,47 +107,47 @@ impl<S, L> TurnPhase<S, L> {
     /// The phase after `step`, and what the turn let go of. A step that
     /// does not apply leaves the phase as it is (a session attached then is
     /// handed back as a leftover).
-    pub(crate) fn after(self, step: TurnStep<L>) -> (Self, Option<Leftover<S, L>>) {
+    pub(crate) fn after(mut self, step: TurnStep<L>) -> (Self, Option<Leftover<S, L>>) {
         use Leftover::{Link, Warm};
+        if self.marks(&step) {
+            return (self, None);
+        }
         match (self, step) {
-            (Self::Opening { warm }, TurnStep::Attached { link, warm: kept }) => (
-                Self::Running {
-                    link,
-                    proving: kept,
-                },
-                warm.map(Warm),
-            ),
-            (Self::Running { link: old, .. }, TurnStep::Attached { link, warm }) => (
-                Self::Running {
-                    link,
-                    proving: warm,
-                },
-                Some(Link(old)),
-            ),
-            (Self::Running { link, .. }, TurnStep::ShowedLife) => (
-                Self::Running {
-                    link,
-                    proving: false,
-                },
-                None,
-            ),
+            (Self::Opening { warm }, TurnStep::Attached { link, warm: kept }) => {
+                (Self::attached(link, kept), warm.map(Warm))
+            }
+            (Self::Running { link: old, .. }, TurnStep::Attached { link, warm }) => {
+                (Self::attached(link, warm), Some(Link(old)))
+            }
             (
                 Self::Running {
                     link,
                     proving: true,
+                    ..
                 },
                 TurnStep::ReplacingWarm,
             ) => (Self::Opening { warm: None }, Some(Link(link))),
-            (Self::Running { link, .. }, TurnStep::ResultArrived) => {
-                (Self::AwaitingSettle { link }, None)
-            }
-            (Self::AwaitingSettle { link }, TurnStep::Reprompted) => (
+            (
                 Self::Running {
                     link,
-                    proving: false,
+                    ended_by_call,
+                    ..
+                },
+                TurnStep::ResultArrived,
+            ) => (
+                Self::AwaitingSettle {
+                    link,
+                    ended_by_call,
                 },
                 None,
             ),
+            (
+                Self::AwaitingSettle {
+                    link,
+                    ended_by_call: false,
+                },
+                TurnStep::Reprompted,
+            ) => (Self::attached(link, false), None),
             (Self::Opening { warm }, TurnStep::Ended(outcome)) => (
                 Self::Closing {
                     link: None,
@@ -147,7 +156,7 @@ impl<S, L> TurnPhase<S, L> {
                 warm.map(Warm),
             ),
             (
-                Self::Running { link, .. } | Self::AwaitingSettle { link },
+                Self::Running { link, .. } | Self::AwaitingSettle { link, .. },
                 TurnStep::Ended(outcome),
             ) => (
                 Self::Closing {
@@ -171,11 +180,39 @@ impl<S, L> TurnPhase<S, L> {
         }
     }
 
+    /// Takes a step that only marks the phase the turn is in; whether it
+    /// was one.
+    fn marks(&mut self, step: &TurnStep<L>) -> bool {
+        match (self, step) {
+            (Self::Running { proving, .. }, TurnStep::ShowedLife) => {
+                *proving = false;
+                true
+            }
+            (
+                Self::Running { ended_by_call, .. } | Self::AwaitingSettle { ended_by_call, .. },
+                TurnStep::EndingCall,
+            ) => {
+                *ended_by_call = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Running on a session just attached.
+    fn attached(link: L, proving: bool) -> Self {
+        Self::Running {
+            link,
+            proving,
+            ended_by_call: false,
+        }
+    }
+
     /// What the phase holds, let go.
     fn into_leftover(self) -> Option<Leftover<S, L>> {
         match self {
             Self::Opening { warm } => warm.map(Leftover::Warm),
-            Self::Running { link, .. } | Self::AwaitingSettle { link } => {
+            Self::Running { link, .. } | Self::AwaitingSettle { link, .. } => {
                 Some(Leftover::Link(link))
             }
             Self::Closing { link, .. } => link.map(Leftover::Link),
@@ -194,7 +231,7 @@ impl<S, L> TurnPhase<S, L> {
     /// The session in use, if any.
     pub(crate) fn link(&self) -> Option<&L> {
         match self {
-            Self::Running { link, .. } | Self::AwaitingSettle { link } => Some(link),
+            Self::Running { link, .. } | Self::AwaitingSettle { link, .. } => Some(link),
             Self::Closing { link, .. } => link.as_ref(),
             Self::Opening { .. } | Self::Released { .. } => None,
         }
@@ -203,7 +240,7 @@ impl<S, L> TurnPhase<S, L> {
     /// The session in use, if any, to change.
     pub(crate) fn link_mut(&mut self) -> Option<&mut L> {
         match self {
-            Self::Running { link, .. } | Self::AwaitingSettle { link } => Some(link),
+            Self::Running { link, .. } | Self::AwaitingSettle { link, .. } => Some(link),
             Self::Closing { link, .. } => link.as_mut(),
             Self::Opening { .. } | Self::Released { .. } => None,
         }
@@ -233,6 +270,20 @@ impl<S, L> TurnPhase<S, L> {
         matches!(self, Self::Running { proving: true, .. })
     }
 
+    /// Whether the agent called a tool that ends the turn.
+    pub(crate) fn ended_by_call(&self) -> bool {
+        matches!(
+            self,
+            Self::Running {
+                ended_by_call: true,
+                ..
+            } | Self::AwaitingSettle {
+                ended_by_call: true,
+                ..
+            }
+        )
+    }
+
     /// Whether the session was handed back or is gone.
     pub(crate) fn is_released(&self) -> bool {
         matches!(self, Self::Released { .. })
@@ -255,11 +306,18 @@ mod tests {
     const OPENING: Phase = TurnPhase::Opening { warm: None };
 
     fn running(link: &'static str, proving: bool) -> Phase {
-        TurnPhase::Running { link, proving }
+        TurnPhase::Running {
+            link,
+            proving,
+            ended_by_call: false,
+        }
     }
 
     fn settling(link: &'static str) -> Phase {
-        TurnPhase::AwaitingSettle { link }
+        TurnPhase::AwaitingSettle {
+            link,
+            ended_by_call: false,
+        }
     }
 
     fn closing(link: Option<&'static str>, outcome: TurnOutcome) -> Phase {
@@ -455,6 +513,72 @@ mod tests {
                 Some(Link("b")),
             ),
         ]);
+    }
+
+    #[test]
+    fn a_call_that_ends_the_turn_is_kept_until_the_turn_ends() {
+        let ended_running = TurnPhase::Running {
+            link: "a",
+            proving: true,
+            ended_by_call: true,
+        };
+        let ended_settling = TurnPhase::AwaitingSettle {
+            link: "a",
+            ended_by_call: true,
+        };
+        check(vec![
+            (
+                running("a", true),
+                TurnStep::EndingCall,
+                ended_running.clone(),
+                None,
+            ),
+            (
+                settling("a"),
+                TurnStep::EndingCall,
+                ended_settling.clone(),
+                None,
+            ),
+            (
+                ended_running.clone(),
+                TurnStep::ResultArrived,
+                ended_settling.clone(),
+                None,
+            ),
+            (
+                ended_running.clone(),
+                TurnStep::ShowedLife,
+                TurnPhase::Running {
+                    link: "a",
+                    proving: false,
+                    ended_by_call: true,
+                },
+                None,
+            ),
+            // Its answer is given: nothing is re-prompted.
+            (
+                ended_settling.clone(),
+                TurnStep::Reprompted,
+                ended_settling.clone(),
+                None,
+            ),
+            // A new session is a new start.
+            (
+                ended_running.clone(),
+                attached("b", false),
+                running("b", false),
+                Some(Leftover::Link("a")),
+            ),
+            (OPENING, TurnStep::EndingCall, OPENING, None),
+            (
+                closing(Some("a"), TurnOutcome::Interrupted),
+                TurnStep::EndingCall,
+                closing(Some("a"), TurnOutcome::Interrupted),
+                None,
+            ),
+        ]);
+        assert!(ended_running.ended_by_call() && ended_settling.ended_by_call());
+        assert!(!running("a", false).ended_by_call() && !settling("a").ended_by_call());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use super::TurnActor;
 use super::pending::{answer_when_delivered, answer_when_delivered_or_accepted};
+use super::phase::TurnStep;
 use super::watchdogs::TelegramAnswered;
 use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
@@ -195,7 +196,7 @@ impl TurnActor {
             return;
         }
         if call.ends_turn {
-            self.ended_explicitly = true;
+            self.step(TurnStep::EndingCall);
         }
         let tool = match call.tool {
             Ok(tool) => tool,

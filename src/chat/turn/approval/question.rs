@@ -2,6 +2,7 @@
 //! visible), its buttons, the file that carries what does not fit, and what
 //! "always in this chat" remembers.
 
+use crate::chat::notices::approval as texts;
 use std::io::Read;
 
 use serde_json::Value;
@@ -152,13 +153,10 @@ pub(super) fn presented(
     if whole.encode_utf16().count() + VERDICT_ROOM <= TELEGRAM_TEXT_LIMIT {
         return (whole, None);
     }
-    let text = format!(
-        "{subject}\nIt is too long for a message ({} characters): the whole of it is in {file_name} above. Read it before you answer.",
-        whole.chars().count()
-    );
+    let text = texts::too_long(subject, whole.chars().count(), file_name);
     let file = QuestionFile {
         name: file_name.to_string(),
-        caption: format!("The whole of: {subject}"),
+        caption: texts::whole_of(subject),
         text: whole,
     };
     (text, Some(file))
@@ -197,10 +195,7 @@ pub(super) fn tool_message(
     let tool = visible(ask.tool.full());
     let (whole, file) = match ask.remember {
         Remember::ByTool | Remember::Once => (
-            format!(
-                "{whose}🔐 The agent asks to use {tool}:\n{}",
-                summary(&ask.tool, &ask.input)
-            ),
+            texts::asks_to_use(whose, &tool, &summary(&ask.tool, &ask.input)),
             if ask.tool.bare() == "Bash" {
                 "command.txt"
             } else {
@@ -209,22 +204,23 @@ pub(super) fn tool_message(
         ),
         Remember::Exactly | Remember::Never => {
             let never = if ask.remember == Remember::Never {
-                "\n(No \"always\": this request carries what cannot be shown as text, or is too large to remember.)"
+                texts::NO_ALWAYS
             } else {
                 ""
             };
             (
-                format!(
-                    "{whose}🔐 The agent asks to use {tool}:\n{}{never}",
-                    request_summary(&ask.input)
+                texts::asks_to_use(
+                    whose,
+                    &tool,
+                    &format!("{}{never}", request_summary(&ask.input)),
                 ),
                 "request.txt",
             )
         }
     };
-    let subject = format!("{whose}🔐 The agent asks to use {tool}.");
+    let subject = texts::asks_to_use_subject(whose, &tool);
     let (text, file) = presented(whole, &subject, file);
-    let mut first = vec![button("Allow", Choice::Allow, ButtonStyle::Success)];
+    let mut first = vec![button(texts::ALLOW, Choice::Allow, ButtonStyle::Success)];
     if always {
         first.push(button(
             &always_label(project),
@@ -237,7 +233,7 @@ pub(super) fn tool_message(
         file,
         keyboard: vec![
             first,
-            vec![button("Deny", Choice::Deny, ButtonStyle::Danger)],
+            vec![button(texts::DENY, Choice::Deny, ButtonStyle::Danger)],
         ],
     }
 }
@@ -246,12 +242,9 @@ pub(super) fn tool_message(
 /// project it is in when it is in one (a rule never runs in another).
 pub(super) fn always_label(project: &str) -> String {
     if project.is_empty() {
-        "Always in this chat".to_string()
+        texts::ALWAYS_HERE.to_string()
     } else {
-        bounded(
-            &format!("Always in this chat, project {}", visible(project)),
-            BUTTON_LABEL,
-        )
+        bounded(&texts::always_in_project(&visible(project)), BUTTON_LABEL)
     }
 }
 
@@ -263,7 +256,7 @@ pub(super) fn question_messages(questions: &[Question], token: &str, whose: &str
         .iter()
         .enumerate()
         .map(|(qi, q)| {
-            let mut whole = format!("{whose}❓ {}", visible(&q.text));
+            let mut whole = texts::question(whose, &visible(&q.text));
             let listed = q.options.iter().any(|o| o.chars().count() > BUTTON_LABEL)
                 || q.descriptions.iter().any(|d| !d.is_empty());
             if listed {
@@ -291,7 +284,7 @@ pub(super) fn question_messages(questions: &[Question], token: &str, whose: &str
                     )]
                 })
                 .collect();
-            let subject = format!("{whose}❓ The agent asks a question.");
+            let subject = texts::question_subject(whose);
             let (text, file) = presented(whole, &subject, "question.txt");
             Asked {
                 text,
@@ -324,10 +317,7 @@ pub(super) fn whose(senders: &[Sender], group: bool) -> String {
             }
         })
         .collect();
-    format!(
-        "👥 For messages from {}. Only they, or an admin, can answer.\n",
-        names.join(", ")
-    )
+    texts::for_messages_from(&names.join(", "))
 }
 
 /// `text` made [`visible`], its line breaks written out too: a name

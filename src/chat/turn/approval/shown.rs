@@ -52,11 +52,7 @@ pub(super) fn visible_command(command: &str) -> String {
 
 /// `c`, `n` times over, written out: `⟦U+0009⟧`, `⟦U+0020 ×3⟧`.
 pub(super) fn mark(c: char, n: usize) -> String {
-    if n == 1 {
-        format!("⟦U+{:04X}⟧", u32::from(c))
-    } else {
-        format!("⟦U+{:04X} ×{n}⟧", u32::from(c))
-    }
+    crate::chat::notices::approval::hidden(c, n)
 }
 
 /// Whether `c` would not show in a message (or would change how what

@@ -1,6 +1,7 @@
 //! What the agent is told of an approval's verdict, and what the chat's
 //! question shows.
 
+use crate::chat::notices::approval as texts;
 use serde_json::Value;
 
 use super::{Kind, Verdict};
@@ -23,15 +24,9 @@ impl TurnActor {
                 let how = match (always, rule) {
                     (true, Some(rule)) => {
                         let how = match &rule {
-                            AlwaysRule::BashCommand(_) => {
-                                " (always in this chat: exactly this command)".to_string()
-                            }
-                            AlwaysRule::Request(_) => {
-                                " (always in this chat: exactly this request)".to_string()
-                            }
-                            AlwaysRule::Tool(name) => {
-                                format!(" (always in this chat: every {} call)", visible(name))
-                            }
+                            AlwaysRule::BashCommand(_) => texts::ALWAYS_THIS_COMMAND.to_string(),
+                            AlwaysRule::Request(_) => texts::ALWAYS_THIS_REQUEST.to_string(),
+                            AlwaysRule::Tool(name) => texts::always_every(&visible(name)),
                         };
                         self.deps
                             .inbox
@@ -44,14 +39,14 @@ impl TurnActor {
                     Permission::Allow {
                         input: input.clone(),
                     },
-                    format!("✅ Allowed by {}{how}", by.name),
+                    texts::allowed_by(&by.name, &how),
                 )
             }
             (Verdict::Answered { by }, Kind::Questions { answers, .. }) => (
                 Permission::Allow {
                     input: with_answers(input, answers),
                 },
-                format!("✅ Answered by {}", by.name),
+                texts::answered_by(&by.name),
             ),
             (Verdict::Denied { by }, _) => (
                 Permission::Deny {
@@ -60,7 +55,7 @@ impl TurnActor {
                         by.name
                     ),
                 },
-                format!("❌ Denied by {}", by.name),
+                texts::denied_by(&by.name),
             ),
             (Verdict::TimedOut, _) => {
                 let timeout = humantime::format_duration(self.deps.config.approval_timeout);
@@ -68,21 +63,21 @@ impl TurnActor {
                     Permission::Deny {
                         message: format!("Nobody in the chat answered within {timeout}; not run."),
                     },
-                    format!("⌛ No answer in {timeout}"),
+                    texts::no_answer_in(&timeout.to_string()),
                 )
             }
             (Verdict::Ended(why), _) => (
                 Permission::Deny {
                     message: format!("Not run: {why}."),
                 },
-                format!("❌ Not run: {why}"),
+                texts::not_run_because(why),
             ),
             // A verdict of the other kind cannot be built for an ask.
             (Verdict::Allowed { .. } | Verdict::Answered { .. }, _) => (
                 Permission::Deny {
                     message: "not run".into(),
                 },
-                "❌ Not run".to_string(),
+                texts::NOT_RUN.to_string(),
             ),
         }
     }
