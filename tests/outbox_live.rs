@@ -225,27 +225,33 @@ async fn a_429_on_live_text_holds_the_chat_and_only_the_newest_text_follows() {
 
 #[actix_rt::test]
 async fn purge_drops_what_the_conversation_queued_and_nothing_else() {
+    // A forum group: a private chat takes no topic while the bot's topics
+    // mode is off.
+    const GROUP: i64 = -1001;
     let api = FakeBotApi::start().await;
     let outbox = outbox(&api, Harness::fast_limits());
     api.inject("sendMessage", Fault::Delay(Duration::from_millis(500)));
-    let (one, one_sent) = SendText::tracked(ChatId(1), "one");
+    let (one, one_sent) = SendText::tracked(ChatId(GROUP), "one");
     outbox.do_send(one);
     api.wait_for_call("sendMessage", SOON).await;
-    let (two, two_sent) = SendText::tracked(ChatId(1), "two");
+    let (two, two_sent) = SendText::tracked(ChatId(GROUP), "two");
     outbox.do_send(two);
-    outbox.do_send(show(1, Slot::next(), "a status"));
-    let (question, asked) =
-        SendQuestion::new(ChatId(1), "Run it?", vec![vec![Button::new("Yes", "y")]]);
+    outbox.do_send(show(GROUP, Slot::next(), "a status"));
+    let (question, asked) = SendQuestion::new(
+        ChatId(GROUP),
+        "Run it?",
+        vec![vec![Button::new("Yes", "y")]],
+    );
     outbox.do_send(question);
-    let mut topic = SendText::new(ChatId(1), "in topic 5");
+    let mut topic = SendText::new(ChatId(GROUP), "in topic 5");
     topic.to.topic = Some(ThreadId(MessageId(5)));
     outbox.do_send(topic);
     outbox.do_send(Purge {
-        to: ChatId(1).into(),
+        to: ChatId(GROUP).into(),
     });
-    outbox.do_send(SendText::new(ChatId(1), "stopped"));
+    outbox.do_send(SendText::new(ChatId(GROUP), "stopped"));
 
-    let all = api.wait_for_texts(1, 3, SOON).await;
+    let all = api.wait_for_texts(GROUP, 3, SOON).await;
     assert_eq!(all, ["one", "in topic 5", "stopped"]);
     assert!(one_sent.await.expect("answered").is_ok(), "in flight: sent");
     assert_eq!(two_sent.await.expect("answered"), Err(OutboxError::Dropped));
