@@ -12,6 +12,12 @@ use support::bot_api::styles_of;
 use support::*;
 use turnstile::agent::{Scenario, Step};
 
+/// The first message in a topic `/new` opened.
+const OPENED: &str = "🆕 A fresh conversation: write here.";
+/// Where `/new` was asked, once its topic is open.
+const ELSEWHERE: &str =
+    "🆕 A fresh conversation is open in the new topic; this one goes on as it was.";
+
 /// A turn that asks to run a tool, waits for the answer and then ends: a
 /// turn that runs until the user presses a button.
 fn asking() -> Scenario {
@@ -39,13 +45,29 @@ fn message(topic: Option<i64>, text: &str) -> Value {
 }
 
 /// The successful `sendMessage` calls to the user's chat, in order.
-fn sends(h: &Harness) -> Vec<Value> {
+/// What the bot sent to the user's chat, once a message starting with
+/// each of `wanted` is among it (a turn can end before its last message
+/// reaches Telegram: the send tool is answered once the outbox took it).
+async fn sends(h: &Harness, wanted: &[&str]) -> Vec<Value> {
+    let what = format!("messages starting {wanted:?}");
     h.api
-        .calls_of("sendMessage")
-        .into_iter()
-        .filter(|c| c.status == 200 && c.params["chat_id"] == json!(USER))
-        .map(|c| c.params)
-        .collect()
+        .wait_for(SOON, &what, |calls| {
+            let sent: Vec<Value> = calls
+                .iter()
+                .filter(|c| {
+                    c.method == "sendmessage"
+                        && c.status == 200
+                        && c.params["chat_id"] == json!(USER)
+                })
+                .map(|c| c.params.clone())
+                .collect();
+            let all = wanted.iter().all(|start| {
+                sent.iter()
+                    .any(|p| p["text"].as_str().is_some_and(|t| t.starts_with(start)))
+            });
+            all.then_some(sent)
+        })
+        .await
 }
 
 /// The topic (`message_thread_id`) the message whose text starts with
@@ -94,7 +116,7 @@ async fn two_private_topics_run_their_turns_at_once_and_answer_in_their_own_topi
     h.api
         .push_callback(USER, USER, seven, &data(&seven_buttons, "Deny"));
     h.turn_ended(USER, 2).await;
-    let sent = sends(&h);
+    let sent = sends(&h, &["allowed:", "denied:"]).await;
     assert_eq!(topic_of(&sent, "allowed:"), Some(json!(9)), "{sent:?}");
     assert_eq!(topic_of(&sent, "denied:"), Some(json!(7)), "{sent:?}");
     let mut keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
@@ -109,7 +131,7 @@ async fn outside_any_topic_a_private_chat_with_topics_is_the_chat_itself() {
     h.turn_ended(USER, 1).await;
     h.api.push_message(message(Some(7), "topical"));
     h.turn_ended(USER, 2).await;
-    let sent = sends(&h);
+    let sent = sends(&h, &["echo: plain", "echo: topical"]).await;
     assert_eq!(topic_of(&sent, "echo: plain"), None, "{sent:?}");
     assert_eq!(topic_of(&sent, "echo: topical"), Some(json!(7)), "{sent:?}");
     // Typing shows where the turn runs.
@@ -133,7 +155,7 @@ async fn with_the_bots_topics_mode_off_a_topic_id_in_a_private_chat_is_not_taken
     h.turn_ended(USER, 1).await;
     h.api.push_message(message(Some(-4), "two"));
     h.turn_ended(USER, 2).await;
-    let sent = sends(&h);
+    let sent = sends(&h, &["echo: one", "echo: two"]).await;
     assert_eq!(topic_of(&sent, "echo: one"), None, "{sent:?}");
     assert_eq!(topic_of(&sent, "echo: two"), None, "{sent:?}");
     let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
@@ -149,7 +171,7 @@ async fn a_topic_number_that_is_not_positive_is_the_chat_itself() {
     let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
     h.api.push_message(message(Some(-4), "negative"));
     h.turn_ended(USER, 1).await;
-    let sent = sends(&h);
+    let sent = sends(&h, &["echo: negative"]).await;
     assert_eq!(topic_of(&sent, "echo: negative"), None, "{sent:?}");
     let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, vec![USER.to_string()]);
@@ -242,13 +264,18 @@ async fn new_in_a_private_chat_with_topics_opens_a_topic_and_the_old_conversatio
     h.turn_ended(USER, 2).await;
     h.api.push_message(message(None, "the old one again"));
     h.turn_ended(USER, 3).await;
-    let sent = sends(&h);
-    assert_eq!(
-        topic_of(&sent, "🆕 A fresh"),
-        Some(json!(topic)),
-        "{sent:?}"
-    );
-    assert_eq!(topic_of(&sent, "🆕 A fresh conversation is open"), None);
+    let sent = sends(
+        &h,
+        &[
+            OPENED,
+            ELSEWHERE,
+            "echo: in the new one",
+            "echo: the old one again",
+        ],
+    )
+    .await;
+    assert_eq!(topic_of(&sent, OPENED), Some(json!(topic)), "{sent:?}");
+    assert_eq!(topic_of(&sent, ELSEWHERE), None);
     assert_eq!(topic_of(&sent, "echo: in the new one"), Some(json!(topic)));
     assert_eq!(topic_of(&sent, "echo: the old one again"), None);
     let opens = h.backend.log().opens;
@@ -277,7 +304,7 @@ async fn fork_in_a_private_chat_with_topics_opens_a_topic_with_a_copy() {
     let topic = opened_topic(&h, "🍴 plan a trip").await;
     h.api.push_message(message(Some(topic), "go on"));
     h.turn_ended(USER, 2).await;
-    let sent = sends(&h);
+    let sent = sends(&h, &["echo: go on"]).await;
     assert_eq!(
         topic_of(&sent, "echo: go on"),
         Some(json!(topic)),
@@ -311,6 +338,39 @@ async fn new_in_a_group_stays_where_it_is_whatever_the_private_topics_mode() {
         told.params
     );
     assert!(h.api.calls_of("createForumTopic").is_empty());
+}
+
+#[actix_rt::test]
+async fn new_keeps_the_conversation_when_telegram_does_not_confirm_the_topic() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "first"));
+    h.turn_ended(USER, 1).await;
+    // The topic is made, but the answer never comes back.
+    h.api.inject("createForumTopic", Fault::DoneNoAnswer);
+    h.api.push_message(message(None, "/new"));
+    let sent = sends(&h, &["⚠️ Telegram did not confirm a new topic"]).await;
+    assert_eq!(
+        topic_of(&sent, "⚠️ Telegram did not confirm"),
+        None,
+        "told where /new was asked: {sent:?}"
+    );
+    h.api.push_message(message(None, "second"));
+    h.turn_ended(USER, 2).await;
+    let sent = sends(&h, &["echo: second"]).await;
+    assert!(
+        !sent.iter().any(|p| p["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("🆕 The next message starts"))),
+        "not started afresh: {sent:?}"
+    );
+    let opens = h.backend.log().opens;
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    let resumed = opens[1].1.as_deref().unwrap_or_default();
+    assert!(
+        resumed.starts_with(&format!("scripted-{USER}-")),
+        "the old session goes on: {opens:?}"
+    );
 }
 
 #[actix_rt::test]

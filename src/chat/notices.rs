@@ -12,8 +12,8 @@ pub mod stopping;
 
 pub use self::answers::{
     ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NEW_TOPIC_ELSEWHERE, NEW_TOPIC_NAME,
-    NEW_TOPIC_OPENED, NOT_FOR_YOU, NOTHING_TO_FORK, NOTHING_TO_STOP, QUESTION_EXPIRED, only_admins,
-    refusal, restarting,
+    NEW_TOPIC_OPENED, NEW_TOPIC_UNCONFIRMED, NOT_FOR_YOU, NOTHING_TO_FORK, NOTHING_TO_STOP,
+    QUESTION_EXPIRED, only_admins, refusal, restarting,
 };
 use crate::chat::outcome::TurnOutcome;
 

@@ -391,9 +391,6 @@ fn send_draft(params: &Value) -> Answer {
     }
 }
 
-/// Telegram's checks of a text and its `entities`: at most 4096 UTF-16
-/// units, and entities that keep the rules (`telegram::format::validate`);
-/// a 400 "can't parse entities" otherwise, as Telegram answers.
 /// Refuses a button `style` other than Telegram's three (`danger`,
 /// `success`, `primary`).
 fn check_styles(params: &Value) -> Result<(), Answer> {
@@ -417,6 +414,9 @@ fn check_styles(params: &Value) -> Result<(), Answer> {
     Ok(())
 }
 
+/// Telegram's checks of a text and its `entities`: at most 4096 UTF-16
+/// units, and entities that keep the rules (`telegram::format::validate`);
+/// a 400 "can't parse entities" otherwise, as Telegram answers.
 fn check_entities(text: &str, params: &Value) -> Result<(), Answer> {
     if text.encode_utf16().count() > 4096 {
         return Err(error(400, "Bad Request: message is too long", None));

@@ -17,7 +17,7 @@ use crate::chat::supervisor::{Choose, Chosen};
 use crate::ids::Conversation;
 use crate::incoming::{Command, Incoming, Press};
 use crate::telegram::outbox::{
-    AnswerCallback, Button, CreateTopic, EditQuestion, SendQuestion, SendText,
+    AnswerCallback, Button, CreateTopic, EditQuestion, OutboxError, SendQuestion, SendText,
 };
 
 /// What the answer to a [`Chosen`] says, for a model or a session.
@@ -287,11 +287,19 @@ impl Dispatcher {
                     outbox.do_send(SendText::new(into, notices::NEW_TOPIC_OPENED));
                     outbox.do_send(SendText::new(from, notices::NEW_TOPIC_ELSEWHERE));
                 }
-                Ok(Err(err)) => {
+                // Telegram said no: no topic was made.
+                Ok(Err(err @ (OutboxError::Refused(_) | OutboxError::Blocked))) => {
                     tracing::warn!(cause = %err, "no topic for /new; the conversation starts afresh where it is");
                     act.deliver(from, ForChat::Command(Command::New), ctx);
                 }
-                Err(_) => {}
+                // The topic may exist: the conversation is not started
+                // afresh, so its session is never lost to a topic that may
+                // have been made.
+                Ok(Err(err)) => {
+                    tracing::warn!(cause = %err, "a topic for /new was not confirmed; the conversation goes on as it was");
+                    outbox.do_send(SendText::new(from, notices::NEW_TOPIC_UNCONFIRMED));
+                }
+                Err(_) => tracing::debug!("the outbox stopped before /new's topic was made"),
             }
         }));
     }

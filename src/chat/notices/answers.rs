@@ -33,6 +33,11 @@ pub const NEW_TOPIC_OPENED: &str = "🆕 A fresh conversation: write here.";
 pub const NEW_TOPIC_ELSEWHERE: &str =
     "🆕 A fresh conversation is open in the new topic; this one goes on as it was.";
 
+/// `/new` asked for a topic and Telegram did not confirm it (no answer, or
+/// none came in time): the topic may exist anyway, so the conversation is
+/// not started afresh where it is.
+pub const NEW_TOPIC_UNCONFIRMED: &str = "⚠️ Telegram did not confirm a new topic. This conversation goes on as it was: if a topic “🆕 New conversation” appeared, write there to start afresh; if not, send /new again.";
+
 /// `/restart` while the bot already stops.
 pub const ALREADY_STOPPING: &str = "Already stopping.";
 
