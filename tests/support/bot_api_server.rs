@@ -108,6 +108,9 @@ impl Shared {
         file: Option<files::Part>,
     ) -> Answer {
         let int = |name: &str| params.get(name).and_then(as_i64);
+        if let Err(refusal) = self.check_thread(method, params) {
+            return refusal;
+        }
         match method {
             "getupdates" => {
                 self.polls.fetch_add(1, Ordering::Relaxed);
@@ -168,6 +171,26 @@ impl Shared {
         chat < 0 || self.private_topics.load(Ordering::Relaxed)
     }
 
+    /// Every send method refuses a `message_thread_id` where the chat has
+    /// no topics, as Telegram does.
+    fn check_thread(&self, method: &str, params: &Value) -> Result<(), Answer> {
+        const SENDS: [&str; 5] = [
+            "sendmessage",
+            "senddocument",
+            "sendphoto",
+            "sendchataction",
+            "sendmessagedraft",
+        ];
+        let thread = params.get("message_thread_id").and_then(as_i64);
+        let chat = params.get("chat_id").and_then(as_i64);
+        match (thread, chat) {
+            (Some(_), Some(chat)) if SENDS.contains(&method) && !self.has_topics(chat) => {
+                Err(error(400, "Bad Request: message thread not found", None))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// `createForumTopic`: in a group (a negative chat id), or a private chat
     /// with the bot's topics mode on, with a name of 1 to 128 characters, a
     /// new topic numbered as messages are.
@@ -225,10 +248,6 @@ impl Shared {
         };
         if let Err(refusal) = check_entities(text, params) {
             return refusal;
-        }
-        let thread = params.get("message_thread_id").and_then(as_i64);
-        if thread.is_some() && !self.has_topics(chat_id) {
-            return error(400, "Bad Request: message thread not found", None);
         }
         if let Err(refusal) = check_styles(params) {
             return refusal;
