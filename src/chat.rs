@@ -5,7 +5,7 @@
 
 pub(crate) mod dispatcher;
 pub(crate) mod menus;
-pub(crate) mod notices;
+pub mod notices;
 pub(crate) mod outcome;
 pub(crate) mod slots;
 pub(crate) mod supervisor;

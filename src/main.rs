@@ -403,7 +403,7 @@ fn run(config: Config) -> anyhow::Result<()> {
         {
             bot.outbox.do_send(turnstile::telegram::SendText::new(
                 teloxide::types::ChatId(chat),
-                "✅ Restarted.",
+                turnstile::chat::notices::RESTARTED,
             ));
         }
         let exit = tokio::select! {

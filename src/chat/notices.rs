@@ -254,6 +254,17 @@ pub fn agent_unscheduled(id: i64) -> String {
     format!("⏰ The agent removed schedule #{id}.")
 }
 
+/// The reaction on a steered message once the agent has read it.
+pub const READ_MARK: &str = "👀";
+
+/// Told to the chat that asked for `/restart` once the new process runs.
+pub const RESTARTED: &str = "✅ Restarted.";
+
+/// Told to the chat when a file it sent could not be fetched.
+pub(crate) fn file_not_received(kind: &str, shown: &str, err: &str) -> String {
+    format!("⚠️ The {kind}{shown} was not received: {err}.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,7 +247,11 @@ impl Files {
                         .push(format!("[{kind}{shown} not received: {err}]"));
                     received
                         .notices
-                        .push(format!("⚠️ The {kind}{shown} was not received: {err}."));
+                        .push(crate::chat::notices::file_not_received(
+                            kind,
+                            &shown,
+                            &err.to_string(),
+                        ));
                 }
             }
         }

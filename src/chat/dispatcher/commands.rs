@@ -8,9 +8,9 @@ use teloxide::types::UserId;
 use super::{Dispatcher, ForChat, HostRequest};
 use crate::chat::menus;
 use crate::chat::notices;
+use crate::chat::notices::STORE_UNREADABLE;
 use crate::chat::notices::help::{self, Abilities};
 use crate::chat::notices::settings;
-use crate::chat::notices::{STORE_UNREADABLE, counted};
 use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
 use crate::config::GroupMode;
@@ -75,12 +75,8 @@ impl Dispatcher {
             ctx.spawn(
                 async move {
                     let text = match cleared.await {
-                        Some(0) => "No tool was allowed without asking in this chat.".to_string(),
-                        Some(n) => settings::approvals_forgotten(&counted(
-                            n,
-                            "tool approval",
-                            "tool approvals",
-                        )),
+                        Some(0) => settings::NO_APPROVALS.to_string(),
+                        Some(n) => settings::approvals_forgotten(&settings::tool_approvals(n)),
                         None => settings::APPROVALS_NOT_CLEARED.to_string(),
                     };
                     outbox.do_send(SendText::new(to, text));
@@ -95,16 +91,12 @@ impl Dispatcher {
                 let Ok((project, rules)) = rules.await else {
                     return outbox.do_send(SendText::new(to, STORE_UNREADABLE));
                 };
-                let here = if project.is_empty() {
-                    "in this chat".to_string()
-                } else {
-                    format!("in this chat while in project {project}")
-                };
+                let here = settings::approvals_here(&project);
                 let text = if rules.is_empty() {
-                    format!("Every tool asks before it runs {here}.")
+                    settings::no_approvals_listed(&here)
                 } else {
                     let rules: Vec<String> = (rules.iter())
-                        .map(|grant| format!("• {}", describe_rule(&grant.rule)))
+                        .map(|grant| settings::rule_line(&describe_rule(&grant.rule)))
                         .collect();
                     settings::approvals_listed(&here, &rules.join("\n"))
                 };
@@ -152,7 +144,7 @@ impl Dispatcher {
         let header = if private {
             help::status_header(self.chats.len(), self.slots.running(), self.slots.free())
         } else {
-            "This chat only (ask in a private chat with the bot for all chats).".to_owned()
+            help::STATUS_THIS_CHAT.to_owned()
         };
         let asks: Vec<_> = self
             .chats
@@ -174,11 +166,7 @@ impl Dispatcher {
                     let Ok(line) = line else { continue };
                     text.push('\n');
                     text.push_str(&line);
-                    match project {
-                        Ok(project) if project.is_empty() => {}
-                        Ok(project) => text.push_str(&format!(", project {project}")),
-                        Err(err) => text.push_str(&format!(", project unknown ({err})")),
-                    }
+                    text.push_str(&help::status_project(project.as_deref()));
                 }
                 outbox.do_send(SendText::new(chat, text));
             }

@@ -152,7 +152,7 @@ impl Dispatcher {
             && let Some(project) = self.choices.projects.get(&entry)
             && !project.admits(user)
         {
-            let text = "You may not move this conversation to that project.";
+            let text = notices::menus::PROJECT_NOT_ALLOWED;
             return outbox.do_send(AnswerCallback::new(to.chat, callback, text));
         }
         self.lists.close(to, pick.kind);

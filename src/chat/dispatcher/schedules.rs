@@ -64,8 +64,7 @@ impl Dispatcher {
                     return outbox.do_send(SendText::new(to, notices::STORE_UNREADABLE));
                 };
                 if list.is_empty() {
-                    let text =
-                        format!("No schedules in this conversation.\n\n{}", schedules::USAGE);
+                    let text = schedules::none_here();
                     return outbox.do_send(SendText::new(to, text));
                 }
                 let own = list.iter().filter(|s| !s.locked).count();
@@ -110,7 +109,7 @@ impl Dispatcher {
                     Some(message) => outbox.do_send(EditQuestion::new(
                         to.chat,
                         message,
-                        format!("{text} /schedules lists the rest."),
+                        schedules::removed_on_list(&text),
                     )),
                     None => outbox.do_send(SendText::new(to, text)),
                 }

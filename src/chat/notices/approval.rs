@@ -107,3 +107,15 @@ pub const NOT_RUN: &str = "❌ Not run";
 
 /// A decided question pressed again, once its text is gone.
 pub const QUESTION_CLOSED: &str = "⌛ This question is closed.";
+
+/// The answer to a press by someone whose message the turn does not answer.
+pub const NOT_YOURS: &str = "Only those whose messages led to this, or an admin, can answer it.";
+
+/// The answer to "Allow", or to "Always" when a rule is remembered.
+pub fn allowed(always: bool) -> &'static str {
+    if always {
+        "Allowed in this chat"
+    } else {
+        "Allowed"
+    }
+}

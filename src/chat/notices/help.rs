@@ -127,6 +127,20 @@ pub(crate) fn status_header(chats: usize, running: usize, free: usize) -> String
     )
 }
 
+/// What `/status` opens with in a group, or for anyone but an admin.
+pub(crate) const STATUS_THIS_CHAT: &str =
+    "This chat only (ask in a private chat with the bot for all chats).";
+
+/// What a `/status` line ends with: the chat's project, if it is in one, or
+/// why it could not be read.
+pub(crate) fn status_project<E: std::fmt::Display>(project: Result<&str, E>) -> String {
+    match project {
+        Ok("") => String::new(),
+        Ok(project) => format!(", project {project}"),
+        Err(err) => format!(", project unknown ({err})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

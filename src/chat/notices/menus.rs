@@ -168,3 +168,6 @@ pub fn usage_admin(all: &UsagePeriods, top: &[(Conversation, UsageTotals)]) -> S
     }
     text
 }
+
+/// The answer to a press on a project the presser may not move to.
+pub const PROJECT_NOT_ALLOWED: &str = "You may not move this conversation to that project.";

@@ -47,3 +47,13 @@ pub fn remove(name: &str) -> String {
 pub fn not_removed(why: &str) -> String {
     format!("⚠️ Not removed: {why}.")
 }
+
+/// `/schedules` in a conversation without any.
+pub fn none_here() -> String {
+    format!("No schedules in this conversation.\n\n{USAGE}")
+}
+
+/// The list a schedule was removed from, as it reads afterwards.
+pub fn removed_on_list(removed: &str) -> String {
+    format!("{removed} /schedules lists the rest.")
+}

@@ -1,7 +1,7 @@
 //! What the chat is told about the choices it keeps: project, model,
 //! session, fork, tool approvals and usage.
 
-use super::bounded;
+use super::{bounded, counted};
 
 /// A session picked that is not the conversation's.
 pub const NOT_THIS_SESSION: &str = "⚠️ That session is not one of this conversation's.";
@@ -88,4 +88,31 @@ pub fn approvals_listed(here: &str, rules: &str) -> String {
 /// `/usage`'s heading, before the conversation's lines.
 pub fn usage_here(lines: &str) -> String {
     format!("📊 This conversation:\n{lines}")
+}
+
+/// `/permissions clear` where no tool was allowed without asking.
+pub const NO_APPROVALS: &str = "No tool was allowed without asking in this chat.";
+
+/// Where `/permissions` speaks of: the chat, and its project when in one.
+pub fn approvals_here(project: &str) -> String {
+    if project.is_empty() {
+        "in this chat".to_string()
+    } else {
+        format!("in this chat while in project {project}")
+    }
+}
+
+/// `/permissions` where every tool asks before it runs.
+pub fn no_approvals_listed(here: &str) -> String {
+    format!("Every tool asks before it runs {here}.")
+}
+
+/// How many remembered tool approvals `/permissions clear` forgot.
+pub fn tool_approvals(n: usize) -> String {
+    counted(n, "tool approval", "tool approvals")
+}
+
+/// One rule `/permissions` lists.
+pub fn rule_line(rule: &str) -> String {
+    format!("• {rule}")
 }

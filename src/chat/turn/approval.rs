@@ -384,10 +384,7 @@ impl Handler<ButtonPressed> for TurnActor {
                 user_id = press.user.0,
                 "approval press by someone whose message the turn does not answer refused"
             );
-            return answer(
-                self,
-                "Only those whose messages led to this, or an admin, can answer it.",
-            );
+            return answer(self, notices::approval::NOT_YOURS);
         }
         // Shown on the question: on one line, as the names it starts with.
         let by = Presser {
@@ -398,14 +395,7 @@ impl Handler<ButtonPressed> for TurnActor {
             (Choice::Allow | Choice::Always, Kind::Tool { rule, .. }) => {
                 // "Always" is offered only where a rule can be remembered.
                 let always = press.choice == Choice::Always && rule.is_some();
-                answer(
-                    self,
-                    if always {
-                        "Allowed in this chat"
-                    } else {
-                        "Allowed"
-                    },
-                );
+                answer(self, notices::approval::allowed(always));
                 self.decide(&press.token, Verdict::Allowed { by, always }, ctx);
             }
             (Choice::Deny, _) => {

@@ -17,8 +17,7 @@ use crate::incoming::Incoming;
 use crate::state::Disposition;
 use crate::telegram::outbox::React;
 
-/// The reaction on a steered message once the agent has read it.
-pub const READ_MARK: &str = "👀";
+pub use crate::chat::notices::READ_MARK;
 
 /// A message steered into the turn.
 #[derive(Debug)]
