@@ -12,6 +12,7 @@ pub mod backends;
 pub mod claude;
 pub mod host;
 pub mod network;
+mod notices;
 #[doc(hidden)]
 pub mod partial_json;
 mod result;

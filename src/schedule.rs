@@ -3,6 +3,7 @@
 //!
 //! - `when.rs`: the pure part, from an instant to a schedule's next slot;
 //! - `words.rs`: the timing as the chat and the agent write it;
+//! - `notices.rs`: what a schedule tells the chat and its agent;
 //! - `book.rs`: [`ScheduleBook`], making, listing and removing a
 //!   conversation's schedules within their bounds;
 //! - `scheduler.rs`: the [`Scheduler`] actor, one timer to the earliest
@@ -10,6 +11,7 @@
 //!   queues its run, then handed to the dispatcher ([`RunDue`]).
 
 pub mod book;
+mod notices;
 pub mod scheduler;
 pub use crate::when;
 pub mod words;

@@ -230,42 +230,129 @@ fn a_renamed_type_and_a_moved_file_are_found() {
     );
 }
 
-/// The rooms whose texts to a chat are all written in `src/chat/notices/`
-/// (a text the bot writes to a chat starts with, or holds, a pictograph:
-/// ⏹, ⚠️, 🔐, …).
-const TEXTS_IN_NOTICES: &[&str] = &[
-    "src/chat/supervisor.rs",
-    "src/chat/supervisor",
-    "src/chat/dispatcher.rs",
-    "src/chat/dispatcher",
-    "src/chat/menus.rs",
-    "src/chat/turn/approval.rs",
-    "src/chat/turn/approval",
-    "src/chat/turn/live.rs",
+/// Whether `path` (relative to the root) is a `notices` module: the one
+/// place of its room where texts to a chat are written.
+fn is_notices(path: &Path) -> bool {
+    path.components()
+        .any(|part| part.as_os_str() == "notices" || part.as_os_str() == "notices.rs")
+}
+
+/// Texts outside a `notices` module that are not for a chat user, each as
+/// its file and the start of the literal, with why.
+const NOT_TO_A_CHAT: &[(&str, &str)] = &[
+    // What the agent reads (tool descriptions, prompts, verdicts on its
+    // requests), not the chat.
+    ("src/agent/tools.rs", ""),
+    (
+        "src/agent/host/permissions.rs",
+        "The tool `{tool}` is not allowed",
+    ),
+    ("src/config.rs", "You are a helpful assistant"),
+    (
+        "src/chat/turn/approval/verdict.rs",
+        "Nobody in the chat answered",
+    ),
+    ("src/chat/turn/approval/verdict.rs", "Not run: {why}."),
+    // Markdown task-list boxes the renderer draws, not a text of its own.
+    ("src/telegram/format/render.rs", "☐ "),
+    ("src/telegram/format/render.rs", "☑ "),
+    // The fuzzer's own check of what it escaped.
+    ("src/fuzzing/agent.rs", "⟦U+"),
+];
+
+/// Calls and macros whose texts are for the operator or a programmer
+/// (logs, errors, panics), not for a chat.
+const FOR_THE_OPERATOR: &[&str] = &[
+    "trace!",
+    "debug!",
+    "info!",
+    "warn!",
+    "error!",
+    "event!",
+    "panic!",
+    "unreachable!",
+    "assert!",
+    "eprintln!",
+    "println!",
+    "bail!",
+    "anyhow!",
+    "error",
+    "expect",
+    "context",
+    "with_context",
 ];
 
 /// Whether `c` is a pictograph (arrows, symbols, dingbats, emoji).
 fn is_pictograph(c: char) -> bool {
-    matches!(c, '\u{2190}'..='\u{2BFF}' | '\u{1F000}'..='\u{1FAFF}')
+    matches!(c, '\u{2139}' | '\u{2190}'..='\u{2BFF}' | '\u{1F000}'..='\u{1FAFF}')
 }
 
-/// The string literals, before its test module, of the Rust source `text`
-/// that hold a pictograph, each with its line. Comments are skipped; a
-/// `'"'` is a char, not a string.
-fn pictograph_literals(text: &str) -> Vec<(usize, String)> {
-    let code: String = text
-        .lines()
+/// Whether `literal` reads as a text to a person: it holds a pictograph,
+/// or it is a sentence: two words or more, opening with a capital letter
+/// and ending with `.`, `!`, `?` or `…`.
+fn is_chat_text(literal: &str) -> bool {
+    let sentence = literal.split_whitespace().count() >= 2
+        && literal.chars().next().is_some_and(char::is_uppercase)
+        && literal.trim_end().ends_with(['.', '!', '?', '…']);
+    sentence || literal.chars().any(is_pictograph)
+}
+
+/// The source `text` before its test module, comments dropped (a `'"'`
+/// is a char, not a string).
+fn code_of(text: &str) -> String {
+    text.lines()
         .take_while(|line| !line.starts_with("#[cfg(test)]"))
+        .map(|line| {
+            line.split_once("//").map_or(line, |(code, _)| {
+                // A `//` inside a string literal is kept.
+                if code.matches('"').count() % 2 == 1 {
+                    line
+                } else {
+                    code
+                }
+            })
+        })
         .map(|line| format!("{line}\n"))
-        .collect();
+        .collect()
+}
+
+/// The string literals of the Rust source `text`, before its test module,
+/// that read as a text to a chat, each with its line; those inside a log,
+/// error or panic (`FOR_THE_OPERATOR`) are left out.
+fn chat_literals(text: &str) -> Vec<(usize, String)> {
+    let code = code_of(text);
     let (mut found, mut line) = (Vec::new(), 1);
+    let (mut calls, mut word): (Vec<String>, String) = (Vec::new(), String::new());
     let mut chars = code.chars().peekable();
     let mut last = ' ';
     while let Some(c) = chars.next() {
         match c {
             '\n' => line += 1,
-            '/' if chars.peek() == Some(&'/') => while chars.next_if(|&n| n != '\n').is_some() {},
-            '"' if last != '\'' => {
+            '\'' if last != '\\' => {
+                // A char literal (`'('`, `'\''`) opens no call.
+                let mut ahead = chars.clone();
+                let first = ahead.next();
+                let close = if first == Some('\\') {
+                    ahead.nth(1)
+                } else {
+                    ahead.next()
+                };
+                if close == Some('\'') && first != Some('\'') {
+                    chars.nth(if first == Some('\\') { 2 } else { 1 });
+                }
+            }
+            '(' | '[' | '{' => calls.push(std::mem::take(&mut word)),
+            ')' | ']' | '}' => {
+                calls.pop();
+            }
+            '!' if !word.is_empty() => word.push('!'),
+            c if c.is_alphanumeric() || c == '_' => {
+                if !(last.is_alphanumeric() || last == '_') {
+                    word.clear();
+                }
+                word.push(c);
+            }
+            '"' => {
                 let (start, mut literal) = (line, String::new());
                 while let Some(s) = chars.next() {
                     match s {
@@ -280,10 +367,15 @@ fn pictograph_literals(text: &str) -> Vec<(usize, String)> {
                         _ => literal.push(s),
                     }
                 }
-                if literal.chars().any(is_pictograph) {
+                let operator = calls
+                    .iter()
+                    .any(|call| FOR_THE_OPERATOR.contains(&call.as_str()));
+                if !operator && is_chat_text(&literal) {
                     found.push((start, literal));
                 }
+                word.clear();
             }
+            c if !c.is_whitespace() => word.clear(),
             _ => {}
         }
         last = c;
@@ -294,32 +386,29 @@ fn pictograph_literals(text: &str) -> Vec<(usize, String)> {
 #[test]
 fn texts_to_a_chat_are_written_only_in_notices() {
     let mut files = Vec::new();
-    for room in TEXTS_IN_NOTICES {
-        let path = root().join(room);
-        if path.is_dir() {
-            sources(&path, &mut files);
-        } else {
-            files.push(path);
-        }
-    }
-    assert!(files.len() > 4, "the rooms are read: {files:?}");
+    sources(&root().join("src"), &mut files);
+    assert!(files.len() > 100, "the tree is read: {} files", files.len());
     let outside: Vec<String> = files
         .iter()
+        .filter_map(|path| path.strip_prefix(root()).ok())
+        .filter(|path| !is_notices(path))
         .flat_map(|path| {
-            let text = std::fs::read_to_string(path).expect("read a source file");
-            let shown = path
-                .strip_prefix(root())
-                .unwrap_or(path)
-                .display()
-                .to_string();
-            pictograph_literals(&text)
+            let text = std::fs::read_to_string(root().join(path)).expect("read a source file");
+            let shown = path.display().to_string();
+            chat_literals(&text)
                 .into_iter()
-                .map(move |(line, literal)| format!("{shown}:{line}: \"{literal}\""))
+                .filter(|(_, literal)| {
+                    !NOT_TO_A_CHAT
+                        .iter()
+                        .any(|(file, start)| shown == *file && literal.starts_with(start))
+                })
+                .map(|(line, literal)| format!("{shown}:{line}: \"{literal}\""))
+                .collect::<Vec<_>>()
         })
         .collect();
     assert!(
         outside.is_empty(),
-        "texts to a chat outside src/chat/notices/: {outside:#?}"
+        "texts to a chat outside a notices module: {outside:#?}"
     );
 }
 
@@ -327,7 +416,19 @@ fn texts_to_a_chat_are_written_only_in_notices() {
 fn a_text_with_a_pictograph_is_found_but_not_in_comments_chars_or_tests() {
     let source = "// \"⏹ in a comment\"\nlet quote = '\"';\nsay(\"plain\");\nsay(format!(\"⏹ {} dropped.\", n));\n#[cfg(test)]\nmod tests { const T: &str = \"⏹ test\"; }\n";
     assert_eq!(
-        pictograph_literals(source),
+        chat_literals(source),
         vec![(4, "⏹ {} dropped.".to_string())]
+    );
+}
+
+#[test]
+fn a_sentence_is_found_but_not_in_logs_errors_or_panics() {
+    let source = "let t = if x { \"Every tool asks.\" } else { \"in this chat\" };\nlet c = ')';\ntracing::warn!(n, \"The turn ended.\");\n#[error(\"Could not read it.\")]\nlet v = x.expect(\"A value is there.\");\nsay(\"Not one word\");\nsay(format!(\"Only admins can use /{w}.\"));\n";
+    assert_eq!(
+        chat_literals(source),
+        vec![
+            (1, "Every tool asks.".to_string()),
+            (7, "Only admins can use /{w}.".to_string()),
+        ]
     );
 }

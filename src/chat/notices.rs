@@ -261,7 +261,7 @@ pub const READ_MARK: &str = "👀";
 pub const RESTARTED: &str = "✅ Restarted.";
 
 /// Told to the chat when a file it sent could not be fetched.
-pub(crate) fn file_not_received(kind: &str, shown: &str, err: &str) -> String {
+pub(crate) fn file_not_received(kind: &str, shown: &str, err: impl std::fmt::Display) -> String {
     format!("⚠️ The {kind}{shown} was not received: {err}.")
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use tokio::sync::Notify;
 
+use super::notices;
 use super::when::{Timing, When, show_ms, zone};
 use crate::config::{Config, PermissionMode};
 use crate::ids::Conversation;
@@ -182,13 +183,11 @@ impl ScheduleBook {
             match ask.await {
                 Some(Removed::Removed) => {
                     changed.notify_one();
-                    Ok(format!("Removed schedule #{id}."))
+                    Ok(notices::removed(id))
                 }
-                Some(Removed::Operator) => Err(format!(
-                    "schedule #{id} is the operator's (🔒): only the config removes it"
-                )),
-                Some(Removed::NotFound) => Err(format!("this conversation has no schedule #{id}")),
-                None => Err("the schedule could not be removed; try again".into()),
+                Some(Removed::Operator) => Err(notices::operators(id)),
+                Some(Removed::NotFound) => Err(notices::not_here(id)),
+                None => Err(notices::NOT_REMOVED.into()),
             }
         }
     }

@@ -15,6 +15,7 @@ use actix::{
 use teloxide::types::{MessageId, UserId};
 
 use super::book::{ScheduleBook, timing_of};
+use super::notices;
 use super::when::Timing;
 use crate::config::{CatchUp, SchedulesConfig};
 use crate::incoming::{Ask, ChatKind, Incoming};
@@ -311,16 +312,9 @@ impl Scheduler {
 /// The run of `row`, marked as a schedule's (`⏰ NAME: prompt`), saying
 /// how many slots it stands for when it catches some up.
 fn run_of(row: &ScheduleRow, missed: u64) -> Incoming {
-    let mut text = format!("⏰ {}: {}", row.name(), row.prompt);
+    let mut text = notices::run(&row.name(), &row.prompt);
     if missed > 0 {
-        let slots = if missed == 1 {
-            "1 run was".to_owned()
-        } else {
-            format!("{missed} runs were")
-        };
-        text.push_str(&format!(
-            "\n\n({slots} missed while turnstile was down; this one run stands for all of them.)"
-        ));
+        text.push_str(&notices::caught_up(missed));
     }
     let (text, _) = crate::incoming::cut(&text);
     let from = UserId(u64::try_from(row.made_by).unwrap_or(0));

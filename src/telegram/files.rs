@@ -247,11 +247,7 @@ impl Files {
                         .push(format!("[{kind}{shown} not received: {err}]"));
                     received
                         .notices
-                        .push(crate::chat::notices::file_not_received(
-                            kind,
-                            &shown,
-                            &err.to_string(),
-                        ));
+                        .push(crate::chat::notices::file_not_received(kind, &shown, &err));
                 }
             }
         }

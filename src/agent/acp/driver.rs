@@ -71,7 +71,7 @@ enum Stage {
         /// A turn was stopped before its prompt went out: report idle
         /// once the session is open.
         settle: bool,
-        /// Told in front of the first answer ([`opening::CANNOT_RESUME`]).
+        /// Told in front of the first answer ([`crate::agent::notices::CANNOT_RESUME`]).
         notice: Option<&'static str>,
     },
     /// `session/new` or `session/load` sent, or a loaded session's
@@ -85,7 +85,7 @@ enum Stage {
         replay_due: Option<tokio::time::Instant>,
         /// As in `Starting`.
         settle: bool,
-        /// As in `Starting`, or [`opening::NOT_RESUMED`] once a load failed.
+        /// As in `Starting`, or [`crate::agent::notices::NOT_RESUMED`] once a load failed.
         notice: Option<&'static str>,
     },
     /// The session is open and no prompt runs.

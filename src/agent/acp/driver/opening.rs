@@ -15,15 +15,7 @@ use crate::agent::acp::mcp::ToolServer;
 use crate::agent::acp::wire;
 use crate::agent::host::jsonrpc::RpcError;
 use crate::agent::network;
-
-/// Told in front of the answer when the stored conversation could not be
-/// loaded.
-pub(crate) const NOT_RESUMED: &str =
-    "ℹ️ The earlier conversation could not be resumed; this is a new one.";
-
-/// Told in front of the answer when the agent cannot load sessions at all.
-pub(crate) const CANNOT_RESUME: &str =
-    "ℹ️ This agent cannot resume an earlier conversation; this is a new one.";
+use crate::agent::notices::{CANNOT_RESUME, NOT_RESUMED};
 
 impl Driver {
     /// The answer to `initialize`: authenticate, or open the session.
