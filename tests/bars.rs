@@ -414,10 +414,13 @@ fn texts_to_a_chat_are_written_only_in_notices() {
 
 #[test]
 fn a_text_with_a_pictograph_is_found_but_not_in_comments_chars_or_tests() {
-    let source = "// \"⏹ in a comment\"\nlet quote = '\"';\nsay(\"plain\");\nsay(format!(\"⏹ {} dropped.\", n));\n#[cfg(test)]\nmod tests { const T: &str = \"⏹ test\"; }\n";
+    let source = "// \"⏹ in a comment\"\nlet quote = '\"';\nsay(\"plain\");\nsay(format!(\"⏹ {} dropped.\", n));\nsay(\"ℹ️ a note\");\n#[cfg(test)]\nmod tests { const T: &str = \"⏹ test\"; }\n";
     assert_eq!(
         chat_literals(source),
-        vec![(4, "⏹ {} dropped.".to_string())]
+        vec![
+            (4, "⏹ {} dropped.".to_string()),
+            (5, "ℹ️ a note".to_string())
+        ]
     );
 }
 
