@@ -427,3 +427,41 @@ async fn new_starts_afresh_where_it_is_when_telegram_makes_no_topic() {
     assert_eq!(opens.len(), 2, "{opens:?}");
     assert_eq!(opens[1], (USER.to_string(), None), "started afresh");
 }
+
+#[actix_rt::test]
+async fn a_model_chosen_in_a_topic_runs_that_topic_only() {
+    let env = [("TURNSTILE_AGENT_MODELS", "opus,haiku")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(Some(7), "/model opus"));
+    let sent = sends(
+        &h,
+        &["🧠 From the next message on, this conversation runs with opus."],
+    )
+    .await;
+    assert_eq!(
+        topic_of(
+            &sent,
+            "🧠 From the next message on, this conversation runs with opus."
+        ),
+        Some(json!(7)),
+        "{sent:?}"
+    );
+    h.api.push_message(message(Some(7), "in seven"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(Some(9), "in nine"));
+    h.turn_ended(USER, 2).await;
+    let log = h.backend.log();
+    let models: Vec<(String, Option<String>)> = log
+        .opens
+        .iter()
+        .map(|(key, _)| key.clone())
+        .zip(log.choices.iter().map(|(model, _)| model.clone()))
+        .collect();
+    assert_eq!(
+        models,
+        [
+            (format!("{USER}_7"), Some("opus".to_owned())),
+            (format!("{USER}_9"), None)
+        ]
+    );
+}
