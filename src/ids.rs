@@ -63,6 +63,18 @@ impl Conversation {
             None => self.chat.0.to_string(),
         }
     }
+
+    /// The conversation a [`key`](Self::key) names: a chat id, then `_`
+    /// and a positive topic number in a topic; `None` for anything else.
+    pub fn from_key(key: &str) -> Option<Self> {
+        let (chat, topic) = match key.rsplit_once('_') {
+            Some((chat, topic)) => (chat, Some(topic.parse::<i32>().ok().filter(|t| *t > 0)?)),
+            None => (key, None),
+        };
+        let chat = teloxide::types::ChatId(chat.parse().ok()?);
+        let topic = topic.map(|t| teloxide::types::ThreadId(teloxide::types::MessageId(t)));
+        Some(Self::new(chat, topic))
+    }
 }
 
 /// Which topics of a chat the bot takes as conversations of their own. A
@@ -107,9 +119,35 @@ impl std::fmt::Display for Conversation {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_key_reads_back_as_its_conversation_and_nothing_else_reads() {
+        let topic = Some(ThreadId(MessageId(42)));
+        for to in [
+            Conversation::new(ChatId(7), None),
+            Conversation::new(ChatId(-1_001_234), None),
+            Conversation::new(ChatId(7), topic),
+            Conversation::new(ChatId(-1_001_234), topic),
+        ] {
+            assert_eq!(Conversation::from_key(&to.key()), Some(to), "{to}");
+        }
+        for bad in [
+            "",
+            "x",
+            "7_",
+            "7_0",
+            "7_-3",
+            "7_x",
+            "_5",
+            "7_5_6",
+            "99999999999999999999",
+        ] {
+            assert_eq!(Conversation::from_key(bad), None, "{bad:?}");
+        }
+    }
+
     use teloxide::types::{ChatId, MessageId, ThreadId};
 
-    use super::Topics;
+    use super::{Conversation, Topics};
 
     #[test]
     fn a_topic_is_taken_where_topics_can_be() {

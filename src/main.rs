@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use turnstile::chat::HostRequest;
 use turnstile::config::RESTARTED_FROM_ENV;
+use turnstile::ids::Conversation;
 use turnstile::{Config, Turnstile};
 
 /// `--help`: the commands, options, environment and exit codes.
@@ -382,8 +383,8 @@ fn causes(err: &anyhow::Error) -> String {
 enum Exit {
     /// SIGINT or SIGTERM.
     Signal,
-    /// `/restart` from this chat: re-execute.
-    Restart(i64),
+    /// `/restart` from this conversation: re-execute.
+    Restart(Conversation),
 }
 
 fn run(config: Config) -> anyhow::Result<()> {
@@ -397,19 +398,19 @@ fn run(config: Config) -> anyhow::Result<()> {
             Ok(bot) => bot,
             Err(err) => std::process::exit(i32::from(report(&err.into()))),
         };
-        if let Some(chat) = std::env::var(RESTARTED_FROM_ENV)
+        // The conversation `/restart` came from (its key: the chat, and
+        // `_TOPIC` in a topic), told where it asked.
+        if let Some(to) = std::env::var(RESTARTED_FROM_ENV)
             .ok()
-            .and_then(|c| c.parse::<i64>().ok())
+            .and_then(|key| Conversation::from_key(&key))
         {
-            bot.outbox.do_send(turnstile::telegram::SendText::new(
-                teloxide::types::ChatId(chat),
-                "✅ Restarted.",
-            ));
+            bot.outbox
+                .do_send(turnstile::telegram::SendText::new(to, "✅ Restarted."));
         }
         let exit = tokio::select! {
             () = wait_for_signal() => Exit::Signal,
             request = bot.host_request() => match request {
-                Some(HostRequest::Restart { chat }) => Exit::Restart(chat.0),
+                Some(HostRequest::Restart { to }) => Exit::Restart(to),
                 None => Exit::Signal,
             },
         };
@@ -428,7 +429,7 @@ fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Re-executes this binary with the same arguments; returns only on failure.
-fn restart(chat: i64) -> anyhow::Error {
+fn restart(to: Conversation) -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     let exe = match restart_exe() {
         Ok(exe) => exe,
@@ -442,7 +443,7 @@ fn restart(chat: i64) -> anyhow::Error {
                 .unwrap_or_else(|| "turnstile".into()),
         )
         .args(std::env::args_os().skip(1))
-        .env(RESTARTED_FROM_ENV, chat.to_string())
+        .env(RESTARTED_FROM_ENV, to.key())
         .exec();
     anyhow::anyhow!("restart failed: could not execute {}: {err}", exe.display())
 }

@@ -316,6 +316,28 @@ async fn fork_in_a_private_chat_with_topics_opens_a_topic_with_a_copy() {
 }
 
 #[actix_rt::test]
+async fn fork_refused_in_a_private_chat_says_the_conversation_goes_on() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    h.api.push_message(message(None, "plan a trip"));
+    h.turn_ended(USER, 1).await;
+    h.api.inject(
+        "createForumTopic",
+        Fault::BadRequest("Bad Request: too many topics".into()),
+    );
+    h.api.push_message(message(None, "/fork"));
+    let sent = sends(&h, &["⚠️ No topic could be made for the fork"]).await;
+    let told = sent
+        .iter()
+        .filter_map(|p| p["text"].as_str())
+        .find(|t| t.starts_with("⚠️ No topic could be made"))
+        .unwrap_or_default();
+    assert!(
+        told.ends_with("this conversation goes on as it was."),
+        "no right to give in a private chat: {told:?}"
+    );
+}
+
+#[actix_rt::test]
 async fn new_in_a_group_stays_where_it_is_whatever_the_private_topics_mode() {
     let h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
     let forum = support::bot_api::files::supergroup(-100_999, true);
@@ -404,4 +426,42 @@ async fn new_starts_afresh_where_it_is_when_telegram_makes_no_topic() {
     let opens = h.backend.log().opens;
     assert_eq!(opens.len(), 2, "{opens:?}");
     assert_eq!(opens[1], (USER.to_string(), None), "started afresh");
+}
+
+#[actix_rt::test]
+async fn a_model_chosen_in_a_topic_runs_that_topic_only() {
+    let env = [("TURNSTILE_AGENT_MODELS", "opus,haiku")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(Some(7), "/model opus"));
+    let sent = sends(
+        &h,
+        &["🧠 From the next message on, this conversation runs with opus."],
+    )
+    .await;
+    assert_eq!(
+        topic_of(
+            &sent,
+            "🧠 From the next message on, this conversation runs with opus."
+        ),
+        Some(json!(7)),
+        "{sent:?}"
+    );
+    h.api.push_message(message(Some(7), "in seven"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(Some(9), "in nine"));
+    h.turn_ended(USER, 2).await;
+    let log = h.backend.log();
+    let models: Vec<(String, Option<String>)> = log
+        .opens
+        .iter()
+        .map(|(key, _)| key.clone())
+        .zip(log.choices.iter().map(|(model, _)| model.clone()))
+        .collect();
+    assert_eq!(
+        models,
+        [
+            (format!("{USER}_7"), Some("opus".to_owned())),
+            (format!("{USER}_9"), None)
+        ]
+    );
 }

@@ -449,3 +449,34 @@ async fn kill_9_with_a_steered_message_recovers_it_with_its_turn() {
         }
     }
 }
+
+#[tokio::test]
+async fn restart_from_a_topic_is_answered_in_that_topic_once_back() {
+    use support::bot_api::files::{in_topic, private, text_message};
+    let s = setup("report").await;
+    s.api.set_private_topics(true);
+    let log = s.dir.path().join("bot.log");
+    let mut bot = BotProcess::spawn(&s.api, &log, &s.env);
+    s.api
+        .push_message(in_topic(text_message(private(ADMIN), ADMIN, "/restart"), 7));
+    let back = s
+        .api
+        .wait_for(Duration::from_secs(30), "✅ Restarted.", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "sendmessage" && c.params["text"] == json!("✅ Restarted."))
+                .cloned()
+        })
+        .await;
+    assert_eq!(
+        (
+            back.params["chat_id"].clone(),
+            back.params["message_thread_id"].clone()
+        ),
+        (json!(ADMIN), json!(7)),
+        "told in the topic it was asked in: {}",
+        bot.log_text()
+    );
+    bot.signal(libc::SIGTERM);
+    assert!(bot.exit().await.success());
+}

@@ -55,10 +55,10 @@ pub struct StopDispatching {
 /// What the dispatcher asks of the host process.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HostRequest {
-    /// `/restart`: drain, then re-execute; tell `chat` once back.
+    /// `/restart`: drain, then re-execute; tell `to` once back.
     Restart {
-        /// Where the command came from.
-        chat: ChatId,
+        /// Where the command came from: the chat, and its topic.
+        to: Conversation,
     },
 }
 

@@ -140,7 +140,7 @@ impl Dispatcher {
             "/restart requested"
         );
         self.say(to, notices::restarting(running));
-        if self.host.send(HostRequest::Restart { chat }).is_err() {
+        if self.host.send(HostRequest::Restart { to }).is_err() {
             tracing::error!("no host is listening for /restart");
         }
     }

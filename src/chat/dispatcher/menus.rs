@@ -327,9 +327,9 @@ impl Dispatcher {
         );
     }
 
-    /// `/fork` in a forum topic: a topic named after the session's first
-    /// words (`createForumTopic`), whose first turn resumes a copy of it
-    /// with this conversation's model.
+    /// `/fork` in a forum topic, or in a private chat with topics: a topic
+    /// named after the session's first words (`createForumTopic`), whose
+    /// first turn resumes a copy of it with this conversation's model.
     fn fork_into_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
         let inbox = self.inbox.clone();
         let outbox = self.outbox.clone();
@@ -352,7 +352,8 @@ impl Dispatcher {
                 let thread = match created.await {
                     Ok(Ok(thread)) => thread,
                     Ok(Err(err)) => {
-                        let text = settings::fork_topic_failed(&err.to_string());
+                        let private = from.chat.is_user();
+                        let text = settings::fork_topic_failed(&err.to_string(), private);
                         return outbox.do_send(SendText::new(from, text));
                     }
                     Err(_) => return,

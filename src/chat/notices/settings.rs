@@ -55,11 +55,18 @@ pub fn fork_topic_name(name: &str) -> String {
     format!("🍴 {name}")
 }
 
-/// No topic could be made for a fork.
-pub fn fork_topic_failed(err: &str) -> String {
-    format!(
-        "⚠️ No topic could be made for the fork ({err}); the bot needs the right to manage topics here."
-    )
+/// No topic could be made for a fork: in a group the bot may lack the
+/// right to manage topics; a private chat has no such right to give.
+pub fn fork_topic_failed(err: &str, private: bool) -> String {
+    if private {
+        format!(
+            "⚠️ No topic could be made for the fork ({err}); this conversation goes on as it was."
+        )
+    } else {
+        format!(
+            "⚠️ No topic could be made for the fork ({err}); the bot needs the right to manage topics here."
+        )
+    }
 }
 
 /// The first text in a topic forked from the session `name`.
