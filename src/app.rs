@@ -313,6 +313,7 @@ impl Turnstile {
                 config: config.dispatcher.clone(),
                 keep_warm: config.agent.keep_warm,
                 max_warm: config.agent.max_warm,
+                limit_retry_max: config.agent.limit_retry_max,
                 host: host_tx,
                 slots: slots.clone(),
                 turn_ids: Arc::clone(&turn_ids),

@@ -43,7 +43,7 @@
 //!   - `chat::notices::help`: the command table's menu, `/start` and `/help` texts;
 //!   - `chat::supervisor`: the `ChatSupervisor` actor, one per chat (`ChatState`, commands,
 //!     `turns.rs`: a turn's start and end);
-//!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `Services`
+//!   - `chat::turn`: the `TurnActor`, one per turn (`contract`: `TurnSpec`, `TurnServices`
 //!     and the turn's messages; `opening`; `TurnPhase`, holding the warm session and
 //!     the session's `link` where they exist; closing; serving the typed chat tool
 //!     calls; watchdogs; `approval`: tool approvals in the chat, with buttons,

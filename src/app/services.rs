@@ -1,12 +1,12 @@
-//! What every turn shares ([`Services`]), made from the parts the start
-//! made.
+//! What every turn shares ([`TurnServices`]), made from the parts the
+//! start made.
 
 use std::sync::Arc;
 
 use actix::Addr;
 
 use crate::agent::AgentBackend;
-use crate::chat::turn::{Forwarding, Services};
+use crate::chat::turn::{AgentSetup, Books, Forwarding, TurnServices, WayOut};
 use crate::config::{Config, OnInterrupted};
 use crate::events::{EventBus, Gauges};
 use crate::schedule::ScheduleBook;
@@ -35,7 +35,7 @@ pub(super) fn services(
     config: &Config,
     backend: &Arc<dyn AgentBackend>,
     parts: &StartedParts<'_>,
-) -> Services {
+) -> TurnServices {
     let StartedParts {
         outbox,
         events,
@@ -46,22 +46,28 @@ pub(super) fn services(
         forwarding,
         schedules,
     } = *parts;
-    Services {
+    let agent = AgentSetup {
         backend: Arc::clone(backend),
-        outbox: outbox.clone(),
-        config: Arc::new(config.turn.clone()),
-        progress: Arc::new(config.progress.clone()),
-        events: events.clone(),
-        gauges: Arc::clone(gauges),
-        inbox: inbox.clone(),
-        shutdown: shutdown.clone(),
+        config: config.turn.clone(),
+        progress: config.progress.clone(),
         retry_interrupted: config.dispatcher.on_interrupted == OnInterrupted::Retry,
         limit_retry: config.agent.limit_retry,
-        limit_retry_max: config.agent.limit_retry_max,
-        files: files.clone(),
         workdir: config.agent_workdir(),
-        forwarding: forwarding.clone(),
-        schedules: schedules.clone(),
         choices: Arc::new(crate::chat::Choices::from_config(config)),
+    };
+    TurnServices {
+        agent: Arc::new(agent),
+        out: WayOut {
+            outbox: outbox.clone(),
+            forwarding: forwarding.clone(),
+        },
+        books: Books {
+            inbox: inbox.clone(),
+            events: events.clone(),
+            gauges: Arc::clone(gauges),
+            shutdown: shutdown.clone(),
+        },
+        files: files.clone(),
+        schedules: schedules.clone(),
     }
 }

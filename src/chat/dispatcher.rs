@@ -27,7 +27,7 @@ use crate::chat::supervisor::{
     ChatCommand, ChatReport, ChatSettings, ChatSupervisor, DeliveryEnd, RetireChat,
     StopChatForHost, UserMessage,
 };
-use crate::chat::turn::{ButtonPressed, Services};
+use crate::chat::turn::{ButtonPressed, TurnServices};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::{Conversation, Topics};
@@ -90,7 +90,7 @@ struct ChatEntry {
 /// The actor.
 pub struct Dispatcher {
     /// What turns use, handed to each chat for its turns.
-    turns: Arc<Services>,
+    turns: Arc<TurnServices>,
     /// The way out to Telegram.
     outbox: Addr<Outbox>,
     /// The inbox, and each conversation's choices.
@@ -156,6 +156,9 @@ pub struct DispatcherStart {
     pub keep_warm: Duration,
     /// `agent.max_warm`.
     pub max_warm: usize,
+    /// `agent.limit_retry_max`: the longest wait before a turn refused for
+    /// a usage limit runs again (the chats' setting; a turn does not read it).
+    pub limit_retry_max: Duration,
     /// Where `/restart` goes.
     pub host: mpsc::UnboundedSender<HostRequest>,
     /// The cap on concurrent turns, shared with the stop's drain.
@@ -169,18 +172,19 @@ pub struct DispatcherStart {
 
 impl Dispatcher {
     /// A dispatcher; its chats' turns use `turns`.
-    pub fn new(turns: Services, start: DispatcherStart) -> Self {
+    pub fn new(turns: TurnServices, start: DispatcherStart) -> Self {
         let DispatcherStart {
             access,
             config,
             keep_warm,
             max_warm,
+            limit_retry_max,
             host,
             slots,
             turn_ids,
             me,
         } = start;
-        let events = turns.events.clone();
+        let events = turns.books.events.clone();
         let warm_slots = Arc::new(Semaphore::new(max_warm));
         events
             .metrics()
@@ -190,23 +194,23 @@ impl Dispatcher {
             queue_limit: config.queue_limit,
             idle_eviction: config.idle_eviction,
             keep_warm,
-            steer: config.busy == crate::config::Busy::Steer && turns.backend.steers(),
+            steer: config.busy == crate::config::Busy::Steer && turns.agent.backend.steers(),
             warm_slots,
-            hard_deadline: turns.config.hard_deadline,
-            typing_interval: turns.config.typing_interval,
-            no_progress_timeout: turns.config.no_progress_timeout,
-            retry_interrupted: turns.retry_interrupted,
-            limit_retry: turns.limit_retry,
-            limit_retry_max: turns.limit_retry_max,
+            hard_deadline: turns.agent.config.hard_deadline,
+            typing_interval: turns.agent.config.typing_interval,
+            no_progress_timeout: turns.agent.config.no_progress_timeout,
+            retry_interrupted: turns.agent.retry_interrupted,
+            limit_retry: turns.agent.limit_retry,
+            limit_retry_max,
         };
         Self {
-            outbox: turns.outbox.clone(),
-            inbox: turns.inbox.clone(),
-            shutdown: turns.shutdown.clone(),
+            outbox: turns.out.outbox.clone(),
+            inbox: turns.books.inbox.clone(),
+            shutdown: turns.books.shutdown.clone(),
             files: turns.files.clone(),
-            choices: Arc::clone(&turns.choices),
+            choices: Arc::clone(&turns.agent.choices),
             schedules: turns.schedules.clone(),
-            retry_interrupted: turns.retry_interrupted,
+            retry_interrupted: turns.agent.retry_interrupted,
             chat_settings,
             turns: Arc::new(turns),
             access,

@@ -35,7 +35,7 @@ pub use self::switching::{Choose, Chosen};
 use self::warm::Warm;
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};
-use crate::chat::turn::{AbortTurn, Services, TurnActor};
+use crate::chat::turn::{AbortTurn, TurnActor, TurnServices};
 use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
@@ -195,7 +195,7 @@ pub struct ChatSupervisor {
     to: Conversation,
     /// What its turns use (one for every chat), a copy handed to each
     /// turn it starts.
-    turns: Arc<Services>,
+    turns: Arc<TurnServices>,
     /// The way out to Telegram.
     outbox: Addr<Outbox>,
     /// The inbox and session ids.
@@ -249,20 +249,24 @@ impl ChatSupervisor {
     /// A supervisor for `chat`, whose turns use `turns`.
     pub fn new(
         to: Conversation,
-        turns: Arc<Services>,
+        turns: Arc<TurnServices>,
         settings: ChatSettings,
         dispatcher: Recipient<ChatReport>,
         slots: TurnSlots,
         turn_ids: Arc<TurnIds>,
     ) -> Self {
-        turns.gauges.supervisors.fetch_add(1, Ordering::SeqCst);
+        turns
+            .books
+            .gauges
+            .supervisors
+            .fetch_add(1, Ordering::SeqCst);
         Self {
             to,
-            outbox: turns.outbox.clone(),
-            inbox: turns.inbox.clone(),
-            events: turns.events.clone(),
-            gauges: Arc::clone(&turns.gauges),
-            shutdown: turns.shutdown.clone(),
+            outbox: turns.out.outbox.clone(),
+            inbox: turns.books.inbox.clone(),
+            events: turns.books.events.clone(),
+            gauges: Arc::clone(&turns.books.gauges),
+            shutdown: turns.books.shutdown.clone(),
             turns,
             settings,
             dispatcher,

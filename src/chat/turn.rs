@@ -33,8 +33,8 @@ use self::approval::Approvals;
 pub use self::approval::ButtonPressed;
 pub(crate) use self::approval::describe_rule;
 pub use self::contract::{
-    AbortTurn, Carried, InterruptTurn, Sender, Services, SessionReleased, SteerTurn, StopForHost,
-    TurnEnded, TurnSpec,
+    AbortTurn, AgentSetup, Books, Carried, InterruptTurn, Sender, SessionReleased, SteerTurn,
+    StopForHost, TurnEnded, TurnServices, TurnSpec, WayOut,
 };
 use self::link::{Link, Settled};
 use self::live::LiveView;
@@ -56,7 +56,7 @@ pub struct TurnActor {
     /// What the turn is for.
     spec: TurnSpec,
     /// Shared services.
-    deps: Services,
+    deps: TurnServices,
     /// Where the turn is, with the session it holds there: the warm one
     /// handed over by the supervisor while opening, the link once attached.
     phase: Phase,
@@ -98,17 +98,17 @@ impl TurnActor {
     /// a settled session, else on a fresh one.
     pub fn new(
         spec: TurnSpec,
-        deps: Services,
+        deps: TurnServices,
         warm: Option<AgentSession>,
         ended_to: Vec<Recipient<TurnEnded>>,
         released_to: Recipient<SessionReleased>,
     ) -> Self {
-        deps.gauges.turns.fetch_add(1, Ordering::SeqCst);
+        deps.books.gauges.turns.fetch_add(1, Ordering::SeqCst);
         let to = spec.to;
         let view = LiveView::new(
-            (*deps.progress).clone(),
+            deps.agent.progress.clone(),
             to,
-            deps.outbox.clone(),
+            deps.out.outbox.clone(),
             deps.workdir_of(to).to_string_lossy().into_owned(),
             spec.answer_to,
         );
@@ -230,7 +230,7 @@ impl TurnActor {
             AgentEvent::BatchResolved(ToolBatch { calls, reply }) => {
                 self.record(TurnEvent::ToolBatch { calls }, ctx);
                 let answer = match self.phase.outcome() {
-                    _ if self.deps.shutdown.is_closing() => {
+                    _ if self.deps.books.shutdown.is_closing() => {
                         HookReply::Refused("the host is stopping".into())
                     }
                     Some(TurnOutcome::Terminated { .. }) => HookReply::Stop {
@@ -346,7 +346,7 @@ impl Actor for TurnActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.deps.events.publish(BotEvent::TurnStarted {
+        self.deps.books.events.publish(BotEvent::TurnStarted {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
             at: self.started,
@@ -373,7 +373,7 @@ impl Drop for TurnActor {
         // Stopped without a release (the system going away): what the
         // results used is still written.
         self.close_account();
-        self.deps.gauges.leave(&self.deps.gauges.turns);
+        self.deps.books.gauges.leave(&self.deps.books.gauges.turns);
     }
 }
 
@@ -413,7 +413,7 @@ impl Handler<AbortTurn> for TurnActor {
         self.carried(false);
         self.close_approvals("the turn took too long", ctx);
         self.send(SessionCommand::Kill);
-        self.deps.events.publish(BotEvent::SessionKilled {
+        self.deps.books.events.publish(BotEvent::SessionKilled {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
         });

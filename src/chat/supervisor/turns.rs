@@ -14,7 +14,7 @@ use crate::chat::notices::FORCE_RELEASED;
 use crate::chat::outcome::TurnOutcome;
 use crate::chat::slots::TurnSlot;
 use crate::chat::turn::{
-    AbortTurn, Sender, Services, SessionReleased, TurnActor, TurnEnded, TurnSpec,
+    AbortTurn, Sender, SessionReleased, TurnActor, TurnEnded, TurnServices, TurnSpec,
 };
 use crate::chat::typing::{StartTyping, TypingLease};
 use crate::events::BotEvent;
@@ -155,7 +155,7 @@ impl ChatSupervisor {
         };
         let addr = TurnActor::new(
             spec,
-            Services::clone(&self.turns),
+            TurnServices::clone(&self.turns),
             warm,
             vec![me.clone().recipient(), typing.recipient()],
             me.recipient(),

@@ -168,7 +168,7 @@ pub(super) struct Approvals {
 impl TurnActor {
     /// The agent asks to run a tool nobody decided in config.
     pub(super) fn ask_permission(&mut self, ask: PermissionAsk, ctx: &mut Context<Self>) {
-        if self.deps.shutdown.is_closing() {
+        if self.deps.books.shutdown.is_closing() {
             tracing::info!(call_id = %ask.id, tool = %ask.tool, "permission ask refused: the host is stopping");
             ask.reply.answer(Permission::Deny {
                 message: "the host is stopping".into(),
@@ -193,12 +193,16 @@ impl TurnActor {
         let known = self.root.as_ref().map(|root| root.project.clone());
         let grants = match known {
             Some(project) => {
-                let rules = self.deps.inbox.always_rules(self.to(), project.clone());
+                let rules = self
+                    .deps
+                    .books
+                    .inbox
+                    .always_rules(self.to(), project.clone());
                 Box::pin(async move { rules.await.ok().map(|rules| (project, rules)) })
                     as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
             }
             None => {
-                let here = self.deps.inbox.always_rules_here(self.to());
+                let here = self.deps.books.inbox.always_rules_here(self.to());
                 Box::pin(async move { here.await.ok() })
             }
         };
@@ -240,7 +244,7 @@ impl TurnActor {
             // Decided by this turn alone: a later process that finds it
             // unsent sends it without buttons, saying the request ended.
             let send = send.with_file(message.file).ending_with_process();
-            self.deps.outbox.do_send(send.for_turn(self.spec.turn));
+            self.deps.out.outbox.do_send(send.for_turn(self.spec.turn));
             let token = token.clone();
             ctx.spawn(sent.into_actor(self).map(move |sent, act, ctx| {
                 let id = match sent {
@@ -269,13 +273,13 @@ impl TurnActor {
                     None => crate::chat::notices::approval::QUESTION_CLOSED.to_string(),
                 };
                 act.deps
-                    .outbox
+                    .out.outbox
                     .do_send(EditQuestion::new(act.spec.to.chat, id, text));
                 // A turn that ended was waiting for this to show its decision.
                 act.stop_once_questions_shown(ctx);
             }));
         }
-        let timeout = self.deps.config.approval_timeout;
+        let timeout = self.deps.agent.config.approval_timeout;
         let timer = ctx.run_later(timeout, {
             let token = token.clone();
             move |act, ctx| act.decide(&token, Verdict::TimedOut, ctx)
@@ -316,7 +320,7 @@ impl TurnActor {
         let left = messages.iter().filter(|id| id.is_none()).count();
         for (text, id) in texts.iter().zip(messages) {
             if let Some(id) = id {
-                self.deps.outbox.do_send(EditQuestion::new(
+                self.deps.out.outbox.do_send(EditQuestion::new(
                     self.spec.to.chat,
                     id,
                     format!("{text}\n\n{shown}"),
@@ -366,7 +370,7 @@ impl Handler<ButtonPressed> for TurnActor {
 
     fn handle(&mut self, press: ButtonPressed, ctx: &mut Self::Context) {
         let answer = |act: &Self, text: &str| {
-            act.deps.outbox.do_send(AnswerCallback {
+            act.deps.out.outbox.do_send(AnswerCallback {
                 chat: press.chat,
                 id: press.callback.clone(),
                 text: text.to_string(),
@@ -375,7 +379,7 @@ impl Handler<ButtonPressed> for TurnActor {
         };
         let Some(waiting) = self.approvals.waiting.get_mut(&press.token) else {
             if let Some(unbutton) = press.unbutton() {
-                self.deps.outbox.do_send(unbutton);
+                self.deps.out.outbox.do_send(unbutton);
             }
             return answer(self, notices::QUESTION_EXPIRED);
         };

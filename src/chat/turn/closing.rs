@@ -87,10 +87,10 @@ impl TurnActor {
         let replied = self.announce_end(&outcome, at);
         let ending = Ending {
             replied,
-            retry: self.deps.retry_interrupted,
-            restarting: self.deps.shutdown.is_restarting(),
+            retry: self.deps.agent.retry_interrupted,
+            restarting: self.deps.books.shutdown.is_restarting(),
             agent_started,
-            parks: !self.deps.limit_retry.is_zero(),
+            parks: !self.deps.agent.limit_retry.is_zero(),
         };
         if let Some(notice) = notice_for(&outcome, ending) {
             self.deliver(notice);
@@ -149,7 +149,7 @@ impl TurnActor {
         for to in &self.ended_to {
             to.do_send(ended.clone());
         }
-        self.deps.events.publish(BotEvent::TurnEnded {
+        self.deps.books.events.publish(BotEvent::TurnEnded {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
             outcome: outcome.clone(),
@@ -181,7 +181,7 @@ impl TurnActor {
     /// Force-closes the session and releases nothing.
     pub(super) fn kill(&mut self, ctx: &mut Context<Self>) {
         self.send(SessionCommand::Kill);
-        self.deps.events.publish(BotEvent::SessionKilled {
+        self.deps.books.events.publish(BotEvent::SessionKilled {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
         });
@@ -261,12 +261,12 @@ impl TurnActor {
             return;
         }
         let used = self.accounting.used;
-        let metrics = self.deps.events.metrics();
+        let metrics = self.deps.books.events.metrics();
         if self.accounting.results > 0 {
             // The row first: whoever saw the metric and then asks
             // `/usage` finds it (the store runs its jobs in order).
             let to = self.spec.to;
-            (self.deps.inbox).tell("recording usage", move |store| {
+            (self.deps.books.inbox).tell("recording usage", move |store| {
                 store.record_usage(to, &used)
             });
             metrics.usage(used.input_tokens, used.output_tokens, used.cost_usd);
@@ -283,7 +283,8 @@ impl TurnActor {
                 results = self.accounting.results,
                 "turn recorded"
             );
-            (self.deps.inbox).tell("recording a turn", move |store| store.record_turn(&record));
+            (self.deps.books.inbox)
+                .tell("recording a turn", move |store| store.record_turn(&record));
         }
     }
 }

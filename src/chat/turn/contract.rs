@@ -1,5 +1,5 @@
 //! The turn's contract with its chat: what a turn is for ([`TurnSpec`]),
-//! the services every turn shares ([`Services`]), and the messages between
+//! the services every turn shares ([`TurnServices`]), and the messages between
 //! a turn and its supervisor and typing actor.
 
 use std::sync::Arc;
@@ -159,52 +159,72 @@ pub struct TurnSpec {
     pub adopted: Option<Vec<(i64, Option<MessageId>)>>,
 }
 
-/// What a turn uses: each [`TurnActor`](super::TurnActor) holds one. The
-/// start hands it to the dispatcher, which takes its own handles and the
-/// chats' settings from it once and hands it on to each chat, which hands
-/// it to each turn it starts (neither reads it otherwise).
-#[derive(Clone)]
-pub struct Services {
+/// The agent a turn runs and its settings: the same for every chat, so
+/// every turn shares one behind an `Arc`.
+pub struct AgentSetup {
     /// Opens sessions.
     pub backend: Arc<dyn AgentBackend>,
-    /// The way out to Telegram.
-    pub outbox: Addr<Outbox>,
     /// The clocks.
-    pub config: Arc<TurnConfig>,
+    pub config: TurnConfig,
     /// What the chat sees while a turn works.
-    pub progress: Arc<ProgressConfig>,
-    /// Where the turn reports what happened.
-    pub events: EventBus,
-    /// Live actor counts.
-    pub gauges: Arc<Gauges>,
-    /// The durable inbox (and session ids, turn records).
-    pub inbox: StoreHandle,
-    /// Set once the host is stopping: agent requests are then refused.
-    pub shutdown: Shutdown,
+    pub progress: ProgressConfig,
     /// `dispatcher.on_interrupted == "retry"`.
     pub retry_interrupted: bool,
     /// `agent.limit_retry`: the first wait before a turn refused for a
     /// usage limit runs again (zero: reported, not retried).
     pub limit_retry: std::time::Duration,
-    /// `agent.limit_retry_max`: the longest such wait (the chats'
-    /// settings only: a turn does not read it).
-    pub limit_retry_max: std::time::Duration,
-    /// Fetches the files users send.
-    pub files: Files,
     /// `agent.workdir`, absolute, with its `{chat}` placeholder: where each
     /// conversation's files are.
     pub workdir: std::path::PathBuf,
-    /// The reply relays' texts not yet handed to the outbox.
-    pub forwarding: Forwarding,
-    /// The conversations' schedules (`/schedule`, the agent's tools).
-    pub schedules: crate::schedule::ScheduleBook,
     /// The models and projects a conversation may choose (`/model`, `/project`).
     pub choices: Arc<crate::chat::menus::Choices>,
 }
 
-impl Services {
+/// The way out to the chat: the outbox, and the reply relays' texts not
+/// yet handed to it.
+#[derive(Clone)]
+pub struct WayOut {
+    /// The way out to Telegram.
+    pub outbox: Addr<Outbox>,
+    /// The reply relays' texts not yet handed to the outbox.
+    pub forwarding: Forwarding,
+}
+
+/// Where a turn keeps and reports what happened, and learns that the host
+/// stops: the durable store, the events, the live counts.
+#[derive(Clone)]
+pub struct Books {
+    /// The durable inbox (and session ids, turn records, approval rules).
+    pub inbox: StoreHandle,
+    /// Where the turn reports what happened.
+    pub events: EventBus,
+    /// Live actor counts.
+    pub gauges: Arc<Gauges>,
+    /// Set once the host is stopping: agent requests are then refused.
+    pub shutdown: Shutdown,
+}
+
+/// What a turn uses, and nothing else: each [`TurnActor`](super::TurnActor)
+/// holds one. The start makes it once; the dispatcher hands one `Arc` of it
+/// to each chat, which clones it for each turn it starts (handles and
+/// `Arc`s: the settings themselves are not copied).
+#[derive(Clone)]
+pub struct TurnServices {
+    /// The agent and its settings.
+    pub agent: Arc<AgentSetup>,
+    /// The way out to the chat (answers, questions, reactions).
+    pub out: WayOut,
+    /// The store, the events, the stop.
+    pub books: Books,
+    /// Fetches the files users send.
+    pub files: Files,
+    /// The conversations' schedules (`/schedule`, the agent's tools).
+    pub schedules: crate::schedule::ScheduleBook,
+}
+
+impl TurnServices {
     /// The working directory of `to`.
     pub fn workdir_of(&self, to: Conversation) -> std::path::PathBuf {
-        crate::agent::host::seal::chat_path(&self.workdir, &to.key())
+        crate::agent::host::seal::chat_path(&self.agent.workdir, &to.key())
     }
 }

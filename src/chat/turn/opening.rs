@@ -36,10 +36,10 @@ impl TurnActor {
         then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
         let to = self.to();
-        let opening = (self.deps.inbox).read("reading the session to open", move |store| {
+        let opening = (self.deps.books.inbox).read("reading the session to open", move |store| {
             store.opening(to)
         });
-        let choices = Arc::clone(&self.deps.choices);
+        let choices = Arc::clone(&self.deps.agent.choices);
         let find = async move {
             let opening = opening.await?;
             let root = choices
@@ -55,7 +55,7 @@ impl TurnActor {
                 return act.store_unreadable(ctx);
             };
             let known = root.is_some();
-            let dir = root.unwrap_or_else(|| act.deps.workdir.clone());
+            let dir = root.unwrap_or_else(|| act.deps.agent.workdir.clone());
             act.root = Some(Root { dir, project });
             if known {
                 let workdir = act.workdir();
@@ -70,7 +70,7 @@ impl TurnActor {
     fn root_dir(&self) -> &std::path::Path {
         self.root
             .as_ref()
-            .map_or(&self.deps.workdir, |root| &root.dir)
+            .map_or(&self.deps.agent.workdir, |root| &root.dir)
     }
 
     /// The conversation's working directory.
@@ -90,6 +90,7 @@ impl TurnActor {
         ctx.spawn(fetch.into_actor(self).map(|received, act, ctx| {
             for notice in received.notices {
                 act.deps
+                    .out
                     .outbox
                     .do_send(SendText::new(act.to(), notice).replying_to(act.spec.answer_to));
             }
@@ -114,7 +115,8 @@ impl TurnActor {
                 self.attach(session, true, ctx);
                 // A warm process answers a user line within milliseconds; one
                 // that stays silent is replaced rather than waited out.
-                let patience = (self.deps.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
+                let patience =
+                    (self.deps.agent.config.no_progress_timeout / 2).min(WARM_ANSWER_TIMEOUT);
                 ctx.run_later(patience, |act, ctx| {
                     if act.phase.is_proving() {
                         tracing::warn!(session = %act.label(), "warm session did not answer; replacing it");
@@ -143,14 +145,14 @@ impl TurnActor {
     /// its model (read after every store write asked before, so a `/new`,
     /// `/model` or a picked session is seen).
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
-        let backend = Arc::clone(&self.deps.backend);
+        let backend = Arc::clone(&self.deps.agent.backend);
         let to = self.to();
-        let opening = (self.deps.inbox).read("reading the session to open", move |store| {
+        let opening = (self.deps.books.inbox).read("reading the session to open", move |store| {
             store.opening(to)
         });
-        let choices = Arc::clone(&self.deps.choices);
+        let choices = Arc::clone(&self.deps.agent.choices);
         let conversation = self.to();
-        let shutdown = self.deps.shutdown.clone();
+        let shutdown = self.deps.books.shutdown.clone();
         let open = async move {
             let Ok(opening) = opening.await else {
                 return Ok(None);

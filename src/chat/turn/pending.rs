@@ -184,7 +184,7 @@ impl TurnActor {
             id,
             tool,
             reply,
-            shutdown: self.deps.shutdown.clone(),
+            shutdown: self.deps.books.shutdown.clone(),
         }
     }
 }

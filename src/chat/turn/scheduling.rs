@@ -35,7 +35,7 @@ impl TurnActor {
             _ => None,
         };
         // What the agent sets to run later, the chat sees (and can remove).
-        let outbox = self.deps.outbox.clone();
+        let outbox = self.deps.out.outbox.clone();
         let tell = move |text: String| outbox.do_send(SendText::new(to, text));
         let made_by = self
             .spec

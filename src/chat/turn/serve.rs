@@ -190,7 +190,7 @@ impl TurnActor {
     /// Serves one call of a chat tool.
     pub(super) fn serve_tool(&mut self, call: ToolCall, ctx: &mut Context<Self>) {
         let ToolCall { id, call, reply } = call;
-        if self.deps.shutdown.is_closing() {
+        if self.deps.books.shutdown.is_closing() {
             tracing::info!(call_id = %id, tool = %call.name, "tool call refused: the host is stopping");
             reply.answer(ToolReply::Refused("the host is stopping".into()));
             return;
@@ -250,7 +250,7 @@ impl TurnActor {
             return;
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.deps.outbox.do_send(React {
+        self.deps.out.outbox.do_send(React {
             chat,
             message_id,
             emoji,
@@ -347,7 +347,7 @@ impl TurnActor {
             Some(accepted),
         );
         if cut.is_some() {
-            self.tell_limit(notices::too_much_output(self.deps.config.max_output));
+            self.tell_limit(notices::too_much_output(self.deps.agent.config.max_output));
         }
         let pending = self.pending_tool(id, tool_name, reply);
         self.wait_for_telegram(ctx);
@@ -380,10 +380,10 @@ impl TurnActor {
         if relay_was_new {
             self.spec.update_ids.extend(read.iter().copied());
             self.said = Said::Queued(ReplyRelay::open(
-                &self.deps.inbox,
+                &self.deps.books.inbox,
                 self.spec.update_ids.clone(),
-                self.deps.outbox.clone(),
-                self.deps.forwarding.clone(),
+                self.deps.out.outbox.clone(),
+                self.deps.out.forwarding.clone(),
             ));
         }
         let Some(relay) = self.said.relay() else {
@@ -423,7 +423,7 @@ impl TurnActor {
 
     /// Counts one more message of `len` bytes against the turn's limits.
     fn allowance(&mut self, len: usize) -> Allowance {
-        let config = &self.deps.config;
+        let config = &self.deps.agent.config;
         if self.output.messages >= config.max_messages {
             return Allowance::Refused(
                 notices::messages_refused(config.max_messages),

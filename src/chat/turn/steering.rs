@@ -142,7 +142,7 @@ impl TurnActor {
         tracing::info!(update_id = tag, "the agent read a steered message");
         if let Some(message_id) = message.filter(|m| m.0 != 0) {
             let (reply, _) = tokio::sync::oneshot::channel();
-            self.deps.outbox.do_send(React {
+            self.deps.out.outbox.do_send(React {
                 chat: self.spec.to.chat,
                 message_id,
                 emoji: READ_MARK.into(),
@@ -188,7 +188,7 @@ impl TurnActor {
                     messages = rows.len(),
                     "steered messages stopped with the turn"
                 );
-                self.deps.inbox.turn_finished(rows, Disposition::Done);
+                self.deps.books.inbox.turn_finished(rows, Disposition::Done);
             }
             return Vec::new();
         }
@@ -218,14 +218,18 @@ impl Handler<SteerTurn> for TurnActor {
         }
         let update_id = msg.message.update_id;
         self.deps
+            .books
             .inbox
             .turn_started(vec![update_id], self.spec.turn);
-        self.deps.events.metrics().steered();
-        self.deps.events.publish(crate::events::BotEvent::Steered {
-            chat: self.spec.to.chat,
-            turn: self.spec.turn,
-            update_id,
-        });
+        self.deps.books.events.metrics().steered();
+        self.deps
+            .books
+            .events
+            .publish(crate::events::BotEvent::Steered {
+                chat: self.spec.to.chat,
+                turn: self.spec.turn,
+                update_id,
+            });
         self.steering.steered.push(Steered {
             message: msg.message,
             at: msg.at,

@@ -52,7 +52,7 @@ impl TurnActor {
         {
             return;
         }
-        let timeout = self.deps.config.no_progress_timeout;
+        let timeout = self.deps.agent.config.no_progress_timeout;
         self.watchdogs.no_progress = Some(ctx.run_later(timeout, move |act, ctx| {
             act.watchdogs.no_progress = None;
             tracing::warn!(?timeout, "no progress from the agent");
@@ -65,7 +65,7 @@ impl TurnActor {
         if self.watchdogs.grace.is_some() {
             return;
         }
-        let grace = self.deps.config.post_result_grace;
+        let grace = self.deps.agent.config.post_result_grace;
         self.watchdogs.grace = Some(ctx.run_later(grace, move |act, ctx| {
             act.watchdogs.grace = None;
             if act.phase.holds_chat() {
@@ -147,7 +147,7 @@ impl TurnActor {
         let budget = *self
             .watchdogs
             .budget_left
-            .get_or_insert(self.deps.config.max_duration);
+            .get_or_insert(self.deps.agent.config.max_duration);
         self.watchdogs.budget_armed = Some(Instant::now());
         self.watchdogs.budget = Some(ctx.run_later(budget, move |act, ctx| {
             act.watchdogs.budget = None;

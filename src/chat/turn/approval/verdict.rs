@@ -29,6 +29,7 @@ impl TurnActor {
                             AlwaysRule::Tool(name) => texts::always_every(&visible(name)),
                         };
                         self.deps
+                            .books
                             .inbox
                             .allow_always(self.spec.to, project, rule, by.id);
                         how
@@ -58,7 +59,7 @@ impl TurnActor {
                 texts::denied_by(&by.name),
             ),
             (Verdict::TimedOut, _) => {
-                let timeout = humantime::format_duration(self.deps.config.approval_timeout);
+                let timeout = humantime::format_duration(self.deps.agent.config.approval_timeout);
                 (
                     Permission::Deny {
                         message: format!("Nobody in the chat answered within {timeout}; not run."),
