@@ -11,29 +11,9 @@ const MAX_FILE_LINES: usize = 500;
 const MAX_ARCHITECTURE_LINES: usize = 400;
 const MAX_README_BYTES: usize = 30_000;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every `.rs` file under `dir`, but a test module's own (`tests.rs`, or a
-/// file under a `tests/` folder).
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("read a source folder")
-        .map(|e| e.expect("a folder entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.is_dir() {
-            if name != "tests" {
-                sources(&path, out);
-            }
-        } else if name.ends_with(".rs") && name != "tests.rs" {
-            out.push(path);
-        }
-    }
-}
+#[path = "support/sources.rs"]
+mod sources;
+use sources::{root, sources};
 
 /// The lines of `text` before its test module (`#[cfg(test)]` at the
 /// start of a line), or all of them.

@@ -3,7 +3,6 @@
 //! places must be one of [`SAME_THING`], each with its reason.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 /// Names defined in more than one place on purpose, each the same thing
 /// under the same name.
@@ -17,29 +16,9 @@ const SAME_THING: &[&str] = &[
     "Fake",
 ];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every `.rs` file under `dir`, but a test module's own (`tests.rs`, or a
-/// file under a `tests/` folder).
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("read a source folder")
-        .map(|e| e.expect("a folder entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.is_dir() {
-            if name != "tests" {
-                sources(&path, out);
-            }
-        } else if name.ends_with(".rs") && name != "tests.rs" {
-            out.push(path);
-        }
-    }
-}
+#[path = "support/sources.rs"]
+mod sources;
+use sources::{root, sources};
 
 /// `line` without its visibility (`pub`, `pub(crate)`, `pub(super)`,
 /// `pub(in …)`), and whether it had one.
