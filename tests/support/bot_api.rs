@@ -815,50 +815,47 @@ fn texts_in(calls: &[Call], chat_id: i64) -> Vec<String> {
         .collect()
 }
 
-/// The inline keyboard a call sent (`reply_markup`), as rows of
-/// `(label, callback data)`; empty when it sent none.
-pub fn buttons_of(call: &Call) -> Vec<Vec<(String, String)>> {
+/// The inline keyboard a call sent (`reply_markup`), each button read by
+/// `each`, row by row; empty when it sent none.
+fn keyboard_of<T>(call: &Call, each: impl Fn(&Value) -> T) -> Vec<Vec<T>> {
     let Some(markup) = markup_of(&call.params) else {
         return Vec::new();
-    };
-    let text = |button: &Value, key: &str| {
-        button
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
     };
     let rows = markup["inline_keyboard"].as_array().cloned();
     let rows = rows.unwrap_or_default().into_iter();
     rows.map(|row| {
-        let buttons = row.as_array().cloned().unwrap_or_default();
-        buttons
-            .iter()
-            .map(|b| (text(b, "text"), text(b, "callback_data")))
-            .collect()
+        row.as_array()
+            .map_or_else(Vec::new, |b| b.iter().map(&each).collect())
     })
     .collect()
+}
+
+/// A button's `key` as text, empty without one.
+fn button_text(button: &Value, key: &str) -> String {
+    button
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The inline keyboard a call sent (`reply_markup`), as rows of
+/// `(label, callback data)`; empty when it sent none.
+pub fn buttons_of(call: &Call) -> Vec<Vec<(String, String)>> {
+    keyboard_of(call, |b| {
+        (button_text(b, "text"), button_text(b, "callback_data"))
+    })
 }
 
 /// The inline keyboard a call sent, as rows of `(label, style)`: the
 /// button's `style` (`success`, `danger`, `primary`) or `None` without one.
 pub fn styles_of(call: &Call) -> Vec<Vec<(String, Option<String>)>> {
-    let Some(markup) = markup_of(&call.params) else {
-        return Vec::new();
-    };
-    let rows = markup["inline_keyboard"].as_array().cloned();
-    let rows = rows.unwrap_or_default().into_iter();
-    rows.map(|row| {
-        let buttons = row.as_array().cloned().unwrap_or_default();
-        buttons
-            .iter()
-            .map(|b| {
-                let label = b["text"].as_str().unwrap_or_default().to_string();
-                (label, b["style"].as_str().map(str::to_string))
-            })
-            .collect()
+    keyboard_of(call, |b| {
+        (
+            button_text(b, "text"),
+            b["style"].as_str().map(str::to_string),
+        )
     })
-    .collect()
 }
 
 /// The inline keyboard in a call's `reply_markup` (a JSON string in a form
