@@ -351,20 +351,16 @@ impl ChatSupervisor {
 
     /// Starts the next turn when the chat is free and nothing holds it.
     fn try_start(&mut self, ctx: &mut Context<Self>) {
-        let ChatState::Idle(hold) = &self.state else {
+        if !matches!(self.state, ChatState::Idle(_)) {
             return;
-        };
+        }
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
-        match hold {
-            Hold::Open => {}
-            // The agent runs it already: it waits for no delivery.
-            Hold::Delivery if front.adopted => {}
-            // The rest of the delivery joins this turn: [`DeliveryEnd`].
-            Hold::Delivery => return,
-            // Waiting out a usage limit: everything runs together then.
-            Hold::Limit { .. } => return,
+        if !self.state.may_start(front.adopted) {
+            // The rest of a delivery joins this turn ([`DeliveryEnd`]), or
+            // messages wait out a usage limit: everything runs together then.
+            return;
         }
         let open_for = front.at.elapsed();
         let window = if front.adopted {
@@ -383,7 +379,8 @@ impl ChatSupervisor {
             self.step(ChatStep::Merge(handle), ctx);
             return;
         }
-        self.step(ChatStep::Acquire, ctx);
+        let adopted = front.adopted;
+        self.step(ChatStep::Acquire { adopted }, ctx);
         let slots = self.slots.clone();
         ctx.spawn(
             async move { slots.acquire().await }.into_actor(self).map(

@@ -137,6 +137,18 @@ impl<P> Hold<P> {
             _ => None,
         }
     }
+
+    /// Whether the next turn may start, its front message `adopted` (one
+    /// the agent runs already) or not.
+    fn lets_start(&self, adopted: bool) -> bool {
+        match self {
+            Self::Open => true,
+            // The rest of the delivery joins the turn: it waits for it.
+            Self::Delivery => adopted,
+            // Everything runs together at the parked messages' time.
+            Self::Limit { .. } => false,
+        }
+    }
 }
 
 /// What moves a [`Hold`].
@@ -175,8 +187,12 @@ pub(crate) enum ChatStep<R, P> {
     Merge(SpawnHandle),
     /// The merge window is over, or `/stop` cleared it.
     WindowClosed,
-    /// A turn may start once a slot is free.
-    Acquire,
+    /// A turn may start once a slot is free; `adopted`: its front message
+    /// is one the agent runs already (it waits for no delivery).
+    Acquire {
+        /// The front message is one the agent runs already.
+        adopted: bool,
+    },
     /// A slot came: the turn starts.
     Start(R),
     /// The slot came but there was nothing left to run, or none will come.
@@ -245,7 +261,7 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
             (Self::Merging(handle), ChatStep::WindowClosed) => {
                 (Self::Idle(Hold::Open), Left::Window(handle))
             }
-            (Self::Idle(hold @ (Hold::Open | Hold::Delivery)), ChatStep::Acquire) => {
+            (Self::Idle(hold), ChatStep::Acquire { adopted }) if hold.lets_start(adopted) => {
                 (Self::WaitingForSlot(hold), Left::Nothing)
             }
             (Self::WaitingForSlot(hold), ChatStep::Start(turn)) => {
@@ -324,6 +340,12 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
         }
     }
 
+    /// Whether a turn may start now, its front message `adopted` or not:
+    /// the chat is idle and nothing holds the turn back.
+    pub(crate) fn may_start(&self, adopted: bool) -> bool {
+        matches!(self, Self::Idle(hold) if hold.lets_start(adopted))
+    }
+
     /// The running turn, if one holds the chat.
     pub(crate) fn running(&self) -> Option<&R> {
         match self {
@@ -399,7 +421,7 @@ mod tests {
             ),
             (
                 S::Idle(OPEN),
-                Step::Acquire,
+                Step::Acquire { adopted: false },
                 S::WaitingForSlot(OPEN),
                 Left::Nothing,
             ),
@@ -443,10 +465,20 @@ mod tests {
             ),
             // A turn never starts over another or while one settles.
             (running(t1), Step::Start(t2), running(t1), Left::Nothing),
-            (settling(t1), Step::Acquire, settling(t1), Left::Nothing),
+            (
+                settling(t1),
+                Step::Acquire { adopted: false },
+                settling(t1),
+                Left::Nothing,
+            ),
             (running(t1), Step::Merge(h), running(t1), Left::Nothing),
             (S::Idle(OPEN), Step::Ended(t1), S::Idle(OPEN), Left::Nothing),
-            (S::Merging(h), Step::Acquire, S::Merging(h), Left::Nothing),
+            (
+                S::Merging(h),
+                Step::Acquire { adopted: false },
+                S::Merging(h),
+                Left::Nothing,
+            ),
         ];
         check(table);
     }
@@ -481,10 +513,17 @@ mod tests {
                 S::Idle(DELIVERY),
                 Left::Nothing,
             ),
-            // A message the agent runs already starts; the hold goes with it.
+            // The front waits for the rest of its delivery, unless the
+            // agent runs it already; the hold goes with it.
             (
                 S::Idle(DELIVERY),
-                Step::Acquire,
+                Step::Acquire { adopted: false },
+                S::Idle(DELIVERY),
+                Left::Nothing,
+            ),
+            (
+                S::Idle(DELIVERY),
+                Step::Acquire { adopted: true },
                 S::WaitingForSlot(DELIVERY),
                 Left::Nothing,
             ),
@@ -621,8 +660,14 @@ mod tests {
             // Parked messages wait for their time: nothing starts.
             (
                 S::Idle(limit(1, false)),
-                Step::Acquire,
+                Step::Acquire { adopted: false },
                 S::Idle(limit(1, false)),
+                Left::Nothing,
+            ),
+            (
+                S::Idle(limit(1, true)),
+                Step::Acquire { adopted: true },
+                S::Idle(limit(1, true)),
                 Left::Nothing,
             ),
             (
@@ -735,7 +780,12 @@ mod tests {
                 Left::Turn(t1),
             ),
             // Stopped is for good.
-            (S::Stopped, Step::Acquire, S::Stopped, Left::Nothing),
+            (
+                S::Stopped,
+                Step::Acquire { adopted: false },
+                S::Stopped,
+                Left::Nothing,
+            ),
             (S::Stopped, Step::Merge(h), S::Stopped, Left::Nothing),
             (S::Stopped, Step::Start(t1), S::Stopped, Left::Nothing),
             (S::Stopped, Step::NoSlot, S::Stopped, Left::Nothing),
