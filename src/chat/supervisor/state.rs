@@ -10,20 +10,24 @@
 //!                    ▼                             ▼
 //!                   Idle                          Idle   (the hard deadline; its session is killed)
 //!
-//! Every state but Merging and Stopped carries a Hold, and keeps it across
-//! a turn (a delivery and a usage limit outlive the turn they began in):
+//! Every state but Merging and Stopped carries a Hold, what holds the next
+//! turn back, and keeps it across a turn (a delivery and a usage limit
+//! outlive the turn they began in):
 //!
-//!        DeliveryBegins          Park(parked)
-//!  Open ───────────────▶ Delivery ───────────▶ Limit { delivering: true }
-//!   ▲ ◀──────────────────┘  DeliveryEnded     │ ▲ DeliveryEnded / Begins
-//!   │                                         ▼ │
-//!   └────────────────────────────────────── Limit { delivering: false }
-//!                   Unpark (its time came, or /stop)
+//!                 DeliveryBegins ▶
+//!   Open ◀────────────────────────────────▶ Delivery
+//!    │ Park(parked)      ◀ DeliveryEnded       │ Park(parked)
+//!    ▼                                         ▼
+//!   Limit { delivering: false } ◀─────────▶ Limit { delivering: true }
+//!    │ Unpark                                  │ Unpark
+//!    ▼ (their time came, /stop, host stopping) ▼
+//!   Open                                    Delivery
 //!
-//! Merging holds nothing: DeliveryBegins or Park there ends the window
-//! (Idle(Delivery), Idle(Limit)); the turn waits for what holds it, then
-//! opens the window again for what is left of it. Only Idle(Open), or
-//! Idle(Delivery) under a message the agent already runs, Acquires.
+//! Merging holds nothing: DeliveryBegins or Park there closes the window
+//! (to Idle(Delivery), Idle(Limit)); once the hold is gone the turn opens
+//! what is left of it. Acquire { adopted } leaves Idle only when the hold
+//! lets the turn start: Open, or Delivery under a message the agent runs
+//! already (`adopted`); never Limit.
 //!
 //! HostStopping: Idle | Merging | WaitingForSlot ──▶ Stopped (for good);
 //! a running or settling turn goes on, marked `Then::Stop`, and its end
@@ -31,8 +35,9 @@
 //! (their rows stay parked in the inbox, for the next process).
 //! ```
 //!
-//! The chat's queue and warm session sit beside the state: they are the
-//! chat's data, not where it is.
+//! The chat's queue, warm session, last usage-limit wait and the messages
+//! held behind a steered one (`awaiting`) sit beside the state: they are
+//! the chat's data, not where it is (the supervisor's fields say why).
 
 use actix::SpawnHandle;
 
