@@ -272,3 +272,21 @@ async fn a_message_queued_behind_a_refused_turn_waits_for_the_parked_ones() {
         .collect();
     assert_eq!(answers, ["echo: ask me\n\nqueued behind"]);
 }
+
+/// A chat waiting out a usage limit is not idle: it is not retired after
+/// `dispatcher.idle_eviction`, which would drop the retry until the next
+/// start; its parked message runs at its time.
+#[actix_rt::test]
+async fn a_chat_waiting_out_a_limit_is_not_retired_as_idle() {
+    let mut env = retry("2s", "4s");
+    env.push(("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms"));
+    // No warm session keeps the chat busy meanwhile.
+    env.push(("TURNSTILE_AGENT_KEEP_WARM", "0s"));
+    let mut h = Harness::start(scenario(1, None), &env).await;
+    h.say(1, USER, "ask me");
+    ended(&mut h, 1).await;
+    notice(&h).await;
+    let (outcome, _) = ended(&mut h, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(h.texts(1).last().map(String::as_str), Some("echo: ask me"));
+}

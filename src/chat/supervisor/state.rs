@@ -386,9 +386,13 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
         }
     }
 
-    /// Whether nothing runs, starts or settles (the chat may be retired).
+    /// Whether nothing runs, starts, settles or waits out a usage limit
+    /// (the chat may be retired: retiring it would drop the retry).
     pub(crate) fn at_rest(&self) -> bool {
-        matches!(self, Self::Idle(_) | Self::Stopped)
+        matches!(
+            self,
+            Self::Idle(Hold::Open | Hold::Delivery) | Self::Stopped
+        )
     }
 
     /// Whether the host is stopping: no turn starts again.
@@ -799,7 +803,8 @@ mod tests {
         check(table);
         assert!(S::Stopped.host_stopping() && stop(t1).host_stopping());
         assert!(!running(t1).host_stopping() && !S::Idle(OPEN).host_stopping());
-        assert!(S::Stopped.at_rest() && S::Idle(limit(1, false)).at_rest());
+        assert!(S::Stopped.at_rest() && S::Idle(DELIVERY).at_rest());
+        assert!(!S::Idle(limit(1, false)).at_rest() && !running(t1).at_rest());
         assert_eq!(held(t1, limit(3, false)).parked(), Some(&3));
         assert_eq!(S::Merging(h).parked(), None);
     }
