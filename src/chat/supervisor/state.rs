@@ -232,7 +232,7 @@ pub(crate) enum Left<R, P> {
     Turn(R),
     /// Messages that waited out a usage limit, or that could not be parked.
     Parked(P),
-    /// The merge window that was open.
+    /// The merge window that was open, or one the state did not take.
     Window(SpawnHandle),
 }
 
@@ -295,6 +295,9 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
             (state, ChatStep::DeliveryEnded) => state.holding(HoldStep::DeliveryEnded),
             (state, ChatStep::Park(parked)) => state.holding(HoldStep::Park(parked)),
             (state, ChatStep::Unpark) => state.holding(HoldStep::Unpark),
+            // A window the state does not take is handed back, to cancel:
+            // its timer would close a window that never opened.
+            (state, ChatStep::Merge(handle)) => (state, Left::Window(handle)),
             (state, _) => (state, Left::Nothing),
         }
     }
@@ -480,7 +483,7 @@ mod tests {
                 settling(t1),
                 Left::Nothing,
             ),
-            (running(t1), Step::Merge(h), running(t1), Left::Nothing),
+            (running(t1), Step::Merge(h), running(t1), Left::Window(h)),
             (S::Idle(OPEN), Step::Ended(t1), S::Idle(OPEN), Left::Nothing),
             (
                 S::Merging(h),
@@ -520,7 +523,7 @@ mod tests {
                 S::Idle(DELIVERY),
                 Step::Merge(h),
                 S::Idle(DELIVERY),
-                Left::Nothing,
+                Left::Window(h),
             ),
             // The front waits for the rest of its delivery, unless the
             // agent runs it already; the hold goes with it.
@@ -683,7 +686,7 @@ mod tests {
                 S::Idle(limit(1, false)),
                 Step::Merge(h),
                 S::Idle(limit(1, false)),
-                Left::Nothing,
+                Left::Window(h),
             ),
             (
                 S::Idle(limit(1, false)),
@@ -795,7 +798,7 @@ mod tests {
                 S::Stopped,
                 Left::Nothing,
             ),
-            (S::Stopped, Step::Merge(h), S::Stopped, Left::Nothing),
+            (S::Stopped, Step::Merge(h), S::Stopped, Left::Window(h)),
             (S::Stopped, Step::Start(t1), S::Stopped, Left::Nothing),
             (S::Stopped, Step::NoSlot, S::Stopped, Left::Nothing),
             (S::Stopped, Step::HostStopping, S::Stopped, Left::Nothing),
