@@ -32,7 +32,8 @@
 //! HostStopping: Idle | Merging | WaitingForSlot ──▶ Stopped (for good);
 //! a running or settling turn goes on, marked `Then::Stop`, and its end
 //! leads to Stopped instead of Idle. Parked messages are handed back then
-//! (their rows stay parked in the inbox, for the next process).
+//! (their rows stay parked in the inbox, for the next process), and none
+//! are taken while the turn ends.
 //! ```
 //!
 //! The chat's queue, warm session, last usage-limit wait and the messages
@@ -324,6 +325,14 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
 
     /// `step` applied to the chat's hold, wherever the chat is.
     fn holding(self, step: HoldStep<P>) -> (Self, Left<R, P>) {
+        let step = match step {
+            // A stopping host parks nothing: the turn's end leads to
+            // Stopped, which holds nothing, and they would be lost.
+            HoldStep::Park(parked) if self.host_stopping() => {
+                return (self, Left::Parked(parked));
+            }
+            step => step,
+        };
         match self {
             Self::Idle(hold) => {
                 let (hold, left) = hold.after(step);
@@ -776,6 +785,15 @@ mod tests {
                 Step::HostStopping,
                 S::Settling(t1, Then::Stop, DELIVERY),
                 Left::Parked(1),
+            ),
+            // Nor is anything parked while the turn ends: Stopped would
+            // drop them.
+            (stop(t1), Step::Park(2), stop(t1), Left::Parked(2)),
+            (
+                stop_settling(t1),
+                Step::Park(2),
+                stop_settling(t1),
+                Left::Parked(2),
             ),
             // The turn ends as it would; where it leads is Stopped.
             (stop(t1), Step::Ended(t1), stop_settling(t1), Left::Turn(t1)),
