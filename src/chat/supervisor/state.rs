@@ -786,15 +786,6 @@ mod tests {
                 S::Settling(t1, Then::Stop, DELIVERY),
                 Left::Parked(1),
             ),
-            // Nor is anything parked while the turn ends: Stopped would
-            // drop them.
-            (stop(t1), Step::Park(2), stop(t1), Left::Parked(2)),
-            (
-                stop_settling(t1),
-                Step::Park(2),
-                stop_settling(t1),
-                Left::Parked(2),
-            ),
             // The turn ends as it would; where it leads is Stopped.
             (stop(t1), Step::Ended(t1), stop_settling(t1), Left::Turn(t1)),
             (
@@ -828,6 +819,31 @@ mod tests {
         assert!(!S::Idle(limit(1, false)).at_rest() && !running(t1).at_rest());
         assert_eq!(held(t1, limit(3, false)).parked(), Some(&3));
         assert_eq!(S::Merging(h).parked(), None);
+    }
+
+    /// Nothing is parked while a stopping host's turn ends: where it leads
+    /// is Stopped, which would drop them.
+    #[test]
+    fn a_stopping_host_parks_nothing_while_its_turn_ends() {
+        let t1 = TurnId(1);
+        let stop = S::Running(t1, Then::Stop, OPEN);
+        let stop_settling = S::Settling(t1, Then::Stop, DELIVERY);
+        let table: Vec<Row> = vec![
+            (
+                stop,
+                Step::Park(2),
+                S::Running(t1, Then::Stop, OPEN),
+                Left::Parked(2),
+            ),
+            (
+                stop_settling,
+                Step::Park(2),
+                S::Settling(t1, Then::Stop, DELIVERY),
+                Left::Parked(2),
+            ),
+            (S::Stopped, Step::Park(2), S::Stopped, Left::Parked(2)),
+        ];
+        check(table);
     }
 
     fn running(turn: TurnId) -> S {
