@@ -297,8 +297,9 @@ impl ChatSupervisor {
         self.outbox.do_send(SendText::new(self.to, text));
     }
 
-    /// Moves the chat on `step`; a merge window the step closed is
-    /// cancelled here, the rest of what it took out is the caller's.
+    /// Moves the chat on `step`; a merge window the step closed, or one
+    /// the state did not take, is cancelled here, the rest of what it took
+    /// out is the caller's.
     fn step(
         &mut self,
         step: ChatStep<Running, Parked>,
