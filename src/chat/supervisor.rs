@@ -32,7 +32,8 @@ use tracing::Span;
 
 use self::state::{ChatState, ChatStep, HoldsTurn};
 pub use self::switching::{Choose, Chosen};
-use self::warm::Warm;
+pub use self::warm::{Prewarm, Prewarmed};
+use self::warm::{Prewarming, Warm};
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, TurnActor, TurnServices};
@@ -225,6 +226,8 @@ pub struct ChatSupervisor {
     awaiting: Option<VecDeque<UserMessage>>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
+    /// A prewarm is opening the session the next turn takes.
+    prewarming: Prewarming,
     /// Turns up to this one must not keep their session (after `/new`).
     forget_through: TurnId,
     /// Turns up to this one keep their session id but not their process
@@ -276,6 +279,7 @@ impl ChatSupervisor {
             queue: VecDeque::new(),
             awaiting: None,
             warm: None,
+            prewarming: Prewarming::No,
             forget_through: TurnId(0),
             cold_through: TurnId(0),
             typing: None,
@@ -320,6 +324,7 @@ impl ChatSupervisor {
         if !self.state.at_rest()
             || !self.queue.is_empty()
             || self.warm.is_some()
+            || self.prewarming != Prewarming::No
             || self.awaiting.is_some()
         {
             return;
@@ -349,6 +354,10 @@ impl ChatSupervisor {
         };
         if self.limit.parked().is_some() {
             // Waiting out a usage limit: everything runs together then.
+            return;
+        }
+        if self.prewarming != Prewarming::No {
+            // The turn takes the session a prewarm is opening ([`Prewarm`]).
             return;
         }
         if self.delivering && !front.adopted {
