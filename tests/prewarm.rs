@@ -249,10 +249,7 @@ async fn a_session_that_cannot_resume_is_not_prewarmed() {
     cli.wait_for_entries(1, |e| e.get("args").is_some()).await;
     let processes = cli.processes();
     assert!(
-        processes[0]
-            .1
-            .windows(2)
-            .any(|w| w[0] == "--resume" && w[1] == uuid),
+        processes[0].1.contains(&format!("--resume={uuid}")),
         "{processes:?}"
     );
     assert_eq!(prewarmed(&h), [1001]);
