@@ -7,10 +7,16 @@
 mod support;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use support::*;
 use teloxide::types::{ChatId, MessageId, UserId};
-use turnstile::agent::Scenario;
+use tokio::sync::Semaphore;
+use turnstile::agent::{
+    AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession, Scenario, ScriptedBackend,
+    ToolRegistry,
+};
 use turnstile::events::BotEvent;
 use turnstile::incoming::Incoming;
 use turnstile::state::{Store, now_ms};
@@ -258,6 +264,79 @@ async fn a_session_that_cannot_resume_is_not_prewarmed() {
             .contains("the stored session is the scripted agent's"),
         "the log says why: {}",
         logs.text()
+    );
+    h.bot.stop().await;
+}
+
+/// The scripted agent, its first session (the prewarm's) held back until
+/// the test opens `gate`.
+struct Gated {
+    inner: ScriptedBackend,
+    gate: Arc<Semaphore>,
+    asked: AtomicUsize,
+}
+
+impl AgentBackend for Gated {
+    fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
+        let first = self.asked.fetch_add(1, Ordering::SeqCst) == 0;
+        let opened = self.inner.open(request);
+        let gate = Arc::clone(&self.gate);
+        Box::pin(async move {
+            if first {
+                let _open = gate.acquire().await;
+            }
+            opened.await
+        })
+    }
+}
+
+#[actix_rt::test]
+async fn a_message_arriving_while_its_session_is_prewarmed_waits_and_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = state_file(dir.path(), &[used(1001, "s-a", 5)], &[]);
+    let mut slot = None;
+    let mut h = Harness::launch(
+        &[
+            ("TURNSTILE_STATE_PATH", &db),
+            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+            // Nothing holds the message but the prewarm.
+            ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s"),
+        ],
+        Harness::fast_limits(),
+        |config| {
+            let gated = Arc::new(Gated {
+                inner: ScriptedBackend::new(Scenario::default())
+                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+                gate: Arc::new(Semaphore::new(0)),
+                asked: AtomicUsize::new(0),
+            });
+            slot = Some(Arc::clone(&gated));
+            gated
+        },
+    )
+    .await;
+    let gated = slot.expect("backend built");
+    wait_until("the prewarm opening the session", SOON, || {
+        gated.asked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    h.say(1001, 1001, "are you there");
+    wait_until("the message waiting for the prewarm", SOON, || {
+        h.metric_value("turnstile_queue_depth") == 1.0
+    })
+    .await;
+    gated.gate.add_permits(1);
+    let (_, outcome, _) = h.turn_ended(1001, 1).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(
+        gated.asked.load(Ordering::SeqCst),
+        1,
+        "the turn took the prewarmed session: one session, one process"
+    );
+    assert!(
+        h.texts(1001).iter().any(|t| t.contains("are you there")),
+        "answered: {:?}",
+        h.texts(1001)
     );
     h.bot.stop().await;
 }
