@@ -27,6 +27,7 @@
 //! `end_turn` call carrying the reply text (the no-hook run needs a second
 //! model call, answered with text, before the CLI finishes).
 
+#[path = "real_cli/restart.rs"]
 mod restart;
 mod support;
 
