@@ -131,12 +131,12 @@ impl ChatSupervisor {
     fn not_to_prewarm(&self) -> Option<&'static str> {
         if self.state.host_stopping() {
             Some("the host is stopping")
+        } else if self.state.parked().is_some() {
+            Some("messages wait out a usage limit")
         } else if !self.state.at_rest() {
             Some("a turn is under way")
         } else if !self.queue.is_empty() || self.awaiting.is_some() {
             Some("a message is waiting; its turn starts the session")
-        } else if self.limit.parked().is_some() {
-            Some("messages wait out a usage limit")
         } else if self.warm.is_some() || self.prewarming != Prewarming::No {
             Some("already warm")
         } else {
