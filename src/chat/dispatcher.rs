@@ -10,6 +10,7 @@ mod menus;
 mod messages;
 mod recovery;
 mod schedules;
+mod topics;
 
 pub use recovery::Recover;
 

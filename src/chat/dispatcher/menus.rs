@@ -8,6 +8,7 @@
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
 
+use super::topics::await_name;
 use super::{Dispatcher, ForChat};
 use crate::chat::menus::{self, ListKind, Pick};
 use crate::chat::notices;
@@ -156,6 +157,9 @@ impl Dispatcher {
             return outbox.do_send(AnswerCallback::new(to.chat, callback, text));
         }
         self.lists.close(to, pick.kind);
+        if pick.kind == ListKind::Sessions && self.opens_topics(to) {
+            return self.session_in_topic(entry, press, ctx);
+        }
         let (choice, done) = match pick.kind {
             ListKind::Projects => (Choose::Project(entry.clone()), settings::moved(&entry)),
             ListKind::Models => (
@@ -284,6 +288,7 @@ impl Dispatcher {
             match made {
                 Ok(Ok(thread)) => {
                     let into = Conversation::new(from.chat, Some(thread));
+                    await_name(&act.inbox, into);
                     outbox.do_send(SendText::new(into, notices::NEW_TOPIC_OPENED));
                     outbox.do_send(SendText::new(from, notices::NEW_TOPIC_ELSEWHERE));
                 }
@@ -359,6 +364,7 @@ impl Dispatcher {
                     Err(_) => return,
                 };
                 let into = Conversation::new(from.chat, Some(thread));
+                await_name(&inbox, into);
                 let text = match inbox.fork(from, into).await {
                     Some(_) => {
                         outbox.do_send(SendText::new(into, settings::fork_topic_opened(&name)));

@@ -1,0 +1,227 @@
+//! Conversations in a private chat with topics open and get their names by
+//! themselves: a topic the user started without a title, or one the bot
+//! opened, is named after its first message once the first answer is out
+//! (`editForumTopic`), once; a topic the user named is never renamed; and
+//! `/sessions` opens a past session in a topic of its own.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::bot_api::files::{in_topic, private, text_message};
+use support::*;
+use turnstile::agent::Scenario;
+
+/// A private message from `USER`, in `topic` when given.
+fn message(topic: Option<i64>, text: &str) -> Value {
+    let message = text_message(private(USER), USER, text);
+    match topic {
+        Some(topic) => in_topic(message, topic),
+        None => message,
+    }
+}
+
+/// The service message of a topic the user started in the bot's chat:
+/// without a title (`is_name_implicit`) or named `name`.
+fn started(topic: i64, name: &str, implicit: bool) -> Value {
+    json!({
+        "chat": private(USER), "from": {"id": USER, "is_bot": false, "first_name": "u"},
+        "message_thread_id": topic, "is_topic_message": true,
+        "forum_topic_created": {"name": name, "icon_color": 7_322_096, "is_name_implicit": implicit},
+    })
+}
+
+/// The service message of the user renaming `topic`.
+fn renamed_by_user(topic: i64, name: &str) -> Value {
+    json!({
+        "chat": private(USER), "from": {"id": USER, "is_bot": false, "first_name": "u"},
+        "message_thread_id": topic, "is_topic_message": true,
+        "forum_topic_edited": {"name": name},
+    })
+}
+
+/// Every successful `editForumTopic` as (topic, name), once there are `n`.
+async fn renames(h: &Harness, n: usize) -> Vec<(i64, String)> {
+    h.api
+        .wait_for(SOON, &format!("{n} topic renames"), |calls| {
+            let edits: Vec<(i64, String)> = calls
+                .iter()
+                .filter(|c| c.method == "editforumtopic" && c.status == 200)
+                .map(|c| {
+                    let topic = c.params["message_thread_id"].as_i64().unwrap_or_default();
+                    let name = c.params["name"].as_str().unwrap_or_default().to_owned();
+                    (topic, name)
+                })
+                .collect();
+            (edits.len() >= n).then_some(edits)
+        })
+        .await
+}
+
+/// Waits until a message starting `start` reached the user's chat, and
+/// answers its topic.
+async fn sent(h: &Harness, start: &str) -> Option<i64> {
+    h.api
+        .wait_for(SOON, &format!("a message starting {start:?}"), |calls| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.method == "sendmessage"
+                        && c.status == 200
+                        && c.params["text"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with(start))
+                })
+                .map(|c| c.params["message_thread_id"].as_i64())
+        })
+        .await
+}
+
+#[actix_rt::test]
+async fn a_titleless_topic_is_named_once_and_a_topic_the_user_named_never() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    // Named by the user when started.
+    h.api.push_message(started(5, "Holidays", false));
+    h.api.push_message(message(Some(5), "where to go"));
+    h.turn_ended(USER, 1).await;
+    sent(&h, "echo: where to go").await;
+    // Started without a title, then named by the user before any answer.
+    h.api.push_message(started(9, "New Thread", true));
+    h.api.push_message(renamed_by_user(9, "Mine"));
+    h.api.push_message(message(Some(9), "my own name"));
+    h.turn_ended(USER, 2).await;
+    sent(&h, "echo: my own name").await;
+    // Started without a title: named after its first message, untrusted
+    // text made safe.
+    h.api.push_message(started(7, "New Thread", true));
+    h.api
+        .push_message(message(Some(7), "⚠️ plan a\u{202E}\ntrip   to Rome"));
+    h.turn_ended(USER, 3).await;
+    assert_eq!(
+        renames(&h, 1).await,
+        [(7, "plan a trip to Rome".to_owned())]
+    );
+    // A second answer does not rename it.
+    h.api.push_message(message(Some(7), "and then Naples"));
+    h.turn_ended(USER, 4).await;
+    sent(&h, "echo: and then Naples").await;
+    // The next titleless topic is named after everything above was
+    // answered: any rename those answers asked would be in Telegram first.
+    h.api.push_message(started(11, "New Thread", true));
+    h.api.push_message(message(Some(11), "pack the bags"));
+    h.turn_ended(USER, 5).await;
+    assert_eq!(
+        renames(&h, 2).await,
+        [
+            (7, "plan a trip to Rome".to_owned()),
+            (11, "pack the bags".to_owned())
+        ]
+    );
+}
+
+#[actix_rt::test]
+async fn a_topic_new_opened_is_named_after_its_first_message() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    h.api.push_message(message(None, "/new"));
+    let topic = sent(&h, "🆕 A fresh conversation: write here.")
+        .await
+        .expect("in the new topic");
+    h.api.push_message(message(Some(topic), "budget for March"));
+    h.turn_ended(USER, 1).await;
+    assert_eq!(
+        renames(&h, 1).await,
+        [(topic, "budget for March".to_owned())]
+    );
+}
+
+#[actix_rt::test]
+async fn sessions_opens_a_past_session_in_a_topic_and_the_conversation_goes_on() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "plan a trip"));
+    h.turn_ended(USER, 1).await;
+    // A second session where the first was: /new starts afresh in place
+    // when Telegram makes no topic.
+    h.api.inject(
+        "createForumTopic",
+        Fault::BadRequest("Bad Request: the chat is not a forum".into()),
+    );
+    h.api.push_message(message(None, "/new"));
+    sent(&h, "🆕 The next message starts").await;
+    h.api.push_message(message(None, "write a poem"));
+    h.turn_ended(USER, 2).await;
+    h.api.push_message(message(None, "/sessions"));
+    let (_, buttons) = question(&h, USER, 1).await;
+    let past = buttons
+        .iter()
+        .find(|(label, _)| label.ends_with("plan a trip"))
+        .unwrap_or_else(|| panic!("no past session in {buttons:?}"));
+    let picker = h.api.last_question(USER).expect("the picker was kept");
+    h.api.push_callback(USER, USER, picker, &past.1);
+    let topic = sent(&h, "🗂 This topic goes on in the session “plan a trip”")
+        .await
+        .expect("in the new topic");
+    let edited = h
+        .api
+        .wait_for(SOON, "the picker says where", |calls| {
+            calls
+                .iter()
+                .find(|c| c.method == "editmessagetext" && c.status == 200)
+                .cloned()
+        })
+        .await;
+    assert_eq!(
+        edited.params["text"],
+        json!(
+            "🗂 The session “plan a trip” is open in the new topic; this conversation goes on as it was."
+        )
+    );
+    h.api.push_message(message(Some(topic), "go on"));
+    h.turn_ended(USER, 3).await;
+    h.api.push_message(message(None, "another poem"));
+    h.turn_ended(USER, 4).await;
+    let opens = h.backend.log().opens;
+    assert_eq!(opens.len(), 4, "{opens:?}");
+    let (first, second) = (opens[0].clone(), opens[1].clone());
+    assert_eq!(
+        (first.0.as_str(), first.1),
+        (USER.to_string().as_str(), None)
+    );
+    assert_eq!(second, (USER.to_string(), None), "afresh after /new");
+    // The topic resumes the past session; the conversation goes on with
+    // its own.
+    let (in_topic, resumed) = (&opens[2].0, opens[2].1.clone().unwrap_or_default());
+    assert_eq!(in_topic, &format!("{USER}_{topic}"));
+    let (main, own) = (&opens[3].0, opens[3].1.clone().unwrap_or_default());
+    assert_eq!(main, &USER.to_string());
+    assert!(
+        resumed.starts_with("scripted-") && own.starts_with("scripted-") && resumed != own,
+        "{opens:?}"
+    );
+    assert_eq!(renames(&h, 1).await, [(topic, "go on".to_owned())]);
+}
+
+#[actix_rt::test]
+async fn the_fake_refuses_a_topic_of_a_private_chat_it_never_made() {
+    let api = FakeBotApi::start().await;
+    api.set_private_topics(true);
+    let send = |thread: i64| {
+        let url = format!("{}bot1:x/sendMessage", api.url());
+        async move {
+            let body = json!({"chat_id": USER, "message_thread_id": thread, "text": "hi"});
+            let answer = reqwest::Client::new()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .expect("the fake answers");
+            answer.json::<Value>().await.expect("JSON")
+        }
+    };
+    let refused = send(4242).await;
+    assert_eq!(
+        refused["description"],
+        json!("Bad Request: message thread not found")
+    );
+    api.push_message(message(Some(4242), "a topic the user made"));
+    assert_eq!(send(4242).await["ok"], json!(true));
+}
