@@ -225,3 +225,47 @@ async fn the_fake_refuses_a_topic_of_a_private_chat_it_never_made() {
     api.push_message(message(Some(4242), "a topic the user made"));
     assert_eq!(send(4242).await["ok"], json!(true));
 }
+
+#[actix_rt::test]
+async fn a_message_right_after_new_never_reaches_the_old_session_ahead_of_a_fresh_start() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "first"));
+    h.turn_ended(USER, 1).await;
+    // Telegram makes no topic: /new starts afresh where it was asked, and
+    // the message written meanwhile is the fresh session's first.
+    h.api.inject(
+        "createForumTopic",
+        Fault::BadRequest("Bad Request: the chat is not a forum".into()),
+    );
+    h.api
+        .push_messages([message(None, "/new"), message(None, "right after")]);
+    h.turn_ended(USER, 2).await;
+    let opens = h.backend.log().opens;
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    assert_eq!(opens[1], (USER.to_string(), None), "afresh: {opens:?}");
+}
+
+#[actix_rt::test]
+async fn a_message_right_after_new_stays_in_the_conversation_it_was_written_in() {
+    let env = [("TURNSTILE_AGENT_KEEP_WARM", "0s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api.push_message(message(None, "first"));
+    h.turn_ended(USER, 1).await;
+    h.api
+        .push_messages([message(None, "/new"), message(None, "right after")]);
+    h.turn_ended(USER, 2).await;
+    assert_eq!(
+        sent(&h, "echo: right after").await,
+        None,
+        "where it was written"
+    );
+    let opens = h.backend.log().opens;
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    assert_eq!(opens[1].0, USER.to_string());
+    let resumed = opens[1].1.as_deref().unwrap_or_default();
+    assert!(
+        resumed.starts_with("scripted-"),
+        "the old session: {opens:?}"
+    );
+}

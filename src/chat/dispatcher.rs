@@ -143,6 +143,9 @@ pub struct Dispatcher {
     delivery: Vec<Conversation>,
     /// Numbers the intake's deliveries.
     deliveries: u64,
+    /// Conversations whose `/new` waits for its topic: what came for them
+    /// meanwhile (not presses), held until Telegram answers.
+    opening: HashMap<Conversation, Vec<ForChat>>,
 }
 
 /// What a dispatcher starts from, beside what its chats' turns use: its
@@ -229,6 +232,7 @@ impl Dispatcher {
             host,
             started_at: now_ms() / 1000,
             lists: Default::default(),
+            opening: HashMap::new(),
             events,
         }
     }
@@ -275,6 +279,12 @@ impl Dispatcher {
 
     /// Hands something to the chat's supervisor, counting it.
     fn deliver(&mut self, chat: Conversation, item: ForChat, ctx: &mut Context<Self>) {
+        if let (Some(held), false) = (
+            self.opening.get_mut(&chat),
+            matches!(item, ForChat::Press(_)),
+        ) {
+            return held.push(item);
+        }
         let entry = self.supervisor(chat, ctx);
         entry.routed += 1;
         match item {

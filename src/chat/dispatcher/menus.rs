@@ -279,12 +279,16 @@ impl Dispatcher {
     /// `/new` in a private chat with topics: a topic for the fresh
     /// conversation (`createForumTopic`), while the one it was asked in
     /// goes on as it was. If Telegram makes no topic, the conversation
-    /// starts afresh where it is, as elsewhere.
+    /// starts afresh where it is, as elsewhere. What is written where
+    /// `/new` was asked meanwhile waits for Telegram's answer, so it never
+    /// reaches the old session ahead of a fresh start.
     pub(super) fn new_in_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
         let (create, created) = CreateTopic::new(from.chat, notices::NEW_TOPIC_NAME.to_owned());
         self.outbox.do_send(create);
+        self.opening.entry(from).or_default();
         let outbox = self.outbox.clone();
         ctx.spawn(created.into_actor(self).map(move |made, act, ctx| {
+            let held = act.opening.remove(&from).unwrap_or_default();
             match made {
                 Ok(Ok(thread)) => {
                     let into = Conversation::new(from.chat, Some(thread));
@@ -305,6 +309,10 @@ impl Dispatcher {
                     outbox.do_send(SendText::new(from, notices::NEW_TOPIC_UNCONFIRMED));
                 }
                 Err(_) => tracing::debug!("the outbox stopped before /new's topic was made"),
+            }
+            // Written where /new was asked: after the fresh start, if any.
+            for item in held {
+                act.deliver(from, item, ctx);
             }
         }));
     }
