@@ -269,3 +269,61 @@ async fn a_message_right_after_new_stays_in_the_conversation_it_was_written_in()
         "the old session: {opens:?}"
     );
 }
+
+/// Starts the bot on a state file holding one unanswered message from
+/// `USER` in topic 7 of their private chat, written while the bot's topics
+/// mode was on; `topics` is the mode now. Answers the harness.
+async fn started_with_a_queued_topic_message(dir: &tempfile::TempDir, topics: bool) -> Harness {
+    let db = dir.path().join("state.db");
+    {
+        let store = turnstile::state::Store::open(&db).expect("the state file");
+        let thread = teloxide::types::ThreadId(teloxide::types::MessageId(7));
+        store
+            .accept(&turnstile::incoming::Incoming {
+                update_id: 1,
+                to: turnstile::ids::Conversation::new(teloxide::types::ChatId(USER), Some(thread)),
+                from: teloxide::types::UserId(u64::try_from(USER).expect("a user id")),
+                message_id: teloxide::types::MessageId(8),
+                text: "left queued".into(),
+                date: 0,
+                ..Default::default()
+            })
+            .expect("written");
+    }
+    let db = db.display().to_string();
+    let env = [("TURNSTILE_STATE_PATH", db.as_str())];
+    if topics {
+        let api = FakeBotApi::start().await;
+        api.set_private_topics(true);
+        // The topic the user made before the restart.
+        api.push_message(started(7, "Trip", false));
+        let limits = Harness::fast_limits();
+        Harness::start_scripted_on(api, Scenario::default(), &env, limits, |_| {}).await
+    } else {
+        Harness::start(Scenario::default(), &env).await
+    }
+}
+
+#[actix_rt::test]
+async fn a_queued_message_of_a_private_topic_is_answered_in_its_topic_after_a_restart() {
+    let dir = tempfile::tempdir().expect("a dir");
+    let mut h = started_with_a_queued_topic_message(&dir, true).await;
+    h.turn_ended(USER, 1).await;
+    assert_eq!(sent(&h, "echo: left queued").await, Some(7));
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, [format!("{USER}_7")]);
+}
+
+#[actix_rt::test]
+async fn with_the_topics_mode_turned_off_a_queued_topic_message_is_answered_in_the_chat() {
+    let dir = tempfile::tempdir().expect("a dir");
+    let mut h = started_with_a_queued_topic_message(&dir, false).await;
+    h.turn_ended(USER, 1).await;
+    assert_eq!(
+        sent(&h, "echo: left queued").await,
+        None,
+        "not lost, not refused"
+    );
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, [USER.to_string()]);
+}

@@ -445,8 +445,10 @@ impl Handler<RunDue> for Dispatcher {
     type Result = ();
 
     /// A schedule's run, claimed and queued: routed as a message just
-    /// received (the schedule's maker was checked when it was made).
-    fn handle(&mut self, RunDue(run): RunDue, ctx: &mut Self::Context) {
+    /// received (the schedule's maker was checked when it was made); one
+    /// made in a private topic runs in the chat while the mode is off.
+    fn handle(&mut self, RunDue(mut run): RunDue, ctx: &mut Self::Context) {
+        run.to = self.topics.now(run.to);
         self.contained_message(run, ctx);
     }
 }
