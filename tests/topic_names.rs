@@ -327,3 +327,62 @@ async fn with_the_topics_mode_turned_off_a_queued_topic_message_is_answered_in_t
     let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, [USER.to_string()]);
 }
+
+#[actix_rt::test]
+async fn a_schedule_made_in_a_private_topic_runs_in_that_topic() {
+    let env = [("TURNSTILE_SCHEDULES_MIN_INTERVAL", "1s")];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api
+        .push_message(message(Some(7), "/schedule every 1s ping"));
+    h.turn_ended(USER, 1).await;
+    let runs: Vec<Option<i64>> = h
+        .api
+        .calls_of("sendMessage")
+        .iter()
+        .filter(|c| {
+            c.status == 200
+                && c.params["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("ping"))
+        })
+        .map(|c| c.params["message_thread_id"].as_i64())
+        .collect();
+    assert!(
+        !runs.is_empty() && runs.iter().all(|t| *t == Some(7)),
+        "{runs:?}"
+    );
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys[0], format!("{USER}_7"), "{keys:?}");
+}
+
+#[actix_rt::test]
+async fn a_project_set_in_a_private_topic_runs_that_topic_only() {
+    let dir = tempfile::tempdir().expect("a dir");
+    let workdir = dir.path().join("beta").join("{chat}");
+    let beta = workdir.clone();
+    let api = FakeBotApi::start().await;
+    api.set_private_topics(true);
+    let edit = move |config: &mut turnstile::Config| {
+        let project = turnstile::config::ProjectConfig {
+            workdir,
+            model: String::new(),
+            allowed_tools: Vec::new(),
+            users: Vec::new(),
+        };
+        config.projects.insert("beta".into(), project);
+    };
+    let limits = Harness::fast_limits();
+    let mut h = Harness::start_scripted_on(api, Scenario::default(), &[], limits, edit).await;
+    h.api.push_message(message(Some(7), "/project beta"));
+    let moved = sent(&h, "📁 This conversation now works in project beta").await;
+    assert_eq!(moved, Some(7));
+    h.api.push_message(message(Some(7), "in seven"));
+    h.turn_ended(USER, 1).await;
+    h.api.push_message(message(Some(9), "in nine"));
+    h.turn_ended(USER, 2).await;
+    let log = h.backend.log();
+    let keys: Vec<&str> = log.opens.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, [format!("{USER}_7"), format!("{USER}_9")]);
+    assert_eq!(log.projects[0], Some(("beta".to_owned(), beta)));
+    assert_eq!(log.projects[1], None, "topic nine is in no project");
+}
