@@ -386,3 +386,34 @@ async fn a_project_set_in_a_private_topic_runs_that_topic_only() {
     assert_eq!(log.projects[0], Some(("beta".to_owned(), beta)));
     assert_eq!(log.projects[1], None, "topic nine is in no project");
 }
+
+#[actix_rt::test]
+async fn a_topic_named_before_a_restart_is_not_named_again() {
+    let dir = tempfile::tempdir().expect("a dir");
+    let db = dir.path().join("state.db").display().to_string();
+    let env = [("TURNSTILE_STATE_PATH", db.as_str())];
+    let start = |api: FakeBotApi| {
+        api.set_private_topics(true);
+        let limits = Harness::fast_limits();
+        Harness::start_scripted_on(api, Scenario::default(), &env, limits, |_| {})
+    };
+    let mut h = start(FakeBotApi::start().await).await;
+    h.api.push_message(started(7, "New Thread", true));
+    h.api.push_message(message(Some(7), "plan a trip"));
+    h.turn_ended(USER, 1).await;
+    assert_eq!(renames(&h, 1).await, [(7, "plan a trip".to_owned())]);
+    h.bot.stop().await;
+    drop(h);
+
+    let mut h = start(FakeBotApi::start().await).await;
+    h.api
+        .push_message_as(Some(100), message(Some(7), "to Rome"));
+    h.turn_ended(USER, 1).await;
+    sent(&h, "echo: to Rome").await;
+    h.api
+        .push_message_as(Some(101), started(11, "New Thread", true));
+    h.api
+        .push_message_as(Some(102), message(Some(11), "pack the bags"));
+    h.turn_ended(USER, 2).await;
+    assert_eq!(renames(&h, 1).await, [(11, "pack the bags".to_owned())]);
+}
