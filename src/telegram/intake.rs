@@ -15,7 +15,7 @@ use teloxide::types::{AllowedUpdate, Message as TgMessage, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 use tracing::{Span, field};
 
-use self::polled::{PollUpdates, Polled};
+use self::polled::{PollUpdates, PolledUpdate};
 use crate::config::AccessConfig;
 use crate::ids::{Conversation, Topics};
 use crate::incoming::{Ask, Author, ChatKind, Incoming, Parsed, Press, cut, parse, strip_address};
@@ -156,7 +156,12 @@ impl Intake {
     /// Writes a batch to the inbox (moving the offset past it), then hands
     /// over, in order, each update that was not there already; then polls
     /// again. Nothing else is handled meanwhile.
-    fn accept(&mut self, updates: Vec<Polled>, left: std::time::Instant, ctx: &mut Context<Self>) {
+    fn accept(
+        &mut self,
+        updates: Vec<PolledUpdate>,
+        left: std::time::Instant,
+        ctx: &mut Context<Self>,
+    ) {
         let updates: Vec<Update> = updates
             .into_iter()
             .map(|polled| {
@@ -210,7 +215,7 @@ impl Intake {
     /// A topic of a private chat the user started without a title waits
     /// for a name from its first message; one the user renamed never gets
     /// one (`chat::naming`). Written before the batch's messages.
-    fn note_topic_name(&self, polled: &Polled) {
+    fn note_topic_name(&self, polled: &PolledUpdate) {
         let UpdateKind::Message(message) = &polled.update.kind else {
             return;
         };

@@ -8,20 +8,20 @@ use teloxide::payloads::GetUpdates;
 use teloxide::requests::Payload;
 use teloxide::types::Update;
 
-/// `getUpdates`, answered as [`Polled`] updates.
+/// `getUpdates`, answered as [`PolledUpdate`] updates.
 #[derive(Debug, Serialize)]
 #[serde(transparent)]
 pub(super) struct PollUpdates(pub(super) GetUpdates);
 
 impl Payload for PollUpdates {
-    type Output = Vec<Polled>;
+    type Output = Vec<PolledUpdate>;
 
     const NAME: &'static str = "getUpdates";
 }
 
 /// One update, and whether it tells of a topic started without a title.
 #[derive(Debug)]
-pub(super) struct Polled {
+pub(super) struct PolledUpdate {
     /// The update as teloxide reads it.
     pub(super) update: Update,
     /// Its message is a `forum_topic_created` whose name the user did not
@@ -29,7 +29,7 @@ pub(super) struct Polled {
     pub(super) unnamed_topic: bool,
 }
 
-impl<'de> Deserialize<'de> for Polled {
+impl<'de> Deserialize<'de> for PolledUpdate {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = serde_json::Value::deserialize(deserializer)?;
         let unnamed_topic = raw
@@ -50,7 +50,7 @@ impl<'de> Deserialize<'de> for Polled {
 mod tests {
     use serde_json::json;
 
-    use super::Polled;
+    use super::PolledUpdate;
 
     fn created(implicit: Option<bool>) -> serde_json::Value {
         let mut topic = json!({"name": "New Thread", "icon_color": 7_322_096});
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn a_topic_created_without_a_title_is_told_apart() {
-        let read = |v| serde_json::from_value::<Polled>(v).expect("an update");
+        let read = |v| serde_json::from_value::<PolledUpdate>(v).expect("an update");
         assert!(read(created(Some(true))).unnamed_topic);
         assert!(!read(created(Some(false))).unnamed_topic);
         assert!(!read(created(None)).unnamed_topic);
