@@ -233,3 +233,73 @@ async fn a_reset_named_years_ahead_is_capped_at_eight_days() {
     let told = notice(&h).await;
     assert!(told.contains("(in 192 h)"), "{told}");
 }
+
+/// `/status` as the admin sees it: the line of chat 1 once it shows `want`.
+async fn chat_status(h: &Harness, want: &str) -> String {
+    h.say(9, 9, "/status");
+    h.api
+        .wait_for(SOON, &format!("/status showing {want}"), |_| {
+            h.texts(9)
+                .into_iter()
+                .find(|t| t.contains("chat 1:") && t.contains(want))
+        })
+        .await
+}
+
+/// A message queued behind the turn that was refused waits for the parked
+/// ones and runs with them, at their time (not at once, ahead of them, as
+/// the refused turn lets go of the chat). The gate is an event, not a
+/// pause: the host runs one turn at a time, and the admin's turn holds the
+/// slot on an approval until Allow is pressed, after `/status` showed both
+/// of chat 1's messages queued. (A refusal after the approval in chat 1's
+/// own turn would not do: the approval's answer is a reply, and a turn that
+/// replied is not run again.)
+#[actix_rt::test]
+async fn a_message_queued_behind_a_refused_turn_waits_for_the_parked_ones() {
+    let hold = turn(vec![Step::Ask {
+        tool: "Bash".into(),
+        input: serde_json::json!({"command": "echo hi"}),
+    }]);
+    let scenario = scenario(1, None).with_rule("hold the slot", hold);
+    let mut env = retry("1s", "2s");
+    env.push(("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "1"));
+    let mut h = Harness::start(scenario, &env).await;
+    h.say(9, 9, "hold the slot");
+    let (_, buttons) = question(&h, 9, 1).await;
+    h.say(1, USER, "ask me");
+    chat_status(&h, "1 queued").await;
+    h.say(1, USER, "queued behind");
+    chat_status(&h, "2 queued").await;
+    let id = h.api.push_callback(9, 9, 0, &data(&buttons, "Allow"));
+    assert_eq!(h.callback_answer(&id).await, "Allowed");
+    let (outcome, _) = ended(&mut h, 1).await;
+    assert!(
+        matches!(outcome, TurnOutcome::Limited { .. }),
+        "{outcome:?}"
+    );
+    notice(&h).await;
+    let (outcome, _) = ended(&mut h, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    let answers: Vec<String> = (h.texts(1).into_iter())
+        .filter(|t| t.starts_with("echo: "))
+        .collect();
+    assert_eq!(answers, ["echo: ask me\n\nqueued behind"]);
+}
+
+/// A chat waiting out a usage limit is not idle: it is not retired after
+/// `dispatcher.idle_eviction`, which would drop the retry until the next
+/// start; its parked message runs at its time.
+#[actix_rt::test]
+async fn a_chat_waiting_out_a_limit_is_not_retired_as_idle() {
+    let mut env = retry("2s", "4s");
+    env.push(("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms"));
+    // No warm session keeps the chat busy meanwhile.
+    env.push(("TURNSTILE_AGENT_KEEP_WARM", "0s"));
+    let mut h = Harness::start(scenario(1, None), &env).await;
+    h.say(1, USER, "ask me");
+    ended(&mut h, 1).await;
+    notice(&h).await;
+    let (outcome, _) = ended(&mut h, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(h.texts(1).last().map(String::as_str), Some("echo: ask me"));
+}
