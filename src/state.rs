@@ -27,6 +27,7 @@ mod outgoing;
 mod rows;
 mod schedules;
 mod schema;
+mod topics;
 mod turn_ids;
 
 pub use always::{AlwaysGrant, AlwaysRule};

@@ -66,8 +66,8 @@ pub use keyboard::{Button, ButtonStyle};
 pub use pacing::RateLimits;
 pub use requests::{
     AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Polled, Purge,
-    QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
-    StopOutbox,
+    QuestionFile, React, RenameTopic, Seen, SendFile, SendQuestion, SendText, SendTyping, Show,
+    ShowAs, Slot, StopOutbox,
 };
 pub use unbutton::Unbutton;
 
@@ -443,6 +443,14 @@ impl Handler<CreateTopic> for Outbox {
 
     fn handle(&mut self, msg: CreateTopic, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::Topic(msg.name, msg.reply));
+    }
+}
+
+impl Handler<RenameTopic> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: RenameTopic, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::Rename(msg.topic, msg.name));
     }
 }
 
