@@ -161,6 +161,7 @@
 
 pub mod agent;
 mod app;
+pub mod attach;
 pub mod attachment;
 pub mod chat;
 pub mod config;

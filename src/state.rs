@@ -27,6 +27,7 @@ mod rows;
 mod schedules;
 mod schema;
 mod turn_ids;
+mod typed;
 
 pub use always::{AlwaysGrant, AlwaysRule};
 pub use backup::{BackupError, BackupReport, backup};
@@ -40,6 +41,7 @@ pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
 pub use turn_ids::{TURN_ID_BLOCK, TurnIds};
+pub use typed::SeenConversation;
 
 /// An agent process group recorded while it ran: what a next start needs
 /// to tell whether the group is still the one recorded.
