@@ -166,7 +166,11 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
     let mut lines = BufReader::new(read).lines();
     match lines.next_line().await {
         Ok(Some(raw)) => match serde_json::from_str::<ServerLine>(&raw) {
-            Ok(ServerLine::Hello { version }) if version == PROTOCOL_VERSION => {}
+            Ok(line @ ServerLine::Hello { version }) if version == PROTOCOL_VERSION => {
+                if printer.json {
+                    printer.print(&raw, &line);
+                }
+            }
             _ => {
                 eprintln!("turnstile: the bot speaks another attach protocol: {raw}");
                 return ExitCode::from(1);
