@@ -147,3 +147,63 @@ impl Feed {
         self.lock().running.contains_key(&to)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TurnId;
+    use teloxide::types::ChatId;
+
+    fn said(n: usize) -> FeedItem {
+        FeedItem::Said {
+            text: format!("line {n}"),
+        }
+    }
+
+    #[test]
+    fn a_client_that_falls_behind_is_told_how_many_lines_it_missed() {
+        let feed = Feed::default();
+        let to = Conversation::from(ChatId(5));
+        let (history, mut rx) = feed.follow(to);
+        assert!(history.is_empty());
+        // Nobody reads: the buffer fills, the rest is counted, the feed
+        // never waits.
+        for n in 0..BUFFER + 10 {
+            feed.take(to, &said(n));
+        }
+        // Another conversation's lines are not this client's.
+        feed.take(ChatId(6).into(), &said(0));
+        let mut got = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            got.push(line);
+        }
+        assert_eq!(got.len(), BUFFER);
+        assert_eq!(got[0], ServerLine::of(&said(0)));
+        feed.take(to, &said(BUFFER + 10));
+        assert_eq!(rx.try_recv(), Ok(ServerLine::Missed { count: 10 }));
+        assert_eq!(rx.try_recv(), Ok(ServerLine::of(&said(BUFFER + 10))));
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn history_is_bounded_and_a_turn_runs_from_its_start_to_its_end() {
+        let feed = Feed::default();
+        let to = Conversation::from(ChatId(5));
+        for n in 0..HISTORY + 3 {
+            feed.take(to, &said(n));
+        }
+        feed.take(to, &FeedItem::TurnStarted { turn: TurnId(4) });
+        assert!(feed.is_running(to));
+        let (history, _rx) = feed.follow(to);
+        assert_eq!(history.len(), HISTORY);
+        assert_eq!(history[0], ServerLine::of(&said(4)));
+        feed.take(
+            to,
+            &FeedItem::TurnEnded {
+                turn: TurnId(4),
+                outcome: crate::outcome::TurnOutcome::ForceReleased,
+            },
+        );
+        assert!(!feed.is_running(to));
+    }
+}

@@ -58,3 +58,31 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incoming::Source;
+
+    #[test]
+    fn typed_lines_are_numbered_down_and_read_back_as_typed() {
+        let store = Store::in_memory().unwrap();
+        let to = Conversation::from(ChatId(7));
+        let mut first = Incoming {
+            to,
+            text: "one".into(),
+            date: 50,
+            source: Source::Terminal,
+            ..Incoming::default()
+        };
+        let mut second = first.clone();
+        assert_eq!(store.accept_typed(&mut first).unwrap(), TERMINAL_IDS);
+        assert_eq!(store.accept_typed(&mut second).unwrap(), TERMINAL_IDS - 1);
+        let rows = store.unfinished().unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|r| r.message.source == Source::Terminal), "{rows:?}");
+        let seen = store.seen_conversations(10).unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!((seen[0].to, seen[0].last, seen[0].parked), (to, 50, false));
+    }
+}
