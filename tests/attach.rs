@@ -50,7 +50,10 @@ async fn until(
         }
         panic!("the client ended before {what}: {seen:#?}");
     };
-    if tokio::time::timeout(Duration::from_secs(20), read).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .is_err()
+    {
         panic!("timed out waiting for {what}");
     }
     seen
@@ -71,13 +74,20 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
     let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
     let meta = std::fs::metadata(&socket).expect("the socket is there");
     assert!(meta.file_type().is_socket());
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "the socket's mode");
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "the socket's mode"
+    );
 
     h.say(1, USER, "hello");
     h.turn_ended(1, 1).await;
 
     // The list.
-    let listed = attach(&db, &["--json"]).output().await.expect("client runs");
+    let listed = attach(&db, &["--json"])
+        .output()
+        .await
+        .expect("client runs");
     assert!(listed.status.success(), "{listed:?}");
     let rows: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
         .lines()
@@ -95,7 +105,9 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
     assert_eq!(event(rows.last().unwrap()), "listed");
 
     // Following: the history first, in order.
-    let mut client = attach(&db, &["--json", "1"]).spawn().expect("client starts");
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
     let mut stdin = client.stdin.take().unwrap();
     let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
     let history = until(&mut lines, "following", |v| event(v) == "following").await;
@@ -110,9 +122,15 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
             .unwrap_or_else(|| panic!("{e} {text:?} in {shown:?}"))
     };
     let (message, answer) = (at("message", "hello"), at("said", "echo: hello"));
-    let ended = shown.iter().position(|(k, _)| *k == "turn_ended").expect("turn end");
+    let ended = shown
+        .iter()
+        .position(|(k, _)| *k == "turn_ended")
+        .expect("turn end");
     assert!(message < answer && answer < ended, "{shown:?}");
-    assert_eq!(history[message]["from"], "u", "the sender as Telegram names them");
+    assert_eq!(
+        history[message]["from"], "u",
+        "the sender as Telegram names them"
+    );
 
     // A typed line: in the inbox before the client is told it was taken
     // (the store's write stalled, so an early answer would find no row).
@@ -135,8 +153,16 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
         .iter()
         .map(|v| (event(v), v["text"].as_str().unwrap_or_default()))
         .collect();
-    let pos = |e: &str, t: &str| texts.iter().position(|x| *x == (e, t)).unwrap_or_else(|| panic!("{e} {t:?} in {texts:?}"));
-    assert!(pos("message", "from the host") < pos("said", "echo: from the host"), "{texts:?}");
+    let pos = |e: &str, t: &str| {
+        texts
+            .iter()
+            .position(|x| *x == (e, t))
+            .unwrap_or_else(|| panic!("{e} {t:?} in {texts:?}"))
+    };
+    assert!(
+        pos("message", "from the host") < pos("said", "echo: from the host"),
+        "{texts:?}"
+    );
     h.turn_ended(1, 2).await;
     assert_eq!(
         h.texts(1),

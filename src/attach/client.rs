@@ -130,19 +130,23 @@ impl Printer {
                 title
             ),
             ServerLine::Listed { count } => format!("{count} conversation(s)"),
-            ServerLine::Following { conversation } => {
-                self.paint("2", &format!("── following {conversation} (Ctrl-D or Ctrl-C ends)"))
+            ServerLine::Following { conversation } => self.paint(
+                "2",
+                &format!("── following {conversation} (Ctrl-D or Ctrl-C ends)"),
+            ),
+            ServerLine::Message { from, text } => {
+                format!("{} {text}", self.paint("1;36", &format!("{from}:")))
             }
-            ServerLine::Message { from, text } => format!("{} {text}", self.paint("1;36", &format!("{from}:"))),
             ServerLine::TurnStarted { turn } => self.paint("2", &format!("── turn {turn} started")),
             ServerLine::Said { text } => format!("{} {text}", self.paint("1;32", "bot:")),
             ServerLine::TurnEnded { turn, outcome } => {
                 self.paint("2", &format!("── turn {turn} ended: {outcome}"))
             }
             ServerLine::Accepted { update_id } => self.paint("2", &format!("(sent, #{update_id})")),
-            ServerLine::Missed { count } => {
-                self.paint("33", &format!("… {count} line(s) missed: this terminal fell behind"))
-            }
+            ServerLine::Missed { count } => self.paint(
+                "33",
+                &format!("… {count} line(s) missed: this terminal fell behind"),
+            ),
             ServerLine::Bye { reason } => self.paint("33", &format!("── {reason}")),
             ServerLine::Error { message } => self.paint("31", &format!("error: {message}")),
         }
@@ -154,7 +158,10 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
     let stream = match UnixStream::connect(&path).await {
         Ok(stream) => stream,
         Err(err) => {
-            eprintln!("turnstile: cannot open {}: {err} (is the bot running?)", path.display());
+            eprintln!(
+                "turnstile: cannot open {}: {err} (is the bot running?)",
+                path.display()
+            );
             return ExitCode::from(1);
         }
     };
@@ -235,7 +242,10 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
 }
 
 /// Writes one request.
-async fn send(write: &mut tokio::net::unix::OwnedWriteHalf, line: &ClientLine) -> std::io::Result<()> {
+async fn send(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    line: &ClientLine,
+) -> std::io::Result<()> {
     let mut text = serde_json::to_string(line).map_err(std::io::Error::other)?;
     text.push('\n');
     write.write_all(text.as_bytes()).await

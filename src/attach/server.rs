@@ -218,11 +218,15 @@ async fn answer(
         Ok(ClientLine::List) => list(core).await,
         Ok(ClientLine::Follow { conversation: key }) => {
             let Some(to) = conversation(&key) else {
-                return error(format!("no such conversation: {key:?} (a chat id, or CHAT_TOPIC)"));
+                return error(format!(
+                    "no such conversation: {key:?} (a chat id, or CHAT_TOPIC)"
+                ));
             };
             let (mut out, rx) = core.feed.follow(to);
             *following = Some((to, rx));
-            out.push(ServerLine::Following { conversation: to.key() });
+            out.push(ServerLine::Following {
+                conversation: to.key(),
+            });
             out
         }
         Ok(ClientLine::Say { text }) => match following {
@@ -240,7 +244,9 @@ async fn answer(
 async fn list(core: &Core) -> Vec<ServerLine> {
     let seen = core
         .inbox
-        .read("listing conversations for attach", |s| s.seen_conversations(LISTED))
+        .read("listing conversations for attach", |s| {
+            s.seen_conversations(LISTED)
+        })
         .await;
     let Ok(seen) = seen else {
         return vec![ServerLine::Error {

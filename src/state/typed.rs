@@ -80,7 +80,10 @@ mod tests {
         assert_eq!(store.accept_typed(&mut second).unwrap(), TERMINAL_IDS - 1);
         let rows = store.unfinished().unwrap();
         assert_eq!(rows.len(), 2);
-        assert!(rows.iter().all(|r| r.message.source == Source::Terminal), "{rows:?}");
+        assert!(
+            rows.iter().all(|r| r.message.source == Source::Terminal),
+            "{rows:?}"
+        );
         let seen = store.seen_conversations(10).unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!((seen[0].to, seen[0].last, seen[0].parked), (to, 50, false));
