@@ -171,22 +171,9 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
     };
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
-    match lines.next_line().await {
-        Ok(Some(raw)) => match serde_json::from_str::<ServerLine>(&raw) {
-            Ok(line @ ServerLine::Hello { version }) if version == PROTOCOL_VERSION => {
-                if printer.json {
-                    printer.print(&raw, &line);
-                }
-            }
-            _ => {
-                eprintln!("turnstile: the bot speaks another attach protocol: {raw}");
-                return ExitCode::from(1);
-            }
-        },
-        _ => {
-            eprintln!("turnstile: the bot closed the socket before greeting");
-            return ExitCode::from(1);
-        }
+    if let Err(err) = greeted(&mut lines, &printer).await {
+        eprintln!("turnstile: {err}");
+        return ExitCode::from(1);
     }
     let first = match &options.conversation {
         None => ClientLine::List,
@@ -238,6 +225,25 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Reads the server's first line: it must speak [`PROTOCOL_VERSION`].
+async fn greeted(
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    printer: &Printer,
+) -> Result<(), String> {
+    let Ok(Some(raw)) = lines.next_line().await else {
+        return Err("the bot closed the socket before greeting".into());
+    };
+    match serde_json::from_str::<ServerLine>(&raw) {
+        Ok(line @ ServerLine::Hello { version }) if version == PROTOCOL_VERSION => {
+            if printer.json {
+                printer.print(&raw, &line);
+            }
+            Ok(())
+        }
+        _ => Err(format!("the bot speaks another attach protocol: {raw}")),
     }
 }
 
