@@ -132,22 +132,22 @@ impl Printer {
             ServerLine::Listed { count } => format!("{count} conversation(s)"),
             ServerLine::Following { conversation } => self.paint(
                 "2",
-                &format!("── following {conversation} (Ctrl-D or Ctrl-C ends)"),
+                &format!("-- following {conversation} (Ctrl-D or Ctrl-C ends)"),
             ),
             ServerLine::Message { from, text } => {
                 format!("{} {text}", self.paint("1;36", &format!("{from}:")))
             }
-            ServerLine::TurnStarted { turn } => self.paint("2", &format!("── turn {turn} started")),
+            ServerLine::TurnStarted { turn } => self.paint("2", &format!("-- turn {turn} started")),
             ServerLine::Said { text } => format!("{} {text}", self.paint("1;32", "bot:")),
             ServerLine::TurnEnded { turn, outcome } => {
-                self.paint("2", &format!("── turn {turn} ended: {outcome}"))
+                self.paint("2", &format!("-- turn {turn} ended: {outcome}"))
             }
             ServerLine::Accepted { update_id } => self.paint("2", &format!("(sent, #{update_id})")),
             ServerLine::Missed { count } => self.paint(
                 "33",
                 &format!("… {count} line(s) missed: this terminal fell behind"),
             ),
-            ServerLine::Bye { reason } => self.paint("33", &format!("── {reason}")),
+            ServerLine::Bye { reason } => self.paint("33", &format!("-- {reason}")),
             ServerLine::Error { message } => self.paint("31", &format!("error: {message}")),
         }
     }
