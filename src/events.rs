@@ -126,6 +126,16 @@ pub enum FeedItem {
         /// How it ended.
         outcome: TurnOutcome,
     },
+    /// The agent asks the chat an approval (its question(s), as shown).
+    Asked {
+        /// The question's text.
+        question: String,
+    },
+    /// An approval was decided (by a press, a timeout, the turn's end).
+    Decided {
+        /// The decision, as the question shows it.
+        decision: String,
+    },
 }
 
 /// The broadcast sender everybody publishes on.

@@ -142,6 +142,10 @@ impl Printer {
             ServerLine::TurnEnded { turn, outcome } => {
                 self.paint("2", &format!("-- turn {turn} ended: {outcome}"))
             }
+            ServerLine::Asked { question } => {
+                format!("{} {question}", self.paint("1;33", "approval asked:"))
+            }
+            ServerLine::Decided { decision } => self.paint("33", &format!("-- {decision}")),
             ServerLine::Accepted { update_id } => self.paint("2", &format!("(sent, #{update_id})")),
             ServerLine::Missed { count } => self.paint(
                 "33",

@@ -61,6 +61,8 @@ struct Known {
     history: HashMap<Conversation, VecDeque<ServerLine>>,
     /// Conversations with a turn running.
     running: HashMap<Conversation, u64>,
+    /// Approvals asked and not yet decided, per conversation.
+    asked: HashMap<Conversation, u32>,
     /// The followers.
     followers: Vec<Follower>,
 }
@@ -104,6 +106,13 @@ impl Feed {
             FeedItem::TurnEnded { turn, .. } => {
                 if known.running.get(&to) == Some(&turn.get()) {
                     known.running.remove(&to);
+                    known.asked.remove(&to);
+                }
+            }
+            FeedItem::Asked { .. } => *known.asked.entry(to).or_default() += 1,
+            FeedItem::Decided { .. } => {
+                if let Some(asked) = known.asked.get_mut(&to) {
+                    *asked = asked.saturating_sub(1);
                 }
             }
             FeedItem::Message { .. } | FeedItem::Said { .. } => {}
@@ -142,9 +151,14 @@ impl Feed {
         (history, rx)
     }
 
-    /// Whether a turn of `to` runs.
-    pub fn is_running(&self, to: Conversation) -> bool {
-        self.lock().running.contains_key(&to)
+    /// What `to` is doing, when it is busy: `running`, or `waiting for an
+    /// approval`.
+    pub fn busy(&self, to: Conversation) -> Option<&'static str> {
+        let known = self.lock();
+        if known.asked.get(&to).is_some_and(|n| *n > 0) {
+            return Some("waiting for an approval");
+        }
+        known.running.contains_key(&to).then_some("running")
     }
 }
 
@@ -193,10 +207,21 @@ mod tests {
             feed.take(to, &said(n));
         }
         feed.take(to, &FeedItem::TurnStarted { turn: TurnId(4) });
-        assert!(feed.is_running(to));
+        assert_eq!(feed.busy(to), Some("running"));
+        let asked = FeedItem::Asked {
+            question: "Run `ls`?".into(),
+        };
+        feed.take(to, &asked);
+        assert_eq!(feed.busy(to), Some("waiting for an approval"));
+        let decided = FeedItem::Decided {
+            decision: "✅ Allowed".into(),
+        };
+        feed.take(to, &decided);
+        assert_eq!(feed.busy(to), Some("running"));
+        feed.take(to, &asked);
         let (history, _rx) = feed.follow(to);
         assert_eq!(history.len(), HISTORY);
-        assert_eq!(history[0], ServerLine::of(&said(4)));
+        assert_eq!(history[0], ServerLine::of(&said(7)));
         feed.take(
             to,
             &FeedItem::TurnEnded {
@@ -204,6 +229,6 @@ mod tests {
                 outcome: crate::outcome::TurnOutcome::ForceReleased,
             },
         );
-        assert!(!feed.is_running(to));
+        assert_eq!(feed.busy(to), None, "a turn's end closes its questions");
     }
 }

@@ -49,7 +49,7 @@ pub enum ServerLine {
         topic: i64,
         /// The first words of its latest turn.
         title: String,
-        /// `idle`, `running` or `parked`.
+        /// `idle`, `running`, `waiting for an approval` or `parked`.
         state: String,
         /// Its latest message's date (unix seconds).
         last_activity: i64,
@@ -88,6 +88,16 @@ pub enum ServerLine {
         /// How (`completed`, `terminated`, …).
         outcome: String,
     },
+    /// The agent asks the chat an approval (answered in the chat).
+    Asked {
+        /// The question, as the chat shows it.
+        question: String,
+    },
+    /// An approval was decided.
+    Decided {
+        /// The decision, as the chat shows it.
+        decision: String,
+    },
     /// A typed line is in the inbox: it will be answered once.
     Accepted {
         /// Its inbox row.
@@ -123,6 +133,12 @@ impl ServerLine {
             FeedItem::TurnEnded { turn, outcome } => Self::TurnEnded {
                 turn: turn.get(),
                 outcome: outcome.label().to_string(),
+            },
+            FeedItem::Asked { question } => Self::Asked {
+                question: question.clone(),
+            },
+            FeedItem::Decided { decision } => Self::Decided {
+                decision: decision.clone(),
             },
         }
     }

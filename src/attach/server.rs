@@ -256,12 +256,10 @@ async fn list(core: &Core) -> Vec<ServerLine> {
     let mut out: Vec<ServerLine> = seen
         .iter()
         .map(|c| {
-            let state = if core.feed.is_running(c.to) {
-                "running"
-            } else if c.parked {
-                "parked"
-            } else {
-                "idle"
+            let state = match core.feed.busy(c.to) {
+                Some(busy) => busy,
+                None if c.parked => "parked",
+                None => "idle",
             };
             ServerLine::Conversation {
                 conversation: c.to.key(),
