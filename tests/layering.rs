@@ -183,6 +183,44 @@ const RULES: &[Rule] = &[
     },
 ];
 
+/// A test or bench file that tests one backend's own protocol, and so may
+/// import that backend (and no other).
+struct BackendTest {
+    /// The file.
+    file: &'static str,
+    /// The backend it tests (its module under `agent::`).
+    backend: &'static str,
+    /// Why it needs the backend itself, not `agent::backends`.
+    why: &'static str,
+}
+
+/// The backends, by their module under `agent::`.
+const BACKENDS: &[&str] = &["claude", "acp"];
+
+/// Every test and bench but these goes through the neutral API
+/// (`agent::backends`, `agent::host`).
+const BACKEND_TESTS: &[BackendTest] = &[
+    BackendTest {
+        file: "tests/claude_backend.rs",
+        backend: "claude",
+        why: "the claude backend's control protocol and its faults, against fake-claude",
+    },
+    BackendTest {
+        file: "tests/acp_backend.rs",
+        backend: "acp",
+        why: "the acp backend's JSON-RPC protocol and its faults, against fake-acp",
+    },
+    BackendTest {
+        file: "benches/real_cli.rs",
+        backend: "claude",
+        why: "measures the backend against the bare stream-json protocol \
+              (its lines, permission answers and MCP replies) spoken to the same CLI",
+    },
+];
+
+/// Where the backend rules are written: the file names the paths it forbids.
+const THIS_FILE: &str = "tests/layering.rs";
+
 /// Whether `path` is a test module's file: `tests.rs`, or under `tests/`.
 fn is_test_module(path: &Path) -> bool {
     path.file_name().is_some_and(|n| n == "tests.rs")
@@ -268,6 +306,54 @@ fn no_module_imports_against_the_layers() {
                                 line.trim()
                             ));
                         }
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn tests_and_benches_import_a_backend_only_to_test_its_own_protocol() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    for listed in BACKEND_TESTS {
+        let text = std::fs::read_to_string(root.join(listed.file))
+            .unwrap_or_else(|e| panic!("{}: {e}: update the allow-list", listed.file));
+        let own = format!("agent::{}::", listed.backend);
+        assert!(
+            text.contains(&own),
+            "{} no longer imports `{own}`: take it off the allow-list",
+            listed.file
+        );
+    }
+    for under in ["tests", "benches"] {
+        for file in files(&root.join(under)) {
+            let name = file.strip_prefix(root).unwrap_or(&file);
+            if name == Path::new(THIS_FILE) {
+                continue;
+            }
+            let listed = BACKEND_TESTS.iter().find(|t| Path::new(t.file) == name);
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            for backend in BACKENDS {
+                if listed.is_some_and(|t| t.backend == *backend) {
+                    continue;
+                }
+                let forbidden = format!("{backend}::");
+                let why = match listed {
+                    Some(t) => format!("{} tests `{}` only: {}", t.file, t.backend, t.why),
+                    None => "a test or bench goes through `agent::backends` or `agent::host`; \
+                             only a file on BACKEND_TESTS tests a backend's own protocol"
+                        .to_string(),
+                };
+                for (n, line) in code(&text) {
+                    if breaks(line, &forbidden, &[]) {
+                        broken.push(format!(
+                            "{}:{n}: `{forbidden}` ({why}): {}",
+                            name.display(),
+                            line.trim()
+                        ));
                     }
                 }
             }

@@ -233,3 +233,60 @@ async fn a_reset_named_years_ahead_is_capped_at_eight_days() {
     let told = notice(&h).await;
     assert!(told.contains("(in 192 h)"), "{told}");
 }
+
+/// A message queued behind the turn that was refused waits for the parked
+/// ones and runs with them, at their time (not at once, ahead of them, as
+/// the refused turn lets go of the chat). The refused turn thinks for 4 s
+/// first: the message is seen queued (`/status`) while it runs.
+#[actix_rt::test]
+async fn a_message_queued_behind_a_refused_turn_waits_for_the_parked_ones() {
+    let mut refusal = refused(None);
+    refusal.steps.insert(0, Step::Wait { ms: 4000 });
+    let scenario = Scenario::default().with_rule_times("ask", 1, refusal);
+    let mut h = Harness::start(scenario, &retry("1s", "2s")).await;
+    h.say(1, USER, "ask me");
+    h.event("TurnStarted", |e| matches!(e, BotEvent::TurnStarted { .. }))
+        .await;
+    h.say(1, USER, "queued behind");
+    h.say(9, 9, "/status");
+    let status = h
+        .api
+        .wait_for(SOON, "the /status answer", |_| {
+            h.texts(9).into_iter().find(|t| t.contains("chat 1:"))
+        })
+        .await;
+    assert!(
+        status.contains("turn 1 running") && status.contains("1 queued"),
+        "{status}"
+    );
+    let (outcome, _) = ended(&mut h, 1).await;
+    assert!(
+        matches!(outcome, TurnOutcome::Limited { .. }),
+        "{outcome:?}"
+    );
+    notice(&h).await;
+    let (outcome, _) = ended(&mut h, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    let answers: Vec<String> = (h.texts(1).into_iter())
+        .filter(|t| t.starts_with("echo: "))
+        .collect();
+    assert_eq!(answers, ["echo: ask me\n\nqueued behind"]);
+}
+
+/// A chat waiting out a usage limit is not idle: it is not retired after
+/// `dispatcher.idle_eviction`, which would drop the retry until the next
+/// start; its parked message runs at its time.
+#[actix_rt::test]
+async fn a_chat_waiting_out_a_limit_is_not_retired_as_idle() {
+    let mut env = retry("2s", "4s");
+    env.push(("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms"));
+    // No warm session keeps the chat busy meanwhile.
+    env.push(("TURNSTILE_AGENT_KEEP_WARM", "0s"));
+    let mut h = Harness::start(scenario(1, None), &env).await;
+    h.say(1, USER, "ask me");
+    ended(&mut h, 1).await;
+    notice(&h).await;
+    let (outcome, _) = ended(&mut h, 2).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(h.texts(1).last().map(String::as_str), Some("echo: ask me"));
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
-use turnstile::agent::claude::ClaudeBackend;
+use turnstile::agent::backends::ClaudeBackend;
 use turnstile::chat::TurnOutcome;
 
 const INNER: &[&str] = &[

@@ -176,7 +176,7 @@ async fn a_fork_has_a_new_id_and_the_originals_history() {
 async fn a_project_runs_the_agents_command_in_its_directory() {
     use std::sync::Arc;
     use turnstile::agent::ToolRegistry;
-    use turnstile::agent::claude::ClaudeBackend;
+    use turnstile::agent::backends::ClaudeBackend;
     let api = FakeAnthropic::start().await;
     let home = tempfile::tempdir().unwrap();
     let projects = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
-use turnstile::agent::claude::ClaudeBackend;
+use turnstile::agent::backends::ClaudeBackend;
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;
 

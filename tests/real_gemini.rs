@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use support::*;
 use turnstile::agent::ToolRegistry;
-use turnstile::agent::acp::{AcpBackend, AcpSettings};
+use turnstile::agent::backends::{AcpBackend, AcpSettings};
 use turnstile::chat::TurnOutcome;
 
 /// Carries the CLI's path into the namespace.

@@ -13,7 +13,7 @@ use serde_json::json;
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
 use turnstile::agent::ToolRegistry;
-use turnstile::agent::claude::ClaudeBackend;
+use turnstile::agent::backends::ClaudeBackend;
 
 /// What only project alpha's conversation wrote.
 const SECRET: &str = "alpha-only-plugh-4711";

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use support::anthropic::{FakeAnthropic, Reply};
 use support::*;
 use teloxide::types::ChatId;
-use turnstile::agent::claude::ClaudeBackend;
+use turnstile::agent::backends::ClaudeBackend;
 use turnstile::agent::{
     Activity, AgentBackend, AgentEvent, AgentResult, AgentSession, ChatCall, ChatTool, HookReply,
     OpenSession, Permission, SessionCommand, ToolRegistry, ToolReply, WritingSource,

@@ -26,7 +26,7 @@ use support::process::{RunAs, SealedBot};
 use support::*;
 use turnstile::agent::Scenario;
 use turnstile::agent::ToolRegistry;
-use turnstile::agent::claude::ClaudeBackend;
+use turnstile::agent::backends::ClaudeBackend;
 
 /// The bot token in the parent's environment.
 const PARENT_TOKEN: &str = "4242:parent-token-never-for-the-agent";

@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use super::acp::{AcpBackend, AcpSettings};
-pub use super::acp::{BRIDGE_COMMAND, run_bridge};
-use super::claude::{ClaudeBackend, ClaudeSettings};
+pub use super::acp::{AcpBackend, AcpSettings, BRIDGE_COMMAND, run_bridge};
+pub use super::claude::{ClaudeBackend, ClaudeSettings};
 use super::{AgentBackend, Scenario, ScenarioError, ScriptedBackend, ToolRegistry};
 use crate::config::{Backend, Config};
 

@@ -30,7 +30,8 @@ use actix::{
 use tokio::sync::Semaphore;
 use tracing::Span;
 
-use self::state::{ChatState, ChatStep, HoldsTurn};
+use self::parking::Parked;
+use self::state::{ChatState, ChatStep, Hold, HoldsTurn, Left};
 pub use self::switching::{Choose, Chosen};
 use self::warm::Warm;
 use crate::chat::notices::not_accepted;
@@ -214,14 +215,17 @@ pub struct ChatSupervisor {
     slots: TurnSlots,
     /// Numbers turns, on from the previous processes' ids.
     turn_ids: Arc<TurnIds>,
-    /// Where the chat is.
-    state: ChatState<Running>,
+    /// Where the chat is, and what holds its next turn back.
+    state: ChatState<Running, Parked>,
     /// Messages waiting, oldest first.
     queue: VecDeque<UserMessage>,
     /// A message was handed to the running turn, which has not answered
     /// yet whether it takes it; the messages accepted meanwhile wait here,
     /// oldest first, and are routed once it answers. Beside the state, not
-    /// in `Running`: the answer can come after the turn has ended.
+    /// in `Running`: the answer can come after the turn has ended (its
+    /// TurnEnded, even its SessionReleased, may be handled first), and the
+    /// messages held behind it must still wait for it, whatever the chat
+    /// is doing by then, or they would overtake the one it did not take.
     awaiting: Option<VecDeque<UserMessage>>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
@@ -236,13 +240,10 @@ pub struct ChatSupervisor {
     received: u64,
     /// Fires `dispatcher.idle_eviction` after the chat became idle.
     idle_timer: Option<SpawnHandle>,
-    /// A delivery's messages are still arriving ([`DeliveryEnd`] to come).
-    /// Beside the state: a delivery is the intake's, and arrives whatever
-    /// the chat is doing (its messages may be steered into a running turn).
-    delivering: bool,
-    /// Usage limits: the last wait and the messages waiting one out
-    /// ([`parking::Limit`] says why it is beside the state).
-    limit: parking::Limit,
+    /// The last usage-limit refusal's wait, doubled for the next one until
+    /// a turn finishes: the chat's history across turns, not where it is
+    /// (the messages waiting one out are the state's [`Hold::Limit`]).
+    limit_wait: Option<Duration>,
 }
 
 impl ChatSupervisor {
@@ -272,7 +273,7 @@ impl ChatSupervisor {
             dispatcher,
             slots,
             turn_ids,
-            state: ChatState::Idle,
+            state: ChatState::Idle(Hold::Open),
             queue: VecDeque::new(),
             awaiting: None,
             warm: None,
@@ -281,8 +282,7 @@ impl ChatSupervisor {
             typing: None,
             received: 0,
             idle_timer: None,
-            delivering: false,
-            limit: parking::Limit::Clear,
+            limit_wait: None,
         }
     }
 
@@ -297,9 +297,19 @@ impl ChatSupervisor {
         self.outbox.do_send(SendText::new(self.to, text));
     }
 
-    fn step(&mut self, step: ChatStep<Running>) -> Option<Running> {
-        let (state, left) = std::mem::replace(&mut self.state, ChatState::Idle).after(step);
+    /// Moves the chat on `step`; a merge window the step closed is
+    /// cancelled here, the rest of what it took out is the caller's.
+    fn step(
+        &mut self,
+        step: ChatStep<Running, Parked>,
+        ctx: &mut Context<Self>,
+    ) -> Left<Running, Parked> {
+        let (state, left) = std::mem::replace(&mut self.state, ChatState::Stopped).after(step);
         self.state = state;
+        if let Left::Window(handle) = left {
+            ctx.cancel_future(handle);
+            return Left::Nothing;
+        }
         left
     }
 
@@ -339,20 +349,17 @@ impl ChatSupervisor {
         );
     }
 
-    /// Starts the next turn when the chat is free.
+    /// Starts the next turn when the chat is free and nothing holds it.
     fn try_start(&mut self, ctx: &mut Context<Self>) {
-        if !self.state.is_idle() {
+        if !matches!(self.state, ChatState::Idle(_)) {
             return;
         }
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
-        if self.limit.parked().is_some() {
-            // Waiting out a usage limit: everything runs together then.
-            return;
-        }
-        if self.delivering && !front.adopted {
-            // The rest of the delivery joins this turn: [`DeliveryEnd`].
+        if !self.state.may_start(front.adopted) {
+            // The rest of a delivery joins this turn ([`DeliveryEnd`]), or
+            // messages wait out a usage limit: everything runs together then.
             return;
         }
         let open_for = front.at.elapsed();
@@ -366,20 +373,21 @@ impl ChatSupervisor {
         };
         if open_for < window {
             let handle = ctx.run_later(window - open_for, |act, ctx| {
-                act.step(ChatStep::WindowClosed);
+                act.step(ChatStep::WindowClosed, ctx);
                 act.try_start(ctx);
             });
-            self.step(ChatStep::Merge(handle));
+            self.step(ChatStep::Merge(handle), ctx);
             return;
         }
-        self.step(ChatStep::Acquire);
+        let adopted = front.adopted;
+        self.step(ChatStep::Acquire { adopted }, ctx);
         let slots = self.slots.clone();
         ctx.spawn(
             async move { slots.acquire().await }.into_actor(self).map(
                 |slot, act, ctx| match slot {
                     Some(slot) => act.start_turn(slot, ctx),
                     None => {
-                        act.step(ChatStep::NoSlot);
+                        act.step(ChatStep::NoSlot, ctx);
                         tracing::debug!("no more turns: the host is stopping");
                     }
                 },
@@ -416,8 +424,13 @@ impl Actor for ChatSupervisor {
         if let Some(typing) = self.typing.take() {
             typing.do_send(RetireTyping);
         }
-        if let ChatState::Running(running, _) = std::mem::replace(&mut self.state, ChatState::Idle)
-        {
+        let (state, left) =
+            std::mem::replace(&mut self.state, ChatState::Stopped).after(ChatStep::HostStopping);
+        if left.parked().is_some() {
+            // Their rows stay parked in the inbox, for the next process.
+            self.events.metrics().parked(-1);
+        }
+        if let ChatState::Running(running, ..) = state {
             running.addr.do_send(AbortTurn);
         }
         self.warm = None;
@@ -427,7 +440,7 @@ impl Actor for ChatSupervisor {
 impl Drop for ChatSupervisor {
     fn drop(&mut self) {
         self.events.metrics().queued(-(self.queue.len() as i64));
-        if self.limit.parked().is_some() {
+        if self.state.parked().is_some() {
             self.events.metrics().parked(-1);
         }
         self.gauges.leave(&self.gauges.supervisors);
@@ -448,7 +461,7 @@ impl Handler<UserMessage> for ChatSupervisor {
             return;
         }
         if msg.rest_follows {
-            self.delivering = true;
+            self.step(ChatStep::DeliveryBegins, ctx);
         }
         if self.parks(&msg) {
             return self.park_more(msg, ctx);
@@ -462,7 +475,7 @@ impl Handler<DeliveryEnd> for ChatSupervisor {
 
     fn handle(&mut self, _msg: DeliveryEnd, ctx: &mut Self::Context) {
         self.touched(ctx);
-        self.delivering = false;
+        self.step(ChatStep::DeliveryEnded, ctx);
         self.try_start(ctx);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tempfile::TempDir;
 use turnstile::agent::Scenario;
-use turnstile::agent::claude::ClaudeBackend;
+use turnstile::agent::backends::ClaudeBackend;
 
 use super::Harness;
 

@@ -17,7 +17,7 @@ use serde_json::json;
 use teloxide::types::ChatId;
 use tokio::sync::broadcast;
 use turnstile::agent::ToolRegistry;
-use turnstile::agent::claude::{ClaudeBackend, ClaudeSettings};
+use turnstile::agent::backends::{ClaudeBackend, ClaudeSettings};
 use turnstile::agent::{AgentBackend, Scenario, ScriptTool, ScriptTurn, ScriptedBackend, Step};
 use turnstile::chat::TurnOutcome;
 use turnstile::events::BotEvent;

@@ -44,10 +44,7 @@ impl ChatSupervisor {
         self.inbox.dropped(ids.into_iter().chain(held).collect());
         // A slot on its way stays on its way: with the queue empty it
         // starts nothing.
-        if let ChatState::Merging(handle) = self.state {
-            ctx.cancel_future(handle);
-            self.step(ChatStep::WindowClosed);
-        }
+        self.step(ChatStep::WindowClosed, ctx);
         match self.state.running() {
             Some(running) => {
                 // What the turn queued and Telegram has not got yet goes
@@ -93,10 +90,13 @@ impl Handler<StopChatForHost> for ChatSupervisor {
 
     fn handle(&mut self, msg: StopChatForHost, ctx: &mut Self::Context) {
         // Queued messages stay queued in the inbox: the next process runs them.
-        if let ChatState::Merging(handle) = self.state {
-            ctx.cancel_future(handle);
+        if let Some(parked) = self.step(ChatStep::HostStopping, ctx).parked() {
+            // Their rows stay parked in the inbox: the next process runs
+            // them at their time.
+            ctx.cancel_future(parked.timer());
+            self.events.metrics().parked(-1);
+            tracing::info!("parked messages left for the next start");
         }
-        self.step(ChatStep::HostStopping);
         if let Some(warm) = self.warm.take() {
             ctx.cancel_future(warm.timer);
         }
@@ -113,15 +113,15 @@ impl Handler<DescribeChat> for ChatSupervisor {
 
     fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
         let state = match &self.state {
-            ChatState::Running(r, _) => format!(
+            ChatState::Running(r, ..) => format!(
                 "turn {} running for {:.1}s",
                 r.turn,
                 r.started.elapsed().as_secs_f64()
             ),
-            ChatState::Settling(turn, _) => format!("turn {turn} ended, session closing"),
-            ChatState::Idle
+            ChatState::Settling(turn, ..) => format!("turn {turn} ended, session closing"),
+            ChatState::Idle(_)
             | ChatState::Merging(_)
-            | ChatState::WaitingForSlot
+            | ChatState::WaitingForSlot(_)
             | ChatState::Stopped => "idle".to_string(),
         };
         match self.parked_line() {

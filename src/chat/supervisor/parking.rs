@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use actix::{AsyncContext, Context, SpawnHandle};
 
+use super::state::ChatStep;
 use super::{ChatSupervisor, UserMessage};
 use crate::chat::notices::parked;
 use crate::incoming::Incoming;
@@ -18,7 +19,8 @@ use crate::state::{Disposition, now_ms};
 /// The furthest reset a refusal may name (8 days: past a weekly limit).
 const MAX_NAMED_WAIT_MS: i64 = 8 * 86_400 * 1000;
 
-/// Messages waiting out a usage limit.
+/// Messages waiting out a usage limit: the data of the chat's
+/// [`Hold::Limit`](super::state::Hold::Limit).
 #[derive(Debug)]
 pub(super) struct Parked {
     messages: Vec<UserMessage>,
@@ -27,74 +29,10 @@ pub(super) struct Parked {
     timer: SpawnHandle,
 }
 
-/// Where the chat is with usage limits. Beside the chat's state, not in it:
-/// a limit outlives the turn it refused (its messages are parked while that
-/// turn's session still settles, and a message the previous process parked
-/// can come back while another turn runs), and its wait doubles across
-/// turns until one finishes.
-#[derive(Debug)]
-pub(super) enum Limit {
-    /// No refusal since the last turn that finished.
-    Clear,
-    /// The last refusal waited this long; the next waits twice as long.
-    Backoff(Duration),
-    /// Messages wait out a limit; `wait` is the last wait (none for
-    /// messages the previous process parked, with no refusal since).
-    Parked {
-        /// The messages.
-        parked: Parked,
-        /// The last wait.
-        wait: Option<Duration>,
-    },
-}
-
-impl Limit {
-    /// The messages waiting, if any.
-    pub(super) fn parked(&self) -> Option<&Parked> {
-        match self {
-            Self::Parked { parked, .. } => Some(parked),
-            _ => None,
-        }
-    }
-
-    /// The last wait, if a refusal came since the last turn that finished.
-    fn wait(&self) -> Option<Duration> {
-        match self {
-            Self::Clear => None,
-            Self::Backoff(wait) => Some(*wait),
-            Self::Parked { wait, .. } => *wait,
-        }
-    }
-
-    /// Takes the parked messages; the wait stays.
-    fn take_parked(&mut self) -> Option<Parked> {
-        let wait = self.wait();
-        match std::mem::replace(self, Self::Clear) {
-            Self::Parked { parked, .. } => {
-                *self = wait.map_or(Self::Clear, Self::Backoff);
-                Some(parked)
-            }
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-
-    /// A refusal waits `wait`.
-    fn waited(&mut self, next: Duration) {
-        match self {
-            Self::Parked { wait, .. } => *wait = Some(next),
-            other => *other = Self::Backoff(next),
-        }
-    }
-
-    /// A turn finished: the next refusal waits the first wait again.
-    pub(super) fn finished(&mut self) {
-        match self {
-            Self::Parked { wait, .. } => *wait = None,
-            other => *other = Self::Clear,
-        }
+impl Parked {
+    /// The timer that runs them.
+    pub(super) fn timer(&self) -> SpawnHandle {
+        self.timer
     }
 }
 
@@ -102,7 +40,7 @@ impl ChatSupervisor {
     /// Whether `msg` waits with the parked messages: some are parked, or it
     /// was parked by the previous process.
     pub(super) fn parks(&self, msg: &UserMessage) -> bool {
-        self.limit.parked().is_some() || msg.parked_until.is_some()
+        self.state.parked().is_some() || msg.parked_until.is_some()
     }
 
     /// The model refused the turn of `messages` for a usage limit: they
@@ -114,11 +52,11 @@ impl ChatSupervisor {
         ctx: &mut Context<Self>,
     ) {
         let settings = &self.settings;
-        let wait = match self.limit.wait() {
+        let wait = match self.limit_wait {
             None => settings.limit_retry,
             Some(last) => (last * 2).min(settings.limit_retry_max),
         };
-        self.limit.waited(wait);
+        self.limit_wait = Some(wait);
         let now = now_ms();
         let by_wait = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
         // The reset the refusal names, when it names one, within a bound: the
@@ -155,30 +93,33 @@ impl ChatSupervisor {
         ctx: &mut Context<Self>,
     ) {
         let timer = ctx.run_later(left, |act, ctx| act.unpark(ctx));
-        match &mut self.limit {
-            Limit::Parked { parked, .. } => {
-                ctx.cancel_future(parked.timer);
-                parked.messages.extend(messages);
-                parked.due_at = parked.due_at.min(due_at);
-                parked.timer = timer;
+        if let Some(parked) = self.state.parked_mut() {
+            ctx.cancel_future(parked.timer);
+            parked.messages.extend(messages);
+            parked.due_at = parked.due_at.min(due_at);
+            parked.timer = timer;
+            return;
+        }
+        let parked = Parked {
+            messages,
+            due_at,
+            timer,
+        };
+        match self.step(ChatStep::Park(parked), ctx).parked() {
+            // Only a stopped chat parks nothing: its rows stay parked in
+            // the inbox, for the next process.
+            Some(refused) => {
+                ctx.cancel_future(refused.timer);
+                tracing::debug!("the host is stopping; parked rows left for the next start");
             }
-            other => {
-                self.events.metrics().parked(1);
-                let wait = other.wait();
-                let parked = Parked {
-                    messages,
-                    due_at,
-                    timer,
-                };
-                *other = Limit::Parked { parked, wait };
-            }
+            None => self.events.metrics().parked(1),
         }
     }
 
     /// A message while messages are parked joins them (and one parked by
     /// the previous process is parked again until its time).
     pub(super) fn park_more(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
-        let due_at = match (self.limit.parked(), msg.parked_until) {
+        let due_at = match (self.state.parked(), msg.parked_until) {
             (Some(parked), _) => parked.due_at,
             (None, Some(until)) => until,
             (None, None) => return self.enqueue(msg, ctx),
@@ -194,7 +135,7 @@ impl ChatSupervisor {
 
     /// Their time came: the parked messages run as one turn.
     fn unpark(&mut self, ctx: &mut Context<Self>) {
-        let Some(parked) = self.limit.take_parked() else {
+        let Some(parked) = self.step(ChatStep::Unpark, ctx).parked() else {
             return;
         };
         let metrics = self.events.metrics();
@@ -216,14 +157,14 @@ impl ChatSupervisor {
 
     /// `/stop` while parked: the retry is cancelled; how many were waiting.
     pub(super) fn cancel_parked(&mut self, ctx: &mut Context<Self>) -> usize {
-        let Some(parked) = self.limit.take_parked() else {
+        let Some(parked) = self.step(ChatStep::Unpark, ctx).parked() else {
             return 0;
         };
         ctx.cancel_future(parked.timer);
         let metrics = self.events.metrics();
         metrics.parked(-1);
         metrics.limit_given_up();
-        self.limit = Limit::Clear;
+        self.limit_wait = None;
         let ids: Vec<i64> = parked
             .messages
             .iter()
@@ -235,60 +176,12 @@ impl ChatSupervisor {
 
     /// `/status`: until when messages are parked.
     pub(super) fn parked_line(&self) -> Option<String> {
-        let parked = self.limit.parked()?;
+        let parked = self.state.parked()?;
         let due = chrono::DateTime::from_timestamp_millis(parked.due_at)?;
         Some(format!(
             "{} parked for a usage limit until {} UTC",
             crate::chat::notices::counted(parked.messages.len(), "message", "messages"),
             due.format("%H:%M")
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parked() -> Parked {
-        Parked {
-            messages: Vec::new(),
-            due_at: 0,
-            timer: SpawnHandle::default(),
-        }
-    }
-
-    #[test]
-    fn the_wait_outlives_the_parked_messages_until_a_turn_finishes() {
-        let (first, second) = (Duration::from_secs(60), Duration::from_secs(120));
-        let mut limit = Limit::Clear;
-        limit.waited(first);
-        assert_eq!(limit.wait(), Some(first));
-        limit = Limit::Parked {
-            parked: parked(),
-            wait: limit.wait(),
-        };
-        limit.waited(second);
-        assert!(limit.parked().is_some());
-        assert!(limit.take_parked().is_some(), "their time came");
-        assert!(
-            matches!(limit, Limit::Backoff(w) if w == second),
-            "{limit:?}"
-        );
-        assert!(limit.take_parked().is_none());
-        limit.finished();
-        assert!(matches!(limit, Limit::Clear), "{limit:?}");
-    }
-
-    #[test]
-    fn a_finished_turn_forgets_the_wait_but_not_the_parked_messages() {
-        let mut limit = Limit::Parked {
-            parked: parked(),
-            wait: Some(Duration::from_secs(60)),
-        };
-        limit.finished();
-        assert!(limit.parked().is_some());
-        assert_eq!(limit.wait(), None);
-        assert!(limit.take_parked().is_some());
-        assert!(matches!(limit, Limit::Clear), "{limit:?}");
     }
 }

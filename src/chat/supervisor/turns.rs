@@ -103,10 +103,10 @@ impl ChatSupervisor {
     /// Starts a turn on `slot` for the front message's burst, on the warm
     /// session if one is kept, under the hard deadline.
     pub(super) fn start_turn(&mut self, slot: TurnSlot, ctx: &mut Context<Self>) {
-        if !matches!(self.state, ChatState::WaitingForSlot) || self.queue.is_empty() {
+        if !matches!(self.state, ChatState::WaitingForSlot(_)) || self.queue.is_empty() {
             // `/stop` cleared the queue, or the host began stopping, while
             // the slot was on its way: it goes back unused.
-            self.step(ChatStep::NoSlot);
+            self.step(ChatStep::NoSlot, ctx);
             return self.watch_idle(ctx);
         }
         let Some(burst) = self.merge_burst() else {
@@ -164,7 +164,7 @@ impl ChatSupervisor {
         let deadline = ctx.run_later(self.settings.hard_deadline, move |act, ctx| {
             act.force_release(turn, ctx);
         });
-        self.step(ChatStep::Start(Running {
+        let running = Running {
             turn,
             update_ids,
             messages: burst.messages,
@@ -173,13 +173,14 @@ impl ChatSupervisor {
             started: Instant::now(),
             deadline,
             _slot: slot,
-        }));
+        };
+        self.step(ChatStep::Start(running), ctx);
     }
 
     /// The hard deadline: releases the chat from `turn` now, whatever its
     /// actors say; the session is killed and the chat told.
     fn force_release(&mut self, turn: TurnId, ctx: &mut Context<Self>) {
-        let Some(running) = self.step(ChatStep::ForceReleased(turn)) else {
+        let Some(running) = self.step(ChatStep::ForceReleased(turn), ctx).turn() else {
             return;
         };
         let at = Instant::now();
@@ -224,7 +225,7 @@ impl Handler<TurnEnded> for ChatSupervisor {
 
     fn handle(&mut self, msg: TurnEnded, ctx: &mut Self::Context) {
         // Dropping the running turn gives its slot back: the chat is free.
-        let Some(running) = self.step(ChatStep::Ended(msg.turn)) else {
+        let Some(running) = self.step(ChatStep::Ended(msg.turn), ctx).turn() else {
             tracing::debug!(
                 turn_id = msg.turn.get(),
                 "TurnEnded for a turn no longer held; ignored"
@@ -254,7 +255,8 @@ impl Handler<TurnEnded> for ChatSupervisor {
         } else {
             inbox.turn_finished(rows, how);
             if msg.outcome.finished() {
-                self.limit.finished();
+                // The next refusal waits the first wait again.
+                self.limit_wait = None;
             }
         }
         let inbox = &self.inbox;
@@ -290,10 +292,10 @@ impl Handler<SessionReleased> for ChatSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: SessionReleased, ctx: &mut Self::Context) {
-        if !matches!(self.state, ChatState::Settling(turn, _) if turn == msg.turn) {
+        if !matches!(self.state, ChatState::Settling(turn, ..) if turn == msg.turn) {
             return;
         }
-        self.step(ChatStep::Released(msg.turn));
+        self.step(ChatStep::Released(msg.turn), ctx);
         let continuing = !msg.carried.is_empty() && msg.carried.iter().all(|c| c.written);
         let stopping = self.state.host_stopping();
         if msg.turn > self.forget_through.max(self.cold_through) && !stopping {
