@@ -56,7 +56,7 @@ impl Follower {
 
 /// What the feed knows.
 #[derive(Default)]
-struct Known {
+struct FeedState {
     /// Recent lines per conversation.
     history: HashMap<Conversation, VecDeque<ServerLine>>,
     /// Conversations with a turn running.
@@ -70,11 +70,11 @@ struct Known {
 /// The shared feed.
 #[derive(Clone, Default)]
 pub struct Feed {
-    known: Arc<Mutex<Known>>,
+    known: Arc<Mutex<FeedState>>,
 }
 
 impl Feed {
-    fn lock(&self) -> MutexGuard<'_, Known> {
+    fn lock(&self) -> MutexGuard<'_, FeedState> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
