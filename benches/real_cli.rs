@@ -20,10 +20,15 @@
 //!   `initialize`, answer its control requests at once, write user lines),
 //!   the floor the CLI itself sets.
 //!
+//! Then one bot restarts after each warm turn, and its first message after
+//! the restart runs on the session the new process prewarmed (`restart.rs`).
+//!
 //! Every turn is the same: the user says "hello", the model answers with one
 //! `end_turn` call carrying the reply text (the no-hook run needs a second
 //! model call, answered with text, before the CLI finishes).
 
+#[path = "real_cli/restart.rs"]
+mod restart;
 mod support;
 
 #[path = "../tests/support/anthropic.rs"]
@@ -167,6 +172,9 @@ fn inner(args: &Args) {
     let stream_turns = if args.quick { 2 } else { 20 };
     let result = actix::System::new().block_on(async {
         let (mut fragment, mut broken) = run(claude.clone(), iterations).await?;
+        let (more, more_broken) = restart::restart_run(claude.clone(), iterations).await?;
+        fragment.push_str(&more);
+        broken.extend(more_broken);
         let (more, more_broken) = stream_run(claude, stream_turns).await?;
         fragment.push_str(&more);
         broken.extend(more_broken);
@@ -190,6 +198,8 @@ struct Bot {
     bot: Turnstile,
     backend: Arc<ClaudeBackend>,
     settings: ClaudeSettings,
+    /// Its configuration, to start it again (`restart.rs`).
+    config: turnstile::Config,
     collector: Collector,
     over: mpsc::UnboundedReceiver<TurnOver>,
     /// Every message pushed (warm-up included), for bucketing API calls.
@@ -267,6 +277,7 @@ async fn start_bot(
         bot,
         backend,
         settings,
+        config,
         collector,
         over,
         pushes: Vec::new(),

@@ -63,6 +63,12 @@ pub trait AgentBackend: Send + Sync + 'static {
     fn steers(&self) -> bool {
         false
     }
+
+    /// Why a session stored as `id` would not be resumed (the agent would
+    /// start anew), if it would not: a start does not warm it again.
+    fn cannot_resume(&self, _id: &str) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a session is opened for.

@@ -89,6 +89,14 @@ pub enum BotEvent {
         /// The message's inbox row.
         update_id: i64,
     },
+    /// After a start, a conversation's session was resumed in the
+    /// background and is kept warm for its next message.
+    Prewarmed {
+        /// The chat.
+        chat: ChatId,
+        /// When it was kept.
+        at: Instant,
+    },
     /// What a conversation shows, as a frontend other than Telegram
     /// (`turnstile attach`) renders it.
     Feed {

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 
 use crate::ids::Conversation;
 
@@ -359,6 +360,22 @@ impl Store {
                 .execute(params![chat, topic])?,
         };
         Ok(())
+    }
+
+    /// The conversations whose session was last used at or after `since`
+    /// (Unix ms), most recent first: those a start warms again.
+    pub fn recent_sessions(&self, since: i64) -> Result<Vec<Conversation>, StateError> {
+        let conn = self.lock();
+        let mut query = conn.prepare_cached(
+            "SELECT chat_id, topic FROM sessions WHERE updated_at >= ?1
+             ORDER BY updated_at DESC, rowid DESC",
+        )?;
+        let rows = query.query_map(params![since], |r| {
+            let topic = i32::try_from(r.get::<_, i64>(1)?).unwrap_or_default();
+            let topic = (topic != 0).then_some(ThreadId(MessageId(topic)));
+            Ok(Conversation::new(ChatId(r.get(0)?), topic))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Records a finished turn.

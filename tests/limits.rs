@@ -234,31 +234,44 @@ async fn a_reset_named_years_ahead_is_capped_at_eight_days() {
     assert!(told.contains("(in 192 h)"), "{told}");
 }
 
+/// `/status` as the admin sees it: the line of chat 1 once it shows `want`.
+async fn chat_status(h: &Harness, want: &str) -> String {
+    h.say(9, 9, "/status");
+    h.api
+        .wait_for(SOON, &format!("/status showing {want}"), |_| {
+            h.texts(9)
+                .into_iter()
+                .find(|t| t.contains("chat 1:") && t.contains(want))
+        })
+        .await
+}
+
 /// A message queued behind the turn that was refused waits for the parked
 /// ones and runs with them, at their time (not at once, ahead of them, as
-/// the refused turn lets go of the chat). The refused turn thinks for 4 s
-/// first: the message is seen queued (`/status`) while it runs.
+/// the refused turn lets go of the chat). The gate is an event, not a
+/// pause: the host runs one turn at a time, and the admin's turn holds the
+/// slot on an approval until Allow is pressed, after `/status` showed both
+/// of chat 1's messages queued. (A refusal after the approval in chat 1's
+/// own turn would not do: the approval's answer is a reply, and a turn that
+/// replied is not run again.)
 #[actix_rt::test]
 async fn a_message_queued_behind_a_refused_turn_waits_for_the_parked_ones() {
-    let mut refusal = refused(None);
-    refusal.steps.insert(0, Step::Wait { ms: 4000 });
-    let scenario = Scenario::default().with_rule_times("ask", 1, refusal);
-    let mut h = Harness::start(scenario, &retry("1s", "2s")).await;
+    let hold = turn(vec![Step::Ask {
+        tool: "Bash".into(),
+        input: serde_json::json!({"command": "echo hi"}),
+    }]);
+    let scenario = scenario(1, None).with_rule("hold the slot", hold);
+    let mut env = retry("1s", "2s");
+    env.push(("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "1"));
+    let mut h = Harness::start(scenario, &env).await;
+    h.say(9, 9, "hold the slot");
+    let (_, buttons) = question(&h, 9, 1).await;
     h.say(1, USER, "ask me");
-    h.event("TurnStarted", |e| matches!(e, BotEvent::TurnStarted { .. }))
-        .await;
+    chat_status(&h, "1 queued").await;
     h.say(1, USER, "queued behind");
-    h.say(9, 9, "/status");
-    let status = h
-        .api
-        .wait_for(SOON, "the /status answer", |_| {
-            h.texts(9).into_iter().find(|t| t.contains("chat 1:"))
-        })
-        .await;
-    assert!(
-        status.contains("turn 1 running") && status.contains("1 queued"),
-        "{status}"
-    );
+    chat_status(&h, "2 queued").await;
+    let id = h.api.push_callback(9, 9, 0, &data(&buttons, "Allow"));
+    assert_eq!(h.callback_answer(&id).await, "Allowed");
     let (outcome, _) = ended(&mut h, 1).await;
     assert!(
         matches!(outcome, TurnOutcome::Limited { .. }),

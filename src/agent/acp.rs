@@ -177,6 +177,12 @@ impl AcpBackend {
 }
 
 impl AgentBackend for AcpBackend {
+    fn cannot_resume(&self, _id: &str) -> Option<&'static str> {
+        // `loadSession` is in the agent's answer to `initialize`: a
+        // session warmed without it would start anew, and say so first.
+        Some("an ACP agent tells whether it loads sessions only once started")
+    }
+
     fn record_processes_in(&self, inbox: crate::state::StoreHandle) {
         self.running.record_in(inbox);
     }

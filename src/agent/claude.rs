@@ -308,6 +308,17 @@ impl AgentBackend for ClaudeBackend {
         true
     }
 
+    fn cannot_resume(&self, id: &str) -> Option<&'static str> {
+        // As `start_session` reads it: such an id starts a fresh session.
+        if id.starts_with(crate::agent::SCRIPTED_SESSION_PREFIX) {
+            Some("the stored session is the scripted agent's")
+        } else if !is_session_id(id) {
+            Some("the stored session id is not a UUID")
+        } else {
+            None
+        }
+    }
+
     fn record_processes_in(&self, inbox: crate::state::StoreHandle) {
         self.running.record_in(inbox);
     }

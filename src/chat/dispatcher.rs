@@ -8,6 +8,7 @@
 mod commands;
 mod menus;
 mod messages;
+mod prewarm;
 mod recovery;
 mod schedules;
 mod typed;

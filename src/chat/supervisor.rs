@@ -33,7 +33,8 @@ use tracing::Span;
 use self::parking::Parked;
 use self::state::{ChatState, ChatStep, Hold, HoldsTurn, Left};
 pub use self::switching::{Choose, Chosen};
-use self::warm::Warm;
+pub use self::warm::{Prewarm, Prewarmed};
+use self::warm::{Prewarming, Warm};
 use crate::chat::notices::not_accepted;
 use crate::chat::slots::{TurnSlot, TurnSlots};
 use crate::chat::turn::{AbortTurn, TurnActor, TurnServices};
@@ -229,6 +230,8 @@ pub struct ChatSupervisor {
     awaiting: Option<VecDeque<UserMessage>>,
     /// A settled session kept for the next turn.
     warm: Option<Warm>,
+    /// A prewarm is opening the session the next turn takes.
+    prewarming: Prewarming,
     /// Turns up to this one must not keep their session (after `/new`).
     forget_through: TurnId,
     /// Turns up to this one keep their session id but not their process
@@ -277,6 +280,7 @@ impl ChatSupervisor {
             queue: VecDeque::new(),
             awaiting: None,
             warm: None,
+            prewarming: Prewarming::No,
             forget_through: TurnId(0),
             cold_through: TurnId(0),
             typing: None,
@@ -297,8 +301,9 @@ impl ChatSupervisor {
         self.outbox.do_send(SendText::new(self.to, text));
     }
 
-    /// Moves the chat on `step`; a merge window the step closed is
-    /// cancelled here, the rest of what it took out is the caller's.
+    /// Moves the chat on `step`; a merge window the step closed, or one
+    /// the state did not take, is cancelled here, the rest of what it took
+    /// out is the caller's.
     fn step(
         &mut self,
         step: ChatStep<Running, Parked>,
@@ -330,6 +335,7 @@ impl ChatSupervisor {
         if !self.state.at_rest()
             || !self.queue.is_empty()
             || self.warm.is_some()
+            || self.prewarming != Prewarming::No
             || self.awaiting.is_some()
         {
             return;
@@ -357,6 +363,10 @@ impl ChatSupervisor {
         let Some(front) = self.queue.front() else {
             return self.watch_idle(ctx);
         };
+        if self.prewarming != Prewarming::No {
+            // The turn takes the session a prewarm is opening ([`Prewarm`]).
+            return;
+        }
         if !self.state.may_start(front.adopted) {
             // The rest of a delivery joins this turn ([`DeliveryEnd`]), or
             // messages wait out a usage limit: everything runs together then.

@@ -87,6 +87,37 @@ fn sessions_are_kept_and_forgotten() {
 }
 
 #[test]
+fn recent_sessions_are_the_ones_used_since_most_recent_first() {
+    let store = Store::in_memory().unwrap();
+    let topic = Conversation::new(ChatId(5), Some(ThreadId(MessageId(42))));
+    let used = [
+        (ChatId(5).into(), 1_000),
+        (topic, 3_000),
+        (ChatId(6).into(), 2_000),
+    ];
+    for (to, at) in used {
+        store.set_session(to, Some("s")).unwrap();
+        store
+            .lock()
+            .execute(
+                "UPDATE sessions SET updated_at = ?1 WHERE chat_id = ?2 AND topic = ?3",
+                rusqlite::params![at, to.chat.0, to.topic_number()],
+            )
+            .unwrap();
+    }
+    assert_eq!(
+        store.recent_sessions(1_500).unwrap(),
+        vec![topic, ChatId(6).into()],
+        "used since 1500, most recent first"
+    );
+    store.set_session(ChatId(6).into(), None).unwrap();
+    assert_eq!(
+        store.recent_sessions(0).unwrap(),
+        vec![topic, ChatId(5).into()]
+    );
+}
+
+#[test]
 fn a_message_is_read_back_whole_as_the_intake_read_it() {
     let store = Store::in_memory().unwrap();
     // A group message in a forum topic, one item of an album, with a file;

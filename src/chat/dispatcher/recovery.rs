@@ -3,9 +3,13 @@
 //! files, album: nothing is guessed), go through the same path as a new
 //! message, or are reported to their chat.
 
+use std::collections::HashSet;
+
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 
 use super::Dispatcher;
+use teloxide::types::ChatId;
+
 use crate::chat::notices::bounded;
 use crate::state::{InboxRow, InboxState, ReadFailed};
 
@@ -23,20 +27,25 @@ impl Handler<Recover> for Dispatcher {
     type Result = ();
 
     fn handle(&mut self, Recover(rows): Recover, ctx: &mut Self::Context) {
+        // Before any turn starts: the prewarm waits for the recovered ones.
+        let events = self.events.subscribe();
         // Nothing else is handled until the rows are routed, so a new message
         // never overtakes a recovered one.
-        ctx.wait(
-            rows.into_actor(self)
-                .map(|rows, act, ctx| match rows {
-                    Ok(rows) => act.recover(rows, ctx),
+        ctx.wait(rows.into_actor(self).map(|rows, act, ctx| {
+            let waiting = match rows {
+                Ok(rows) => act.recover(rows, ctx),
+                Err(ReadFailed) => {
                     // Nothing was marked: the rows stay as they are, for
                     // the next start that can read them.
-                    Err(ReadFailed) => tracing::error!(
+                    tracing::error!(
                         "the inbox could not be read: the messages the previous process left \
                          unfinished are not recovered now; they stay in the state file for the next start"
-                    ),
-                }),
-        );
+                    );
+                    HashSet::new()
+                }
+            };
+            act.prewarm(events, waiting, ctx);
+        }));
     }
 }
 
@@ -51,8 +60,11 @@ struct Recovered {
 }
 
 impl Dispatcher {
-    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) {
+    /// Routes or reports each row; answers the chats whose recovered
+    /// messages wait for a turn.
+    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) -> HashSet<ChatId> {
         let mut done = Recovered::default();
+        let mut waiting = HashSet::new();
         for InboxRow {
             message: m,
             state,
@@ -88,6 +100,7 @@ impl Dispatcher {
                 }
             }
             // The same way as a message just received.
+            waiting.insert(m.to.chat);
             self.act(m, ctx);
         }
         let Recovered {
@@ -107,6 +120,7 @@ impl Dispatcher {
                 "recovered the inbox of the previous process"
             );
         }
+        waiting
     }
 
     /// Tells the chat a restart cut its message's turn short.

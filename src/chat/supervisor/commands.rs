@@ -68,9 +68,7 @@ impl ChatSupervisor {
         self.inbox.tell("forgetting the session id", move |store| {
             store.set_session(to, None)
         });
-        if let Some(warm) = self.warm.take() {
-            ctx.cancel_future(warm.timer);
-        }
+        self.close_warm(ctx);
         self.forget_through = self.turn_ids.last();
         self.say(stopping::FRESH_CONVERSATION);
     }
@@ -97,9 +95,7 @@ impl Handler<StopChatForHost> for ChatSupervisor {
             self.events.metrics().parked(-1);
             tracing::info!("parked messages left for the next start");
         }
-        if let Some(warm) = self.warm.take() {
-            ctx.cancel_future(warm.timer);
-        }
+        self.close_warm(ctx);
         if msg.end_running
             && let Some(running) = self.state.running()
         {

@@ -106,8 +106,8 @@ impl ChatSupervisor {
             timer,
         };
         match self.step(ChatStep::Park(parked), ctx).parked() {
-            // Only a stopped chat parks nothing: its rows stay parked in
-            // the inbox, for the next process.
+            // A chat whose host is stopping parks nothing: its rows stay
+            // parked in the inbox, for the next process.
             Some(refused) => {
                 ctx.cancel_future(refused.timer);
                 tracing::debug!("the host is stopping; parked rows left for the next start");

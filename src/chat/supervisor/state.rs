@@ -32,7 +32,8 @@
 //! HostStopping: Idle | Merging | WaitingForSlot ──▶ Stopped (for good);
 //! a running or settling turn goes on, marked `Then::Stop`, and its end
 //! leads to Stopped instead of Idle. Parked messages are handed back then
-//! (their rows stay parked in the inbox, for the next process).
+//! (their rows stay parked in the inbox, for the next process), and none
+//! are taken while the turn ends.
 //! ```
 //!
 //! The chat's queue, warm session, last usage-limit wait and the messages
@@ -232,7 +233,7 @@ pub(crate) enum Left<R, P> {
     Turn(R),
     /// Messages that waited out a usage limit, or that could not be parked.
     Parked(P),
-    /// The merge window that was open.
+    /// The merge window that was open, or one the state did not take.
     Window(SpawnHandle),
 }
 
@@ -295,6 +296,9 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
             (state, ChatStep::DeliveryEnded) => state.holding(HoldStep::DeliveryEnded),
             (state, ChatStep::Park(parked)) => state.holding(HoldStep::Park(parked)),
             (state, ChatStep::Unpark) => state.holding(HoldStep::Unpark),
+            // A window the state does not take is handed back, to cancel:
+            // its timer would close a window that never opened.
+            (state, ChatStep::Merge(handle)) => (state, Left::Window(handle)),
             (state, _) => (state, Left::Nothing),
         }
     }
@@ -321,6 +325,14 @@ impl<R: HoldsTurn, P> ChatState<R, P> {
 
     /// `step` applied to the chat's hold, wherever the chat is.
     fn holding(self, step: HoldStep<P>) -> (Self, Left<R, P>) {
+        let step = match step {
+            // A stopping host parks nothing: the turn's end leads to
+            // Stopped, which holds nothing, and they would be lost.
+            HoldStep::Park(parked) if self.host_stopping() => {
+                return (self, Left::Parked(parked));
+            }
+            step => step,
+        };
         match self {
             Self::Idle(hold) => {
                 let (hold, left) = hold.after(step);
@@ -480,7 +492,7 @@ mod tests {
                 settling(t1),
                 Left::Nothing,
             ),
-            (running(t1), Step::Merge(h), running(t1), Left::Nothing),
+            (running(t1), Step::Merge(h), running(t1), Left::Window(h)),
             (S::Idle(OPEN), Step::Ended(t1), S::Idle(OPEN), Left::Nothing),
             (
                 S::Merging(h),
@@ -520,7 +532,7 @@ mod tests {
                 S::Idle(DELIVERY),
                 Step::Merge(h),
                 S::Idle(DELIVERY),
-                Left::Nothing,
+                Left::Window(h),
             ),
             // The front waits for the rest of its delivery, unless the
             // agent runs it already; the hold goes with it.
@@ -683,7 +695,7 @@ mod tests {
                 S::Idle(limit(1, false)),
                 Step::Merge(h),
                 S::Idle(limit(1, false)),
-                Left::Nothing,
+                Left::Window(h),
             ),
             (
                 S::Idle(limit(1, false)),
@@ -795,7 +807,7 @@ mod tests {
                 S::Stopped,
                 Left::Nothing,
             ),
-            (S::Stopped, Step::Merge(h), S::Stopped, Left::Nothing),
+            (S::Stopped, Step::Merge(h), S::Stopped, Left::Window(h)),
             (S::Stopped, Step::Start(t1), S::Stopped, Left::Nothing),
             (S::Stopped, Step::NoSlot, S::Stopped, Left::Nothing),
             (S::Stopped, Step::HostStopping, S::Stopped, Left::Nothing),
@@ -807,6 +819,31 @@ mod tests {
         assert!(!S::Idle(limit(1, false)).at_rest() && !running(t1).at_rest());
         assert_eq!(held(t1, limit(3, false)).parked(), Some(&3));
         assert_eq!(S::Merging(h).parked(), None);
+    }
+
+    /// Nothing is parked while a stopping host's turn ends: where it leads
+    /// is Stopped, which would drop them.
+    #[test]
+    fn a_stopping_host_parks_nothing_while_its_turn_ends() {
+        let t1 = TurnId(1);
+        let stop = S::Running(t1, Then::Stop, OPEN);
+        let stop_settling = S::Settling(t1, Then::Stop, DELIVERY);
+        let table: Vec<Row> = vec![
+            (
+                stop,
+                Step::Park(2),
+                S::Running(t1, Then::Stop, OPEN),
+                Left::Parked(2),
+            ),
+            (
+                stop_settling,
+                Step::Park(2),
+                S::Settling(t1, Then::Stop, DELIVERY),
+                Left::Parked(2),
+            ),
+            (S::Stopped, Step::Park(2), S::Stopped, Left::Parked(2)),
+        ];
+        check(table);
     }
 
     fn running(turn: TurnId) -> S {

@@ -3,7 +3,7 @@
 //! cannot write over it, and lets go of the warm process, which no longer
 //! fits; the next turn opens what the store then says.
 
-use actix::{AsyncContext, Handler, Message, ResponseFuture};
+use actix::{Handler, Message, ResponseFuture};
 
 use super::ChatSupervisor;
 
@@ -43,10 +43,10 @@ impl Handler<Choose> for ChatSupervisor {
 
     fn handle(&mut self, choice: Choose, ctx: &mut Self::Context) -> Self::Result {
         self.touched(ctx);
-        if let Some(warm) = self.warm.take() {
-            ctx.cancel_future(warm.timer);
+        if self.warm.is_some() {
             tracing::debug!(?choice, "warm session closed: the chat chose anew");
         }
+        self.close_warm(ctx);
         let now = self.turn_ids.last();
         let (inbox, to) = (self.inbox.clone(), self.to);
         let done: ResponseFuture<Chosen> = match choice {

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
-use super::TurnActor;
 use super::link::Link;
 use super::phase::{Leftover, TurnStep};
+use super::{TurnActor, TurnServices};
 use crate::agent::{AgentError, AgentSession, OpenSession, SessionCommand};
 use crate::chat::outcome::TurnEvent;
+use crate::ids::Conversation;
 use crate::state::ReadFailed;
 use crate::telegram::outbox::SendText;
 
@@ -25,6 +26,37 @@ pub(super) struct Root {
     pub(super) dir: std::path::PathBuf,
     /// The project.
     pub(super) project: String,
+}
+
+impl TurnServices {
+    /// What opening `to`'s session asks of the backend, read after every
+    /// store write asked before (so a `/new`, `/model` or a picked session
+    /// is seen): the session to resume, the conversation's model (else its
+    /// project's, else the configured one), its project. `None`: the store
+    /// could not be read.
+    pub(crate) fn session_request(
+        &self,
+        to: Conversation,
+    ) -> impl Future<Output = Option<OpenSession>> + Send + 'static {
+        let opening = (self.books.inbox).read("reading the session to open", move |store| {
+            store.opening(to)
+        });
+        let choices = Arc::clone(&self.agent.choices);
+        let shutdown = self.books.shutdown.clone();
+        async move {
+            let opening = opening.await.ok()?;
+            let project = choices.projects.get(&opening.project);
+            let project_model = project.map(|p| p.model.clone()).filter(|m| !m.is_empty());
+            Some(OpenSession {
+                conversation: to,
+                resume: opening.resume,
+                model: choices.models.allowed(opening.model).or(project_model),
+                fork: opening.fork,
+                project: project.map(|p| p.place.clone()),
+                shutdown,
+            })
+        }
+    }
 }
 
 impl TurnActor {
@@ -146,31 +178,12 @@ impl TurnActor {
     /// `/model` or a picked session is seen).
     pub(super) fn open(&mut self, ctx: &mut Context<Self>) {
         let backend = Arc::clone(&self.deps.agent.backend);
-        let to = self.to();
-        let opening = (self.deps.books.inbox).read("reading the session to open", move |store| {
-            store.opening(to)
-        });
-        let choices = Arc::clone(&self.deps.agent.choices);
-        let conversation = self.to();
-        let shutdown = self.deps.books.shutdown.clone();
+        let request = self.deps.session_request(self.to());
         let open = async move {
-            let Ok(opening) = opening.await else {
+            let Some(request) = request.await else {
                 return Ok(None);
             };
-            // The conversation's model, else its project's, else the configured one.
-            let project = choices.projects.get(&opening.project);
-            let project_model = project.map(|p| p.model.clone()).filter(|m| !m.is_empty());
-            backend
-                .open(OpenSession {
-                    conversation,
-                    resume: opening.resume,
-                    model: choices.models.allowed(opening.model).or(project_model),
-                    fork: opening.fork,
-                    project: project.map(|p| p.place.clone()),
-                    shutdown,
-                })
-                .await
-                .map(Some)
+            backend.open(request).await.map(Some)
         };
         ctx.spawn(open.into_actor(self).map(|result, act, ctx| match result {
             Ok(None) => act.store_unreadable(ctx),
