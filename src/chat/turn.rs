@@ -45,7 +45,7 @@ use self::watchdogs::Watchdogs;
 use crate::agent::{Activity, AgentEvent, AgentSession, HookReply, SessionCommand, ToolBatch};
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
-use crate::events::BotEvent;
+use crate::events::{BotEvent, FeedItem};
 use crate::ids::Conversation;
 
 /// Where a turn is, with the warm session and the session's link.
@@ -350,6 +350,12 @@ impl Actor for TurnActor {
             chat: self.spec.to.chat,
             turn: self.spec.turn,
             at: self.started,
+        });
+        self.deps.books.events.publish(BotEvent::Feed {
+            to: self.spec.to,
+            item: FeedItem::TurnStarted {
+                turn: self.spec.turn,
+            },
         });
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
