@@ -183,6 +183,11 @@ impl EventBus {
         }
     }
 
+    /// Shows `item` to whoever follows conversation `to` (`turnstile attach`).
+    pub fn feed(&self, to: Conversation, item: FeedItem) {
+        self.publish(BotEvent::Feed { to, item });
+    }
+
     /// Follows the events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<BotEvent> {
         self.tx.subscribe()

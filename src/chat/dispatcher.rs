@@ -258,11 +258,8 @@ impl Dispatcher {
     /// (user 0) or its maker is still let in, so a schedule outlives no one's
     /// access; a line typed at the host (its socket admits admins only).
     fn may_run(&self, m: &Incoming) -> bool {
-        use crate::incoming::Source;
-        if matches!(m.source, Source::Operator | Source::Terminal) {
-            return true;
-        }
-        self.admits(m.from, m.to.chat)
+        use crate::incoming::Source::{Operator, Terminal};
+        matches!(m.source, Operator | Terminal) || self.admits(m.from, m.to.chat)
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {

@@ -351,12 +351,8 @@ impl Actor for TurnActor {
             turn: self.spec.turn,
             at: self.started,
         });
-        self.deps.books.events.publish(BotEvent::Feed {
-            to: self.spec.to,
-            item: FeedItem::TurnStarted {
-                turn: self.spec.turn,
-            },
-        });
+        let turn = self.spec.turn;
+        (self.deps.books.events).feed(self.spec.to, FeedItem::TurnStarted { turn });
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
         self.arm_view(ctx);

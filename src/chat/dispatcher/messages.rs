@@ -7,7 +7,7 @@ use actix::Context;
 use super::{Dispatcher, ForChat};
 use crate::chat::notices::not_accepted;
 use crate::chat::supervisor::UserMessage;
-use crate::events::{BotEvent, FeedItem};
+use crate::events::FeedItem;
 use crate::incoming::{Ask, Incoming, Source};
 use crate::ops::panics::contain;
 
@@ -75,13 +75,13 @@ impl Dispatcher {
             }
             Ask::Agent => {
                 let to = m.to;
-                self.events.publish(BotEvent::Feed {
+                self.events.feed(
                     to,
-                    item: FeedItem::Message {
+                    FeedItem::Message {
                         from: sender(&m),
                         text: m.text.clone(),
                     },
-                });
+                );
                 let mut msg = UserMessage::new(m);
                 if self.in_delivery {
                     // The rest of its delivery may join its turn.

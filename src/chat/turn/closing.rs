@@ -156,13 +156,13 @@ impl TurnActor {
             session_id: self.session_id.clone(),
             at,
         });
-        self.deps.books.events.publish(BotEvent::Feed {
-            to: self.spec.to,
-            item: FeedItem::TurnEnded {
+        self.deps.books.events.feed(
+            self.spec.to,
+            FeedItem::TurnEnded {
                 turn: self.spec.turn,
                 outcome: outcome.clone(),
             },
-        });
+        );
         tracing::info!(
             outcome = outcome.label(),
             finished = outcome.finished(),
