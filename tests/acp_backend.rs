@@ -593,11 +593,10 @@ async fn malformed_lines_are_skipped_and_unoffered_methods_refused() {
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, completed());
     assert_eq!(h.api.wait_for_texts(1, 1, SOON).await, ["still here"]);
-    let refusal = fake
-        .host_lines()
-        .into_iter()
-        .find(|m| m["id"] == "agent-1")
-        .expect("fs/read_text_file answered");
+    // The fake does not wait for the answer: it may come after the turn.
+    let answered = || fake.host_lines().into_iter().find(|m| m["id"] == "agent-1");
+    wait_until("fs/read_text_file answered", SOON, || answered().is_some()).await;
+    let refusal = answered().expect("fs/read_text_file answered");
     assert_eq!(refusal["error"]["code"], -32601);
     // The session still works.
     h.say(1, USER, "hello");
