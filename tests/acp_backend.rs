@@ -321,8 +321,8 @@ async fn stop_cancels_the_prompt_and_answers_the_waiting_permission_cancelled() 
     h.say(1, USER, "/stop");
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, TurnOutcome::Interrupted);
-    wait_until("the fake got its answer", SOON, || {
-        !fake.permissions().is_empty()
+    wait_until("the fake got its answer and the cancel", SOON, || {
+        !fake.permissions().is_empty() && !fake.sent("session/cancel").is_empty()
     })
     .await;
     assert_eq!(fake.permissions(), ["cancelled"]);
