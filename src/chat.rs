@@ -5,6 +5,7 @@
 
 pub(crate) mod dispatcher;
 pub(crate) mod menus;
+pub mod naming;
 pub mod notices;
 pub(crate) mod outcome;
 pub(crate) mod slots;

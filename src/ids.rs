@@ -103,6 +103,17 @@ impl Topics {
         // Private chats have positive ids (the user's), groups negative.
         (chat.0 < 0 || self.private).then_some(thread)
     }
+
+    /// Where a conversation an earlier run stored (a queued message, a
+    /// schedule) goes now: a topic of a private chat while the bot's
+    /// topics mode is off is the chat itself (Telegram has no topic there
+    /// to send to); anything else is as it was.
+    pub fn now(self, to: Conversation) -> Conversation {
+        match to.topic {
+            Some(_) if to.chat.0 > 0 && !self.private => Conversation::from(to.chat),
+            _ => to,
+        }
+    }
 }
 
 impl From<teloxide::types::ChatId> for Conversation {
@@ -143,6 +154,18 @@ mod tests {
         ] {
             assert_eq!(Conversation::from_key(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_stored_private_topic_is_the_chat_itself_while_the_mode_is_off() {
+        let topic = Some(ThreadId(MessageId(42)));
+        let (on, off) = (Topics { private: true }, Topics { private: false });
+        let private = Conversation::new(ChatId(7), topic);
+        let group = Conversation::new(ChatId(-1_001_234), topic);
+        assert_eq!(on.now(private), private);
+        assert_eq!(off.now(private), Conversation::new(ChatId(7), None));
+        assert_eq!(off.now(group), group, "a forum's topics stay");
+        assert_eq!(off.now(ChatId(7).into()), ChatId(7).into());
     }
 
     use teloxide::types::{ChatId, MessageId, ThreadId};

@@ -11,8 +11,11 @@ mod messages;
 mod prewarm;
 mod recovery;
 mod schedules;
+mod topics;
+mod typed;
 
 pub use recovery::Recover;
+pub use typed::Typed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -143,6 +146,9 @@ pub struct Dispatcher {
     delivery: Vec<Conversation>,
     /// Numbers the intake's deliveries.
     deliveries: u64,
+    /// Conversations whose `/new` waits for its topic: what came for them
+    /// meanwhile (not presses), held until Telegram answers.
+    opening: HashMap<Conversation, Vec<ForChat>>,
 }
 
 /// What a dispatcher starts from, beside what its chats' turns use: its
@@ -229,6 +235,7 @@ impl Dispatcher {
             host,
             started_at: now_ms() / 1000,
             lists: Default::default(),
+            opening: HashMap::new(),
             events,
         }
     }
@@ -249,12 +256,10 @@ impl Dispatcher {
     /// Whether `m` may reach its chat: a person's message when its sender
     /// is let in; a schedule's run when the operator made the schedule
     /// (user 0) or its maker is still let in, so a schedule outlives no one's
-    /// access.
+    /// access; a line typed at the host (its socket admits admins only).
     fn may_run(&self, m: &Incoming) -> bool {
-        if m.source == crate::incoming::Source::Operator {
-            return true;
-        }
-        self.admits(m.from, m.to.chat)
+        use crate::incoming::Source::{Operator, Terminal};
+        matches!(m.source, Operator | Terminal) || self.admits(m.from, m.to.chat)
     }
 
     fn supervisor(&mut self, chat: Conversation, ctx: &mut Context<Self>) -> &mut ChatEntry {
@@ -275,6 +280,12 @@ impl Dispatcher {
 
     /// Hands something to the chat's supervisor, counting it.
     fn deliver(&mut self, chat: Conversation, item: ForChat, ctx: &mut Context<Self>) {
+        if let (Some(held), false) = (
+            self.opening.get_mut(&chat),
+            matches!(item, ForChat::Press(_)),
+        ) {
+            return held.push(item);
+        }
         let entry = self.supervisor(chat, ctx);
         entry.routed += 1;
         match item {
@@ -435,8 +446,10 @@ impl Handler<RunDue> for Dispatcher {
     type Result = ();
 
     /// A schedule's run, claimed and queued: routed as a message just
-    /// received (the schedule's maker was checked when it was made).
-    fn handle(&mut self, RunDue(run): RunDue, ctx: &mut Self::Context) {
+    /// received (the schedule's maker was checked when it was made); one
+    /// made in a private topic runs in the chat while the mode is off.
+    fn handle(&mut self, RunDue(mut run): RunDue, ctx: &mut Self::Context) {
+        run.to = self.topics.now(run.to);
         self.contained_message(run, ctx);
     }
 }

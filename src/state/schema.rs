@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -164,6 +164,8 @@ const MIGRATIONS: &[&str] = &[
     // prompt and questions after a restart (a row of before names none).
     "ALTER TABLE inbox ADD COLUMN author_name TEXT NOT NULL DEFAULT '';
      ALTER TABLE inbox ADD COLUMN author_username TEXT;",
+    // 15 → 16: topics of a private chat waiting for a name (`topics.rs`).
+    super::topics::MIGRATION,
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

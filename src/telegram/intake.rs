@@ -15,6 +15,7 @@ use teloxide::types::{AllowedUpdate, Message as TgMessage, Update, UpdateKind};
 use teloxide::{ApiError, RequestError};
 use tracing::{Span, field};
 
+use self::polled::{PollUpdates, PolledUpdate};
 use crate::config::AccessConfig;
 use crate::ids::{Conversation, Topics};
 use crate::incoming::{Ask, Author, ChatKind, Incoming, Parsed, Press, cut, parse, strip_address};
@@ -155,7 +156,19 @@ impl Intake {
     /// Writes a batch to the inbox (moving the offset past it), then hands
     /// over, in order, each update that was not there already; then polls
     /// again. Nothing else is handled meanwhile.
-    fn accept(&mut self, updates: Vec<Update>, left: std::time::Instant, ctx: &mut Context<Self>) {
+    fn accept(
+        &mut self,
+        updates: Vec<PolledUpdate>,
+        left: std::time::Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        let updates: Vec<Update> = updates
+            .into_iter()
+            .map(|polled| {
+                self.note_topic_name(&polled);
+                polled.update
+            })
+            .collect();
         let ids: Vec<i64> = updates.iter().map(|u| i64::from(u.id.0)).collect();
         // The offset moves past every update; only those for the bot go on.
         let taken = take_each(updates, |u| self.take(u));
@@ -199,16 +212,57 @@ impl Intake {
         }));
     }
 
+    /// A topic of a private chat the user started without a title waits
+    /// for a name from its first message; one the user renamed never gets
+    /// one (`chat::naming`). Written before the batch's messages.
+    fn note_topic_name(&self, polled: &PolledUpdate) {
+        let UpdateKind::Message(message) = &polled.update.kind else {
+            return;
+        };
+        let chat = message.chat.id;
+        let topics = self.addressing.me().topics;
+        let Some(topic) = topics
+            .of(chat, message.thread_id, true)
+            .filter(|_| chat.is_user())
+        else {
+            return;
+        };
+        let to = Conversation::new(chat, Some(topic));
+        if polled.unnamed_topic {
+            tracing::debug!(
+                topic = topic.0.0,
+                "a topic started without a title waits for a name"
+            );
+            self.inbox
+                .tell("noting a topic waits for a name", move |store| {
+                    store.await_name(to)
+                });
+        } else if message
+            .forum_topic_edited()
+            .is_some_and(|e| e.name.is_some())
+        {
+            tracing::debug!(
+                topic = topic.0.0,
+                "a topic renamed by the user keeps its name"
+            );
+            self.inbox.tell("noting a topic was named", move |store| {
+                store.take_unnamed(to).map(drop)
+            });
+        }
+    }
+
     /// One long poll, then the next.
     fn poll(&mut self, ctx: &mut Context<Self>, backoff: Duration) {
         if self.shutdown.is_stopping() {
             ctx.stop();
             return;
         }
-        let payload = GetUpdates::new()
-            .offset(self.offset)
-            .timeout(self.poll_timeout.as_secs().min(u64::from(u32::MAX)) as u32)
-            .allowed_updates(ALLOWED_UPDATES.to_vec());
+        let payload = PollUpdates(
+            GetUpdates::new()
+                .offset(self.offset)
+                .timeout(self.poll_timeout.as_secs().min(u64::from(u32::MAX)) as u32)
+                .allowed_updates(ALLOWED_UPDATES.to_vec()),
+        );
         let bot = self.bot.clone();
         let shutdown = self.shutdown.clone();
         let left = std::time::Instant::now();
@@ -396,6 +450,8 @@ fn reset_start(offset: i64, ids: &[i64]) -> Option<i64> {
     let lowest = ids.iter().copied().min()?;
     (offset > 0 && lowest.saturating_add(UPDATE_ID_RESET_GAP) < offset).then_some(lowest)
 }
+
+mod polled;
 
 #[cfg(test)]
 mod tests;

@@ -39,7 +39,7 @@ use teloxide::Bot;
 use teloxide::types::ChatId;
 use tracing::Instrument as _;
 
-use crate::events::EventBus;
+use crate::events::{EventBus, FeedItem};
 use crate::ops::Metrics;
 use crate::ops::logging::context_span;
 use crate::state::{Kept, KeptQuestion, LeftToSend, StoreHandle};
@@ -66,8 +66,8 @@ pub use keyboard::{Button, ButtonStyle};
 pub use pacing::RateLimits;
 pub use requests::{
     AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, CreateTopic, EditQuestion, Flush, Polled, Purge,
-    QuestionFile, React, Seen, SendFile, SendQuestion, SendText, SendTyping, Show, ShowAs, Slot,
-    StopOutbox,
+    QuestionFile, React, RenameTopic, Seen, SendFile, SendQuestion, SendText, SendTyping, Show,
+    ShowAs, Slot, StopOutbox,
 };
 pub use unbutton::Unbutton;
 
@@ -260,6 +260,8 @@ impl Handler<SendText> for Outbox {
             }
             return;
         }
+        let text = msg.text.clone();
+        self.shared.events.feed(msg.to, FeedItem::Said { text });
         let place = Anchor {
             topic: msg.to.topic,
             reply_to: msg.reply_to,
@@ -443,6 +445,14 @@ impl Handler<CreateTopic> for Outbox {
 
     fn handle(&mut self, msg: CreateTopic, _ctx: &mut Self::Context) {
         self.enqueue(msg.chat, Job::Topic(msg.name, msg.reply));
+    }
+}
+
+impl Handler<RenameTopic> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, msg: RenameTopic, _ctx: &mut Self::Context) {
+        self.enqueue(msg.chat, Job::Rename(msg.topic, msg.name));
     }
 }
 

@@ -332,6 +332,10 @@ struct Shared {
     /// The bot's topics mode in private chats (BotFather), as `getMe`'s
     /// `has_topics_enabled` says: with it off, a private chat has no topics.
     private_topics: AtomicBool,
+    /// The topics of private chats, as (chat, thread): those the bot made
+    /// (`createForumTopic`) and those a pushed message was in (the user
+    /// made). Telegram refuses a send to any other.
+    private_topic_ids: Mutex<HashSet<(i64, i64)>>,
     /// Woken when updates are pushed.
     pushed: Notify,
     /// Woken when a call or an arrival is recorded.

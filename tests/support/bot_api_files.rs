@@ -92,6 +92,7 @@ impl FakeBotApi {
                     if message.get("date").is_none() {
                         message["date"] = unix_now().into();
                     }
+                    self.shared.saw_topic(&message);
                     queue.push(json!({"message": message}))
                 })
                 .collect()
@@ -111,6 +112,7 @@ impl FakeBotApi {
             if message.get("date").is_none() {
                 message["date"] = unix_now().into();
             }
+            self.shared.saw_topic(&message);
             let mut update = json!({"message": message});
             if let Some(id) = update_id {
                 update["update_id"] = id.into();

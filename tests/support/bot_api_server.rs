@@ -171,8 +171,25 @@ impl Shared {
         chat < 0 || self.private_topics.load(Ordering::Relaxed)
     }
 
+    /// A pushed message in a topic of a private chat: the user made that
+    /// topic.
+    pub(super) fn saw_topic(&self, message: &Value) {
+        let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+        if let Some(thread) = message["message_thread_id"].as_i64()
+            && chat > 0
+        {
+            lock(&self.private_topic_ids).insert((chat, thread));
+        }
+    }
+
+    /// Whether `thread` is a topic of `chat` as far as Telegram knows: any
+    /// in a group; in a private chat, one made there.
+    fn knows_topic(&self, chat: i64, thread: i64) -> bool {
+        chat < 0 || lock(&self.private_topic_ids).contains(&(chat, thread))
+    }
+
     /// Every send method refuses a `message_thread_id` where the chat has
-    /// no topics, as Telegram does.
+    /// no topics, or (in a private chat) no such topic, as Telegram does.
     fn check_thread(&self, method: &str, params: &Value) -> Result<(), Answer> {
         const SENDS: [&str; 5] = [
             "sendmessage",
@@ -184,7 +201,10 @@ impl Shared {
         let thread = params.get("message_thread_id").and_then(as_i64);
         let chat = params.get("chat_id").and_then(as_i64);
         match (thread, chat) {
-            (Some(_), Some(chat)) if SENDS.contains(&method) && !self.has_topics(chat) => {
+            (Some(thread), Some(chat))
+                if SENDS.contains(&method)
+                    && (!self.has_topics(chat) || !self.knows_topic(chat, thread)) =>
+            {
                 Err(error(400, "Bad Request: message thread not found", None))
             }
             _ => Ok(()),
@@ -209,6 +229,9 @@ impl Shared {
             }
             Some(chat) => {
                 let thread = lock(&self.queue).next_message_id(chat);
+                if chat > 0 {
+                    lock(&self.private_topic_ids).insert((chat, thread));
+                }
                 ok(json!({"message_thread_id": thread, "name": name, "icon_color": 7_322_096}))
             }
         }
@@ -224,7 +247,7 @@ impl Shared {
             Some(chat) if !self.has_topics(chat) => {
                 error(400, "Bad Request: the chat is not a forum", None)
             }
-            Some(_) if thread.is_none_or(|t| t <= 0) => {
+            Some(chat) if thread.is_none_or(|t| t <= 0 || !self.knows_topic(chat, t)) => {
                 error(400, "Bad Request: message thread not found", None)
             }
             Some(_) if name.is_some_and(|n| n.is_empty() || n.chars().count() > 128) => {

@@ -221,7 +221,7 @@ impl Harness {
     }
 
     /// [`Harness::start_scripted`] against `api`.
-    async fn start_scripted_on(
+    pub async fn start_scripted_on(
         api: FakeBotApi,
         scenario: Scenario,
         env: &[(&str, &str)],

@@ -8,6 +8,7 @@
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 use futures_util::future::BoxFuture;
 
+use super::topics::await_name;
 use super::{Dispatcher, ForChat};
 use crate::chat::menus::{self, ListKind, Pick};
 use crate::chat::notices;
@@ -156,6 +157,9 @@ impl Dispatcher {
             return outbox.do_send(AnswerCallback::new(to.chat, callback, text));
         }
         self.lists.close(to, pick.kind);
+        if pick.kind == ListKind::Sessions && self.opens_topics(to) {
+            return self.session_in_topic(entry, press, ctx);
+        }
         let (choice, done) = match pick.kind {
             ListKind::Projects => (Choose::Project(entry.clone()), settings::moved(&entry)),
             ListKind::Models => (
@@ -275,15 +279,20 @@ impl Dispatcher {
     /// `/new` in a private chat with topics: a topic for the fresh
     /// conversation (`createForumTopic`), while the one it was asked in
     /// goes on as it was. If Telegram makes no topic, the conversation
-    /// starts afresh where it is, as elsewhere.
+    /// starts afresh where it is, as elsewhere. What is written where
+    /// `/new` was asked meanwhile waits for Telegram's answer, so it never
+    /// reaches the old session ahead of a fresh start.
     pub(super) fn new_in_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
         let (create, created) = CreateTopic::new(from.chat, notices::NEW_TOPIC_NAME.to_owned());
         self.outbox.do_send(create);
+        self.opening.entry(from).or_default();
         let outbox = self.outbox.clone();
         ctx.spawn(created.into_actor(self).map(move |made, act, ctx| {
+            let held = act.opening.remove(&from).unwrap_or_default();
             match made {
                 Ok(Ok(thread)) => {
                     let into = Conversation::new(from.chat, Some(thread));
+                    await_name(&act.inbox, into);
                     outbox.do_send(SendText::new(into, notices::NEW_TOPIC_OPENED));
                     outbox.do_send(SendText::new(from, notices::NEW_TOPIC_ELSEWHERE));
                 }
@@ -300,6 +309,10 @@ impl Dispatcher {
                     outbox.do_send(SendText::new(from, notices::NEW_TOPIC_UNCONFIRMED));
                 }
                 Err(_) => tracing::debug!("the outbox stopped before /new's topic was made"),
+            }
+            // Written where /new was asked: after the fresh start, if any.
+            for item in held {
+                act.deliver(from, item, ctx);
             }
         }));
     }
@@ -359,6 +372,7 @@ impl Dispatcher {
                     Err(_) => return,
                 };
                 let into = Conversation::new(from.chat, Some(thread));
+                await_name(&inbox, into);
                 let text = match inbox.fork(from, into).await {
                     Some(_) => {
                         outbox.do_send(SendText::new(into, settings::fork_topic_opened(&name)));

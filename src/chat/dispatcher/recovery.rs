@@ -11,6 +11,7 @@ use super::Dispatcher;
 use crate::ids::Conversation;
 
 use crate::chat::notices::bounded;
+use crate::incoming::Incoming;
 use crate::state::{InboxRow, InboxState, ReadFailed};
 
 /// Sent once at start, before any update: the inbox rows a previous
@@ -71,6 +72,12 @@ impl Dispatcher {
             due_at,
         } in rows
         {
+            // Stored in a private topic while the topics mode was on: with
+            // it off now, the chat itself (`Topics::now`).
+            let m = Incoming {
+                to: self.topics.now(m.to),
+                ..m
+            };
             if !self.may_run(&m) {
                 // Allowed when it was accepted, not any more: it never reaches an agent.
                 done.refused += 1;

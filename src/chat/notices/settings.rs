@@ -79,6 +79,34 @@ pub fn fork_topic_left(name: &str) -> String {
     format!("🍴 Forked into the new topic “{name}”; this topic goes on as it was.")
 }
 
+/// The name of the topic a past session opens in (until its first answer
+/// names it).
+pub fn session_topic_name(words: &str) -> String {
+    match words {
+        "" => "🗂 Past conversation".to_owned(),
+        words => format!("🗂 {words}"),
+    }
+}
+
+/// The first message in the topic a past session opened in.
+pub fn session_topic_opened(words: &str) -> String {
+    format!("🗂 This topic goes on in the session “{words}”. Write here to continue it.")
+}
+
+/// Where the past session was picked, once its topic is open.
+pub fn session_topic_left(words: &str) -> String {
+    format!(
+        "🗂 The session “{words}” is open in the new topic; this conversation goes on as it was."
+    )
+}
+
+/// No topic could be made for a past session.
+pub fn session_topic_failed(err: &str) -> String {
+    format!(
+        "⚠️ No topic could be made for that session ({err}); this conversation goes on as it was."
+    )
+}
+
 /// `/permissions clear` forgot `approvals` (already counted).
 pub fn approvals_forgotten(approvals: &str) -> String {
     format!("🔐 Forgot {approvals}; every tool asks again.")

@@ -16,6 +16,7 @@ use super::phase::TurnStep;
 use super::watchdogs::TelegramAnswered;
 use crate::agent::tools::{ChatTool, ToolInputError};
 use crate::agent::{Responder, ToolCall, ToolReply};
+use crate::chat::naming::TopicNaming;
 use crate::chat::notices;
 use crate::state::StoreHandle;
 use crate::telegram::files::outgoing;
@@ -77,12 +78,15 @@ enum Allowance {
 }
 
 impl ReplyRelay {
-    /// Opens the relay: the "replied" write is asked now.
+    /// Opens the relay: the "replied" write is asked now. Its first text,
+    /// once out, names the topic when `naming` is given and it waits for a
+    /// name (`chat::naming`).
     pub(super) fn open(
         inbox: &StoreHandle,
         update_ids: Vec<i64>,
         outbox: actix::Addr<Outbox>,
         forwarding: Forwarding,
+        mut naming: Option<TopicNaming>,
     ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<(Outgoing, Option<Accepted>)>();
         let durable = inbox.replying(update_ids);
@@ -94,7 +98,12 @@ impl ReplyRelay {
                 durable.await;
                 while let Some((out, accepted)) = rx.recv().await {
                     match out {
-                        Outgoing::Text(send) => outbox.do_send(send),
+                        Outgoing::Text(mut send) => {
+                            if let Some(naming) = naming.take() {
+                                naming.watch(&mut send, &inbox, outbox.clone());
+                            }
+                            outbox.do_send(send);
+                        }
                         Outgoing::File(send) => outbox.do_send(send),
                         Outgoing::Replied(rows) => inbox.replying(rows).await,
                     }
@@ -384,6 +393,7 @@ impl TurnActor {
                 self.spec.update_ids.clone(),
                 self.deps.out.outbox.clone(),
                 self.deps.out.forwarding.clone(),
+                TopicNaming::of(self.spec.to, &self.spec.text),
             ));
         }
         let Some(relay) = self.said.relay() else {

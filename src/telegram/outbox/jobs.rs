@@ -90,6 +90,8 @@ pub(super) enum Job {
         Option<oneshot::Sender<Result<(), OutboxError>>>,
     ),
     Topic(String, oneshot::Sender<Result<ThreadId, OutboxError>>),
+    /// A forum topic renamed (`editForumTopic`); a failure is logged.
+    Rename(ThreadId, String),
     /// A question's buttons removed, its text kept.
     Unbutton(MessageId),
 }
@@ -139,6 +141,7 @@ impl Job {
             | Self::Clear(_)
             | Self::Typing(..)
             | Self::Edit(_, _, None)
+            | Self::Rename(..)
             | Self::Unbutton(_) => {}
         }
     }
@@ -154,6 +157,7 @@ impl Job {
             | Self::React(..)
             | Self::Edit(..)
             | Self::Unbutton(_)
+            | Self::Rename(..)
             | Self::Topic(..) => None,
         }
     }
@@ -198,6 +202,7 @@ impl Job {
             | Self::React(..)
             | Self::Edit(..)
             | Self::Unbutton(_)
+            | Self::Rename(..)
             | Self::Topic(..) => None,
         }
     }

@@ -409,6 +409,19 @@ impl CreateTopic {
     }
 }
 
+/// Renames forum topic `topic` of `chat` to `name` (`editForumTopic`);
+/// a failure is logged, nobody waits on it.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct RenameTopic {
+    /// The chat.
+    pub chat: ChatId,
+    /// The topic.
+    pub topic: ThreadId,
+    /// Its new name (1 to [`TOPIC_NAME_LIMIT`] characters; cut to fit).
+    pub name: String,
+}
+
 /// Telegram's longest topic name, in characters.
 pub const TOPIC_NAME_LIMIT: usize = 128;
 

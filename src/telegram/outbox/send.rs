@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 use teloxide::payloads::{
-    AnswerCallbackQuery, CreateForumTopic, SendChatAction, SendDocument, SendMessage, SendPhoto,
-    SetMessageReaction,
+    AnswerCallbackQuery, CreateForumTopic, EditForumTopic, SendChatAction, SendDocument,
+    SendMessage, SendPhoto, SetMessageReaction,
 };
 use teloxide::requests::Payload;
 use teloxide::types::{
@@ -21,7 +21,7 @@ use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, Text
 use super::keyboard::SendKeyboard;
 use super::live::{self, ShownMessage};
 use super::post::{Anchor, LaneView, Post, Provenance, lock};
-use super::requests::{Clear, QuestionFile, SendFile, Slot};
+use super::requests::{Clear, QuestionFile, SendFile, Slot, TOPIC_NAME_LIMIT};
 use crate::chat::notices::undelivered;
 use crate::events::BotEvent;
 use crate::telegram::call::{FilePart, call, call_with_file};
@@ -43,6 +43,7 @@ impl Post<'_> {
             Job::Topic(name, reply) => {
                 let _ = reply.send(self.topic(name).await);
             }
+            Job::Rename(topic, name) => self.rename(topic, name).await,
             Job::Unbutton(message_id) => self.unbutton(message_id).await,
             Job::Edit(message_id, text, reply) => {
                 let rendered = Rendered::plain(text);
@@ -226,6 +227,30 @@ impl Post<'_> {
             tracing::warn!(cause = %err, "forum topic not created");
         }
         result
+    }
+
+    /// A topic's new name: may go twice (the same name), paced as a
+    /// message; a failure is logged and nothing else.
+    async fn rename(&mut self, topic: ThreadId, name: String) {
+        let name: String = name.chars().take(TOPIC_NAME_LIMIT).collect();
+        let (telegram, chat) = (self.telegram, self.chat);
+        let result = deliver(
+            telegram,
+            Some(&mut *self.pacing),
+            RequestTerms::idempotent("editForumTopic"),
+            |_| {
+                let mut payload = EditForumTopic::new(chat, topic);
+                payload.name = Some(name.clone());
+                Some(async move { call(&telegram.bot, &payload).await.map(|_| ()) })
+            },
+        )
+        .await;
+        match result {
+            Ok(()) => tracing::info!(topic = topic.0.0, "topic named after its first message"),
+            Err(err) => {
+                tracing::warn!(topic = topic.0.0, cause = %err, "topic not named; it keeps its name")
+            }
+        }
     }
 
     /// A reaction: may go twice, takes no pacing.
