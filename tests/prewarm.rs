@@ -20,7 +20,7 @@ use turnstile::agent::{
 };
 use turnstile::events::BotEvent;
 use turnstile::ids::Conversation;
-use turnstile::incoming::Incoming;
+use turnstile::incoming::{ChatKind, Incoming};
 use turnstile::state::{Store, now_ms};
 
 /// How long ago each conversation's session was last used, in minutes.
@@ -377,12 +377,13 @@ async fn a_conversation_no_longer_admitted_is_not_prewarmed() {
     h.bot.stop().await;
 }
 
-/// A recovered message in topic `topic` of chat 1001.
+/// A recovered message in topic `topic` of the forum group -5001.
 fn in_topic(update_id: i64, topic: i32) -> Incoming {
     Incoming {
         update_id,
-        to: Conversation::new(ChatId(1001), Some(ThreadId(MessageId(topic)))),
+        to: Conversation::new(ChatId(-5001), Some(ThreadId(MessageId(topic)))),
         from: UserId(1001),
+        place: ChatKind::Group,
         message_id: MessageId(topic * 10),
         text: format!("still there, topic {topic}?"),
         ..Incoming::default()
@@ -393,7 +394,7 @@ fn in_topic(update_id: i64, topic: i32) -> Incoming {
 async fn the_prewarm_waits_for_the_recovered_turn_of_each_topic() {
     let logs = LogCapture::start();
     let dir = tempfile::tempdir().unwrap();
-    // Two topics of one chat each left a message; one turn runs at a
+    // Two topics of one forum each left a message; one turn runs at a
     // time, so the second topic's turn starts once the first's ended.
     let waiting = [in_topic(7, 10), in_topic(8, 20)];
     let db = state_file(dir.path(), &[used(1002, "s-b", 1)], &waiting);
@@ -423,13 +424,14 @@ async fn the_prewarm_waits_for_the_recovered_turn_of_each_topic() {
         .await;
     let started: Vec<_> = (h.seen.iter())
         .filter_map(|e| match e {
-            BotEvent::TurnStarted { chat, topic, .. } if chat.0 == 1001 => Some(*topic),
+            BotEvent::TurnStarted { chat, topic, .. } if chat.0 == -5001 => Some(*topic),
             _ => None,
         })
         .collect();
+    let topic = |n| Some(ThreadId(MessageId(n)));
     assert_eq!(
-        started.len(),
-        2,
+        started,
+        [topic(10), topic(20)],
         "both topics' turns started before the prewarm: {:#?}",
         h.seen
     );
