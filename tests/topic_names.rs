@@ -417,3 +417,29 @@ async fn a_topic_named_before_a_restart_is_not_named_again() {
     h.turn_ended(USER, 2).await;
     assert_eq!(renames(&h, 1).await, [(11, "pack the bags".to_owned())]);
 }
+
+#[actix_rt::test]
+async fn a_topic_is_named_only_after_telegram_took_an_answer() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    h.api.push_message(started(7, "New Thread", true));
+    // Telegram refuses the first answer: the topic keeps waiting for a
+    // name.
+    h.api.inject(
+        "sendMessage",
+        Fault::BadRequest("Bad Request: not enough rights to send text messages".into()),
+    );
+    h.api.push_message(message(Some(7), "first try"));
+    h.turn_ended(USER, 1).await;
+    h.api
+        .wait_for(SOON, "the first answer refused", |calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "sendmessage" && c.status == 400)
+                .then_some(())
+        })
+        .await;
+    h.api.push_message(message(Some(7), "second try"));
+    h.turn_ended(USER, 2).await;
+    sent(&h, "echo: second try").await;
+    assert_eq!(renames(&h, 1).await, [(7, "second try".to_owned())]);
+}
