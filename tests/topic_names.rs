@@ -443,3 +443,42 @@ async fn a_topic_is_named_only_after_telegram_took_an_answer() {
     sent(&h, "echo: second try").await;
     assert_eq!(renames(&h, 1).await, [(7, "second try".to_owned())]);
 }
+
+/// What the state file at `db` keeps for Telegram.
+async fn left_to_send(db: &std::path::Path) -> Vec<turnstile::state::OutgoingRow> {
+    let store = turnstile::state::Store::open(db).expect("the state file");
+    let store = turnstile::state::StoreHandle::start(std::sync::Arc::new(store));
+    store.outgoing().await.expect("the store reads").rows
+}
+
+#[actix_rt::test]
+async fn with_the_topics_mode_turned_off_a_text_left_for_a_private_topic_goes_to_the_chat() {
+    let dir = tempfile::tempdir().expect("a dir");
+    let db = dir.path().join("state.db");
+    {
+        let thread = teloxide::types::ThreadId(teloxide::types::MessageId(7));
+        let to = turnstile::ids::Conversation::new(teloxide::types::ChatId(USER), Some(thread));
+        let store = turnstile::state::Store::open(&db).expect("the state file");
+        let store = turnstile::state::StoreHandle::start(std::sync::Arc::new(store));
+        store.keep_outgoing(to, None, "left for telegram", false);
+        store.flushed().await;
+    }
+    assert_eq!(left_to_send(&db).await.len(), 1);
+    let path = db.display().to_string();
+    let env = [("TURNSTILE_STATE_PATH", path.as_str())];
+    let h = Harness::start(Scenario::default(), &env).await;
+    assert_eq!(
+        sent(&h, "left for telegram").await,
+        None,
+        "in the chat, not refused"
+    );
+    h.bot.stop().await;
+    let copies = h
+        .api
+        .calls_of("sendMessage")
+        .iter()
+        .filter(|c| c.params["text"] == json!("left for telegram"))
+        .count();
+    assert_eq!(copies, 1, "sent once");
+    assert!(left_to_send(&db).await.is_empty(), "settled");
+}
