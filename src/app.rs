@@ -25,6 +25,7 @@ use self::telegram::{check_webhook, identify};
 use crate::agent::AgentBackend;
 use crate::agent::backends::BackendError;
 use crate::agent::host::ProcessSpec;
+use crate::attach::{AttachServer, socket_path};
 use crate::chat::dispatcher::{Dispatcher, DispatcherStart, HostRequest, Recover, StopDispatching};
 use crate::chat::slots::TurnSlots;
 use crate::chat::turn::Forwarding;
@@ -267,6 +268,8 @@ pub struct Turnstile {
     backend: Arc<dyn AgentBackend>,
     /// The `[ops] listen` endpoint, when on.
     ops: Option<crate::ops::server::OpsServer>,
+    /// The `turnstile attach` socket, when the state is a file.
+    attach: Option<AttachServer>,
     /// Feeds the metrics from the event bus.
     _follower: AbortOnDrop,
     /// Pings systemd's watchdog while healthy, when systemd listens.
@@ -366,6 +369,8 @@ impl Turnstile {
         .with_metrics(Arc::clone(events.metrics()))
         .start();
         let (ops, watchdog) = serve_ops(config, listener, &events, &gauges, &inbox, &dispatcher)?;
+        let attach = socket_path(&config.state.path)
+            .and_then(|path| AttachServer::start(path, &events, inbox.clone(), dispatcher.clone()));
         log_started(config);
         Ok(Self {
             scheduler: start_scheduler(config, schedules, &inbox, &dispatcher, &events),
@@ -386,6 +391,7 @@ impl Turnstile {
             drain_timeout: config.dispatcher.drain_timeout,
             backend,
             ops,
+            attach,
             _watchdog: watchdog.map(AbortOnDrop),
         })
     }
@@ -452,6 +458,9 @@ impl Turnstile {
         let _ = tokio::time::timeout(Duration::from_secs(10), self.forwarding.drained()).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.outbox.send(Flush)).await;
         let _ = self.outbox.send(StopOutbox).await;
+        if let Some(attach) = &self.attach {
+            attach.close(self.shutdown.is_restarting()).await;
+        }
         self.backend.closed().await;
         // No turn starts any more: the next process goes on from the last id.
         self.turn_ids.release();

@@ -7,7 +7,7 @@ use std::time::Instant;
 use teloxide::types::{ChatId, UserId};
 use tokio::sync::broadcast;
 
-use crate::ids::TurnId;
+use crate::ids::{Conversation, TurnId};
 use crate::ops::metrics::Metrics;
 use crate::outcome::TurnOutcome;
 
@@ -97,6 +97,53 @@ pub enum BotEvent {
         /// When it was kept.
         at: Instant,
     },
+    /// What a conversation shows, as a frontend other than Telegram
+    /// (`turnstile attach`) renders it.
+    Feed {
+        /// The conversation.
+        to: Conversation,
+        /// What it shows.
+        item: FeedItem,
+    },
+}
+
+/// One thing a conversation shows: what `turnstile attach` follows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FeedItem {
+    /// A message for the agent, routed to the conversation.
+    Message {
+        /// Who wrote it, as shown (`Ann (@ann)`, `terminal`, `schedule`).
+        from: String,
+        /// Its text.
+        text: String,
+    },
+    /// A turn started.
+    TurnStarted {
+        /// The turn.
+        turn: TurnId,
+    },
+    /// A text left for the chat (an answer, a notice).
+    Said {
+        /// The text.
+        text: String,
+    },
+    /// A turn ended.
+    TurnEnded {
+        /// The turn.
+        turn: TurnId,
+        /// How it ended.
+        outcome: TurnOutcome,
+    },
+    /// The agent asks the chat an approval (its question(s), as shown).
+    Asked {
+        /// The question's text.
+        question: String,
+    },
+    /// An approval was decided (by a press, a timeout, the turn's end).
+    Decided {
+        /// The decision, as the question shows it.
+        decision: String,
+    },
 }
 
 /// The broadcast sender everybody publishes on.
@@ -134,6 +181,11 @@ impl EventBus {
         if self.tx.receiver_count() > 0 {
             let _ = self.tx.send(event);
         }
+    }
+
+    /// Shows `item` to whoever follows conversation `to` (`turnstile attach`).
+    pub fn feed(&self, to: Conversation, item: FeedItem) {
+        self.publish(BotEvent::Feed { to, item });
     }
 
     /// Follows the events from now on.

@@ -61,10 +61,12 @@ impl ChatKind {
     }
 }
 
-/// Where a message comes from: a person on Telegram, or a schedule's run
-/// (made by a person, or by the operator). The inbox keeps no column for
-/// it: a stored run has a negative update id (minus its claim's id), and
-/// the operator's runs sender 0; [`Source::stored`] reads that back.
+/// Where a message comes from: a person on Telegram, a schedule's run
+/// (made by a person, or by the operator), or a line the operator typed in
+/// `turnstile attach`. The inbox keeps no column for it: a stored run has a
+/// negative update id (minus its claim's id), and the operator's runs
+/// sender 0; a typed line's id is at or below [`TERMINAL_IDS`];
+/// [`Source::stored`] reads that back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Source {
     /// A person's Telegram message.
@@ -76,12 +78,23 @@ pub enum Source {
     /// A run of a schedule the operator made (`[[schedules]]`): it reaches
     /// its chat whoever is let in.
     Operator,
+    /// A line the operator typed in `turnstile attach` (whoever can open the
+    /// attach socket is an admin of every conversation): a message like a
+    /// person's, queued or steered by the same rules, with no Telegram
+    /// message to reply to.
+    Terminal,
 }
+
+/// The highest update id of a line typed in `turnstile attach`: they are
+/// numbered down from here, far below any schedule run's id (minus its
+/// claim's), so neither meets the other.
+pub const TERMINAL_IDS: i64 = -(1 << 52);
 
 impl Source {
     /// The source of a stored inbox row, from its update id and sender.
     pub fn stored(update_id: i64, from: UserId) -> Self {
         match (update_id < 0, from.0) {
+            _ if update_id <= TERMINAL_IDS => Self::Terminal,
             (false, _) => Self::Person,
             (true, 0) => Self::Operator,
             (true, _) => Self::Schedule,
@@ -227,7 +240,9 @@ impl Incoming {
         if self.to.chat.is_user() {
             return self.text.clone();
         }
-        let header = if self.is_scheduled() {
+        let header = if self.source == Source::Terminal {
+            format!("{HEADER_START} a message from the operator, typed at the host]")
+        } else if self.is_scheduled() {
             format!(
                 "{HEADER_START} a scheduled run, set by user id {}]",
                 self.from.0
@@ -338,6 +353,8 @@ mod tests {
             (7, 0, Source::Person),
             (-3, 5, Source::Schedule),
             (-3, 0, Source::Operator),
+            (TERMINAL_IDS, 0, Source::Terminal),
+            (TERMINAL_IDS - 7, 0, Source::Terminal),
         ];
         for (update_id, from, source) in table {
             assert_eq!(
@@ -345,7 +362,7 @@ mod tests {
                 source,
                 "{update_id} {from}"
             );
-            if update_id < 0 {
+            if update_id < 0 && update_id > TERMINAL_IDS {
                 assert_eq!(Source::of_schedule(UserId(from)), source);
             }
         }

@@ -10,6 +10,10 @@
 //!   [`Turnstile::stop`] stops it in order; `backend_from_config`;
 //!   `app/telegram.rs`: what the start asks Telegram (the client, `getMe`, the
 //!   webhook); `app/housekeeping.rs`: the previous run's process groups, pruning.
+//! - `attach`: `turnstile attach`, a frontend on the host: the `AttachServer` on a
+//!   0600 UNIX socket beside the state file (`attach/server.rs`), the conversations'
+//!   feed off the bus with a bounded buffer per client (`attach/feed.rs`), the JSON
+//!   lines (`attach/protocol.rs`) and the client (`attach/client.rs`).
 //! - `config`: the schema and its defaults:
 //!   - `config/load.rs`: [`Config::load`]; `config/error.rs`: `ConfigError`;
 //!   - `config/env.rs`: the `TURNSTILE_<SECTION>_<KEY>` overlay;
@@ -161,6 +165,7 @@
 
 pub mod agent;
 mod app;
+pub mod attach;
 pub mod attachment;
 pub mod chat;
 pub mod config;

@@ -31,6 +31,9 @@ Usage:
   turnstile healthcheck [--config FILE]   GET /healthz of the running bot (ops.listen):
                                           exit 0 when it says ok, 1 otherwise (a
                                           container's HEALTHCHECK)
+  turnstile attach [--config FILE] [--json] [CONVERSATION]
+                                          list the conversations; or follow one (CHAT
+                                          or CHAT_TOPIC) and write to it from stdin
   turnstile mcp-bridge SOCKET             started by an ACP agent (agent.backend = acp):
                                           the chat tools' MCP server on its stdio
   turnstile net-relay SOCKET -- COMMAND…  run in the agent's sandbox: relays its
@@ -135,6 +138,9 @@ fn main() -> ExitCode {
     // Run inside the sandbox, before the agent: its network's relay.
     if args.first().map(String::as_str) == Some(turnstile::agent::network::RELAY_COMMAND) {
         return turnstile::agent::network::run_relay(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some(turnstile::attach::ATTACH_COMMAND) {
+        return turnstile::attach::run_client(&args[1..]);
     }
     let command = match parse_args(std::env::args().skip(1)) {
         Ok(command) => command,

@@ -29,6 +29,7 @@ mod schedules;
 mod schema;
 mod topics;
 mod turn_ids;
+mod typed;
 
 pub use always::{AlwaysGrant, AlwaysRule};
 pub use backup::{BackupError, BackupReport, backup};
@@ -42,6 +43,7 @@ pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
 pub use turn_ids::{TURN_ID_BLOCK, TurnIds};
+pub use typed::SeenConversation;
 
 /// An agent process group recorded while it ran: what a next start needs
 /// to tell whether the group is still the one recorded.

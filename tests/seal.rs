@@ -350,8 +350,11 @@ async fn inner_bubblewrap_hides_the_state_and_turnstile() {
     let db = state.path().join("turnstile.db");
     let files = FakeLog::new(&Scenario::default());
     let turnstile = format!("/proc/{}", std::process::id());
+    // `turnstile attach`'s socket, beside the state file.
+    let socket = state.path().join("turnstile.db.attach");
     let probes = [
         db.display().to_string(),
+        socket.display().to_string(),
         state.path().display().to_string(),
         format!("{turnstile}/environ"),
         "/proc/1/environ".to_string(),
@@ -370,6 +373,7 @@ async fn inner_bubblewrap_hides_the_state_and_turnstile() {
     );
     let (mut h, _backend) = launch(&vars).await;
     assert!(db.exists(), "the state file is there, outside");
+    assert!(socket.exists(), "the attach socket is there, outside");
     h.say(1, USER, "hello");
     h.turn_ended(1, 1).await;
     assert_eq!(h.texts(1), vec!["echo: hello"]);
@@ -377,6 +381,11 @@ async fn inner_bubblewrap_hides_the_state_and_turnstile() {
     assert_eq!(seen.len(), 1, "{seen:#?}");
     let probes = &seen[0]["probes"];
     assert_eq!(probes[&db.display().to_string()], Value::Null, "{probes:#}");
+    assert_eq!(
+        probes[&socket.display().to_string()],
+        Value::Null,
+        "the agent cannot see the attach socket: {probes:#}"
+    );
     assert_eq!(
         probes[&state.path().display().to_string()],
         json!(["homes"]),

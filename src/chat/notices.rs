@@ -9,6 +9,7 @@ pub mod recovery;
 pub mod schedules;
 pub mod settings;
 pub mod stopping;
+pub mod terminal;
 
 pub use self::answers::{
     ALREADY_STOPPING, FORK_NOT_SAVED, LIST_EXPIRED, NEW_TOPIC_ELSEWHERE, NEW_TOPIC_NAME,

@@ -45,7 +45,7 @@ use self::watchdogs::Watchdogs;
 use crate::agent::{Activity, AgentEvent, AgentSession, HookReply, SessionCommand, ToolBatch};
 use crate::chat::notices::{REPROMPT, STOP_REASON};
 use crate::chat::outcome::{TurnEvent, TurnOutcome, decide};
-use crate::events::BotEvent;
+use crate::events::{BotEvent, FeedItem};
 use crate::ids::Conversation;
 
 /// Where a turn is, with the warm session and the session's link.
@@ -351,6 +351,8 @@ impl Actor for TurnActor {
             turn: self.spec.turn,
             at: self.started,
         });
+        let turn = self.spec.turn;
+        (self.deps.books.events).feed(self.spec.to, FeedItem::TurnStarted { turn });
         self.arm_budget(ctx);
         self.arm_no_progress(ctx);
         self.arm_view(ctx);

@@ -39,7 +39,7 @@ use teloxide::Bot;
 use teloxide::types::ChatId;
 use tracing::Instrument as _;
 
-use crate::events::EventBus;
+use crate::events::{EventBus, FeedItem};
 use crate::ops::Metrics;
 use crate::ops::logging::context_span;
 use crate::state::{Kept, KeptQuestion, LeftToSend, StoreHandle};
@@ -260,6 +260,8 @@ impl Handler<SendText> for Outbox {
             }
             return;
         }
+        let text = msg.text.clone();
+        self.shared.events.feed(msg.to, FeedItem::Said { text });
         let place = Anchor {
             topic: msg.to.topic,
             reply_to: msg.reply_to,

@@ -7,7 +7,8 @@ use actix::Context;
 use super::{Dispatcher, ForChat};
 use crate::chat::notices::not_accepted;
 use crate::chat::supervisor::UserMessage;
-use crate::incoming::{Ask, Incoming};
+use crate::events::FeedItem;
+use crate::incoming::{Ask, Incoming, Source};
 use crate::ops::panics::contain;
 
 impl Dispatcher {
@@ -74,6 +75,13 @@ impl Dispatcher {
             }
             Ask::Agent => {
                 let to = m.to;
+                self.events.feed(
+                    to,
+                    FeedItem::Message {
+                        from: sender(&m),
+                        text: m.text.clone(),
+                    },
+                );
                 let mut msg = UserMessage::new(m);
                 if self.in_delivery {
                     // The rest of its delivery may join its turn.
@@ -86,5 +94,15 @@ impl Dispatcher {
                 self.deliver(to, ForChat::Message(msg), ctx);
             }
         }
+    }
+}
+
+/// Who wrote `m`, as a frontend shows it.
+fn sender(m: &Incoming) -> String {
+    match m.source {
+        Source::Person if m.author.shown().is_empty() => format!("user {}", m.from.0),
+        Source::Person => m.author.shown(),
+        Source::Schedule | Source::Operator => "schedule".to_string(),
+        Source::Terminal => "terminal".to_string(),
     }
 }

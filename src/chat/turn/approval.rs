@@ -36,6 +36,7 @@ pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
 use crate::agent::{Permission, PermissionAsk};
 use crate::chat::notices;
+use crate::events::FeedItem;
 use crate::incoming::{Approval, Choice, Press};
 use crate::state::AlwaysRule;
 use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion, Unbutton};
@@ -239,6 +240,12 @@ impl TurnActor {
         };
         let texts: Vec<String> = messages.iter().map(|m| m.text.clone()).collect();
         tracing::info!(call_id = %ask.id, tool = %ask.tool, "asking the chat");
+        self.deps.books.events.feed(
+            self.spec.to,
+            FeedItem::Asked {
+                question: texts.join("\n\n"),
+            },
+        );
         for (i, message) in messages.into_iter().enumerate() {
             let (send, sent) = SendQuestion::new(self.to(), message.text, message.keyboard);
             // Decided by this turn alone: a later process that finds it
@@ -316,6 +323,12 @@ impl TurnActor {
         let (permission, shown) = self.verdict_answer(verdict, kind, &ask.input);
         let user_id = presser.map(|p| p.id.0);
         tracing::info!(call_id = %ask.id, tool = %ask.tool, user_id, decision = %shown, "approval decided");
+        self.deps.books.events.feed(
+            self.spec.to,
+            FeedItem::Decided {
+                decision: shown.to_string(),
+            },
+        );
         ask.reply.answer(permission);
         let left = messages.iter().filter(|id| id.is_none()).count();
         for (text, id) in texts.iter().zip(messages) {

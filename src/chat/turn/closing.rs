@@ -12,7 +12,7 @@ use super::{SessionReleased, TurnActor, TurnEnded};
 use crate::agent::{AgentEvent, HookReply, SessionCommand, ToolReply};
 use crate::chat::notices::{Ending, STOP_REASON, bounded, notice_for};
 use crate::chat::outcome::{TurnEvent, TurnOutcome};
-use crate::events::BotEvent;
+use crate::events::{BotEvent, FeedItem};
 use crate::state::{TurnRecord, TurnUsage, now_ms};
 
 impl TurnActor {
@@ -156,6 +156,13 @@ impl TurnActor {
             session_id: self.session_id.clone(),
             at,
         });
+        self.deps.books.events.feed(
+            self.spec.to,
+            FeedItem::TurnEnded {
+                turn: self.spec.turn,
+                outcome: outcome.clone(),
+            },
+        );
         tracing::info!(
             outcome = outcome.label(),
             finished = outcome.finished(),

@@ -1,0 +1,234 @@
+//! What attach clients follow: one task reads the event bus and keeps, per
+//! conversation, its recent history and whether a turn runs; each
+//! follower gets the live lines through a bounded buffer. A full buffer
+//! drops the line and counts it; the follower is told the count before its
+//! next line. Nothing here waits on a client.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{broadcast, mpsc};
+
+use super::protocol::ServerLine;
+use crate::events::{BotEvent, EventBus, FeedItem};
+use crate::ids::Conversation;
+
+/// Lines of history kept per conversation.
+pub const HISTORY: usize = 200;
+
+/// Lines a follower's buffer holds.
+pub const BUFFER: usize = 256;
+
+/// A client following a conversation.
+struct Follower {
+    /// The conversation.
+    to: Conversation,
+    /// Its buffer.
+    tx: mpsc::Sender<ServerLine>,
+    /// Lines dropped since it was last told.
+    missed: u64,
+}
+
+impl Follower {
+    /// Hands `line` on, or counts it dropped; `false` once the client is gone.
+    fn offer(&mut self, line: ServerLine) -> bool {
+        if self.missed > 0 {
+            let told = ServerLine::Missed { count: self.missed };
+            match self.tx.try_send(told) {
+                Ok(()) => self.missed = 0,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.missed += 1;
+                    return true;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            }
+        }
+        match self.tx.try_send(line) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.missed += 1;
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+/// What the feed knows.
+#[derive(Default)]
+struct FeedState {
+    /// Recent lines per conversation.
+    history: HashMap<Conversation, VecDeque<ServerLine>>,
+    /// Conversations with a turn running.
+    running: HashMap<Conversation, u64>,
+    /// Approvals asked and not yet decided, per conversation.
+    asked: HashMap<Conversation, u32>,
+    /// The followers.
+    followers: Vec<Follower>,
+}
+
+/// The shared feed.
+#[derive(Clone, Default)]
+pub struct Feed {
+    known: Arc<Mutex<FeedState>>,
+}
+
+impl Feed {
+    fn lock(&self) -> MutexGuard<'_, FeedState> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts reading `events`; the task ends with the bus.
+    pub fn start(events: &EventBus) -> Self {
+        let feed = Self::default();
+        let mut rx = events.subscribe();
+        let reader = feed.clone();
+        tokio::spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(BotEvent::Feed { to, item }) => reader.take(to, &item),
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(n)) => reader.lagged(n),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        feed
+    }
+
+    /// One item of a conversation: kept, and handed to its followers.
+    fn take(&self, to: Conversation, item: &FeedItem) {
+        let mut known = self.lock();
+        match item {
+            FeedItem::TurnStarted { turn } => {
+                known.running.insert(to, turn.get());
+            }
+            FeedItem::TurnEnded { turn, .. } => {
+                if known.running.get(&to) == Some(&turn.get()) {
+                    known.running.remove(&to);
+                    known.asked.remove(&to);
+                }
+            }
+            FeedItem::Asked { .. } => *known.asked.entry(to).or_default() += 1,
+            FeedItem::Decided { .. } => {
+                if let Some(asked) = known.asked.get_mut(&to) {
+                    *asked = asked.saturating_sub(1);
+                }
+            }
+            FeedItem::Message { .. } | FeedItem::Said { .. } => {}
+        }
+        let line = ServerLine::of(item);
+        let history = known.history.entry(to).or_default();
+        if history.len() == HISTORY {
+            history.pop_front();
+        }
+        history.push_back(line.clone());
+        known
+            .followers
+            .retain_mut(|f| f.to != to || f.offer(line.clone()));
+    }
+
+    /// The bus dropped `n` events before this reader saw them: every
+    /// follower may have missed them.
+    fn lagged(&self, n: u64) {
+        tracing::warn!(missed = n, "attach: the event bus ran ahead of the feed");
+        for follower in &mut self.lock().followers {
+            follower.missed += n;
+        }
+    }
+
+    /// Follows `to`: its history, and a buffer that gets what comes after
+    /// it (nothing between the two is lost: both are taken at once).
+    pub fn follow(&self, to: Conversation) -> (Vec<ServerLine>, mpsc::Receiver<ServerLine>) {
+        let (tx, rx) = mpsc::channel(BUFFER);
+        let mut known = self.lock();
+        let history = known
+            .history
+            .get(&to)
+            .map(|h| h.iter().cloned().collect())
+            .unwrap_or_default();
+        known.followers.push(Follower { to, tx, missed: 0 });
+        (history, rx)
+    }
+
+    /// What `to` is doing, when it is busy: `running`, or `waiting for an
+    /// approval`.
+    pub fn busy(&self, to: Conversation) -> Option<&'static str> {
+        let known = self.lock();
+        if known.asked.get(&to).is_some_and(|n| *n > 0) {
+            return Some("waiting for an approval");
+        }
+        known.running.contains_key(&to).then_some("running")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TurnId;
+    use teloxide::types::ChatId;
+
+    fn said(n: usize) -> FeedItem {
+        FeedItem::Said {
+            text: format!("line {n}"),
+        }
+    }
+
+    #[test]
+    fn a_client_that_falls_behind_is_told_how_many_lines_it_missed() {
+        let feed = Feed::default();
+        let to = Conversation::from(ChatId(5));
+        let (history, mut rx) = feed.follow(to);
+        assert!(history.is_empty());
+        // Nobody reads: the buffer fills, the rest is counted, the feed
+        // never waits.
+        for n in 0..BUFFER + 10 {
+            feed.take(to, &said(n));
+        }
+        // Another conversation's lines are not this client's.
+        feed.take(ChatId(6).into(), &said(0));
+        let mut got = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            got.push(line);
+        }
+        assert_eq!(got.len(), BUFFER);
+        assert_eq!(got[0], ServerLine::of(&said(0)));
+        feed.take(to, &said(BUFFER + 10));
+        assert_eq!(rx.try_recv(), Ok(ServerLine::Missed { count: 10 }));
+        assert_eq!(rx.try_recv(), Ok(ServerLine::of(&said(BUFFER + 10))));
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn history_is_bounded_and_a_turn_runs_from_its_start_to_its_end() {
+        let feed = Feed::default();
+        let to = Conversation::from(ChatId(5));
+        for n in 0..HISTORY + 3 {
+            feed.take(to, &said(n));
+        }
+        feed.take(to, &FeedItem::TurnStarted { turn: TurnId(4) });
+        assert_eq!(feed.busy(to), Some("running"));
+        let asked = FeedItem::Asked {
+            question: "Run `ls`?".into(),
+        };
+        feed.take(to, &asked);
+        assert_eq!(feed.busy(to), Some("waiting for an approval"));
+        let decided = FeedItem::Decided {
+            decision: "✅ Allowed".into(),
+        };
+        feed.take(to, &decided);
+        assert_eq!(feed.busy(to), Some("running"));
+        feed.take(to, &asked);
+        let (history, _rx) = feed.follow(to);
+        assert_eq!(history.len(), HISTORY);
+        assert_eq!(history[0], ServerLine::of(&said(7)));
+        feed.take(
+            to,
+            &FeedItem::TurnEnded {
+                turn: TurnId(4),
+                outcome: crate::outcome::TurnOutcome::ForceReleased,
+            },
+        );
+        assert_eq!(feed.busy(to), None, "a turn's end closes its questions");
+    }
+}

@@ -1,0 +1,189 @@
+//! `turnstile attach` against a running bot (the fake Bot API, the
+//! scripted agent), driven in `--json` mode: the socket is private and
+//! replaces a stale one, the list shows a conversation, a follower sees a
+//! chat message, its answer and the turn's end, a typed line is in the
+//! inbox before it is acknowledged and is answered in the chat, and the
+//! stop ends the attachment with a clear line and removes the socket.
+
+mod support;
+
+use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{ChildStdout, Command};
+use turnstile::agent::Scenario;
+
+/// The client, run with the bot's state path.
+fn attach(db: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .arg("attach")
+        .args(args)
+        .env_clear()
+        .env("TURNSTILE_STATE_PATH", db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Reads the client's lines until one matches `pred`; all read, that one last.
+async fn until(
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("client's stdout") {
+            let value: Value = serde_json::from_str(&line).expect("a JSON line");
+            let found = pred(&value);
+            seen.push(value);
+            if found {
+                return;
+            }
+        }
+        panic!("the client ended before {what}: {seen:#?}");
+    };
+    if tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .is_err()
+    {
+        panic!("timed out waiting for {what}");
+    }
+    seen
+}
+
+fn event(v: &Value) -> &str {
+    v["event"].as_str().unwrap_or_default()
+}
+
+#[actix_rt::test]
+async fn attach_lists_follows_and_writes_to_a_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let socket = dir.path().join("state.db.attach");
+    // A crashed run's socket: nothing listens on it any more.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    let meta = std::fs::metadata(&socket).expect("the socket is there");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "the socket's mode"
+    );
+
+    h.say(1, USER, "hello");
+    h.turn_ended(1, 1).await;
+
+    // The list.
+    let listed = attach(&db, &["--json"])
+        .output()
+        .await
+        .expect("client runs");
+    assert!(listed.status.success(), "{listed:?}");
+    let rows: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(event(&rows[0]), "hello");
+    assert_eq!(rows[0]["version"], 1);
+    let chat = rows
+        .iter()
+        .find(|r| event(r) == "conversation")
+        .expect("a conversation listed");
+    assert_eq!(chat["conversation"], "1");
+    assert_eq!(chat["state"], "idle");
+    assert!(chat["last_activity"].as_i64().unwrap() > 0, "{chat}");
+    assert_eq!(event(rows.last().unwrap()), "listed");
+
+    // Following: the history first, in order.
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut stdin = client.stdin.take().unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let history = until(&mut lines, "following", |v| event(v) == "following").await;
+    let shown: Vec<(&str, String)> = history
+        .iter()
+        .map(|v| (event(v), v["text"].as_str().unwrap_or_default().to_string()))
+        .collect();
+    let at = |e: &str, text: &str| {
+        shown
+            .iter()
+            .position(|(k, t)| *k == e && t == text)
+            .unwrap_or_else(|| panic!("{e} {text:?} in {shown:?}"))
+    };
+    let (message, answer) = (at("message", "hello"), at("said", "echo: hello"));
+    let ended = shown
+        .iter()
+        .position(|(k, _)| *k == "turn_ended")
+        .expect("turn end");
+    assert!(message < answer && answer < ended, "{shown:?}");
+    assert_eq!(
+        history[message]["from"], "u",
+        "the sender as Telegram names them"
+    );
+
+    // A typed line: in the inbox before the client is told it was taken
+    // (the store's write stalled, so an early answer would find no row).
+    h.bot.inbox.stall_next_write(Duration::from_millis(800));
+    stdin.write_all(b"from the host\n").await.unwrap();
+    let live = until(&mut lines, "accepted", |v| event(v) == "accepted").await;
+    let id = live.last().unwrap()["update_id"].as_i64().unwrap();
+    let state: String = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT state FROM inbox WHERE update_id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .expect("the typed line's inbox row is written before the ack");
+    assert!(!state.is_empty());
+    let live = until(&mut lines, "the typed line's turn end", |v| {
+        event(v) == "turn_ended"
+    })
+    .await;
+    let texts: Vec<(&str, &str)> = live
+        .iter()
+        .map(|v| (event(v), v["text"].as_str().unwrap_or_default()))
+        .collect();
+    let pos = |e: &str, t: &str| {
+        texts
+            .iter()
+            .position(|x| *x == (e, t))
+            .unwrap_or_else(|| panic!("{e} {t:?} in {texts:?}"))
+    };
+    assert!(
+        pos("message", "from the host") < pos("said", "echo: from the host"),
+        "{texts:?}"
+    );
+    h.turn_ended(1, 2).await;
+    assert_eq!(
+        h.texts(1),
+        vec![
+            "echo: hello",
+            "⌨️ From the terminal: from the host",
+            "echo: from the host"
+        ]
+    );
+
+    // A stop ends the attachment with a line, and removes the socket.
+    h.bot.stop().await;
+    let end = until(&mut lines, "bye", |v| event(v) == "bye").await;
+    assert_eq!(
+        end.last().unwrap()["reason"],
+        "the bot stopped: the attachment ended"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), client.wait())
+        .await
+        .expect("the client exits")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!socket.exists(), "the socket is removed at the stop");
+}
