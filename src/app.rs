@@ -324,10 +324,8 @@ impl Turnstile {
         let outbox = start_outbox(config, limits, &events, &inbox, me.topics).await?;
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
-        let (forwarding, schedules) = (
-            Forwarding::default(),
-            ScheduleBook::new(&inbox, config, me.topics),
-        );
+        let forwarding = Forwarding::default();
+        let schedules = ScheduleBook::new(&inbox, config, me.topics);
         let parts = StartedParts {
             outbox: &outbox,
             events: &events,
