@@ -74,8 +74,7 @@ pub trait AgentBackend: Send + Sync + 'static {
 /// What a session is opened for.
 #[derive(Debug, Clone)]
 pub struct OpenSession {
-    /// The conversation the session serves (a chat, or one of its forum
-    /// topics): its working directory.
+    /// The conversation the session serves (a chat or a topic): its workdir.
     pub conversation: crate::ids::Conversation,
     /// The agent's own session id to resume, when the chat had one.
     pub resume: Option<String>,
@@ -83,12 +82,13 @@ pub struct OpenSession {
     pub model: Option<String>,
     /// Resume a copy of `resume` (`/fork`): the agent gives it a new id.
     pub fork: bool,
-    /// The conversation's project (`/project`): where the agent works
-    /// instead of `agent.workdir`, and what it may use there.
+    /// The conversation's project (`/project`): its workdir and tools.
     pub project: Option<ProjectPlace>,
-    /// Set once the host is stopping: the backend then refuses the agent's
-    /// requests through its protocol.
+    /// Set once the host stops: the backend then refuses the agent's requests.
     pub shutdown: crate::shutdown::Shutdown,
+    /// Opened ahead of any message (a prewarm): the session comes back once
+    /// its agent could take a first message at once, when the backend knows.
+    pub warm_up: bool,
 }
 
 impl OpenSession {
@@ -102,6 +102,7 @@ impl OpenSession {
             fork: false,
             project: None,
             shutdown: crate::shutdown::Shutdown::new(),
+            warm_up: false,
         }
     }
 }

@@ -270,6 +270,36 @@ async fn a_session_that_cannot_resume_is_not_prewarmed() {
     h.bot.stop().await;
 }
 
+/// A prewarm is kept (and `Prewarmed` published) only once the CLI has
+/// started and answered `initialize`: a first message then does not wait
+/// for its start-up.
+#[actix_rt::test]
+async fn a_prewarm_is_kept_once_the_cli_has_answered_initialize() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = "0b3c5d1e-2f4a-4b6c-8d9e-0f1a2b3c4d5e";
+    let db = state_file(dir.path(), &[used(1001, uuid, 1)], &[]);
+    let (mut h, cli) = support::fake_cli::FakeCli::start(
+        &Scenario::default(),
+        &[
+            ("TURNSTILE_STATE_PATH", &db),
+            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+            ("TURNSTILE_AGENT_ENV_FAKE_CLAUDE_START_MS", "1500"),
+        ],
+    )
+    .await;
+    h.event("Prewarmed", |e| matches!(e, BotEvent::Prewarmed { .. }))
+        .await;
+    let initialize = |e: &serde_json::Value| {
+        e.pointer("/from_host/request/subtype") == Some(&"initialize".into())
+    };
+    assert!(
+        cli.entries().iter().any(initialize),
+        "the CLI read initialize before the prewarm was kept: {:?}",
+        cli.entries()
+    );
+    h.bot.stop().await;
+}
+
 /// The scripted agent, its first session (the prewarm's) held back until
 /// the test opens `gate`.
 struct Gated {

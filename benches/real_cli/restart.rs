@@ -102,7 +102,7 @@ pub(super) async fn restart_run(
             format!("after / before (p50): **{}**", ratio(p50(&after), p50(&before))),
         ],
         vec![
-            "restart: old process stopped → prewarm's process started (not yet ready)".into(),
+            "restart: old process stopped → prewarmed (the CLI answered `initialize`)".into(),
             cells(&warmed),
             String::new(),
         ],

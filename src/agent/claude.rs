@@ -31,6 +31,9 @@ pub mod protocol;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use super::host::ProcessSpec;
 use super::host::process::RunningProcesses;
@@ -42,6 +45,9 @@ use crate::config::{Config, PermissionMode, SettingSource};
 
 #[doc(hidden)]
 pub use permissions::permission;
+
+/// How long a prewarm waits for the CLI to answer `initialize`.
+const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
 
 /// How to start the CLI.
 #[derive(Debug, Clone)]
@@ -251,7 +257,11 @@ impl ClaudeBackend {
 
     /// Spawns the CLI for one session and starts its driver. Logs in the
     /// caller's span (the turn's, which names the chat).
-    fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
+    fn start_session(
+        &self,
+        request: OpenSession,
+        ready: oneshot::Sender<()>,
+    ) -> Result<AgentSession, AgentError> {
         let resume = match request.resume {
             // Left by the scripted backend (the Quick Start's echo agent
             // before this one): expected, nothing to warn about.
@@ -288,6 +298,7 @@ impl ClaudeBackend {
             settings: Arc::clone(&settings),
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
+            ready,
         };
         let session = launch(
             "claude",
@@ -328,11 +339,24 @@ impl AgentBackend for ClaudeBackend {
     }
 
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
-        let result = self.start_session(request);
+        let warm_up = request.warm_up;
+        let (ready, started) = oneshot::channel();
+        let result = self.start_session(request, ready);
         if result.is_ok() {
             self.spawned.fetch_add(1, Ordering::Relaxed);
         }
-        Box::pin(async move { result })
+        Box::pin(async move {
+            // A prewarm's session is kept once the CLI has started (it
+            // answered `initialize`), so the first message does not wait for
+            // that; one that exits first is the first turn's to report.
+            if warm_up
+                && let Ok(session) = &result
+                && tokio::time::timeout(WARM_UP_LIMIT, started).await.is_err()
+            {
+                tracing::warn!(session = %session.label, limit = ?WARM_UP_LIMIT, "the agent did not answer initialize in time; kept as it is");
+            }
+            result
+        })
     }
 }
 

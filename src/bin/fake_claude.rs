@@ -14,6 +14,8 @@
 //!   chat tool (`Bash`), the fake tells the chat what it got, through the
 //!   `send` chat tool: `allowed: <updatedInput as JSON>`, `denied: <message>`
 //!   or `refused: <control error>`.
+//! - `FAKE_CLAUDE_START_MS`: start up this long before reading the host's
+//!   first line (the real CLI takes about half a second).
 //! - `FAKE_CLAUDE_DUMP`: a file (relative to the working directory) to
 //!   append one JSON line to at start: `{"pid", "env", "args", "cwd",
 //!   "probes"}`, where `probes` maps each path of `FAKE_CLAUDE_PROBE`
@@ -146,6 +148,12 @@ fn main() {
         Ordering::SeqCst,
     );
     eprintln!("fake-claude {pid} started");
+    if let Some(ms) = std::env::var("FAKE_CLAUDE_START_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 
     let (turns_tx, turns_rx) = mpsc::channel::<String>();
     let player = {

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::ClaudeSettings;
 use super::protocol::{self, CliLine, ControlResponse, Line, SessionState, SystemLine};
@@ -25,6 +25,9 @@ use live::Live;
 /// User messages remembered while the CLI has not echoed them.
 const MAX_UNREAD: usize = 64;
 
+/// The id of the host's `initialize` request.
+const INITIALIZE_ID: &str = "init_1";
+
 /// What a session's driver is started with.
 pub(super) struct Start {
     /// How the CLI was started (the grace, the allowed tools).
@@ -33,6 +36,9 @@ pub(super) struct Start {
     pub(super) tools: Arc<ToolRegistry>,
     /// Set once the host stops: requests are then refused.
     pub(super) shutdown: Shutdown,
+    /// Told once the CLI answered `initialize`: it has started and would
+    /// take a first message at once.
+    pub(super) ready: oneshot::Sender<()>,
 }
 
 impl Driver {
@@ -42,9 +48,10 @@ impl Driver {
             settings,
             tools,
             shutdown,
+            ready,
         } = start;
         let _ = link.out.send(protocol::initialize(
-            "init_1",
+            INITIALIZE_ID,
             settings.batch_hook,
             &settings.system_prompt,
         ));
@@ -58,6 +65,7 @@ impl Driver {
             next_request: 1,
             live: Live::default(),
             unread: VecDeque::new(),
+            ready: Some(ready),
         }
     }
 }
@@ -104,6 +112,8 @@ pub(super) struct Driver {
     /// The user messages written and not yet echoed back as read, oldest
     /// first: `None` for a turn's prompt, the tag of a steered one.
     unread: VecDeque<Option<i64>>,
+    /// Told when the CLI answers `initialize` (see [`Start::ready`]).
+    ready: Option<oneshot::Sender<()>>,
 }
 
 impl Protocol for Driver {
@@ -263,20 +273,27 @@ impl Driver {
                 request_id,
                 request,
             } => self.on_request(request_id, request),
-            CliLine::ControlResponse { response } => {
-                if let ControlResponse::Error { request_id, error } = response {
-                    tracing::warn!(
-                        pid = self.pid,
-                        request_id = request_id.as_deref().unwrap_or_default(),
-                        %error,
-                        "the agent refused a host request"
-                    );
-                }
-                self.emit(AgentEvent::Progress);
-            }
+            CliLine::ControlResponse { response } => self.on_response(response),
             // `Line::parse` never yields it; skipped all the same.
             CliLine::Unknown => self.emit(AgentEvent::Unknown(String::new())),
         }
+    }
+
+    /// The CLI's answer to a host request: `initialize`'s tells that the
+    /// CLI has started; a refusal is logged.
+    fn on_response(&mut self, response: ControlResponse) {
+        if response.request_id() == Some(INITIALIZE_ID) {
+            self.ready.take().map(|ready| ready.send(()));
+        }
+        if let ControlResponse::Error { request_id, error } = response {
+            tracing::warn!(
+                pid = self.pid,
+                request_id = request_id.as_deref().unwrap_or_default(),
+                %error,
+                "the agent refused a host request"
+            );
+        }
+        self.emit(AgentEvent::Progress);
     }
 }
 

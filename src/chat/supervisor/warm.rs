@@ -165,9 +165,10 @@ impl Handler<Prewarm> for ChatSupervisor {
         let request = self.turns.session_request(self.to);
         let started = Instant::now();
         let open = async move {
-            let request = request
+            let mut request = request
                 .await
                 .ok_or("the conversation's session could not be read")?;
+            request.warm_up = true;
             let id = request.resume.as_deref().ok_or("no session to resume")?;
             if let Some(why) = backend.cannot_resume(id) {
                 return Err(why);

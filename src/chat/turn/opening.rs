@@ -54,6 +54,7 @@ impl TurnServices {
                 fork: opening.fork,
                 project: project.map(|p| p.place.clone()),
                 shutdown,
+                warm_up: false,
             })
         }
     }

@@ -34,6 +34,16 @@ pub enum ControlResponse {
     Other,
 }
 
+impl ControlResponse {
+    /// The id of the host's request it answers, when it names one.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Self::Success { request_id } | Self::Error { request_id, .. } => request_id.as_deref(),
+            Self::Other => None,
+        }
+    }
+}
+
 /// What a `control_request` from the CLI asks, by its `subtype`.
 #[derive(Debug, PartialEq)]
 pub enum ControlRequest {
