@@ -187,3 +187,90 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the socket is removed at the stop");
 }
+
+/// `ask`: the agent asks to run Bash `echo hi`, then ends its turn.
+fn asking() -> Scenario {
+    use turnstile::agent::Step;
+    Scenario::default().with_rule(
+        "ask",
+        turn(vec![
+            Step::Ask {
+                tool: "Bash".into(),
+                input: serde_json::json!({"command": "echo hi"}),
+            },
+            Step::Tools {
+                calls: vec![tool("mcp__telegram-tools__end_turn", serde_json::json!({}))],
+            },
+        ]),
+    )
+}
+
+#[actix_rt::test]
+async fn a_question_is_answered_at_the_terminal_as_a_press_and_the_chat_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(asking(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.say(1, USER, "hello");
+    h.turn_ended(1, 1).await;
+
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut stdin = client.stdin.take().unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    h.say(1, USER, "ask please");
+    let asked = until(&mut lines, "the question", |v| event(v) == "asked").await;
+    let asked = asked.last().unwrap();
+    assert!(
+        asked["question"].as_str().unwrap().contains("$ echo hi"),
+        "{asked}"
+    );
+    let labels: Vec<&str> = asked["options"]
+        .as_array()
+        .expect("the question's options")
+        .iter()
+        .map(|o| o["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["Allow", "Always in this chat", "Deny"]);
+    let (_, buttons) = question(&h, 1, 1).await;
+    assert_eq!(
+        asked["options"][0]["answer"].as_str(),
+        Some(data(&buttons, "Allow").as_str()),
+        "the terminal answers as the chat's button does"
+    );
+
+    // Answered by label, in --json mode.
+    stdin.write_all(b"{\"answer\": \"Allow\"}\n").await.unwrap();
+    let decided = until(&mut lines, "the decision", |v| event(v) == "decided").await;
+    assert_eq!(
+        decided.last().unwrap()["decision"],
+        "✅ Allowed by the operator, decided at the terminal"
+    );
+    h.turn_ended(1, 2).await;
+    assert!(
+        h.texts(1)
+            .contains(&r#"allowed: {"command":"echo hi"}"#.to_string()),
+        "{:?}",
+        h.texts(1)
+    );
+    let edit = h
+        .edited(1, "✅ Allowed by the operator, decided at the terminal")
+        .await;
+    assert!(edit.contains("$ echo hi"), "{edit}");
+    assert!(
+        !h.api
+            .calls()
+            .iter()
+            .any(|c| c.method == "answercallbackquery"),
+        "no callback query to answer for a terminal press"
+    );
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(10), client.wait())
+        .await
+        .expect("the client exits at Ctrl-D")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -15,10 +15,10 @@ use tokio::task::JoinSet;
 
 use super::feed::Feed;
 use super::protocol::{ClientLine, PROTOCOL_VERSION, ServerLine, conversation};
-use crate::chat::dispatcher::{Dispatcher, Typed};
+use crate::chat::dispatcher::{Dispatcher, TerminalAnswer, Typed};
 use crate::events::EventBus;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, ChatKind, Incoming, Source, cut};
+use crate::incoming::{Ask, Author, Callback, ChatKind, Incoming, Source, cut};
 use crate::state::StoreHandle;
 
 /// How long the stop waits for clients to read their last line.
@@ -236,6 +236,15 @@ async fn answer(
                 error("commands are not taken from the terminal; write them in the chat".into())
             }
             Some((to, _)) => say(*to, &text, core).await,
+        },
+        Ok(ClientLine::Answer { answer }) => match (following, Callback::parse(&answer)) {
+            (None, _) => error("follow a conversation before answering its question".into()),
+            (Some((to, _)), Callback::Approval(approval)) => {
+                core.dispatcher
+                    .do_send(TerminalAnswer { to: *to, approval });
+                Vec::new()
+            }
+            (Some(_), _) => error(format!("not an answer a question offers: {answer:?}")),
         },
     }
 }
