@@ -274,3 +274,43 @@ async fn a_question_is_answered_at_the_terminal_as_a_press_and_the_chat_says_whe
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+#[actix_rt::test]
+async fn commands_from_the_terminal_come_from_the_command_table_with_the_operators_rights() {
+    use turnstile::agent::Step;
+    use turnstile::chat::TurnOutcome;
+    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(scenario, &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.say(1, USER, "slow");
+    h.event("turn start", |e| {
+        matches!(e, turnstile::events::BotEvent::TurnStarted { .. })
+    })
+    .await;
+
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut stdin = client.stdin.take().unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    // An admins' command: the operator at the terminal is one.
+    stdin.write_all(b"/status\n").await.unwrap();
+    until(&mut lines, "/status accepted", |v| event(v) == "accepted").await;
+    let status = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(status[0], "⌨️ From the terminal: /status");
+    assert!(status[1].contains("1 turn running"), "{status:?}");
+
+    stdin.write_all(b"/stop\n").await.unwrap();
+    let ended = until(&mut lines, "the turn's end", |v| event(v) == "turn_ended").await;
+    assert_eq!(ended.last().unwrap()["outcome"], "interrupted");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    wait_until("the chat is told of the stop", SOON, || {
+        h.texts(1).contains(&"⏹ Stopped.".to_string())
+    })
+    .await;
+}

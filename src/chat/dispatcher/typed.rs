@@ -1,6 +1,7 @@
 //! A line typed in `turnstile attach`: already in the inbox (the client
 //! was told so), shown in the chat as coming from the terminal, then
-//! handled as any message just received, by the same rules.
+//! handled as any message just received, by the same rules (a command
+//! with the operator's rights); and an answer given there to a question.
 
 use actix::{Context, Handler, Message};
 
@@ -10,7 +11,7 @@ use super::{Dispatcher, ForChat};
 use crate::chat::notices::terminal;
 use crate::chat::turn::ButtonPressed;
 use crate::ids::Conversation;
-use crate::incoming::{Approval, Callback, Incoming, Press};
+use crate::incoming::{Approval, Ask, Callback, Incoming, Press};
 
 /// A typed line, written to the inbox.
 #[derive(Message, Debug)]
@@ -21,7 +22,14 @@ impl Handler<Typed> for Dispatcher {
     type Result = ();
 
     fn handle(&mut self, Typed(m): Typed, ctx: &mut Context<Self>) {
-        self.say(m.to, terminal::typed(&m.text));
+        let shown = match &m.ask {
+            Ask::Agent => m.text.clone(),
+            Ask::Command(command) => format!("/{} {}", command.word(), m.text)
+                .trim_end()
+                .to_string(),
+            Ask::Unknown(word) => format!("/{word}"),
+        };
+        self.say(m.to, terminal::typed(&shown));
         self.contained_message(m, ctx);
     }
 }
