@@ -314,3 +314,50 @@ async fn commands_from_the_terminal_come_from_the_command_table_with_the_operato
     })
     .await;
 }
+
+#[actix_rt::test]
+async fn a_turn_force_released_at_the_hard_deadline_ends_for_its_followers() {
+    use turnstile::agent::Step;
+    let scenario = Scenario::default().with_rule("hang", turn(vec![Step::HangForever]));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(
+        scenario,
+        &[
+            ("TURNSTILE_STATE_PATH", &db_env),
+            ("TURNSTILE_TURN_HARD_DEADLINE", "400ms"),
+            ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
+            ("TURNSTILE_TURN_MAX_DURATION", "60s"),
+        ],
+    )
+    .await;
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    h.say(1, USER, "hang");
+    until(&mut lines, "the turn's start", |v| {
+        event(v) == "turn_started"
+    })
+    .await;
+    let ended = until(&mut lines, "the turn's end", |v| event(v) == "turn_ended").await;
+    assert_eq!(ended.last().unwrap()["outcome"], "force_released");
+    h.turn_ended(1, 1).await;
+
+    let listed = attach(&db, &["--json"])
+        .output()
+        .await
+        .expect("client runs");
+    let rows: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let chat = rows
+        .iter()
+        .find(|r| event(r) == "conversation")
+        .expect("a conversation listed");
+    assert_eq!(chat["state"], "idle", "the list no longer says running");
+}
