@@ -187,12 +187,7 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
         eprintln!("turnstile: {err}");
         return ExitCode::from(1);
     }
-    let first = match &options.conversation {
-        None => ClientLine::List,
-        Some(key) => ClientLine::Follow {
-            conversation: key.clone(),
-        },
-    };
+    let first = opening(&options);
     if send(&mut write, &first).await.is_err() {
         eprintln!("turnstile: the bot closed the socket");
         return ExitCode::from(1);
@@ -267,6 +262,16 @@ async fn greeted(
             Ok(())
         }
         _ => Err(format!("the bot speaks another attach protocol: {raw}")),
+    }
+}
+
+/// The first request: the list, or following the conversation named.
+fn opening(options: &Options) -> ClientLine {
+    match &options.conversation {
+        None => ClientLine::List,
+        Some(key) => ClientLine::Follow {
+            conversation: key.clone(),
+        },
     }
 }
 
