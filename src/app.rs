@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr};
 use teloxide::Bot;
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::mpsc;
 
 pub use self::housekeeping::{BLOCKING_THREADS, system, trim_memory};
@@ -30,9 +31,10 @@ use crate::chat::slots::TurnSlots;
 use crate::chat::turn::Forwarding;
 use crate::config::Config;
 use crate::events::{EventBus, Gauges};
+use crate::ids::{Conversation, Topics};
 use crate::schedule::{ScheduleBook, Scheduler, StopScheduler};
 use crate::shutdown::Shutdown;
-use crate::state::{LeftToSend, Store, StoreHandle, TurnIds};
+use crate::state::{LeftToSend, OutgoingRow, Store, StoreHandle, TurnIds};
 use crate::telegram::addressing::{Addressing, BotIdentity};
 use crate::telegram::files::{Files, FilesPolicy};
 use crate::telegram::intake::{Intake, StopIntake};
@@ -111,22 +113,24 @@ async fn meet_telegram(config: &Config) -> Result<(Bot, BotIdentity), StartError
 /// read on the outbox's thread only (see `Outbox`), never on the actors'
 /// thread.
 /// Each message is kept in `inbox` until Telegram takes it; what the
-/// previous process left goes first.
+/// previous process left goes first, where `topics` says it goes now.
 async fn start_outbox(
     config: &Config,
     mut limits: RateLimits,
     events: &EventBus,
     inbox: &StoreHandle,
+    topics: Topics,
 ) -> Result<Addr<Outbox>, StartError> {
     let client = telegram_client(config)?;
     limits.max_pending_age = config.telegram.max_pending_age;
-    let left = inbox.outgoing().await.unwrap_or_else(|_| {
+    let mut left = inbox.outgoing().await.unwrap_or_else(|_| {
         tracing::error!(
             "the messages the previous process left for telegram could not be read; \
              they stay in the state file for the next start"
         );
         LeftToSend::default()
     });
+    to_topics_now(&mut left.rows, topics);
     if !left.rows.is_empty() {
         tracing::info!(
             messages = left.rows.len(),
@@ -136,6 +140,30 @@ async fn start_outbox(
     let metrics = Arc::clone(events.metrics());
     let outbox = Outbox::durable(client, limits, metrics, events.clone(), inbox.clone(), left);
     Ok(outbox.start())
+}
+
+/// Rows kept in a topic of a private chat while the bot's topics mode was
+/// on go to the chat itself when it is off now (`Topics::now`): Telegram
+/// refuses a topic there, and the text would be lost.
+fn to_topics_now(rows: &mut [OutgoingRow], topics: Topics) {
+    let mut moved = 0;
+    for row in rows {
+        let topic = i32::try_from(row.topic)
+            .ok()
+            .filter(|t| *t > 0)
+            .map(|t| ThreadId(MessageId(t)));
+        let to = Conversation::new(ChatId(row.chat_id), topic);
+        if topics.now(to) != to {
+            row.topic = 0;
+            moved += 1;
+        }
+    }
+    if moved > 0 {
+        tracing::info!(
+            messages = moved,
+            "messages left for topics of private chats go to the chats themselves: the topics mode is off"
+        );
+    }
 }
 
 /// The inbox on `store`, after what a `kill -9` of the previous process
@@ -293,10 +321,11 @@ impl Turnstile {
         let shutdown = Shutdown::new();
         let turn_ids = Arc::new(TurnIds::open(Arc::clone(&store))?);
         let (inbox, recovered) = open_inbox(config, store, &backend);
-        let outbox = start_outbox(config, limits, &events, &inbox).await?;
+        let outbox = start_outbox(config, limits, &events, &inbox, me.topics).await?;
         let slots = TurnSlots::new(config.dispatcher.max_concurrent_turns);
         let files = files_from_config(config, &bot)?;
-        let (forwarding, schedules) = (Forwarding::default(), ScheduleBook::new(&inbox, config));
+        let forwarding = Forwarding::default();
+        let schedules = ScheduleBook::new(&inbox, config, me.topics);
         let parts = StartedParts {
             outbox: &outbox,
             events: &events,

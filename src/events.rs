@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use teloxide::types::{ChatId, UserId};
+use teloxide::types::{ChatId, ThreadId, UserId};
 use tokio::sync::broadcast;
 
 use crate::ids::{Conversation, TurnId};
@@ -18,6 +18,8 @@ pub enum BotEvent {
     TurnStarted {
         /// The chat.
         chat: ChatId,
+        /// The forum topic, when the conversation is one.
+        topic: Option<ThreadId>,
         /// The turn, numbered per process.
         turn: TurnId,
         /// When.

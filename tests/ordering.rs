@@ -30,7 +30,7 @@ fn spans(h: &Harness) -> Vec<(i64, Instant, Instant)> {
     let mut out = Vec::new();
     for e in &h.seen {
         match e {
-            BotEvent::TurnStarted { chat, turn, at } => {
+            BotEvent::TurnStarted { chat, turn, at, .. } => {
                 starts.insert(*turn, (chat.0, *at));
             }
             BotEvent::TurnEnded { turn, at, .. } => {

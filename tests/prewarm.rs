@@ -10,15 +10,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use serde_json::json;
 use support::*;
-use teloxide::types::{ChatId, MessageId, UserId};
+use teloxide::types::{ChatId, MessageId, ThreadId, UserId};
 use tokio::sync::Semaphore;
 use turnstile::agent::{
     AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession, Scenario, ScriptedBackend,
-    ToolRegistry,
+    Step, ToolRegistry,
 };
 use turnstile::events::BotEvent;
-use turnstile::incoming::Incoming;
+use turnstile::ids::Conversation;
+use turnstile::incoming::{ChatKind, Incoming};
 use turnstile::state::{Store, now_ms};
 
 /// How long ago each conversation's session was last used, in minutes.
@@ -337,6 +339,160 @@ async fn a_message_arriving_while_its_session_is_prewarmed_waits_and_takes_it() 
         h.texts(1001).iter().any(|t| t.contains("are you there")),
         "answered: {:?}",
         h.texts(1001)
+    );
+    h.bot.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_conversation_no_longer_admitted_is_not_prewarmed() {
+    let logs = LogCapture::start();
+    let dir = tempfile::tempdir().unwrap();
+    // 2002 talked to the bot once; the allowlist (1001..1003) no longer
+    // names it.
+    let sessions = [used(2002, "s-gone", 1), used(1001, "s-a", 2)];
+    let db = state_file(dir.path(), &sessions, &[]);
+    let mut h = Harness::start(
+        Scenario::default(),
+        &[
+            ("TURNSTILE_STATE_PATH", &db),
+            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+            ("TURNSTILE_AGENT_MAX_WARM", "4"),
+        ],
+    )
+    .await;
+    prewarm_done(&logs).await;
+    h.event("Prewarmed", |e| matches!(e, BotEvent::Prewarmed { .. }))
+        .await;
+    assert_eq!(
+        h.backend.log().opens,
+        [("1001".to_string(), Some("s-a".to_string()))],
+        "only the admitted conversation's session starts"
+    );
+    assert_eq!(prewarmed(&h), [1001]);
+    assert!(
+        logs.text().contains("no one the current [access] admits"),
+        "the log says why: {}",
+        logs.text()
+    );
+    h.bot.stop().await;
+}
+
+/// A recovered message in topic `topic` of the forum group -5001.
+fn in_topic(update_id: i64, topic: i32) -> Incoming {
+    Incoming {
+        update_id,
+        to: Conversation::new(ChatId(-5001), Some(ThreadId(MessageId(topic)))),
+        from: UserId(1001),
+        place: ChatKind::Group,
+        message_id: MessageId(topic * 10),
+        text: format!("still there, topic {topic}?"),
+        ..Incoming::default()
+    }
+}
+
+#[actix_rt::test]
+async fn the_prewarm_waits_for_the_recovered_turn_of_each_topic() {
+    let logs = LogCapture::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Two topics of one forum each left a message; one turn runs at a
+    // time, so the second topic's turn starts once the first's ended.
+    let waiting = [in_topic(7, 10), in_topic(8, 20)];
+    let db = state_file(dir.path(), &[used(1002, "s-b", 1)], &waiting);
+    let slow_echo = Scenario {
+        default: turn(vec![
+            Step::Wait { ms: 2000 },
+            Step::Tools {
+                calls: vec![
+                    tool("mcp__telegram-tools__send", json!({"text": "echo: {text}"})),
+                    tool("mcp__telegram-tools__end_turn", json!({})),
+                ],
+            },
+        ]),
+        ..Scenario::default()
+    };
+    let mut h = Harness::start(
+        slow_echo,
+        &[
+            ("TURNSTILE_STATE_PATH", &db),
+            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+            ("TURNSTILE_DISPATCHER_MAX_CONCURRENT_TURNS", "1"),
+        ],
+    )
+    .await;
+    prewarm_done(&logs).await;
+    h.event("Prewarmed", |e| matches!(e, BotEvent::Prewarmed { .. }))
+        .await;
+    let started: Vec<_> = (h.seen.iter())
+        .filter_map(|e| match e {
+            BotEvent::TurnStarted { chat, topic, .. } if chat.0 == -5001 => Some(*topic),
+            _ => None,
+        })
+        .collect();
+    let topic = |n| Some(ThreadId(MessageId(n)));
+    assert_eq!(
+        started,
+        [topic(10), topic(20)],
+        "both topics' turns started before the prewarm: {:#?}",
+        h.seen
+    );
+    assert_eq!(prewarmed(&h), [1002]);
+    h.bot.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_conversation_whose_message_waits_out_its_merge_window_is_not_prewarmed() {
+    let logs = LogCapture::start();
+    let dir = tempfile::tempdir().unwrap();
+    let db = state_file(
+        dir.path(),
+        &[used(1002, "s-b", 1), used(1001, "s-a", 2)],
+        &[],
+    );
+    let mut slot = None;
+    let mut h = Harness::launch(
+        &[
+            ("TURNSTILE_STATE_PATH", &db),
+            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+            ("TURNSTILE_AGENT_MAX_WARM", "4"),
+            // The message waits here while the prewarm reaches its chat.
+            ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "3s"),
+        ],
+        Harness::fast_limits(),
+        |config| {
+            let gated = Arc::new(Gated {
+                inner: ScriptedBackend::new(Scenario::default())
+                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+                gate: Arc::new(Semaphore::new(0)),
+                asked: AtomicUsize::new(0),
+            });
+            slot = Some(Arc::clone(&gated));
+            gated
+        },
+    )
+    .await;
+    let gated = slot.expect("backend built");
+    // The prewarm holds at 1002, the most recent.
+    wait_until("the prewarm opening 1002's session", SOON, || {
+        gated.asked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    h.say(1001, 1001, "one more thing");
+    wait_until("the message waiting in 1001's queue", SOON, || {
+        h.metric_value("turnstile_queue_depth") == 1.0
+    })
+    .await;
+    gated.gate.add_permits(1);
+    prewarm_done(&logs).await;
+    h.event("Prewarmed", |e| matches!(e, BotEvent::Prewarmed { .. }))
+        .await;
+    assert_eq!(prewarmed(&h), [1002], "1001 is left to its message's turn");
+    let (_, outcome, _) = h.turn_ended(1001, 1).await;
+    assert!(outcome.finished(), "{outcome:?}");
+    assert_eq!(
+        gated.inner.log().opens.len(),
+        2,
+        "1002's prewarm and 1001's turn: {:?}",
+        gated.inner.log().opens
     );
     h.bot.stop().await;
 }

@@ -417,3 +417,129 @@ async fn a_topic_named_before_a_restart_is_not_named_again() {
     h.turn_ended(USER, 2).await;
     assert_eq!(renames(&h, 1).await, [(11, "pack the bags".to_owned())]);
 }
+
+#[actix_rt::test]
+async fn a_topic_is_named_only_after_telegram_took_an_answer() {
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &[]).await;
+    h.api.push_message(started(7, "New Thread", true));
+    // Telegram refuses the first answer: the topic keeps waiting for a
+    // name.
+    h.api.inject(
+        "sendMessage",
+        Fault::BadRequest("Bad Request: not enough rights to send text messages".into()),
+    );
+    h.api.push_message(message(Some(7), "first try"));
+    h.turn_ended(USER, 1).await;
+    h.api
+        .wait_for(SOON, "the first answer refused", |calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "sendmessage" && c.status == 400)
+                .then_some(())
+        })
+        .await;
+    h.api.push_message(message(Some(7), "second try"));
+    h.turn_ended(USER, 2).await;
+    sent(&h, "echo: second try").await;
+    assert_eq!(renames(&h, 1).await, [(7, "second try".to_owned())]);
+}
+
+/// What the state file at `db` keeps for Telegram.
+async fn left_to_send(db: &std::path::Path) -> Vec<turnstile::state::OutgoingRow> {
+    let store = turnstile::state::Store::open(db).expect("the state file");
+    let store = turnstile::state::StoreHandle::start(std::sync::Arc::new(store));
+    store.outgoing().await.expect("the store reads").rows
+}
+
+#[actix_rt::test]
+async fn with_the_topics_mode_turned_off_a_text_left_for_a_private_topic_goes_to_the_chat() {
+    let dir = tempfile::tempdir().expect("a dir");
+    let db = dir.path().join("state.db");
+    {
+        let thread = teloxide::types::ThreadId(teloxide::types::MessageId(7));
+        let to = turnstile::ids::Conversation::new(teloxide::types::ChatId(USER), Some(thread));
+        let store = turnstile::state::Store::open(&db).expect("the state file");
+        let store = turnstile::state::StoreHandle::start(std::sync::Arc::new(store));
+        store.keep_outgoing(to, None, "left for telegram", false);
+        store.flushed().await;
+    }
+    assert_eq!(left_to_send(&db).await.len(), 1);
+    let path = db.display().to_string();
+    let env = [("TURNSTILE_STATE_PATH", path.as_str())];
+    let h = Harness::start(Scenario::default(), &env).await;
+    assert_eq!(
+        sent(&h, "left for telegram").await,
+        None,
+        "in the chat, not refused"
+    );
+    h.bot.stop().await;
+    let copies = h
+        .api
+        .calls_of("sendMessage")
+        .iter()
+        .filter(|c| c.params["text"] == json!("left for telegram"))
+        .count();
+    assert_eq!(copies, 1, "sent once");
+    assert!(left_to_send(&db).await.is_empty(), "settled");
+}
+
+/// The thread of every answer to a run of the schedule prompting `ping`.
+fn runs(h: &Harness) -> Vec<Option<i64>> {
+    h.api
+        .calls_of("sendMessage")
+        .iter()
+        .filter(|c| {
+            c.status == 200
+                && c.params["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("echo:") && t.contains("ping"))
+        })
+        .map(|c| c.params["message_thread_id"].as_i64())
+        .collect()
+}
+
+#[actix_rt::test]
+async fn with_the_topics_mode_turned_off_a_private_topics_schedule_runs_lists_and_goes_in_the_chat()
+{
+    let dir = tempfile::tempdir().expect("a dir");
+    let db = dir.path().join("state.db").display().to_string();
+    let env = [
+        ("TURNSTILE_STATE_PATH", db.as_str()),
+        ("TURNSTILE_SCHEDULES_MIN_INTERVAL", "1s"),
+        // Which sessions open is what the runs opened.
+        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
+    ];
+    let mut h = Harness::start_with_private_topics(Scenario::default(), &env).await;
+    h.api
+        .push_message(message(Some(7), "/schedule every 1s ping"));
+    h.turn_ended(USER, 1).await;
+    assert_eq!(runs(&h), [Some(7)], "a run in its topic");
+    h.bot.stop().await;
+    drop(h);
+
+    // The mode is off now: the schedule runs in the chat, and the chat
+    // lists it and removes it.
+    let mut h = Harness::start(Scenario::default(), &env).await;
+    h.turn_ended(USER, 1).await;
+    let after = runs(&h);
+    assert!(
+        !after.is_empty() && after.iter().all(Option::is_none),
+        "{after:?}"
+    );
+    let keys: Vec<String> = h.backend.log().opens.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys[0], USER.to_string(), "{keys:?}");
+    // Past the update the first run read (ids go on from here).
+    h.api
+        .push_message_as(Some(100), message(None, "/schedules"));
+    let listed = sent(&h, "⏰ Schedules here").await;
+    assert_eq!(listed, None);
+    let (list, buttons) = h.api.last_buttons(USER).expect("the list");
+    assert_eq!(
+        buttons,
+        vec![vec![("❌ #1".to_string(), "unsched:1".to_string())]]
+    );
+    let press = h.api.push_callback(USER, USER, list as i32, "unsched:1");
+    assert_eq!(h.callback_answer(&press).await, "❌ Removed schedule #1.");
+    h.api.push_message(message(None, "/schedules"));
+    sent(&h, "No schedules in this conversation.").await;
+}

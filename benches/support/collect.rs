@@ -146,7 +146,7 @@ fn drain(
         };
         let ev = match event {
             BotEvent::AccessDenied { chat, .. } if chat.0 == SENTINEL => return out,
-            BotEvent::TurnStarted { chat, turn, at } => Ev::Started {
+            BotEvent::TurnStarted { chat, turn, at, .. } => Ev::Started {
                 turn: turn.get(),
                 chat: chat.0,
                 at,

@@ -348,6 +348,7 @@ impl Actor for TurnActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.deps.books.events.publish(BotEvent::TurnStarted {
             chat: self.spec.to.chat,
+            topic: self.spec.to.topic,
             turn: self.spec.turn,
             at: self.started,
         });

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use super::notices;
 use super::when::{Timing, When, show_ms, zone};
 use crate::config::{Config, PermissionMode};
-use crate::ids::Conversation;
+use crate::ids::{Conversation, Topics};
 use crate::state::{
     Added, NewSchedule, Origin, ReadFailed, Removed, ScheduleRow, StoreHandle, now_ms,
 };
@@ -62,11 +62,16 @@ pub struct ScheduleBook {
     min_interval: Duration,
     /// `schedules.agent`: what answers a schedule the agent asks to make.
     agent: PermissionMode,
+    /// Where a stored schedule's conversation is now (`Topics::now`): one
+    /// made in a topic of a private chat is the chat's while the bot's
+    /// topics mode is off, listed and removed there as it runs there.
+    topics: Topics,
 }
 
 impl ScheduleBook {
-    /// A book over `inbox` with the bounds of `config.schedules`.
-    pub fn new(inbox: &StoreHandle, config: &Config) -> Self {
+    /// A book over `inbox` with the bounds of `config.schedules`, for a
+    /// bot whose topics are `topics`.
+    pub fn new(inbox: &StoreHandle, config: &Config, topics: Topics) -> Self {
         let config = &config.schedules;
         Self {
             inbox: inbox.clone(),
@@ -74,6 +79,7 @@ impl ScheduleBook {
             timezone: zone(&config.timezone).unwrap_or(Tz::UTC),
             min_interval: config.min_interval,
             agent: config.agent,
+            topics,
         }
     }
 
@@ -172,15 +178,24 @@ impl ScheduleBook {
         Ok(())
     }
 
-    /// Removes schedule `id` of `to`; resolves with what to tell.
+    /// Removes schedule `id` of `to` (where it is now: see `topics`);
+    /// resolves with what to tell.
     pub fn remove(
         &self,
         id: i64,
         to: Conversation,
     ) -> impl Future<Output = Result<String, String>> + Send + 'static {
-        let (ask, changed) = (self.inbox.remove_schedule(id, to), self.changes());
+        let (inbox, topics, changed) = (self.inbox.clone(), self.topics, self.changes());
+        let rows = self.inbox.schedules();
         async move {
-            match ask.await {
+            // Removed where it was stored; a row that cannot be read is
+            // looked for in `to` itself.
+            let stored = rows.await.ok().and_then(|rows| {
+                rows.iter()
+                    .find(|row| row.id == id && topics.now(row.to) == to)
+                    .map(|row| row.to)
+            });
+            match inbox.remove_schedule(id, stored.unwrap_or(to)).await {
                 Some(Removed::Removed) => {
                     changed.notify_one();
                     Ok(notices::removed(id))
@@ -192,17 +207,17 @@ impl ScheduleBook {
         }
     }
 
-    /// The schedules of `to`, by id.
+    /// The schedules of `to` (where they are now: see `topics`), by id.
     pub fn list(
         &self,
         to: Conversation,
     ) -> impl Future<Output = Result<Vec<Listed>, ReadFailed>> + Send + 'static {
-        let ask = self.inbox.schedules();
+        let (ask, topics) = (self.inbox.schedules(), self.topics);
         async move {
             Ok(ask
                 .await?
                 .iter()
-                .filter(|row| row.to == to)
+                .filter(|row| topics.now(row.to) == to)
                 .filter_map(listed)
                 .collect())
         }
@@ -252,7 +267,7 @@ mod tests {
     #[tokio::test]
     async fn a_prompt_may_be_as_long_as_the_bound_and_no_longer() {
         let inbox = StoreHandle::start(Arc::new(Store::in_memory().unwrap()));
-        let book = ScheduleBook::new(&inbox, &Config::default());
+        let book = ScheduleBook::new(&inbox, &Config::default(), Topics::default());
         let hourly = When::Every(Duration::from_secs(3600));
         let longest = "a".repeat(MAX_PROMPT_CHARS);
         assert_eq!(book.check(&hourly, &longest), Ok(()));

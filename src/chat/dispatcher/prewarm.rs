@@ -3,13 +3,15 @@
 //! at a time, in the `agent.max_warm` slots a kept session uses. Never
 //! ahead of a message that waits: it starts once the recovered messages'
 //! turns have started, and a conversation with a message waiting is not
-//! prewarmed (its turn starts the session; `supervisor/warm.rs`).
+//! prewarmed (its turn starts the session; `supervisor/warm.rs`). A
+//! conversation no one the current `[access]` admits could talk in is not
+//! prewarmed either.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
-use teloxide::types::ChatId;
+use teloxide::types::{ChatId, UserId};
 use tokio::sync::broadcast;
 
 use super::Dispatcher;
@@ -35,13 +37,13 @@ struct PrewarmRun {
 }
 
 impl Dispatcher {
-    /// Starts the prewarm once the turns of the chats in `waiting` (their
-    /// recovered messages) have started, read on `events` (subscribed
-    /// before they were routed).
+    /// Starts the prewarm once the turns of the conversations in `waiting`
+    /// (their recovered messages) have started, read on `events`
+    /// (subscribed before they were routed).
     pub(super) fn prewarm(
         &mut self,
         events: broadcast::Receiver<BotEvent>,
-        waiting: HashSet<ChatId>,
+        waiting: HashSet<Conversation>,
         ctx: &mut Context<Self>,
     ) {
         let keep_warm = self.chat_settings.keep_warm;
@@ -84,8 +86,18 @@ impl Dispatcher {
     /// Asks the next conversation of `run` to warm its session, then the
     /// one after once it answered.
     fn prewarm_next(&mut self, mut run: PrewarmRun, ctx: &mut Context<Self>) {
-        let Some(to) = run.left.pop_front().filter(|_| !self.stopping) else {
-            return run.done();
+        let to = loop {
+            let Some(to) = run.left.pop_front().filter(|_| !self.stopping) else {
+                return run.done();
+            };
+            if self.may_resume(to.chat) {
+                break to;
+            }
+            run.skipped += 1;
+            tracing::info!(
+                chat_id = to.chat.0,
+                "session not prewarmed: no one the current [access] admits talks in this chat"
+            );
         };
         let entry = self.supervisor(to, ctx);
         entry.routed += 1;
@@ -110,6 +122,23 @@ impl Dispatcher {
     }
 }
 
+impl Dispatcher {
+    /// Whether someone the current `[access]` admits could talk in `chat`:
+    /// in a private chat (its id is its user's) that user; in a group an
+    /// allowed chat, or any allowed user. Access may have changed since
+    /// the session was last used.
+    fn may_resume(&self, chat: ChatId) -> bool {
+        match u64::try_from(chat.0) {
+            Ok(user) => self.admits(UserId(user), chat),
+            Err(_) => {
+                self.access.is_allowed_chat(chat.0)
+                    || !self.access.allowed_users.is_empty()
+                    || !self.access.admins.is_empty()
+            }
+        }
+    }
+}
+
 impl PrewarmRun {
     /// Its one log line.
     fn done(self) {
@@ -123,17 +152,18 @@ impl PrewarmRun {
     }
 }
 
-/// Resolves once a turn has started in each chat of `waiting`, or after
-/// [`RECOVERED_HEAD_START`].
+/// Resolves once a turn has started in each conversation of `waiting`
+/// (chat and topic: two topics of one chat are two conversations), or
+/// after [`RECOVERED_HEAD_START`].
 async fn recovered_turns_started(
     mut events: broadcast::Receiver<BotEvent>,
-    mut waiting: HashSet<ChatId>,
+    mut waiting: HashSet<Conversation>,
 ) {
     let started = async {
         while !waiting.is_empty() {
             match events.recv().await {
-                Ok(BotEvent::TurnStarted { chat, .. }) => {
-                    waiting.remove(&chat);
+                Ok(BotEvent::TurnStarted { chat, topic, .. }) => {
+                    waiting.remove(&Conversation::new(chat, topic));
                 }
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 
 use super::Dispatcher;
-use teloxide::types::ChatId;
+use crate::ids::Conversation;
 
 use crate::chat::notices::bounded;
 use crate::incoming::Incoming;
@@ -61,9 +61,9 @@ struct Recovered {
 }
 
 impl Dispatcher {
-    /// Routes or reports each row; answers the chats whose recovered
+    /// Routes or reports each row; answers the conversations whose recovered
     /// messages wait for a turn.
-    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) -> HashSet<ChatId> {
+    fn recover(&mut self, rows: Vec<InboxRow>, ctx: &mut Context<Self>) -> HashSet<Conversation> {
         let mut done = Recovered::default();
         let mut waiting = HashSet::new();
         for InboxRow {
@@ -107,7 +107,7 @@ impl Dispatcher {
                 }
             }
             // The same way as a message just received.
-            waiting.insert(m.to.chat);
+            waiting.insert(m.to);
             self.act(m, ctx);
         }
         let Recovered {
@@ -131,7 +131,7 @@ impl Dispatcher {
     }
 
     /// Tells the chat a restart cut its message's turn short.
-    fn report(&self, state: InboxState, text: &str, to: crate::ids::Conversation) {
+    fn report(&self, state: InboxState, text: &str, to: Conversation) {
         let excerpt = bounded(text, 80);
         let text = if state == InboxState::Replied {
             crate::chat::notices::recovery::cut_while_answering(&excerpt)
