@@ -109,6 +109,16 @@ pub enum BotEvent {
     },
 }
 
+/// One answer a question offers: a button's label, and what pressing it
+/// says (its callback data), so another frontend can give the same answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Offer {
+    /// The button's label.
+    pub label: String,
+    /// What the press says (the button's callback data).
+    pub answer: String,
+}
+
 /// One thing a conversation shows: what `turnstile attach` follows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FeedItem {
@@ -140,6 +150,8 @@ pub enum FeedItem {
     Asked {
         /// The question's text.
         question: String,
+        /// What can answer it, as its buttons do.
+        options: Vec<Offer>,
     },
     /// An approval was decided (by a press, a timeout, the turn's end).
     Decided {

@@ -187,3 +187,177 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the socket is removed at the stop");
 }
+
+/// `ask`: the agent asks to run Bash `echo hi`, then ends its turn.
+fn asking() -> Scenario {
+    use turnstile::agent::Step;
+    Scenario::default().with_rule(
+        "ask",
+        turn(vec![
+            Step::Ask {
+                tool: "Bash".into(),
+                input: serde_json::json!({"command": "echo hi"}),
+            },
+            Step::Tools {
+                calls: vec![tool("mcp__telegram-tools__end_turn", serde_json::json!({}))],
+            },
+        ]),
+    )
+}
+
+#[actix_rt::test]
+async fn a_question_is_answered_at_the_terminal_as_a_press_and_the_chat_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(asking(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.say(1, USER, "hello");
+    h.turn_ended(1, 1).await;
+
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut stdin = client.stdin.take().unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    h.say(1, USER, "ask please");
+    let asked = until(&mut lines, "the question", |v| event(v) == "asked").await;
+    let asked = asked.last().unwrap();
+    assert!(
+        asked["question"].as_str().unwrap().contains("$ echo hi"),
+        "{asked}"
+    );
+    let labels: Vec<&str> = asked["options"]
+        .as_array()
+        .expect("the question's options")
+        .iter()
+        .map(|o| o["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["Allow", "Always in this chat", "Deny"]);
+    let (_, buttons) = question(&h, 1, 1).await;
+    assert_eq!(
+        asked["options"][0]["answer"].as_str(),
+        Some(data(&buttons, "Allow").as_str()),
+        "the terminal answers as the chat's button does"
+    );
+
+    // Answered by label, in --json mode.
+    stdin.write_all(b"{\"answer\": \"Allow\"}\n").await.unwrap();
+    let decided = until(&mut lines, "the decision", |v| event(v) == "decided").await;
+    assert_eq!(
+        decided.last().unwrap()["decision"],
+        "✅ Allowed by the operator, decided at the terminal"
+    );
+    h.turn_ended(1, 2).await;
+    assert!(
+        h.texts(1)
+            .contains(&r#"allowed: {"command":"echo hi"}"#.to_string()),
+        "{:?}",
+        h.texts(1)
+    );
+    let edit = h
+        .edited(1, "✅ Allowed by the operator, decided at the terminal")
+        .await;
+    assert!(edit.contains("$ echo hi"), "{edit}");
+    assert!(
+        !h.api
+            .calls()
+            .iter()
+            .any(|c| c.method == "answercallbackquery"),
+        "no callback query to answer for a terminal press"
+    );
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(10), client.wait())
+        .await
+        .expect("the client exits at Ctrl-D")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[actix_rt::test]
+async fn commands_from_the_terminal_come_from_the_command_table_with_the_operators_rights() {
+    use turnstile::agent::Step;
+    use turnstile::chat::TurnOutcome;
+    let scenario = Scenario::default().with_rule("slow", turn(vec![Step::Wait { ms: 60_000 }]));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(scenario, &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.say(1, USER, "slow");
+    h.event("turn start", |e| {
+        matches!(e, turnstile::events::BotEvent::TurnStarted { .. })
+    })
+    .await;
+
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut stdin = client.stdin.take().unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    // An admins' command: the operator at the terminal is one.
+    stdin.write_all(b"/status\n").await.unwrap();
+    until(&mut lines, "/status accepted", |v| event(v) == "accepted").await;
+    let status = h.api.wait_for_texts(1, 2, SOON).await;
+    assert_eq!(status[0], "⌨️ From the terminal: /status");
+    assert!(status[1].contains("1 turn running"), "{status:?}");
+
+    stdin.write_all(b"/stop\n").await.unwrap();
+    let ended = until(&mut lines, "the turn's end", |v| event(v) == "turn_ended").await;
+    assert_eq!(ended.last().unwrap()["outcome"], "interrupted");
+    let (_, outcome, _) = h.turn_ended(1, 1).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    wait_until("the chat is told of the stop", SOON, || {
+        h.texts(1).contains(&"⏹ Stopped.".to_string())
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_turn_force_released_at_the_hard_deadline_ends_for_its_followers() {
+    use turnstile::agent::Step;
+    let scenario = Scenario::default().with_rule("hang", turn(vec![Step::HangForever]));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(
+        scenario,
+        &[
+            ("TURNSTILE_STATE_PATH", &db_env),
+            ("TURNSTILE_TURN_HARD_DEADLINE", "400ms"),
+            ("TURNSTILE_TURN_NO_PROGRESS_TIMEOUT", "60s"),
+            ("TURNSTILE_TURN_MAX_DURATION", "60s"),
+        ],
+    )
+    .await;
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    h.say(1, USER, "hang");
+    until(&mut lines, "the turn's start", |v| {
+        event(v) == "turn_started"
+    })
+    .await;
+    let ended = until(&mut lines, "the turn's end", |v| event(v) == "turn_ended").await;
+    assert_eq!(ended.last().unwrap()["outcome"], "force_released");
+    h.turn_ended(1, 1).await;
+
+    let listed = attach(&db, &["--json"])
+        .output()
+        .await
+        .expect("client runs");
+    let rows: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let chat = rows
+        .iter()
+        .find(|r| event(r) == "conversation")
+        .expect("a conversation listed");
+    assert_eq!(chat["state"], "idle", "the list no longer says running");
+}

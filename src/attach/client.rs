@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use super::protocol::{ClientLine, PROTOCOL_VERSION, ServerLine};
 use super::server::socket_path;
 use crate::config::Config;
+use crate::events::Offer;
 
 /// The usage line.
 const USAGE: &str = "usage: turnstile attach [--config FILE] [--json] [CONVERSATION]";
@@ -142,8 +143,15 @@ impl Printer {
             ServerLine::TurnEnded { turn, outcome } => {
                 self.paint("2", &format!("-- turn {turn} ended: {outcome}"))
             }
-            ServerLine::Asked { question } => {
-                format!("{} {question}", self.paint("1;33", "approval asked:"))
+            ServerLine::Asked { question, options } => {
+                let mut shown = format!("{} {question}", self.paint("1;33", "approval asked:"));
+                for (n, offer) in options.iter().enumerate() {
+                    shown.push_str(&format!("\n  [{}] {}", n + 1, offer.label));
+                }
+                if !options.is_empty() {
+                    shown.push_str(&self.paint("2", "\n  (type a number to answer)"));
+                }
+                shown
             }
             ServerLine::Decided { decision } => self.paint("33", &format!("-- {decision}")),
             ServerLine::Accepted { update_id } => self.paint("2", &format!("(sent, #{update_id})")),
@@ -179,12 +187,7 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
         eprintln!("turnstile: {err}");
         return ExitCode::from(1);
     }
-    let first = match &options.conversation {
-        None => ClientLine::List,
-        Some(key) => ClientLine::Follow {
-            conversation: key.clone(),
-        },
-    };
+    let first = opening(&options);
     if send(&mut write, &first).await.is_err() {
         eprintln!("turnstile: the bot closed the socket");
         return ExitCode::from(1);
@@ -197,12 +200,21 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
     };
     // Until the server says it follows, an error ends the client.
     let mut followed = false;
+    // The answers of the latest question still open.
+    let mut open: Vec<Offer> = Vec::new();
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
             text = typed.recv(), if following => match text {
                 Some(text) => {
-                    if send(&mut write, &ClientLine::Say { text }).await.is_err() {
+                    let request = match typed_request(&text, &open) {
+                        Ok(request) => request,
+                        Err(err) => {
+                            eprintln!("turnstile: {err}");
+                            continue;
+                        }
+                    };
+                    if send(&mut write, &request).await.is_err() {
                         eprintln!("turnstile: the bot closed the socket");
                         return ExitCode::from(1);
                     }
@@ -221,6 +233,8 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
                 };
                 printer.print(&raw, &line);
                 match line {
+                    ServerLine::Asked { options, .. } => open = options,
+                    ServerLine::Decided { .. } => open.clear(),
                     ServerLine::Listed { .. } => return ExitCode::SUCCESS,
                     ServerLine::Bye { .. } => return ExitCode::SUCCESS,
                     ServerLine::Following { .. } => followed = true,
@@ -249,6 +263,56 @@ async fn greeted(
         }
         _ => Err(format!("the bot speaks another attach protocol: {raw}")),
     }
+}
+
+/// The first request: the list, or following the conversation named.
+fn opening(options: &Options) -> ClientLine {
+    match &options.conversation {
+        None => ClientLine::List,
+        Some(key) => ClientLine::Follow {
+            conversation: key.clone(),
+        },
+    }
+}
+
+/// What a typed line asks: an answer to the open question (its option's
+/// number, or `{"answer": NUMBER or LABEL}`), else a line for the
+/// conversation.
+fn typed_request(text: &str, open: &[Offer]) -> Result<ClientLine, String> {
+    let trimmed = text.trim();
+    let numbered = |n: u64| {
+        usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| open.get(i))
+            .map(|offer| ClientLine::Answer {
+                answer: offer.answer.clone(),
+            })
+    };
+    if trimmed.starts_with('{')
+        && let Ok(value) = serde_json::from_str::<serde_json::Value>(trimmed)
+        && let Some(answer) = value.get("answer")
+    {
+        let chosen = match answer {
+            serde_json::Value::Number(n) => n.as_u64().and_then(numbered),
+            serde_json::Value::String(label) => open
+                .iter()
+                .find(|offer| offer.label == *label)
+                .map(|offer| ClientLine::Answer {
+                    answer: offer.answer.clone(),
+                }),
+            _ => None,
+        };
+        return chosen.ok_or_else(|| format!("no open question offers {answer}"));
+    }
+    if !open.is_empty()
+        && let Ok(n) = trimmed.parse::<u64>()
+    {
+        return numbered(n).ok_or_else(|| format!("the question offers 1 to {}", open.len()));
+    }
+    Ok(ClientLine::Say {
+        text: text.to_string(),
+    })
 }
 
 /// Writes one request.

@@ -210,6 +210,7 @@ mod tests {
         assert_eq!(feed.busy(to), Some("running"));
         let asked = FeedItem::Asked {
             question: "Run `ls`?".into(),
+            options: Vec::new(),
         };
         feed.take(to, &asked);
         assert_eq!(feed.busy(to), Some("waiting for an approval"));

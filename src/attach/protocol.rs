@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::FeedItem;
+use crate::events::{FeedItem, Offer};
 use crate::ids::Conversation;
 
 /// The protocol's version, on the server's first line.
@@ -27,6 +27,12 @@ pub enum ClientLine {
     Say {
         /// The text.
         text: String,
+    },
+    /// An answer to the followed conversation's question, as the
+    /// operator's press of its button.
+    Answer {
+        /// One of [`ServerLine::Asked`]'s options' `answer`.
+        answer: String,
     },
 }
 
@@ -88,10 +94,13 @@ pub enum ServerLine {
         /// How (`completed`, `terminated`, …).
         outcome: String,
     },
-    /// The agent asks the chat an approval (answered in the chat).
+    /// The agent asks the chat an approval: answered in the chat, or here
+    /// by [`ClientLine::Answer`] with one of its options.
     Asked {
         /// The question, as the chat shows it.
         question: String,
+        /// Its answers, as its buttons offer them.
+        options: Vec<Offer>,
     },
     /// An approval was decided.
     Decided {
@@ -134,8 +143,9 @@ impl ServerLine {
                 turn: turn.get(),
                 outcome: outcome.label().to_string(),
             },
-            FeedItem::Asked { question } => Self::Asked {
+            FeedItem::Asked { question, options } => Self::Asked {
                 question: question.clone(),
+                options: options.clone(),
             },
             FeedItem::Decided { decision } => Self::Decided {
                 decision: decision.clone(),

@@ -15,10 +15,10 @@ use tokio::task::JoinSet;
 
 use super::feed::Feed;
 use super::protocol::{ClientLine, PROTOCOL_VERSION, ServerLine, conversation};
-use crate::chat::dispatcher::{Dispatcher, Typed};
+use crate::chat::dispatcher::{Dispatcher, TerminalAnswer, Typed};
 use crate::events::EventBus;
 use crate::ids::Conversation;
-use crate::incoming::{Ask, Author, ChatKind, Incoming, Source, cut};
+use crate::incoming::{Ask, Author, Callback, ChatKind, Incoming, Parsed, Source, cut, parse};
 use crate::state::StoreHandle;
 
 /// How long the stop waits for clients to read their last line.
@@ -232,10 +232,16 @@ async fn answer(
         Ok(ClientLine::Say { text }) => match following {
             None => error("follow a conversation before writing to it".into()),
             Some(_) if text.trim().is_empty() => error("an empty line is not sent".into()),
-            Some(_) if text.trim_start().starts_with('/') => {
-                error("commands are not taken from the terminal; write them in the chat".into())
-            }
             Some((to, _)) => say(*to, &text, core).await,
+        },
+        Ok(ClientLine::Answer { answer }) => match (following, Callback::parse(&answer)) {
+            (None, _) => error("follow a conversation before answering its question".into()),
+            (Some((to, _)), Callback::Approval(approval)) => {
+                core.dispatcher
+                    .do_send(TerminalAnswer { to: *to, approval });
+                Vec::new()
+            }
+            (Some(_), _) => error(format!("not an answer a question offers: {answer:?}")),
         },
     }
 }
@@ -276,16 +282,27 @@ async fn list(core: &Core) -> Vec<ServerLine> {
 }
 
 /// A typed line: written to the inbox, then to the dispatcher; the client
-/// hears it was taken only once it is written.
+/// hears it was taken only once it is written. A command is read by the
+/// one command table, as a chat message's is.
 async fn say(to: Conversation, text: &str, core: &Core) -> Vec<ServerLine> {
+    let (ask, text) = match parse(text.trim(), "") {
+        Parsed::Text => (Ask::Agent, cut(text.trim()).0),
+        Parsed::Known(command, args) => (Ask::Command(command), args.to_string()),
+        Parsed::Unknown(word) => (Ask::Unknown(word), String::new()),
+        Parsed::ForAnotherBot => {
+            return vec![ServerLine::Error {
+                message: "a command for another bot; write it without @NAME".into(),
+            }];
+        }
+    };
     let mut m = Incoming {
         to,
         from: UserId(0),
         message_id: MessageId(0),
         date: crate::state::now_ms() / 1000,
         place: ChatKind::Private,
-        ask: Ask::Agent,
-        text: cut(text.trim()).0,
+        ask,
+        text,
         author: Author {
             name: "terminal".into(),
             username: None,

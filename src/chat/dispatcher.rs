@@ -15,7 +15,7 @@ mod topics;
 mod typed;
 
 pub use recovery::Recover;
-pub use typed::Typed;
+pub use typed::{TerminalAnswer, Typed};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use crate::chat::supervisor::DescribeChat;
 use crate::chat::turn::describe_rule;
 use crate::config::GroupMode;
 use crate::ids::Conversation;
-use crate::incoming::{Command, Incoming, Who};
+use crate::incoming::{Command, Incoming, Source, Who};
 use crate::state::ReadFailed;
 use crate::telegram::outbox::SendText;
 
@@ -25,10 +25,11 @@ const TOP_CONVERSATIONS: usize = 5;
 impl Dispatcher {
     /// A command this bot knows, read at the intake from `asked` (its
     /// arguments are the message's text); an admins' command is refused to
-    /// everyone else.
+    /// everyone else. A line typed at the host runs with the operator's
+    /// rights: whoever can open the attach socket is an admin.
     pub(super) fn command(&mut self, command: Command, asked: &Incoming, ctx: &mut Context<Self>) {
         let (to, user, private) = (asked.to, asked.from, asked.is_private());
-        let admin = self.is_admin(user);
+        let admin = self.is_admin(user) || asked.source == Source::Terminal;
         if command.who() == Who::Admins && !admin {
             self.say(to, notices::only_admins(command.word()));
             return;

@@ -1,12 +1,17 @@
 //! A line typed in `turnstile attach`: already in the inbox (the client
 //! was told so), shown in the chat as coming from the terminal, then
-//! handled as any message just received, by the same rules.
+//! handled as any message just received, by the same rules (a command
+//! with the operator's rights); and an answer given there to a question.
 
 use actix::{Context, Handler, Message};
 
-use super::Dispatcher;
+use teloxide::types::UserId;
+
+use super::{Dispatcher, ForChat};
 use crate::chat::notices::terminal;
-use crate::incoming::Incoming;
+use crate::chat::turn::ButtonPressed;
+use crate::ids::Conversation;
+use crate::incoming::{Approval, Ask, Callback, Incoming, Press};
 
 /// A typed line, written to the inbox.
 #[derive(Message, Debug)]
@@ -17,7 +22,49 @@ impl Handler<Typed> for Dispatcher {
     type Result = ();
 
     fn handle(&mut self, Typed(m): Typed, ctx: &mut Context<Self>) {
-        self.say(m.to, terminal::typed(&m.text));
+        let shown = match &m.ask {
+            Ask::Agent => m.text.clone(),
+            Ask::Command(command) => format!("/{} {}", command.word(), m.text)
+                .trim_end()
+                .to_string(),
+            Ask::Unknown(word) => format!("/{word}"),
+        };
+        self.say(m.to, terminal::typed(&shown));
         self.contained_message(m, ctx);
+    }
+}
+
+/// An answer given at the terminal to a conversation's question: decided
+/// as a press of its button by the operator (an admin), with no callback
+/// query to answer; the question then says it was decided at the terminal.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct TerminalAnswer {
+    /// The conversation whose question it answers.
+    pub to: Conversation,
+    /// The ask and the choice, as the button's callback data names them.
+    pub approval: Approval,
+}
+
+impl Handler<TerminalAnswer> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, answer: TerminalAnswer, ctx: &mut Context<Self>) {
+        let TerminalAnswer { to, approval } = answer;
+        if !self.chats.contains_key(&to) {
+            tracing::info!(conversation = %to, "attach: an answer for a conversation with no turn; ignored");
+            return;
+        }
+        tracing::info!(conversation = %to, "attach: a question answered at the terminal");
+        let press = Press {
+            id: String::new(),
+            to,
+            from: UserId(0),
+            name: terminal::OPERATOR.to_string(),
+            message: None,
+            data: Callback::Unknown,
+        };
+        let pressed = ButtonPressed::new(press, approval, true);
+        self.deliver(to, ForChat::Press(pressed), ctx);
     }
 }

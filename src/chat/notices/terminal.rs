@@ -5,3 +5,7 @@
 pub fn typed(text: &str) -> String {
     format!("⌨️ From the terminal: {text}")
 }
+
+/// Who decided a question answered at the terminal, as the question shows
+/// it ("✅ Allowed by the operator, decided at the terminal").
+pub const OPERATOR: &str = "the operator, decided at the terminal";

@@ -17,7 +17,7 @@ use crate::chat::turn::{
     AbortTurn, Sender, SessionReleased, TurnActor, TurnEnded, TurnServices, TurnSpec,
 };
 use crate::chat::typing::{StartTyping, TypingLease};
-use crate::events::BotEvent;
+use crate::events::{BotEvent, FeedItem};
 use crate::ids::TurnId;
 use crate::ops::logging::{StartInSpan, context_span};
 use crate::state::Disposition;
@@ -213,6 +213,15 @@ impl ChatSupervisor {
             session_id: None,
             at,
         });
+        // The aborted turn ends without its own close: its followers are
+        // told here, or they would see it running still.
+        self.events.feed(
+            self.to,
+            FeedItem::TurnEnded {
+                turn,
+                outcome: TurnOutcome::ForceReleased,
+            },
+        );
         self.warm = None;
         self.say(FORCE_RELEASED);
         drop(running);

@@ -36,7 +36,7 @@ pub(crate) use self::question::{describe_rule, summary};
 use super::TurnActor;
 use crate::agent::{Permission, PermissionAsk};
 use crate::chat::notices;
-use crate::events::FeedItem;
+use crate::events::{FeedItem, Offer};
 use crate::incoming::{Approval, Choice, Press};
 use crate::state::AlwaysRule;
 use crate::telegram::outbox::{AnswerCallback, EditQuestion, SendQuestion, Unbutton};
@@ -239,11 +239,20 @@ impl TurnActor {
             Kind::Questions { questions, .. } => question_messages(questions, &token, &whose),
         };
         let texts: Vec<String> = messages.iter().map(|m| m.text.clone()).collect();
+        let options = messages
+            .iter()
+            .flat_map(|m| m.keyboard.iter().flatten())
+            .map(|b| Offer {
+                label: b.label.clone(),
+                answer: b.data.clone(),
+            })
+            .collect();
         tracing::info!(call_id = %ask.id, tool = %ask.tool, "asking the chat");
         self.deps.books.events.feed(
             self.spec.to,
             FeedItem::Asked {
                 question: texts.join("\n\n"),
+                options,
             },
         );
         for (i, message) in messages.into_iter().enumerate() {
@@ -383,6 +392,10 @@ impl Handler<ButtonPressed> for TurnActor {
 
     fn handle(&mut self, press: ButtonPressed, ctx: &mut Self::Context) {
         let answer = |act: &Self, text: &str| {
+            // A press from the terminal has no callback query to answer.
+            if press.callback.is_empty() {
+                return;
+            }
             act.deps.out.outbox.do_send(AnswerCallback {
                 chat: press.chat,
                 id: press.callback.clone(),
