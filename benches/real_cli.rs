@@ -60,7 +60,7 @@ use support::{Args, Fakes, USER};
 /// Every model call of the fake Anthropic API takes this long.
 const API_DELAY: Duration = Duration::from_millis(300);
 /// The chat every turn happens in.
-const CHAT: i64 = 1;
+const CHAT: i64 = USER;
 /// What the user says.
 const USER_TEXT: &str = "hello";
 /// What the model answers through `end_turn`.

@@ -16,6 +16,15 @@ use crate::ids::Conversation;
 /// Lines of history kept per conversation.
 pub const HISTORY: usize = 200;
 
+/// Bytes of history kept per conversation (its lines as the client gets
+/// them): a few long answers fill it.
+pub const HISTORY_BYTES: usize = 32 * 1024;
+
+/// Conversations whose history is kept: the most recently active ones. With
+/// [`HISTORY_BYTES`], the feed holds at most 1 MiB of history however many
+/// conversations the bot serves for however long.
+pub const CONVERSATIONS: usize = 32;
+
 /// Lines a follower's buffer holds.
 pub const BUFFER: usize = 256;
 
@@ -54,11 +63,49 @@ impl Follower {
     }
 }
 
+/// A conversation's recent lines, within [`HISTORY`] and [`HISTORY_BYTES`].
+#[derive(Default)]
+struct History {
+    /// The lines, oldest first, with their size.
+    lines: VecDeque<HistoryLine>,
+    /// Their sizes summed.
+    bytes: usize,
+    /// When the conversation last had a line (the feed's count of items).
+    last: u64,
+}
+
+/// One line of a [`History`].
+struct HistoryLine {
+    /// The line.
+    line: ServerLine,
+    /// Its size as the client gets it.
+    bytes: usize,
+}
+
+impl History {
+    /// Keeps `line`, dropping the oldest lines past the bounds (the newest
+    /// line stays, however long).
+    fn push(&mut self, line: ServerLine, now: u64) {
+        let bytes = serde_json::to_vec(&line).map_or(0, |json| json.len());
+        self.bytes += bytes;
+        self.lines.push_back(HistoryLine { line, bytes });
+        self.last = now;
+        while self.lines.len() > HISTORY || (self.bytes > HISTORY_BYTES && self.lines.len() > 1) {
+            if let Some(old) = self.lines.pop_front() {
+                self.bytes -= old.bytes;
+            }
+        }
+    }
+}
+
 /// What the feed knows.
 #[derive(Default)]
 struct FeedState {
-    /// Recent lines per conversation.
-    history: HashMap<Conversation, VecDeque<ServerLine>>,
+    /// Recent lines of the [`CONVERSATIONS`] most recently active
+    /// conversations.
+    history: HashMap<Conversation, History>,
+    /// Items taken so far: the clock of [`History::last`].
+    taken: u64,
     /// Conversations with a turn running.
     running: HashMap<Conversation, u64>,
     /// Approvals asked and not yet decided, per conversation.
@@ -118,11 +165,15 @@ impl Feed {
             FeedItem::Message { .. } | FeedItem::Said { .. } => {}
         }
         let line = ServerLine::of(item);
-        let history = known.history.entry(to).or_default();
-        if history.len() == HISTORY {
-            history.pop_front();
+        known.taken += 1;
+        let now = known.taken;
+        if !known.history.contains_key(&to) && known.history.len() >= CONVERSATIONS {
+            let oldest = known.history.iter().min_by_key(|(_, h)| h.last);
+            if let Some(oldest) = oldest.map(|(to, _)| *to) {
+                known.history.remove(&oldest);
+            }
         }
-        history.push_back(line.clone());
+        known.history.entry(to).or_default().push(line.clone(), now);
         known
             .followers
             .retain_mut(|f| f.to != to || f.offer(line.clone()));
@@ -145,7 +196,7 @@ impl Feed {
         let history = known
             .history
             .get(&to)
-            .map(|h| h.iter().cloned().collect())
+            .map(|h| h.lines.iter().map(|kept| kept.line.clone()).collect())
             .unwrap_or_default();
         known.followers.push(Follower { to, tx, missed: 0 });
         (history, rx)
@@ -197,6 +248,34 @@ mod tests {
         assert_eq!(rx.try_recv(), Ok(ServerLine::Missed { count: 10 }));
         assert_eq!(rx.try_recv(), Ok(ServerLine::of(&said(BUFFER + 10))));
         assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn history_is_kept_for_the_most_recently_active_conversations_within_its_bytes() {
+        let feed = Feed::default();
+        for chat in 0..=CONVERSATIONS as i64 {
+            feed.take(ChatId(chat).into(), &said(0));
+        }
+        // The first conversation was the least recently active: its
+        // history went to make room for the last one's.
+        assert!(feed.follow(ChatId(0).into()).0.is_empty());
+        assert_eq!(feed.follow(ChatId(1).into()).0.len(), 1);
+        let to = Conversation::from(ChatId(1));
+        let long = |c: char| FeedItem::Said {
+            text: c.to_string().repeat(HISTORY_BYTES / 3),
+        };
+        for c in ['a', 'b', 'c', 'd'] {
+            feed.take(to, &long(c));
+        }
+        let (history, _rx) = feed.follow(to);
+        let kept: Vec<(Option<char>, usize)> = (history.iter())
+            .map(|line| match line {
+                ServerLine::Said { text } => (text.chars().next(), text.len()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let third = HISTORY_BYTES / 3;
+        assert_eq!(kept, [(Some('c'), third), (Some('d'), third)]);
     }
 
     #[test]
