@@ -322,32 +322,34 @@ impl AgentBackend for Gated {
     }
 }
 
+/// The bot on the [`Gated`] scripted agent, with `env`.
+async fn launch_gated(env: &[(&str, &str)]) -> (Harness, Arc<Gated>) {
+    let mut slot = None;
+    let h = Harness::launch(env, Harness::fast_limits(), |config| {
+        let gated = Arc::new(Gated {
+            inner: ScriptedBackend::new(Scenario::default())
+                .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
+            gate: Arc::new(Semaphore::new(0)),
+            asked: AtomicUsize::new(0),
+        });
+        slot = Some(Arc::clone(&gated));
+        gated
+    })
+    .await;
+    (h, slot.expect("backend built"))
+}
+
 #[actix_rt::test]
 async fn a_message_arriving_while_its_session_is_prewarmed_waits_and_takes_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = state_file(dir.path(), &[used(1001, "s-a", 5)], &[]);
-    let mut slot = None;
-    let mut h = Harness::launch(
-        &[
-            ("TURNSTILE_STATE_PATH", &db),
-            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
-            // Nothing holds the message but the prewarm.
-            ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s"),
-        ],
-        Harness::fast_limits(),
-        |config| {
-            let gated = Arc::new(Gated {
-                inner: ScriptedBackend::new(Scenario::default())
-                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
-                gate: Arc::new(Semaphore::new(0)),
-                asked: AtomicUsize::new(0),
-            });
-            slot = Some(Arc::clone(&gated));
-            gated
-        },
-    )
+    let (mut h, gated) = launch_gated(&[
+        ("TURNSTILE_STATE_PATH", &db),
+        ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+        // Nothing holds the message but the prewarm.
+        ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "0s"),
+    ])
     .await;
-    let gated = slot.expect("backend built");
     wait_until("the prewarm opening the session", SOON, || {
         gated.asked.load(Ordering::SeqCst) == 1
     })
@@ -478,29 +480,14 @@ async fn a_conversation_whose_message_waits_out_its_merge_window_is_not_prewarme
         &[used(1002, "s-b", 1), used(1001, "s-a", 2)],
         &[],
     );
-    let mut slot = None;
-    let mut h = Harness::launch(
-        &[
-            ("TURNSTILE_STATE_PATH", &db),
-            ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
-            ("TURNSTILE_AGENT_MAX_WARM", "4"),
-            // The message waits here while the prewarm reaches its chat.
-            ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "3s"),
-        ],
-        Harness::fast_limits(),
-        |config| {
-            let gated = Arc::new(Gated {
-                inner: ScriptedBackend::new(Scenario::default())
-                    .with_tools(Arc::new(ToolRegistry::new(&config.turn.terminator_tools))),
-                gate: Arc::new(Semaphore::new(0)),
-                asked: AtomicUsize::new(0),
-            });
-            slot = Some(Arc::clone(&gated));
-            gated
-        },
-    )
+    let (mut h, gated) = launch_gated(&[
+        ("TURNSTILE_STATE_PATH", &db),
+        ("TURNSTILE_AGENT_KEEP_WARM", "1h"),
+        ("TURNSTILE_AGENT_MAX_WARM", "4"),
+        // The message waits here while the prewarm reaches its chat.
+        ("TURNSTILE_DISPATCHER_MERGE_WINDOW", "3s"),
+    ])
     .await;
-    let gated = slot.expect("backend built");
     // The prewarm holds at 1002, the most recent.
     wait_until("the prewarm opening 1002's session", SOON, || {
         gated.asked.load(Ordering::SeqCst) == 1
