@@ -51,8 +51,8 @@ fn invisible(c: char) -> bool {
 /// would be.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicNaming {
-    /// The topic's chat.
-    chat: teloxide::types::ChatId,
+    /// The topic's conversation.
+    to: Conversation,
     /// The topic.
     topic: ThreadId,
     /// Its name, from the message that started the turn.
@@ -65,11 +65,7 @@ impl TopicNaming {
     pub(crate) fn of(to: Conversation, text: &str) -> Option<Self> {
         let topic = to.topic.filter(|_| to.chat.is_user())?;
         let title = topic_title(text)?;
-        Some(Self {
-            chat: to.chat,
-            topic,
-            title,
-        })
+        Some(Self { to, topic, title })
     }
 
     /// Watches `send` (the turn's first text): once Telegram took it, the
@@ -88,13 +84,13 @@ impl TopicNaming {
             if !out {
                 return;
             }
-            let to = Conversation::new(self.chat, Some(self.topic));
+            let to = self.to;
             let waited = inbox.read("taking a topic's wait for a name", move |store| {
                 store.take_unnamed(to)
             });
             if let Ok(true) = waited.await {
                 outbox.do_send(RenameTopic {
-                    chat: self.chat,
+                    chat: self.to.chat,
                     topic: self.topic,
                     name: self.title,
                 });

@@ -404,7 +404,7 @@ impl CreateTopic {
         name: impl Into<String>,
     ) -> (Self, oneshot::Receiver<Result<ThreadId, OutboxError>>) {
         let (reply, rx) = oneshot::channel();
-        let name: String = name.into().chars().take(TOPIC_NAME_LIMIT).collect();
+        let name = fit_topic_name(&name.into());
         (Self { chat, name, reply }, rx)
     }
 }
@@ -424,6 +424,11 @@ pub struct RenameTopic {
 
 /// Telegram's longest topic name, in characters.
 pub const TOPIC_NAME_LIMIT: usize = 128;
+
+/// `name` cut to [`TOPIC_NAME_LIMIT`] characters.
+pub(super) fn fit_topic_name(name: &str) -> String {
+    name.chars().take(TOPIC_NAME_LIMIT).collect()
+}
 
 /// Shows "typing…" in a chat while `lease` is alive.
 #[derive(Message, Debug)]

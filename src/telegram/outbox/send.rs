@@ -21,7 +21,7 @@ use super::jobs::{CAPTION_LIMIT, CallbackAnswer, FileJob, Job, QuestionJob, Text
 use super::keyboard::SendKeyboard;
 use super::live::{self, ShownMessage};
 use super::post::{Anchor, LaneView, Post, Provenance, lock};
-use super::requests::{Clear, QuestionFile, SendFile, Slot, TOPIC_NAME_LIMIT};
+use super::requests::{Clear, QuestionFile, SendFile, Slot, fit_topic_name};
 use crate::chat::notices::undelivered;
 use crate::events::BotEvent;
 use crate::telegram::call::{FilePart, call, call_with_file};
@@ -232,7 +232,7 @@ impl Post<'_> {
     /// A topic's new name: may go twice (the same name), paced as a
     /// message; a failure is logged and nothing else.
     async fn rename(&mut self, topic: ThreadId, name: String) {
-        let name: String = name.chars().take(TOPIC_NAME_LIMIT).collect();
+        let name = fit_topic_name(&name);
         let (telegram, chat) = (self.telegram, self.chat);
         let result = deliver(
             telegram,
