@@ -69,6 +69,16 @@ pub trait AgentBackend: Send + Sync + 'static {
     fn cannot_resume(&self, _id: &str) -> Option<&'static str> {
         None
     }
+
+    /// How the operator goes on with the session `request` resumes, in the
+    /// agent's own program at the host, for `/handoff`: the exact command,
+    /// or that there is none (the session then goes on only through
+    /// `turnstile attach`). ACP defines no such command, and none of an
+    /// ACP agent's own is known to resume a session a client made, so the
+    /// `acp` backend says there is none.
+    fn handoff(&self, _request: &OpenSession) -> String {
+        notices::ONLY_THROUGH_ATTACH.to_owned()
+    }
 }
 
 /// What a session is opened for.

@@ -11,6 +11,7 @@
 //! which retires it.
 
 mod commands;
+mod handoff;
 mod parking;
 mod state;
 mod steering;
@@ -30,6 +31,7 @@ use actix::{
 use tokio::sync::Semaphore;
 use tracing::Span;
 
+pub use self::handoff::HandedOffBefore;
 use self::parking::Parked;
 use self::state::{ChatState, ChatStep, Hold, HoldsTurn, Left};
 pub use self::switching::{Choose, Chosen};
@@ -93,7 +95,7 @@ pub struct DeliveryEnd;
 
 /// A command for the chat, as the intake parsed it: `/stop` interrupts
 /// the running turn and drops what is queued; `/new` forgets the agent
-/// session, so the next turn starts fresh (`commands.rs`).
+/// session, so the next turn starts fresh; `/handoff` hands it to the host.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct ChatCommand(pub Command);
@@ -247,6 +249,8 @@ pub struct ChatSupervisor {
     /// a turn finishes: the chat's history across turns, not where it is
     /// (the messages waiting one out are the state's [`Hold::Limit`]).
     limit_wait: Option<Duration>,
+    /// The session handed off to the host (`/handoff`), till taken back.
+    handed_off: Option<String>,
 }
 
 impl ChatSupervisor {
@@ -287,6 +291,7 @@ impl ChatSupervisor {
             received: 0,
             idle_timer: None,
             limit_wait: None,
+            handed_off: None,
         }
     }
 
@@ -337,6 +342,7 @@ impl ChatSupervisor {
             || self.warm.is_some()
             || self.prewarming != Prewarming::No
             || self.awaiting.is_some()
+            || self.handed_off.is_some()
         {
             return;
         }
@@ -468,6 +474,9 @@ impl Handler<UserMessage> for ChatSupervisor {
             if !run {
                 self.say(not_accepted(self.shutdown.is_restarting()));
             }
+            return;
+        }
+        if !self.takes_back(&msg) {
             return;
         }
         if msg.rest_follows {

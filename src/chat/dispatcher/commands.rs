@@ -42,7 +42,9 @@ impl Dispatcher {
                 self.say(to, notices::NOTHING_TO_STOP)
             }
             Command::New if self.opens_topics(to) => self.new_in_topic(to, ctx),
-            Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
+            Command::Stop | Command::New | Command::Handoff => {
+                self.deliver(to, ForChat::Command(command), ctx)
+            }
             Command::Model => self.model(asked, ctx),
             Command::Sessions => self.sessions(to, ctx),
             Command::Fork => self.fork(to, ctx),
