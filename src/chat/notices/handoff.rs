@@ -27,8 +27,9 @@ pub fn nothing_yet(attach: &str) -> String {
     )
 }
 
-/// `/handoff` while a turn runs, or a message waits for one.
-pub const BUSY: &str = "⏳ A turn is under way here (or a message waits for one): wait for it to end, or /stop it, then /handoff again. A session never has two writers.";
+/// `/handoff` while a turn runs or its agent finishes, or a message
+/// waits for one.
+pub const BUSY: &str = "⏳ A turn is under way here (or its agent is finishing, or a message waits for one): wait for it to end, or /stop it, then /handoff again. A session never has two writers.";
 
 /// Told before the turn of the message that took the conversation back.
 pub const TAKEN_BACK: &str =
