@@ -373,3 +373,34 @@ async fn a_schedules_run_is_skipped_while_handed_off() {
     text_with(&h, ADMIN, "echo: mine now", 0).await;
     text_with(&h, ADMIN, TAKEN_BACK, 0).await;
 }
+
+#[actix_rt::test]
+async fn a_handed_off_conversation_is_never_retired_as_idle() {
+    let env = [
+        ("TURNSTILE_DISPATCHER_IDLE_EVICTION", "100ms"),
+        ("TURNSTILE_AGENT_KEEP_WARM", "0s"),
+    ];
+    let mut h = Harness::start(Scenario::default(), &env).await;
+    h.say(ADMIN, ADMIN, "hello");
+    h.turn_ended(ADMIN, 1).await;
+    assert!(hand_off(&h, ADMIN).await.starts_with(HANDED_OFF));
+    // A command meanwhile finds the chat idle, and still keeps it.
+    h.say(ADMIN, ADMIN, "/stop");
+    text_with(&h, ADMIN, "Nothing to stop", 0).await;
+    // Another conversation, idle after the handoff: once it is retired,
+    // the handed-off one would have been too.
+    h.say(USER, USER, "hi");
+    h.turn_ended(USER, 1).await;
+    let gauges = Arc::clone(&h.bot.gauges);
+    wait_until("the other conversation retired", SOON, || {
+        gauges.supervisors.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    h.say(ADMIN, ADMIN, "/status");
+    let status = text_with(&h, ADMIN, &format!("chat {ADMIN}:"), 0).await;
+    assert!(status.contains("handed off to the host"), "{status}");
+    assert!(!status.contains(&format!("chat {USER}:")), "{status}");
+    h.say(ADMIN, ADMIN, "again");
+    h.turn_ended(ADMIN, 2).await;
+    text_with(&h, ADMIN, TAKEN_BACK, 0).await;
+}
