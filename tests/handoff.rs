@@ -404,3 +404,49 @@ async fn a_handed_off_conversation_is_never_retired_as_idle() {
     h.turn_ended(ADMIN, 2).await;
     text_with(&h, ADMIN, TAKEN_BACK, 0).await;
 }
+
+/// `turnstile attach` with the bot's state file, in `--json` mode.
+fn attach(db: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .arg("attach")
+        .args(args)
+        .env_clear()
+        .env("TURNSTILE_STATE_PATH", db)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+#[actix_rt::test]
+async fn attach_lists_it_handed_off_and_a_typed_line_takes_it_back() {
+    use tokio::io::AsyncWriteExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    h.say(ADMIN, ADMIN, "hello");
+    h.turn_ended(ADMIN, 1).await;
+    assert!(hand_off(&h, ADMIN).await.starts_with(HANDED_OFF));
+    let listed = attach(&db, &["--json"]).output().await.unwrap();
+    let row = (String::from_utf8_lossy(&listed.stdout).lines())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "conversation" && v["conversation"] == ADMIN.to_string())
+        .unwrap_or_else(|| panic!("not listed: {listed:?}"));
+    assert_eq!(row["state"], "handed off", "{row}");
+    let mut client = attach(&db, &["--json", &ADMIN.to_string()])
+        .spawn()
+        .unwrap();
+    let mut stdin = client.stdin.take().unwrap();
+    stdin.write_all(b"from the host\n").await.unwrap();
+    h.turn_ended(ADMIN, 2).await;
+    let texts = h.texts(ADMIN);
+    let back = texts.iter().position(|t| t.starts_with(TAKEN_BACK));
+    let answer = texts.iter().position(|t| t == "echo: from the host");
+    assert!(
+        matches!((back, answer), (Some(b), Some(a)) if b < a),
+        "taken back, then answered: {texts:?}"
+    );
+    h.bot.stop().await;
+}
