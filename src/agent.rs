@@ -70,12 +70,8 @@ pub trait AgentBackend: Send + Sync + 'static {
         None
     }
 
-    /// How the operator goes on with the session `request` resumes, in the
-    /// agent's own program at the host, for `/handoff`: the exact command,
-    /// or that there is none (the session then goes on only through
-    /// `turnstile attach`). ACP defines no such command, and none of an
-    /// ACP agent's own is known to resume a session a client made, so the
-    /// `acp` backend says there is none.
+    /// For `/handoff`: how to go on with `request`'s session in the agent's
+    /// own program at the host; by default (and for ACP) there is no way.
     fn handoff(&self, _request: &OpenSession) -> String {
         notices::ONLY_THROUGH_ATTACH.to_owned()
     }
@@ -129,10 +125,8 @@ pub struct ProjectPlace {
     pub allowed_tools: Vec<String>,
 }
 
-/// Errors at the backend boundary.
-///
-/// The messages name their cause too, since the turn shows only the
-/// top-level message to the chat.
+/// Errors at the backend boundary; each message names its cause too, since
+/// the turn shows only the top-level message to the chat.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The agent's executable could not be started.
@@ -162,10 +156,8 @@ pub enum AgentError {
     MissingPipes,
 }
 
-/// The host's side of one agent session: commands in, events out.
-///
-/// Dropping the handle kills the session (the backend sees its command
-/// channel close).
+/// The host's side of one agent session: commands in, events out; dropping
+/// the handle kills the session (the backend sees its command channel close).
 #[derive(Debug)]
 pub struct AgentSession {
     /// Commands to the agent, in order.

@@ -429,10 +429,11 @@ async fn attach_lists_it_handed_off_and_a_typed_line_takes_it_back() {
     h.say(ADMIN, ADMIN, "hello");
     h.turn_ended(ADMIN, 1).await;
     assert!(hand_off(&h, ADMIN).await.starts_with(HANDED_OFF));
+    let key = ADMIN.to_string();
     let listed = attach(&db, &["--json"]).output().await.unwrap();
     let row = (String::from_utf8_lossy(&listed.stdout).lines())
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["event"] == "conversation" && v["conversation"] == ADMIN.to_string())
+        .find(|v| v["event"] == "conversation" && v["conversation"] == key.as_str())
         .unwrap_or_else(|| panic!("not listed: {listed:?}"));
     assert_eq!(row["state"], "handed off", "{row}");
     let mut client = attach(&db, &["--json", &ADMIN.to_string()])
