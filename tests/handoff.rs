@@ -70,12 +70,12 @@ async fn hand_off(h: &Harness, chat: i64) -> String {
 /// directories too: run with `HANDOFF_PROBE` set (which the bot never
 /// passes to its agent), the script writes where it runs, its HOME and
 /// CLAUDE_CONFIG_DIR and its arguments there instead.
-struct Odd {
+struct OddPaths {
     fake: FakeLog,
     root: PathBuf,
 }
 
-impl Odd {
+impl OddPaths {
     fn new() -> Self {
         let fake = FakeLog::new(&Scenario::default());
         let root = fake.dir.path().join("it's a $dir");
@@ -104,7 +104,7 @@ impl Odd {
     }
 
     /// The bot on the `claude` backend behind the script, its sessions kept
-    /// warm, its config read from [`Odd::config_file`], state in `db`.
+    /// warm, its config read from [`OddPaths::config_file`], state in `db`.
     async fn start(&self, db: &str) -> (Harness, Arc<ClaudeBackend>) {
         let mut vars = self.fake.env();
         vars.extend(
@@ -157,7 +157,7 @@ fn handoff_rows(db: &Path) -> i64 {
 
 #[actix_rt::test]
 async fn the_answer_is_the_exact_command_and_no_process_is_held() {
-    let odd = Odd::new();
+    let odd = OddPaths::new();
     let db = odd.fake.dir.path().join("state.db");
     let (mut h, backend) = odd.start(&db.display().to_string()).await;
     h.say(ADMIN, ADMIN, "hello");
@@ -207,7 +207,7 @@ async fn the_answer_is_the_exact_command_and_no_process_is_held() {
 
 #[actix_rt::test]
 async fn the_next_message_takes_it_back_in_the_same_session() {
-    let odd = Odd::new();
+    let odd = OddPaths::new();
     let db = odd.fake.dir.path().join("state.db");
     let (mut h, backend) = odd.start(&db.display().to_string()).await;
     h.say(ADMIN, ADMIN, "hello");

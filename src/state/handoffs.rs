@@ -26,8 +26,6 @@ pub struct HandedOff {
     pub to: Conversation,
     /// The agent session it was handed off with.
     pub session: String,
-    /// When (unix ms).
-    pub at: i64,
 }
 
 impl Store {
@@ -56,7 +54,7 @@ impl Store {
     pub fn handoffs(&self) -> Result<Vec<HandedOff>, StateError> {
         let conn = self.lock();
         let mut query = conn.prepare_cached(
-            "SELECT chat_id, topic, session_id, handed_at FROM handoffs ORDER BY handed_at, rowid",
+            "SELECT chat_id, topic, session_id FROM handoffs ORDER BY handed_at, rowid",
         )?;
         let rows = query.query_map([], |r| {
             let topic = i32::try_from(r.get::<_, i64>(1)?).unwrap_or(0);
@@ -64,7 +62,6 @@ impl Store {
             Ok(HandedOff {
                 to: Conversation::new(ChatId(r.get(0)?), topic),
                 session: r.get(2)?,
-                at: r.get(3)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

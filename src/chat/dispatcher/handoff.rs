@@ -23,7 +23,7 @@ impl Dispatcher {
             );
             return false;
         };
-        for HandedOff { to, session, .. } in found {
+        for HandedOff { to, session } in found {
             let entry = self.supervisor(self.topics.now(to), ctx);
             entry.routed += 1;
             entry.addr.do_send(HandedOffBefore(session));
