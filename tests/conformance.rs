@@ -6,6 +6,7 @@
 //! turn, and `/restart`, after which the conversation goes on. The steps
 //! are [`play`]; a frontend is a [`Frontend`] driver, so another frontend
 //! is one more driver. Every wait is for something the frontend shows.
+//! Beside the contract: a stop typed at the terminal is shown in the chat.
 
 mod support;
 
@@ -376,4 +377,53 @@ async fn attach_keeps_the_contract() {
     play(&mut attach).await;
     attach.client.exit().await;
     attach.bot.stop().await;
+}
+
+/// A stop typed at the terminal is shown in the chat once, right before
+/// what the stop says: with a turn running (whose stop drops what the chat
+/// was not sent yet, the terminal's line among it) and with none.
+#[actix_rt::test]
+async fn a_stop_typed_at_the_terminal_is_shown_in_the_chat_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(agent(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    let mut client = Terminal::follow(&db, "1").await;
+    let echo = "⌨️ From the terminal: /stop";
+    let told = |h: &Harness, stop: &str| {
+        let texts = h.texts(1);
+        let at = texts.iter().rposition(|t| t == stop);
+        let echoes = texts.iter().filter(|t| *t == echo).count();
+        (
+            at.is_some_and(|at| at > 0 && texts[at - 1] == echo),
+            echoes,
+            texts,
+        )
+    };
+
+    client.write("wait for it").await;
+    chat_has(&h, "working on it").await;
+    client.write("/stop").await;
+    h.turn_ended(1, 1).await;
+    let stopped = "⏹ Stopped.";
+    chat_has(&h, stopped).await;
+    let (before, echoes, texts) = told(&h, stopped);
+    assert!(before && echoes == 1, "{texts:#?}");
+
+    // Nothing runs: no purge, and still one line for the stop.
+    client.write("/stop").await;
+    let nothing = "Nothing to stop.";
+    chat_has(&h, nothing).await;
+    let (before, echoes, texts) = told(&h, nothing);
+    assert!(before && echoes == 2, "{texts:#?}");
+    assert!(client.exit().await.success());
+}
+
+/// Waits until chat 1 was sent `text`.
+async fn chat_has(h: &Harness, text: &str) {
+    h.api
+        .wait_for(SOON, &format!("{text:?} in the chat"), |_| {
+            h.texts(1).iter().any(|t| t == text).then_some(())
+        })
+        .await;
 }
