@@ -6,12 +6,11 @@
 //!
 //! It is also the chat's backstop: each turn runs under a hard-deadline
 //! timer (`turn.hard_deadline`), armed when the turn starts and cancelled at
-//! TurnEnded, that releases the chat whatever its actors do. When the chat
-//! has been idle for `dispatcher.idle_eviction` it tells the dispatcher,
-//! which retires it.
+//! TurnEnded, that releases the chat whatever its actors do. Idle for
+//! `dispatcher.idle_eviction`, it tells the dispatcher, which retires it.
 
 mod commands;
-mod handoff;
+pub(crate) mod handoff;
 mod parking;
 mod state;
 mod steering;
@@ -31,7 +30,6 @@ use actix::{
 use tokio::sync::Semaphore;
 use tracing::Span;
 
-pub use self::handoff::HandedOffBefore;
 use self::parking::Parked;
 use self::state::{ChatState, ChatStep, Hold, HoldsTurn, Left};
 pub use self::switching::{Choose, Chosen};
@@ -43,7 +41,7 @@ use crate::chat::turn::{AbortTurn, TurnActor, TurnServices};
 use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
-use crate::incoming::{Command, Incoming};
+use crate::incoming::{Command, Incoming, Source};
 use crate::ops::logging::{StartInSpan, context_span};
 use crate::shutdown::Shutdown;
 use crate::state::StoreHandle;
@@ -93,12 +91,17 @@ impl UserMessage {
 #[rtype(result = "()")]
 pub struct DeliveryEnd;
 
-/// A command for the chat, as the intake parsed it: `/stop` interrupts
-/// the running turn and drops what is queued; `/new` forgets the agent
-/// session, so the next turn starts fresh; `/handoff` hands it to the host.
+/// A command for the chat, as the intake parsed it: `/stop`, `/new` and
+/// `/handoff` (`commands.rs`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct ChatCommand(pub Command);
+pub struct ChatCommand {
+    /// The command.
+    pub command: Command,
+    /// Where it was given: a stop typed at the terminal is said in the
+    /// chat by the stop itself, after it dropped what was queued.
+    pub source: Source,
+}
 
 /// The dispatcher retires an idle chat (after [`ChatReport::Idle`]).
 #[derive(Message, Debug)]
@@ -474,9 +477,6 @@ impl Handler<UserMessage> for ChatSupervisor {
             if !run {
                 self.say(not_accepted(self.shutdown.is_restarting()));
             }
-            return;
-        }
-        if !self.takes_back(&msg) {
             return;
         }
         if msg.rest_follows {

@@ -5,7 +5,7 @@
 use actix::Context;
 
 use super::Dispatcher;
-use crate::chat::supervisor::HandedOffBefore;
+use crate::chat::supervisor::handoff::HandedOffBefore;
 use crate::state::{HandedOff, ReadFailed};
 
 impl Dispatcher {
