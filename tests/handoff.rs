@@ -451,3 +451,31 @@ async fn attach_lists_it_handed_off_and_a_typed_line_takes_it_back() {
     );
     h.bot.stop().await;
 }
+
+#[actix_rt::test]
+async fn in_a_group_the_answer_goes_to_the_group_and_only_admins_may_ask() {
+    use support::bot_api::files::{supergroup, text_message};
+    const GROUP: i64 = -100_777;
+    let h = Harness::start(Scenario::default(), &[]).await;
+    h.api.push_message(text_message(
+        supergroup(GROUP, false),
+        USER,
+        "/handoff@turnstile_bot",
+    ));
+    text_with(&h, GROUP, "Only admins can use /handoff.", 0).await;
+    h.api.push_message(text_message(
+        supergroup(GROUP, false),
+        ADMIN,
+        "/handoff@turnstile_bot",
+    ));
+    let answer = text_with(&h, GROUP, NOTHING, 0).await;
+    assert!(
+        answer.ends_with(&format!("\nturnstile attach {GROUP}")),
+        "{answer}"
+    );
+    assert!(
+        h.texts(ADMIN).is_empty(),
+        "nothing privately: {:?}",
+        h.texts(ADMIN)
+    );
+}
