@@ -88,6 +88,8 @@ pub struct OpenSession {
     pub shutdown: crate::shutdown::Shutdown,
     /// Opened ahead of any message (a prewarm): the session comes back once
     /// its agent could take a first message at once, when the backend knows.
+    /// A backend whose agent would start a new session instead (an ACP
+    /// agent that cannot load it) opens none: [`AgentError::NotWarmed`].
     pub warm_up: bool,
 }
 
@@ -150,6 +152,10 @@ pub enum AgentError {
     /// The agent started without the pipes its protocol runs over.
     #[error("could not start the agent: the agent's pipes are missing")]
     MissingPipes,
+    /// A prewarm ([`OpenSession::warm_up`]) found the stored session would
+    /// not be resumed (the agent cannot load it); its process was closed.
+    #[error("the session was not prewarmed: {0}")]
+    NotWarmed(String),
 }
 
 /// The host's side of one agent session: commands in, events out.
