@@ -563,7 +563,7 @@ async fn after_a_restart_a_loadable_session_is_prewarmed_and_takes_the_first_mes
     let first = fake.pids()[0];
     assert_eq!(fake.pids().len(), 2, "the prewarm started one agent");
     let load = fake.sent("session/load");
-    assert_eq!(load.len(), 1);
+    assert_eq!(load.len(), 1, "loaded before it counts as warm");
     assert_eq!(load[0]["params"]["sessionId"], format!("fake-{first}"));
     h.say(USER, USER, "second");
     let (_, outcome, _) = h.turn_ended(USER, 1).await;
@@ -591,8 +591,15 @@ async fn not_prewarmed(env: &[(&str, &str)], why: &str, notice: &str) -> Fake {
     })
     .await;
     let text = logs.text();
-    assert!(text.contains("kept=0 skipped=1"), "{text}");
-    assert!(text.contains(why), "{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("prewarm")).collect();
+    assert!(
+        text.contains("kept=0 skipped=1"),
+        "the prewarm kept a session: {lines:#?}"
+    );
+    assert!(
+        text.contains(why),
+        "the log does not say {why:?}: {lines:#?}"
+    );
     assert_eq!(fake.pids().len(), 2, "the prewarm started the agent");
     wait_until("the prewarm's agent gone", SOON, || backend.running() == 0).await;
     assert_eq!(positions(&h, &[prewarmed]), [None]);
@@ -662,6 +669,46 @@ async fn a_message_during_the_prewarms_load_is_answered_once_by_its_session() {
         backend.running() == 0
     })
     .await;
+}
+
+/// A load that takes longer than the prewarm waits (20 s) is given up:
+/// the agent is closed, nothing reaches the chat, the prewarm goes on.
+#[actix_rt::test]
+async fn a_load_slower_than_the_warm_up_limit_is_given_up() {
+    let logs = LogCapture::start();
+    let fake = Fake::new();
+    let env = [("TURNSTILE_AGENT_ENV_FAKE_ACP_LOAD_DELAY_MS", "60000")];
+    let (h, backend) = restarted(&fake, USER, &env).await;
+    wait_until("the prewarm's last log line", SOON * 4, || {
+        logs.text().contains("prewarm done")
+    })
+    .await;
+    let text = logs.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("prewarm")).collect();
+    assert!(text.contains("kept=0 skipped=1"), "{lines:#?}");
+    assert!(text.contains("was not loaded within 20s"), "{lines:#?}");
+    wait_until("the prewarm's agent gone", SOON, || backend.running() == 0).await;
+    assert!(h.texts(USER).is_empty(), "{:?}", h.texts(USER));
+    assert_eq!(fake.sent("session/new").len(), 1, "only the first bot's");
+    stop(h, &backend).await;
+}
+
+/// Only a stored id no ACP agent could have given is refused ahead of a
+/// prewarm (as the backend's start drops it); whether the agent loads is
+/// its answer to `initialize`.
+#[test]
+fn only_an_id_no_acp_agent_gave_is_refused_a_prewarm() {
+    use turnstile::agent::AgentBackend;
+    let config = turnstile::config::Config::default();
+    let backend = AcpBackend::new(
+        AcpSettings::from_config(&config),
+        Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+    );
+    assert_eq!(backend.cannot_resume("fake-42"), None);
+    assert_eq!(backend.cannot_resume(&"s".repeat(256)), None);
+    for id in [String::new(), "a\nb".into(), "s".repeat(257)] {
+        assert!(backend.cannot_resume(&id).is_some(), "{id:?} is refused");
+    }
 }
 
 #[actix_rt::test]
