@@ -87,9 +87,7 @@ pub struct OpenSession {
     /// Set once the host stops: the backend then refuses the agent's requests.
     pub shutdown: crate::shutdown::Shutdown,
     /// Opened ahead of any message (a prewarm): the session comes back once
-    /// its agent could take a first message at once, when the backend knows.
-    /// A backend whose agent would start a new session instead (an ACP
-    /// agent that cannot load it) opens none: [`AgentError::NotWarmed`].
+    /// its agent could take a first message at once, or [`AgentError::NotWarmed`].
     pub warm_up: bool,
 }
 
@@ -152,8 +150,7 @@ pub enum AgentError {
     /// The agent started without the pipes its protocol runs over.
     #[error("could not start the agent: the agent's pipes are missing")]
     MissingPipes,
-    /// A prewarm ([`OpenSession::warm_up`]) found the stored session would
-    /// not be resumed (the agent cannot load it); its process was closed.
+    /// A prewarm's agent cannot resume the session; its process is closed.
     #[error("the session was not prewarmed: {0}")]
     NotWarmed(String),
 }
