@@ -225,7 +225,6 @@ impl AgentBackend for AcpBackend {
                 Ok(Err(_)) => "the agent's session ended before it was loaded".to_owned(),
                 Err(_) => format!("the session was not loaded within {WARM_UP_LIMIT:?}"),
             };
-            tracing::info!(session = %session.label, why = %why, "prewarm given up; the agent is closed");
             Err(AgentError::NotWarmed(why))
         })
     }
