@@ -426,7 +426,11 @@ async fn a_follower_sees_the_status_line_and_the_answer_as_it_is_written() {
         "started, status, the answer's pieces, said, ended: {kinds:?}"
     );
     let status = &live[first("status")];
-    assert_eq!(status["text"], "🔧 Bash: cargo test\n1 tool call · 0s");
+    let status = status["text"].as_str().unwrap();
+    assert!(
+        status.starts_with("🔧 Bash: cargo test\n1 tool call · "),
+        "{status}"
+    );
     let pieces: Vec<&Value> = live.iter().filter(|v| event(v) == "writing").collect();
     assert!(pieces.len() >= 2, "written in pieces: {pieces:?}");
     assert_eq!(pieces[0]["fresh"], true, "the first piece begins the text");

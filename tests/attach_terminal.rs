@@ -171,6 +171,53 @@ impl Pty {
         rows
     }
 
+    /// Reads what comes until the screen shows `what` (`shows`, given the
+    /// rows and the cursor's column).
+    async fn until_screen(&mut self, what: &str, shows: impl Fn(&[String], u16) -> bool) {
+        let wait = async {
+            while !shows(&self.screen(), self.terminal.screen().cursor_position().1) {
+                self.read_some(what).await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(20), wait)
+            .await
+            .is_err()
+        {
+            panic!("no {what} in time: {:#?}", self.screen());
+        }
+    }
+
+    /// Takes one chunk of what the client printed.
+    async fn read_some(&mut self, what: &str) {
+        match self.chunks.recv().await {
+            Some(chunk) => {
+                self.terminal.process(&chunk);
+                self.raw.extend(chunk);
+            }
+            None => panic!("the terminal closed before {what}: {:?}", self.printed()),
+        }
+    }
+
+    /// Types `keys` one at a time, as a person does, each seen at the end
+    /// of the line being typed before the next. (Keys that come in one
+    /// read wait in rustyline's buffer while its external printer is on,
+    /// until the next key: kkawakam/rustyline#976.)
+    async fn type_line(&mut self, keys: &str) {
+        let mut typed = String::new();
+        for key in keys.chars() {
+            typed.push(key);
+            self.type_keys(&key.to_string());
+            // Rows are read without their trailing blanks: the cursor
+            // tells a blank typed.
+            let line = format!("> {typed}").trim_end().to_string();
+            let column = u16::try_from(2 + typed.chars().count()).unwrap();
+            self.until_screen(&format!("{typed:?} typed"), |rows, cursor| {
+                cursor == column && rows.last().is_some_and(|row| row.ends_with(&line))
+            })
+            .await;
+        }
+    }
+
     /// Waits until `needle` is printed after what was matched before; the
     /// screen from there.
     async fn expect(&mut self, needle: &str) -> String {
@@ -182,21 +229,12 @@ impl Pty {
                     self.read_to += at + needle.len();
                     return printed[from..self.read_to].to_string();
                 }
-                match self.chunks.recv().await {
-                    Some(chunk) => {
-                        self.terminal.process(&chunk);
-                        self.raw.extend(chunk);
-                    }
-                    None => panic!(
-                        "the terminal closed before {needle:?}: {:?}",
-                        self.printed()
-                    ),
-                }
+                self.read_some(&format!("{needle:?}")).await;
             }
         };
         match tokio::time::timeout(Duration::from_secs(20), wait).await {
             Ok(seen) => seen,
-            Err(_) => panic!("no {needle:?} in time: {:?}", self.printed()),
+            Err(_) => panic!("no {needle:?} in time: {:?}", self.raw()),
         }
     }
 
@@ -241,7 +279,8 @@ async fn at_a_terminal_a_typed_line_is_answered_in_colour_and_ctrl_d_leaves_clea
     pty.expect("-- following 1").await;
     pty.expect("> ").await;
 
-    pty.type_keys("hello\r");
+    pty.type_line("hello").await;
+    pty.type_keys("\r");
     pty.expect("bot: echo: hello").await;
     assert!(
         pty.raw().contains("\x1b[1;32mbot:\x1b[0m echo: hello"),
@@ -252,26 +291,28 @@ async fn at_a_terminal_a_typed_line_is_answered_in_colour_and_ctrl_d_leaves_clea
 
     // A line being typed when the chat decides: what comes prints above
     // it, and it is drawn again below, whole.
-    pty.type_keys("ask please\r");
+    h.say(1, USER, "ask please");
     pty.expect("(type a number to answer)").await;
-    pty.type_keys("half a li");
-    pty.expect("half a li").await;
+    pty.type_line("half a li").await;
     let (_, buttons) = question(&h, 1, 1).await;
     h.api.push_callback(1, USER, 0, &data(&buttons, "Allow"));
-    pty.expect("allowed: {\"command\":\"echo hi\"}").await;
-    pty.expect("> half a li").await;
-    let screen = pty.screen();
-    let rows = screen.len();
-    assert!(rows >= 2, "{screen:#?}");
-    assert_eq!(
-        screen[rows - 2..],
-        ["bot: allowed: {\"command\":\"echo hi\"}", "> half a li"],
-        "the answer on its own row, the line typed drawn again below: {screen:#?}"
-    );
+    // Each on a row of its own, whole; the line typed drawn again last.
+    let said = "bot: allowed: {\"command\":\"echo hi\"}";
+    pty.until_screen("the answer above the line typed", |rows, cursor| {
+        rows.iter().any(|row| row == said)
+            && rows.last().is_some_and(|row| row == "> half a li")
+            && cursor == 11
+    })
+    .await;
     h.turn_ended(1, 2).await;
 
     // Ctrl-U clears the line, Ctrl-D on an empty line ends.
-    pty.type_keys("\x15\x04");
+    pty.type_keys("\x15");
+    pty.until_screen("the line cleared", |rows, cursor| {
+        rows.last().is_some_and(|row| row == ">") && cursor == 2
+    })
+    .await;
+    pty.type_keys("\x04");
     pty.expect("-- detached; the conversation goes on").await;
     let status = pty.exited().await;
     assert!(status.success(), "{status:?}: {:?}", pty.printed());
@@ -300,8 +341,7 @@ async fn ctrl_c_leaves_cleanly_and_no_color_is_honoured() {
     pty.expect("bot: echo: hello").await;
     pty.expect("-- following 1").await;
     pty.expect("> ").await;
-    pty.type_keys("not sent");
-    pty.expect("not sent").await;
+    pty.type_line("not sent").await;
     pty.type_keys("\x03");
     pty.expect("-- detached; the conversation goes on").await;
     let status = pty.exited().await;

@@ -90,6 +90,44 @@ struct Fed {
     fresh: bool,
 }
 
+impl Fed {
+    /// Takes `appended` to the text `stream` at `now`: the pieces due (the
+    /// rest of a text it replaces, then this one's when
+    /// [`WRITING_EVERY`] passed or [`WRITING_PIECE_BYTES`] wait).
+    fn write(&mut self, stream: &str, appended: &str, now: Instant) -> Vec<FeedItem> {
+        let mut due = Vec::new();
+        if self.stream != stream {
+            due.extend(self.give(now));
+            *self = Fed {
+                stream: stream.to_string(),
+                fresh: true,
+                ..Fed::default()
+            };
+        }
+        let room = PREVIEW_KEPT_BYTES.saturating_sub(self.bytes);
+        self.bytes += push_within(&mut self.pending, appended, room);
+        let every = self
+            .at
+            .is_none_or(|at| now.saturating_duration_since(at) >= WRITING_EVERY);
+        if every || self.pending.len() >= WRITING_PIECE_BYTES {
+            due.extend(self.give(now));
+        }
+        due
+    }
+
+    /// What was written and not given yet, as one piece given at `now`.
+    fn give(&mut self, now: Instant) -> Option<FeedItem> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.at = Some(now);
+        Some(FeedItem::Writing {
+            text: std::mem::take(&mut self.pending),
+            fresh: std::mem::take(&mut self.fresh),
+        })
+    }
+}
+
 #[derive(Default)]
 struct Status {
     /// Its slot, once it was shown.
@@ -201,35 +239,18 @@ impl LiveView {
         }
     }
 
-    /// Gathers `appended` for the feed; gives it a piece when one is due.
+    /// Gathers `appended` for the feed; gives it the pieces due.
     fn feed_writing(&mut self, stream: &str, appended: &str) {
-        if self.fed.stream != stream {
-            // The text before ends here: its last piece, then the new one.
-            self.give_writing();
-            self.fed = Fed {
-                stream: stream.to_string(),
-                fresh: true,
-                ..Fed::default()
-            };
-        }
-        let fed = &mut self.fed;
-        let room = PREVIEW_KEPT_BYTES.saturating_sub(fed.bytes);
-        fed.bytes += push_within(&mut fed.pending, appended, room);
-        let due = fed.at.is_none_or(|at| at.elapsed() >= WRITING_EVERY);
-        if due || fed.pending.len() >= WRITING_PIECE_BYTES {
-            self.give_writing();
+        for piece in self.fed.write(stream, appended, Instant::now()) {
+            self.events.feed(self.to, piece);
         }
     }
 
     /// Gives the feed what was written and not given yet.
     fn give_writing(&mut self) {
-        if self.fed.pending.is_empty() {
-            return;
+        if let Some(piece) = self.fed.give(Instant::now()) {
+            self.events.feed(self.to, piece);
         }
-        let text = std::mem::take(&mut self.fed.pending);
-        let fresh = std::mem::take(&mut self.fed.fresh);
-        self.fed.at = Some(Instant::now());
-        self.events.feed(self.to, FeedItem::Writing { text, fresh });
     }
 
     /// How long until a preview not shown yet may show
@@ -485,5 +506,58 @@ mod tests {
             folded_text(1, Duration::from_secs(185)),
             "✅ 1 tool call · 3m 05s"
         );
+    }
+
+    fn piece(text: &str, fresh: bool) -> FeedItem {
+        FeedItem::Writing {
+            text: text.into(),
+            fresh,
+        }
+    }
+
+    #[test]
+    fn the_feed_gets_an_answer_in_bounded_pieces_not_a_piece_a_token() {
+        let mut fed = Fed::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(
+            fed.write("a", "Hel", at(0)),
+            [piece("Hel", true)],
+            "the first at once"
+        );
+        assert!(fed.write("a", "lo", at(10)).is_empty(), "gathered");
+        assert!(fed.write("a", " wor", at(20)).is_empty(), "gathered");
+        let every = u64::try_from(WRITING_EVERY.as_millis()).unwrap();
+        assert_eq!(
+            fed.write("a", "ld", at(every)),
+            [piece("lo world", false)],
+            "one piece once the interval passed"
+        );
+        let big = "x".repeat(WRITING_PIECE_BYTES);
+        assert_eq!(
+            fed.write("a", &big, at(every + 1)),
+            [piece(&big, false)],
+            "enough bytes go at once"
+        );
+        assert!(fed.write("a", "!", at(every + 2)).is_empty());
+        // A new text: the rest of the old one, then the new one's start.
+        assert_eq!(
+            fed.write("b", "New", at(every + 3)),
+            [piece("!", false), piece("New", true)]
+        );
+        assert!(fed.write("b", " text", at(every + 4)).is_empty());
+        assert_eq!(fed.give(at(every + 5)), Some(piece(" text", false)));
+        assert_eq!(fed.give(at(every + 6)), None, "nothing left");
+        // However much is written, a text gives at most PREVIEW_KEPT_BYTES.
+        let mut given = 0;
+        for n in 0..100 {
+            for p in fed.write("c", &"y".repeat(1000), at(every * (n + 10))) {
+                let FeedItem::Writing { text, .. } = p else {
+                    panic!("{p:?}")
+                };
+                given += text.len();
+            }
+        }
+        assert_eq!(given, PREVIEW_KEPT_BYTES);
     }
 }
