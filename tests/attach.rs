@@ -365,7 +365,7 @@ async fn a_turn_force_released_at_the_hard_deadline_ends_for_its_followers() {
 }
 
 /// `work`: the agent runs a tool, then writes its answer in three pieces,
-/// 300 ms apart, and ends its turn with it.
+/// 20 ms apart (gathered into fewer), and ends its turn with it.
 fn working() -> (Scenario, String) {
     use turnstile::agent::Step;
     const END: &str = "mcp__telegram-tools__end_turn";
@@ -385,7 +385,7 @@ fn working() -> (Scenario, String) {
             Step::StreamTool {
                 tool: END.into(),
                 pieces,
-                ms: 300,
+                ms: 20,
             },
             Step::Tools {
                 calls: vec![tool(END, serde_json::json!({ "text": whole }))],

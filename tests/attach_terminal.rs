@@ -358,3 +358,27 @@ async fn ctrl_c_leaves_cleanly_and_no_color_is_honoured() {
     );
     assert_eq!(h.texts(1), ["echo: hello"], "Ctrl-C sends nothing");
 }
+
+#[actix_rt::test]
+async fn the_bots_stop_ends_the_client_at_its_prompt_with_the_terminal_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    let mut pty = Pty::attach(&db, "1", &[]);
+    let before = local_modes(&pty.slave);
+    pty.expect("-- following 1").await;
+    pty.type_line("half").await;
+    // The line editor holds the terminal in its raw mode now.
+    assert_ne!(local_modes(&pty.slave), before, "the editor's mode");
+
+    h.bot.stop().await;
+    pty.expect("-- the bot stopped: the attachment ended").await;
+    let status = pty.exited().await;
+    assert!(status.success(), "{status:?}: {:?}", pty.printed());
+    assert_eq!(
+        local_modes(&pty.slave),
+        before,
+        "the terminal's mode restored though the editor was reading"
+    );
+}
