@@ -15,9 +15,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
 use super::protocol::{ClientLine, PROTOCOL_VERSION, ServerLine};
-use super::render::{Renderer, colour_wanted};
+use super::render::{LineRenderer, colour_wanted};
 use super::server::socket_path;
-use super::terminal::{Keyboard, Terminal, Typed};
+use super::terminal::{Entered, Terminal, TypedLines};
 use crate::config::Config;
 use crate::events::Offer;
 
@@ -92,10 +92,10 @@ pub fn run_client(args: &[String]) -> ExitCode {
 
 /// A client at work: how it shows lines, and what it knows of the
 /// conversation it follows.
-struct Session {
+struct ClientSession {
     /// Lines shown as they come (`--json`), else rendered.
     json: bool,
-    renderer: Renderer,
+    renderer: LineRenderer,
     terminal: Terminal,
     /// Until the server says it follows, an error ends the client.
     followed: bool,
@@ -133,9 +133,9 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
         }
         None => Terminal::plain(following),
     };
-    let mut session = Session {
+    let mut session = ClientSession {
         json: options.json,
-        renderer: Renderer::new(colour),
+        renderer: LineRenderer::new(colour),
         terminal,
         followed: false,
         open: Vec::new(),
@@ -145,9 +145,9 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
     code
 }
 
-impl Session {
+impl ClientSession {
     /// Greets, asks, then shows what comes and sends what is typed.
-    async fn run(&mut self, stream: UnixStream, options: &Options, mut typed: Keyboard) -> Ended {
+    async fn run(&mut self, stream: UnixStream, options: &Options, mut typed: TypedLines) -> Ended {
         let (read, mut write) = stream.into_split();
         let mut lines = BufReader::new(read).lines();
         if let Err(err) = self.greeted(&mut lines).await {
@@ -163,7 +163,7 @@ impl Session {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return self.detached(),
                 text = typed.recv(), if following => match text {
-                    Some(Typed::Line(text)) => {
+                    Some(Entered::Line(text)) => {
                         let request = match typed_request(&text, &self.open) {
                             Ok(request) => request,
                             Err(err) => {
@@ -177,7 +177,7 @@ impl Session {
                         }
                     }
                     // Ctrl-C at the editor, Ctrl-D.
-                    Some(Typed::Interrupted) | None => return self.detached(),
+                    Some(Entered::Interrupted) | None => return self.detached(),
                 },
                 raw = lines.next_line() => {
                     let Ok(Some(raw)) = raw else {

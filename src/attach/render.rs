@@ -17,13 +17,13 @@ pub fn colour_wanted(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool
 
 /// Renders lines, keeping the unfinished line of an answer being written.
 #[derive(Debug, Default)]
-pub struct Renderer {
+pub struct LineRenderer {
     colour: bool,
     /// The answer's line being written, not shown yet.
     partial: String,
 }
 
-impl Renderer {
+impl LineRenderer {
     /// A renderer painting when `colour`.
     pub fn new(colour: bool) -> Self {
         Self {
@@ -148,10 +148,10 @@ mod tests {
         assert!(!colour_wanted(false, None));
         assert!(!colour_wanted(true, Some("1".as_ref())));
         assert!(colour_wanted(true, Some("".as_ref())), "an empty NO_COLOR");
-        let mut plain = Renderer::new(false);
+        let mut plain = LineRenderer::new(false);
         let said = ServerLine::Said { text: "hi".into() };
         assert_eq!(plain.render(&said).as_deref(), Some("bot: hi"));
-        let mut painted = Renderer::new(true);
+        let mut painted = LineRenderer::new(true);
         assert_eq!(
             painted.render(&said).as_deref(),
             Some("\x1b[1;32mbot:\x1b[0m hi")
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn an_answer_being_written_shows_line_by_line_and_a_fresh_text_drops_the_rest() {
-        let mut r = Renderer::new(false);
+        let mut r = LineRenderer::new(false);
         assert_eq!(r.render(&writing("Here is", true)), None);
         assert_eq!(
             r.render(&writing(" one\nand two\nand", false)).as_deref(),

@@ -20,7 +20,7 @@ const HISTORY: usize = 500;
 /// What the person at the terminal did; the channel's end is the end of
 /// input (Ctrl-D).
 #[derive(Debug)]
-pub enum Typed {
+pub enum Entered {
     /// A line (not blank).
     Line(String),
     /// Ctrl-C at the line editor.
@@ -36,7 +36,7 @@ enum Screen {
 }
 
 /// The typed lines, as they come.
-pub type Keyboard = mpsc::UnboundedReceiver<Typed>;
+pub type TypedLines = mpsc::UnboundedReceiver<Entered>;
 
 /// The client's terminal.
 pub struct Terminal {
@@ -48,13 +48,13 @@ pub struct Terminal {
 impl Terminal {
     /// Lines read from stdin as they come (`read`: else none), shown on
     /// stdout as they are.
-    pub fn plain(read: bool) -> (Self, Keyboard) {
+    pub fn plain(read: bool) -> (Self, TypedLines) {
         let (tx, typed) = mpsc::unbounded_channel();
         if read {
             std::thread::spawn(move || {
                 for line in std::io::stdin().lock().lines() {
                     let Ok(line) = line else { return };
-                    if !line.trim().is_empty() && tx.send(Typed::Line(line)).is_err() {
+                    if !line.trim().is_empty() && tx.send(Entered::Line(line)).is_err() {
                         return;
                     }
                 }
@@ -69,7 +69,7 @@ impl Terminal {
 
     /// A line editor on the terminal, with history; lines shown print above
     /// the line being typed.
-    pub fn editor() -> Result<(Self, Keyboard), String> {
+    pub fn editor() -> Result<(Self, TypedLines), String> {
         let saved = terminal_mode();
         let config = Config::builder()
             .auto_add_history(true)
@@ -87,12 +87,12 @@ impl Terminal {
                 match editor.readline(PROMPT) {
                     Ok(line) if line.trim().is_empty() => {}
                     Ok(line) => {
-                        if tx.send(Typed::Line(line)).is_err() {
+                        if tx.send(Entered::Line(line)).is_err() {
                             return;
                         }
                     }
                     Err(ReadlineError::Interrupted) => {
-                        let _ = tx.send(Typed::Interrupted);
+                        let _ = tx.send(Entered::Interrupted);
                         return;
                     }
                     Err(ReadlineError::Eof) => return,
