@@ -429,6 +429,28 @@ struct DirectTurn {
     tool_call: Instant,
     result: Instant,
     first_call: Instant,
+    /// What the CLI says of its own way to the first request, when asked
+    /// (`CLAUDE_CODE_EMIT_STARTUP_TIMING=1`).
+    own: Option<OwnTiming>,
+}
+
+/// The CLI's own account of one turn's way to its first API request, from
+/// its `result` line (`time_to_request_ms`, `time_to_request_cpu_ms`).
+#[derive(Debug, Clone, Copy)]
+struct OwnTiming {
+    /// The user line taken → the request sent.
+    to_request_ms: f64,
+    /// CPU time the CLI spent on that way.
+    cpu_ms: f64,
+}
+
+impl OwnTiming {
+    fn of(result: &Value) -> Option<OwnTiming> {
+        Some(OwnTiming {
+            to_request_ms: result["time_to_request_ms"].as_f64()?,
+            cpu_ms: result["time_to_request_cpu_ms"].as_f64()?,
+        })
+    }
 }
 
 impl Direct {
@@ -581,7 +603,41 @@ impl Direct {
                         tool_call: tool_call.ok_or("direct: no tool call before the result")?,
                         result,
                         first_call,
+                        own: OwnTiming::of(&message),
                     });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Waits for the CLI's answer to `initialize`, answering what it asks
+    /// meanwhile: the process is then as ready as a prewarmed one.
+    async fn ready(&mut self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + TURN_TIMEOUT;
+        loop {
+            let line = match tokio::time::timeout_at(deadline, self.lines.next_line()).await {
+                Ok(Ok(Some(line))) => line,
+                Ok(Ok(None)) => return Err("direct: the CLI closed its output".into()),
+                Ok(Err(e)) => return Err(format!("direct: reading the CLI: {e}")),
+                Err(_) => {
+                    return Err(format!(
+                        "direct: no answer to initialize within {TURN_TIMEOUT:?}"
+                    ));
+                }
+            };
+            let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            match message["type"].as_str() {
+                Some("control_request") => {
+                    let (answer, _) = self.answer(&message);
+                    self.write(&answer).await?;
+                }
+                Some("control_response")
+                    if message["response"]["request_id"].as_str() == Some("init_1") =>
+                {
+                    return Ok(());
                 }
                 _ => {}
             }

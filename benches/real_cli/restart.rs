@@ -11,7 +11,8 @@ use super::support::collect::Collector;
 use super::support::figures::{Better, figure};
 use super::support::stats::{Summary, ms, ms_between, ratio, table};
 use super::support::{self, Fakes};
-use super::{Bot, GAP, TURN_TIMEOUT, end_turn_reply, start_bot};
+use super::{Bot, Direct, GAP, OwnTiming, TURN_TIMEOUT, end_turn_reply, start_bot};
+use turnstile::agent::claude::ClaudeSettings;
 
 impl Bot {
     /// Stops the bot and starts it again on the same state file, agent
@@ -72,6 +73,7 @@ pub(super) async fn restart_run(
             after[i],
         );
     }
+    let own = own_first_turns(&fakes, &claude, &bot.settings, iterations).await?;
     let spawned = bot.backend.spawned();
     let _ = bot.bot.stop().await;
     drop(bot.collector.finish());
@@ -119,5 +121,98 @@ pub(super) async fn restart_run(
         GAP.as_millis()
     );
     f.push_str(&table(&["measure", "p50 / p99 / max", "ratio"], &rows));
+    f.push_str(&own.report(iterations));
     Ok((f, Vec::new()))
+}
+
+/// The CLI's own account of its first turn in a process against its later
+/// ones: what is left after a prewarm lies inside the CLI.
+struct OwnFirstTurns {
+    first: Vec<OwnTiming>,
+    later: Vec<OwnTiming>,
+}
+
+/// Turns per process in [`own_first_turns`]: the first, then warm ones.
+const TURNS_PER_PROCESS: usize = 3;
+
+/// `iterations` fresh CLI processes, each driven directly with turnstile's
+/// arguments and `CLAUDE_CODE_EMIT_STARTUP_TIMING=1`: spawned, `initialize`
+/// answered (as a prewarmed session is), then [`TURNS_PER_PROCESS`] turns.
+async fn own_first_turns(
+    fakes: &support::Fakes,
+    claude: &str,
+    base: &ClaudeSettings,
+    iterations: usize,
+) -> Result<OwnFirstTurns, String> {
+    let mut settings = base.clone();
+    settings
+        .process
+        .env
+        .insert("CLAUDE_CODE_EMIT_STARTUP_TIMING".into(), "1".into());
+    let mut own = OwnFirstTurns {
+        first: Vec::new(),
+        later: Vec::new(),
+    };
+    for _ in 0..iterations {
+        let mut direct = Direct::spawn(fakes, claude, &settings).await?;
+        direct.ready().await?;
+        for n in 0..TURNS_PER_PROCESS {
+            tokio::time::sleep(GAP).await;
+            let turn = direct.turn().await?;
+            let timing = turn
+                .own
+                .ok_or("direct: the CLI's result has no time_to_request_ms")?;
+            if n == 0 {
+                &mut own.first
+            } else {
+                &mut own.later
+            }
+            .push(timing);
+        }
+        direct.close().await;
+    }
+    Ok(own)
+}
+
+impl OwnFirstTurns {
+    fn report(&self, iterations: usize) -> String {
+        let cells = |v: &[OwnTiming], pick: fn(&OwnTiming) -> f64| {
+            let v: Vec<f64> = v.iter().map(pick).collect();
+            Summary::of(&v).map_or("–".to_string(), |s| {
+                format!("{} / {} / {}", ms(s.p50), ms(s.p99), ms(s.max))
+            })
+        };
+        let row = |what: &str, v: &[OwnTiming]| {
+            vec![
+                what.to_string(),
+                cells(v, |t| t.to_request_ms),
+                cells(v, |t| t.cpu_ms),
+            ]
+        };
+        let rows = vec![
+            row(
+                "first turn of a process, `initialize` answered",
+                &self.first,
+            ),
+            row("later turns of the same process", &self.later),
+        ];
+        let mut f = String::new();
+        let _ = writeln!(
+            f,
+            "\nWhat is left lies inside the CLI: {iterations} fresh processes driven directly \
+             (`CLAUDE_CODE_EMIT_STARTUP_TIMING=1`, turnstile's arguments, `initialize` answered \
+             before the first turn), {TURNS_PER_PROCESS} turns each, {} ms apart; the CLI's own \
+             `time_to_request_ms` and `time_to_request_cpu_ms` from its `result` lines.\n",
+            GAP.as_millis()
+        );
+        f.push_str(&table(
+            &[
+                "the CLI's own way to its first request",
+                "ms p50 / p99 / max",
+                "CPU ms p50 / p99 / max",
+            ],
+            &rows,
+        ));
+        f
+    }
 }
