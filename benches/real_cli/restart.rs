@@ -11,8 +11,7 @@ use super::support::collect::Collector;
 use super::support::figures::{Better, figure};
 use super::support::stats::{Summary, ms, ms_between, ratio, table};
 use super::support::{self, Fakes};
-use super::{Bot, Direct, GAP, OwnTiming, TURN_TIMEOUT, end_turn_reply, start_bot};
-use turnstile::agent::claude::ClaudeSettings;
+use super::{Bot, ClaudeSettings, Direct, GAP, OwnTiming, TURN_TIMEOUT, end_turn_reply, start_bot};
 
 impl Bot {
     /// Stops the bot and starts it again on the same state file, agent

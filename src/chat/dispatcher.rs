@@ -35,7 +35,7 @@ use crate::chat::turn::{ButtonPressed, TurnServices};
 use crate::config::{AccessConfig, DispatcherConfig};
 use crate::events::{BotEvent, EventBus};
 use crate::ids::{Conversation, Topics};
-use crate::incoming::{Callback, Command, Incoming, Press};
+use crate::incoming::{Callback, Incoming, Press};
 use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
 use crate::schedule::RunDue;
@@ -76,7 +76,7 @@ pub struct RunningTurns;
 enum ForChat {
     Message(UserMessage),
     /// `/stop` or `/new`.
-    Command(Command),
+    Command(ChatCommand),
     Press(ButtonPressed),
     /// The delivery its last messages came in is whole.
     DeliveryEnd,
@@ -290,7 +290,7 @@ impl Dispatcher {
         entry.routed += 1;
         match item {
             ForChat::Message(msg) => entry.addr.do_send(msg),
-            ForChat::Command(command) => entry.addr.do_send(ChatCommand(command)),
+            ForChat::Command(command) => entry.addr.do_send(command),
             ForChat::Press(press) => entry.addr.do_send(press),
             ForChat::DeliveryEnd => entry.addr.do_send(DeliveryEnd),
         }

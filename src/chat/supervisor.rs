@@ -41,7 +41,7 @@ use crate::chat::turn::{AbortTurn, TurnActor, TurnServices};
 use crate::chat::typing::{RetireTyping, TypingActor};
 use crate::events::{EventBus, Gauges};
 use crate::ids::{Conversation, TurnId};
-use crate::incoming::{Command, Incoming};
+use crate::incoming::{Command, Incoming, Source};
 use crate::ops::logging::{StartInSpan, context_span};
 use crate::shutdown::Shutdown;
 use crate::state::StoreHandle;
@@ -96,7 +96,13 @@ pub struct DeliveryEnd;
 /// session, so the next turn starts fresh (`commands.rs`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct ChatCommand(pub Command);
+pub struct ChatCommand {
+    /// The command.
+    pub command: Command,
+    /// Where it was given: a stop typed at the terminal is said in the
+    /// chat by the stop itself, after it dropped what was queued.
+    pub source: Source,
+}
 
 /// The dispatcher retires an idle chat (after [`ChatReport::Idle`]).
 #[derive(Message, Debug)]

@@ -9,6 +9,7 @@ pub mod fake_cli;
 pub mod process;
 #[cfg(feature = "real-cli")]
 pub mod real_cli;
+pub mod terminal;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@ use crate::chat::notices;
 use crate::chat::notices::STORE_UNREADABLE;
 use crate::chat::notices::help::{self, Abilities};
 use crate::chat::notices::settings;
-use crate::chat::supervisor::DescribeChat;
+use crate::chat::supervisor::{ChatCommand, DescribeChat};
 use crate::chat::turn::describe_rule;
 use crate::config::GroupMode;
 use crate::ids::Conversation;
@@ -41,8 +41,11 @@ impl Dispatcher {
             Command::Stop if !self.chats.contains_key(&to) => {
                 self.say(to, notices::NOTHING_TO_STOP)
             }
-            Command::New if self.opens_topics(to) => self.new_in_topic(to, ctx),
-            Command::Stop | Command::New => self.deliver(to, ForChat::Command(command), ctx),
+            Command::New if self.opens_topics(to) => self.new_in_topic(to, asked.source, ctx),
+            Command::Stop | Command::New => {
+                let source = asked.source;
+                self.deliver(to, ForChat::Command(ChatCommand { command, source }), ctx)
+            }
             Command::Model => self.model(asked, ctx),
             Command::Sessions => self.sessions(to, ctx),
             Command::Fork => self.fork(to, ctx),

@@ -14,9 +14,9 @@ use crate::chat::menus::{self, ListKind, Pick};
 use crate::chat::notices;
 use crate::chat::notices::settings;
 use crate::chat::notices::{STORE_UNREADABLE, bounded};
-use crate::chat::supervisor::{Choose, Chosen};
+use crate::chat::supervisor::{ChatCommand, Choose, Chosen};
 use crate::ids::Conversation;
-use crate::incoming::{Command, Incoming, Press};
+use crate::incoming::{Command, Incoming, Press, Source};
 use crate::telegram::outbox::{
     AnswerCallback, Button, CreateTopic, EditQuestion, OutboxError, SendQuestion, SendText,
 };
@@ -281,8 +281,14 @@ impl Dispatcher {
     /// goes on as it was. If Telegram makes no topic, the conversation
     /// starts afresh where it is, as elsewhere. What is written where
     /// `/new` was asked meanwhile waits for Telegram's answer, so it never
-    /// reaches the old session ahead of a fresh start.
-    pub(super) fn new_in_topic(&mut self, from: Conversation, ctx: &mut Context<Self>) {
+    /// reaches the old session ahead of a fresh start. `source`: where
+    /// `/new` was given.
+    pub(super) fn new_in_topic(
+        &mut self,
+        from: Conversation,
+        source: Source,
+        ctx: &mut Context<Self>,
+    ) {
         let (create, created) = CreateTopic::new(from.chat, notices::NEW_TOPIC_NAME.to_owned());
         self.outbox.do_send(create);
         self.opening.entry(from).or_default();
@@ -299,7 +305,8 @@ impl Dispatcher {
                 // Telegram said no: no topic was made.
                 Ok(Err(err @ (OutboxError::Refused(_) | OutboxError::Blocked))) => {
                     tracing::warn!(cause = %err, "no topic for /new; the conversation starts afresh where it is");
-                    act.deliver(from, ForChat::Command(Command::New), ctx);
+                    let command = Command::New;
+                    act.deliver(from, ForChat::Command(ChatCommand { command, source }), ctx);
                 }
                 // The topic may exist: the conversation is not started
                 // afresh, so its session is never lost to a topic that may

@@ -11,7 +11,7 @@ use super::{Dispatcher, ForChat};
 use crate::chat::notices::terminal;
 use crate::chat::turn::ButtonPressed;
 use crate::ids::Conversation;
-use crate::incoming::{Approval, Ask, Callback, Incoming, Press};
+use crate::incoming::{Approval, Ask, Callback, Command, Incoming, Press};
 
 /// A typed line, written to the inbox.
 #[derive(Message, Debug)]
@@ -29,7 +29,13 @@ impl Handler<Typed> for Dispatcher {
                 .to_string(),
             Ask::Unknown(word) => format!("/{word}"),
         };
-        self.say(m.to, terminal::typed(&shown));
+        // A stop its chat acts on drops what the conversation has queued,
+        // this line with it: the stop says it after that.
+        let stopping_a_chat =
+            matches!(m.ask, Ask::Command(Command::Stop)) && self.chats.contains_key(&m.to);
+        if !stopping_a_chat {
+            self.say(m.to, terminal::typed(&shown));
+        }
         self.contained_message(m, ctx);
     }
 }

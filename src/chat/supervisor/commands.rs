@@ -7,18 +7,18 @@ use actix::{ActorContext, AsyncContext, Handler};
 use super::state::{ChatState, ChatStep};
 use super::{ChatCommand, ChatSupervisor, DescribeChat, RetireChat, StopChatForHost};
 use crate::chat::notices;
-use crate::chat::notices::stopping;
+use crate::chat::notices::{stopping, terminal};
 use crate::chat::turn::{ButtonPressed, InterruptTurn, StopForHost};
-use crate::incoming::Command;
+use crate::incoming::{Command, Source};
 use crate::telegram::outbox::{AnswerCallback, Purge};
 
 impl Handler<ChatCommand> for ChatSupervisor {
     type Result = ();
 
-    fn handle(&mut self, ChatCommand(command): ChatCommand, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: ChatCommand, ctx: &mut Self::Context) {
         self.touched(ctx);
-        match command {
-            Command::Stop => self.stop(ctx),
+        match msg.command {
+            Command::Stop => self.stop(msg.source, ctx),
             Command::New => self.forget_session(ctx),
             other => tracing::debug!(
                 command = other.word(),
@@ -32,8 +32,9 @@ impl Handler<ChatCommand> for ChatSupervisor {
 impl ChatSupervisor {
     /// `/stop`: interrupts the running turn and drops what is queued (and
     /// what waits to be routed behind a message the turn has not answered
-    /// for).
-    fn stop(&mut self, ctx: &mut actix::Context<Self>) {
+    /// for). One typed at the terminal is said here, after the purge that
+    /// would have dropped it, so the chat sees where the stop came from.
+    fn stop(&mut self, source: Source, ctx: &mut actix::Context<Self>) {
         let held: Vec<i64> = (self.awaiting.iter_mut())
             .flat_map(|held| held.drain(..))
             .map(|p| p.message.update_id)
@@ -52,13 +53,25 @@ impl ChatSupervisor {
                 let to = self.to;
                 self.outbox.do_send(Purge { to });
                 running.addr.do_send(InterruptTurn);
+                self.said_where(source);
                 self.say(stopping::stopped(dropped));
             }
-            None => match self.cancel_parked(ctx) {
-                0 if dropped > 0 => self.say(stopping::queue_dropped(dropped)),
-                0 => self.say(notices::NOTHING_TO_STOP),
-                parked => self.say(stopping::retry_cancelled(parked + dropped)),
-            },
+            None => {
+                self.said_where(source);
+                match self.cancel_parked(ctx) {
+                    0 if dropped > 0 => self.say(stopping::queue_dropped(dropped)),
+                    0 => self.say(notices::NOTHING_TO_STOP),
+                    parked => self.say(stopping::retry_cancelled(parked + dropped)),
+                }
+            }
+        }
+    }
+
+    /// A stop typed at the terminal, shown in the chat as every typed line
+    /// is (`dispatcher/typed.rs` leaves it to the stop).
+    fn said_where(&self, source: Source) {
+        if source == Source::Terminal {
+            self.say(terminal::typed(&format!("/{}", Command::Stop.word())));
         }
     }
 
