@@ -12,7 +12,9 @@
 mod client;
 mod feed;
 mod protocol;
+mod render;
 mod server;
+mod terminal;
 
 pub use client::run_client;
 pub use protocol::{ClientLine, PROTOCOL_VERSION, ServerLine};

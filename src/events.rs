@@ -139,6 +139,20 @@ pub enum FeedItem {
         /// The text.
         text: String,
     },
+    /// The turn's status line: the tool running now and the calls so far,
+    /// as the chat's status message shows them; one a tool call.
+    Status {
+        /// The line.
+        text: String,
+    },
+    /// More of the answer being written (the text the chat previews),
+    /// a piece at a time; the whole comes as [`FeedItem::Said`].
+    Writing {
+        /// What was written since the last piece.
+        text: String,
+        /// This piece begins a text that replaces the one before.
+        fresh: bool,
+    },
     /// A turn ended.
     TurnEnded {
         /// The turn.
@@ -148,6 +162,8 @@ pub enum FeedItem {
     },
     /// The agent asks the chat an approval (its question(s), as shown).
     Asked {
+        /// Names the ask (the token in its options' answers).
+        token: String,
         /// The question's text.
         question: String,
         /// What can answer it, as its buttons do.
@@ -155,6 +171,8 @@ pub enum FeedItem {
     },
     /// An approval was decided (by a press, a timeout, the turn's end).
     Decided {
+        /// The ask decided.
+        token: String,
         /// The decision, as the question shows it.
         decision: String,
     },

@@ -3,7 +3,9 @@
 //! replaces a stale one, the list shows a conversation, a follower sees a
 //! chat message, its answer and the turn's end, a typed line is in the
 //! inbox before it is acknowledged and is answered in the chat, and the
-//! stop ends the attachment with a clear line and removes the socket.
+//! stop ends the attachment with a clear line and removes the socket; a
+//! follower sees the status line and the answer as it is written, and an
+//! answer to a question no longer open is refused with a line.
 
 mod support;
 
@@ -94,7 +96,7 @@ async fn attach_lists_follows_and_writes_to_a_conversation() {
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     assert_eq!(event(&rows[0]), "hello");
-    assert_eq!(rows[0]["version"], 1);
+    assert_eq!(rows[0]["version"], turnstile::attach::PROTOCOL_VERSION);
     let chat = rows
         .iter()
         .find(|r| event(r) == "conversation")
@@ -360,4 +362,160 @@ async fn a_turn_force_released_at_the_hard_deadline_ends_for_its_followers() {
         .find(|r| event(r) == "conversation")
         .expect("a conversation listed");
     assert_eq!(chat["state"], "idle", "the list no longer says running");
+}
+
+/// `work`: the agent runs a tool, then writes its answer in three pieces,
+/// 20 ms apart (gathered into fewer), and ends its turn with it.
+fn working() -> (Scenario, String) {
+    use turnstile::agent::Step;
+    const END: &str = "mcp__telegram-tools__end_turn";
+    let whole = "Here is the answer you asked for, written piece by piece.";
+    let pieces = vec![
+        "{\"text\":\"Here is the answer".to_string(),
+        " you asked for, written".to_string(),
+        " piece by piece.\"}".to_string(),
+    ];
+    let scenario = Scenario::default().with_rule(
+        "work",
+        turn(vec![
+            Step::Activity {
+                tool: "Bash".into(),
+                input: serde_json::json!({"command": "cargo test"}),
+            },
+            Step::StreamTool {
+                tool: END.into(),
+                pieces,
+                ms: 20,
+            },
+            Step::Tools {
+                calls: vec![tool(END, serde_json::json!({ "text": whole }))],
+            },
+        ]),
+    );
+    (scenario, whole.to_string())
+}
+
+#[actix_rt::test]
+async fn a_follower_sees_the_status_line_and_the_answer_as_it_is_written() {
+    let (scenario, whole) = working();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(scenario, &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    let mut client = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    until(&mut lines, "following", |v| event(v) == "following").await;
+
+    h.say(1, USER, "work");
+    let live = until(&mut lines, "the turn's end", |v| event(v) == "turn_ended").await;
+    let kinds: Vec<&str> = live.iter().map(event).collect();
+    let first = |e: &str| {
+        kinds
+            .iter()
+            .position(|k| *k == e)
+            .unwrap_or_else(|| panic!("{e} in {kinds:?}"))
+    };
+    let last = |e: &str| kinds.iter().rposition(|k| *k == e).unwrap();
+    assert!(
+        first("turn_started") < first("status")
+            && last("status") < first("writing")
+            && last("writing") < first("said")
+            && first("said") < first("turn_ended"),
+        "started, status, the answer's pieces, said, ended: {kinds:?}"
+    );
+    let status = &live[first("status")];
+    let status = status["text"].as_str().unwrap();
+    assert!(
+        status.starts_with("🔧 Bash: cargo test\n1 tool call · "),
+        "{status}"
+    );
+    let pieces: Vec<&Value> = live.iter().filter(|v| event(v) == "writing").collect();
+    assert!(pieces.len() >= 2, "written in pieces: {pieces:?}");
+    assert_eq!(pieces[0]["fresh"], true, "the first piece begins the text");
+    assert!(
+        pieces[1..].iter().all(|p| p["fresh"] == false),
+        "{pieces:?}"
+    );
+    let written: String = pieces.iter().map(|p| p["text"].as_str().unwrap()).collect();
+    assert_eq!(written, whole, "the pieces make the answer");
+    assert_eq!(live[first("said")]["text"], whole.as_str());
+    h.turn_ended(1, 1).await;
+
+    // The history keeps the answer whole, not its pieces nor the status.
+    let mut later = attach(&db, &["--json", "1"])
+        .spawn()
+        .expect("client starts");
+    let mut later_lines = BufReader::new(later.stdout.take().unwrap()).lines();
+    let history = until(&mut later_lines, "following", |v| event(v) == "following").await;
+    let kept: Vec<&str> = history.iter().map(event).collect();
+    assert!(kept.contains(&"said"), "{kept:?}");
+    assert!(
+        !kept.iter().any(|k| *k == "writing" || *k == "status"),
+        "{kept:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn an_answer_to_a_question_no_longer_open_is_refused_with_a_line() {
+    use tokio::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(asking(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    // Speaking the protocol itself: the client would not send it.
+    let socket = UnixStream::connect(dir.path().join("state.db.attach"))
+        .await
+        .expect("the socket opens");
+    let (read, mut write) = socket.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("the server goes on");
+        serde_json::from_str(&line).expect("a JSON line")
+    };
+    assert_eq!(event(&next().await), "hello");
+    write
+        .write_all(b"{\"ask\":\"follow\",\"conversation\":\"1\"}\n")
+        .await
+        .unwrap();
+    assert_eq!(event(&next().await), "following");
+
+    h.say(1, USER, "ask please");
+    let asked = loop {
+        let line = next().await;
+        if event(&line) == "asked" {
+            break line;
+        }
+    };
+    let allow = asked["options"][0]["answer"].as_str().unwrap().to_string();
+    // Decided in the chat first.
+    question(&h, 1, 1).await;
+    h.api.push_callback(1, USER, 0, &allow);
+    loop {
+        if event(&next().await) == "decided" {
+            break;
+        }
+    }
+    let answer = serde_json::json!({"ask": "answer", "answer": allow});
+    write
+        .write_all(format!("{answer}\n").as_bytes())
+        .await
+        .unwrap();
+    let refused = loop {
+        let line = next().await;
+        if event(&line) == "error" {
+            break line;
+        }
+        assert_ne!(event(&line), "decided", "decided once: {line}");
+    };
+    assert_eq!(
+        refused["message"],
+        "no question of this conversation waits for that answer: it was decided, or its turn ended"
+    );
+    h.turn_ended(1, 1).await;
 }

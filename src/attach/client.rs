@@ -1,20 +1,23 @@
 //! `turnstile attach [--config FILE] [--json] [CONVERSATION]`: without a
 //! conversation, the list; with one, its recent history, then what it
-//! shows live, and each line typed on stdin sent to it. `--json` prints
-//! the server's lines as they come; otherwise they are rendered, in colour
-//! only on a terminal. Ctrl-C, Ctrl-D (the end of stdin) and the bot's
-//! stop end it cleanly.
+//! shows live, and each line typed sent to it. On a terminal the lines are
+//! typed in a line editor with history (`terminal`) and rendered in
+//! colour (`render`; not with `NO_COLOR`); `--json` prints the server's
+//! lines as they come and reads stdin line by line. Ctrl-C, Ctrl-D (the
+//! end of stdin) and the bot's stop end it cleanly, with exit code 0 and
+//! the terminal as it was.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 
 use super::protocol::{ClientLine, PROTOCOL_VERSION, ServerLine};
+use super::render::{LineRenderer, colour_wanted};
 use super::server::socket_path;
+use super::terminal::{Entered, Terminal, TypedLines};
 use crate::config::Config;
 use crate::events::Offer;
 
@@ -87,83 +90,24 @@ pub fn run_client(args: &[String]) -> ExitCode {
     code
 }
 
-/// How lines are printed.
-struct Printer {
+/// A client at work: how it shows lines, and what it knows of the
+/// conversation it follows.
+struct ClientSession {
+    /// Lines shown as they come (`--json`), else rendered.
     json: bool,
-    colour: bool,
+    renderer: LineRenderer,
+    terminal: Terminal,
+    /// Until the server says it follows, an error ends the client.
+    followed: bool,
+    /// The answers of the latest question still open.
+    open: Vec<Offer>,
 }
 
-impl Printer {
-    fn print(&self, raw: &str, line: &ServerLine) {
-        let mut out = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(out, "{raw}")
-        } else {
-            writeln!(out, "{}", self.render(line))
-        };
-        let _ = out.flush();
-    }
+/// How a session ended: the exit code, and a last line for stdout.
+type Ended = (ExitCode, Option<String>);
 
-    fn paint(&self, code: &str, text: &str) -> String {
-        if self.colour {
-            format!("\x1b[{code}m{text}\x1b[0m")
-        } else {
-            text.to_string()
-        }
-    }
-
-    fn render(&self, line: &ServerLine) -> String {
-        match line {
-            ServerLine::Hello { version } => format!("protocol {version}"),
-            ServerLine::Conversation {
-                conversation,
-                title,
-                state,
-                last_activity,
-                ..
-            } => format!(
-                "{:<24} {:<8} {:<20} {}",
-                conversation,
-                state,
-                chrono::DateTime::from_timestamp(*last_activity, 0)
-                    .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
-                    .unwrap_or_default(),
-                title
-            ),
-            ServerLine::Listed { count } => format!("{count} conversation(s)"),
-            ServerLine::Following { conversation } => self.paint(
-                "2",
-                &format!("-- following {conversation} (Ctrl-D or Ctrl-C ends)"),
-            ),
-            ServerLine::Message { from, text } => {
-                format!("{} {text}", self.paint("1;36", &format!("{from}:")))
-            }
-            ServerLine::TurnStarted { turn } => self.paint("2", &format!("-- turn {turn} started")),
-            ServerLine::Said { text } => format!("{} {text}", self.paint("1;32", "bot:")),
-            ServerLine::TurnEnded { turn, outcome } => {
-                self.paint("2", &format!("-- turn {turn} ended: {outcome}"))
-            }
-            ServerLine::Asked { question, options } => {
-                let mut shown = format!("{} {question}", self.paint("1;33", "approval asked:"));
-                for (n, offer) in options.iter().enumerate() {
-                    shown.push_str(&format!("\n  [{}] {}", n + 1, offer.label));
-                }
-                if !options.is_empty() {
-                    shown.push_str(&self.paint("2", "\n  (type a number to answer)"));
-                }
-                shown
-            }
-            ServerLine::Decided { decision } => self.paint("33", &format!("-- {decision}")),
-            ServerLine::Accepted { update_id } => self.paint("2", &format!("(sent, #{update_id})")),
-            ServerLine::Missed { count } => self.paint(
-                "33",
-                &format!("… {count} line(s) missed: this terminal fell behind"),
-            ),
-            ServerLine::Bye { reason } => self.paint("33", &format!("-- {reason}")),
-            ServerLine::Error { message } => self.paint("31", &format!("error: {message}")),
-        }
-    }
-}
+/// The line shown when the person leaves (Ctrl-C, Ctrl-D).
+const DETACHED: &str = "-- detached; the conversation goes on";
 
 /// Connects, asks, and prints until the end; the exit code.
 async fn attach(path: PathBuf, options: Options) -> ExitCode {
@@ -177,91 +121,146 @@ async fn attach(path: PathBuf, options: Options) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let printer = Printer {
-        json: options.json,
-        colour: std::io::stdout().is_terminal(),
-    };
-    let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    if let Err(err) = greeted(&mut lines, &printer).await {
-        eprintln!("turnstile: {err}");
-        return ExitCode::from(1);
-    }
-    let first = opening(&options);
-    if send(&mut write, &first).await.is_err() {
-        eprintln!("turnstile: the bot closed the socket");
-        return ExitCode::from(1);
-    }
     let following = options.conversation.is_some();
-    let mut typed = if following {
-        read_stdin()
-    } else {
-        mpsc::unbounded_channel().1
-    };
-    // Until the server says it follows, an error ends the client.
-    let mut followed = false;
-    // The answers of the latest question still open.
-    let mut open: Vec<Offer> = Vec::new();
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
-            text = typed.recv(), if following => match text {
-                Some(text) => {
-                    let request = match typed_request(&text, &open) {
-                        Ok(request) => request,
-                        Err(err) => {
-                            eprintln!("turnstile: {err}");
-                            continue;
-                        }
-                    };
-                    if send(&mut write, &request).await.is_err() {
-                        eprintln!("turnstile: the bot closed the socket");
-                        return ExitCode::from(1);
-                    }
-                }
-                // Ctrl-D.
-                None => return ExitCode::SUCCESS,
-            },
-            raw = lines.next_line() => {
-                let Ok(Some(raw)) = raw else {
-                    eprintln!("turnstile: the bot closed the attachment");
-                    return ExitCode::from(1);
-                };
-                let Ok(line) = serde_json::from_str::<ServerLine>(&raw) else {
-                    eprintln!("turnstile: an unreadable line from the bot: {raw}");
-                    continue;
-                };
-                printer.print(&raw, &line);
-                match line {
-                    ServerLine::Asked { options, .. } => open = options,
-                    ServerLine::Decided { .. } => open.clear(),
-                    ServerLine::Listed { .. } => return ExitCode::SUCCESS,
-                    ServerLine::Bye { .. } => return ExitCode::SUCCESS,
-                    ServerLine::Following { .. } => followed = true,
-                    ServerLine::Error { .. } if !followed => return ExitCode::from(1),
-                    _ => {}
-                }
-            }
+    let on_terminal = std::io::stdout().is_terminal();
+    let colour = colour_wanted(on_terminal, std::env::var_os("NO_COLOR").as_deref());
+    let interactive = following && !options.json && on_terminal && std::io::stdin().is_terminal();
+    let (terminal, typed) = match interactive.then(Terminal::editor) {
+        Some(Ok(editor)) => editor,
+        Some(Err(err)) => {
+            eprintln!("turnstile: {err}; reading plain lines");
+            Terminal::plain(true)
         }
-    }
+        None => Terminal::plain(following),
+    };
+    let mut session = ClientSession {
+        json: options.json,
+        renderer: LineRenderer::new(colour),
+        terminal,
+        followed: false,
+        open: Vec::new(),
+    };
+    let (code, last) = session.run(stream, &options, typed).await;
+    session.terminal.close(last.as_deref());
+    code
 }
 
-/// Reads the server's first line: it must speak [`PROTOCOL_VERSION`].
-async fn greeted(
-    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
-    printer: &Printer,
-) -> Result<(), String> {
-    let Ok(Some(raw)) = lines.next_line().await else {
-        return Err("the bot closed the socket before greeting".into());
-    };
-    match serde_json::from_str::<ServerLine>(&raw) {
-        Ok(line @ ServerLine::Hello { version }) if version == PROTOCOL_VERSION => {
-            if printer.json {
-                printer.print(&raw, &line);
-            }
-            Ok(())
+impl ClientSession {
+    /// Greets, asks, then shows what comes and sends what is typed.
+    async fn run(&mut self, stream: UnixStream, options: &Options, mut typed: TypedLines) -> Ended {
+        let (read, mut write) = stream.into_split();
+        let mut lines = BufReader::new(read).lines();
+        if let Err(err) = self.greeted(&mut lines).await {
+            self.terminal.warn(&err);
+            return (ExitCode::from(1), None);
         }
-        _ => Err(format!("the bot speaks another attach protocol: {raw}")),
+        if send(&mut write, &opening(options)).await.is_err() {
+            self.terminal.warn("the bot closed the socket");
+            return (ExitCode::from(1), None);
+        }
+        let following = options.conversation.is_some();
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return self.detached(),
+                text = typed.recv(), if following => match text {
+                    Some(Entered::Line(text)) => {
+                        let request = match typed_request(&text, &self.open) {
+                            Ok(request) => request,
+                            Err(err) => {
+                                self.terminal.warn(&err);
+                                continue;
+                            }
+                        };
+                        if send(&mut write, &request).await.is_err() {
+                            self.terminal.warn("the bot closed the socket");
+                            return (ExitCode::from(1), None);
+                        }
+                    }
+                    // Ctrl-C at the editor, Ctrl-D.
+                    Some(Entered::Interrupted) | None => return self.detached(),
+                },
+                raw = lines.next_line() => {
+                    let Ok(Some(raw)) = raw else {
+                        self.terminal.warn("the bot closed the attachment");
+                        return (ExitCode::from(1), None);
+                    };
+                    if let Some(ended) = self.heard(&raw) {
+                        return ended;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The person left: a short line (none in `--json`), exit code 0.
+    fn detached(&self) -> Ended {
+        (
+            ExitCode::SUCCESS,
+            (!self.json).then(|| DETACHED.to_string()),
+        )
+    }
+
+    /// Shows one line of the server; the end, when it ends the session
+    /// (its line then is the last one).
+    fn heard(&mut self, raw: &str) -> Option<Ended> {
+        let Ok(line) = serde_json::from_str::<ServerLine>(raw) else {
+            self.terminal
+                .warn(&format!("an unreadable line from the bot: {raw}"));
+            return None;
+        };
+        let shown = if self.json {
+            Some(raw.to_string())
+        } else {
+            self.renderer.render(&line)
+        };
+        let code = match line {
+            ServerLine::Listed { .. } | ServerLine::Bye { .. } => Some(ExitCode::SUCCESS),
+            ServerLine::Error { .. } if !self.followed => Some(ExitCode::from(1)),
+            ServerLine::Asked { options, .. } => {
+                self.open = options;
+                None
+            }
+            ServerLine::Decided { .. } => {
+                self.open.clear();
+                None
+            }
+            ServerLine::Following { .. } => {
+                self.followed = true;
+                None
+            }
+            _ => None,
+        };
+        match code {
+            // The last line goes out as the terminal is given back.
+            Some(code) => Some((code, shown)),
+            None => {
+                if let Some(shown) = shown {
+                    self.terminal.show(&shown);
+                }
+                None
+            }
+        }
+    }
+
+    /// Reads the server's first line: it must speak [`PROTOCOL_VERSION`].
+    async fn greeted(
+        &mut self,
+        lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    ) -> Result<(), String> {
+        let Ok(Some(raw)) = lines.next_line().await else {
+            return Err("the bot closed the socket before greeting".into());
+        };
+        match serde_json::from_str::<ServerLine>(&raw) {
+            Ok(ServerLine::Hello { version }) if version == PROTOCOL_VERSION => {
+                if self.json {
+                    self.terminal.show(&raw);
+                }
+                Ok(())
+            }
+            _ => Err(format!(
+                "the bot speaks another attach protocol (this client speaks {PROTOCOL_VERSION}): {raw}"
+            )),
+        }
     }
 }
 
@@ -323,21 +322,4 @@ async fn send(
     let mut text = serde_json::to_string(line).map_err(std::io::Error::other)?;
     text.push('\n');
     write.write_all(text.as_bytes()).await
-}
-
-/// The lines typed on stdin, read on a thread of their own; closed at its end.
-fn read_stdin() -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { return };
-            if line.trim().is_empty() {
-                continue;
-            }
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
 }

@@ -108,8 +108,9 @@ struct FeedState {
     taken: u64,
     /// Conversations with a turn running.
     running: HashMap<Conversation, u64>,
-    /// Approvals asked and not yet decided, per conversation.
-    asked: HashMap<Conversation, u32>,
+    /// Approvals asked and not yet decided (their tokens), per
+    /// conversation.
+    asked: HashMap<Conversation, Vec<String>>,
     /// The followers.
     followers: Vec<Follower>,
 }
@@ -143,7 +144,8 @@ impl Feed {
         feed
     }
 
-    /// One item of a conversation: kept, and handed to its followers.
+    /// One item of a conversation: kept (not the live-only lines), and
+    /// handed to its followers.
     fn take(&self, to: Conversation, item: &FeedItem) {
         let mut known = self.lock();
         match item {
@@ -156,24 +158,32 @@ impl Feed {
                     known.asked.remove(&to);
                 }
             }
-            FeedItem::Asked { .. } => *known.asked.entry(to).or_default() += 1,
-            FeedItem::Decided { .. } => {
+            FeedItem::Asked { token, .. } => known.asked.entry(to).or_default().push(token.clone()),
+            FeedItem::Decided { token, .. } => {
                 if let Some(asked) = known.asked.get_mut(&to) {
-                    *asked = asked.saturating_sub(1);
+                    asked.retain(|open| open != token);
+                    if asked.is_empty() {
+                        known.asked.remove(&to);
+                    }
                 }
             }
-            FeedItem::Message { .. } | FeedItem::Said { .. } => {}
+            FeedItem::Message { .. }
+            | FeedItem::Said { .. }
+            | FeedItem::Status { .. }
+            | FeedItem::Writing { .. } => {}
         }
         let line = ServerLine::of(item);
-        known.taken += 1;
-        let now = known.taken;
-        if !known.history.contains_key(&to) && known.history.len() >= CONVERSATIONS {
-            let oldest = known.history.iter().min_by_key(|(_, h)| h.last);
-            if let Some(oldest) = oldest.map(|(to, _)| *to) {
-                known.history.remove(&oldest);
+        if line.kept() {
+            known.taken += 1;
+            let now = known.taken;
+            if !known.history.contains_key(&to) && known.history.len() >= CONVERSATIONS {
+                let oldest = known.history.iter().min_by_key(|(_, h)| h.last);
+                if let Some(oldest) = oldest.map(|(to, _)| *to) {
+                    known.history.remove(&oldest);
+                }
             }
+            known.history.entry(to).or_default().push(line.clone(), now);
         }
-        known.history.entry(to).or_default().push(line.clone(), now);
         known
             .followers
             .retain_mut(|f| f.to != to || f.offer(line.clone()));
@@ -206,10 +216,19 @@ impl Feed {
     /// approval`.
     pub fn busy(&self, to: Conversation) -> Option<&'static str> {
         let known = self.lock();
-        if known.asked.get(&to).is_some_and(|n| *n > 0) {
+        if known.asked.contains_key(&to) {
             return Some("waiting for an approval");
         }
         known.running.contains_key(&to).then_some("running")
+    }
+
+    /// Whether the ask `token` of `to` is still waiting for its answer.
+    pub fn open(&self, to: Conversation, token: &str) -> bool {
+        let known = self.lock();
+        known
+            .asked
+            .get(&to)
+            .is_some_and(|asked| asked.iter().any(|t| t == token))
     }
 }
 
@@ -288,12 +307,14 @@ mod tests {
         feed.take(to, &FeedItem::TurnStarted { turn: TurnId(4) });
         assert_eq!(feed.busy(to), Some("running"));
         let asked = FeedItem::Asked {
+            token: "t1".into(),
             question: "Run `ls`?".into(),
             options: Vec::new(),
         };
         feed.take(to, &asked);
         assert_eq!(feed.busy(to), Some("waiting for an approval"));
         let decided = FeedItem::Decided {
+            token: "t1".into(),
             decision: "✅ Allowed".into(),
         };
         feed.take(to, &decided);
@@ -310,5 +331,71 @@ mod tests {
             },
         );
         assert_eq!(feed.busy(to), None, "a turn's end closes its questions");
+    }
+
+    #[test]
+    fn a_question_is_open_from_its_asking_to_its_decision_in_its_conversation_alone() {
+        let feed = Feed::default();
+        let to = Conversation::from(ChatId(5));
+        let ask = |token: &str| FeedItem::Asked {
+            token: token.into(),
+            question: "Run `ls`?".into(),
+            options: Vec::new(),
+        };
+        feed.take(to, &FeedItem::TurnStarted { turn: TurnId(1) });
+        feed.take(to, &ask("a"));
+        feed.take(to, &ask("b"));
+        assert!(feed.open(to, "a") && feed.open(to, "b"));
+        assert!(!feed.open(ChatId(6).into(), "a"), "another conversation's");
+        let decided = |token: &str| FeedItem::Decided {
+            token: token.into(),
+            decision: "✅ Allowed".into(),
+        };
+        feed.take(to, &decided("a"));
+        assert!(!feed.open(to, "a"), "decided");
+        assert!(feed.open(to, "b"), "the other one waits still");
+        assert_eq!(feed.busy(to), Some("waiting for an approval"));
+        feed.take(to, &decided("b"));
+        assert_eq!(feed.busy(to), Some("running"));
+    }
+
+    #[test]
+    fn the_status_and_the_pieces_of_an_answer_are_live_only() {
+        let feed = Feed::default();
+        let to = Conversation::from(ChatId(5));
+        let (_, mut rx) = feed.follow(to);
+        let live = [
+            FeedItem::Status {
+                text: "🔧 Bash: ls\n1 tool call · 0s".into(),
+            },
+            FeedItem::Writing {
+                text: "Here is".into(),
+                fresh: true,
+            },
+            FeedItem::Writing {
+                text: " the answer".into(),
+                fresh: false,
+            },
+            FeedItem::Said {
+                text: "Here is the answer".into(),
+            },
+        ];
+        for item in &live {
+            feed.take(to, item);
+        }
+        let mut got = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            got.push(line);
+        }
+        let sent: Vec<ServerLine> = live.iter().map(ServerLine::of).collect();
+        assert_eq!(got, sent, "a follower gets every line, in order");
+        let (history, _rx) = feed.follow(to);
+        assert_eq!(
+            history,
+            [ServerLine::Said {
+                text: "Here is the answer".into()
+            }],
+            "the history keeps the answer whole, not its pieces nor the status"
+        );
     }
 }

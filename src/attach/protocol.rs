@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::events::{FeedItem, Offer};
 use crate::ids::Conversation;
 
-/// The protocol's version, on the server's first line.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol's version, on the server's first line: 2 added
+/// [`ServerLine::Status`] and [`ServerLine::Writing`].
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What a client asks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +88,20 @@ pub enum ServerLine {
         /// The text.
         text: String,
     },
+    /// The turn's status line (the tool running now, the calls so far);
+    /// live only, not kept in the history.
+    Status {
+        /// The line, as the chat's status message shows it.
+        text: String,
+    },
+    /// More of the answer being written; live only: the history keeps the
+    /// whole, as [`ServerLine::Said`].
+    Writing {
+        /// What was written since the last piece.
+        text: String,
+        /// This piece begins a text that replaces the one before.
+        fresh: bool,
+    },
     /// A turn ended.
     TurnEnded {
         /// The turn.
@@ -143,14 +158,27 @@ impl ServerLine {
                 turn: turn.get(),
                 outcome: outcome.label().to_string(),
             },
-            FeedItem::Asked { question, options } => Self::Asked {
+            FeedItem::Status { text } => Self::Status { text: text.clone() },
+            FeedItem::Writing { text, fresh } => Self::Writing {
+                text: text.clone(),
+                fresh: *fresh,
+            },
+            FeedItem::Asked {
+                question, options, ..
+            } => Self::Asked {
                 question: question.clone(),
                 options: options.clone(),
             },
-            FeedItem::Decided { decision } => Self::Decided {
+            FeedItem::Decided { decision, .. } => Self::Decided {
                 decision: decision.clone(),
             },
         }
+    }
+
+    /// Whether the line is kept in a conversation's history: not the
+    /// status line nor the pieces of an answer (the answer is kept whole).
+    pub fn kept(&self) -> bool {
+        !matches!(self, Self::Status { .. } | Self::Writing { .. })
     }
 
     /// The line as sent: JSON and a newline.

@@ -237,6 +237,12 @@ async fn answer(
         Ok(ClientLine::Answer { answer }) => match (following, Callback::parse(&answer)) {
             (None, _) => error("follow a conversation before answering its question".into()),
             (Some((to, _)), Callback::Approval(approval)) => {
+                if !core.feed.open(*to, &approval.token) {
+                    tracing::info!(conversation = %to, "attach: an answer to a question not open; refused");
+                    return error(
+                        "no question of this conversation waits for that answer: it was decided, or its turn ended".into(),
+                    );
+                }
                 core.dispatcher
                     .do_send(TerminalAnswer { to: *to, approval });
                 Vec::new()

@@ -111,6 +111,7 @@ impl TurnActor {
             deps.out.outbox.clone(),
             deps.workdir_of(to).to_string_lossy().into_owned(),
             spec.answer_to,
+            deps.books.events.clone(),
         );
         Self {
             spec,

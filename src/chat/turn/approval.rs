@@ -251,6 +251,7 @@ impl TurnActor {
         self.deps.books.events.feed(
             self.spec.to,
             FeedItem::Asked {
+                token: token.clone(),
                 question: texts.join("\n\n"),
                 options,
             },
@@ -335,6 +336,7 @@ impl TurnActor {
         self.deps.books.events.feed(
             self.spec.to,
             FeedItem::Decided {
+                token: token.to_string(),
                 decision: shown.to_string(),
             },
         );

@@ -3,7 +3,11 @@
 //! `progress.after`, and a preview of the answer as the agent writes it,
 //! which then becomes the answer. Both are live slots of the outbox: it
 //! sends them once, edits them, drops an edit a newer one replaced, and
-//! lets them give way to real messages. Nothing here decides the turn.
+//! lets them give way to real messages. The same status line, and the
+//! answer's growth in pieces, go to the attach feed as they happen (a
+//! terminal has no rate limit to respect, but pieces are gathered: at most
+//! one every [`WRITING_EVERY`] unless [`WRITING_PIECE_BYTES`] wait, within
+//! [`PREVIEW_KEPT_BYTES`] a text). Nothing here decides the turn.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +17,7 @@ use teloxide::types::MessageId;
 
 use crate::agent::tools::ToolName;
 use crate::config::{Keep, ProgressConfig, Stream};
+use crate::events::{EventBus, FeedItem};
 use crate::ids::Conversation;
 use crate::telegram::outbox::{Clear, Outbox, Show, ShowAs, Slot};
 
@@ -23,19 +28,28 @@ pub const PREVIEW_AFTER_CHARS: usize = 40;
 /// units at most (the answer itself comes whole from the tool call).
 pub const PREVIEW_KEPT_BYTES: usize = 16 * 1024;
 
+/// The attach feed gets a piece of the answer at most this often...
+pub const WRITING_EVERY: Duration = Duration::from_millis(250);
+
+/// ... unless this many bytes of it wait.
+pub const WRITING_PIECE_BYTES: usize = 512;
+
 /// Appends `appended` to a preview's `text` within [`PREVIEW_KEPT_BYTES`]
 /// (cut at a char); whether the text changed.
 fn grow(text: &mut String, appended: &str) -> bool {
     let room = PREVIEW_KEPT_BYTES.saturating_sub(text.len());
-    if room == 0 || appended.is_empty() {
-        return false;
-    }
+    push_within(text, appended, room) > 0
+}
+
+/// Appends at most `room` bytes of `appended` to `text` (cut at a char);
+/// how many it appended.
+fn push_within(text: &mut String, appended: &str, room: usize) -> usize {
     let mut end = appended.len().min(room);
     while !appended.is_char_boundary(end) {
         end -= 1;
     }
     text.push_str(&appended[..end]);
-    end > 0
+    end
 }
 
 /// The longest summary of a tool's input on the status line.
@@ -53,8 +67,65 @@ pub(crate) struct LiveView {
     answer_to: Option<MessageId>,
     status: Status,
     preview: Option<Preview>,
+    /// Where the attach feed is told.
+    events: EventBus,
+    /// What the feed was given of the text being written.
+    fed: Fed,
     /// Set at the end of the turn: nothing more is shown.
     over: bool,
+}
+
+/// The answer being written, as the attach feed gets it: in pieces.
+#[derive(Default)]
+struct Fed {
+    /// Which growing text (a new one starts afresh).
+    stream: String,
+    /// Written and not given yet.
+    pending: String,
+    /// Bytes of this text given or pending, within [`PREVIEW_KEPT_BYTES`].
+    bytes: usize,
+    /// When a piece was last given.
+    at: Option<Instant>,
+    /// The next piece begins a new text.
+    fresh: bool,
+}
+
+impl Fed {
+    /// Takes `appended` to the text `stream` at `now`: the pieces due (the
+    /// rest of a text it replaces, then this one's when
+    /// [`WRITING_EVERY`] passed or [`WRITING_PIECE_BYTES`] wait).
+    fn write(&mut self, stream: &str, appended: &str, now: Instant) -> Vec<FeedItem> {
+        let mut due = Vec::new();
+        if self.stream != stream {
+            due.extend(self.give(now));
+            *self = Fed {
+                stream: stream.to_string(),
+                fresh: true,
+                ..Fed::default()
+            };
+        }
+        let room = PREVIEW_KEPT_BYTES.saturating_sub(self.bytes);
+        self.bytes += push_within(&mut self.pending, appended, room);
+        let every = self
+            .at
+            .is_none_or(|at| now.saturating_duration_since(at) >= WRITING_EVERY);
+        if every || self.pending.len() >= WRITING_PIECE_BYTES {
+            due.extend(self.give(now));
+        }
+        due
+    }
+
+    /// What was written and not given yet, as one piece given at `now`.
+    fn give(&mut self, now: Instant) -> Option<FeedItem> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.at = Some(now);
+        Some(FeedItem::Writing {
+            text: std::mem::take(&mut self.pending),
+            fresh: std::mem::take(&mut self.fresh),
+        })
+    }
 }
 
 #[derive(Default)]
@@ -92,6 +163,7 @@ impl LiveView {
         outbox: Addr<Outbox>,
         workdir: String,
         answer_to: Option<MessageId>,
+        events: EventBus,
     ) -> Self {
         Self {
             config,
@@ -102,6 +174,8 @@ impl LiveView {
             answer_to,
             status: Status::default(),
             preview: None,
+            events,
+            fed: Fed::default(),
             over: false,
         }
     }
@@ -120,11 +194,26 @@ impl LiveView {
     pub(crate) fn tool_started(&mut self, name: &ToolName, input: &Value) {
         self.status.calls = self.status.calls.saturating_add(1);
         self.status.current = Some(summary(name, input, &self.workdir));
+        if self.over {
+            return;
+        }
+        // What was written before the call comes first.
+        self.give_writing();
+        let text = status_text(
+            self.status.current.as_deref(),
+            self.status.calls,
+            self.started.elapsed(),
+        );
+        self.events.feed(self.to, FeedItem::Status { text });
     }
 
     /// The agent wrote `appended` to the growing text `stream`.
     pub(crate) fn writing(&mut self, stream: &str, appended: &str) {
-        if self.over || self.config.stream == Stream::Off {
+        if self.over {
+            return;
+        }
+        self.feed_writing(stream, appended);
+        if self.config.stream == Stream::Off {
             return;
         }
         let preview = self.preview.get_or_insert_with(|| Preview {
@@ -147,6 +236,20 @@ impl LiveView {
         if grow(&mut preview.text, appended) {
             preview.dirty = true;
             self.flush_preview(false);
+        }
+    }
+
+    /// Gathers `appended` for the feed; gives it the pieces due.
+    fn feed_writing(&mut self, stream: &str, appended: &str) {
+        for piece in self.fed.write(stream, appended, Instant::now()) {
+            self.events.feed(self.to, piece);
+        }
+    }
+
+    /// Gives the feed what was written and not given yet.
+    fn give_writing(&mut self) {
+        if let Some(piece) = self.fed.give(Instant::now()) {
+            self.events.feed(self.to, piece);
         }
     }
 
@@ -183,6 +286,7 @@ impl LiveView {
         if self.over {
             return;
         }
+        self.give_writing();
         self.flush_preview(true);
         self.flush_status();
     }
@@ -251,6 +355,9 @@ impl LiveView {
     /// The slot a text of the agent finishes: the preview, when one was
     /// shown (its message becomes the text). A later text gets a new one.
     pub(crate) fn take_preview(&mut self) -> Option<Slot> {
+        // The feed's pieces end before the text comes whole.
+        self.give_writing();
+        self.fed = Fed::default();
         let preview = self.preview.take()?;
         preview.shown.map(|_| preview.slot)
     }
@@ -261,6 +368,7 @@ impl LiveView {
         if std::mem::replace(&mut self.over, true) {
             return;
         }
+        self.give_writing();
         if let Some(slot) = self.status.slot {
             let fold = (self.config.keep == Keep::Fold)
                 .then(|| folded_text(self.status.calls, self.started.elapsed()));
@@ -398,5 +506,58 @@ mod tests {
             folded_text(1, Duration::from_secs(185)),
             "✅ 1 tool call · 3m 05s"
         );
+    }
+
+    fn piece(text: &str, fresh: bool) -> FeedItem {
+        FeedItem::Writing {
+            text: text.into(),
+            fresh,
+        }
+    }
+
+    #[test]
+    fn the_feed_gets_an_answer_in_bounded_pieces_not_a_piece_a_token() {
+        let mut fed = Fed::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(
+            fed.write("a", "Hel", at(0)),
+            [piece("Hel", true)],
+            "the first at once"
+        );
+        assert!(fed.write("a", "lo", at(10)).is_empty(), "gathered");
+        assert!(fed.write("a", " wor", at(20)).is_empty(), "gathered");
+        let every = u64::try_from(WRITING_EVERY.as_millis()).unwrap();
+        assert_eq!(
+            fed.write("a", "ld", at(every)),
+            [piece("lo world", false)],
+            "one piece once the interval passed"
+        );
+        let big = "x".repeat(WRITING_PIECE_BYTES);
+        assert_eq!(
+            fed.write("a", &big, at(every + 1)),
+            [piece(&big, false)],
+            "enough bytes go at once"
+        );
+        assert!(fed.write("a", "!", at(every + 2)).is_empty());
+        // A new text: the rest of the old one, then the new one's start.
+        assert_eq!(
+            fed.write("b", "New", at(every + 3)),
+            [piece("!", false), piece("New", true)]
+        );
+        assert!(fed.write("b", " text", at(every + 4)).is_empty());
+        assert_eq!(fed.give(at(every + 5)), Some(piece(" text", false)));
+        assert_eq!(fed.give(at(every + 6)), None, "nothing left");
+        // However much is written, a text gives at most PREVIEW_KEPT_BYTES.
+        let mut given = 0;
+        for n in 0..100 {
+            for p in fed.write("c", &"y".repeat(1000), at(every * (n + 10))) {
+                let FeedItem::Writing { text, .. } = p else {
+                    panic!("{p:?}")
+                };
+                given += text.len();
+            }
+        }
+        assert_eq!(given, PREVIEW_KEPT_BYTES);
     }
 }
