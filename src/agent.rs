@@ -70,8 +70,7 @@ pub trait AgentBackend: Send + Sync + 'static {
         None
     }
 
-    /// For `/handoff`: how to go on with `request`'s session in the agent's
-    /// own program at the host; by default (and for ACP) there is no way.
+    /// For `/handoff`: the agent's own way to go on with `request`'s session at the host (none by default, as for ACP).
     fn handoff(&self, _request: &OpenSession) -> String {
         notices::ONLY_THROUGH_ATTACH.to_owned()
     }
@@ -193,8 +192,7 @@ pub enum SessionCommand {
     Kill,
 }
 
-/// How the scripted backend's session ids begin (another backend finds
-/// them stored after a switch).
+/// How the scripted backend's session ids begin (found by another backend after a switch).
 pub const SCRIPTED_SESSION_PREFIX: &str = "scripted-";
 
 /// Everything a session reports, in order.
