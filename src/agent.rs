@@ -190,6 +190,9 @@ pub enum SessionCommand {
     Close,
     /// Force-close now (SIGTERM, then SIGKILL to the process group).
     Kill,
+    /// The host re-executes itself for `/restart`: hand the process, when
+    /// idle, to the next process; otherwise close as [`Self::Close`].
+    HandOver,
 }
 
 /// How the scripted backend's session ids begin (found by another backend after a switch).

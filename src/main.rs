@@ -199,6 +199,13 @@ fn main() -> ExitCode {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    // This process re-executes itself on `/restart`: idle agents go along.
+    // What the previous one handed over is taken before anything spawns.
+    turnstile::agent::host::handover::enable();
+    let handed = turnstile::agent::host::handover::inherit();
+    if handed > 0 {
+        tracing::info!(handed, "idle agents handed over across the restart");
+    }
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(report(&err)),
@@ -418,7 +425,10 @@ fn run(config: Config) -> anyhow::Result<()> {
         let exit = tokio::select! {
             () = wait_for_signal() => Exit::Signal,
             request = bot.host_request() => match request {
-                Some(HostRequest::Restart { to }) => Exit::Restart(to),
+                Some(HostRequest::Restart { to }) => {
+                    turnstile::agent::host::handover::restarting();
+                    Exit::Restart(to)
+                }
                 None => Exit::Signal,
             },
         };
@@ -443,16 +453,24 @@ fn restart(to: Conversation) -> anyhow::Error {
         Ok(exe) => exe,
         Err(err) => return anyhow::anyhow!("cannot find this binary to restart: {err}"),
     };
-    tracing::warn!(exe = %exe.display(), "re-executing for /restart");
-    let err = std::process::Command::new(&exe)
+    let mut command = std::process::Command::new(&exe);
+    command
         .arg0(
             std::env::args_os()
                 .next()
                 .unwrap_or_else(|| "turnstile".into()),
         )
         .args(std::env::args_os().skip(1))
-        .env(RESTARTED_FROM_ENV, to.key())
-        .exec();
+        .env(RESTARTED_FROM_ENV, to.key());
+    match turnstile::agent::host::handover::prepare_exec(&mut command) {
+        Ok(handed) => tracing::warn!(exe = %exe.display(), handed, "re-executing for /restart"),
+        Err(err) => tracing::warn!(
+            exe = %exe.display(),
+            cause = %err,
+            "re-executing for /restart; the idle agents could not be handed over and end with this process"
+        ),
+    }
+    let err = command.exec();
     anyhow::anyhow!("restart failed: could not execute {}: {err}", exe.display())
 }
 

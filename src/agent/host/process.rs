@@ -6,14 +6,16 @@ mod probe;
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use super::handover::{self, HandedProcess, StartedAs};
 use super::lines::LineReader;
 use super::{ProcessSpec, seal};
 use crate::agent::AgentError;
@@ -148,16 +150,93 @@ impl RunningProcesses {
 /// Dropped before it was reaped (the runtime is going away mid-session), it
 /// takes the whole group down with SIGKILL.
 pub(crate) struct AgentProcess {
-    /// The child; tokio reaps it.
+    /// The child: spawned here (tokio reaps it), or adopted across an exec.
     child: Child,
     /// The child's pid, which is also its process group id.
     pid: u32,
-    /// Set once the process is reaped and its group killed.
+    /// Set once the process is reaped and its group killed (or it was
+    /// handed over).
     reaped: bool,
     /// Counted down once reaped.
     running: RunningProcesses,
     /// The last stderr lines, for the exit report.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The conversation it serves.
+    key: String,
+    /// What it was started with, resume aside; `None`: never handed over.
+    started_as: Option<StartedAs>,
+    /// Copies of its stdin, stdout and stderr, kept to hand over.
+    kept: Option<[OwnedFd; 3]>,
+}
+
+/// The child process behind an [`AgentProcess`].
+enum Child {
+    /// Spawned by this process.
+    Spawned(tokio::process::Child),
+    /// Spawned by the process this one re-executed from: waited for on a
+    /// pidfd.
+    Adopted(Adoptee),
+    /// Handed over to the next process: never waited for here.
+    Released,
+}
+
+/// An adopted child: its pidfd, and its status once reaped.
+struct Adoptee {
+    pidfd: tokio::io::unix::AsyncFd<OwnedFd>,
+    status: Option<ExitStatus>,
+}
+
+impl Child {
+    async fn wait(&mut self, pid: u32) -> std::io::Result<ExitStatus> {
+        match self {
+            Self::Spawned(child) => child.wait().await,
+            Self::Adopted(adoptee) => adoptee.wait(pid).await,
+            Self::Released => std::future::pending().await,
+        }
+    }
+}
+
+impl Adoptee {
+    fn new(pid: u32) -> std::io::Result<Self> {
+        // SAFETY: pidfd_open makes a new descriptor for our own child.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor this process owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // SAFETY: the `OwnedFd` stays open, and the same, as long as the
+        // `AsyncFd` owns it.
+        let pidfd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .map_err(|err| err.into_parts().1)?;
+        Ok(Self {
+            pidfd,
+            status: None,
+        })
+    }
+
+    async fn wait(&mut self, pid: u32) -> std::io::Result<ExitStatus> {
+        use std::os::unix::process::ExitStatusExt as _;
+        loop {
+            if let Some(status) = self.status {
+                return Ok(status);
+            }
+            let mut ready = self.pidfd.readable().await?;
+            let mut raw = 0;
+            // SAFETY: waitpid on our own child, without blocking.
+            let got = unsafe { libc::waitpid(pid as libc::pid_t, &raw mut raw, libc::WNOHANG) };
+            if got < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if got > 0 {
+                self.status = Some(ExitStatus::from_raw(raw));
+            } else {
+                ready.clear_ready();
+            }
+        }
+    }
 }
 
 /// A spawned process and the pipes the protocol runs over.
@@ -170,6 +249,16 @@ pub(crate) struct Spawned {
     pub(crate) stdout: ChildStdout,
 }
 
+/// An adopted process and its pipes.
+pub(crate) struct Adopted {
+    /// The process.
+    pub(crate) process: AgentProcess,
+    /// Lines to the CLI.
+    pub(crate) stdin: tokio::net::unix::pipe::Sender,
+    /// Lines from the CLI.
+    pub(crate) stdout: tokio::net::unix::pipe::Receiver,
+}
+
 impl AgentProcess {
     /// Starts `spec.command` for `chat` with `argv` (its arguments), sealed
     /// as `spec.seal` says (see `seal`): in its own process group, killed
@@ -179,6 +268,7 @@ impl AgentProcess {
         chat: &str,
         argv: &[String],
         running: &RunningProcesses,
+        started_as: Option<StartedAs>,
     ) -> Result<Spawned, AgentError> {
         settings.seal.start_network().map_err(AgentError::Network)?;
         let plan = seal::plan(
@@ -237,21 +327,117 @@ impl AgentProcess {
         else {
             return Err(AgentError::MissingPipes);
         };
+        // Copies to hand over across `/restart`'s exec, kept only when this
+        // process re-executes itself and the backend can adopt it.
+        let kept = match (&started_as, handover::enabled()) {
+            (Some(_), true) => match (
+                handover::keep(&stdin),
+                handover::keep(&stdout),
+                handover::keep(&stderr),
+            ) {
+                (Some(i), Some(o), Some(e)) => Some([i, o, e]),
+                _ => None,
+            },
+            _ => None,
+        };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
         running.started();
         running.recorded(pid, chat);
         Ok(Spawned {
             process: Self {
-                child,
+                child: Child::Spawned(child),
                 pid,
                 reaped: false,
                 running: running.clone(),
                 stderr_tail,
+                key: chat.to_owned(),
+                started_as,
+                kept,
             },
             stdin,
             stdout,
         })
+    }
+
+    /// Takes over a process the previous process handed over (see
+    /// [`handover`]): waited for on a pidfd, its stderr logged, counted as
+    /// running (its ledger row is the previous process's).
+    pub(crate) fn adopt(
+        handed: HandedProcess,
+        running: &RunningProcesses,
+    ) -> std::io::Result<Adopted> {
+        let HandedProcess {
+            key,
+            started_as,
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            ..
+        } = handed;
+        let child = Adoptee::new(pid)?;
+        let kept = match (
+            handover::keep(&stdin),
+            handover::keep(&stdout),
+            handover::keep(&stderr),
+        ) {
+            (Some(i), Some(o), Some(e)) => Some([i, o, e]),
+            _ => None,
+        };
+        let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin)?;
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?;
+        let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr)?;
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
+        running.started();
+        Ok(Adopted {
+            process: Self {
+                child: Child::Adopted(child),
+                pid,
+                reaped: false,
+                running: running.clone(),
+                stderr_tail,
+                key,
+                started_as: Some(started_as),
+                kept,
+            },
+            stdin,
+            stdout,
+        })
+    }
+
+    /// Hands the process over to the next process (it holds `session_id`
+    /// and is idle): its pipes' copies go to the exec's record, it is no
+    /// longer waited for or killed here, and it no longer counts as
+    /// running; its ledger row stays for the next process. `false` when
+    /// it cannot be (no copies kept, or it is gone).
+    pub(crate) fn hand_over(&mut self, session_id: &str) -> bool {
+        let (Some(started_as), Some(start_time)) = (self.started_as.clone(), start_time(self.pid))
+        else {
+            return false;
+        };
+        let Some([stdin, stdout, stderr]) = self.kept.take() else {
+            return false;
+        };
+        handover::give(HandedProcess {
+            key: self.key.clone(),
+            session_id: session_id.to_owned(),
+            started_as,
+            pid: self.pid,
+            start_time,
+            stdin,
+            stdout,
+            stderr,
+        });
+        if let Child::Spawned(child) = std::mem::replace(&mut self.child, Child::Released) {
+            // Dropped, it would be killed (`kill_on_drop`); it must outlive
+            // this process's exec, where it stays this pid's child.
+            std::mem::forget(child);
+        }
+        self.reaped = true;
+        self.running.reaped();
+        true
     }
 
     /// The child's pid (0 when it had none).
@@ -261,19 +447,19 @@ impl AgentProcess {
 
     /// Waits for the process to exit.
     pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait().await
+        self.child.wait(self.pid).await
     }
 
     /// SIGTERM to the group, SIGKILL after `grace`; the exit status when
     /// there is one.
     pub(crate) async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
         kill_group(self.pid, libc::SIGTERM);
-        match tokio::time::timeout(grace, self.child.wait()).await {
+        match tokio::time::timeout(grace, self.child.wait(self.pid)).await {
             Ok(status) => status.ok(),
             Err(_) => {
                 tracing::warn!(pid = self.pid, "agent ignored SIGTERM; SIGKILL");
                 kill_group(self.pid, libc::SIGKILL);
-                self.child.wait().await.ok()
+                self.child.wait(self.pid).await.ok()
             }
         }
     }
@@ -312,8 +498,14 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         if !self.reaped {
             // The runtime is going away mid-session (turnstile is exiting):
-            // take the whole group down now; the child is reaped by tokio.
+            // take the whole group down now; the child is reaped by tokio
+            // (an adopted one, if it is gone already, here).
             kill_group(self.pid, libc::SIGKILL);
+            if let Child::Adopted(_) = self.child {
+                let mut status = 0;
+                // SAFETY: waitpid on our own child, without blocking.
+                unsafe { libc::waitpid(self.pid as libc::pid_t, &raw mut status, libc::WNOHANG) };
+            }
             self.running.reaped();
             self.running.forgotten(self.pid);
         }
@@ -328,6 +520,13 @@ pub fn start_time(pid: u32) -> Option<i64> {
     // fields after its last `)`.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A process's parent (`/proc/<pid>/stat` field 4).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`),
@@ -381,6 +580,14 @@ pub fn kill_leftover_groups(groups: &[AgentGroup], boot_id: Option<&str>) -> usi
             }
             _ => {}
         }
+        if parent_of(pid) == Some(std::process::id()) {
+            // Handed over across `/restart`'s exec: this process's own.
+            tracing::info!(
+                pgid,
+                "recorded agent group is this process's child; left alone"
+            );
+            continue;
+        }
         // SAFETY: signal 0 only asks whether the group exists.
         let alive = unsafe { libc::killpg(pgid as libc::pid_t, 0) } == 0;
         if alive {
@@ -417,6 +624,44 @@ fn kill_group(pid: u32, signal: libc::c_int) {
     unsafe {
         libc::killpg(pgid, signal);
     }
+}
+
+/// What a process of `spec` for `chat` started with `argv` is started
+/// with (its whole argv, environment and working directory) and told
+/// first (`first`): a handed-over process is adopted only when the
+/// session would start it the same way.
+pub(crate) fn started_as(
+    spec: &ProcessSpec,
+    chat: &str,
+    argv: &[String],
+    first: &serde_json::Value,
+) -> StartedAs {
+    let plan = seal::plan(
+        &spec.seal,
+        chat,
+        &spec.command,
+        argv,
+        std::env::vars_os(),
+        &spec.env,
+        |path| path.exists(),
+    );
+    let env: Vec<(String, String)> = plan
+        .env
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "argv": plan.argv,
+        "env": env,
+        "workdir": plan.workdir,
+        "first": first,
+    })
+    .to_string()
 }
 
 /// Logs the CLI's stderr, bounded, keeping the last lines for exit reports.
