@@ -213,3 +213,28 @@ async fn an_agent_the_next_process_would_start_otherwise_is_closed_and_started_a
     stop(bot).await;
     s.fake.assert_no_process_left().await;
 }
+
+#[tokio::test]
+async fn a_handed_agent_no_conversation_takes_is_closed_once_the_prewarm_is_over() {
+    let mut s = setup().await;
+    s.env.retain(|(k, _)| k != "TURNSTILE_AGENT_KEEP_WARM");
+    let config = s.fake.dir.path().join("turnstile.toml");
+    std::fs::write(&config, "[agent]\nkeep_warm = \"1h\"\n").unwrap();
+    let mut bot = s.spawn(Some(&config));
+    s.answered(USER, "hello").await;
+    let first = s.started()[0];
+    // The next process keeps nothing warm: nobody takes the handed agent.
+    std::fs::write(&config, "[agent]\nkeep_warm = \"0s\"\n").unwrap();
+    s.restart(&mut bot).await;
+    wait_until("the handed agent closed", LONG, || {
+        bot.log_text().contains("handed-over agent closed")
+    })
+    .await;
+    wait_until("the handed agent gone", LONG, || {
+        !Path::new(&format!("/proc/{first}")).exists()
+    })
+    .await;
+    assert_eq!(s.started(), [first], "nothing else started");
+    stop(bot).await;
+    s.fake.assert_no_process_left().await;
+}
