@@ -314,6 +314,13 @@ impl ClaudeBackend {
             && let Some(handed) = handover::claim(&key, &id, &started_as)
         {
             let pid = handed.pid;
+            // Its sandbox reaches the model through the proxy, on the
+            // socket this process took over.
+            settings
+                .process
+                .seal
+                .start_network()
+                .map_err(AgentError::Network)?;
             match process::AgentProcess::adopt(handed, &self.running) {
                 Ok(adopted) => {
                     let session =
