@@ -425,10 +425,7 @@ fn run(config: Config) -> anyhow::Result<()> {
         let exit = tokio::select! {
             () = wait_for_signal() => Exit::Signal,
             request = bot.host_request() => match request {
-                Some(HostRequest::Restart { to }) => {
-                    turnstile::agent::host::handover::restarting();
-                    Exit::Restart(to)
-                }
+                Some(HostRequest::Restart { to }) => Exit::Restart(to),
                 None => Exit::Signal,
             },
         };
@@ -442,6 +439,8 @@ fn run(config: Config) -> anyhow::Result<()> {
     })?;
     match exit {
         Exit::Signal => Ok(()),
+        // With the actix system still alive: the sessions handed over, and
+        // the agent network's proxy socket they reach, are still open here.
         Exit::Restart(chat) => Err(restart(chat)),
     }
 }

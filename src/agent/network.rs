@@ -221,11 +221,6 @@ impl Drop for Isolation {
             && let Some(stop) = slot.take()
         {
             let _ = stop.send(());
-            if handover::is_restarting() {
-                // The socket goes to the next process, where the handed
-                // agents' sandboxes still reach it.
-                return;
-            }
             let _ = std::fs::remove_file(&self.socket);
             if let Some(dir) = self.socket.parent() {
                 let _ = std::fs::remove_dir(dir);

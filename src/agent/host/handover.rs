@@ -102,8 +102,6 @@ pub(crate) type StartedAs = String;
 struct Registry {
     /// Set by `main`: this process re-executes itself on `/restart`.
     enabled: bool,
-    /// Set by `main` once the stop is for `/restart`'s exec.
-    restarting: bool,
     /// Handed over by sessions, for the exec.
     outgoing: Vec<HandedProcess>,
     /// Proxy sockets, for the exec.
@@ -116,7 +114,6 @@ struct Registry {
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     enabled: false,
-    restarting: false,
     outgoing: Vec::new(),
     outgoing_sockets: Vec::new(),
     inherited: Vec::new(),
@@ -133,18 +130,6 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 /// sessions are handed over at a restart's stop, not closed.
 pub fn enable() {
     registry().enabled = true;
-}
-
-/// The stop under way ends in `/restart`'s exec: what is handed over
-/// stays where it is (the proxy's socket file).
-pub fn restarting() {
-    registry().restarting = true;
-}
-
-/// Whether the stop under way ends in `/restart`'s exec.
-pub(crate) fn is_restarting() -> bool {
-    let registry = registry();
-    registry.enabled && registry.restarting
 }
 
 /// Whether idle sessions are handed over at a restart's stop.
