@@ -329,17 +329,9 @@ impl AgentProcess {
         };
         // Copies to hand over across `/restart`'s exec, kept only when this
         // process re-executes itself and the backend can adopt it.
-        let kept = match (&started_as, handover::enabled()) {
-            (Some(_), true) => match (
-                handover::keep(&stdin),
-                handover::keep(&stdout),
-                handover::keep(&stderr),
-            ) {
-                (Some(i), Some(o), Some(e)) => Some([i, o, e]),
-                _ => None,
-            },
-            _ => None,
-        };
+        let kept = (started_as.is_some() && handover::enabled())
+            .then(|| keep_pipes(&stdin, &stdout, &stderr))
+            .flatten();
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
         running.started();
@@ -377,14 +369,7 @@ impl AgentProcess {
             ..
         } = handed;
         let child = Adoptee::new(pid)?;
-        let kept = match (
-            handover::keep(&stdin),
-            handover::keep(&stdout),
-            handover::keep(&stderr),
-        ) {
-            (Some(i), Some(o), Some(e)) => Some([i, o, e]),
-            _ => None,
-        };
+        let kept = keep_pipes(&stdin, &stdout, &stderr);
         let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin)?;
         let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?;
         let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr)?;
@@ -510,6 +495,19 @@ impl Drop for AgentProcess {
             self.running.forgotten(self.pid);
         }
     }
+}
+
+/// Copies of a process's stdin, stdout and stderr, to hand over.
+fn keep_pipes(
+    stdin: &impl std::os::fd::AsRawFd,
+    stdout: &impl std::os::fd::AsRawFd,
+    stderr: &impl std::os::fd::AsRawFd,
+) -> Option<[OwnedFd; 3]> {
+    Some([
+        handover::keep(stdin)?,
+        handover::keep(stdout)?,
+        handover::keep(stderr)?,
+    ])
 }
 
 /// A process's start time (clock ticks after boot, `/proc/<pid>/stat`
