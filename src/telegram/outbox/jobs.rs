@@ -1,5 +1,5 @@
 //! The job each request becomes on its chat's lane: what it carries, who
-//! waits for it, whether `/stop` drops it.
+//! waits for it, which turn queued it (a `/stop` of that turn drops it).
 
 use std::time::Instant;
 
@@ -146,22 +146,6 @@ impl Job {
         }
     }
 
-    /// The conversation's topic, and whether a `/stop` (`Purge`) drops the job.
-    pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
-        match self {
-            Self::Text(job) => Some(job.place.topic),
-            Self::File(file) => Some(file.send.to.topic),
-            Self::Question(question) => Some(question.topic),
-            Self::Clear(_)
-            | Self::Typing(..)
-            | Self::React(..)
-            | Self::Edit(..)
-            | Self::Unbutton(_)
-            | Self::Rename(..)
-            | Self::Topic(..) => None,
-        }
-    }
-
     /// An answer's method and when it was first queued: it waits for
     /// Telegram until it is settled (not typing, edits, live text).
     pub(super) fn waits_as(&self) -> Option<(&'static str, Instant)> {
@@ -191,7 +175,10 @@ impl Job {
         }
     }
 
-    /// The turn that queued the job, if any.
+    /// The turn that queued the job, if any: its log context, and a
+    /// `/stop` of that turn (`Purge`) drops the job while it waits. Only a
+    /// turn's texts, files and questions carry one; typing, reactions,
+    /// edits, clears and topics go on whatever is stopped.
     pub(super) fn turn(&self) -> Option<TurnId> {
         match self {
             Self::Text(job) => job.origin.turn,
