@@ -276,10 +276,16 @@ async fn purge_drops_what_the_stopped_turn_queued_and_nothing_else() {
     outbox.do_send(SendText::new(ChatId(GROUP), "stopped"));
 
     let all = api.wait_for_texts(GROUP, 6, SOON).await;
+    // A long piece by its first letter and length.
+    let short = |texts: &[String]| -> Vec<String> {
+        let cut = |t: &String| format!("{}… ({} chars)", &t[..1], t.len());
+        let name = |t: &String| if t.len() > 100 { cut(t) } else { t.clone() };
+        texts.iter().map(name).collect()
+    };
     assert_eq!(
-        all,
+        short(&all),
         [
-            "a".repeat(3000).as_str(),
+            "a… (3000 chars)",
             "the earlier answer",
             "a notice",
             "in topic 5",
@@ -300,8 +306,8 @@ async fn purge_drops_what_the_stopped_turn_queued_and_nothing_else() {
     );
     outbox.send(Flush).await.expect("outbox alive");
     assert_eq!(
-        api.texts_to(GROUP),
-        all,
+        short(&api.texts_to(GROUP)),
+        short(&all),
         "nothing of the stopped turn after"
     );
 }
