@@ -87,7 +87,7 @@ pub struct OpenSession {
     /// Set once the host stops: the backend then refuses the agent's requests.
     pub shutdown: crate::shutdown::Shutdown,
     /// Opened ahead of any message (a prewarm): the session comes back once
-    /// its agent could take a first message at once, when the backend knows.
+    /// its agent could take a first message at once, or [`AgentError::NotWarmed`].
     pub warm_up: bool,
 }
 
@@ -150,6 +150,9 @@ pub enum AgentError {
     /// The agent started without the pipes its protocol runs over.
     #[error("could not start the agent: the agent's pipes are missing")]
     MissingPipes,
+    /// A prewarm's agent cannot resume the session; its process is closed.
+    #[error("the session was not prewarmed: {0}")]
+    NotWarmed(String),
 }
 
 /// The host's side of one agent session: commands in, events out.

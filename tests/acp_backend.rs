@@ -2,7 +2,8 @@
 //! and the fake Bot API: a streamed answer, permissions (allowed, always,
 //! denied, timed out, cancelled by `/stop`), a wedged agent, resuming after
 //! a restart (`session/load`, an agent without it, a load that fails),
-//! authentication, stop reasons and malformed lines.
+//! prewarming a loadable session after a restart (and not one that is
+//! not), authentication, stop reasons and malformed lines.
 
 mod support;
 
@@ -15,6 +16,7 @@ use tempfile::TempDir;
 use turnstile::agent::ToolRegistry;
 use turnstile::agent::acp::{AcpBackend, AcpSettings};
 use turnstile::chat::TurnOutcome;
+use turnstile::events::{BotEvent, FeedItem};
 
 /// The fake's files: its log, the state file, the workdirs.
 struct Fake {
@@ -385,15 +387,11 @@ async fn across_a_restart(fake: &Fake, extra: &[(&str, &str)]) -> Vec<String> {
     across_a_restart_saying(fake, extra, "second").await
 }
 
-/// [`across_a_restart`] with `second` as the second bot's message.
+/// [`across_a_restart`] with `second` as the second bot's message. Chat 1
+/// is no admitted user's private chat, so it is not prewarmed: the
+/// message's own turn loads the session.
 async fn across_a_restart_saying(fake: &Fake, extra: &[(&str, &str)], second: &str) -> Vec<String> {
-    let (mut h, backend) = start(fake, extra).await;
-    h.say(1, USER, "first");
-    h.turn_ended(1, 1).await;
-    stop(h, &backend).await;
-    let (mut h, backend) = start(fake, extra).await;
-    // A new fake Telegram numbers updates from 1 again: past the offset.
-    h.api.push_update(json!({"update_id": 1000}));
+    let (mut h, backend) = restarted(fake, 1, extra).await;
     h.say(1, USER, second);
     let (_, outcome, _) = h.turn_ended(1, 1).await;
     assert_eq!(outcome, completed());
@@ -521,6 +519,196 @@ async fn a_load_that_fails_opens_a_new_session_with_a_notice() {
     );
     assert_eq!(fake.sent("session/load").len(), 1);
     assert_eq!(fake.sent("session/new").len(), 2);
+}
+
+/// Runs one turn in `chat` (from [`USER`]), stops the bot and starts it
+/// again on the same state file (its prewarm then finds that conversation
+/// when `chat` is the user's private chat).
+async fn restarted(fake: &Fake, chat: i64, extra: &[(&str, &str)]) -> (Harness, Arc<AcpBackend>) {
+    let (mut h, backend) = start(fake, extra).await;
+    h.say(chat, USER, "first");
+    h.turn_ended(chat, 1).await;
+    stop(h, &backend).await;
+    let (h, backend) = start(fake, extra).await;
+    // A new fake Telegram numbers updates from 1 again: past the offset.
+    h.api.push_update(json!({"update_id": 1000}));
+    (h, backend)
+}
+
+/// Where each of `wanted` first shows in the events seen, in its order.
+fn positions(h: &Harness, wanted: &[fn(&BotEvent) -> bool]) -> Vec<Option<usize>> {
+    wanted.iter().map(|is| h.seen.iter().position(is)).collect()
+}
+
+fn prewarmed(e: &BotEvent) -> bool {
+    matches!(e, BotEvent::Prewarmed { chat, .. } if chat.0 == USER)
+}
+
+fn routed(e: &BotEvent) -> bool {
+    matches!(e, BotEvent::Feed { to, item: FeedItem::Message { .. } } if to.chat.0 == USER)
+}
+
+fn turn_started(e: &BotEvent) -> bool {
+    matches!(e, BotEvent::TurnStarted { chat, .. } if chat.0 == USER)
+}
+
+/// After a restart the agent's session is loaded in the background; the
+/// first message then takes that process and session: no process started
+/// for it, `session/load` once, no `session/new`.
+#[actix_rt::test]
+async fn after_a_restart_a_loadable_session_is_prewarmed_and_takes_the_first_message() {
+    let fake = Fake::new();
+    let (mut h, backend) = restarted(&fake, USER, &[]).await;
+    h.event("the conversation prewarmed", prewarmed).await;
+    let first = fake.pids()[0];
+    assert_eq!(fake.pids().len(), 2, "the prewarm started one agent");
+    let load = fake.sent("session/load");
+    assert_eq!(load.len(), 1, "loaded before it counts as warm");
+    assert_eq!(load[0]["params"]["sessionId"], format!("fake-{first}"));
+    h.say(USER, USER, "second");
+    let (_, outcome, _) = h.turn_ended(USER, 1).await;
+    assert_eq!(outcome, completed());
+    assert_eq!(h.api.wait_for_texts(USER, 1, SOON).await, ["echo: second"]);
+    assert_eq!(fake.pids().len(), 2, "the first message started no agent");
+    assert_eq!(fake.sent("session/load").len(), 1);
+    assert_eq!(fake.sent("session/new").len(), 1, "only the first bot's");
+    let prompts = fake.sent("session/prompt");
+    assert_eq!(prompts.len(), 2);
+    assert_eq!(prompts[1]["params"]["sessionId"], format!("fake-{first}"));
+    stop(h, &backend).await;
+}
+
+/// A restart whose prewarm cannot load the session (`env`): the log says
+/// `why`, the agent it started is gone, nothing reached the chat and no
+/// new session was opened; the next message then starts the conversation
+/// as a cold start does, saying `notice`.
+async fn not_prewarmed(env: &[(&str, &str)], why: &str, notice: &str) -> Fake {
+    let logs = LogCapture::start();
+    let fake = Fake::new();
+    let (mut h, backend) = restarted(&fake, USER, env).await;
+    wait_until("the prewarm's last log line", SOON, || {
+        logs.text().contains("prewarm done")
+    })
+    .await;
+    let text = logs.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("prewarm")).collect();
+    assert!(
+        text.contains("kept=0 skipped=1"),
+        "the prewarm kept a session: {lines:#?}"
+    );
+    assert!(
+        text.contains(why),
+        "the log does not say {why:?}: {lines:#?}"
+    );
+    assert_eq!(fake.pids().len(), 2, "the prewarm started the agent");
+    wait_until("the prewarm's agent gone", SOON, || backend.running() == 0).await;
+    assert_eq!(positions(&h, &[prewarmed]), [None]);
+    assert!(h.texts(USER).is_empty(), "{:?}", h.texts(USER));
+    assert_eq!(fake.sent("session/new").len(), 1, "only the first bot's");
+    h.say(USER, USER, "second");
+    let (_, outcome, _) = h.turn_ended(USER, 1).await;
+    assert_eq!(outcome, completed());
+    let texts = h.api.wait_for_texts(USER, 1, SOON).await;
+    assert_eq!(texts, [format!("{notice}\n\necho: second")]);
+    assert_eq!(fake.sent("session/new").len(), 2);
+    stop(h, &backend).await;
+    fake
+}
+
+#[actix_rt::test]
+async fn an_agent_without_load_session_is_not_prewarmed_and_nothing_is_said() {
+    let fake = not_prewarmed(
+        &[("TURNSTILE_AGENT_ENV_FAKE_ACP_NO_LOAD", "1")],
+        "the agent does not load sessions",
+        "ℹ️ This agent cannot resume an earlier conversation; this is a new one.",
+    )
+    .await;
+    assert!(fake.sent("session/load").is_empty());
+}
+
+#[actix_rt::test]
+async fn a_prewarm_whose_load_fails_opens_no_session_and_says_nothing() {
+    let fake = not_prewarmed(
+        &[("TURNSTILE_AGENT_ENV_FAKE_ACP_FORGET", "1")],
+        "the agent could not load the session",
+        "ℹ️ The earlier conversation could not be resumed; this is a new one.",
+    )
+    .await;
+    assert_eq!(
+        fake.sent("session/load").len(),
+        2,
+        "the prewarm's, the message's"
+    );
+}
+
+/// A message that comes while the prewarm's load runs waits for it and
+/// takes its session: answered once, by that process.
+#[actix_rt::test]
+async fn a_message_during_the_prewarms_load_is_answered_once_by_its_session() {
+    let fake = Fake::new();
+    let env = [("TURNSTILE_AGENT_ENV_FAKE_ACP_LOAD_DELAY_MS", "3000")];
+    let (mut h, backend) = restarted(&fake, USER, &env).await;
+    wait_until("the prewarm's session/load", SOON, || {
+        !fake.sent("session/load").is_empty()
+    })
+    .await;
+    h.say(USER, USER, "second");
+    let (_, outcome, _) = h.turn_ended(USER, 1).await;
+    assert_eq!(outcome, completed());
+    let order = positions(&h, &[routed, prewarmed, turn_started]);
+    assert!(
+        order.iter().all(Option::is_some) && order.is_sorted(),
+        "the message is routed during the load, the turn starts once it is warm: {order:?}"
+    );
+    h.bot.stop().await;
+    assert_eq!(h.texts(USER), ["echo: second"]);
+    assert_eq!(fake.pids().len(), 2, "the message started no agent");
+    assert_eq!(fake.sent("session/prompt").len(), 2, "one a bot");
+    assert_eq!(fake.sent("session/new").len(), 1, "only the first bot's");
+    wait_until("every agent process reaped", SOON, || {
+        backend.running() == 0
+    })
+    .await;
+}
+
+/// A load that takes longer than the prewarm waits (20 s) is given up:
+/// the agent is closed, nothing reaches the chat, the prewarm goes on.
+#[actix_rt::test]
+async fn a_load_slower_than_the_warm_up_limit_is_given_up() {
+    let logs = LogCapture::start();
+    let fake = Fake::new();
+    let env = [("TURNSTILE_AGENT_ENV_FAKE_ACP_LOAD_DELAY_MS", "60000")];
+    let (h, backend) = restarted(&fake, USER, &env).await;
+    wait_until("the prewarm's last log line", SOON * 4, || {
+        logs.text().contains("prewarm done")
+    })
+    .await;
+    let text = logs.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("prewarm")).collect();
+    assert!(text.contains("kept=0 skipped=1"), "{lines:#?}");
+    assert!(text.contains("was not loaded within 20s"), "{lines:#?}");
+    wait_until("the prewarm's agent gone", SOON, || backend.running() == 0).await;
+    assert!(h.texts(USER).is_empty(), "{:?}", h.texts(USER));
+    assert_eq!(fake.sent("session/new").len(), 1, "only the first bot's");
+    stop(h, &backend).await;
+}
+
+/// Only a stored id no ACP agent could have given is refused ahead of a
+/// prewarm (as the backend's start drops it); whether the agent loads is
+/// its answer to `initialize`.
+#[test]
+fn only_an_id_no_acp_agent_gave_is_refused_a_prewarm() {
+    use turnstile::agent::AgentBackend;
+    let config = turnstile::config::Config::default();
+    let backend = AcpBackend::new(
+        AcpSettings::from_config(&config),
+        Arc::new(ToolRegistry::new(&config.turn.terminator_tools)),
+    );
+    assert_eq!(backend.cannot_resume("fake-42"), None);
+    assert_eq!(backend.cannot_resume(&"s".repeat(256)), None);
+    for id in [String::new(), "a\nb".into(), "s".repeat(257)] {
+        assert!(backend.cannot_resume(&id).is_some(), "{id:?} is refused");
+    }
 }
 
 #[actix_rt::test]

@@ -10,7 +10,10 @@
 //! `authenticate` with `agent.auth_method` when the agent offers it, then
 //! `session/load` of the stored session id when the agent can load
 //! sessions, else `session/new` (with one notice in the answer when an
-//! earlier conversation could not be resumed). A turn is one
+//! earlier conversation could not be resumed). A prewarm
+//! ([`OpenSession::warm_up`]) only loads: its session is warm once loaded,
+//! and an agent that cannot load it is closed with nothing said to the
+//! chat and no new session (the next message starts one). A turn is one
 //! `session/prompt`; its `stopReason` is its result. The agent's answer is
 //! its `agent_message_chunk` text: streamed into the chat's live preview
 //! and delivered as the result's text. `session/request_permission` is
@@ -38,12 +41,19 @@ pub use bridge::{BRIDGE_COMMAND, run_bridge};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
 use super::host::ProcessSpec;
 use super::host::process::RunningProcesses;
 use super::host::session::launch;
 use super::tools::ToolRegistry;
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode};
+
+/// How long a prewarm waits for the stored session to be loaded (the
+/// agent's start, `initialize`, the load and its replay); past it the
+/// process is closed and the next message starts the session.
+const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
 
 /// How to start and speak to an ACP agent.
 #[derive(Debug, Clone)]
@@ -121,8 +131,13 @@ impl AcpBackend {
         self.running.get()
     }
 
-    /// Spawns the agent for one session and starts its driver.
-    fn start_session(&self, request: OpenSession) -> Result<AgentSession, AgentError> {
+    /// Spawns the agent for one session and starts its driver; `warm_up`
+    /// is told how a prewarm's load went.
+    fn start_session(
+        &self,
+        request: OpenSession,
+        warm_up: Option<driver::WarmUp>,
+    ) -> Result<AgentSession, AgentError> {
         let key = request.conversation.key();
         // A project's session works in the project's directory, made,
         // sealed and bound as a workdir is, as the claude backend's does
@@ -160,6 +175,7 @@ impl AcpBackend {
             shutdown: request.shutdown,
             resume: resume.clone(),
             tools_dir,
+            warm_up,
         };
         let argv = &settings.process.args;
         let session = launch(
@@ -177,10 +193,11 @@ impl AcpBackend {
 }
 
 impl AgentBackend for AcpBackend {
-    fn cannot_resume(&self, _id: &str) -> Option<&'static str> {
-        // `loadSession` is in the agent's answer to `initialize`: a
-        // session warmed without it would start anew, and say so first.
-        Some("an ACP agent tells whether it loads sessions only once started")
+    fn cannot_resume(&self, id: &str) -> Option<&'static str> {
+        // As `start_session` reads it. Whether the agent loads sessions is
+        // in its answer to `initialize`: a prewarm of an agent that does
+        // not ends there, opening no new session.
+        (!driver::is_session_id(id)).then_some("the stored session id is not one an ACP agent gave")
     }
 
     fn record_processes_in(&self, inbox: crate::state::StoreHandle) {
@@ -192,7 +209,23 @@ impl AgentBackend for AcpBackend {
     }
 
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {
-        let result = self.start_session(request);
-        Box::pin(async move { result })
+        let warm_up = request.warm_up;
+        let (told, loaded) = oneshot::channel();
+        let result = self.start_session(request, warm_up.then_some(told));
+        Box::pin(async move {
+            let session = result?;
+            if !warm_up {
+                return Ok(session);
+            }
+            // A prewarm's session is kept once loaded; one that is not
+            // is dropped here (its process closed), unseen by the chat.
+            let why = match tokio::time::timeout(WARM_UP_LIMIT, loaded).await {
+                Ok(Ok(Ok(()))) => return Ok(session),
+                Ok(Ok(Err(why))) => why,
+                Ok(Err(_)) => "the agent's session ended before it was loaded".to_owned(),
+                Err(_) => format!("the session was not loaded within {WARM_UP_LIMIT:?}"),
+            };
+            Err(AgentError::NotWarmed(why))
+        })
     }
 }

@@ -8,6 +8,8 @@
 //!   line from the host).
 //! - `FAKE_ACP_NO_LOAD=1`: no `loadSession` capability.
 //! - `FAKE_ACP_FORGET=1`: every `session/load` fails.
+//! - `FAKE_ACP_LOAD_DELAY_MS=<ms>`: `session/load` is answered that long
+//!   after it came (reading nothing meanwhile).
 //! - `FAKE_ACP_LATE_REPLAY=1`: `session/load` is answered before its
 //!   replay, not after (as Gemini CLI 0.61.0 does).
 //! - `FAKE_ACP_SILENT_EXT=1`: requests of unknown `_` methods (the host's
@@ -300,6 +302,12 @@ fn load(fake: &Fake, id: &Value, params: &Value) {
     }
     if let Ok(mut session) = fake.session.lock() {
         *session = wanted;
+    }
+    if let Some(ms) = std::env::var("FAKE_ACP_LOAD_DELAY_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
     }
     let late = env_flag("FAKE_ACP_LATE_REPLAY");
     if late {

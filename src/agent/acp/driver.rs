@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::AcpSettings;
 use super::permission::PermissionRequest;
@@ -60,7 +60,16 @@ pub(super) struct Start {
     /// The process's chat tools directory, when it runs in a network of
     /// its own (kept while the driver runs).
     pub(super) tools_dir: Option<ToolsDir>,
+    /// Set for a prewarm ([`crate::agent::OpenSession::warm_up`]): told
+    /// once the stored session is loaded, or why it will not be.
+    pub(super) warm_up: Option<WarmUp>,
 }
+
+/// Where a prewarm hears how its load went: `Ok` once the loaded session
+/// is ready, else why it is not. A prewarm opens no new session: one that
+/// cannot load ends there, and the conversation's next message starts it
+/// (saying so, as a cold start does).
+pub(super) type WarmUp = oneshot::Sender<Result<(), String>>;
 
 /// Where the session is, with what each stage holds.
 enum Stage {
@@ -203,6 +212,7 @@ impl Driver {
             cwd: start.cwd,
             queued: VecDeque::new(),
             cost: None,
+            warm_up: start.warm_up,
         };
         driver.request(Purpose::Initialize, "initialize", wire::initialize());
         driver
@@ -260,6 +270,9 @@ pub(super) struct Driver {
     /// stage's: it is reported between prompts too (a loaded session's
     /// replay), and each prompt's answer starts from it.
     cost: Option<f64>,
+    /// A prewarm's: told once, when the loaded session is ready or cannot
+    /// be ([`Start::warm_up`]).
+    warm_up: Option<WarmUp>,
 }
 
 impl Protocol for Driver {

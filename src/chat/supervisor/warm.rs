@@ -13,7 +13,7 @@ use actix::{
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::ChatSupervisor;
-use crate::agent::AgentSession;
+use crate::agent::{AgentError, AgentSession};
 use crate::events::BotEvent;
 
 /// A settled session kept for the chat's next turn.
@@ -173,9 +173,15 @@ impl Handler<Prewarm> for ChatSupervisor {
             if let Some(why) = backend.cannot_resume(id) {
                 return Err(why);
             }
-            backend.open(request).await.map_err(|err| {
-                tracing::warn!(cause = %err, "the agent could not start for a prewarm");
-                "the agent could not start"
+            backend.open(request).await.map_err(|err| match err {
+                AgentError::NotWarmed(cause) => {
+                    tracing::info!(cause = %cause, "the agent cannot resume the session");
+                    "the agent cannot resume the session"
+                }
+                err => {
+                    tracing::warn!(cause = %err, "the agent could not start for a prewarm");
+                    "the agent could not start"
+                }
             })
         };
         Box::pin(open.into_actor(self).map(move |opened, act, ctx| {

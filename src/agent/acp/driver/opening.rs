@@ -1,6 +1,7 @@
 //! Opening the session: `initialize`, `authenticate` when the agent offers
 //! the configured method, then `session/load` of the stored id when the
-//! agent can load sessions, else `session/new`.
+//! agent can load sessions, else `session/new`. A prewarm only loads: it
+//! opens no new session, and says why not to its caller.
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{InitializeResponse, NewSessionResponse};
@@ -36,6 +37,10 @@ impl Driver {
             auth_methods = response.auth_methods.len(),
             "agent initialized (acp)"
         );
+        if !can_load && self.warm_up.is_some() {
+            self.not_warmed("the agent does not load sessions (no loadSession)".into());
+            return Ok(());
+        }
         self.emit(AgentEvent::Progress);
         let method = &self.settings.auth_method;
         let offered = !method.is_empty()
@@ -97,6 +102,16 @@ impl Driver {
         }
     }
 
+    /// A prewarm's session will not be loaded: its caller is told why (and
+    /// closes the session). Nothing reaches the chat; the conversation's
+    /// next message starts the session as a cold start does.
+    fn not_warmed(&mut self, why: String) {
+        tracing::info!(pid = self.pid, why = %why, "the stored session is not loaded for a prewarm");
+        if let Some(warm_up) = self.warm_up.take() {
+            let _ = warm_up.send(Err(why));
+        }
+    }
+
     /// `session/new`, with the notice for the first answer.
     fn new_session(&mut self, notice: Option<&'static str>) {
         let params = wire::new_session(&self.cwd, self.servers());
@@ -146,6 +161,9 @@ impl Driver {
                 if let Stage::Opening { replay_due, .. } = &mut self.stage {
                     *replay_due = Some(tokio::time::Instant::now() + super::REPLAY_SYNC_WAIT);
                 }
+            }
+            Err(error) if self.warm_up.is_some() => {
+                self.not_warmed(format!("the agent could not load the session: {error}"));
             }
             Err(error) => {
                 tracing::warn!(pid = self.pid, cause = %error, "the agent could not load the stored session; opening a new one");
@@ -231,6 +249,9 @@ impl Driver {
         let notice = self.stage.notice();
         self.stage = Stage::Ready { session, notice };
         self.emit(AgentEvent::Progress);
+        if let Some(warm_up) = self.warm_up.take() {
+            let _ = warm_up.send(Ok(()));
+        }
         if let Some(text) = self.queued.pop_front() {
             self.prompt(text);
         } else if settle {
