@@ -5,7 +5,8 @@
 //! inbox before it is acknowledged and is answered in the chat, and the
 //! stop ends the attachment with a clear line and removes the socket; a
 //! follower sees the status line and the answer as it is written, and an
-//! answer to a question no longer open is refused with a line.
+//! answer to a question no longer open is refused with a line. Piped
+//! without `--json`, a typed line taken shows as `(sent)`, plain.
 
 mod support;
 
@@ -517,5 +518,46 @@ async fn an_answer_to_a_question_no_longer_open_is_refused_with_a_line() {
         refused["message"],
         "no question of this conversation waits for that answer: it was decided, or its turn ended"
     );
+    h.turn_ended(1, 1).await;
+}
+
+#[actix_rt::test]
+async fn piped_without_json_a_typed_line_shows_as_sent_without_its_inbox_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let db_env = db.display().to_string();
+    let mut h = Harness::start(Scenario::default(), &[("TURNSTILE_STATE_PATH", &db_env)]).await;
+    let mut client = attach(&db, &["1"]).spawn().expect("client starts");
+    let mut stdin = client.stdin.take().unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut shown = Vec::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("client's stdout") {
+            let answered = line.ends_with(" echo: from the host");
+            shown.push(line);
+            if answered {
+                return;
+            }
+            if shown.last().is_some_and(|l| l.contains("-- following 1")) {
+                stdin.write_all(b"from the host\n").await.unwrap();
+            }
+        }
+        panic!("the client ended before the answer");
+    };
+    if tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .is_err()
+    {
+        panic!("no answer in time: {shown:#?}");
+    }
+    assert!(
+        shown.iter().all(|l| !l.contains('\x1b')),
+        "no colour into a pipe: {shown:#?}"
+    );
+    let sent = shown
+        .iter()
+        .position(|l| l.contains("(sent"))
+        .unwrap_or_else(|| panic!("the line taken, before its answer: {shown:#?}"));
+    assert_eq!(shown[sent], "(sent)", "plain, no inbox id: {shown:#?}");
     h.turn_ended(1, 1).await;
 }

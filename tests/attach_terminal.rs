@@ -281,6 +281,11 @@ async fn at_a_terminal_a_typed_line_is_answered_in_colour_and_ctrl_d_leaves_clea
 
     pty.type_line("hello").await;
     pty.type_keys("\r");
+    // Taken: said without the inbox row's id, nothing to a person.
+    pty.until_screen("the line taken", |rows, _| {
+        rows.iter().any(|row| row == "(sent)")
+    })
+    .await;
     pty.expect("bot: echo: hello").await;
     assert!(
         pty.raw().contains("\x1b[1;32mbot:\x1b[0m echo: hello"),

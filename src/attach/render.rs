@@ -120,7 +120,9 @@ impl LineRenderer {
                 shown
             }
             ServerLine::Decided { decision } => self.paint("33", &format!("-- {decision}")),
-            ServerLine::Accepted { update_id } => self.paint("2", &format!("(sent, #{update_id})")),
+            // The inbox row's id is from a reserved range, nothing to a
+            // person; `--json` keeps it.
+            ServerLine::Accepted { .. } => self.paint("2", "(sent)"),
             ServerLine::Missed { count } => self.paint(
                 "33",
                 &format!("... {count} line(s) missed: this terminal fell behind"),
@@ -155,6 +157,20 @@ mod tests {
         assert_eq!(
             painted.render(&said).as_deref(),
             Some("\x1b[1;32mbot:\x1b[0m hi")
+        );
+    }
+
+    #[test]
+    fn a_typed_line_taken_shows_as_sent_without_its_inbox_id() {
+        let accepted = ServerLine::Accepted {
+            update_id: -4_503_599_627_370_496,
+        };
+        let mut plain = LineRenderer::new(false);
+        assert_eq!(plain.render(&accepted).as_deref(), Some("(sent)"));
+        let mut painted = LineRenderer::new(true);
+        assert_eq!(
+            painted.render(&accepted).as_deref(),
+            Some("\x1b[2m(sent)\x1b[0m")
         );
     }
 
