@@ -274,8 +274,8 @@ fn said(e: &turnstile::events::BotEvent) -> Option<&str> {
 /// `/stop` drops only what the stopped turn queued. An earlier turn's
 /// answer still waiting for Telegram (behind a message Telegram refuses
 /// with 502 until the stop is queued) reaches the chat once, before what
-/// the stop says; the stopped turn's own text, queued behind it, never
-/// does.
+/// the stop says; the stopped turn's own preview and text, queued behind
+/// it, never do.
 #[actix_rt::test]
 async fn a_stop_drops_the_stopped_turns_queued_text_and_not_an_earlier_answer() {
     let send = |text: &str| tool("mcp__telegram-tools__send", json!({ "text": text }));
@@ -293,20 +293,29 @@ async fn a_stop_drops_the_stopped_turns_queued_text_and_not_an_earlier_answer() 
         .with_rule(
             "second",
             turn(vec![
+                Step::Stream {
+                    pieces: vec!["A preview of the second answer, long enough to show".into()],
+                    ms: 0,
+                },
                 Step::Tools {
                     calls: vec![send("second, never sent")],
                 },
                 Step::Wait { ms: 60_000 },
             ]),
         );
-    let mut h = Harness::start(scenario, &[]).await;
+    let preview = [
+        ("TURNSTILE_PROGRESS_STREAM", "edit"),
+        ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s"),
+    ];
+    let mut h = Harness::start(scenario, &preview).await;
     for _ in 0..500 {
         h.api.inject("sendMessage", Fault::ServerError(502));
     }
     h.say(1, USER, "first");
     h.turn_ended(1, 1).await;
     h.say(1, USER, "second");
-    // The outbox has the second turn's text queued behind the first's.
+    // The outbox has the second turn's preview (shown as the text began)
+    // and text queued behind the first turn's.
     h.event("the second turn's text queued", |e| {
         said(e) == Some("second, never sent")
     })
@@ -326,5 +335,9 @@ async fn a_stop_drops_the_stopped_turns_queued_text_and_not_an_earlier_answer() 
         .send(turnstile::telegram::Flush)
         .await
         .expect("outbox alive");
-    assert_eq!(h.texts(1), texts, "the stopped turn's text never left");
+    assert_eq!(
+        h.texts(1),
+        texts,
+        "the stopped turn's preview and text never left"
+    );
 }
