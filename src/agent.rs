@@ -69,6 +69,11 @@ pub trait AgentBackend: Send + Sync + 'static {
     fn cannot_resume(&self, _id: &str) -> Option<&'static str> {
         None
     }
+
+    /// For `/handoff`: the agent's own way to go on with `request`'s session at the host (none by default, as for ACP).
+    fn handoff(&self, _request: &OpenSession) -> String {
+        notices::ONLY_THROUGH_ATTACH.to_owned()
+    }
 }
 
 /// What a session is opened for.
@@ -119,10 +124,8 @@ pub struct ProjectPlace {
     pub allowed_tools: Vec<String>,
 }
 
-/// Errors at the backend boundary.
-///
-/// The messages name their cause too, since the turn shows only the
-/// top-level message to the chat.
+/// Errors at the backend boundary; each message names its cause too, since
+/// the turn shows only the top-level message to the chat.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The agent's executable could not be started.
@@ -155,10 +158,8 @@ pub enum AgentError {
     NotWarmed(String),
 }
 
-/// The host's side of one agent session: commands in, events out.
-///
-/// Dropping the handle kills the session (the backend sees its command
-/// channel close).
+/// The host's side of one agent session: commands in, events out; dropping
+/// the handle kills the session (the backend sees its command channel close).
 #[derive(Debug)]
 pub struct AgentSession {
     /// Commands to the agent, in order.
@@ -191,8 +192,7 @@ pub enum SessionCommand {
     Kill,
 }
 
-/// How the scripted backend's session ids begin (another backend finds
-/// them stored after a switch).
+/// How the scripted backend's session ids begin (found by another backend after a switch).
 pub const SCRIPTED_SESSION_PREFIX: &str = "scripted-";
 
 /// Everything a session reports, in order.

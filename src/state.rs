@@ -23,6 +23,7 @@ mod always;
 mod backup;
 mod conversations;
 mod handle;
+mod handoffs;
 mod outgoing;
 mod rows;
 mod schedules;
@@ -38,6 +39,7 @@ pub use conversations::{
     first_words,
 };
 pub use handle::{Disposition, ReadFailed, StoreHandle};
+pub use handoffs::HandedOff;
 pub use outgoing::{Kept, KeptFile, KeptQuestion, LeftToSend, OutgoingRow};
 pub use rows::{InboxRow, InboxState};
 pub use schedules::{Added, NewSchedule, Origin, Removed, ScheduleRow};

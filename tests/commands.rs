@@ -11,7 +11,7 @@ use turnstile::agent::Scenario;
 use turnstile::events::BotEvent;
 
 /// The commands only admins may use.
-const ADMIN_ONLY: [&str; 2] = ["/status", "/restart"];
+const ADMIN_ONLY: [&str; 3] = ["/status", "/restart", "/handoff"];
 /// The commands everyone may use.
 const EVERYONE: [&str; 4] = ["/stop", "/new", "/permissions", "/help"];
 

@@ -134,7 +134,7 @@ async fn the_command_menu_is_set_for_everyone_and_for_each_admin() {
         .expect("the admin's menu");
     assert_eq!(admin.params["scope"]["type"], "chat");
     let mut for_admins = for_everyone.to_vec();
-    for_admins.extend(["status", "restart"]);
+    for_admins.extend(["status", "restart", "handoff"]);
     assert_eq!(names(admin), for_admins);
     assert_eq!(calls.len(), 2, "one admin, two menus");
     let polls = h.api.calls_of("getUpdates");

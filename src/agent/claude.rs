@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 
 use super::host::ProcessSpec;
 use super::host::process::RunningProcesses;
-use super::host::seal::is_session_id;
+use super::host::seal::{homes, is_session_id, shell_word};
 use super::host::session::launch;
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
@@ -336,6 +336,27 @@ impl AgentBackend for ClaudeBackend {
 
     fn closed(&self) -> BoxFuture<()> {
         self.running.closed(self.settings.process.kill_grace)
+    }
+
+    fn handoff(&self, request: &OpenSession) -> String {
+        let Some(id) = request.resume.as_deref() else {
+            return super::notices::ONLY_THROUGH_ATTACH.to_owned();
+        };
+        if let Some(why) = self.cannot_resume(id) {
+            return super::notices::claude_cannot_resume(why);
+        }
+        let process = match &request.project {
+            Some(project) => self.settings.process.for_project(project),
+            None => self.settings.process.clone(),
+        };
+        let key = request.conversation.key();
+        let workdir = process.cwd(&key);
+        let mut line = format!("cd {} &&", shell_word(&workdir.to_string_lossy()));
+        for (var, value) in homes(&process.seal, &key, std::env::vars_os(), &process.env) {
+            line.push_str(&format!(" {var}={}", shell_word(&value.to_string_lossy())));
+        }
+        line.push_str(&format!(" {} --resume {id}", shell_word(&process.command)));
+        super::notices::resume_in_claude_code(&line)
     }
 
     fn open(&self, request: OpenSession) -> BoxFuture<Result<AgentSession, AgentError>> {

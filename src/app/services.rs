@@ -54,6 +54,7 @@ pub(super) fn services(
         limit_retry: config.agent.limit_retry,
         workdir: config.agent_workdir(),
         choices: Arc::new(crate::chat::Choices::from_config(config)),
+        config_file: config.file.clone(),
     };
     TurnServices {
         agent: Arc::new(agent),

@@ -56,7 +56,7 @@ pub enum ServerLine {
         topic: i64,
         /// The first words of its latest turn.
         title: String,
-        /// `idle`, `running`, `waiting for an approval` or `parked`.
+        /// `idle`, `running`, `waiting for an approval`, `parked` or `handed off`.
         state: String,
         /// Its latest message's date (unix seconds).
         last_activity: i64,

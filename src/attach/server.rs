@@ -270,6 +270,7 @@ async fn list(core: &Core) -> Vec<ServerLine> {
         .map(|c| {
             let state = match core.feed.busy(c.to) {
                 Some(busy) => busy,
+                None if c.handed_off => "handed off",
                 None if c.parked => "parked",
                 None => "idle",
             };

@@ -6,6 +6,7 @@
 //! each chat runs its own hard deadline.
 
 mod commands;
+mod handoff;
 mod menus;
 mod messages;
 mod prewarm;
@@ -40,8 +41,7 @@ use crate::ops::logging::StartInSpan;
 use crate::ops::panics::contain;
 use crate::schedule::RunDue;
 use crate::shutdown::Shutdown;
-use crate::state::StoreHandle;
-use crate::state::{TurnIds, now_ms};
+use crate::state::{StoreHandle, TurnIds, now_ms};
 use crate::telegram::addressing::BotIdentity;
 use crate::telegram::files::Files;
 use crate::telegram::intake::UpdateReceived;
@@ -75,7 +75,7 @@ pub struct RunningTurns;
 #[derive(Debug)]
 enum ForChat {
     Message(UserMessage),
-    /// `/stop` or `/new`.
+    /// `/stop`, `/new` or `/handoff`.
     Command(ChatCommand),
     Press(ButtonPressed),
     /// The delivery its last messages came in is whole.

@@ -2,6 +2,7 @@
 
 mod answers;
 pub mod approval;
+pub mod handoff;
 pub(crate) mod help;
 pub mod menus;
 pub mod progress;

@@ -6,11 +6,11 @@
 //!
 //! It is also the chat's backstop: each turn runs under a hard-deadline
 //! timer (`turn.hard_deadline`), armed when the turn starts and cancelled at
-//! TurnEnded, that releases the chat whatever its actors do. When the chat
-//! has been idle for `dispatcher.idle_eviction` it tells the dispatcher,
-//! which retires it.
+//! TurnEnded, that releases the chat whatever its actors do. Idle for
+//! `dispatcher.idle_eviction`, it tells the dispatcher, which retires it.
 
 mod commands;
+pub(crate) mod handoff;
 mod parking;
 mod state;
 mod steering;
@@ -91,9 +91,8 @@ impl UserMessage {
 #[rtype(result = "()")]
 pub struct DeliveryEnd;
 
-/// A command for the chat, as the intake parsed it: `/stop` interrupts
-/// the running turn and drops what is queued; `/new` forgets the agent
-/// session, so the next turn starts fresh (`commands.rs`).
+/// A command for the chat, as the intake parsed it: `/stop`, `/new` and
+/// `/handoff` (`commands.rs`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct ChatCommand {
@@ -253,6 +252,8 @@ pub struct ChatSupervisor {
     /// a turn finishes: the chat's history across turns, not where it is
     /// (the messages waiting one out are the state's [`Hold::Limit`]).
     limit_wait: Option<Duration>,
+    /// The session handed off to the host (`/handoff`), till taken back.
+    handed_off: Option<String>,
 }
 
 impl ChatSupervisor {
@@ -293,6 +294,7 @@ impl ChatSupervisor {
             received: 0,
             idle_timer: None,
             limit_wait: None,
+            handed_off: None,
         }
     }
 
@@ -343,6 +345,7 @@ impl ChatSupervisor {
             || self.warm.is_some()
             || self.prewarming != Prewarming::No
             || self.awaiting.is_some()
+            || self.handed_off.is_some()
         {
             return;
         }

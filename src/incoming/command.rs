@@ -36,6 +36,9 @@ pub enum Command {
     Status,
     /// `/restart` (admins): drain and re-execute.
     Restart,
+    /// `/handoff` (admins): go on at the host; the next message takes the
+    /// conversation back.
+    Handoff,
 }
 
 /// Who may use a command.
@@ -159,6 +162,13 @@ pub(crate) const TABLE: &[Entry] = &[
         command: Command::Restart,
         word: "restart",
         about: "Drain and restart the bot",
+        who: Who::Admins,
+        listed: true,
+    },
+    Entry {
+        command: Command::Handoff,
+        word: "handoff",
+        about: "Go on at the host; the next message takes it back",
         who: Who::Admins,
         listed: true,
     },
@@ -294,6 +304,7 @@ mod tests {
             Command::Project,
             Command::Status,
             Command::Restart,
+            Command::Handoff,
         ] {
             assert_eq!(TABLE.iter().filter(|e| e.command == command).count(), 1);
             assert_eq!(

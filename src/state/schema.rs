@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{StateError, Store};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 /// The migrations, in order: `MIGRATIONS[n]` takes version n to n + 1.
 const MIGRATIONS: &[&str] = &[
@@ -166,6 +166,8 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE inbox ADD COLUMN author_username TEXT;",
     // 15 → 16: topics of a private chat waiting for a name (`topics.rs`).
     super::topics::MIGRATION,
+    // 16 → 17: conversations handed off to the host (`handoffs.rs`).
+    super::handoffs::MIGRATION,
 ];
 
 /// The migration (from this version) that drops the old Bash "always"

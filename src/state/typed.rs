@@ -21,6 +21,8 @@ pub struct SeenConversation {
     pub last: i64,
     /// Whether a message of it waits out a usage limit.
     pub parked: bool,
+    /// Whether it is handed off to the host (`/handoff`).
+    pub handed_off: bool,
 }
 
 impl Store {
@@ -41,7 +43,8 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
             "SELECT i.chat_id, i.topic, MAX(i.date), MAX(i.state = 'parked'),
-                    COALESCE(c.opening_words, '')
+                    COALESCE(c.opening_words, ''),
+                    EXISTS (SELECT 1 FROM handoffs h WHERE h.chat_id = i.chat_id AND h.topic = i.topic)
                FROM inbox i LEFT JOIN choices c ON c.chat_id = i.chat_id AND c.topic = i.topic
               GROUP BY i.chat_id, i.topic ORDER BY MAX(i.date) DESC LIMIT ?1",
         )?;
@@ -53,6 +56,7 @@ impl Store {
                 last: r.get(2)?,
                 parked: r.get::<_, i64>(3)? != 0,
                 opening: r.get(4)?,
+                handed_off: r.get::<_, i64>(5)? != 0,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -87,5 +91,8 @@ mod tests {
         let seen = store.seen_conversations(10).unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!((seen[0].to, seen[0].last, seen[0].parked), (to, 50, false));
+        assert!(!seen[0].handed_off);
+        store.hand_off(to, "s-1").unwrap();
+        assert!(store.seen_conversations(10).unwrap()[0].handed_off);
     }
 }

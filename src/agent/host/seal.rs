@@ -154,6 +154,49 @@ pub fn is_session_id(id: &str) -> bool {
         })
 }
 
+/// The variables that say where a Claude Code session lives.
+pub const HOME_VARS: [&str; 2] = ["HOME", "CLAUDE_CONFIG_DIR"];
+
+/// The [`HOME_VARS`] a process of `chat` gets, as [`plan`] sets them:
+/// under the sandbox the chat's own home unless `extra` (`agent.env`)
+/// names one, otherwise what the clean environment passes on from
+/// `parent`; a variable the process does not get is left out.
+#[must_use]
+pub fn homes(
+    seal: &Seal,
+    chat: &str,
+    parent: impl IntoIterator<Item = (OsString, OsString)>,
+    extra: &BTreeMap<String, String>,
+) -> Vec<(&'static str, OsString)> {
+    let env = clean_env(parent, &seal.pass_env, extra);
+    let home = chat_path(&seal.home, chat);
+    HOME_VARS
+        .into_iter()
+        .filter_map(|var| {
+            let value = match (seal.sandbox, extra.contains_key(var)) {
+                (Sandbox::Bubblewrap, false) => Some(home.clone().into_os_string()),
+                _ => env.get(&OsString::from(var)).cloned(),
+            };
+            value.map(|value| (var, value))
+        })
+        .collect()
+}
+
+/// `word` as one word for a POSIX shell: as it is when it holds only
+/// characters no shell reads specially, otherwise in single quotes (a `'`
+/// in it written `'\''`).
+#[must_use]
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./:@%+,".contains(&b));
+    if plain {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
 /// `agent.launcher` with `{chat}` and `{workdir}` filled.
 #[must_use]
 pub fn launcher_argv(launcher: &[String], chat: &str, workdir: &Path) -> Vec<String> {
@@ -187,7 +230,7 @@ pub fn plan(
     if seal.sandbox == Sandbox::Bubblewrap {
         let home = chat_path(&seal.home, chat);
         let mut writable = vec![Bind::Made(workdir.clone())];
-        for var in ["HOME", "CLAUDE_CONFIG_DIR"] {
+        for var in HOME_VARS {
             match extra.get(var) {
                 Some(given) => writable.push(Bind::Given(PathBuf::from(given))),
                 None => {

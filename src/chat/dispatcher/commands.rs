@@ -42,7 +42,7 @@ impl Dispatcher {
                 self.say(to, notices::NOTHING_TO_STOP)
             }
             Command::New if self.opens_topics(to) => self.new_in_topic(to, asked.source, ctx),
-            Command::Stop | Command::New => {
+            Command::Stop | Command::New | Command::Handoff => {
                 let source = asked.source;
                 self.deliver(to, ForChat::Command(ChatCommand { command, source }), ctx)
             }

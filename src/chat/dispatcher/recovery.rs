@@ -30,9 +30,13 @@ impl Handler<Recover> for Dispatcher {
     fn handle(&mut self, Recover(rows): Recover, ctx: &mut Self::Context) {
         // Before any turn starts: the prewarm waits for the recovered ones.
         let events = self.events.subscribe();
+        let handoffs = (self.inbox).read("reading the conversations handed off", |s| s.handoffs());
+        let read = async move { (handoffs.await, rows.await) };
         // Nothing else is handled until the rows are routed, so a new message
-        // never overtakes a recovered one.
-        ctx.wait(rows.into_actor(self).map(|rows, act, ctx| {
+        // never overtakes a recovered one; a conversation handed off to the
+        // host knows it before any of its messages arrives.
+        ctx.wait(read.into_actor(self).map(|(handoffs, rows), act, ctx| {
+            let handoffs_known = act.handed_off_before(handoffs, ctx);
             let waiting = match rows {
                 Ok(rows) => act.recover(rows, ctx),
                 Err(ReadFailed) => {
@@ -45,7 +49,9 @@ impl Handler<Recover> for Dispatcher {
                     HashSet::new()
                 }
             };
-            act.prewarm(events, waiting, ctx);
+            if handoffs_known {
+                act.prewarm(events, waiting, ctx);
+            }
         }));
     }
 }

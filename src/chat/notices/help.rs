@@ -163,7 +163,10 @@ mod tests {
         ];
         assert_eq!(words(false), everyone);
         assert_eq!(words(true)[..everyone.len()], everyone);
-        assert_eq!(words(true)[everyone.len()..], ["status", "restart"]);
+        assert_eq!(
+            words(true)[everyone.len()..],
+            ["status", "restart", "handoff"]
+        );
         assert!(
             menu(true)
                 .iter()

@@ -1,4 +1,4 @@
-//! The chat's commands: `/stop` and `/new` (a [`ChatCommand`], matched on
+//! The chat's commands: `/stop`, `/new` and `/handoff` (a [`ChatCommand`], matched on
 //! the [`Command`] the intake parsed), `/status`, and what the dispatcher and
 //! the host ask of it (retire, stop for the host).
 
@@ -20,6 +20,7 @@ impl Handler<ChatCommand> for ChatSupervisor {
         match msg.command {
             Command::Stop => self.stop(msg.source, ctx),
             Command::New => self.forget_session(ctx),
+            Command::Handoff => self.hand_off(ctx),
             other => tracing::debug!(
                 command = other.word(),
                 "not a command the chat acts on; ignored"
@@ -125,6 +126,7 @@ impl Handler<DescribeChat> for ChatSupervisor {
 
     fn handle(&mut self, _msg: DescribeChat, _ctx: &mut Self::Context) -> String {
         let state = match &self.state {
+            _ if self.handed_off.is_some() => "handed off to the host".to_string(),
             ChatState::Running(r, ..) => format!(
                 "turn {} running for {:.1}s",
                 r.turn,

@@ -26,11 +26,15 @@ impl ChatSupervisor {
                 .is_some_and(|running| running.turn > self.forget_through.max(self.cold_through))
     }
 
-    /// Routes `msg`: into the running turn, or into the queue. While a
+    /// Routes `msg` (in a conversation handed off to the host, once it
+    /// took it back: `handoff.rs`): into the running turn, or into the queue. While a
     /// turn has not yet answered whether it takes a message, the ones
     /// after it wait for that answer, so a message it does not take is
     /// queued before them: a chat's messages keep their order.
     pub(super) fn route(&mut self, msg: UserMessage, ctx: &mut Context<Self>) {
+        if !self.takes_back(&msg) {
+            return;
+        }
         if let Some(held) = &mut self.awaiting {
             held.push_back(msg);
             return;

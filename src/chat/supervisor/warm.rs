@@ -131,6 +131,8 @@ impl ChatSupervisor {
     fn not_to_prewarm(&self) -> Option<&'static str> {
         if self.state.host_stopping() {
             Some("the host is stopping")
+        } else if self.handed_off.is_some() {
+            Some("the conversation is handed off to the host")
         } else if self.state.parked().is_some() {
             Some("messages wait out a usage limit")
         } else if !self.state.at_rest() {

@@ -178,6 +178,10 @@ pub struct AgentSetup {
     pub workdir: std::path::PathBuf,
     /// The models and projects a conversation may choose (`/model`, `/project`).
     pub choices: Arc<crate::chat::menus::Choices>,
+    /// The file the bot's config was read from, if any: `/handoff` names
+    /// it in the `turnstile attach` command, which must find this bot's
+    /// state file (and its socket) as the bot did.
+    pub config_file: Option<std::path::PathBuf>,
 }
 
 /// The way out to the chat: the outbox, and the reply relays' texts not

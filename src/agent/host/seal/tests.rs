@@ -579,3 +579,43 @@ fn an_acp_process_gets_its_tools_directory_read_only_and_relayed_with_no_unix_so
         "{argv}"
     );
 }
+
+#[test]
+fn the_homes_a_handoff_names_are_the_ones_the_process_gets() {
+    let parent = os(&[("HOME", "/root"), ("PATH", "/usr/bin")]);
+    let given = BTreeMap::from([("CLAUDE_CONFIG_DIR".to_owned(), "/srv/claude".to_owned())]);
+    for sandbox in [Sandbox::Bubblewrap, Sandbox::None] {
+        for extra in [BTreeMap::new(), given.clone()] {
+            let seal = seal(sandbox);
+            let planned = plan(&seal, "-5_7", "claude", &[], parent.clone(), &extra, |_| {
+                true
+            });
+            let named = homes(&seal, "-5_7", parent.clone(), &extra);
+            for var in HOME_VARS {
+                let from_plan = planned.env.get(&OsString::from(var));
+                let from_homes = named.iter().find(|(v, _)| *v == var).map(|(_, p)| p);
+                assert_eq!(from_homes, from_plan, "{var} under {sandbox:?}, {extra:?}");
+            }
+        }
+    }
+    let sealed = homes(&seal(Sandbox::Bubblewrap), "-5_7", parent, &BTreeMap::new());
+    assert_eq!(
+        sealed,
+        [
+            ("HOME", "/var/lib/turnstile/homes/-5_7".into()),
+            ("CLAUDE_CONFIG_DIR", "/var/lib/turnstile/homes/-5_7".into()),
+        ]
+    );
+}
+
+#[test]
+fn a_shell_word_is_quoted_only_when_a_shell_would_read_it() {
+    assert_eq!(
+        shell_word("/var/lib/turnstile/homes/-5_7"),
+        "/var/lib/turnstile/homes/-5_7"
+    );
+    assert_eq!(shell_word("/srv/my dir"), "'/srv/my dir'");
+    assert_eq!(shell_word("/srv/it's"), r"'/srv/it'\''s'");
+    assert_eq!(shell_word("$HOME;rm -rf ~"), "'$HOME;rm -rf ~'");
+    assert_eq!(shell_word(""), "''");
+}
