@@ -312,6 +312,50 @@ async fn purge_drops_what_the_stopped_turn_queued_and_nothing_else() {
     );
 }
 
+/// A stopped turn's answer that was to replace its shown preview is
+/// dropped, and the preview is deleted in its place (as an interrupted
+/// turn's unfinished preview is), before what is queued after the stop.
+#[actix_rt::test]
+async fn purge_of_an_answer_into_its_preview_deletes_the_preview() {
+    const CHAT: i64 = 3;
+    let stopped = TurnId(4);
+    let api = FakeBotApi::start().await;
+    let outbox = outbox(&api, Harness::fast_limits());
+    let slot = Slot::next();
+    outbox.do_send(show_of(CHAT, slot, "the preview", stopped));
+    api.wait_for_texts(CHAT, 1, SOON).await;
+    let preview = api.sent_message(CHAT, 1).expect("the chat's first message");
+    assert_eq!(preview["text"], json!("the preview"));
+    // Held at Telegram while the answer and the stop are queued behind it.
+    api.inject("sendMessage", Fault::Delay(Duration::from_millis(500)));
+    outbox.do_send(SendText::new(ChatId(CHAT), "an earlier answer").for_turn(TurnId(3)));
+    api.wait_for(SOON, "the earlier answer at Telegram", |calls| {
+        (calls.iter().filter(|c| c.method == "sendmessage").count() == 2).then_some(())
+    })
+    .await;
+    let (answer, answered) = SendText::tracked(ChatId(CHAT), "the answer");
+    outbox.do_send(answer.for_turn(stopped).into_slot(Some(slot)));
+    outbox.do_send(Purge {
+        to: ChatId(CHAT).into(),
+        turn: stopped,
+    });
+    outbox.do_send(SendText::new(ChatId(CHAT), "stopped"));
+
+    let all = api.wait_for_texts(CHAT, 3, SOON).await;
+    assert_eq!(all, ["the preview", "an earlier answer", "stopped"]);
+    assert_eq!(answered.await.expect("answered"), Err(OutboxError::Dropped));
+    outbox.send(Flush).await.expect("outbox alive");
+    let deleted = api.calls_of("deleteMessage");
+    assert_eq!(deleted.len(), 1, "the preview goes: {deleted:#?}");
+    assert_eq!(deleted[0].params["message_id"], json!(1));
+    let notice = api.calls_of("sendMessage")[2].seq;
+    assert!(
+        deleted[0].seq < notice,
+        "deleted before what follows the stop"
+    );
+    assert!(api.calls_of("editMessageText").is_empty(), "never shown");
+}
+
 /// A stop that finds nothing queued in its chat is remembered all the same:
 /// the stopped turn's text its relay hands over afterwards is dropped, the
 /// rest of the chat's goes.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use teloxide::types::{MessageId, ThreadId};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
@@ -13,7 +13,7 @@ use super::requests::{
     AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
 };
-use crate::ids::TurnId;
+use crate::ids::{Conversation, TurnId};
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::typing::TypingView;
 
@@ -144,6 +144,30 @@ impl Job {
             | Self::Rename(..)
             | Self::Unbutton(_) => {}
         }
+    }
+
+    /// Refuses the job of a turn `/stop` stopped (`Dropped`). A text that
+    /// was to finish a live slot leaves a [`Clear`] of it, run in its
+    /// place: the preview it would have replaced goes, as an interrupted
+    /// turn's unfinished preview does, and the lane stops holding the slot.
+    pub(super) fn stopped(self, chat: ChatId) -> Option<Self> {
+        let clear = match &self {
+            Self::Text(TextJob {
+                into: Some(slot),
+                place,
+                ..
+            }) => Some(Self::Clear(Clear {
+                to: Conversation {
+                    chat,
+                    topic: place.topic,
+                },
+                slot: *slot,
+                fold: None,
+            })),
+            _ => None,
+        };
+        self.refuse(OutboxError::Dropped);
+        clear
     }
 
     /// An answer's method and when it was first queued: it waits for

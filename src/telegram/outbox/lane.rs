@@ -15,7 +15,6 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, Span};
 
 use super::deliver::Telegram;
-use super::error::OutboxError;
 use super::jobs::Job;
 use super::known::Known;
 use super::live::{self, ShownMessage};
@@ -210,8 +209,11 @@ impl Lane {
     }
 
     /// `/stop` of `turn`: what it queued, before or after this, is dropped
-    /// when the worker reaches it, without taking a send.
+    /// when the worker reaches it, without taking a send. The lane counts
+    /// as used: it stays, and remembers the turn, for [`LANE_IDLE`] at
+    /// least, while the turn's reply relay may still hand its text over.
     pub(super) fn purge(&mut self, turn: TurnId) {
+        self.last_used = Instant::now();
         lock(&self.book).stop(turn);
     }
 
@@ -323,13 +325,16 @@ impl Worker {
             _ => None,
         };
         let mut shown = None;
-        if purged {
+        let job = if purged {
             tracing::info!(
                 turn_id = turn.map(TurnId::get),
                 "a stopped turn's message dropped before Telegram had it"
             );
-            job.refuse(OutboxError::Dropped);
+            job.stopped(self.chat)
         } else {
+            Some(job)
+        };
+        if let Some(job) = job {
             let Worker {
                 shared,
                 chat,
@@ -466,13 +471,10 @@ mod tests {
     use super::super::pacing::{self, RateLimits};
     use super::*;
 
-    /// An idle chat keeps its lane (and so its worker) for a while: what an
-    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
-    /// idle chat's memory, when a job's future was part of the worker's).
-    #[test]
-    fn an_idle_lane_holds_a_small_worker_and_queue() {
+    /// What lanes share, with a client that is never called.
+    fn shared() -> Arc<OutboxShared> {
         let limits = RateLimits::default();
-        let shared = Arc::new(OutboxShared {
+        Arc::new(OutboxShared {
             telegram: Telegram::new(teloxide::Bot::new("1:test"), limits.clone(), Arc::default()),
             events: EventBus::new(),
             global: pacing::global(&limits),
@@ -481,12 +483,33 @@ mod tests {
             last_ids: Mutex::default(),
             shown: Mutex::default(),
             polls: tokio::sync::watch::Sender::new(None),
-        });
+        })
+    }
+
+    /// An idle chat keeps its lane (and so its worker) for a while: what an
+    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
+    /// idle chat's memory, when a job's future was part of the worker's).
+    #[test]
+    fn an_idle_lane_holds_a_small_worker_and_queue() {
+        let shared = shared();
         let (_lane, worker) = Lane::start(&shared, ChatId(7));
         let size = std::mem::size_of_val(&worker);
         assert!(size <= 1024, "an idle chat's worker holds {size} bytes");
         // The channel allocates a block of 32 slots up front.
         assert!(std::mem::size_of::<Down>() <= 8);
+    }
+
+    /// A lane unused for [`LANE_IDLE`] may go; a `/stop` keeps it (and what
+    /// it remembers of the stopped turn) for as long again.
+    #[test]
+    fn a_stop_keeps_an_idle_lane_for_the_stopped_turns_later_text() {
+        let shared = shared();
+        let (mut lane, _worker) = Lane::start(&shared, ChatId(7));
+        lane.last_used = (Instant::now().checked_sub(LANE_IDLE))
+            .expect("the monotonic clock has run for LANE_IDLE");
+        assert!(lane.idle(), "unused for LANE_IDLE: it may go");
+        lane.purge(TurnId(7));
+        assert!(!lane.idle(), "a lane stopped just now stays");
     }
 
     /// A lane remembers the latest stopped turns, each once, and no more:
