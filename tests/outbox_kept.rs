@@ -15,11 +15,11 @@ use std::io::Write as _;
 use support::*;
 use teloxide::types::ChatId;
 use turnstile::events::EventBus;
-use turnstile::ids::Conversation;
+use turnstile::ids::{Conversation, TurnId};
 use turnstile::ops::Metrics;
 
 use turnstile::state::{Kept, KeptFile, KeptQuestion, LeftToSend, Store, StoreHandle};
-use turnstile::telegram::{Button, Outbox, SendQuestion, SendText};
+use turnstile::telegram::{Button, Flush, Outbox, Purge, SendQuestion, SendText};
 
 /// The chat the kept rows are for.
 const CHAT_1: Conversation = Conversation {
@@ -133,4 +133,50 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     outbox.send(turnstile::telegram::Flush).await.unwrap();
     store.flushed().await;
     assert!(to_send(&store).await.rows.is_empty(), "all settled");
+}
+
+/// A stopped turn's text waiting for Telegram is dropped with its row: the
+/// next process finds nothing of it to send. An earlier turn's text waiting
+/// beside it is sent once and its row settled too.
+#[actix_rt::test]
+async fn a_stopped_turns_waiting_text_leaves_no_row_for_the_next_process() {
+    let api = FakeBotApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreHandle::start(Arc::new(Store::open(&dir.path().join("state.db")).unwrap()));
+    for _ in 0..500 {
+        api.inject("sendMessage", Fault::ServerError(502));
+    }
+    let outbox = Outbox::durable(
+        api.bot(),
+        Harness::fast_limits(),
+        Arc::new(Metrics::new()),
+        EventBus::new(),
+        store.clone(),
+        LeftToSend::default(),
+    )
+    .start();
+    let (earlier, stopped) = (TurnId(1), TurnId(2));
+    let queue = |text: &str, turn| outbox.send(SendText::new(CHAT_1, text).for_turn(turn));
+    queue("held by Telegram", earlier).await.unwrap();
+    api.wait_for(SOON, "the first text refused", |calls| {
+        calls.iter().any(|c| c.status == 502).then_some(())
+    })
+    .await;
+    queue("the earlier answer", earlier).await.unwrap();
+    queue("the stopped turn's text", stopped).await.unwrap();
+    store.flushed().await;
+    assert_eq!(to_send(&store).await.rows.len(), 3, "all kept meanwhile");
+    outbox
+        .send(Purge {
+            to: CHAT_1,
+            turn: stopped,
+        })
+        .await
+        .unwrap();
+    api.clear_faults();
+    outbox.send(Flush).await.unwrap();
+    assert_eq!(api.texts_to(1), ["held by Telegram", "the earlier answer"]);
+    store.flushed().await;
+    let left = to_send(&store).await.rows;
+    assert!(left.is_empty(), "nothing left to send again: {left:?}");
 }

@@ -1,6 +1,6 @@
 //! The Outbox's live slots (a status line, an answer's preview), how live
 //! text gives way to real messages and to Telegram's limits, and `/stop`'s
-//! purge of what a conversation queued.
+//! purge of what the stopped turn queued.
 
 mod support;
 
@@ -11,6 +11,7 @@ use serde_json::json;
 use support::*;
 use teloxide::types::{ChatId, MessageId, ThreadId};
 use turnstile::events::EventBus;
+use turnstile::ids::TurnId;
 use turnstile::telegram::{
     Button, Clear, Flush, Outbox, OutboxError, Purge, RateLimits, SendQuestion, SendText, Show,
     ShowAs, Slot,
@@ -28,6 +29,15 @@ fn show(chat: i64, slot: Slot, text: &str) -> Show {
         text: text.into(),
         markdown: false,
         show_as: ShowAs::Message,
+        turn: None,
+    }
+}
+
+/// [`show`], of `turn`.
+fn show_of(chat: i64, slot: Slot, text: &str, turn: TurnId) -> Show {
+    Show {
+        turn: Some(turn),
+        ..show(chat, slot, text)
     }
 }
 
@@ -223,43 +233,149 @@ async fn a_429_on_live_text_holds_the_chat_and_only_the_newest_text_follows() {
     );
 }
 
+/// `/stop` of a turn (`Purge`) drops what that turn queued and Telegram has
+/// not taken: the rest of a text being sent, its queued text, question and
+/// live text, and a text its relay hands over after the stop. Everything
+/// else goes on, in order: an earlier turn's answer, a notice, another
+/// topic, another turn's live text, and what is queued after.
 #[actix_rt::test]
-async fn purge_drops_what_the_conversation_queued_and_nothing_else() {
+async fn purge_drops_what_the_stopped_turn_queued_and_nothing_else() {
     // A forum group: a private chat takes no topic while the bot's topics
     // mode is off.
     const GROUP: i64 = -1001;
+    let (earlier, stopped) = (TurnId(1), TurnId(2));
     let api = FakeBotApi::start().await;
     let outbox = outbox(&api, Harness::fast_limits());
-    api.inject("sendMessage", Fault::Delay(Duration::from_millis(500)));
-    let (one, one_sent) = SendText::tracked(ChatId(GROUP), "one");
-    outbox.do_send(one);
+    api.inject("sendMessage", Fault::Delay(Duration::from_millis(800)));
+    // Two pieces: the first is at Telegram when the stop comes.
+    let long = format!("{}\n\n{}", "a".repeat(3000), "b".repeat(3000));
+    let (one, one_sent) = SendText::tracked(ChatId(GROUP), long);
+    outbox.do_send(one.for_turn(stopped));
     api.wait_for_call("sendMessage", SOON).await;
+    outbox.do_send(SendText::new(ChatId(GROUP), "the earlier answer").for_turn(earlier));
     let (two, two_sent) = SendText::tracked(ChatId(GROUP), "two");
-    outbox.do_send(two);
-    outbox.do_send(show(GROUP, Slot::next(), "a status"));
+    outbox.do_send(two.for_turn(stopped));
+    outbox.do_send(show_of(GROUP, Slot::next(), "its status", stopped));
+    outbox.do_send(show_of(GROUP, Slot::next(), "the earlier status", earlier));
+    outbox.do_send(SendText::new(ChatId(GROUP), "a notice"));
     let (question, asked) = SendQuestion::new(
         ChatId(GROUP),
         "Run it?",
         vec![vec![Button::new("Yes", "y")]],
     );
-    outbox.do_send(question);
-    let mut topic = SendText::new(ChatId(GROUP), "in topic 5");
+    outbox.do_send(question.for_turn(stopped));
+    let mut topic = SendText::new(ChatId(GROUP), "in topic 5").for_turn(TurnId(3));
     topic.to.topic = Some(ThreadId(MessageId(5)));
     outbox.do_send(topic);
     outbox.do_send(Purge {
         to: ChatId(GROUP).into(),
+        turn: stopped,
     });
+    let (late, late_sent) = SendText::tracked(ChatId(GROUP), "handed over after the stop");
+    outbox.do_send(late.for_turn(stopped));
     outbox.do_send(SendText::new(ChatId(GROUP), "stopped"));
 
-    let all = api.wait_for_texts(GROUP, 3, SOON).await;
-    assert_eq!(all, ["one", "in topic 5", "stopped"]);
-    assert!(one_sent.await.expect("answered").is_ok(), "in flight: sent");
+    let all = api.wait_for_texts(GROUP, 6, SOON).await;
+    // A long piece by its first letter and length.
+    let short = |texts: &[String]| -> Vec<String> {
+        let cut = |t: &String| format!("{}… ({} chars)", &t[..1], t.len());
+        let name = |t: &String| if t.len() > 100 { cut(t) } else { t.clone() };
+        texts.iter().map(name).collect()
+    };
+    assert_eq!(
+        short(&all),
+        [
+            "a… (3000 chars)",
+            "the earlier answer",
+            "a notice",
+            "in topic 5",
+            "stopped",
+            "the earlier status"
+        ]
+    );
+    assert_eq!(
+        one_sent.await.expect("answered"),
+        Err(OutboxError::Dropped),
+        "the piece at Telegram went, the rest did not"
+    );
     assert_eq!(two_sent.await.expect("answered"), Err(OutboxError::Dropped));
     assert_eq!(asked.await.expect("answered"), Err(OutboxError::Dropped));
-    assert!(
-        api.calls_of("editMessageText").is_empty(),
-        "the queued status went too"
+    assert_eq!(
+        late_sent.await.expect("answered"),
+        Err(OutboxError::Dropped)
     );
+    outbox.send(Flush).await.expect("outbox alive");
+    assert_eq!(
+        short(&api.texts_to(GROUP)),
+        short(&all),
+        "nothing of the stopped turn after"
+    );
+}
+
+/// A stopped turn's answer that was to replace its shown preview is
+/// dropped, and the preview is deleted in its place (as an interrupted
+/// turn's unfinished preview is), before what is queued after the stop.
+#[actix_rt::test]
+async fn purge_of_an_answer_into_its_preview_deletes_the_preview() {
+    const CHAT: i64 = 3;
+    let stopped = TurnId(4);
+    let api = FakeBotApi::start().await;
+    let outbox = outbox(&api, Harness::fast_limits());
+    let slot = Slot::next();
+    outbox.do_send(show_of(CHAT, slot, "the preview", stopped));
+    api.wait_for_texts(CHAT, 1, SOON).await;
+    let preview = api.sent_message(CHAT, 1).expect("the chat's first message");
+    assert_eq!(preview["text"], json!("the preview"));
+    // Held at Telegram while the answer and the stop are queued behind it.
+    api.inject("sendMessage", Fault::Delay(Duration::from_millis(500)));
+    outbox.do_send(SendText::new(ChatId(CHAT), "an earlier answer").for_turn(TurnId(3)));
+    api.wait_for(SOON, "the earlier answer at Telegram", |calls| {
+        (calls.iter().filter(|c| c.method == "sendmessage").count() == 2).then_some(())
+    })
+    .await;
+    let (answer, answered) = SendText::tracked(ChatId(CHAT), "the answer");
+    outbox.do_send(answer.for_turn(stopped).into_slot(Some(slot)));
+    outbox.do_send(Purge {
+        to: ChatId(CHAT).into(),
+        turn: stopped,
+    });
+    outbox.do_send(SendText::new(ChatId(CHAT), "stopped"));
+
+    let all = api.wait_for_texts(CHAT, 3, SOON).await;
+    assert_eq!(all, ["the preview", "an earlier answer", "stopped"]);
+    assert_eq!(answered.await.expect("answered"), Err(OutboxError::Dropped));
+    outbox.send(Flush).await.expect("outbox alive");
+    let deleted = api.calls_of("deleteMessage");
+    assert_eq!(deleted.len(), 1, "the preview goes: {deleted:#?}");
+    assert_eq!(deleted[0].params["message_id"], json!(1));
+    let notice = api.calls_of("sendMessage")[2].seq;
+    assert!(
+        deleted[0].seq < notice,
+        "deleted before what follows the stop"
+    );
+    assert!(api.calls_of("editMessageText").is_empty(), "never shown");
+}
+
+/// A stop that finds nothing queued in its chat is remembered all the same:
+/// the stopped turn's text its relay hands over afterwards is dropped, the
+/// rest of the chat's goes.
+#[actix_rt::test]
+async fn purge_of_an_idle_chat_drops_the_stopped_turns_later_text() {
+    let api = FakeBotApi::start().await;
+    let outbox = outbox(&api, Harness::fast_limits());
+    outbox.do_send(Purge {
+        to: ChatId(2).into(),
+        turn: TurnId(7),
+    });
+    let (late, late_sent) = SendText::tracked(ChatId(2), "handed over after the stop");
+    outbox.do_send(late.for_turn(TurnId(7)));
+    let notice = SendText::new(ChatId(2), "⏹ Stopped.");
+    assert!(send(&outbox, notice).await.is_ok());
+    assert_eq!(
+        late_sent.await.expect("answered"),
+        Err(OutboxError::Dropped)
+    );
+    assert_eq!(api.texts_to(2), ["⏹ Stopped."]);
 }
 
 #[actix_rt::test]

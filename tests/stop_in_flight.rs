@@ -259,3 +259,85 @@ async fn what_the_outbox_settled_while_draining_is_committed_when_stop_returns()
         .expect("the outgoing table");
     assert_eq!(waiting, 0, "a sent message's row was left to be sent again");
 }
+
+/// The text of a `FeedItem::Said` event, if `e` is one.
+fn said(e: &turnstile::events::BotEvent) -> Option<&str> {
+    match e {
+        turnstile::events::BotEvent::Feed {
+            item: turnstile::events::FeedItem::Said { text },
+            ..
+        } => Some(text),
+        _ => None,
+    }
+}
+
+/// `/stop` drops only what the stopped turn queued. An earlier turn's
+/// answer still waiting for Telegram (behind a message Telegram refuses
+/// with 502 until the stop is queued) reaches the chat once, before what
+/// the stop says; the stopped turn's own preview and text, queued behind
+/// it, never do.
+#[actix_rt::test]
+async fn a_stop_drops_the_stopped_turns_queued_text_and_not_an_earlier_answer() {
+    let send = |text: &str| tool("mcp__telegram-tools__send", json!({ "text": text }));
+    let scenario = Scenario::default()
+        .with_rule(
+            "first",
+            turn(vec![Step::Tools {
+                calls: vec![
+                    send("first, part one"),
+                    send("the first answer"),
+                    tool("mcp__telegram-tools__end_turn", json!({})),
+                ],
+            }]),
+        )
+        .with_rule(
+            "second",
+            turn(vec![
+                Step::Stream {
+                    pieces: vec!["A preview of the second answer, long enough to show".into()],
+                    ms: 0,
+                },
+                Step::Tools {
+                    calls: vec![send("second, never sent")],
+                },
+                Step::Wait { ms: 60_000 },
+            ]),
+        );
+    let preview = [
+        ("TURNSTILE_PROGRESS_STREAM", "edit"),
+        ("TURNSTILE_PROGRESS_PREVIEW_AFTER", "0s"),
+    ];
+    let mut h = Harness::start(scenario, &preview).await;
+    for _ in 0..500 {
+        h.api.inject("sendMessage", Fault::ServerError(502));
+    }
+    h.say(1, USER, "first");
+    h.turn_ended(1, 1).await;
+    h.say(1, USER, "second");
+    // The outbox has the second turn's preview (shown as the text began)
+    // and text queued behind the first turn's.
+    h.event("the second turn's text queued", |e| {
+        said(e) == Some("second, never sent")
+    })
+    .await;
+    h.say(1, USER, "/stop");
+    h.event("the stop's notice queued", |e| {
+        said(e) == Some("⏹ Stopped.")
+    })
+    .await;
+    h.api.clear_faults();
+    let texts = h.api.wait_for_texts(1, 3, SOON).await;
+    assert_eq!(texts, ["first, part one", "the first answer", "⏹ Stopped."]);
+    let (_, outcome, _) = h.turn_ended(1, 2).await;
+    assert_eq!(outcome, TurnOutcome::Interrupted);
+    h.bot
+        .outbox
+        .send(turnstile::telegram::Flush)
+        .await
+        .expect("outbox alive");
+    assert_eq!(
+        h.texts(1),
+        texts,
+        "the stopped turn's preview and text never left"
+    );
+}

@@ -107,10 +107,9 @@ impl TurnActor {
         let to = spec.to;
         let view = LiveView::new(
             deps.agent.progress.clone(),
-            to,
+            &spec,
             deps.out.outbox.clone(),
             deps.workdir_of(to).to_string_lossy().into_owned(),
-            spec.answer_to,
             deps.books.events.clone(),
         );
         Self {

@@ -310,14 +310,14 @@ impl Handler<Clear> for Outbox {
 impl Handler<Purge> for Outbox {
     type Result = ();
 
+    /// The lane is started if the chat has none: what the turn's reply
+    /// relay still holds comes later, and is dropped there.
     fn handle(&mut self, msg: Purge, _ctx: &mut Self::Context) {
-        let Some(lane) = self.lanes.get_mut(&msg.to.chat) else {
-            return;
-        };
-        lane.purge(&self.shared.pending, msg.to.topic);
+        self.lane(msg.to.chat).purge(msg.turn);
         tracing::info!(
             chat_id = msg.to.chat.0,
-            "queued messages of the conversation dropped (/stop)"
+            turn_id = msg.turn.get(),
+            "what the stopped turn queued is dropped (/stop)"
         );
     }
 }

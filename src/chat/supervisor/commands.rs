@@ -31,10 +31,12 @@ impl Handler<ChatCommand> for ChatSupervisor {
 }
 
 impl ChatSupervisor {
-    /// `/stop`: interrupts the running turn and drops what is queued (and
-    /// what waits to be routed behind a message the turn has not answered
-    /// for). One typed at the terminal is said here, after the purge that
-    /// would have dropped it, so the chat sees where the stop came from.
+    /// `/stop`: interrupts the running turn, drops what it queued for the
+    /// chat and Telegram has not taken, and drops the messages queued
+    /// behind it (and what waits to be routed behind a message the turn
+    /// has not answered for). What else waits for Telegram goes on: an
+    /// earlier turn's answer, notices, echoes. One typed at the terminal
+    /// is said here, so the chat sees where the stop came from.
     fn stop(&mut self, source: Source, ctx: &mut actix::Context<Self>) {
         let held: Vec<i64> = (self.awaiting.iter_mut())
             .flat_map(|held| held.drain(..))
@@ -50,9 +52,10 @@ impl ChatSupervisor {
         match self.state.running() {
             Some(running) => {
                 // What the turn queued and Telegram has not got yet goes
-                // first; the stop notice below is queued after it.
-                let to = self.to;
-                self.outbox.do_send(Purge { to });
+                // (the rest of the chat's queue stays, in order); the stop
+                // notice below is queued after it.
+                let (to, turn) = (self.to, running.turn);
+                self.outbox.do_send(Purge { to, turn });
                 running.addr.do_send(InterruptTurn);
                 self.said_where(source);
                 self.say(stopping::stopped(dropped));

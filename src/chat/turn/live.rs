@@ -15,10 +15,11 @@ use actix::Addr;
 use serde_json::Value;
 use teloxide::types::MessageId;
 
+use super::TurnSpec;
 use crate::agent::tools::ToolName;
 use crate::config::{Keep, ProgressConfig, Stream};
 use crate::events::{EventBus, FeedItem};
-use crate::ids::Conversation;
+use crate::ids::{Conversation, TurnId};
 use crate::telegram::outbox::{Clear, Outbox, Show, ShowAs, Slot};
 
 /// The preview appears once the text has this many characters.
@@ -59,6 +60,8 @@ const SUMMARY_CHARS: usize = 60;
 pub(crate) struct LiveView {
     config: ProgressConfig,
     to: Conversation,
+    /// The turn it shows: a `/stop` of it drops its live text still queued.
+    turn: TurnId,
     outbox: Addr<Outbox>,
     started: Instant,
     /// The working directory, cut from paths on the status line.
@@ -157,21 +160,23 @@ struct Preview {
 }
 
 impl LiveView {
+    /// The view of the turn `spec`, its status and preview shown through
+    /// `outbox` and fed to `events`.
     pub(crate) fn new(
         config: ProgressConfig,
-        to: Conversation,
+        spec: &TurnSpec,
         outbox: Addr<Outbox>,
         workdir: String,
-        answer_to: Option<MessageId>,
         events: EventBus,
     ) -> Self {
         Self {
             config,
-            to,
+            to: spec.to,
+            turn: spec.turn,
             outbox,
             started: Instant::now(),
             workdir,
-            answer_to,
+            answer_to: spec.answer_to,
             status: Status::default(),
             preview: None,
             events,
@@ -323,6 +328,7 @@ impl LiveView {
             text: preview.text.clone(),
             markdown: true,
             show_as,
+            turn: Some(self.turn),
         });
     }
 
@@ -349,6 +355,7 @@ impl LiveView {
             text,
             markdown: false,
             show_as: ShowAs::Message,
+            turn: Some(self.turn),
         });
     }
 

@@ -1,9 +1,9 @@
 //! The job each request becomes on its chat's lane: what it carries, who
-//! waits for it, whether `/stop` drops it.
+//! waits for it, which turn queued it (a `/stop` of that turn drops it).
 
 use std::time::Instant;
 
-use teloxide::types::{MessageId, ThreadId};
+use teloxide::types::{ChatId, MessageId, ThreadId};
 use tokio::sync::oneshot;
 
 use super::error::OutboxError;
@@ -13,7 +13,7 @@ use super::requests::{
     AnswerCallback, CALLBACK_ANSWER_WINDOW, Clear, EditQuestion, QuestionFile, SendFile,
     SendQuestion, Slot,
 };
-use crate::ids::TurnId;
+use crate::ids::{Conversation, TurnId};
 use crate::telegram::format::TELEGRAM_TEXT_LIMIT;
 use crate::telegram::typing::TypingView;
 
@@ -146,20 +146,28 @@ impl Job {
         }
     }
 
-    /// The conversation's topic, and whether a `/stop` (`Purge`) drops the job.
-    pub(super) fn purgeable(&self) -> Option<Option<ThreadId>> {
-        match self {
-            Self::Text(job) => Some(job.place.topic),
-            Self::File(file) => Some(file.send.to.topic),
-            Self::Question(question) => Some(question.topic),
-            Self::Clear(_)
-            | Self::Typing(..)
-            | Self::React(..)
-            | Self::Edit(..)
-            | Self::Unbutton(_)
-            | Self::Rename(..)
-            | Self::Topic(..) => None,
-        }
+    /// Refuses the job of a turn `/stop` stopped (`Dropped`). A text that
+    /// was to finish a live slot leaves a [`Clear`] of it, run in its
+    /// place: the preview it would have replaced goes, as an interrupted
+    /// turn's unfinished preview does, and the lane stops holding the slot.
+    pub(super) fn stopped(self, chat: ChatId) -> Option<Self> {
+        let clear = match &self {
+            Self::Text(TextJob {
+                into: Some(slot),
+                place,
+                ..
+            }) => Some(Self::Clear(Clear {
+                to: Conversation {
+                    chat,
+                    topic: place.topic,
+                },
+                slot: *slot,
+                fold: None,
+            })),
+            _ => None,
+        };
+        self.refuse(OutboxError::Dropped);
+        clear
     }
 
     /// An answer's method and when it was first queued: it waits for
@@ -191,7 +199,10 @@ impl Job {
         }
     }
 
-    /// The turn that queued the job, if any.
+    /// The turn that queued the job, if any: its log context, and a
+    /// `/stop` of that turn (`Purge`) drops the job while it waits. Only a
+    /// turn's texts, files and questions carry one; typing, reactions,
+    /// edits, clears and topics go on whatever is stopped.
     pub(super) fn turn(&self) -> Option<TurnId> {
         match self {
             Self::Text(job) => job.origin.turn,

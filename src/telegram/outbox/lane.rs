@@ -2,8 +2,8 @@
 //! actor holds a [`Lane`] per chat and sends jobs down its channel; the
 //! worker owns the chat's [`Pacing`] and the messages its live slots show.
 //! All the two share is the lane's [`Book`], under one lock: the jobs still
-//! to run, the purge epoch of each topic, the live text waiting and the
-//! topics with typing queued.
+//! to run, the turns `/stop` stopped, the live text waiting and the topics
+//! with typing queued.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,6 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, Span};
 
 use super::deliver::Telegram;
-use super::error::OutboxError;
 use super::jobs::Job;
 use super::known::Known;
 use super::live::{self, ShownMessage};
@@ -23,6 +22,7 @@ use super::pacing::{Bucket, Pacing};
 use super::post::{LaneView, Post, lock};
 use super::requests::{Show, ShowAs, Slot};
 use crate::events::EventBus;
+use crate::ids::TurnId;
 use crate::ops::WaitingMessage;
 use crate::ops::logging::context_span;
 use crate::state::StoreHandle;
@@ -30,6 +30,12 @@ use crate::state::StoreHandle;
 /// A lane unused for this long (and empty, with no live slot) is dropped
 /// and its worker ends.
 pub(super) const LANE_IDLE: Duration = Duration::from_secs(60);
+
+/// How many stopped turns a lane remembers. A stopped turn's jobs reach
+/// the lane within moments of its stop (its reply relay waits for one
+/// store write), and each conversation runs one turn at a time: this many
+/// covers as many topics of the chat stopped at once.
+const STOPPED_KEPT: usize = 32;
 
 /// What every lane's worker shares.
 pub(super) struct OutboxShared {
@@ -59,13 +65,14 @@ struct Book {
     /// Jobs queued or running (live text included); the lane is dropped
     /// only at zero, so a chat never has two workers at once.
     pending: usize,
-    /// Per topic, how many times `/stop` purged it: a job queued under an
-    /// older epoch is dropped.
-    epochs: HashMap<Option<ThreadId>, u64>,
+    /// The turns `/stop` stopped, the latest last (at most
+    /// [`STOPPED_KEPT`]): what one of them queued is dropped, whenever it
+    /// comes.
+    stopped: VecDeque<TurnId>,
     /// Live text waiting for a free send: one entry per slot, the latest
     /// [`Show`] of each, oldest slot first.
     light: VecDeque<Slot>,
-    shows: HashMap<Slot, (Show, u64)>,
+    shows: HashMap<Slot, Show>,
     /// Topics with a typing request queued: typing is coalesced, so a slow
     /// message never builds a backlog of them.
     typing: HashSet<Option<ThreadId>>,
@@ -74,17 +81,26 @@ struct Book {
 }
 
 impl Book {
-    fn epoch(&self, topic: Option<ThreadId>) -> u64 {
-        self.epochs.get(&topic).copied().unwrap_or_default()
+    /// Whether `/stop` stopped the turn that queued a job (none: a job of
+    /// no turn, never dropped).
+    fn stopped(&self, turn: Option<TurnId>) -> bool {
+        turn.is_some_and(|turn| self.stopped.contains(&turn))
     }
 
-    /// Whether a job of `topic` queued at `epoch` was purged since.
-    fn purged(&self, topic: Option<ThreadId>, epoch: u64) -> bool {
-        epoch < self.epoch(topic)
+    /// `/stop` stopped `turn`; the oldest one remembered is forgotten when
+    /// [`STOPPED_KEPT`] are.
+    fn stop(&mut self, turn: TurnId) {
+        if self.stopped.contains(&turn) {
+            return;
+        }
+        if self.stopped.len() >= STOPPED_KEPT {
+            self.stopped.pop_front();
+        }
+        self.stopped.push_back(turn);
     }
 
     /// The oldest live text waiting.
-    fn take_show(&mut self) -> Option<(Show, u64)> {
+    fn take_show(&mut self) -> Option<Show> {
         while let Some(slot) = self.light.pop_front() {
             if let Some(job) = self.shows.remove(&slot) {
                 return Some(job);
@@ -94,12 +110,11 @@ impl Book {
     }
 }
 
-/// What goes down a lane's channel: a real job with the purge epoch of its
-/// topic when it was queued (boxed, so an idle lane's queue, a block of
-/// slots allocated with the channel, stays small), or word that live text
-/// is waiting.
+/// What goes down a lane's channel: a real job (boxed, so an idle lane's
+/// queue, a block of slots allocated with the channel, stays small), or
+/// word that live text is waiting.
 pub(super) enum Down {
-    Job(Box<(Job, u64, Option<WaitingMessage>)>),
+    Job(Box<(Job, Option<WaitingMessage>)>),
     Light,
 }
 
@@ -154,12 +169,8 @@ impl Lane {
     ) -> Result<(), Box<Job>> {
         self.last_used = Instant::now();
         pending.add(1);
-        let epoch = {
-            let mut book = lock(&self.book);
-            book.pending += 1;
-            book.epoch(job.purgeable().flatten())
-        };
-        match self.tx.send(Down::Job(Box::new((job, epoch, waiting)))) {
+        lock(&self.book).pending += 1;
+        match self.tx.send(Down::Job(Box::new((job, waiting)))) {
             Ok(()) => Ok(()),
             Err(mpsc::error::SendError(Down::Job(queued))) => {
                 pending.done(1);
@@ -175,9 +186,8 @@ impl Lane {
         self.last_used = Instant::now();
         let chat = show.to.chat;
         let mut book = lock(&self.book);
-        let epoch = book.epoch(show.to.topic);
         let slot = show.slot;
-        if book.shows.insert(slot, (show, epoch)).is_some() {
+        if book.shows.insert(slot, show).is_some() {
             tracing::trace!(chat_id = chat.0, "live text superseded before it was sent");
             return;
         }
@@ -198,15 +208,13 @@ impl Lane {
         lock(&self.known).saw(id);
     }
 
-    /// `/stop`: what `topic` has queued is dropped.
-    pub(super) fn purge(&mut self, pending: &Pending, topic: Option<ThreadId>) {
-        let mut book = lock(&self.book);
-        *book.epochs.entry(topic).or_default() += 1;
-        let before = book.shows.len();
-        book.shows.retain(|_, (show, _)| show.to.topic != topic);
-        let dropped = before - book.shows.len();
-        book.pending -= dropped;
-        pending.done(dropped);
+    /// `/stop` of `turn`: what it queued, before or after this, is dropped
+    /// when the worker reaches it, without taking a send. The lane counts
+    /// as used: it stays, and remembers the turn, for [`LANE_IDLE`] at
+    /// least, while the turn's reply relay may still hand its text over.
+    pub(super) fn purge(&mut self, turn: TurnId) {
+        self.last_used = Instant::now();
+        lock(&self.book).stop(turn);
     }
 
     /// Marks a typing request of `topic` queued; `false` when one is.
@@ -255,8 +263,8 @@ impl Worker {
         loop {
             match rx.try_recv() {
                 Ok(Down::Job(queued)) => {
-                    let (job, epoch, _waiting) = *queued;
-                    Box::pin(self.real(job, epoch)).await;
+                    let (job, _waiting) = *queued;
+                    Box::pin(self.real(job)).await;
                     continue;
                 }
                 Ok(Down::Light) => continue,
@@ -268,8 +276,8 @@ impl Worker {
             let wait = waiting.then(|| self.pacing.light_wait());
             if wait.is_some_and(|wait| wait.is_zero()) {
                 let show = lock(&self.book).take_show();
-                if let Some((show, epoch)) = show {
-                    Box::pin(self.show(show, epoch)).await;
+                if let Some(show) = show {
+                    Box::pin(self.show(show)).await;
                     self.finished();
                 }
                 continue;
@@ -284,8 +292,8 @@ impl Worker {
                 biased;
                 down = rx.recv() => match down {
                     Some(Down::Job(queued)) => {
-                        let (job, epoch, _waiting) = *queued;
-                        Box::pin(self.real(job, epoch)).await;
+                        let (job, _waiting) = *queued;
+                        Box::pin(self.real(job)).await;
                     }
                     Some(Down::Light) => {}
                     None => return,
@@ -301,15 +309,15 @@ impl Worker {
         self.shared.pending.done(1);
     }
 
-    /// Runs a real request, unless `/stop` dropped it after it was queued.
-    async fn real(&mut self, job: Job, epoch: u64) {
+    /// Runs a real request, unless `/stop` stopped the turn that queued it.
+    async fn real(&mut self, job: Job) {
+        let turn = job.turn();
         let purged = {
             let mut book = lock(&self.book);
             if let Job::Typing(_, topic) = &job {
                 book.typing.remove(topic);
             }
-            job.purgeable()
-                .is_some_and(|topic| book.purged(topic, epoch))
+            book.stopped(turn)
         };
         let kept = job.kept();
         let edited = match &job {
@@ -317,9 +325,16 @@ impl Worker {
             _ => None,
         };
         let mut shown = None;
-        if purged {
-            job.refuse(OutboxError::Dropped);
+        let job = if purged {
+            tracing::info!(
+                turn_id = turn.map(TurnId::get),
+                "a stopped turn's message dropped before Telegram had it"
+            );
+            job.stopped(self.chat)
         } else {
+            Some(job)
+        };
+        if let Some(job) = job {
             let Worker {
                 shared,
                 chat,
@@ -341,10 +356,10 @@ impl Worker {
                 book,
                 slots,
                 pending: &shared.pending,
-                epoch,
+                turn,
             };
             // A turn's job logs in `job{turn_id}`, inside the lane's span.
-            let span = match job.turn() {
+            let span = match turn {
                 Some(turn) => context_span!("job", turn_id = turn.get()),
                 None => Span::none(),
             };
@@ -371,9 +386,9 @@ impl Worker {
 
     /// Sends or edits a slot's live text: one attempt; a 429 holds the chat
     /// and the text waits its turn again (unless a newer one replaced it).
-    async fn show(&mut self, show: Show, epoch: u64) {
+    async fn show(&mut self, show: Show) {
         let chat = self.chat;
-        if lock(&self.book).purged(show.to.topic, epoch) {
+        if lock(&self.book).stopped(show.turn) {
             return;
         }
         let rendered = live::live_text(&show.text, show.markdown);
@@ -402,7 +417,7 @@ impl Worker {
                     "live text rate limited; the chat waits"
                 );
                 self.pacing.hold(secs.duration());
-                self.put_back(show, epoch);
+                self.put_back(show);
             }
             Err(err) => {
                 tracing::debug!(cause = %err, "live text not shown");
@@ -412,13 +427,13 @@ impl Worker {
 
     /// Queues live text again after a 429, unless a newer one took its
     /// place; it counts as pending again.
-    fn put_back(&self, show: Show, epoch: u64) {
+    fn put_back(&self, show: Show) {
         let mut book = lock(&self.book);
         if book.shows.contains_key(&show.slot) {
             return;
         }
         let slot = show.slot;
-        book.shows.insert(slot, (show, epoch));
+        book.shows.insert(slot, show);
         book.light.push_front(slot);
         book.pending += 1;
         self.shared.pending.add(1);
@@ -430,7 +445,8 @@ struct View<'a> {
     book: &'a Mutex<Book>,
     slots: &'a mut HashMap<Slot, ShownMessage>,
     pending: &'a Pending,
-    epoch: u64,
+    /// The turn that queued the job.
+    turn: Option<TurnId>,
 }
 
 impl LaneView for View<'_> {
@@ -445,8 +461,8 @@ impl LaneView for View<'_> {
         shown
     }
 
-    fn purged(&self, topic: Option<ThreadId>) -> bool {
-        lock(self.book).purged(topic, self.epoch)
+    fn stopped(&self) -> bool {
+        lock(self.book).stopped(self.turn)
     }
 }
 
@@ -455,13 +471,10 @@ mod tests {
     use super::super::pacing::{self, RateLimits};
     use super::*;
 
-    /// An idle chat keeps its lane (and so its worker) for a while: what an
-    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
-    /// idle chat's memory, when a job's future was part of the worker's).
-    #[test]
-    fn an_idle_lane_holds_a_small_worker_and_queue() {
+    /// What lanes share, with a client that is never called.
+    fn shared() -> Arc<OutboxShared> {
         let limits = RateLimits::default();
-        let shared = Arc::new(OutboxShared {
+        Arc::new(OutboxShared {
             telegram: Telegram::new(teloxide::Bot::new("1:test"), limits.clone(), Arc::default()),
             events: EventBus::new(),
             global: pacing::global(&limits),
@@ -470,11 +483,52 @@ mod tests {
             last_ids: Mutex::default(),
             shown: Mutex::default(),
             polls: tokio::sync::watch::Sender::new(None),
-        });
+        })
+    }
+
+    /// An idle chat keeps its lane (and so its worker) for a while: what an
+    /// idle worker holds must stay small (it was 6 KiB a lane, most of an
+    /// idle chat's memory, when a job's future was part of the worker's).
+    #[test]
+    fn an_idle_lane_holds_a_small_worker_and_queue() {
+        let shared = shared();
         let (_lane, worker) = Lane::start(&shared, ChatId(7));
         let size = std::mem::size_of_val(&worker);
         assert!(size <= 1024, "an idle chat's worker holds {size} bytes");
         // The channel allocates a block of 32 slots up front.
         assert!(std::mem::size_of::<Down>() <= 8);
+    }
+
+    /// A lane unused for [`LANE_IDLE`] may go; a `/stop` keeps it (and what
+    /// it remembers of the stopped turn) for as long again.
+    #[test]
+    fn a_stop_keeps_an_idle_lane_for_the_stopped_turns_later_text() {
+        let shared = shared();
+        let (mut lane, _worker) = Lane::start(&shared, ChatId(7));
+        lane.last_used = (Instant::now().checked_sub(LANE_IDLE))
+            .expect("the monotonic clock has run for LANE_IDLE");
+        assert!(lane.idle(), "unused for LANE_IDLE: it may go");
+        lane.purge(TurnId(7));
+        assert!(!lane.idle(), "a lane stopped just now stays");
+    }
+
+    /// A lane remembers the latest stopped turns, each once, and no more:
+    /// a chat stopped again and again holds a bounded record.
+    #[test]
+    fn a_lane_remembers_the_latest_stopped_turns_each_once() {
+        let mut book = Book::default();
+        let last = u64::try_from(STOPPED_KEPT).unwrap() + 1;
+        for turn in 1..=last {
+            book.stop(TurnId(turn));
+        }
+        book.stop(TurnId(last));
+        assert_eq!(book.stopped.len(), STOPPED_KEPT);
+        assert!(!book.stopped(Some(TurnId(1))), "the oldest is forgotten");
+        assert!(
+            (2..=last).all(|turn| book.stopped(Some(TurnId(turn)))),
+            "the latest are remembered: {:?}",
+            book.stopped
+        );
+        assert!(!book.stopped(None), "a job of no turn is never dropped");
     }
 }

@@ -65,8 +65,8 @@ pub(super) trait LaneView {
     /// Ends `slot`: its queued live text is dropped; the message it showed,
     /// if any.
     fn close(&mut self, slot: Slot) -> Option<ShownMessage>;
-    /// Whether `/stop` purged `topic` since the job was queued.
-    fn purged(&self, topic: Option<ThreadId>) -> bool;
+    /// Whether `/stop` stopped the turn that queued the job.
+    fn stopped(&self) -> bool;
 }
 
 /// Where a chat's requests leave from: the client, the bus, the chat and

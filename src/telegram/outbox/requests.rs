@@ -38,7 +38,8 @@ pub struct SendText {
     pub into: Option<Slot>,
     /// Who wants to know how it went.
     pub reply: Option<oneshot::Sender<Result<Vec<MessageId>, OutboxError>>>,
-    /// The turn it answers, if any (for the logs).
+    /// The turn it answers, if any: its log context, and a [`Purge`] of
+    /// that turn drops it while it waits.
     pub turn: Option<TurnId>,
     /// Its row in the state store, when its sender kept it there
     /// ([`crate::state::StoreHandle::keep_outgoing`]); otherwise the outbox
@@ -152,6 +153,9 @@ pub struct Show {
     pub markdown: bool,
     /// As a message or as a draft.
     pub show_as: ShowAs,
+    /// The turn whose live message it is: a [`Purge`] of that turn drops
+    /// it while it waits.
+    pub turn: Option<TurnId>,
 }
 
 /// Ends a slot: its message is deleted, or its text replaced by `fold`
@@ -167,14 +171,20 @@ pub struct Clear {
     pub fold: Option<String>,
 }
 
-/// Drops what a conversation has queued (`/stop`): texts, files, questions
-/// and live text not yet sent. Typing, reactions, callback answers (which
-/// take no lane) and anything queued after it go on.
+/// Drops what a stopped turn queued that Telegram has not taken (`/stop`):
+/// its texts, files, questions and live text, those waiting now and those
+/// its reply relay hands over later (the lane remembers the turn while it
+/// lives). A text being sent stops at its next piece. Everything else the
+/// conversation has queued goes on, in order: an earlier turn's answers,
+/// notices, the echo of a line typed at the terminal, other topics, and
+/// typing, reactions, edits and clears (its own included).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Purge {
     /// Where: the chat, or one forum topic of it.
     pub to: Conversation,
+    /// The stopped turn: what carries its id is dropped.
+    pub turn: TurnId,
 }
 
 /// Sends a file as a document (`sendDocument`) or, when `as_photo`, a
@@ -195,7 +205,8 @@ pub struct SendFile {
     pub as_photo: bool,
     /// Who wants the sent message's id.
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
-    /// The turn that sends it, if any (for the logs).
+    /// The turn that sends it, if any: its log context, and a [`Purge`]
+    /// of that turn drops it while it waits.
     pub turn: Option<TurnId>,
     /// Its row in the state store (its bytes in the spool), when its
     /// sender kept it there ([`SendFile::keep_in`]); otherwise the outbox
@@ -251,7 +262,8 @@ pub struct SendQuestion {
     pub file: Option<QuestionFile>,
     /// Who wants the message id (or why there is none).
     pub reply: oneshot::Sender<Result<MessageId, OutboxError>>,
-    /// The turn that asks, if any (for the logs).
+    /// The turn that asks, if any: its log context, and a [`Purge`] of
+    /// that turn drops it while it waits.
     pub turn: Option<TurnId>,
     /// Its buttons mean something only to this process (an approval,
     /// decided by the turn that asks): a later process, finding it still

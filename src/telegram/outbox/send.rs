@@ -113,7 +113,7 @@ impl Post<'_> {
 
     /// Sends a text's pieces in order; the first one finishes the slot
     /// `into` (an edit of the message it shows) when there is one. Stops at
-    /// the first failure, or when `/stop` purged the conversation meanwhile.
+    /// the first failure, or when `/stop` stopped the turn that sent it.
     async fn pieces(
         &mut self,
         lane: &mut impl LaneView,
@@ -131,7 +131,7 @@ impl Post<'_> {
         let mut ids = Vec::new();
         let mut shown = into.and_then(|slot| lane.close(slot));
         for piece in pieces {
-            if lane.purged(place.topic) {
+            if lane.stopped() {
                 return Err((OutboxError::Dropped, ids.len()));
             }
             if let Some(ShownMessage { id, rendered }) = shown.take() {
