@@ -81,22 +81,23 @@ impl Setup {
         .await;
     }
 
-    /// `/restart` from the admin, once the user's session is warm; waits
-    /// until the new process is back.
-    async fn restart(&self, bot: &mut BotProcess) {
+    /// `/restart` from the admin once a session was kept warm `kept` times
+    /// (each turn ends so); waits until the new process is back.
+    async fn restart(&self, bot: &mut BotProcess, kept: usize) {
         wait_until("the session kept warm", LONG, || {
-            bot.log_text().contains("session kept warm")
+            bot.log_text().matches("session kept warm").count() >= kept
         })
         .await;
+        let restarted = |api: &FakeBotApi| {
+            (api.texts_to(ADMIN).iter())
+                .filter(|t| *t == "✅ Restarted.")
+                .count()
+        };
+        let before = restarted(&self.api);
         self.api.push_text(ADMIN, ADMIN, "/restart");
         let back = tokio::time::timeout(
             LONG,
-            wait_until("✅ Restarted.", LONG * 2, || {
-                self.api
-                    .texts_to(ADMIN)
-                    .iter()
-                    .any(|t| t == "✅ Restarted.")
-            }),
+            wait_until("✅ Restarted.", LONG * 2, || restarted(&self.api) > before),
         )
         .await;
         assert!(
@@ -136,13 +137,16 @@ async fn a_restart_hands_the_idle_agent_to_the_next_process() {
     let s = setup().await;
     let mut bot = s.spawn(None);
     s.answered(USER, "hello").await;
-    s.restart(&mut bot).await;
+    s.restart(&mut bot, 1).await;
     s.answered(USER, "again").await;
+    // An adopted process is handed over again at the next restart.
+    s.restart(&mut bot, 2).await;
+    s.answered(USER, "and again").await;
     let log = bot.log_text();
     assert_eq!(
         s.started().len(),
         1,
-        "one process across the restart: {log}"
+        "one process across two restarts: {log}"
     );
     assert!(
         log.contains("agent process taken over from before the restart"),
@@ -195,7 +199,7 @@ async fn an_agent_the_next_process_would_start_otherwise_is_closed_and_started_a
     s.answered(USER, "hello").await;
     let first = s.started()[0];
     std::fs::write(&config, "[agent]\nsystem_prompt = \"Be thorough.\"\n").unwrap();
-    s.restart(&mut bot).await;
+    s.restart(&mut bot, 1).await;
     s.answered(USER, "again").await;
     let log = bot.log_text();
     let started = s.started();
@@ -225,7 +229,7 @@ async fn a_handed_agent_no_conversation_takes_is_closed_once_the_prewarm_is_over
     let first = s.started()[0];
     // The next process keeps nothing warm: nobody takes the handed agent.
     std::fs::write(&config, "[agent]\nkeep_warm = \"0s\"\n").unwrap();
-    s.restart(&mut bot).await;
+    s.restart(&mut bot, 1).await;
     wait_until("the handed agent closed", LONG, || {
         bot.log_text().contains("handed-over agent closed")
     })
