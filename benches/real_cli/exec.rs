@@ -138,10 +138,12 @@ pub(super) async fn exec_run(claude: String, iterations: usize) -> Result<String
     let (mut before, mut after) = (Vec::new(), Vec::new());
     for i in 0..iterations {
         tokio::time::sleep(GAP).await;
+        // The turn's session is kept warm once it settled: only then is it
+        // handed over.
+        let kept = bot.log().matches("session kept warm").count();
         before.push(turn(&tg, &api, &bot).await?);
-        let kept = i + 2;
         bot.until("the session kept warm", |log| {
-            log.matches("session kept warm").count() >= kept
+            log.matches("session kept warm").count() > kept
         })
         .await?;
         let restarted = tg
@@ -220,5 +222,6 @@ pub(super) async fn exec_run(claude: String, iterations: usize) -> Result<String
         GAP.as_millis()
     );
     f.push_str(&table(&["measure", "p50 / p99 / max", "ratio"], &rows));
+    f.push('\n');
     Ok(f)
 }
