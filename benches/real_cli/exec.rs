@@ -11,7 +11,7 @@ use super::anthropic::FakeAnthropic;
 use super::support::bot_api::{FakeBotApi, Options, Record};
 use super::support::config::ConfigVars;
 use super::support::figures::{Better, figure};
-use super::support::stats::{Summary, ms, ratio, table};
+use super::support::stats::{ms_cells, p50_of, ratio, table};
 use super::support::{Fakes, USER};
 use super::{API_DELAY, GAP, REPLY_TEXT, TURN_TIMEOUT, USER_TEXT, end_turn_reply};
 
@@ -184,12 +184,7 @@ pub(super) async fn exec_run(claude: String, iterations: usize) -> Result<String
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
     }
     let _ = tokio::time::timeout(TURN_TIMEOUT, bot.process.wait()).await;
-    let p50 = |v: &[f64]| Summary::of(v).map_or(f64::NAN, |s| s.p50);
-    let cells = |v: &[f64]| {
-        Summary::of(v).map_or("–".to_string(), |s| {
-            format!("{} / {} / {}", ms(s.p50), ms(s.p99), ms(s.max))
-        })
-    };
+    let (p50, cells) = (p50_of, ms_cells);
     figure(
         "real_cli",
         "first message after /restart's re-exec → first API request, p50 (ms)",

@@ -110,6 +110,9 @@ struct Registry {
     inherited: Vec<HandedProcess>,
     /// The previous process's proxy sockets, until one is taken.
     inherited_sockets: Vec<HandedSocket>,
+    /// The pid of every process the previous process handed over, for
+    /// as long as this process lives: never a leftover to kill.
+    came_across: Vec<u32>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
@@ -118,6 +121,7 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     outgoing_sockets: Vec::new(),
     inherited: Vec::new(),
     inherited_sockets: Vec::new(),
+    came_across: Vec::new(),
 });
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -181,6 +185,12 @@ pub(crate) fn claim(key: &str, session_id: &str, started_as: &str) -> Option<Han
     );
     release(vec![process]);
     None
+}
+
+/// Whether `pid` was handed over by the process this one re-executed
+/// from (claimed, released or waiting): its ledger row is not a leftover.
+pub(crate) fn came_across_the_exec(pid: u32) -> bool {
+    registry().came_across.contains(&pid)
 }
 
 /// Closes every inherited process nobody claimed (the start's prewarm is
@@ -391,6 +401,7 @@ fn inherit_from(record_fd: RawFd) -> usize {
     let taken = take(record);
     let count = taken.0.len();
     let mut registry = registry();
+    registry.came_across = taken.0.iter().map(|p| p.pid).collect();
     registry.inherited = taken.0;
     registry.inherited_sockets = taken.1;
     count

@@ -520,13 +520,6 @@ pub fn start_time(pid: u32) -> Option<i64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// A process's parent (`/proc/<pid>/stat` field 4).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`),
 /// read once; `None` when it cannot be read.
 pub fn boot_id() -> Option<String> {
@@ -578,11 +571,10 @@ pub fn kill_leftover_groups(groups: &[AgentGroup], boot_id: Option<&str>) -> usi
             }
             _ => {}
         }
-        if parent_of(pid) == Some(std::process::id()) {
-            // Handed over across `/restart`'s exec: this process's own.
+        if handover::came_across_the_exec(pid) {
             tracing::info!(
                 pgid,
-                "recorded agent group is this process's child; left alone"
+                "recorded agent group was handed over across /restart; left alone"
             );
             continue;
         }

@@ -87,6 +87,11 @@ fn what_is_handed_over_crosses_the_exec_once_and_only_as_it_was_started() {
         "no later child inherits them"
     );
     assert!(
+        came_across_the_exec(kept_pid) && came_across_the_exec(other_pid),
+        "never a leftover to kill"
+    );
+    assert!(!came_across_the_exec(stray.id()), "not adopted");
+    assert!(
         claim("1", "session of 1", "otherwise").is_none(),
         "started otherwise"
     );
