@@ -199,13 +199,7 @@ fn main() -> ExitCode {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
-    // This process re-executes itself on `/restart`: idle agents go along.
-    // What the previous one handed over is taken before anything spawns.
-    turnstile::agent::host::handover::enable();
-    let handed = turnstile::agent::host::handover::inherit();
-    if handed > 0 {
-        tracing::info!(handed, "idle agents handed over across the restart");
-    }
+    turnstile::ops::restart::take_over();
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(report(&err)),
@@ -441,47 +435,8 @@ fn run(config: Config) -> anyhow::Result<()> {
         Exit::Signal => Ok(()),
         // With the actix system still alive: the sessions handed over, and
         // the agent network's proxy socket they reach, are still open here.
-        Exit::Restart(chat) => Err(restart(chat)),
+        Exit::Restart(chat) => Err(turnstile::ops::restart::reexec(&chat)),
     }
-}
-
-/// Re-executes this binary with the same arguments; returns only on failure.
-fn restart(to: Conversation) -> anyhow::Error {
-    use std::os::unix::process::CommandExt;
-    let exe = match restart_exe() {
-        Ok(exe) => exe,
-        Err(err) => return anyhow::anyhow!("cannot find this binary to restart: {err}"),
-    };
-    let mut command = std::process::Command::new(&exe);
-    command
-        .arg0(
-            std::env::args_os()
-                .next()
-                .unwrap_or_else(|| "turnstile".into()),
-        )
-        .args(std::env::args_os().skip(1))
-        .env(RESTARTED_FROM_ENV, to.key());
-    match turnstile::agent::host::handover::prepare_exec(&mut command) {
-        Ok(handed) => tracing::warn!(exe = %exe.display(), handed, "re-executing for /restart"),
-        Err(err) => tracing::warn!(
-            exe = %exe.display(),
-            cause = %err,
-            "re-executing for /restart; the idle agents could not be handed over and end with this process"
-        ),
-    }
-    let err = command.exec();
-    anyhow::anyhow!("restart failed: could not execute {}: {err}", exe.display())
-}
-
-/// The binary to re-execute. On Linux `/proc/self/exe`, which still opens
-/// the running binary's inode after an in-place upgrade replaced or deleted
-/// its path (whose name then ends in " (deleted)"); elsewhere the path.
-fn restart_exe() -> std::io::Result<PathBuf> {
-    let proc_exe = PathBuf::from("/proc/self/exe");
-    if cfg!(target_os = "linux") && proc_exe.exists() {
-        return Ok(proc_exe);
-    }
-    std::env::current_exe()
 }
 
 async fn wait_for_signal() {
