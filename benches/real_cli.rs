@@ -21,12 +21,16 @@
 //!   the floor the CLI itself sets.
 //!
 //! Then one bot restarts after each warm turn, and its first message after
-//! the restart runs on the session the new process prewarmed (`restart.rs`).
+//! the restart runs on the session the new process prewarmed (`restart.rs`);
+//! and the real binary re-executes itself on `/restart`, handing its warm
+//! CLI process to the next process (`exec.rs`).
 //!
 //! Every turn is the same: the user says "hello", the model answers with one
 //! `end_turn` call carrying the reply text (the no-hook run needs a second
 //! model call, answered with text, before the CLI finishes).
 
+#[path = "real_cli/exec.rs"]
+mod exec;
 #[path = "real_cli/restart.rs"]
 mod restart;
 mod support;
@@ -175,6 +179,7 @@ fn inner(args: &Args) {
         let (more, more_broken) = restart::restart_run(claude.clone(), iterations).await?;
         fragment.push_str(&more);
         broken.extend(more_broken);
+        fragment.push_str(&exec::exec_run(claude.clone(), iterations).await?);
         let (more, more_broken) = stream_run(claude, stream_turns).await?;
         fragment.push_str(&more);
         broken.extend(more_broken);

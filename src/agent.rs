@@ -1,11 +1,9 @@
-//! Agent backends: the [`AgentBackend`] trait, the [`AgentSession`] handle a
-//! turn drives, the [`AgentEvent`]s a session yields and the [`Responder`]
-//! that answers each request an agent makes exactly once.
+//! Agent backends: the [`AgentBackend`] trait, the [`AgentSession`] handle a turn drives, the
+//! [`AgentEvent`]s a session yields and the [`Responder`] that answers each request exactly once.
 //!
-//! Everything a session yields is agent-neutral: a backend reads its own
-//! protocol and parses each tool call once, with the [`tools::ToolRegistry`]
-//! it was made with, into the typed values of [`tools`]; the turn sees no
-//! protocol and compares no tool names.
+//! Everything a session yields is agent-neutral: a backend reads its own protocol and parses each
+//! tool call once, with the [`tools::ToolRegistry`] it was made with, into the typed values of
+//! [`tools`]; the turn sees no protocol and compares no tool names.
 
 pub mod acp;
 pub mod backends;
@@ -190,6 +188,8 @@ pub enum SessionCommand {
     Close,
     /// Force-close now (SIGTERM, then SIGKILL to the process group).
     Kill,
+    /// `/restart` re-executes the host: hand an idle process to the next one, else `Close`.
+    HandOver,
 }
 
 /// How the scripted backend's session ids begin (found by another backend after a switch).

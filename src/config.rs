@@ -84,6 +84,10 @@ pub const TOKEN_CREDENTIAL: &str = "telegram-bot-token";
 /// Set by `/restart` for the new process: the chat to tell it is back.
 pub const RESTARTED_FROM_ENV: &str = "TURNSTILE_RESTARTED_FROM_CHAT";
 
+/// Set by `/restart` on the re-executed process: the descriptor of what
+/// the previous process handed over (`agent::host::handover`).
+pub const HANDOVER_FD_ENV: &str = "TURNSTILE_HANDOVER_FD";
+
 /// The whole effective configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

@@ -199,6 +199,7 @@ fn main() -> ExitCode {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    turnstile::ops::restart::take_over();
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(report(&err)),
@@ -432,39 +433,10 @@ fn run(config: Config) -> anyhow::Result<()> {
     })?;
     match exit {
         Exit::Signal => Ok(()),
-        Exit::Restart(chat) => Err(restart(chat)),
+        // With the actix system still alive: the sessions handed over, and
+        // the agent network's proxy socket they reach, are still open here.
+        Exit::Restart(chat) => Err(turnstile::ops::restart::reexec(&chat)),
     }
-}
-
-/// Re-executes this binary with the same arguments; returns only on failure.
-fn restart(to: Conversation) -> anyhow::Error {
-    use std::os::unix::process::CommandExt;
-    let exe = match restart_exe() {
-        Ok(exe) => exe,
-        Err(err) => return anyhow::anyhow!("cannot find this binary to restart: {err}"),
-    };
-    tracing::warn!(exe = %exe.display(), "re-executing for /restart");
-    let err = std::process::Command::new(&exe)
-        .arg0(
-            std::env::args_os()
-                .next()
-                .unwrap_or_else(|| "turnstile".into()),
-        )
-        .args(std::env::args_os().skip(1))
-        .env(RESTARTED_FROM_ENV, to.key())
-        .exec();
-    anyhow::anyhow!("restart failed: could not execute {}: {err}", exe.display())
-}
-
-/// The binary to re-execute. On Linux `/proc/self/exe`, which still opens
-/// the running binary's inode after an in-place upgrade replaced or deleted
-/// its path (whose name then ends in " (deleted)"); elsewhere the path.
-fn restart_exe() -> std::io::Result<PathBuf> {
-    let proc_exe = PathBuf::from("/proc/self/exe");
-    if cfg!(target_os = "linux") && proc_exe.exists() {
-        return Ok(proc_exe);
-    }
-    std::env::current_exe()
 }
 
 async fn wait_for_signal() {

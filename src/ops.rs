@@ -3,13 +3,15 @@
 //! [`EventBus`](crate::events::EventBus)), what only the bus tells them
 //! ([`follow`]), the `[ops] listen` HTTP endpoint serving `GET /healthz` and
 //! `GET /metrics` ([`server`]), the log set-up and the spans that give a
-//! line its context ([`logging`]), what a panic does ([`panics`]), and
-//! systemd's readiness and watchdog notifications ([`notify`]).
+//! line its context ([`logging`]), what a panic does ([`panics`]),
+//! systemd's readiness and watchdog notifications ([`notify`]), and
+//! `/restart`'s re-execution ([`restart`]).
 
 pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod panics;
+pub mod restart;
 pub mod server;
 
 use std::collections::HashMap;

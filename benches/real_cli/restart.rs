@@ -9,7 +9,7 @@ use turnstile::events::BotEvent;
 
 use super::support::collect::Collector;
 use super::support::figures::{Better, figure};
-use super::support::stats::{Summary, ms, ms_between, ratio, table};
+use super::support::stats::{Summary, ms, ms_between, ms_cells, p50_of, ratio, table};
 use super::support::{self, Fakes};
 use super::{Bot, ClaudeSettings, Direct, GAP, OwnTiming, TURN_TIMEOUT, end_turn_reply, start_bot};
 
@@ -76,12 +76,7 @@ pub(super) async fn restart_run(
     let spawned = bot.backend.spawned();
     let _ = bot.bot.stop().await;
     drop(bot.collector.finish());
-    let p50 = |v: &[f64]| Summary::of(v).map_or(f64::NAN, |s| s.p50);
-    let cells = |v: &[f64]| {
-        Summary::of(v).map_or("–".to_string(), |s| {
-            format!("{} / {} / {}", ms(s.p50), ms(s.p99), ms(s.max))
-        })
-    };
+    let (p50, cells) = (p50_of, ms_cells);
     figure(
         "real_cli",
         "first message after a restart → first API request, p50 (ms)",

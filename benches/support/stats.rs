@@ -71,6 +71,18 @@ pub fn ms(v: f64) -> String {
     }
 }
 
+/// The p50 of `values` (NaN when there are none).
+pub fn p50_of(values: &[f64]) -> f64 {
+    Summary::of(values).map_or(f64::NAN, |s| s.p50)
+}
+
+/// `p50 / p99 / max` of `values` in ms, or "–" when there are none.
+pub fn ms_cells(values: &[f64]) -> String {
+    Summary::of(values).map_or("–".to_string(), |s| {
+        format!("{} / {} / {}", ms(s.p50), ms(s.p99), ms(s.max))
+    })
+}
+
 /// `a / b` as `×1.23`.
 pub fn ratio(a: f64, b: f64) -> String {
     if b == 0.0 {

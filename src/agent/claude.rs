@@ -36,9 +36,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::host::ProcessSpec;
-use super::host::process::RunningProcesses;
+use super::host::handover;
+use super::host::process::{self, RunningProcesses};
 use super::host::seal::{homes, is_session_id, shell_word};
-use super::host::session::launch;
+use super::host::session::{launch_handable, start_adopted};
 use super::tools::{TOOL_SERVER, ToolName, ToolRegistry};
 use super::{AgentBackend, AgentError, AgentSession, BoxFuture, OpenSession};
 use crate::config::{Config, PermissionMode, SettingSource};
@@ -294,17 +295,51 @@ impl ClaudeBackend {
             request.fork,
         );
         let key = request.conversation.key();
+        // What the process is started with, resume aside: one handed over
+        // across `/restart`'s exec is taken only if it is the same.
+        let started_as = process::started_as(
+            &settings.process,
+            &key,
+            &settings.session_argv(&self.tools, None, request.model.as_deref(), false),
+            &driver::initialize(&settings),
+        );
         let start = driver::Start {
             settings: Arc::clone(&settings),
             tools: Arc::clone(&self.tools),
             shutdown: request.shutdown,
             ready,
+            session_id: resume.clone().filter(|_| !request.fork),
         };
-        let session = launch(
+        if let Some(id) = start.session_id.clone()
+            && let Some(handed) = handover::claim(&key, &id, &started_as)
+        {
+            let pid = handed.pid;
+            // Its sandbox reaches the model through the proxy, on the
+            // socket this process took over.
+            settings
+                .process
+                .seal
+                .start_network()
+                .map_err(AgentError::Network)?;
+            match process::AgentProcess::adopt(handed, &self.running) {
+                Ok(adopted) => {
+                    let session =
+                        start_adopted("claude", adopted, settings.process.kill_grace, |link| {
+                            driver::Driver::adopted(start, link)
+                        });
+                    tracing::info!(session = %session.label, session_id = %id, "agent process taken over from before the restart");
+                    return Ok(session);
+                }
+                Err(err) => {
+                    tracing::warn!(pid, cause = %err, "the handed-over agent could not be taken over; starting anew");
+                }
+            }
+        }
+        let session = launch_handable(
             "claude",
             &settings.process,
             &key,
-            &argv,
+            (&argv, Some(started_as)),
             &self.running,
             |link| driver::Driver::new(start, link),
         )?;

@@ -11,6 +11,7 @@
 //! (the order of the permission rules) and the session task generic over a
 //! protocol. No file here imports a backend.
 
+pub mod handover;
 pub mod jsonrpc;
 pub mod lines;
 pub mod mcp;

@@ -28,6 +28,7 @@ pub use relay::{
     NO_UNIX_SOCKETS, RELAY_COMMAND, TOOLS_FLAG, forbid_unix_sockets, run_relay, unix_socket_filter,
 };
 
+use crate::agent::host::handover;
 use crate::config::HostRule;
 
 /// The port the relay listens on, on the sandbox's own loopback.
@@ -64,6 +65,9 @@ pub struct Isolation {
     /// The proxy's socket outside the sandbox, in a directory of its own
     /// (mode 0700).
     socket: PathBuf,
+    /// The proxy's listening socket handed over across `/restart`'s exec,
+    /// until the proxy starts on it.
+    inherited: Mutex<Option<std::os::fd::OwnedFd>>,
     /// The proxy, once started (or why it could not be).
     started: OnceLock<Result<(), String>>,
     /// Stops the proxy when the isolation goes.
@@ -85,10 +89,17 @@ impl Isolation {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        // The previous process's socket, when `/restart` handed it over: the
+        // sandboxes it handed over too have it bound.
+        let (socket, inherited) = match handover::take_socket() {
+            Some(handed) => (handed.path, Some(handed.listener)),
+            None => (dir.join("proxy.sock"), None),
+        };
         Self {
             rules,
             relay,
-            socket: dir.join("proxy.sock"),
+            socket,
+            inherited: Mutex::new(inherited),
             started: OnceLock::new(),
             stop: Mutex::new(None),
         }
@@ -127,7 +138,20 @@ impl Isolation {
         self.started
             .get_or_init(|| {
                 let proxy = Proxy::new(self.rules.clone(), Limits::default());
-                let stop = proxy.serve_on_thread(&self.socket)?;
+                let inherited = self.inherited.lock().ok().and_then(|mut fd| fd.take());
+                let listener = match inherited {
+                    Some(fd) => std::os::unix::net::UnixListener::from(fd),
+                    None => proxy::bind(&self.socket)?,
+                };
+                if handover::enabled()
+                    && let Some(copy) = handover::keep(&listener)
+                {
+                    handover::give_socket(handover::HandedSocket {
+                        path: self.socket.clone(),
+                        listener: copy,
+                    });
+                }
+                let stop = proxy.serve_listener_on_thread(listener)?;
                 if let Ok(mut slot) = self.stop.lock() {
                     *slot = Some(stop);
                 }

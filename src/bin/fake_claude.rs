@@ -23,7 +23,8 @@
 //!   `connects` maps each target of `FAKE_CLAUDE_CONNECT` (`,`-separated:
 //!   `tcp:HOST:PORT`, `unix:PATH`, `abstract:NAME`, or `proxy:HOST:PORT`,
 //!   a `CONNECT` through `HTTPS_PROXY`) to `ok: <what it read>` or
-//!   `error: <why>`.
+//!   `error: <why>`; `fds` maps each open descriptor above 2 to what it
+//!   is (`pipe:[…]`, a path).
 //!
 //! Its session id is a UUID made of its pid ([`session_id`]), or the one
 //! given as `--resume=<id>` (or `--resume <id>`).
@@ -303,7 +304,20 @@ fn dump(args: &[String]) {
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    let line = json!({"pid": std::process::id(), "env": env, "args": args[1..], "cwd": cwd, "probes": probes, "connects": connects});
+    // Every open descriptor and what it is (`pipe:[…]`, a path), 0-2 aside.
+    let fds: serde_json::Map<String, Value> = std::fs::read_dir("/proc/self/fd")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let fd = e.file_name().to_string_lossy().into_owned();
+                    let target = std::fs::read_link(e.path()).ok()?;
+                    (fd.parse::<u32>().ok()? > 2).then(|| (fd, json!(target.to_string_lossy())))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let line = json!({"pid": std::process::id(), "env": env, "args": args[1..], "cwd": cwd, "probes": probes, "connects": connects, "fds": fds});
     if let Ok(mut file) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

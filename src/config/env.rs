@@ -8,7 +8,7 @@ use std::path::Path;
 use toml::{Table, Value};
 
 use super::wording::closest;
-use super::{Config, ConfigError, RESTARTED_FROM_ENV, Sections, bad_value, probe};
+use super::{Config, ConfigError, HANDOVER_FD_ENV, RESTARTED_FROM_ENV, Sections, bad_value, probe};
 
 /// The prefix of the environment variables that override config keys:
 /// `TURNSTILE_<SECTION>_<KEY>`.
@@ -16,7 +16,7 @@ pub const ENV_PREFIX: &str = "TURNSTILE_";
 
 /// `TURNSTILE_*` variables that are not config keys: `TURNSTILE_LOG` is the
 /// log filter read by the binary; the other marks a restarted process.
-pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG", RESTARTED_FROM_ENV];
+pub const NOT_CONFIG_VARS: &[&str] = &["TURNSTILE_LOG", RESTARTED_FROM_ENV, HANDOVER_FD_ENV];
 
 impl Config {
     /// [`Config::load`] with this process's environment. A variable whose

@@ -308,7 +308,7 @@ impl Protocol for Driver {
             }
             SessionCommand::Interrupt => self.interrupt(),
             // The session task's own.
-            SessionCommand::Close | SessionCommand::Kill => {}
+            SessionCommand::Close | SessionCommand::Kill | SessionCommand::HandOver => {}
         }
     }
 

@@ -39,22 +39,39 @@ pub(super) struct Start {
     /// Told once the CLI answered `initialize`: it has started and would
     /// take a first message at once.
     pub(super) ready: oneshot::Sender<()>,
+    /// The session the process holds until its first turn says otherwise:
+    /// the one it resumes (none for a new session or a fork).
+    pub(super) session_id: Option<String>,
+}
+
+/// The `initialize` request the host sends a fresh CLI.
+pub(super) fn initialize(settings: &ClaudeSettings) -> Value {
+    protocol::initialize(INITIALIZE_ID, settings.batch_hook, &settings.system_prompt)
 }
 
 impl Driver {
     /// The protocol of a freshly spawned process: sends `initialize`.
     pub(super) fn new(start: Start, link: SessionIo) -> Self {
+        let _ = link.out.send(initialize(&start.settings));
+        Self::with(start, link)
+    }
+
+    /// The protocol of a process handed over across `/restart`'s exec: it
+    /// answered `initialize` long ago and is idle, so it is ready now.
+    pub(super) fn adopted(start: Start, link: SessionIo) -> Self {
+        let mut driver = Self::with(start, link);
+        driver.ready.take().map(|ready| ready.send(()));
+        driver
+    }
+
+    fn with(start: Start, link: SessionIo) -> Self {
         let Start {
             settings,
             tools,
             shutdown,
             ready,
+            session_id,
         } = start;
-        let _ = link.out.send(protocol::initialize(
-            INITIALIZE_ID,
-            settings.batch_hook,
-            &settings.system_prompt,
-        ));
         Self {
             shutdown,
             settings,
@@ -66,6 +83,8 @@ impl Driver {
             live: Live::default(),
             unread: VecDeque::new(),
             ready: Some(ready),
+            session_id,
+            in_turn: false,
         }
     }
 }
@@ -114,6 +133,10 @@ pub(super) struct Driver {
     unread: VecDeque<Option<i64>>,
     /// Told when the CLI answers `initialize` (see [`Start::ready`]).
     ready: Option<oneshot::Sender<()>>,
+    /// The session the process holds (see [`Start::session_id`]).
+    session_id: Option<String>,
+    /// A turn was written and its `result` has not come yet.
+    in_turn: bool,
 }
 
 impl Protocol for Driver {
@@ -138,11 +161,14 @@ impl Protocol for Driver {
 
     fn on_command(&mut self, command: SessionCommand) {
         match command {
-            SessionCommand::UserTurn(text) => self.write_user(None, &text),
+            SessionCommand::UserTurn(text) => {
+                self.in_turn = true;
+                self.write_user(None, &text);
+            }
             SessionCommand::Steer { tag, text } => self.write_user(Some(tag), &text),
             SessionCommand::Interrupt => self.request(protocol::interrupt()),
             // The session task's own.
-            SessionCommand::Close | SessionCommand::Kill => {}
+            SessionCommand::Close | SessionCommand::Kill | SessionCommand::HandOver => {}
         }
     }
 
@@ -159,6 +185,14 @@ impl Protocol for Driver {
 
     fn on_exit(&mut self) {
         self.answers.close();
+    }
+
+    fn hand_over(&self) -> Option<String> {
+        // (`unread` is not asked: a CLI that never echoes leaves it full; a
+        // message steered and not read is the host's to know, whose session
+        // running it is never handed over.)
+        let idle = self.ready.is_none() && !self.in_turn && self.answers.is_idle();
+        self.session_id.clone().filter(|_| idle)
     }
 }
 
@@ -231,6 +265,7 @@ impl Driver {
         }
         match line {
             CliLine::System(SystemLine::Init { session_id }) => {
+                self.session_id = Some(session_id.clone());
                 self.emit(AgentEvent::Init { session_id });
             }
             CliLine::System(SystemLine::SessionStateChanged {
@@ -266,6 +301,7 @@ impl Driver {
                 self.emit(AgentEvent::Progress);
             }
             CliLine::Result(result) => {
+                self.in_turn = false;
                 self.live.turn_ended();
                 self.emit(AgentEvent::Result(result.into()));
             }

@@ -2,23 +2,28 @@
 //! group, reaped once, and counted while it lives so the backend knows when
 //! every process it started is gone.
 
+mod handed;
 mod probe;
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use super::handover::{self, StartedAs};
 use super::lines::LineReader;
 use super::{ProcessSpec, seal};
 use crate::agent::AgentError;
 use crate::config::Sandbox;
 use crate::state::AgentGroup;
+pub(crate) use handed::{Adopted, started_as};
+use handed::{Child, keep_pipes};
 pub(super) use probe::probe_bubblewrap;
 
 /// Whether `command` can be executed, found as `bwrap`'s exec finds it
@@ -148,16 +153,23 @@ impl RunningProcesses {
 /// Dropped before it was reaped (the runtime is going away mid-session), it
 /// takes the whole group down with SIGKILL.
 pub(crate) struct AgentProcess {
-    /// The child; tokio reaps it.
+    /// The child: spawned here (tokio reaps it), or adopted across an exec.
     child: Child,
     /// The child's pid, which is also its process group id.
     pid: u32,
-    /// Set once the process is reaped and its group killed.
+    /// Set once the process is reaped and its group killed (or it was
+    /// handed over).
     reaped: bool,
     /// Counted down once reaped.
     running: RunningProcesses,
     /// The last stderr lines, for the exit report.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The conversation it serves.
+    key: String,
+    /// What it was started with, resume aside; `None`: never handed over.
+    started_as: Option<StartedAs>,
+    /// Copies of its stdin, stdout and stderr, kept to hand over.
+    kept: Option<[OwnedFd; 3]>,
 }
 
 /// A spawned process and the pipes the protocol runs over.
@@ -179,6 +191,7 @@ impl AgentProcess {
         chat: &str,
         argv: &[String],
         running: &RunningProcesses,
+        started_as: Option<StartedAs>,
     ) -> Result<Spawned, AgentError> {
         settings.seal.start_network().map_err(AgentError::Network)?;
         let plan = seal::plan(
@@ -237,17 +250,25 @@ impl AgentProcess {
         else {
             return Err(AgentError::MissingPipes);
         };
+        // Copies to hand over across `/restart`'s exec, kept only when this
+        // process re-executes itself and the backend can adopt it.
+        let kept = (started_as.is_some() && handover::enabled())
+            .then(|| keep_pipes(&stdin, &stdout, &stderr))
+            .flatten();
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         tokio::spawn(log_stderr(stderr, pid, Arc::clone(&stderr_tail)));
         running.started();
         running.recorded(pid, chat);
         Ok(Spawned {
             process: Self {
-                child,
+                child: Child::Spawned(child),
                 pid,
                 reaped: false,
                 running: running.clone(),
                 stderr_tail,
+                key: chat.to_owned(),
+                started_as,
+                kept,
             },
             stdin,
             stdout,
@@ -261,19 +282,19 @@ impl AgentProcess {
 
     /// Waits for the process to exit.
     pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait().await
+        self.child.wait(self.pid).await
     }
 
     /// SIGTERM to the group, SIGKILL after `grace`; the exit status when
     /// there is one.
     pub(crate) async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
         kill_group(self.pid, libc::SIGTERM);
-        match tokio::time::timeout(grace, self.child.wait()).await {
+        match tokio::time::timeout(grace, self.child.wait(self.pid)).await {
             Ok(status) => status.ok(),
             Err(_) => {
                 tracing::warn!(pid = self.pid, "agent ignored SIGTERM; SIGKILL");
                 kill_group(self.pid, libc::SIGKILL);
-                self.child.wait().await.ok()
+                self.child.wait(self.pid).await.ok()
             }
         }
     }
@@ -312,8 +333,14 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         if !self.reaped {
             // The runtime is going away mid-session (turnstile is exiting):
-            // take the whole group down now; the child is reaped by tokio.
+            // take the whole group down now; the child is reaped by tokio
+            // (an adopted one, if it is gone already, here).
             kill_group(self.pid, libc::SIGKILL);
+            if let Child::Adopted(_) = self.child {
+                let mut status = 0;
+                // SAFETY: waitpid on our own child, without blocking.
+                unsafe { libc::waitpid(self.pid as libc::pid_t, &raw mut status, libc::WNOHANG) };
+            }
             self.running.reaped();
             self.running.forgotten(self.pid);
         }
@@ -380,6 +407,13 @@ pub fn kill_leftover_groups(groups: &[AgentGroup], boot_id: Option<&str>) -> usi
                 continue;
             }
             _ => {}
+        }
+        if handover::came_across_the_exec(pid) {
+            tracing::info!(
+                pgid,
+                "recorded agent group was handed over across /restart; left alone"
+            );
+            continue;
         }
         // SAFETY: signal 0 only asks whether the group exists.
         let alive = unsafe { libc::killpg(pgid as libc::pid_t, 0) } == 0;

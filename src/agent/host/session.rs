@@ -10,13 +10,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::ChildStdin;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::ProcessSpec;
+use super::handover::StartedAs;
 use super::lines::{Frame, KEPT_BYTES, LineReader, MAX_LINE_BYTES};
-use super::process::{AgentProcess, RunningProcesses};
+use super::process::{Adopted, AgentProcess, RunningProcesses};
 use crate::agent::{AgentError, AgentEvent, AgentSession, SessionCommand};
 
 /// What a session's protocol is handed: the lines to the agent's stdin
@@ -73,6 +73,13 @@ pub trait Protocol: Send + 'static {
     /// The process is ending (killed, or exited): answer what is pending
     /// and close stdin. May be called more than once.
     fn on_exit(&mut self);
+
+    /// The session the process holds, when it is idle (nothing asked or
+    /// pending either way) and may be handed to the next process across
+    /// `/restart`'s exec; `None` (the default) closes it instead.
+    fn hand_over(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Spawns `spec.command` with `argv` for the conversation `key` and starts
@@ -90,7 +97,20 @@ pub fn launch<P: Protocol>(
     running: &RunningProcesses,
     make: impl FnOnce(SessionIo) -> P,
 ) -> Result<AgentSession, AgentError> {
-    let spawned = AgentProcess::spawn(spec, key, argv, running)?;
+    launch_handable(name, spec, key, (argv, None), running, make)
+}
+
+/// [`launch`], for a process that may be handed over across `/restart`'s
+/// exec: `argv` with what it was started with, resume aside.
+pub(crate) fn launch_handable<P: Protocol>(
+    name: &str,
+    spec: &ProcessSpec,
+    key: &str,
+    (argv, started_as): (&[String], Option<StartedAs>),
+    running: &RunningProcesses,
+    make: impl FnOnce(SessionIo) -> P,
+) -> Result<AgentSession, AgentError> {
+    let spawned = AgentProcess::spawn(spec, key, argv, running, started_as)?;
     let label = format!("{name} pid {}", spawned.process.pid());
     Ok(start(
         spawned.process,
@@ -102,10 +122,31 @@ pub fn launch<P: Protocol>(
     ))
 }
 
-/// Starts the session task of a freshly spawned process.
+/// Starts the session task of a process handed over by the process this
+/// one re-executed from ([`AgentProcess::adopt`]): the protocol `make`
+/// builds goes on from where the previous one left it (idle); the label
+/// is `<name> pid <pid>`.
+pub(crate) fn start_adopted<P: Protocol>(
+    name: &str,
+    adopted: Adopted,
+    kill_grace: Duration,
+    make: impl FnOnce(SessionIo) -> P,
+) -> AgentSession {
+    let label = format!("{name} pid {}", adopted.process.pid());
+    start(
+        adopted.process,
+        adopted.stdin,
+        adopted.stdout,
+        kill_grace,
+        label,
+        make,
+    )
+}
+
+/// Starts the session task of a process.
 pub(crate) fn start<P: Protocol>(
     process: AgentProcess,
-    stdin: ChildStdin,
+    stdin: impl AsyncWrite + Unpin + Send + 'static,
     stdout: impl AsyncRead + Unpin + Send + 'static,
     kill_grace: Duration,
     label: String,
@@ -139,7 +180,11 @@ pub(crate) fn start<P: Protocol>(
 }
 
 /// Writes lines to the agent's stdin; closing the channel closes stdin.
-async fn write_lines(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Value>, pid: u32) {
+async fn write_lines(
+    mut stdin: impl AsyncWrite + Unpin,
+    mut rx: mpsc::UnboundedReceiver<Value>,
+    pid: u32,
+) {
     while let Some(line) = rx.recv().await {
         let mut bytes = line.to_string().into_bytes();
         bytes.push(b'\n');
@@ -206,6 +251,13 @@ impl<P: Protocol> Session<P> {
                     // The host dropped the session: close it gracefully.
                     Some(SessionCommand::Close) | None => return self.close(lines).await,
                     Some(SessionCommand::Kill) => return self.kill("killed").await,
+                    Some(SessionCommand::HandOver) => match self.protocol.hand_over() {
+                        Some(session) if self.process.hand_over(&session) => {
+                            tracing::info!(pid = self.pid, session_id = %session, "idle agent handed over to the next process");
+                            return;
+                        }
+                        _ => return self.close(lines).await,
+                    },
                     Some(command) => self.protocol.on_command(command),
                 },
                 line = lines.recv(), if stdout_open => match line {

@@ -74,6 +74,23 @@ enum Resolver {
 /// Why a request gets no tunnel: its status and the body the agent reads.
 struct NoTunnel(u16, &'static str, String);
 
+/// Binds the proxy's `socket`, its directory made 0700 (which must not
+/// exist).
+///
+/// # Errors
+///
+/// The directory or the socket could not be made.
+pub fn bind(socket: &Path) -> Result<std::os::unix::net::UnixListener, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if let Some(dir) = socket.parent() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::os::unix::net::UnixListener::bind(socket).map_err(|e| format!("{}: {e}", socket.display()))
+}
+
 impl Proxy {
     /// A proxy letting `rules` through within `limits`.
     #[must_use]
@@ -100,18 +117,22 @@ impl Proxy {
     ///
     /// The directory, the socket or the thread could not be made.
     pub fn serve_on_thread(self, socket: &Path) -> Result<oneshot::Sender<()>, String> {
-        use std::os::unix::fs::DirBuilderExt as _;
-        if let Some(dir) = socket.parent() {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
-        }
-        let listener = std::os::unix::net::UnixListener::bind(socket)
-            .map_err(|e| format!("{}: {e}", socket.display()))?;
+        self.serve_listener_on_thread(bind(socket)?)
+    }
+
+    /// Serves `listener` on a thread of its own until the answer's sender
+    /// is used or dropped.
+    ///
+    /// # Errors
+    ///
+    /// The listener or the thread could not be set up.
+    pub fn serve_listener_on_thread(
+        self,
+        listener: std::os::unix::net::UnixListener,
+    ) -> Result<oneshot::Sender<()>, String> {
         listener
             .set_nonblocking(true)
-            .map_err(|e| format!("{}: {e}", socket.display()))?;
+            .map_err(|e| format!("the proxy's socket: {e}"))?;
         let (stop, stopped) = oneshot::channel();
         std::thread::Builder::new()
             .name("net-proxy".into())

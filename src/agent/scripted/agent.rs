@@ -70,7 +70,10 @@ impl ScriptedAgent {
                         text
                     }
                     Some(SessionCommand::Interrupt) => continue,
-                    Some(SessionCommand::Close) => return self.exit(Some(0), "closed"),
+                    // In-process: nothing outlives an exec; closed.
+                    Some(SessionCommand::Close | SessionCommand::HandOver) => {
+                        return self.exit(Some(0), "closed");
+                    }
                     Some(SessionCommand::Kill) => return self.exit(None, "killed"),
                 },
             };
@@ -137,7 +140,7 @@ impl ScriptedAgent {
                 }));
                 self.after_result(turn.after_result).await
             }
-            SessionCommand::Close => {
+            SessionCommand::Close | SessionCommand::HandOver => {
                 self.exit(Some(0), "closed");
                 Flow::Exit
             }

@@ -49,6 +49,7 @@ impl Dispatcher {
         let keep_warm = self.chat_settings.keep_warm;
         if keep_warm.is_zero() {
             tracing::debug!("no prewarm: agent.keep_warm is 0");
+            crate::agent::host::handover::release_unclaimed();
             return;
         }
         let since =
@@ -63,7 +64,9 @@ impl Dispatcher {
                 .await
         };
         ctx.spawn(found.into_actor(self).map(|found, act, ctx| match found {
-            Ok(recent) if recent.is_empty() => {}
+            Ok(recent) if recent.is_empty() => {
+                crate::agent::host::handover::release_unclaimed();
+            }
             Ok(recent) => {
                 tracing::info!(
                     conversations = recent.len(),
@@ -77,9 +80,12 @@ impl Dispatcher {
                 };
                 act.prewarm_next(run, ctx);
             }
-            Err(ReadFailed) => tracing::warn!(
-                "the recent conversations could not be read; no session is prewarmed"
-            ),
+            Err(ReadFailed) => {
+                tracing::warn!(
+                    "the recent conversations could not be read; no session is prewarmed"
+                );
+                crate::agent::host::handover::release_unclaimed();
+            }
         }));
     }
 
@@ -140,8 +146,10 @@ impl Dispatcher {
 }
 
 impl PrewarmRun {
-    /// Its one log line.
+    /// Its one log line; the agents handed over across `/restart` that no
+    /// conversation took are closed.
     fn done(self) {
+        crate::agent::host::handover::release_unclaimed();
         tracing::info!(
             kept = self.kept,
             skipped = self.skipped,

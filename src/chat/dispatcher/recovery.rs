@@ -51,6 +51,8 @@ impl Handler<Recover> for Dispatcher {
             };
             if handoffs_known {
                 act.prewarm(events, waiting, ctx);
+            } else {
+                crate::agent::host::handover::release_unclaimed();
             }
         }));
     }

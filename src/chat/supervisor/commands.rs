@@ -112,7 +112,7 @@ impl Handler<StopChatForHost> for ChatSupervisor {
             self.events.metrics().parked(-1);
             tracing::info!("parked messages left for the next start");
         }
-        self.close_warm(ctx);
+        self.release_warm_for_host(ctx);
         if msg.end_running
             && let Some(running) = self.state.running()
         {

@@ -13,7 +13,7 @@ use actix::{
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::ChatSupervisor;
-use crate::agent::{AgentError, AgentSession};
+use crate::agent::{AgentError, AgentSession, SessionCommand};
 use crate::events::BotEvent;
 
 /// A settled session kept for the chat's next turn.
@@ -21,7 +21,7 @@ pub(super) struct Warm {
     pub(super) session: AgentSession,
     /// One of `agent.max_warm` (none for a session that runs a steered
     /// message for the next turn: it is that turn's, whatever the caps).
-    _slot: Option<OwnedSemaphorePermit>,
+    slot: Option<OwnedSemaphorePermit>,
     /// `agent.keep_warm`: closes the session when it fires.
     pub(super) timer: SpawnHandle,
 }
@@ -86,9 +86,10 @@ impl ChatSupervisor {
             }
             act.watch_idle(ctx);
         });
+        tracing::debug!(session = %session.label, "session kept warm");
         self.warm = Some(Warm {
             session,
-            _slot: Some(slot),
+            slot: Some(slot),
             timer,
         });
     }
@@ -110,7 +111,7 @@ impl ChatSupervisor {
         });
         self.warm = Some(Warm {
             session,
-            _slot: None,
+            slot: None,
             timer,
         });
     }
@@ -124,6 +125,23 @@ impl ChatSupervisor {
         if self.prewarming == Prewarming::Opening {
             self.prewarming = Prewarming::Unwanted;
         }
+    }
+
+    /// The host stops: the warm session is closed, or, when the stop is
+    /// for `/restart`'s re-execution, handed to the next process if its
+    /// backend can (an idle process survives the exec; the session task
+    /// closes it otherwise).
+    pub(super) fn release_warm_for_host(&mut self, ctx: &mut Context<Self>) {
+        // Not one running messages steered into the last turn: the next
+        // process would have no turn to take what it writes.
+        if self.shutdown.is_restarting()
+            && self.warm.as_ref().is_some_and(|warm| warm.slot.is_some())
+            && let Some(warm) = self.warm.take()
+        {
+            ctx.cancel_future(warm.timer);
+            let _ = warm.session.commands.send(SessionCommand::HandOver);
+        }
+        self.close_warm(ctx);
     }
 
     /// Why the chat's session is not prewarmed now, if it is not: a

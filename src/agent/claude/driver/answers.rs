@@ -133,6 +133,12 @@ impl Answers {
         }
     }
 
+    /// Nothing the CLI asked waits for an answer, and stdin is open.
+    pub(super) fn is_idle(&self) -> bool {
+        let inner = self.lock();
+        inner.pending.is_empty() && inner.out.is_some()
+    }
+
     /// Closes stdin.
     pub(super) fn close(&self) {
         self.lock().out = None;
