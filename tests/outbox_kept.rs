@@ -27,6 +27,19 @@ const CHAT_1: Conversation = Conversation {
     topic: None,
 };
 
+/// The durable outbox on `api` and `store`, given what is `left` to send.
+fn durable(api: &FakeBotApi, store: &StoreHandle, left: LeftToSend) -> actix::Addr<Outbox> {
+    Outbox::durable(
+        api.bot(),
+        Harness::fast_limits(),
+        Arc::new(Metrics::new()),
+        EventBus::new(),
+        store.clone(),
+        left,
+    )
+    .start()
+}
+
 /// What the store keeps to send.
 async fn to_send(store: &StoreHandle) -> LeftToSend {
     store.outgoing().await.expect("the store reads")
@@ -65,16 +78,7 @@ async fn a_left_question_keeps_its_buttons_and_a_file_without_its_copy_is_let_go
     // The chat's messages are known up to 0: no copy can be taken for one
     // sent before (nothing unexplained lies before it).
     left.last_ids = vec![(1, 0)];
-    let metrics = Arc::new(Metrics::new());
-    let outbox = Outbox::durable(
-        api.bot(),
-        Harness::fast_limits(),
-        metrics,
-        EventBus::new(),
-        store.clone(),
-        left,
-    )
-    .start();
+    let outbox = durable(&api, &store, left);
     let texts = api.wait_for_texts(1, 2, SOON).await;
     assert_eq!(texts, vec!["Which model?", "after both"]);
     let asked = api.calls_of("sendMessage");
@@ -95,15 +99,7 @@ async fn a_question_waiting_for_telegram_is_in_the_state_file_until_it_is_sent()
     for _ in 0..4 {
         api.inject("sendMessage", Fault::ServerError(502));
     }
-    let outbox = Outbox::durable(
-        api.bot(),
-        Harness::fast_limits(),
-        Arc::new(Metrics::new()),
-        EventBus::new(),
-        store.clone(),
-        LeftToSend::default(),
-    )
-    .start();
+    let outbox = durable(&api, &store, LeftToSend::default());
     let buttons = vec![vec![Button::new("❌ daily", "unschedule:7")]];
     let (question, sent) = SendQuestion::new(ChatId(1), "Your schedules", buttons);
     outbox.do_send(question);
@@ -146,15 +142,7 @@ async fn a_stopped_turns_waiting_text_leaves_no_row_for_the_next_process() {
     for _ in 0..500 {
         api.inject("sendMessage", Fault::ServerError(502));
     }
-    let outbox = Outbox::durable(
-        api.bot(),
-        Harness::fast_limits(),
-        Arc::new(Metrics::new()),
-        EventBus::new(),
-        store.clone(),
-        LeftToSend::default(),
-    )
-    .start();
+    let outbox = durable(&api, &store, LeftToSend::default());
     let (earlier, stopped) = (TurnId(1), TurnId(2));
     let queue = |text: &str, turn| outbox.send(SendText::new(CHAT_1, text).for_turn(turn));
     queue("held by Telegram", earlier).await.unwrap();

@@ -139,6 +139,20 @@ impl ProcessSpec {
         spec
     }
 
+    /// How a process of this spec for the conversation `key` with `args`
+    /// starts now (`seal::plan` with this process's environment).
+    pub(crate) fn plan(&self, key: &str, args: &[String]) -> seal::Plan {
+        seal::plan(
+            &self.seal,
+            key,
+            &self.command,
+            args,
+            std::env::vars_os(),
+            &self.env,
+            |path| path.exists(),
+        )
+    }
+
     /// The conversation's working directory, absolute: where the sealed
     /// process starts.
     pub fn cwd(&self, key: &str) -> std::path::PathBuf {

@@ -194,15 +194,7 @@ impl AgentProcess {
         started_as: Option<StartedAs>,
     ) -> Result<Spawned, AgentError> {
         settings.seal.start_network().map_err(AgentError::Network)?;
-        let plan = seal::plan(
-            &settings.seal,
-            chat,
-            &settings.command,
-            argv,
-            std::env::vars_os(),
-            &settings.env,
-            |path| path.exists(),
-        );
+        let plan = settings.plan(chat, argv);
         if settings.seal.sandbox == Sandbox::Bubblewrap && settings.seal.launcher.is_empty() {
             let path = plan.env.get(std::ffi::OsStr::new("PATH"));
             executable(&settings.command, path.map(OsString::as_os_str)).map_err(|source| {

@@ -7,8 +7,8 @@ use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 
+use super::super::ProcessSpec;
 use super::super::handover::{self, HandedProcess, StartedAs};
-use super::super::{ProcessSpec, seal};
 use super::{AgentProcess, RunningProcesses, log_stderr, start_time};
 
 /// The child process behind an [`AgentProcess`].
@@ -189,15 +189,7 @@ pub(crate) fn started_as(
     argv: &[String],
     first: &serde_json::Value,
 ) -> StartedAs {
-    let plan = seal::plan(
-        &spec.seal,
-        chat,
-        &spec.command,
-        argv,
-        std::env::vars_os(),
-        &spec.env,
-        |path| path.exists(),
-    );
+    let plan = spec.plan(chat, argv);
     let env: Vec<(String, String)> = plan
         .env
         .iter()
