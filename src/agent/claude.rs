@@ -296,13 +296,16 @@ impl ClaudeBackend {
         );
         let key = request.conversation.key();
         // What the process is started with, resume aside: one handed over
-        // across `/restart`'s exec is taken only if it is the same.
-        let started_as = process::started_as(
-            &settings.process,
-            &key,
-            &settings.session_argv(&self.tools, None, request.model.as_deref(), false),
-            &driver::initialize(&settings),
-        );
+        // across `/restart`'s exec is taken only if it is the same. Only a
+        // process that re-executes itself hands over or takes over.
+        let started_as = handover::enabled().then(|| {
+            process::started_as(
+                &settings.process,
+                &key,
+                &settings.session_argv(&self.tools, None, request.model.as_deref(), false),
+                &driver::initialize(&settings),
+            )
+        });
         let start = driver::Start {
             settings: Arc::clone(&settings),
             tools: Arc::clone(&self.tools),
@@ -310,8 +313,8 @@ impl ClaudeBackend {
             ready,
             session_id: resume.clone().filter(|_| !request.fork),
         };
-        if let Some(id) = start.session_id.clone()
-            && let Some(handed) = handover::claim(&key, &id, &started_as)
+        if let (Some(id), Some(started_as)) = (start.session_id.clone(), &started_as)
+            && let Some(handed) = handover::claim(&key, &id, started_as)
         {
             let pid = handed.pid;
             // Its sandbox reaches the model through the proxy, on the
@@ -339,7 +342,7 @@ impl ClaudeBackend {
             "claude",
             &settings.process,
             &key,
-            (&argv, Some(started_as)),
+            (&argv, started_as),
             &self.running,
             |link| driver::Driver::new(start, link),
         )?;

@@ -34,16 +34,25 @@ fn sleeper() -> std::process::Child {
         .expect("sleep starts")
 }
 
+/// Whether `pid` has exited (the release thread closes it): waited for on
+/// its pidfd, at most 30 s.
 fn gone(pid: u32) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while std::time::Instant::now() < deadline {
-        // Reaped by the release thread: not even a zombie is left.
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: pidfd_open makes a new descriptor for our own child.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        // Already reaped by the release thread.
+        return true;
     }
-    false
+    // SAFETY: `fd` is a fresh descriptor this test owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // Readable once the process has exited; at most 30 s.
+    // SAFETY: one valid pollfd for the call's duration.
+    unsafe { libc::poll(&raw mut poll, 1, 30_000) == 1 }
 }
 
 /// One test: the registry is the process's, as an exec is.
